@@ -1,0 +1,17 @@
+// pybind11 module noderag._core: the narrow native boundary.
+// Each kernel file registers its functions through a register_* hook.
+#include <pybind11/pybind11.h>
+
+namespace py = pybind11;
+
+#define STRINGIFY(x) #x
+#define MACRO_STRINGIFY(x) STRINGIFY(x)
+
+PYBIND11_MODULE(_core, m) {
+    m.doc() = "noderag native kernels (private; use the noderag.graph wrappers)";
+#ifdef VERSION_INFO
+    m.attr("__version__") = MACRO_STRINGIFY(VERSION_INFO);
+#else
+    m.attr("__version__") = "dev";
+#endif
+}
