@@ -1,0 +1,151 @@
+"""Search configuration: one plain dataclass, loadable from a dict (TOML/YAML section)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Mapping
+
+__all__ = ["SearchConfig", "QuotaConfig"]
+
+_RULES = ("restart", "lazy")
+_ENTITY_SOURCES = ("nlp", "llm", "none")
+
+
+@dataclass
+class QuotaConfig:
+    """How many nodes of each kind the typed selection keeps after PPR.
+
+    The defaults are the reference NodeRAG's: entities 10, relationships 30,
+    overviews 10, and 10 other retrievable nodes (T, S, A, H) beyond the entry points.
+    """
+
+    entities: int = 10
+    relationships: int = 30
+    overviews: int = 10
+    others: int = 10
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` naming the bad quota."""
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"search.quotas.{f.name} must be an int >= 0, got {value!r}")
+
+
+@dataclass
+class SearchConfig:
+    """Every knob of query-time retrieval (DESIGN §4); defaults are the benchmarked ones.
+
+    Attributes
+    ----------
+    vector_top_k : int, default=10
+        Entry points: nearest embedded nodes (T, S, A, H) of the query vector.
+    vector_weight : float
+        Personalisation mass given to the vector entry points (split by similarity).
+    name_weight : float
+        Personalisation mass given to the entity / overview name matches.
+    max_name_matches : int
+        At most this many N/O nodes matched per query entity (shortest names first).
+    entity_source : {"nlp", "llm", "none"}
+        How query entities are extracted; "llm" needs an LLM backend.
+    match_names_in_query : bool
+        Also match every known name that occurs as a whole-word phrase in the query.
+    use_ppr : bool
+        Run shallow PPR; without it only entry points and name matches are used.
+    alpha, iterations, rule
+        Shallow PPR damping, iteration count t and update rule ("restart" | "lazy").
+    structural_weight, semantic_weight : float
+        Layer weights of the combined operator PPR runs on.
+    ppr_candidates : int
+        Top-k per type returned by the PPR kernel (>= every quota).
+    quotas : QuotaConfig
+        Typed selection quotas.
+    passage_* : float
+        Weights of the source-passage ranking (see ``noderag.search.ranking``).
+    context_tokens : int
+        Token budget of the assembled context text.
+    """
+
+    vector_top_k: int = 10
+    vector_weight: float = 1.0
+    name_weight: float = 1.0
+    max_name_matches: int = 8
+    entity_source: str = "nlp"
+    match_names_in_query: bool = True
+    use_ppr: bool = True
+    alpha: float = 0.5
+    iterations: int = 2
+    rule: str = "restart"
+    structural_weight: float = 1.0
+    semantic_weight: float = 1.0
+    ppr_candidates: int = 50
+    quotas: QuotaConfig = field(default_factory=QuotaConfig)
+    passage_entry_weight: float = 1.0
+    passage_text_weight: float = 1.0
+    passage_unit_weight: float = 1.0
+    context_tokens: int = 2500
+    n_threads: int | None = None
+
+    def validate(self) -> "SearchConfig":
+        """Check every field; raise ``ValueError`` naming the field and its value. Returns self."""
+        def _int(name: str, lo: int) -> None:
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < lo:
+                raise ValueError(f"search.{name} must be an int >= {lo}, got {v!r}")
+
+        def _nonneg(name: str) -> None:
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0:
+                raise ValueError(f"search.{name} must be a number >= 0, got {v!r}")
+
+        _int("vector_top_k", 0)
+        _int("max_name_matches", 0)
+        _int("iterations", 0)
+        _int("ppr_candidates", 1)
+        _int("context_tokens", 0)
+        for name in ("vector_weight", "name_weight", "structural_weight", "semantic_weight",
+                     "passage_entry_weight", "passage_text_weight", "passage_unit_weight"):
+            _nonneg(name)
+        if isinstance(self.alpha, bool) or not isinstance(self.alpha, (int, float)) or not 0.0 <= self.alpha <= 1.0:
+            raise ValueError(f"search.alpha must be in [0, 1], got {self.alpha!r}")
+        if self.rule not in _RULES:
+            raise ValueError(f"search.rule must be one of {_RULES}, got {self.rule!r}")
+        if self.entity_source not in _ENTITY_SOURCES:
+            raise ValueError(f"search.entity_source must be one of {_ENTITY_SOURCES}, got {self.entity_source!r}")
+        if self.n_threads is not None and (not isinstance(self.n_threads, int) or self.n_threads < 1):
+            raise ValueError(f"search.n_threads must be None or an int >= 1, got {self.n_threads!r}")
+        if not isinstance(self.quotas, QuotaConfig):
+            raise ValueError(f"search.quotas must be a QuotaConfig, got {type(self.quotas).__name__}")
+        self.quotas.validate()
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-serialisable dict of every field."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> "SearchConfig":
+        """Build from a mapping (e.g. the ``[search]`` table of a config file); unknown keys are errors."""
+        data = dict(data or {})
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown search config key(s) {unknown}; known: {sorted(known)}")
+        quotas = data.pop("quotas", None)
+        if isinstance(quotas, Mapping):
+            qknown = {f.name for f in fields(QuotaConfig)}
+            qunknown = sorted(set(quotas) - qknown)
+            if qunknown:
+                raise ValueError(f"unknown search.quotas key(s) {qunknown}; known: {sorted(qknown)}")
+            quotas = QuotaConfig(**quotas)
+        elif quotas is None:
+            quotas = QuotaConfig()
+        return cls(quotas=quotas, **data).validate()
+
+    def replace(self, **changes: Any) -> "SearchConfig":
+        """Copy with some fields changed (validated)."""
+        data = self.to_dict()
+        data.update(changes)
+        if isinstance(data.get("quotas"), QuotaConfig):
+            data["quotas"] = asdict(data["quotas"])
+        return SearchConfig.from_dict(data)
