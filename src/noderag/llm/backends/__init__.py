@@ -1,0 +1,1 @@
+"""Concrete LLM backends (each imports its heavy dependency lazily)."""

@@ -1,0 +1,105 @@
+"""In-process llama-cpp-python backend (optional extra ``noderag[llamacpp]``): GGUF on CPU, grammar-constrained JSON."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from ..accounting import TokenLedger
+from ..base import BaseBackend, RawOutput, _check_requests, validated_batch
+from ..types import LLMError, LLMRequest, LLMResult, ResultCallback, now
+from .openai import parse_chat_response
+
+__all__ = ["LlamaCppConfig", "LlamaCppBackend", "llamacpp_completion_kwargs"]
+
+_INSTALL_HINT = "the llamacpp backend needs llama-cpp-python: pip install 'noderag[llamacpp]'"
+
+
+@dataclass
+class LlamaCppConfig:
+    """Settings of :class:`LlamaCppBackend`."""
+
+    model_path: str = ""
+    n_ctx: int = 4096
+    n_threads: int | None = None
+    n_gpu_layers: int = 0
+    seed: int = 0
+    max_validation_retries: int = 2
+    llama_kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def check(self) -> None:
+        """Raise LLMError naming the first bad field."""
+        if not self.model_path:
+            raise LLMError("llamacpp backend: model_path is required (llamacpp:/path/model.gguf)")
+        p = Path(self.model_path)
+        if not p.is_file():
+            raise LLMError(f"llamacpp backend: model file {str(p)!r} does not exist")
+        if not (isinstance(self.n_ctx, int) and self.n_ctx > 0):
+            raise LLMError(f"llamacpp backend: n_ctx must be a positive int, got {self.n_ctx!r}")
+
+
+def llamacpp_completion_kwargs(req: LLMRequest) -> dict[str, Any]:
+    """Keyword arguments of ``Llama.create_chat_completion`` for ``req`` (schema as a JSON grammar)."""
+    s = req.sampling
+    kw: dict[str, Any] = {
+        "messages": [{"role": m["role"], "content": m["content"]} for m in req.messages],
+        "temperature": float(s.temperature),
+        "top_p": float(s.top_p),
+        "max_tokens": int(s.max_tokens),
+        "seed": int(s.seed),
+    }
+    if req.schema is not None:
+        kw["response_format"] = {"type": "json_object", "schema": req.schema}
+    return kw
+
+
+class LlamaCppBackend(BaseBackend):
+    """llama.cpp in this process; requests run one after another (the model is not thread-safe)."""
+
+    def __init__(self, config: LlamaCppConfig | None = None, *, ledger: TokenLedger | None = None, **overrides: Any):
+        cfg = config or LlamaCppConfig()
+        for k, v in overrides.items():
+            if not hasattr(cfg, k):
+                raise TypeError(f"LlamaCppBackend: unknown option {k!r}")
+            setattr(cfg, k, v)
+        cfg.check()
+        super().__init__(max_validation_retries=cfg.max_validation_retries, ledger=ledger)
+        self.config = cfg
+        self.model_id = f"llamacpp:{Path(cfg.model_path).name}"
+        try:
+            from llama_cpp import Llama
+        except ImportError as e:
+            raise ImportError(f"{_INSTALL_HINT} ({e})") from e
+        self.llm = Llama(
+            model_path=str(cfg.model_path), n_ctx=cfg.n_ctx, n_threads=cfg.n_threads,
+            n_gpu_layers=cfg.n_gpu_layers, seed=cfg.seed, verbose=False, **cfg.llama_kwargs,
+        )
+
+    def generate(
+        self, requests: Sequence[LLMRequest], *, on_result: ResultCallback | None = None
+    ) -> list[LLMResult]:
+        """Run requests one by one, validating each and retrying invalid output."""
+        reqs = _check_requests(requests)
+        out: list[LLMResult] = []
+        for i, r in enumerate(reqs):  # one at a time so each result is reported (and cached) as it lands
+
+            def cb(_j: int, req: LLMRequest, res: LLMResult, _i: int = i) -> None:
+                if on_result is not None:
+                    on_result(_i, req, res)
+
+            out += validated_batch([r], self._call_batch, self.validators, self.max_validation_retries, cb)
+        return out
+
+    def _call_batch(self, batch: list[LLMRequest]) -> list[RawOutput]:
+        raws = []
+        for r in batch:
+            t0 = now()
+            try:
+                resp = self.llm.create_chat_completion(**llamacpp_completion_kwargs(r))
+            except Exception as e:  # e.g. prompt longer than n_ctx: this item fails, not the batch
+                raws.append(RawOutput(latency_s=now() - t0, error=f"{type(e).__name__}: {e}"))
+                continue
+            raw = parse_chat_response(resp)
+            raws.append(RawOutput(raw.text, raw.usage, now() - t0, raw.error, raw.finish_reason))
+        return raws

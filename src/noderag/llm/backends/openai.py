@@ -1,0 +1,320 @@
+"""Any OpenAI-compatible chat-completions server: async, bounded concurrency, retries, JSON dialects."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import httpx
+
+from ..accounting import TokenLedger
+from ..base import BaseBackend, RawOutput, _check_requests, estimate_usage, finish_result
+from ..types import LLMError, LLMRequest, LLMResult, ResultCallback, Usage, now
+
+__all__ = ["DIALECTS", "OpenAIConfig", "OpenAIBackend", "build_chat_body", "parse_chat_response"]
+
+#: Structured-output dialects: OpenAI ``json_schema``, llama-cpp-python ``json_object`` with a
+#: ``schema`` field, vLLM's ``structured_outputs`` extra body, or ``none`` (prompt only).
+DIALECTS = ("json_schema", "json_object", "vllm", "none")
+
+_RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
+
+
+@dataclass
+class OpenAIConfig:
+    """Settings of :class:`OpenAIBackend`; unset base_url / api_key / model come from the environment."""
+
+    model: str | None = None
+    base_url: str | None = None
+    api_key: str | None = None
+    dialect: str = "json_schema"
+    max_concurrency: int = 8
+    timeout_s: float = 120.0
+    connect_timeout_s: float = 10.0
+    max_retries: int = 4
+    backoff_base_s: float = 0.5
+    backoff_max_s: float = 20.0
+    max_validation_retries: int = 2
+    send_seed: bool = True
+    #: ``strict`` flag of the json_schema dialect (hosted OpenAI rejects maxLength under strict).
+    strict: bool = True
+    extra_body: dict[str, Any] = field(default_factory=dict)
+
+    def resolved(self) -> "OpenAIConfig":
+        """Return a copy with environment defaults filled in and every field checked."""
+        env = os.environ
+        model = self.model or env.get("NODERAG_LLM_MODEL")
+        base_url = self.base_url or env.get("NODERAG_LLM_BASE_URL") or "https://api.openai.com/v1"
+        api_key = self.api_key or env.get("NODERAG_LLM_API_KEY") or env.get("OPENAI_API_KEY") or ""
+        if not model:
+            raise LLMError("openai backend: no model given (pass model= or set NODERAG_LLM_MODEL)")
+        if not base_url.startswith(("http://", "https://")):
+            raise LLMError(f"openai backend: base_url must start with http:// or https://, got {base_url!r}")
+        if self.dialect not in DIALECTS:
+            raise LLMError(f"openai backend: dialect must be one of {DIALECTS}, got {self.dialect!r}")
+        for name in ("max_concurrency",):
+            v = getattr(self, name)
+            if not (isinstance(v, int) and v >= 1):
+                raise LLMError(f"openai backend: {name} must be an int >= 1, got {v!r}")
+        for name in ("max_retries", "max_validation_retries"):
+            v = getattr(self, name)
+            if not (isinstance(v, int) and v >= 0):
+                raise LLMError(f"openai backend: {name} must be an int >= 0, got {v!r}")
+        for name in ("timeout_s", "connect_timeout_s", "backoff_max_s"):
+            v = getattr(self, name)
+            if not (isinstance(v, (int, float)) and v > 0):
+                raise LLMError(f"openai backend: {name} must be > 0, got {v!r}")
+        if not (isinstance(self.backoff_base_s, (int, float)) and self.backoff_base_s >= 0):
+            raise LLMError(f"openai backend: backoff_base_s must be >= 0, got {self.backoff_base_s!r}")
+        return OpenAIConfig(
+            model=model, base_url=base_url.rstrip("/"), api_key=api_key, dialect=self.dialect,
+            max_concurrency=self.max_concurrency, timeout_s=float(self.timeout_s),
+            connect_timeout_s=float(self.connect_timeout_s), max_retries=self.max_retries,
+            backoff_base_s=float(self.backoff_base_s), backoff_max_s=float(self.backoff_max_s),
+            max_validation_retries=self.max_validation_retries, send_seed=self.send_seed,
+            strict=self.strict, extra_body=dict(self.extra_body),
+        )
+
+
+def build_chat_body(
+    req: LLMRequest, *, model: str, dialect: str, send_seed: bool = True, strict: bool = True,
+    extra_body: dict | None = None,
+) -> dict[str, Any]:
+    """Return the JSON body of ``POST /chat/completions`` for ``req`` in the given dialect."""
+    s = req.sampling
+    body: dict[str, Any] = {
+        "model": model,
+        "messages": [{"role": m["role"], "content": m["content"]} for m in req.messages],
+        "temperature": s.temperature,
+        "top_p": s.top_p,
+        "max_tokens": s.max_tokens,
+        "stream": False,
+    }
+    if send_seed:
+        body["seed"] = s.seed
+    if req.schema is not None:
+        if dialect == "json_schema":
+            name = str(req.schema.get("title") or "output")
+            name = "".join(c if c.isalnum() or c in "_-" else "_" for c in name)[:64]
+            body["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": name, "schema": req.schema, "strict": bool(strict)},
+            }
+        elif dialect == "json_object":
+            body["response_format"] = {"type": "json_object", "schema": req.schema}
+        elif dialect == "vllm":
+            body["structured_outputs"] = {"json": req.schema}
+        elif dialect != "none":
+            raise LLMError(f"unknown dialect {dialect!r}; expected one of {DIALECTS}")
+    if extra_body:
+        body.update(extra_body)
+    return body
+
+
+def parse_chat_response(data: Any) -> RawOutput:
+    """Read text, finish reason and usage from a chat-completions response body."""
+    try:
+        choice = data["choices"][0]
+        msg = choice.get("message") or {}
+        content = msg.get("content")
+    except (KeyError, IndexError, TypeError, AttributeError):
+        return RawOutput(error=f"malformed chat response: {str(data)[:200]}")
+    finish = choice.get("finish_reason")
+    if content is None:
+        refusal = msg.get("refusal")
+        return RawOutput(error=f"empty message content (finish_reason={finish!r}, refusal={refusal!r})")
+    u = data.get("usage") or {}
+    details = u.get("prompt_tokens_details") or {}
+    usage = Usage(
+        prompt=int(u.get("prompt_tokens") or 0),
+        completion=int(u.get("completion_tokens") or 0),
+        cached=int(details.get("cached_tokens") or 0),
+        estimated=False,
+    )
+    if not u:
+        usage = Usage(estimated=True)  # filled offline by the caller
+    return RawOutput(text=str(content), usage=usage, finish_reason=finish)
+
+
+class _RetryableError(Exception):
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class OpenAIBackend(BaseBackend):
+    """OpenAI-compatible chat backend; ``run`` is synchronous, ``arun`` is its async twin."""
+
+    def __init__(self, config: OpenAIConfig | None = None, *, ledger: TokenLedger | None = None, **overrides: Any):
+        cfg = config or OpenAIConfig()
+        for k, v in overrides.items():
+            if not hasattr(cfg, k):
+                raise TypeError(f"OpenAIBackend: unknown option {k!r}")
+            setattr(cfg, k, v)
+        self.config = cfg.resolved()
+        super().__init__(max_validation_retries=self.config.max_validation_retries, ledger=ledger)
+        self.model_id = f"openai:{self.config.model}@{self.config.base_url}"
+        self._rng = random.Random()
+        self._count_lock = threading.Lock()
+        #: HTTP POSTs made (including retries), and the largest number in flight at once.
+        self.http_calls = 0
+        self.peak_in_flight = 0
+        self._in_flight = 0
+
+    # ------------------------------------------------------------------ sync API
+    def generate(
+        self, requests: Sequence[LLMRequest], *, on_result: ResultCallback | None = None
+    ) -> list[LLMResult]:
+        """Run requests (own event loop; a fresh thread if one is already running here)."""
+        reqs = _check_requests(requests)
+        if not reqs:
+            return []
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(self.agenerate(reqs, on_result=on_result))
+        box: dict[str, Any] = {}
+
+        def target() -> None:
+            try:
+                box["out"] = asyncio.run(self.agenerate(reqs, on_result=on_result))
+            except BaseException as e:  # re-raised in the caller's thread
+                box["err"] = e
+
+        t = threading.Thread(target=target, name="noderag-llm-openai")
+        t.start()
+        t.join()
+        if "err" in box:
+            raise box["err"]
+        return box["out"]
+
+    # ----------------------------------------------------------------- async API
+    async def arun(self, requests: Sequence[LLMRequest], *, stage: str) -> list[LLMResult]:
+        """Async :meth:`run`: results in request order, accounted under ``stage``."""
+        reqs = _check_requests(requests)
+        t0 = now()
+        results = await self.agenerate(reqs) if reqs else []
+        self.ledger.record(stage, results, now() - t0)
+        return results
+
+    async def agenerate(
+        self, requests: Sequence[LLMRequest], *, on_result: ResultCallback | None = None
+    ) -> list[LLMResult]:
+        """Run requests concurrently (at most ``max_concurrency`` in flight) without accounting."""
+        reqs = _check_requests(requests)
+        cfg = self.config
+        sem = asyncio.Semaphore(cfg.max_concurrency)
+        headers = {"Content-Type": "application/json"}
+        if cfg.api_key:
+            headers["Authorization"] = f"Bearer {cfg.api_key}"
+        timeout = httpx.Timeout(cfg.timeout_s, connect=cfg.connect_timeout_s)
+        limits = httpx.Limits(max_connections=cfg.max_concurrency, max_keepalive_connections=cfg.max_concurrency)
+        async with httpx.AsyncClient(
+            base_url=cfg.base_url, headers=headers, timeout=timeout, limits=limits, trust_env=False
+        ) as client:
+            tasks = [self._one(client, sem, i, r, on_result) for i, r in enumerate(reqs)]
+            return list(await asyncio.gather(*tasks))
+
+    async def _one(
+        self, client: httpx.AsyncClient, sem: asyncio.Semaphore, i: int, req: LLMRequest,
+        on_result: ResultCallback | None,
+    ) -> LLMResult:
+        total = Usage()
+        latency = 0.0
+        value: Any = None
+        err: str | None = None
+        raw = RawOutput()
+        attempt = 0
+        for attempt in range(self.config.max_validation_retries + 1):
+            r = req if attempt == 0 else LLMRequest(
+                req.messages, req.schema, req.sampling.with_seed(req.sampling.seed + attempt), req.id
+            )
+            async with sem:
+                raw = await self._post_with_retries(client, r)
+            value, err, usage = await asyncio.to_thread(self._finish, req, raw)
+            total = total + usage
+            latency += raw.latency_s
+            if err is None or raw.error is not None:
+                break  # success, or transport failure already retried
+        res = LLMResult(
+            value=value, text=raw.text, usage=total, latency_s=latency, error=err, cached=False,
+            attempts=attempt + 1, id=req.id,
+        )
+        if on_result is not None:
+            await asyncio.to_thread(on_result, i, req, res)
+        return res
+
+    def _finish(self, req: LLMRequest, raw: RawOutput) -> tuple[Any, str | None, Usage]:
+        value, err = finish_result(req, raw, self.validators)
+        usage = raw.usage
+        if raw.error is None and usage.estimated:
+            try:
+                usage = estimate_usage(req, raw.text)
+            except ImportError:
+                usage = Usage(estimated=True)
+        return value, err, usage
+
+    async def _post_with_retries(self, client: httpx.AsyncClient, req: LLMRequest) -> RawOutput:
+        cfg = self.config
+        body = build_chat_body(
+            req, model=cfg.model, dialect=cfg.dialect, send_seed=cfg.send_seed, strict=cfg.strict,
+            extra_body=cfg.extra_body,
+        )
+        t0 = now()
+        last = ""
+        for k in range(cfg.max_retries + 1):
+            try:
+                data = await self._post(client, body)
+                out = parse_chat_response(data)
+                return RawOutput(out.text, out.usage, now() - t0, out.error, out.finish_reason)
+            except _RetryableError as e:
+                last = str(e)
+                if k == cfg.max_retries:
+                    break
+                delay = min(cfg.backoff_max_s, cfg.backoff_base_s * (2**k))
+                delay = delay / 2 + self._rng.uniform(0, delay / 2)  # equal jitter
+                if e.retry_after is not None:
+                    delay = max(delay, min(e.retry_after, cfg.backoff_max_s))
+                await asyncio.sleep(delay)
+            except _FatalHTTPError as e:
+                return RawOutput(latency_s=now() - t0, error=str(e))
+        return RawOutput(
+            latency_s=now() - t0,
+            error=f"{cfg.base_url}/chat/completions failed after {cfg.max_retries + 1} attempts: {last}",
+        )
+
+    async def _post(self, client: httpx.AsyncClient, body: dict[str, Any]) -> Any:
+        with self._count_lock:
+            self.http_calls += 1
+            self._in_flight += 1
+            self.peak_in_flight = max(self.peak_in_flight, self._in_flight)
+        try:
+            resp = await client.post("/chat/completions", json=body)
+        except httpx.TimeoutException as e:
+            raise _RetryableError(f"timeout ({type(e).__name__}) after {self.config.timeout_s:g}s") from None
+        except httpx.TransportError as e:
+            raise _RetryableError(f"connection error ({type(e).__name__}: {e})") from None
+        finally:
+            with self._count_lock:
+                self._in_flight -= 1
+        if resp.status_code in _RETRY_STATUS:
+            ra = resp.headers.get("retry-after")
+            try:
+                retry_after = float(ra) if ra is not None else None
+            except ValueError:
+                retry_after = None
+            raise _RetryableError(f"HTTP {resp.status_code}: {resp.text[:300]}", retry_after)
+        if resp.status_code >= 400:
+            raise _FatalHTTPError(f"HTTP {resp.status_code} from {self.config.base_url}: {resp.text[:300]}")
+        try:
+            return resp.json()
+        except ValueError:
+            raise _RetryableError(f"non-JSON response body: {resp.text[:200]!r}") from None
+
+
+class _FatalHTTPError(Exception):
+    pass

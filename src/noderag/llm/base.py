@@ -1,0 +1,147 @@
+"""Shared backend machinery: accounting around ``generate`` and the validate-then-retry loop."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from .accounting import TokenLedger
+from .types import LLMRequest, LLMResult, ResultCallback, Usage, now
+from .validate import SchemaValidators, check_output
+
+__all__ = ["RawOutput", "BaseBackend", "finish_result", "validated_batch", "estimate_usage"]
+
+
+@dataclass(frozen=True)
+class RawOutput:
+    """What one backend call returned before validation: text, usage, timing, transport error."""
+
+    text: str = ""
+    usage: Usage = Usage()
+    latency_s: float = 0.0
+    error: str | None = None
+    finish_reason: str | None = None
+
+
+def finish_result(
+    req: LLMRequest, raw: RawOutput, validators: SchemaValidators
+) -> tuple[object, str | None]:
+    """Validate ``raw`` for ``req``; return ``(value, error)`` (error names truncation if it happened)."""
+    if raw.error is not None:
+        return None, raw.error
+    value, err = check_output(raw.text, req.schema, validators)
+    if err is not None and raw.finish_reason == "length":
+        err += f" (output cut at max_tokens={req.sampling.max_tokens})"
+    return value, err
+
+
+def validated_batch(
+    requests: Sequence[LLMRequest],
+    call_batch: Callable[[list[LLMRequest]], list[RawOutput]],
+    validators: SchemaValidators,
+    max_validation_retries: int,
+    on_result: ResultCallback | None = None,
+) -> list[LLMResult]:
+    """Run ``call_batch`` on all requests, re-run invalid outputs with a shifted seed, report each result."""
+    n = len(requests)
+    results: list[LLMResult | None] = [None] * n
+    usage = [Usage() for _ in range(n)]
+    latency = [0.0] * n
+    todo = list(range(n))
+    attempt = 0
+    while todo:
+        batch = [
+            requests[i]
+            if attempt == 0
+            else _reseeded(requests[i], attempt)
+            for i in todo
+        ]
+        try:
+            raws = call_batch(batch)
+            if len(raws) != len(batch):
+                raise RuntimeError(f"backend returned {len(raws)} outputs for {len(batch)} requests")
+        except Exception as e:  # the whole call failed: every item of it fails, the batch survives
+            raws = [RawOutput(error=f"{type(e).__name__}: {e}")] * len(batch)
+        retry = []
+        for i, raw in zip(todo, raws):
+            usage[i] = usage[i] + raw.usage
+            latency[i] += raw.latency_s
+            value, err = finish_result(requests[i], raw, validators)
+            invalid_output = err is not None and raw.error is None
+            if invalid_output and attempt < max_validation_retries:
+                retry.append(i)
+                continue
+            res = LLMResult(
+                value=value,
+                text=raw.text,
+                usage=usage[i],
+                latency_s=latency[i],
+                error=err,
+                cached=False,
+                attempts=attempt + 1,
+                id=requests[i].id,
+            )
+            results[i] = res
+            if on_result is not None:
+                on_result(i, requests[i], res)
+        todo = retry
+        attempt += 1
+    return [r for r in results if r is not None]
+
+
+def _reseeded(req: LLMRequest, attempt: int) -> LLMRequest:
+    return LLMRequest(req.messages, req.schema, req.sampling.with_seed(req.sampling.seed + attempt), req.id)
+
+
+class BaseBackend:
+    """Base of concrete backends: ``run`` = ``generate`` + per-stage accounting in ``ledger``."""
+
+    model_id: str = "unknown"
+
+    def __init__(self, *, max_validation_retries: int = 2, ledger: TokenLedger | None = None) -> None:
+        if not (isinstance(max_validation_retries, int) and max_validation_retries >= 0):
+            raise ValueError(
+                f"max_validation_retries must be an int >= 0, got {max_validation_retries!r}"
+            )
+        self.max_validation_retries = max_validation_retries
+        self.ledger = ledger if ledger is not None else TokenLedger()
+        self.validators = SchemaValidators()
+
+    def generate(
+        self, requests: Sequence[LLMRequest], *, on_result: ResultCallback | None = None
+    ) -> list[LLMResult]:
+        """Run requests without accounting; call ``on_result`` as each one finishes."""
+        raise NotImplementedError
+
+    def run(self, requests: Sequence[LLMRequest], *, stage: str) -> list[LLMResult]:
+        """Run a batch for ``stage``; results in request order; failures returned, never dropped."""
+        requests = _check_requests(requests)
+        t0 = now()
+        results = self.generate(requests) if requests else []
+        self.ledger.record(stage, results, now() - t0)
+        return results
+
+    def close(self) -> None:
+        """Release resources (no-op by default)."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _check_requests(requests: Sequence[LLMRequest]) -> list[LLMRequest]:
+    reqs = list(requests)
+    for i, r in enumerate(reqs):
+        if not isinstance(r, LLMRequest):
+            raise TypeError(f"requests[{i}] must be an LLMRequest, got {type(r).__name__}")
+    return reqs
+
+
+def estimate_usage(req: LLMRequest, text: str) -> Usage:
+    """Count prompt and completion tokens offline (for backends that report no usage)."""
+    from .accounting import count_tokens_offline
+
+    prompt = sum(count_tokens_offline(m["content"]) + 4 for m in req.messages)
+    return Usage(prompt=prompt, completion=count_tokens_offline(text), cached=0, estimated=True)

@@ -1,0 +1,67 @@
+"""Build an LLM backend from a spec string: ``openai:MODEL@URL``, ``vllm:PATH``, ``llamacpp:PATH.gguf``."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from .accounting import TokenLedger
+from .cache import CachedBackend, LLMCache
+from .types import LLMError
+
+__all__ = ["parse_llm_spec", "make_llm", "BACKEND_KINDS"]
+
+BACKEND_KINDS = ("openai", "vllm", "llamacpp")
+
+
+def parse_llm_spec(spec: str) -> tuple[str, str | None, str | None]:
+    """Split a spec into ``(kind, model_or_path, base_url)``; ValueError names the bad spec."""
+    if not isinstance(spec, str) or not spec.strip():
+        raise ValueError(f"LLM spec must be a non-empty string, got {spec!r}")
+    kind, _, rest = spec.strip().partition(":")
+    kind = kind.lower()
+    if kind not in BACKEND_KINDS:
+        raise ValueError(
+            f"LLM spec {spec!r}: unknown backend {kind!r}; expected one of {BACKEND_KINDS} "
+            "(e.g. 'openai:MODEL@http://127.0.0.1:8080/v1', 'vllm:/path/to/model', 'llamacpp:/path/model.gguf')"
+        )
+    base_url = None
+    if kind == "openai":
+        model, at, url = rest.rpartition("@")
+        if at and url.startswith(("http://", "https://")):
+            rest, base_url = model, url
+        elif rest.startswith(("http://", "https://")):
+            rest, base_url = "", rest
+    elif not rest:
+        raise ValueError(f"LLM spec {spec!r}: {kind} needs a model path, e.g. '{kind}:/path/to/model'")
+    return kind, (rest or None), base_url
+
+
+def make_llm(
+    spec: str, *, cache_path: str | os.PathLike[str] | None = None, ledger: TokenLedger | None = None,
+    **overrides: Any,
+):
+    """Return a backend for ``spec`` (wrapped in a SQLite cache when ``cache_path`` is given).
+
+    ``overrides`` set fields of the backend's config dataclass (e.g. ``dialect="json_object"``,
+    ``max_concurrency=4`` for openai; ``tensor_parallel_size=2`` for vllm; ``n_ctx`` for llamacpp).
+    """
+    kind, model, base_url = parse_llm_spec(spec)
+    if kind == "openai":
+        from .backends.openai import OpenAIBackend, OpenAIConfig
+
+        cfg = OpenAIConfig(model=model, base_url=base_url)
+        backend: Any = OpenAIBackend(cfg, ledger=ledger, **overrides)
+    elif kind == "vllm":
+        from .backends.vllm import VLLMBackend, VLLMConfig
+
+        backend = VLLMBackend(VLLMConfig(model=model or ""), ledger=ledger, **overrides)
+    elif kind == "llamacpp":
+        from .backends.llamacpp import LlamaCppBackend, LlamaCppConfig
+
+        backend = LlamaCppBackend(LlamaCppConfig(model_path=model or ""), ledger=ledger, **overrides)
+    else:  # pragma: no cover - parse_llm_spec rejects it
+        raise LLMError(f"unknown backend {kind!r}")
+    if cache_path is not None:
+        return CachedBackend(backend, LLMCache(cache_path))
+    return backend
