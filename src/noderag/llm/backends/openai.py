@@ -149,7 +149,10 @@ class _RetryableError(Exception):
 class OpenAIBackend(BaseBackend):
     """OpenAI-compatible chat backend; ``run`` is synchronous, ``arun`` is its async twin."""
 
-    def __init__(self, config: OpenAIConfig | None = None, *, ledger: TokenLedger | None = None, **overrides: Any):
+    def __init__(
+        self, config: OpenAIConfig | None = None, *, ledger: TokenLedger | None = None,
+        transport: httpx.AsyncBaseTransport | None = None, **overrides: Any,
+    ):
         cfg = config or OpenAIConfig()
         for k, v in overrides.items():
             if not hasattr(cfg, k):
@@ -159,6 +162,8 @@ class OpenAIBackend(BaseBackend):
         super().__init__(max_validation_retries=self.config.max_validation_retries, ledger=ledger)
         self.model_id = f"openai:{self.config.model}@{self.config.base_url}"
         self._rng = random.Random()
+        #: Optional httpx transport (e.g. ``httpx.MockTransport`` in tests); None = real network.
+        self.transport = transport
         self._count_lock = threading.Lock()
         #: HTTP POSTs made (including retries), and the largest number in flight at once.
         self.http_calls = 0
@@ -214,7 +219,8 @@ class OpenAIBackend(BaseBackend):
         timeout = httpx.Timeout(cfg.timeout_s, connect=cfg.connect_timeout_s)
         limits = httpx.Limits(max_connections=cfg.max_concurrency, max_keepalive_connections=cfg.max_concurrency)
         async with httpx.AsyncClient(
-            base_url=cfg.base_url, headers=headers, timeout=timeout, limits=limits, trust_env=False
+            base_url=cfg.base_url, headers=headers, timeout=timeout, limits=limits, trust_env=False,
+            transport=self.transport,
         ) as client:
             tasks = [self._one(client, sem, i, r, on_result) for i, r in enumerate(reqs)]
             return list(await asyncio.gather(*tasks))
