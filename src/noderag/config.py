@@ -1,0 +1,386 @@
+"""One configuration tree for building and searching an index (plain dataclasses).
+
+Load it from a TOML or YAML file with :func:`load_config`, or build it from a
+dict with :meth:`NodeRAGConfig.from_dict`; unknown keys are errors naming the
+key. Every section validates its own values and names the bad one.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+__all__ = [
+    "ChunkConfig",
+    "DecomposeConfig",
+    "AttributeConfig",
+    "CommunityConfig",
+    "EmbedConfig",
+    "SemanticConfig",
+    "LLMConfig",
+    "NodeRAGConfig",
+    "load_config",
+    "ConfigError",
+]
+
+
+class ConfigError(ValueError):
+    """A configuration value or key is invalid; the message names it."""
+
+
+def _check(cond: bool, name: str, value: Any, what: str) -> None:
+    if not cond:
+        raise ConfigError(f"{name} must be {what}, got {value!r}")
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+@dataclass
+class ChunkConfig:
+    """Token-based, boundary-aware chunking.
+
+    Attributes
+    ----------
+    max_tokens : int, default=1024
+        Upper bound of one chunk in tokens of the offline tokenizer.
+    min_tokens : int, default=64
+        A trailing piece shorter than this is merged into the previous chunk when it fits.
+    """
+
+    max_tokens: int = 1024
+    min_tokens: int = 64
+
+    def validate(self) -> None:
+        _check(_is_int(self.max_tokens) and self.max_tokens >= 16, "chunk.max_tokens", self.max_tokens, "an int >= 16")
+        _check(_is_int(self.min_tokens) and 0 <= self.min_tokens <= self.max_tokens, "chunk.min_tokens",
+               self.min_tokens, "an int in [0, chunk.max_tokens]")
+
+
+@dataclass
+class DecomposeConfig:
+    """How chunks become semantic units, entities and relationships.
+
+    Attributes
+    ----------
+    method : {"nlp", "llm"}, default="nlp"
+        ``nlp``: rule-based, zero LLM tokens; ``llm``: one structured call per chunk.
+    unit_min_tokens : int, default=8
+        nlp: a sentence shorter than this is grouped with its neighbour.
+    unit_max_tokens : int, default=96
+        nlp: a sentence group never grows beyond this.
+    title_entity : bool, default=True
+        A passage title (JSONL ``title``, Markdown heading) is an entity mentioned by every unit.
+    title_prefix : bool, default=True
+        nlp: prefix a unit that does not contain its passage title with ``"Title: "`` so it stands alone.
+    dates : bool, default=True
+        nlp: years and full dates are entities.
+    numbers : bool, default=False
+        nlp: other numbers with a unit word ("3 million", "42 km") are entities.
+    link_known_names : bool, default=True
+        Every unit also mentions each known entity name that occurs in it as a whole-word phrase.
+    max_relation_words : int, default=8
+        nlp: entity pairs further apart than this many words form no relationship.
+    use_spacy : bool, default=False
+        nlp: add spaCy NER entities when spaCy and a model are installed.
+    spacy_model : str, default="en_core_web_sm"
+    batch_size : int, default=64
+        Chunks per decomposition batch (one journal append, one LLM batch).
+    max_retries : int, default=2
+        llm: retries of an invalid or failed response before it is recorded as a failure.
+    max_units, max_entities, max_relations : int
+        llm: JSON schema bounds per chunk.
+    """
+
+    method: str = "nlp"
+    unit_min_tokens: int = 8
+    unit_max_tokens: int = 96
+    title_entity: bool = True
+    title_prefix: bool = True
+    dates: bool = True
+    numbers: bool = False
+    link_known_names: bool = True
+    max_relation_words: int = 8
+    use_spacy: bool = False
+    spacy_model: str = "en_core_web_sm"
+    batch_size: int = 64
+    max_retries: int = 2
+    max_units: int = 32
+    max_entities: int = 64
+    max_relations: int = 64
+
+    def validate(self) -> None:
+        _check(self.method in ("nlp", "llm"), "decompose.method", self.method, "'nlp' or 'llm'")
+        for name in ("unit_min_tokens", "max_relation_words", "max_retries"):
+            v = getattr(self, name)
+            _check(_is_int(v) and v >= 0, f"decompose.{name}", v, "an int >= 0")
+        for name in ("unit_max_tokens", "batch_size", "max_units", "max_entities", "max_relations"):
+            v = getattr(self, name)
+            _check(_is_int(v) and v >= 1, f"decompose.{name}", v, "an int >= 1")
+        for name in ("title_entity", "title_prefix", "dates", "numbers", "link_known_names", "use_spacy"):
+            v = getattr(self, name)
+            _check(isinstance(v, bool), f"decompose.{name}", v, "a bool")
+
+
+@dataclass
+class AttributeConfig:
+    """A nodes for important entities.
+
+    Attributes
+    ----------
+    summary_tokens : int, default=160
+        Token budget of one attribute summary (nlp: extractive; llm: max output).
+    max_units : int, default=12
+        At most this many neighbouring units are considered (or sent to the LLM) per entity.
+    """
+
+    summary_tokens: int = 160
+    max_units: int = 12
+
+    def validate(self) -> None:
+        _check(_is_int(self.summary_tokens) and self.summary_tokens >= 8, "attributes.summary_tokens",
+               self.summary_tokens, "an int >= 8")
+        _check(_is_int(self.max_units) and self.max_units >= 1, "attributes.max_units", self.max_units, "an int >= 1")
+
+
+@dataclass
+class CommunityConfig:
+    """Leiden communities on the S/N/R/A graph and their H/O nodes.
+
+    Attributes
+    ----------
+    enabled : bool, default=True
+    resolution : float, default=1.0
+    objective : {"modularity", "rb"}, default="modularity"
+    min_size : int, default=4
+        Communities with fewer members (or no semantic unit) get no H node.
+    summary_tokens : int, default=160
+        Token budget of one H description.
+    title_entities : int, default=3
+        nlp: the O title joins this many of the community's most mentioned entity names.
+    links : int, default=10
+        Each H links to this many community members (S, A) most similar to it.
+    max_members : int, default=24
+        llm: at most this many member texts go into one community prompt.
+    """
+
+    enabled: bool = True
+    resolution: float = 1.0
+    objective: str = "modularity"
+    min_size: int = 4
+    summary_tokens: int = 160
+    title_entities: int = 3
+    links: int = 10
+    max_members: int = 24
+
+    def validate(self) -> None:
+        _check(isinstance(self.enabled, bool), "communities.enabled", self.enabled, "a bool")
+        _check(_is_num(self.resolution) and self.resolution > 0, "communities.resolution", self.resolution, "a number > 0")
+        _check(self.objective in ("modularity", "rb"), "communities.objective", self.objective, "'modularity' or 'rb'")
+        for name in ("min_size", "summary_tokens", "title_entities", "links", "max_members"):
+            v = getattr(self, name)
+            _check(_is_int(v) and v >= 1, f"communities.{name}", v, "an int >= 1")
+
+
+@dataclass
+class EmbedConfig:
+    """Embedding backend of T, S, A, H nodes (spec for ``noderag.embed.make_embedder``)."""
+
+    spec: str = "default"
+    batch_size: int = 1024
+
+    def validate(self) -> None:
+        _check(isinstance(self.spec, str) and bool(self.spec), "embed.spec", self.spec, "a non-empty str")
+        _check(_is_int(self.batch_size) and self.batch_size >= 1, "embed.batch_size", self.batch_size, "an int >= 1")
+
+
+@dataclass
+class SemanticConfig:
+    """kNN semantic layer among embedded nodes.
+
+    Attributes
+    ----------
+    enabled : bool, default=True
+    k : int, default=10
+        Neighbours per embedded node.
+    """
+
+    enabled: bool = True
+    k: int = 10
+
+    def validate(self) -> None:
+        _check(isinstance(self.enabled, bool), "semantic.enabled", self.enabled, "a bool")
+        _check(_is_int(self.k) and self.k >= 1, "semantic.k", self.k, "an int >= 1")
+
+
+@dataclass
+class LLMConfig:
+    """LLM backend used by the ``llm`` decomposer and augmentation (``None``: no LLM)."""
+
+    spec: str | None = None
+    cache: bool = True
+
+    def validate(self) -> None:
+        _check(self.spec is None or (isinstance(self.spec, str) and bool(self.spec)), "llm.spec", self.spec,
+               "None or a non-empty str")
+        _check(isinstance(self.cache, bool), "llm.cache", self.cache, "a bool")
+
+
+def _importance_cls():
+    from noderag.graph.importance import ImportanceConfig
+
+    return ImportanceConfig
+
+
+def _search_cls():
+    from noderag.search.config import SearchConfig
+
+    return SearchConfig
+
+
+def _default_importance():
+    return _importance_cls()()
+
+
+def _default_search():
+    return _search_cls()()
+
+
+@dataclass
+class NodeRAGConfig:
+    """The whole configuration tree; ``seed`` seeds every random algorithm of the build."""
+
+    chunk: ChunkConfig = field(default_factory=ChunkConfig)
+    decompose: DecomposeConfig = field(default_factory=DecomposeConfig)
+    importance: Any = field(default_factory=_default_importance)
+    attributes: AttributeConfig = field(default_factory=AttributeConfig)
+    communities: CommunityConfig = field(default_factory=CommunityConfig)
+    embed: EmbedConfig = field(default_factory=EmbedConfig)
+    semantic: SemanticConfig = field(default_factory=SemanticConfig)
+    llm: LLMConfig = field(default_factory=LLMConfig)
+    search: Any = field(default_factory=_default_search)
+    seed: int = 0
+
+    def validate(self) -> "NodeRAGConfig":
+        """Check every section; raise ``ConfigError`` naming the bad value. Returns self."""
+        _check(_is_int(self.seed) and self.seed >= 0, "seed", self.seed, "an int >= 0")
+        for name in ("chunk", "decompose", "attributes", "communities", "embed", "semantic", "llm"):
+            getattr(self, name).validate()
+        imp = self.importance
+        _check(isinstance(imp, _importance_cls()), "importance", imp, "an ImportanceConfig")
+        if hasattr(imp, "validate"):
+            try:
+                imp.validate()
+            except ValueError as exc:
+                raise ConfigError(f"importance: {exc}") from None
+        _check(isinstance(self.search, _search_cls()), "search", self.search, "a SearchConfig")
+        try:
+            self.search.validate()
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        if self.decompose.method == "llm" and self.llm.spec is None:
+            raise ConfigError("decompose.method = 'llm' needs llm.spec (e.g. --llm openai:MODEL@URL)")
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-serialisable dict of every field (what the manifest stores)."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            out[f.name] = v.to_dict() if hasattr(v, "to_dict") else (asdict(v) if is_dataclass(v) else v)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> "NodeRAGConfig":
+        """Build and validate from a nested mapping; unknown keys raise ``ConfigError`` naming them."""
+        data = dict(data or {})
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ConfigError(f"unknown config key(s) {unknown}; known sections: {sorted(known)}")
+        kwargs: dict[str, Any] = {}
+        simple = {"chunk": ChunkConfig, "decompose": DecomposeConfig, "attributes": AttributeConfig,
+                  "communities": CommunityConfig, "embed": EmbedConfig, "semantic": SemanticConfig,
+                  "llm": LLMConfig, "importance": _importance_cls()}
+        for name, value in data.items():
+            if name == "seed":
+                kwargs["seed"] = value
+            elif name == "search":
+                if not isinstance(value, Mapping):
+                    raise ConfigError(f"search must be a table, got {value!r}")
+                try:
+                    kwargs["search"] = _search_cls().from_dict(value)
+                except (TypeError, ValueError) as exc:
+                    raise ConfigError(str(exc)) from None
+            else:
+                kwargs[name] = _section(simple[name], name, value)
+        return cls(**kwargs).validate()
+
+    def with_overrides(self, overrides: Mapping[str, Any]) -> "NodeRAGConfig":
+        """Copy with dotted-key overrides applied (``{"embed.spec": "hash:64", "seed": 3}``)."""
+        data = self.to_dict()
+        for dotted, value in overrides.items():
+            if value is None:
+                continue
+            parts = dotted.split(".")
+            node = data
+            for p in parts[:-1]:
+                if p not in node or not isinstance(node[p], dict):
+                    raise ConfigError(f"unknown config key {dotted!r}")
+                node = node[p]
+            if parts[-1] not in node:
+                raise ConfigError(f"unknown config key {dotted!r}")
+            node[parts[-1]] = value
+        return NodeRAGConfig.from_dict(data)
+
+
+def _section(cls, name: str, value: Any):
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{name} must be a table, got {value!r}")
+    known = {f.name for f in fields(cls)}
+    unknown = sorted(set(value) - known)
+    if unknown:
+        raise ConfigError(f"unknown config key(s) {[f'{name}.{k}' for k in unknown]}; known: {sorted(known)}")
+    return cls(**dict(value))
+
+
+def load_config(path: str | os.PathLike) -> NodeRAGConfig:
+    """Read a TOML (``.toml``) or YAML (``.yaml``/``.yml``) file into a validated config."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"config file {p} not found")
+    raw = p.read_bytes()
+    suffix = p.suffix.lower()
+    try:
+        if suffix == ".toml":
+            import tomllib
+
+            data = tomllib.loads(raw.decode("utf-8"))
+        elif suffix in (".yaml", ".yml"):
+            import yaml
+
+            data = yaml.safe_load(raw.decode("utf-8")) or {}
+        else:
+            raise ConfigError(f"config file {p}: expected a .toml, .yaml or .yml file")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"config file {p}: not valid UTF-8 at byte {exc.start}") from None
+    except ConfigError:
+        raise
+    except Exception as exc:  # tomllib.TOMLDecodeError / yaml.YAMLError carry line info
+        raise ConfigError(f"config file {p}: {exc}") from None
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"config file {p}: top level must be a table/mapping")
+    try:
+        return NodeRAGConfig.from_dict(data)
+    except ConfigError as exc:
+        raise ConfigError(f"config file {p}: {exc}") from None
+    except TypeError as exc:
+        raise ConfigError(f"config file {p}: {exc}") from None
+

@@ -1,0 +1,245 @@
+"""Assemble: decomposed chunks -> T, S, N, R nodes and structural edges (append-only node table).
+
+Node ids are assigned in insertion order (chunk order, then unit, entity and
+relation order inside a chunk) and never reused; nodes whose key already exists
+are merged. Edges are collected as COO arrays and turned into CSR vectorised.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+from noderag.graph.keys import canonical_name, node_key
+from noderag.graph.types import NodeType
+
+from .decompose.base import ChunkDecomposition
+
+__all__ = ["NodeTable", "EdgeList", "assemble_chunks", "link_known_names", "ChunkRecord"]
+
+T, S, N, R = int(NodeType.T), int(NodeType.S), int(NodeType.N), int(NodeType.R)
+
+
+@dataclass(frozen=True)
+class ChunkRecord:
+    """A chunk as assemble needs it: ids, text, and the source passage id and title of its document."""
+
+    chunk_id: int
+    doc_id: int
+    text: str
+    source: str
+    title: str | None
+
+
+@dataclass
+class NodeTable:
+    """The node table as growing Python columns plus a key -> id map (never reuses ids)."""
+
+    types: list[int] = field(default_factory=list)
+    keys: list[int] = field(default_factory=list)
+    names: list[str | None] = field(default_factory=list)
+    texts: list[str] = field(default_factory=list)
+    doc_ids: list[int] = field(default_factory=list)
+    chunk_ids: list[int] = field(default_factory=list)
+    source_ids: list[str | None] = field(default_factory=list)
+    active: list[bool] = field(default_factory=list)
+    index: dict[int, int] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.types)
+
+    def add(self, ntype: int, key: int, *, name: str | None, text: str, doc_id: int = -1,
+            chunk_id: int = -1, source_id: str | None = None) -> tuple[int, bool]:
+        """Return (id, created); an existing key returns its id and keeps its first values."""
+        nid = self.index.get(key)
+        if nid is not None:
+            return nid, False
+        nid = len(self.types)
+        self.index[key] = nid
+        self.types.append(ntype)
+        self.keys.append(key)
+        self.names.append(name)
+        self.texts.append(text)
+        self.doc_ids.append(doc_id)
+        self.chunk_ids.append(chunk_id)
+        self.source_ids.append(source_id)
+        self.active.append(True)
+        return nid, True
+
+    def types_array(self) -> np.ndarray:
+        """Type codes, uint8 of shape (n,)."""
+        return np.asarray(self.types, dtype=np.uint8)
+
+    def keys_array(self) -> np.ndarray:
+        """Keys, uint64 of shape (n,)."""
+        return np.asarray(self.keys, dtype=np.uint64)
+
+
+@dataclass
+class EdgeList:
+    """Undirected weighted edges as COO chunks (concatenated on demand)."""
+
+    src: list[np.ndarray] = field(default_factory=list)
+    dst: list[np.ndarray] = field(default_factory=list)
+    w: list[np.ndarray] = field(default_factory=list)
+
+    def add(self, src, dst, w) -> None:
+        self.src.append(np.asarray(src, dtype=np.int32))
+        self.dst.append(np.asarray(dst, dtype=np.int32))
+        self.w.append(np.asarray(w, dtype=np.float32))
+
+    def extend(self, other: "EdgeList") -> None:
+        self.src += other.src
+        self.dst += other.dst
+        self.w += other.w
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(src int32, dst int32, w float32) concatenated."""
+        if not self.src:
+            return np.zeros(0, np.int32), np.zeros(0, np.int32), np.zeros(0, np.float32)
+        return np.concatenate(self.src), np.concatenate(self.dst), np.concatenate(self.w)
+
+
+def _t_key(source: str, text: str) -> int:
+    return node_key(T, f"{source}\x00{text}")
+
+
+def assemble_chunks(table: NodeTable, chunks: Sequence[ChunkRecord],
+                    decomps: Sequence[ChunkDecomposition]) -> EdgeList:
+    """Add the T/S/N/R nodes of ``chunks`` (with their decompositions, same order) to ``table``.
+
+    Returns the new structural edges: S-T (1), S-N (mention count), N-R (1 per statement).
+    """
+    if len(chunks) != len(decomps):
+        raise ValueError(f"got {len(chunks)} chunks but {len(decomps)} decompositions")
+    src: list[int] = []
+    dst: list[int] = []
+    wts: list[float] = []
+    for ch, dec in zip(chunks, decomps):
+        if dec.chunk_id != ch.chunk_id:
+            raise ValueError(f"decomposition for chunk {dec.chunk_id} paired with chunk {ch.chunk_id}")
+        tkey = _t_key(ch.source, ch.text)
+        tid, _ = table.add(T, tkey, name=None, text=ch.text, doc_id=ch.doc_id, source_id=ch.source)
+        table.chunk_ids[tid] = tid
+        tkey_hex = f"{tkey:016x}"
+        for unit in dec.units:
+            utext = unit.text.strip()
+            if not utext:
+                continue
+            sid, created = table.add(S, node_key(S, f"{tkey_hex}\x00{utext}"), name=None, text=utext,
+                                     doc_id=ch.doc_id, chunk_id=tid, source_id=ch.source)
+            if not created:  # the same unit twice in one chunk: count once
+                continue
+            src.append(sid)
+            dst.append(tid)
+            wts.append(1.0)
+            counts: dict[int, int] = {}
+            order: list[int] = []
+            for surface in unit.entities:
+                nid = _entity(table, surface)
+                if nid is None:
+                    continue
+                if nid not in counts:
+                    counts[nid] = 0
+                    order.append(nid)
+                counts[nid] += 1
+            for nid in order:
+                src.append(sid)
+                dst.append(nid)
+                wts.append(float(counts[nid]))
+            for s_surf, rel, t_surf in unit.relations:
+                a = _entity(table, s_surf)
+                b = _entity(table, t_surf)
+                crel = canonical_name(rel)
+                if a is None or b is None or a == b or not crel:
+                    continue
+                ca, cb = canonical_name(s_surf), canonical_name(t_surf)
+                rtext = f"{table.names[a]} {' '.join(rel.split())} {table.names[b]}"
+                rid, _ = table.add(R, node_key(R, f"{ca}\x1f{crel}\x1f{cb}"), name=None, text=rtext)
+                src.extend((a, b))
+                dst.extend((rid, rid))
+                wts.extend((1.0, 1.0))
+    edges = EdgeList()
+    edges.add(src, dst, wts)
+    return edges
+
+
+def _entity(table: NodeTable, surface: str) -> int | None:
+    """Id of the entity with this surface form (created on first sight), None for an empty name."""
+    surface = " ".join(surface.split())
+    canon = canonical_name(surface)
+    if not canon:
+        return None
+    display = surface.strip(" \t.,;:!?\"'“”‘’()[]{}")
+    nid, _ = table.add(N, node_key(N, canon), name=display or surface, text=display or surface)
+    return nid
+
+
+_WORD = re.compile(r"\w+")
+
+
+def link_known_names(table: NodeTable, base_src: np.ndarray, base_dst: np.ndarray,
+                     base_w: np.ndarray) -> EdgeList:
+    """S-N edges for every known entity name occurring as a whole-word phrase in a unit.
+
+    Matching is case-insensitive on word tokens, but a match must start with an
+    upper-case letter or a digit in the unit text; at each position the longest
+    name wins. The returned weight is the occurrence count minus the mention count
+    the decomposer already recorded for that (unit, entity) pair (only positive
+    remainders are returned), so the union equals ``max`` of both counts. The
+    result depends only on all units and all names, never on insertion history.
+    """
+    types = table.types_array()
+    n = len(types)
+    ent_ids = np.flatnonzero((types == N) & np.asarray(table.active, dtype=bool))
+    trie: dict[str, list[tuple[tuple[str, ...], int]]] = {}
+    for nid in ent_ids.tolist():
+        name = table.names[nid] or ""
+        toks = tuple(t.casefold() for t in _WORD.findall(name))
+        if not toks or not any(ch.isalpha() for ch in name) or (len(toks) == 1 and len(toks[0]) < 3):
+            continue
+        trie.setdefault(toks[0], []).append((toks, nid))
+    for lst in trie.values():
+        lst.sort(key=lambda x: (-len(x[0]), x[1]))
+        # identical token tuples: keep the lowest id only (deterministic)
+        seen: set[tuple[str, ...]] = set()
+        lst[:] = [x for x in lst if not (x[0] in seen or seen.add(x[0]))]
+    # decomposer's S-N counts
+    base = {}
+    sn = (types[base_src] == S) & (types[base_dst] == N) if base_src.size else np.zeros(0, bool)
+    for s, d, w in zip(base_src[sn].tolist(), base_dst[sn].tolist(), base_w[sn].tolist()):
+        base[(s, d)] = base.get((s, d), 0.0) + w
+    src: list[int] = []
+    dst: list[int] = []
+    wts: list[float] = []
+    s_ids = np.flatnonzero(types == S).tolist()
+    for sid in s_ids:
+        text = table.texts[sid]
+        words = list(_WORD.finditer(text))
+        low = [m.group(0).casefold() for m in words]
+        found: dict[int, int] = {}
+        i = 0
+        while i < len(words):
+            cands = trie.get(low[i])
+            step = 1
+            if cands and (text[words[i].start()].isupper() or text[words[i].start()].isdigit()):
+                for toks, nid in cands:
+                    k = len(toks)
+                    if tuple(low[i:i + k]) == toks:
+                        found[nid] = found.get(nid, 0) + 1
+                        step = k
+                        break
+            i += step
+        for nid in sorted(found):
+            extra = found[nid] - base.get((sid, nid), 0.0)
+            if extra > 0:
+                src.append(sid)
+                dst.append(nid)
+                wts.append(float(extra))
+    del n
+    edges = EdgeList()
+    edges.add(src, dst, wts)
+    return edges

@@ -1,0 +1,285 @@
+"""Rule-based decomposer (the default, zero LLM tokens).
+
+Semantic units are sentences (short ones grouped with a neighbour). Entities come
+from capitalised multi-word names (with "of/the/de/von ..." connectors, a leading
+"The" dropped, possessives trimmed), quoted titles, years and full dates, the
+passage title, and optionally spaCy NER. Relationships link entity pairs that
+co-occur in a sentence, with the words between them as the relation text.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Sequence
+
+from ..sentences import sentence_spans
+from .base import ChunkDecomposition, ChunkInput, Unit
+
+__all__ = ["NLPDecomposer", "extract_mentions", "Mention"]
+
+# Capitalised words that start sentences or clauses but are not names on their own.
+_STOP = frozenset("""
+a an the and or but nor so yet for of in on at to by with from into onto upon about above after
+against along among around as before behind below beneath beside besides between beyond
+during except inside near off over past since through throughout till toward towards under
+until unlike up via within without despite following according regarding concerning
+he she it they we i you his her its their our my your him them us me one ones this that these
+those there here who whom whose which what when where why how while although though because
+if unless whether however therefore thus hence also then later meanwhile moreover furthermore
+nevertheless instead otherwise indeed still today yesterday tomorrow now once again soon
+all any both each either every few many more most much neither no none other others several
+some such another same first second third last next new old early late many
+is was are were be been being has have had do does did will would shall should may might can
+could must not yes oh mr mrs ms dr st
+january february march april may june july august september october november december
+monday tuesday wednesday thursday friday saturday sunday
+""".split())
+
+# Stop words that are stripped from the front of a multi-word name ("The Beatles", "In Paris").
+_LEAD = frozenset("""
+a an the and or but nor so yet for of in on at to by with from into onto upon about above after
+against along among around as before behind below during since through under until unlike via within
+without despite following according he she it they we i you his her its their our my your this that
+these those there here who which what when where why how while although though because if unless
+however therefore thus also then later meanwhile moreover furthermore nevertheless instead today
+all any both each either every few many most some several another is was are were
+""".split())
+
+# Lower-case words allowed inside a capitalised name ("Bank of England", "Ludwig van Beethoven").
+_CONNECT = frozenset("of the de du des la le von van der den di da del dos das y for upon al el bin ibn zu et".split())
+_MONTHS = ("January|February|March|April|May|June|July|August|September|October|November|December|"
+           "Jan\\.|Feb\\.|Mar\\.|Apr\\.|Jun\\.|Jul\\.|Aug\\.|Sep\\.|Sept\\.|Oct\\.|Nov\\.|Dec\\.")
+_DATE = re.compile(
+    rf"\b(?:\d{{1,2}}\s+(?:{_MONTHS})\s+\d{{3,4}}"
+    rf"|(?:{_MONTHS})\s+\d{{1,2}},?\s+\d{{3,4}}"
+    rf"|(?:{_MONTHS})\s+\d{{4}}"
+    r"|(?<![\d.,])(?:1[0-9]{3}|20[0-9]{2})(?:s\b)?(?![\d.,]\d))"
+)
+_NUMBER = re.compile(
+    r"(?<![\w.])\d+(?:[.,]\d+)*(?:\s+(?:million|billion|thousand|percent|per cent|km|kilometres|kilometers|"
+    r"miles|metres|meters|feet|people|inhabitants|residents|votes|copies|seats|episodes))\b"
+)
+_QUOTED = re.compile(r"[\"“«]([^\"“”«»\n]{2,80})[\"”»]")
+_TOKEN = re.compile(r"[^\W_](?:[\w&]|[’'.\-](?=\w))*\.?")
+_POSSESSIVE = re.compile(r"(?:['’]s|['’])$")
+
+
+@dataclass(frozen=True)
+class Mention:
+    """One entity mention: character span inside the sentence and its surface text."""
+
+    start: int
+    end: int
+    text: str
+    kind: str  # "name" | "quote" | "date" | "number" | "ner"
+
+
+def _name_mentions(sent: str) -> list[Mention]:
+    toks = [(m.start(), m.end(), m.group(0)) for m in _TOKEN.finditer(sent)]
+    out: list[Mention] = []
+    i, n = 0, len(toks)
+    while i < n:
+        s, e, t = toks[i]
+        if not t[0].isupper():
+            i += 1
+            continue
+        # grow the name: capitalised tokens, connectors between them, numerals after a word
+        j = i + 1
+        last_cap = i
+        while j < n:
+            s2, e2, t2 = toks[j]
+            gap = sent[toks[j - 1][1]:s2]
+            if gap.strip() not in ("", "-", "&"):  # punctuation breaks a name
+                break
+            if t2[0].isupper():
+                last_cap = j
+                j += 1
+            elif t2.lower() in _CONNECT:
+                j += 1
+            elif t2[0].isdigit() and len(t2) <= 4 and j == last_cap + 1 and not re.fullmatch(r"1[0-9]{3}|20[0-9]{2}", t2):
+                last_cap = j
+                j += 1
+            else:
+                break
+        span = toks[i:last_cap + 1]
+        # drop leading stop words / articles ("The Beatles" -> "Beatles", "In Paris" -> "Paris")
+        k = 0
+        while k < len(span) and (span[k][2].lower() in _LEAD or span[k][2].lower() in _CONNECT):
+            k += 1
+        span = span[k:]
+        if len(span) == 1 and span[0][2].lower().rstrip(".") in _STOP:
+            span = []
+        if span:
+            a, b = span[0][0], span[-1][1]
+            text = sent[a:b]
+            if text.endswith(".") and not re.search(r"\b[A-Z]\.$", text):
+                text = text[:-1]
+                b -= 1
+            m = _POSSESSIVE.search(text)
+            if m:
+                text = text[:m.start()]
+                b = a + len(text)
+            if len(text) >= 2 and not text.isdigit() and any(ch.isalpha() for ch in text):
+                out.append(Mention(a, b, text, "name"))
+        i = last_cap + 1
+    return out
+
+
+def _norm(text: str) -> str:
+    """Case-folded text without punctuation or spaces (for containment tests)."""
+    return re.sub(r"[\W_]+", "", text.casefold())
+
+
+def extract_mentions(sent: str, *, dates: bool = True, numbers: bool = False) -> list[Mention]:
+    """Entity mentions of one sentence, non-overlapping, ordered by position."""
+    cands: list[Mention] = []
+    for m in _QUOTED.finditer(sent):
+        inner = m.group(1).strip()
+        if 1 <= len(inner.split()) <= 12 and any(ch.isalpha() for ch in inner):
+            cands.append(Mention(m.start(1), m.end(1), inner, "quote"))
+    if dates:
+        for m in _DATE.finditer(sent):
+            cands.append(Mention(m.start(), m.end(), m.group(0), "date"))
+    if numbers:
+        for m in _NUMBER.finditer(sent):
+            cands.append(Mention(m.start(), m.end(), m.group(0), "number"))
+    cands.extend(_name_mentions(sent))
+    # priority: quotes, dates, numbers, then names; keep non-overlapping, longer first within a kind
+    prio = {"quote": 0, "ner": 1, "date": 2, "number": 3, "name": 4}
+    cands.sort(key=lambda m: (prio[m.kind], -(m.end - m.start), m.start))
+    taken: list[Mention] = []
+    for m in cands:
+        if all(m.end <= t.start or m.start >= t.end for t in taken):
+            taken.append(m)
+    taken.sort(key=lambda m: m.start)
+    return taken
+
+
+def _relation_text(between: str, max_words: int) -> str | None:
+    words = re.findall(r"[\w’'\-]+", between)
+    if not words or len(words) > max_words:
+        return None
+    return " ".join(words)
+
+
+def sentence_relations(sent: str, mentions: list[Mention], max_words: int) -> list[tuple[str, str, str]]:
+    """(source, relation, target) for adjacent mention pairs and (first mention, later mention) pairs."""
+    rels: list[tuple[str, str, str]] = []
+    seen: set[tuple[int, int]] = set()
+    for i in range(len(mentions) - 1):
+        pairs = [(i, i + 1)]
+        if i == 0:
+            pairs += [(0, j) for j in range(2, len(mentions))]
+        for a, b in pairs:
+            if (a, b) in seen:
+                continue
+            seen.add((a, b))
+            ma, mb = mentions[a], mentions[b]
+            if ma.text.casefold() == mb.text.casefold():
+                continue
+            rel = _relation_text(sent[ma.end:mb.start], max_words)
+            if rel is not None:
+                rels.append((ma.text, rel, mb.text))
+    return rels
+
+
+class NLPDecomposer:
+    """Rule-based decomposer; pure per chunk, deterministic, zero LLM tokens.
+
+    Parameters
+    ----------
+    config : DecomposeConfig
+    """
+
+    name = "nlp"
+
+    def __init__(self, config) -> None:
+        self.config = config
+        self._nlp = None
+        if config.use_spacy:
+            try:
+                import spacy  # optional
+
+                self._nlp = spacy.load(config.spacy_model, disable=["parser", "lemmatizer"])
+            except (ImportError, OSError) as exc:
+                raise RuntimeError(
+                    f"decompose.use_spacy is set but spaCy model {config.spacy_model!r} cannot be loaded: {exc}"
+                ) from None
+
+    def _units_of(self, text: str) -> list[list[tuple[int, int]]]:
+        """Group sentence spans into units (short sentences join a neighbour)."""
+        from noderag.tokenize import count_tokens
+
+        spans = sentence_spans(text)
+        groups: list[list[tuple[int, int]]] = []
+        cur: list[tuple[int, int]] = []
+        cur_n = 0
+        lo, hi = self.config.unit_min_tokens, self.config.unit_max_tokens
+        for a, b in spans:
+            n = count_tokens(text[a:b])
+            if cur and (cur_n >= lo or cur_n + n > hi):
+                groups.append(cur)
+                cur, cur_n = [], 0
+            cur.append((a, b))
+            cur_n += n
+        if cur:
+            if groups and cur_n < lo:
+                last_n = sum(count_tokens(text[a:b]) for a, b in groups[-1])
+                if last_n + cur_n <= hi:
+                    groups[-1].extend(cur)
+                    cur = []
+            if cur:
+                groups.append(cur)
+        return groups
+
+    def _decompose_one(self, chunk: ChunkInput) -> ChunkDecomposition:
+        cfg = self.config
+        text = chunk.text
+        title = chunk.title if cfg.title_entity else None
+        ntitle = _norm(title) if title else ""
+        groups = self._units_of(text)
+        # capitalised words seen inside sentences (not first word) vouch for sentence-initial ones
+        vouched: set[str] = set()
+        for group in groups:
+            for a, b in group:
+                toks = _TOKEN.findall(text, a, b)
+                vouched.update(t.casefold() for t in toks[1:] if t[0].isupper())
+        units: list[Unit] = []
+        for group in groups:
+            ents: list[str] = []
+            rels: list[tuple[str, str, str]] = []
+            for a, b in group:
+                sent = text[a:b]
+                mentions = extract_mentions(sent, dates=cfg.dates, numbers=cfg.numbers)
+                mentions = [m for m in mentions if not (
+                    m.kind == "name" and m.start == 0 and " " not in m.text
+                    and m.text.casefold() not in vouched and _norm(m.text) != ntitle)]
+                if self._nlp is not None:
+                    mentions = self._merge_ner(sent, mentions)
+                ents.extend(m.text for m in mentions)
+                rels.extend(sentence_relations(sent, mentions, cfg.max_relation_words))
+            utext = text[group[0][0]:group[-1][1]]
+            if title:
+                inside = ntitle in _norm(utext)
+                if not inside or not any(_norm(e) == ntitle for e in ents):
+                    ents.append(title)
+                if cfg.title_prefix and not inside:
+                    utext = f"{title}: {utext}"
+            units.append(Unit(utext, ents, rels))
+        return ChunkDecomposition(chunk.chunk_id, units, None)
+
+    def _merge_ner(self, sent: str, mentions: list[Mention]) -> list[Mention]:
+        doc = self._nlp(sent)
+        extra = [Mention(e.start_char, e.end_char, e.text, "ner") for e in doc.ents
+                 if e.label_ in ("PERSON", "ORG", "GPE", "LOC", "NORP", "FAC", "EVENT", "WORK_OF_ART", "PRODUCT", "LAW")]
+        allm = sorted(extra + mentions, key=lambda m: (0 if m.kind == "ner" else 1, m.start))
+        taken: list[Mention] = []
+        for m in allm:
+            if all(m.end <= t.start or m.start >= t.end for t in taken):
+                taken.append(m)
+        return sorted(taken, key=lambda m: m.start)
+
+    def decompose(self, chunks: Sequence[ChunkInput]) -> list[ChunkDecomposition]:
+        """Decompose every chunk (one result per chunk, in order)."""
+        return [self._decompose_one(c) for c in chunks]

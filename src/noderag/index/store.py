@@ -1,0 +1,234 @@
+"""Index directory: writers of the node/document tables and the read-only :class:`IndexStore`.
+
+Layout (DESIGN §2)::
+
+    manifest.json        format version, config, stage states, counts, tokens, time, bytes
+    nodes.parquet        id, type, key, name, text, doc_id, chunk_id, source_id, mentions, active
+    documents.parquet    doc_id, source, title, content_hash, chunk_ids
+    node_types.npy, node_keys.npy, node_key_order.npy, graph/, semantic/   (HeteroGraph.save)
+    base/                decomposed T/S/N/R edges as COO (what incremental insert extends)
+    vectors.usearch      HNSW index of T, S, A, H vectors, key = node id
+    llm_cache.sqlite     LLM request/response cache (LLM builds only)
+
+Opening memory-maps the arrays and never executes code from disk.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from noderag.graph.storage import atomic_write_parquet, check_format_version, read_json
+
+__all__ = [
+    "IndexStore",
+    "IndexNotFoundError",
+    "NODE_COLUMNS",
+    "nodes_table",
+    "documents_table",
+    "write_nodes",
+    "write_documents",
+    "MANIFEST",
+]
+
+MANIFEST = "manifest.json"
+NODE_COLUMNS = ("id", "type", "key", "name", "text", "doc_id", "chunk_id", "source_id", "mentions", "active")
+
+
+class IndexNotFoundError(FileNotFoundError):
+    """The directory holds no finished index."""
+
+
+def _schema_nodes():
+    import pyarrow as pa
+
+    return pa.schema([
+        ("id", pa.int32()), ("type", pa.uint8()), ("key", pa.uint64()), ("name", pa.string()),
+        ("text", pa.string()), ("doc_id", pa.int32()), ("chunk_id", pa.int32()),
+        ("source_id", pa.string()), ("mentions", pa.int32()), ("active", pa.bool_()),
+    ])
+
+
+def nodes_table(table, mentions: np.ndarray):
+    """The ``nodes.parquet`` table of a :class:`~noderag.index.assemble.NodeTable`."""
+    import pyarrow as pa
+
+    n = len(table)
+    return pa.Table.from_arrays([
+        pa.array(np.arange(n, dtype=np.int32)),
+        pa.array(table.types_array()),
+        pa.array(table.keys_array()),
+        pa.array(table.names, type=pa.string()),
+        pa.array(table.texts, type=pa.string()),
+        pa.array(np.asarray(table.doc_ids, dtype=np.int32)),
+        pa.array(np.asarray(table.chunk_ids, dtype=np.int32)),
+        pa.array(table.source_ids, type=pa.string()),
+        pa.array(np.asarray(mentions, dtype=np.int32)),
+        pa.array(np.asarray(table.active, dtype=bool)),
+    ], schema=_schema_nodes())
+
+
+def documents_table(docs: Sequence[dict]):
+    """The ``documents.parquet`` table from dicts with doc_id, source, title, content_hash, chunk_ids."""
+    import pyarrow as pa
+
+    return pa.Table.from_arrays([
+        pa.array([d["doc_id"] for d in docs], type=pa.int32()),
+        pa.array([d["source"] for d in docs], type=pa.string()),
+        pa.array([d["title"] for d in docs], type=pa.string()),
+        pa.array([d["content_hash"] for d in docs], type=pa.string()),
+        pa.array([list(d["chunk_ids"]) for d in docs], type=pa.list_(pa.int32())),
+    ], names=["doc_id", "source", "title", "content_hash", "chunk_ids"])
+
+
+def write_nodes(path: str | os.PathLike, table, mentions: np.ndarray) -> Path:
+    """Write ``nodes.parquet`` atomically."""
+    return atomic_write_parquet(path, nodes_table(table, mentions), compression="zstd")
+
+
+def write_documents(path: str | os.PathLike, docs: Sequence[dict]) -> Path:
+    """Write ``documents.parquet`` atomically."""
+    return atomic_write_parquet(path, documents_table(docs), compression="zstd")
+
+
+class IndexStore:
+    """A finished index opened read-only (arrays memory-mapped).
+
+    Attributes
+    ----------
+    path : Path
+    manifest : dict
+    config : NodeRAGConfig
+    graph : HeteroGraph
+    nodes : pyarrow.Table (columns ``NODE_COLUMNS``)
+    types : ndarray (n,) uint8
+    texts, names, source_ids : list of str or None
+    chunk_ids, doc_ids, mentions : ndarray (n,) int32
+    active : ndarray (n,) bool (False for retired A/H/O nodes of earlier inserts)
+    vectors : VectorIndex (view-loaded)
+    """
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = Path(path)
+        mpath = self.path / MANIFEST
+        if not mpath.is_file():
+            raise IndexNotFoundError(f"{self.path}: not an index directory (no {MANIFEST})")
+        manifest = read_json(mpath)
+        if not isinstance(manifest, dict):
+            raise ValueError(f"{mpath}: expected a JSON object")
+        check_format_version(manifest.get("format_version"), where=mpath)
+        if manifest.get("state") != "complete":
+            raise IndexNotFoundError(
+                f"{self.path}: index build is not finished (state {manifest.get('state')!r}); "
+                "rerun `noderag build` with the same inputs to resume it")
+        self.manifest: dict[str, Any] = manifest
+
+    @classmethod
+    def open(cls, path: str | os.PathLike) -> "IndexStore":
+        """Open the index in ``path`` (format version checked)."""
+        return cls(path)
+
+    def __repr__(self) -> str:
+        counts = self.manifest.get("counts", {}).get("nodes", {})
+        return f"{type(self).__name__}({str(self.path)!r}, nodes={counts})"
+
+    def __len__(self) -> int:
+        return int(self.graph.n)
+
+    @cached_property
+    def config(self):
+        from noderag.config import NodeRAGConfig
+
+        return NodeRAGConfig.from_dict(self.manifest.get("config") or {})
+
+    @cached_property
+    def graph(self):
+        from noderag.graph.hetero import HeteroGraph
+
+        return HeteroGraph.load(self.path, mmap=True)
+
+    @cached_property
+    def nodes(self):
+        import pyarrow.parquet as pq
+
+        path = self.path / "nodes.parquet"
+        if not path.is_file():
+            raise IndexNotFoundError(f"{path}: missing")
+        tab = pq.read_table(path, memory_map=True)
+        missing = [c for c in NODE_COLUMNS if c not in tab.column_names]
+        if missing:
+            raise ValueError(f"{path}: missing column(s) {missing}")
+        return tab
+
+    @cached_property
+    def documents(self):
+        import pyarrow.parquet as pq
+
+        return pq.read_table(self.path / "documents.parquet", memory_map=True)
+
+    def _np(self, name: str) -> np.ndarray:
+        return self.nodes.column(name).to_numpy(zero_copy_only=False)
+
+    @cached_property
+    def types(self) -> np.ndarray:
+        return np.asarray(self.graph.types)
+
+    @cached_property
+    def keys(self) -> np.ndarray:
+        return np.asarray(self.graph.keys)
+
+    @cached_property
+    def texts(self) -> list:
+        return self.nodes.column("text").to_pylist()
+
+    @cached_property
+    def names(self) -> list:
+        return self.nodes.column("name").to_pylist()
+
+    @cached_property
+    def source_ids(self) -> list:
+        return self.nodes.column("source_id").to_pylist()
+
+    @cached_property
+    def chunk_ids(self) -> np.ndarray:
+        return self._np("chunk_id")
+
+    @cached_property
+    def doc_ids(self) -> np.ndarray:
+        return self._np("doc_id")
+
+    @cached_property
+    def mentions(self) -> np.ndarray:
+        return self._np("mentions")
+
+    @cached_property
+    def active(self) -> np.ndarray:
+        return self._np("active").astype(bool)
+
+    @cached_property
+    def vectors(self):
+        from noderag.graph.vectors import VectorIndex
+
+        path = self.path / "vectors.usearch"
+        if not path.is_file():
+            raise IndexNotFoundError(f"{path}: missing")
+        return VectorIndex.load(path, view=True)
+
+    def embedder(self):
+        """The embedder named in the index config (created on first call, then reused)."""
+        emb = self.__dict__.get("_embedder")
+        if emb is None:
+            from noderag.embed import make_embedder
+
+            emb = make_embedder(self.config.embed.spec)
+            self.__dict__["_embedder"] = emb
+        return emb
+
+    def counts(self) -> dict[str, Any]:
+        """Node counts per type and edges per layer from the manifest."""
+        return dict(self.manifest.get("counts", {}))
+
