@@ -178,7 +178,7 @@ class EntityMatcher:
 
 _CAP_WORD = r"(?:[A-Z][\w'’.\-]*|\d[\d,.]*)"
 _NAME_RE = re.compile(
-    rf"{_CAP_WORD}(?:\s+(?:(?:of|the|de|la|le|von|van|der|del|da|di|du|and|&|for|on|in|at|y)\s+)*{_CAP_WORD})*"
+    rf"{_CAP_WORD}(?:\s+(?:(?:of|the|de|la|le|von|van|der|del|da|di|du|y)\s+)*{_CAP_WORD})*"
 )
 _QUOTED_RE = re.compile(r"[\"“”‘'«]([^\"“”’'»]{2,80})[\"“”’'»]")
 

@@ -1,0 +1,118 @@
+"""Retrieval and answer records (plain dataclasses, JSON-serialisable through ``to_dict``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..graph.types import NodeType
+
+__all__ = ["RetrievedNode", "RetrievalResult", "AnswerResult"]
+
+
+@dataclass(frozen=True)
+class RetrievedNode:
+    """One selected node.
+
+    Attributes
+    ----------
+    id : int
+        Node id in the index.
+    type : NodeType
+    score : float
+        PPR score (entry points: their cosine similarity when PPR is off).
+    text : str
+        Node text (N: display name, O: title).
+    origin : str
+        Why it was selected: "entry" (vector hit), "name" (entity/title match),
+        "ppr" (typed selection), "attribute" (A of a selected entity),
+        "high_level" (H of a selected overview).
+    """
+
+    id: int
+    type: NodeType
+    score: float
+    text: str
+    origin: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict; the type as its letter."""
+        return {"id": self.id, "type": self.type.name, "score": self.score, "text": self.text, "origin": self.origin}
+
+
+@dataclass
+class RetrievalResult:
+    """Everything retrieved for one query.
+
+    Attributes
+    ----------
+    query : str
+    nodes : list of RetrievedNode
+        Entry points first, then the typed selection and its expansions; no duplicates.
+    passages : list of str
+        Source passage ids (the ``id`` of the ingested JSONL line, or the document
+        path), best first.
+    passage_scores : list of float
+        Aligned with ``passages``.
+    documents : list of str
+        Source documents of the selected T/S nodes, in first-seen order.
+    context : str
+        The context text, grouped by node type, within the token budget.
+    context_tokens : int
+    context_node_ids : list of int
+        Ids of the nodes whose text is in ``context``.
+    query_entities : list of str
+    matched_names : list of int
+        N/O node ids matched by name.
+    """
+
+    query: str
+    nodes: list[RetrievedNode]
+    passages: list[str]
+    passage_scores: list[float]
+    documents: list[str]
+    context: str
+    context_tokens: int
+    context_node_ids: list[int]
+    query_entities: list[str] = field(default_factory=list)
+    matched_names: list[int] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict."""
+        return {
+            "query": self.query,
+            "nodes": [n.to_dict() for n in self.nodes],
+            "passages": list(self.passages),
+            "passage_scores": [round(float(s), 6) for s in self.passage_scores],
+            "documents": list(self.documents),
+            "context": self.context,
+            "context_tokens": self.context_tokens,
+            "context_node_ids": list(self.context_node_ids),
+            "query_entities": list(self.query_entities),
+            "matched_names": list(self.matched_names),
+        }
+
+
+@dataclass
+class AnswerResult:
+    """An LLM answer over one retrieval.
+
+    Attributes
+    ----------
+    answer : str
+    cited_ids : list of int
+        Node ids the answer cites, restricted to ids that were in the context.
+    retrieval : RetrievalResult
+    usage : dict
+        Prompt / completion tokens and wall time of the call.
+    """
+
+    answer: str
+    cited_ids: list[int]
+    retrieval: RetrievalResult
+    usage: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict."""
+        return {"answer": self.answer, "cited_ids": list(self.cited_ids), "usage": dict(self.usage),
+                "retrieval": self.retrieval.to_dict()}

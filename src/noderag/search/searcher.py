@@ -1,0 +1,450 @@
+"""Query-time retrieval over an opened index (DESIGN §4).
+
+Pipeline per query: vector entry points (T, S, A, H) + name matches (N, O) ->
+personalisation weights -> native shallow PPR over the combined structural and
+semantic layers -> typed selection with quotas and N->A / O->H expansion ->
+ranked source passages -> context within a token budget.
+
+Everything that costs O(n) (combined operator, node-table columns, name indexes)
+is prepared once in ``Searcher.__init__``; a query touches only its seeds' t-hop
+neighbourhood and a few hundred candidate nodes.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from ..graph.types import N_TYPES, NodeType
+from .config import SearchConfig
+from .context import assemble_context
+from .entities import EntityMatcher, extract_query_entities
+from .result import AnswerResult, RetrievalResult, RetrievedNode
+
+__all__ = ["Searcher", "LLMNotConfiguredError"]
+
+_T, _S, _N, _R, _A, _H, _O = (int(t) for t in NodeType)
+_OTHER_TYPES = frozenset((_T, _S, _A, _H))
+
+
+class LLMNotConfiguredError(RuntimeError):
+    """Raised by ``answer`` when no LLM backend is configured: only retrieval is available."""
+
+
+@dataclass
+class _Prepared:
+    """Per-query state between entry-point search and PPR (plain arrays)."""
+
+    query: str
+    entities: list[str]
+    entry_ids: np.ndarray  # int64, vector order
+    entry_sims: np.ndarray  # float32
+    name_ids: np.ndarray  # int64
+    seeds: np.ndarray  # int32
+    weights: np.ndarray  # float32
+
+
+def _column(table: Any, name: str) -> Any:
+    try:
+        return table.column(name)
+    except KeyError:
+        raise ValueError(f"the index node table has no column {name!r}; columns: {table.column_names}") from None
+
+
+class Searcher:
+    """Retrieval (and optional answering) over one opened index.
+
+    Parameters
+    ----------
+    store : IndexStore-like
+        Provides ``graph`` (HeteroGraph: ``types``, ``structural``, ``semantic``,
+        ``combined(structural_weight, semantic_weight)``), ``nodes`` (pyarrow table with
+        ``type``, ``name``, ``text``, ``doc_id``, ``chunk_id``, ``source_id``),
+        ``vectors`` (``search(vectors, k) -> (ids, distances)``, cosine distance), and
+        ``embedder()``.
+    config : SearchConfig or None, default=None
+        ``None`` uses the defaults.
+    embedder : Embedder or None, default=None
+        Overrides ``store.embedder()`` (must be the embedder the index was built with).
+    llm : LLMBackend or None, default=None
+        Needed by ``answer`` and by ``entity_source="llm"``.
+    entity_extractor : callable or None, default=None
+        ``str -> list[str]`` query-entity extractor for ``entity_source="nlp"``;
+        ``None`` uses :func:`noderag.search.entities.extract_query_entities`.
+    """
+
+    def __init__(
+        self,
+        store: Any,
+        config: SearchConfig | None = None,
+        *,
+        embedder: Any = None,
+        llm: Any = None,
+        entity_extractor: Callable[[str], list[str]] | None = None,
+    ) -> None:
+        from ..tokenize import count_tokens
+
+        self.config = (config if config is not None else SearchConfig()).validate()
+        self.store = store
+        self.llm = llm
+        self._embedder = embedder
+        self._count_tokens = count_tokens
+        self._extract = entity_extractor or extract_query_entities
+        graph = store.graph
+        self.types = np.ascontiguousarray(np.asarray(graph.types), dtype=np.uint8)
+        self.n = int(self.types.shape[0])
+        self._structural = graph.structural
+        self._operator = self._make_operator(graph)
+        nodes = store.nodes
+        if nodes.num_rows != self.n:
+            raise ValueError(f"node table has {nodes.num_rows} rows but the graph has {self.n} nodes")
+        self._text = _column(nodes, "text")
+        self._chunk = np.asarray(_column(nodes, "chunk_id").to_numpy(zero_copy_only=False), dtype=np.int64)
+        self._doc = np.asarray(_column(nodes, "doc_id").to_numpy(zero_copy_only=False), dtype=np.int64)
+        self._labels = self._passage_labels(nodes)
+        self._doc_labels = self._document_labels()
+        names = _column(nodes, "name").to_pylist()
+        named = np.flatnonzero((self.types == _N) | (self.types == _O))
+        self.matcher = EntityMatcher(named, [names[i] for i in named.tolist()])
+        self._names = names
+
+    # ------------------------------------------------------------------ setup
+    def _make_operator(self, graph: Any) -> Any:
+        """The combined layer operator, validated and prepared once for the PPR kernel."""
+        from ..graph.ppr import PPROperator
+
+        cfg = self.config
+        csr = graph.combined(structural_weight=cfg.structural_weight, semantic_weight=cfg.semantic_weight)
+        return PPROperator(csr, self.types)
+
+    def _passage_labels(self, nodes: Any) -> list[str | None]:
+        """Label of every chunk's source passage: its ``source_id``, else ``doc:<doc id>#<chunk id>``."""
+        src = _column(nodes, "source_id").to_pylist()
+        labels: list[str | None] = [None] * self.n
+        for i in np.flatnonzero(self.types == _T).tolist():
+            labels[i] = src[i] if src[i] is not None else f"doc:{int(self._doc[i])}#{i}"
+        return labels
+
+    def _document_labels(self) -> dict[int, str]:
+        docs = getattr(self.store, "documents", None)
+        if docs is None:
+            return {}
+        try:
+            ids = docs.column("doc_id").to_pylist()
+        except KeyError:
+            return {}
+        for col in ("source_id", "path", "source"):
+            if col in docs.column_names:
+                vals = docs.column(col).to_pylist()
+                return {int(i): str(v) for i, v in zip(ids, vals) if v is not None}
+        return {}
+
+    @property
+    def embedder(self) -> Any:
+        """The query embedder (the index's, unless one was passed)."""
+        if self._embedder is None:
+            self._embedder = self.store.embedder()
+        return self._embedder
+
+    # ------------------------------------------------------------ public API
+    def retrieve(self, query: str, *, query_vector: np.ndarray | None = None) -> RetrievalResult:
+        """Retrieve nodes, ranked source passages and a budgeted context for one query."""
+        query = _check_query(query, "query")
+        if query_vector is None:
+            query_vector = self.embed([query])[0]
+        prep = self._prepare([query], np.atleast_2d(query_vector))[0]
+        ppr = self._ppr([prep])[0]
+        return self._finish(prep, ppr)
+
+    def retrieve_many(self, queries: Sequence[str], *, query_vectors: np.ndarray | None = None) -> list[RetrievalResult]:
+        """Retrieve for many queries: one embedding batch, one multi-threaded PPR call."""
+        if isinstance(queries, str):
+            raise TypeError("queries must be a sequence of strings, not one string (use retrieve)")
+        queries = [_check_query(q, f"queries[{i}]") for i, q in enumerate(queries)]
+        if not queries:
+            return []
+        if query_vectors is None:
+            query_vectors = self.embed(queries)
+        query_vectors = np.atleast_2d(np.asarray(query_vectors, dtype=np.float32))
+        if query_vectors.shape[0] != len(queries):
+            raise ValueError(f"query_vectors has {query_vectors.shape[0]} rows for {len(queries)} queries")
+        preps = self._prepare(queries, query_vectors)
+        pprs = self._ppr(preps)
+        return [self._finish(p, r) for p, r in zip(preps, pprs)]
+
+    def embed(self, queries: Sequence[str]) -> np.ndarray:
+        """Query vectors, float32 of shape (n_queries, dim)."""
+        return np.asarray(self.embedder.embed(list(queries)), dtype=np.float32)
+
+    def answer(self, query: str, *, retrieval: RetrievalResult | None = None) -> AnswerResult:
+        """One LLM call over the retrieved context; the answer and the node ids it cites.
+
+        Raises
+        ------
+        LLMNotConfiguredError
+            When no LLM backend was given: only retrieval is available.
+        """
+        from ..llm.prompts import answer_request
+
+        if self.llm is None:
+            raise LLMNotConfiguredError(
+                "no LLM is configured, so only retrieval is available; pass an LLM spec "
+                "(e.g. --llm openai:MODEL@URL) to get answers"
+            )
+        res = retrieval if retrieval is not None else self.retrieve(query)
+        by_id = {n.id: n for n in res.nodes}
+        pairs = [(str(i), " ".join(by_id[i].text.split())) for i in res.context_node_ids]
+        t0 = time.perf_counter()
+        out = self.llm.run([answer_request(query, pairs)], stage="answer")[0]
+        wall = time.perf_counter() - t0
+        if not out.ok:
+            raise RuntimeError(f"the answer call failed: {out.error}")
+        value = out.value if isinstance(out.value, dict) else {"answer": out.text, "citations": []}
+        allowed = set(res.context_node_ids)
+        cited: list[int] = []
+        for c in value.get("citations", []) or []:
+            m = re.search(r"\d+", str(c))
+            if m and int(m.group(0)) in allowed and int(m.group(0)) not in cited:
+                cited.append(int(m.group(0)))
+        usage = {"prompt_tokens": out.usage.prompt, "completion_tokens": out.usage.completion,
+                 "wall_s": round(wall, 4), "cached": out.cached}
+        return AnswerResult(str(value.get("answer", "")), cited, res, usage)
+
+    # ------------------------------------------------------------- stages
+    def query_entities(self, query: str) -> list[str]:
+        """Entities of the query by the configured ``entity_source``."""
+        src = self.config.entity_source
+        if src == "none":
+            return []
+        if src == "llm":
+            from ..llm.prompts import query_entities_request
+
+            if self.llm is None:
+                raise LLMNotConfiguredError("search.entity_source = 'llm' needs an LLM backend")
+            out = self.llm.run([query_entities_request(query)], stage="query_entities")[0]
+            if out.ok and isinstance(out.value, dict):
+                return [str(e) for e in out.value.get("entities", []) if str(e).strip()]
+            return extract_query_entities(query)
+        return list(self._extract(query))
+
+    def _prepare(self, queries: list[str], vectors: np.ndarray) -> list[_Prepared]:
+        cfg = self.config
+        k = cfg.vector_top_k
+        if k > 0 and len(self.store.vectors) > 0:
+            ids, dist = self.store.vectors.search(vectors, k)
+            ids = np.asarray(ids, dtype=np.int64).reshape(len(queries), -1)
+            sims = (1.0 - np.asarray(dist, dtype=np.float32)).reshape(len(queries), -1)
+        else:
+            ids = np.zeros((len(queries), 0), np.int64)
+            sims = np.zeros((len(queries), 0), np.float32)
+        out = []
+        for qi, query in enumerate(queries):
+            row, sim = ids[qi], sims[qi]
+            ok = (row >= 0) & (row < self.n)
+            row, sim = row[ok], sim[ok]
+            _, first = np.unique(row, return_index=True)
+            first.sort()
+            row, sim = row[first], sim[first]
+            ents = self.query_entities(query) if cfg.entity_source != "none" or cfg.match_names_in_query else []
+            matches = self.matcher.match(ents, query if cfg.match_names_in_query else None,
+                                         limit=cfg.max_name_matches)
+            name_ids = np.asarray([m.node_id for m in matches], dtype=np.int64)
+            seeds, weights = self._seed_weights(row, sim, name_ids)
+            out.append(_Prepared(query, ents, row, sim, name_ids, seeds, weights))
+        return out
+
+    def _seed_weights(self, entry: np.ndarray, sims: np.ndarray, names: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Personalisation: vector hits share ``vector_weight`` by similarity, name hits share ``name_weight``."""
+        cfg = self.config
+        parts_i, parts_w = [], []
+        if entry.size and cfg.vector_weight > 0:
+            s = np.clip(sims, 0.0, None).astype(np.float64)
+            s = s / s.sum() if s.sum() > 0 else np.full(entry.size, 1.0 / entry.size)
+            parts_i.append(entry)
+            parts_w.append(cfg.vector_weight * s)
+        if names.size and cfg.name_weight > 0:
+            parts_i.append(names)
+            parts_w.append(np.full(names.size, cfg.name_weight / names.size))
+        if not parts_i:
+            return np.zeros(0, np.int32), np.zeros(0, np.float32)
+        return (np.concatenate(parts_i).astype(np.int32), np.concatenate(parts_w).astype(np.float32))
+
+    def _k_per_type(self) -> list[int]:
+        cfg = self.config
+        q = cfg.quotas
+        k = [cfg.ppr_candidates] * N_TYPES
+        k[_N] = max(q.entities, 1)
+        k[_R] = max(q.relationships, 1)
+        k[_O] = max(q.overviews, 1)
+        for t in (_A, _H):
+            k[t] = max(q.others + cfg.vector_top_k, 1)
+        return k
+
+    def _ppr(self, preps: list[_Prepared]) -> list[tuple[np.ndarray, np.ndarray] | None]:
+        """Per-type top-k ids and scores, shape (7, k) each, for every prepared query (None without PPR)."""
+        cfg = self.config
+        if not cfg.use_ppr:
+            return [None] * len(preps)
+        kw = dict(k_per_type=self._k_per_type(), alpha=cfg.alpha, iterations=cfg.iterations, rule=cfg.rule)
+        todo = [i for i, p in enumerate(preps) if p.seeds.size]
+        out: list[tuple[np.ndarray, np.ndarray] | None] = [None] * len(preps)
+        if not todo:
+            return out
+        if len(todo) == 1:
+            p = preps[todo[0]]
+            results = [self._operator.query(p.seeds, p.weights, **kw)]
+        else:
+            results = self._operator.query_batch([preps[i].seeds for i in todo], [preps[i].weights for i in todo],
+                                                 n_threads=cfg.n_threads, **kw)
+        for i, r in zip(todo, results):
+            out[i] = (np.asarray(r.ids), np.asarray(r.scores))
+        return out
+
+    # ------------------------------------------------------------ selection
+    def _neighbours_of_type(self, node: int, node_type: int) -> np.ndarray:
+        s = self._structural
+        nb = np.asarray(s.indices[s.indptr[node]:s.indptr[node + 1]])
+        return nb[self.types[nb] == node_type] if nb.size else nb
+
+    def _select(self, prep: _Prepared, ppr: tuple[np.ndarray, np.ndarray] | None) -> list[tuple[int, float, str]]:
+        """Typed selection: (node id, score, origin) in priority order, no duplicates."""
+        q = self.config.quotas
+        score: dict[int, float] = {}
+        entry = prep.entry_ids.tolist()
+        if ppr is not None:
+            ids, scores = ppr
+            flat_i, flat_s = ids.ravel(), scores.ravel()
+            ok = flat_i >= 0
+            flat_i, flat_s = flat_i[ok].astype(np.int64), flat_s[ok].astype(np.float64)
+            order = np.lexsort((flat_i, -flat_s))
+            cand_i, cand_s = flat_i[order].tolist(), flat_s[order].tolist()
+            score = dict(zip(cand_i, cand_s))
+        else:
+            cand_i, cand_s = [], []
+            score.update({i: float(s) for i, s in zip(entry, prep.entry_sims.tolist())})
+            for nid in prep.name_ids.tolist():
+                cand_i.append(nid)
+                cand_s.append(0.0)
+        entry_set = set(entry)
+        ents: list[int] = []
+        rels: list[int] = []
+        overs: list[int] = []
+        others: list[int] = []
+        for nid in cand_i:
+            t = int(self.types[nid])
+            if t == _N:
+                if len(ents) < q.entities:
+                    ents.append(nid)
+            elif t == _R:
+                if len(rels) < q.relationships:
+                    rels.append(nid)
+            elif t == _O:
+                if len(overs) < q.overviews:
+                    overs.append(nid)
+            elif t in _OTHER_TYPES and nid not in entry_set and len(others) < q.others:
+                others.append(nid)
+            if (len(ents) >= q.entities and len(rels) >= q.relationships
+                    and len(overs) >= q.overviews and len(others) >= q.others):
+                break
+        names = set(prep.name_ids.tolist())
+        picked: list[tuple[int, float, str]] = []
+        seen: set[int] = set()
+
+        def add(nid: int, origin: str) -> None:
+            if nid not in seen:
+                seen.add(nid)
+                picked.append((nid, score.get(nid, 0.0), origin))
+
+        for nid in entry:
+            add(nid, "entry")
+        for nid in others:
+            add(nid, "ppr")
+        for nid in ents:
+            add(nid, "name" if nid in names else "ppr")
+            for a in self._neighbours_of_type(nid, _A).tolist():
+                add(a, "attribute")
+        for nid in overs:
+            add(nid, "name" if nid in names else "ppr")
+            for h in self._neighbours_of_type(nid, _H).tolist():
+                add(h, "high_level")
+        for nid in rels:
+            add(nid, "ppr")
+        return picked
+
+    def _rank_passages(self, prep: _Prepared, ppr: tuple[np.ndarray, np.ndarray] | None) -> tuple[list[str], list[float]]:
+        """Source passages best first: entry similarity + normalised T and S (summed per chunk) PPR mass."""
+        cfg = self.config
+        total: dict[int, float] = {}
+        if prep.entry_ids.size and cfg.passage_entry_weight > 0:
+            for nid, sim in zip(prep.entry_ids.tolist(), prep.entry_sims.tolist()):
+                c = int(self._chunk[nid])
+                if c >= 0:
+                    total[c] = max(total.get(c, 0.0), cfg.passage_entry_weight * max(sim, 0.0))
+        if ppr is not None:
+            ids, scores = ppr
+            for t, w in ((_T, cfg.passage_text_weight), (_S, cfg.passage_unit_weight)):
+                row_i, row_s = ids[t], scores[t]
+                ok = row_i >= 0
+                row_i, row_s = row_i[ok], row_s[ok].astype(np.float64)
+                if not row_i.size or w <= 0 or row_s.max() <= 0:
+                    continue
+                chunks = self._chunk[row_i]
+                good = chunks >= 0
+                agg: dict[int, float] = {}
+                for c, s in zip(chunks[good].tolist(), row_s[good].tolist()):
+                    agg[c] = agg.get(c, 0.0) + s
+                top = max(agg.values())
+                for c, s in agg.items():
+                    total[c] = total.get(c, 0.0) + w * s / top
+        order = sorted(total.items(), key=lambda kv: (-kv[1], kv[0]))
+        labels: list[str] = []
+        scores_out: list[float] = []
+        seen: set[str] = set()
+        for c, s in order:
+            lab = self._labels[c] if 0 <= c < self.n else None
+            if lab is None or lab in seen:
+                continue
+            seen.add(lab)
+            labels.append(lab)
+            scores_out.append(s)
+        return labels, scores_out
+
+    def _finish(self, prep: _Prepared, ppr: tuple[np.ndarray, np.ndarray] | None) -> RetrievalResult:
+        picked = self._select(prep, ppr)
+        ids = [p[0] for p in picked]
+        texts = self._text.take(np.asarray(ids, dtype=np.int64)).to_pylist() if ids else []
+        nodes = []
+        for (nid, sc, origin), text in zip(picked, texts):
+            t = NodeType(int(self.types[nid]))
+            if text is None:
+                text = self._names[nid] or ""
+            nodes.append(RetrievedNode(nid, t, float(sc), text, origin))
+        passages, pscores = self._rank_passages(prep, ppr)
+        docs: list[str] = []
+        seen_docs: set[int] = set()
+        for n in nodes:
+            if n.type in (NodeType.T, NodeType.S):
+                d = int(self._doc[n.id])
+                if d >= 0 and d not in seen_docs:
+                    seen_docs.add(d)
+                    docs.append(self._doc_labels.get(d, f"doc:{d}"))
+        priority = sorted(range(len(nodes)), key=lambda i: (_PRIORITY[nodes[i].origin], i))
+        context, n_tok, ctx_ids = assemble_context([nodes[i] for i in priority], self.config.context_tokens,
+                                                   self._count_tokens)
+        return RetrievalResult(prep.query, nodes, passages, pscores, docs, context, n_tok, ctx_ids,
+                               list(prep.entities), prep.name_ids.tolist())
+
+
+_PRIORITY = {"entry": 0, "ppr": 1, "name": 1, "attribute": 2, "high_level": 3}
+
+
+def _check_query(query: Any, name: str) -> str:
+    if not isinstance(query, str):
+        raise TypeError(f"{name} must be a str, got {type(query).__name__}")
+    if not query.strip():
+        raise ValueError(f"{name} must be a non-empty question")
+    return query
