@@ -4,6 +4,8 @@
 
 namespace py = pybind11;
 
+void register_ppr(py::module_& m);  // ppr_bindings.cpp
+
 #define STRINGIFY(x) #x
 #define MACRO_STRINGIFY(x) STRINGIFY(x)
 
@@ -14,4 +16,5 @@ PYBIND11_MODULE(_core, m) {
 #else
     m.attr("__version__") = "dev";
 #endif
+    register_ppr(m);
 }

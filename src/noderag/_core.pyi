@@ -1,0 +1,37 @@
+"""Type stub for the private native module noderag._core (use the noderag.graph wrappers)."""
+
+import numpy as np
+import numpy.typing as npt
+
+__version__: str
+
+class PPRKernel:
+    """Shallow personalized PageRank over fixed CSR arrays; the arrays must stay unmodified."""
+
+    def __init__(
+        self,
+        indptr: npt.NDArray[np.int64],
+        indices: npt.NDArray[np.int32],
+        weights: npt.NDArray[np.float32],
+        types: npt.NDArray[np.uint8],
+    ) -> None: ...
+    @property
+    def n(self) -> int: ...
+    @property
+    def nnz(self) -> int: ...
+    def run(
+        self,
+        seeds: npt.NDArray[np.int32],
+        weights: npt.NDArray[np.float32],
+        offsets: npt.NDArray[np.int64],
+        k_per_type: npt.NDArray[np.int64],
+        alpha: float,
+        iterations: int,
+        restart: bool,
+        epsilon: float,
+        n_threads: int,
+        out_ids: npt.NDArray[np.int32],
+        out_scores: npt.NDArray[np.float32],
+        out_error: npt.NDArray[np.float64],
+        out_support: npt.NDArray[np.int64],
+    ) -> None: ...

@@ -1,0 +1,313 @@
+"""Shallow personalized PageRank on a CSR graph (native sparse-frontier kernel).
+
+Semantics
+---------
+``P`` is the row-normalised weighted adjacency, ``P[u, v] = w(u, v) / strength(u)``,
+and ``s`` the seed vector (weights normalised to sum 1, duplicate seeds summed).
+Starting from ``p = s`` the kernel runs ``iterations`` steps of
+
+- ``rule="restart"``: ``p <- alpha * P.T @ p + (1 - alpha) * s`` (personalised PageRank
+  truncated after ``t`` steps; converges to networkx ``pagerank(alpha=alpha,
+  personalization=s)`` on graphs without dangling nodes), or
+- ``rule="lazy"``: ``p <- alpha * P.T @ p + (1 - alpha) * p`` (the reference NodeRAG
+  update; its fixed point forgets ``s``, so it is only meaningful for small ``t``).
+
+Dangling nodes (zero strength: no edges, or only zero-weight edges) keep their own
+mass, as if they had a self-loop (``P[u, u] = 1``); no dense row is built. Total mass
+is therefore conserved (``sum(p) == 1``) by both rules.
+
+Each step touches only the rows of nodes that hold mass, so a query costs
+O(edges in the seeds' t-hop neighbourhood), independent of the number of nodes.
+The result is the top-k nodes per node type, found by bounded heaps over the
+touched support (never a sort of all n scores); nodes of score 0 are never
+returned; ties are broken by the smaller node id.
+
+Bounded-error mode (``epsilon > 0``): a node ``u`` holding mass ``m`` is not expanded
+when ``m * max_v w(u, v) / strength(u) < epsilon``, i.e. when no neighbour would
+receive more than ``alpha * epsilon`` from it; the ``alpha * m`` it would have pushed
+is dropped. Every returned score is then a lower bound of the exact score, and the
+L1 distance between the approximate and the exact score vectors (over all nodes,
+hence also over the returned ones) is at most ``alpha * sum(dropped m)``, which is
+reported as ``PPRResult.error_bound`` (0 in exact mode). High-degree hubs reached
+with little mass are exactly the nodes skipped, which is where the time goes.
+
+Use :class:`PPROperator` for repeated queries on one graph: it validates the CSR
+and precomputes ``1 / strength`` once. :func:`shallow_ppr` and
+:func:`shallow_ppr_batch` accept either a :class:`~noderag.graph.csr.CSR` (validated
+and precomputed on every call, O(n + nnz)) or a :class:`PPROperator`.
+"""
+
+from __future__ import annotations
+
+import numbers
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from noderag import _core
+from noderag.graph.csr import CSR, validate_csr
+from noderag.graph.types import N_TYPES
+
+__all__ = ["PPRResult", "PPROperator", "shallow_ppr", "shallow_ppr_batch", "RULES"]
+
+RULES = ("restart", "lazy")
+
+
+@dataclass(frozen=True)
+class PPRResult:
+    """Top-k nodes per type of one PPR query.
+
+    Attributes
+    ----------
+    ids : ndarray of shape (7, k), int32
+        Row ``t`` holds the best nodes of type code ``t`` by descending score
+        (ties by smaller id), padded with -1; ``k`` is the largest ``k_per_type``
+        (clipped to the number of nodes).
+    scores : ndarray of shape (7, k), float32
+        Their scores, padded with 0.
+    error_bound : float
+        Upper bound on the L1 error of the scores vs exact (0.0 in exact mode).
+    support_size : int
+        Number of nodes the final score vector touched.
+    """
+
+    ids: np.ndarray
+    scores: np.ndarray
+    error_bound: float = 0.0
+    support_size: int = 0
+
+    def top(self, node_type: int) -> tuple[np.ndarray, np.ndarray]:
+        """Return the (ids, scores) of one type code without the -1 padding."""
+        row = self.ids[int(node_type)]
+        keep = row >= 0
+        return row[keep], self.scores[int(node_type)][keep]
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, (numbers.Integral, np.integer)) and not isinstance(x, (bool, np.bool_))
+
+
+def _is_real(x) -> bool:
+    return isinstance(x, (numbers.Real, np.floating, np.integer)) and not isinstance(x, (bool, np.bool_))
+
+
+def _node_types(node_types, n: int) -> np.ndarray:
+    if node_types is None:
+        raise ValueError("node_types is required when a CSR is given (an array of type codes of shape (n,))")
+    arr = np.asarray(node_types)
+    if arr.ndim != 1 or arr.shape[0] != n:
+        raise ValueError(f"node_types must have shape ({n},), got {arr.shape}")
+    if not np.issubdtype(arr.dtype, np.integer):
+        raise ValueError(f"node_types must be integer type codes, got dtype {arr.dtype}")
+    if arr.size and (arr.min() < 0 or arr.max() >= N_TYPES):
+        bad = arr.min() if arr.min() < 0 else arr.max()
+        raise ValueError(f"node_types must lie in [0, {N_TYPES}), found {bad}")
+    return np.ascontiguousarray(arr, np.uint8)
+
+
+def _k_vector(k_per_type) -> np.ndarray:
+    if _is_int(k_per_type):
+        if k_per_type < 0:
+            raise ValueError(f"k_per_type must be >= 0, got {k_per_type}")
+        return np.full(N_TYPES, int(k_per_type), np.int64)
+    if isinstance(k_per_type, (str, bytes)) or k_per_type is None:
+        raise ValueError(f"k_per_type must be an int or a length-{N_TYPES} sequence of ints, got {k_per_type!r}")
+    arr = np.asarray(k_per_type)
+    if arr.shape != (N_TYPES,) or not np.issubdtype(arr.dtype, np.integer):
+        raise ValueError(f"k_per_type must be an int or a length-{N_TYPES} sequence of ints, got {k_per_type!r}")
+    if arr.min() < 0:
+        raise ValueError(f"k_per_type must be >= 0, got {arr.tolist()}")
+    return np.ascontiguousarray(arr, np.int64)
+
+
+def _params(alpha, iterations, rule, epsilon):
+    if not _is_real(alpha) or not (0.0 <= float(alpha) <= 1.0):
+        raise ValueError(f"alpha must be a real number in [0, 1], got {alpha!r}")
+    if not _is_int(iterations) or iterations < 0:
+        raise ValueError(f"iterations must be an int >= 0, got {iterations!r}")
+    if rule not in RULES:
+        raise ValueError(f"rule must be one of {RULES}, got {rule!r}")
+    if not _is_real(epsilon) or not np.isfinite(float(epsilon)) or float(epsilon) < 0.0:
+        raise ValueError(f"epsilon must be a finite real number >= 0, got {epsilon!r}")
+    return float(alpha), int(iterations), rule == "restart", float(epsilon)
+
+
+def _threads(n_threads) -> int:
+    if n_threads is None:
+        return max(1, os.cpu_count() or 1)
+    if not _is_int(n_threads) or n_threads < 1:
+        raise ValueError(f"n_threads must be None or an int >= 1, got {n_threads!r}")
+    return int(n_threads)
+
+
+def _seed_arrays(seeds, seed_weights, n: int, where: str) -> tuple[np.ndarray, np.ndarray]:
+    ids = np.asarray(seeds)
+    if ids.ndim != 1:
+        raise ValueError(f"{where}seeds must be 1-D, got shape {ids.shape}")
+    if ids.size == 0:
+        raise ValueError(f"{where}seeds must be non-empty")
+    if not np.issubdtype(ids.dtype, np.integer):
+        raise ValueError(f"{where}seeds must be integer node ids, got dtype {ids.dtype}")
+    lo, hi = ids.min(), ids.max()
+    if lo < 0 or hi >= n:
+        raise ValueError(f"{where}seeds must lie in [0, {n}), found {lo if lo < 0 else hi}")
+    if seed_weights is None:
+        w = np.ones(ids.shape[0], np.float32)
+    else:
+        w = np.asarray(seed_weights)
+        if w.shape != ids.shape:
+            raise ValueError(f"{where}seed_weights must have shape {ids.shape} like seeds, got {w.shape}")
+        if not (np.issubdtype(w.dtype, np.floating) or np.issubdtype(w.dtype, np.integer)):
+            raise ValueError(f"{where}seed_weights must be real numbers, got dtype {w.dtype}")
+        w64 = w.astype(np.float64)
+        if not np.all(np.isfinite(w64)) or w64.min() < 0:
+            raise ValueError(f"{where}seed_weights must be finite and >= 0, got {w.tolist()[:10]}")
+        if w64.max() > np.finfo(np.float32).max:
+            raise ValueError(f"{where}seed_weights must fit in float32, found {w64.max()}")
+        w = w64.astype(np.float32)
+        if not w.sum(dtype=np.float64) > 0:
+            raise ValueError(f"{where}seed_weights must not all be zero, got {w.tolist()[:10]}")
+    return np.ascontiguousarray(ids, np.int32), np.ascontiguousarray(w, np.float32)
+
+
+class PPROperator:
+    """Shallow-PPR operator over one graph: validated arrays plus per-node precomputation.
+
+    Parameters
+    ----------
+    csr : CSR
+        Weighted adjacency; rows are out-edges. The arrays are referenced, not
+        copied: do not modify them while the operator is alive.
+    node_types : array-like of shape (n,)
+        Node type codes in [0, 7).
+    """
+
+    def __init__(self, csr: CSR, node_types) -> None:
+        if not isinstance(csr, CSR):
+            raise ValueError(f"csr must be a noderag.graph.csr.CSR, got {type(csr).__name__}")
+        csr = validate_csr(csr.indptr, csr.indices, csr.weights, name="csr")
+        types = _node_types(node_types, csr.n)
+        self._csr = csr
+        self._types = types
+        self._kernel = _core.PPRKernel(csr.indptr, csr.indices, csr.weights, types)
+
+    @property
+    def n(self) -> int:
+        """Number of nodes."""
+        return self._csr.n
+
+    @property
+    def csr(self) -> CSR:
+        """The validated CSR the operator runs on."""
+        return self._csr
+
+    @property
+    def node_types(self) -> np.ndarray:
+        """Type codes, uint8 of shape (n,)."""
+        return self._types
+
+    def query(self, seeds, seed_weights=None, *, k_per_type, alpha: float = 0.5, iterations: int = 2,
+              rule: str = "restart", epsilon: float = 0.0) -> PPRResult:
+        """Run one query; see the module docstring for the semantics."""
+        return self.query_batch([seeds], None if seed_weights is None else [seed_weights], k_per_type=k_per_type,
+                                alpha=alpha, iterations=iterations, rule=rule, epsilon=epsilon, n_threads=1,
+                                _single=True)[0]
+
+    def query_batch(self, seed_lists, weight_lists=None, *, k_per_type, alpha: float = 0.5, iterations: int = 2,
+                    rule: str = "restart", epsilon: float = 0.0, n_threads: int | None = None,
+                    _single: bool = False) -> list[PPRResult]:
+        """Run many queries in one native call on ``n_threads`` threads (GIL released).
+
+        The results equal those of one :meth:`query` per seed list.
+        """
+        a, t, restart, eps = _params(alpha, iterations, rule, epsilon)
+        k = _k_vector(k_per_type)
+        threads = _threads(n_threads)
+        if isinstance(seed_lists, np.ndarray) and seed_lists.ndim == 2:
+            seed_lists = list(seed_lists)
+        if isinstance(weight_lists, np.ndarray) and weight_lists.ndim == 2:
+            weight_lists = list(weight_lists)
+        if isinstance(seed_lists, (str, bytes)) or not isinstance(seed_lists, Sequence):
+            raise ValueError(f"seed_lists must be a sequence of 1-D seed arrays, got {type(seed_lists).__name__}")
+        if weight_lists is not None and (isinstance(weight_lists, (str, bytes)) or not isinstance(weight_lists, Sequence)
+                                         or len(weight_lists) != len(seed_lists)):
+            raise ValueError(f"weight_lists must be None or a sequence of {len(seed_lists)} weight arrays")
+        q = len(seed_lists)
+        ids_parts, w_parts = [], []
+        offsets = np.zeros(q + 1, np.int64)
+        for i, seeds in enumerate(seed_lists):
+            where = "" if _single else f"query {i}: "
+            ids, w = _seed_arrays(seeds, None if weight_lists is None else weight_lists[i], self.n, where)
+            ids_parts.append(ids)
+            w_parts.append(w)
+            offsets[i + 1] = offsets[i] + ids.shape[0]
+        flat_ids = np.concatenate(ids_parts) if ids_parts else np.zeros(0, np.int32)
+        flat_w = np.concatenate(w_parts) if w_parts else np.zeros(0, np.float32)
+        k = np.minimum(k, self.n)  # no type can have more than n nodes
+        k_max = int(k.max())
+        out_ids = np.empty((q, N_TYPES, k_max), np.int32)
+        out_scores = np.empty((q, N_TYPES, k_max), np.float32)
+        out_err = np.empty(q, np.float64)
+        out_support = np.empty(q, np.int64)
+        self._kernel.run(flat_ids, flat_w, offsets, k, a, t, restart, eps, threads,
+                         out_ids, out_scores, out_err, out_support)
+        if q == 1:
+            return [PPRResult(out_ids[0], out_scores[0], float(out_err[0]), int(out_support[0]))]
+        return [PPRResult(out_ids[i].copy(), out_scores[i].copy(), float(out_err[i]), int(out_support[i]))
+                for i in range(q)]
+
+
+def _operator(csr, node_types) -> PPROperator:
+    if isinstance(csr, PPROperator):
+        if node_types is not None and not np.array_equal(np.asarray(node_types), csr.node_types):
+            raise ValueError("node_types differs from the PPROperator's node types; pass node_types=None")
+        return csr
+    return PPROperator(csr, node_types)
+
+
+def shallow_ppr(csr: CSR | PPROperator, seeds, seed_weights=None, *, node_types=None, k_per_type,
+                alpha: float = 0.5, iterations: int = 2, rule: str = "restart", epsilon: float = 0.0,
+                n_threads: int | None = None) -> PPRResult:
+    """Top-k nodes per type by shallow personalized PageRank from weighted seeds.
+
+    Parameters
+    ----------
+    csr : CSR or PPROperator
+        The graph; a CSR is validated and precomputed on every call (use a
+        PPROperator for repeated queries).
+    seeds : array-like of int, shape (m,)
+        Seed node ids (duplicates are summed).
+    seed_weights : array-like of float, shape (m,), default=None
+        Non-negative seed weights, normalised to sum 1 (None: uniform).
+    node_types : array-like of shape (n,), default=None
+        Type codes; required with a CSR.
+    k_per_type : int or sequence of 7 ints
+        How many nodes to return per type code.
+    alpha : float, default=0.5
+        Damping: the share of mass propagated along edges per step.
+    iterations : int, default=2
+        Number of steps t (0 returns the seeds).
+    rule : {"restart", "lazy"}, default="restart"
+    epsilon : float, default=0.0
+        Push threshold of the bounded-error mode (0: exact).
+    n_threads : int, default=None
+        Accepted for symmetry with :func:`shallow_ppr_batch`; a single query runs on one thread.
+    """
+    _threads(n_threads)
+    return _operator(csr, node_types).query(seeds, seed_weights, k_per_type=k_per_type, alpha=alpha,
+                                            iterations=iterations, rule=rule, epsilon=epsilon)
+
+
+def shallow_ppr_batch(csr: CSR | PPROperator, seed_lists, weight_lists=None, *, node_types=None, k_per_type,
+                      alpha: float = 0.5, iterations: int = 2, rule: str = "restart", epsilon: float = 0.0,
+                      n_threads: int | None = None) -> list[PPRResult]:
+    """Run :func:`shallow_ppr` for many seed lists in one native multi-threaded call.
+
+    ``n_threads`` defaults to ``os.cpu_count()``; the results equal one
+    :func:`shallow_ppr` call per seed list.
+    """
+    return _operator(csr, node_types).query_batch(seed_lists, weight_lists, k_per_type=k_per_type, alpha=alpha,
+                                                  iterations=iterations, rule=rule, epsilon=epsilon,
+                                                  n_threads=n_threads)

@@ -1,0 +1,254 @@
+"""Native shallow PPR against a dense numpy implementation of the same rules."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from noderag.graph.csr import CSR, csr_from_coo
+from noderag.graph.ppr import PPROperator, PPRResult, shallow_ppr, shallow_ppr_batch
+
+N_TYPES = 7
+SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def dense_ppr(csr: CSR, seeds, weights, alpha: float, t: int, rule: str) -> np.ndarray:
+    """Dense reference: P row-normalised, dangling rows replaced by a self-loop."""
+    n = csr.n
+    adj = csr.to_scipy().toarray().astype(np.float64)
+    strength = adj.sum(axis=1)
+    trans = np.zeros((n, n))
+    live = strength > 0
+    trans[live] = adj[live] / strength[live, None]
+    dead = np.flatnonzero(~live)
+    trans[dead, dead] = 1.0
+    s = np.zeros(n)
+    np.add.at(s, np.asarray(seeds), np.asarray(weights, np.float64))
+    s /= s.sum()
+    p = s.copy()
+    for _ in range(t):
+        p = alpha * trans.T @ p + (1.0 - alpha) * (s if rule == "restart" else p)
+    return p
+
+
+@st.composite
+def graphs(draw, max_n: int = 24):
+    n = draw(st.integers(1, max_n))
+    m = draw(st.integers(0, 3 * n))
+    src = draw(st.lists(st.integers(0, n - 1), min_size=m, max_size=m))
+    dst = draw(st.lists(st.integers(0, n - 1), min_size=m, max_size=m))
+    # Small integer weights make exact ties likely; zeros make zero-strength rows.
+    w = draw(st.lists(st.sampled_from([0.0, 0.5, 1.0, 1.0, 2.0, 3.0]), min_size=m, max_size=m))
+    symmetric = draw(st.booleans())
+    csr = csr_from_coo(n, np.array(src, np.int64), np.array(dst, np.int64), np.array(w), symmetric=symmetric)
+    types = np.array(draw(st.lists(st.integers(0, N_TYPES - 1), min_size=n, max_size=n)), np.uint8)
+    return csr, types
+
+
+@st.composite
+def queries(draw, n: int):
+    size = draw(st.integers(1, 6))
+    seeds = draw(st.lists(st.integers(0, n - 1), min_size=size, max_size=size))  # duplicates allowed
+    weights = draw(st.lists(st.sampled_from([0.0, 0.25, 1.0, 2.0, 7.5]), min_size=size, max_size=size))
+    if sum(weights) == 0:
+        weights[0] = 1.0
+    return np.array(seeds, np.int32), np.array(weights, np.float32)
+
+
+def check_topk(res: PPRResult, p: np.ndarray, types: np.ndarray, k_vec: np.ndarray) -> None:
+    """The returned rows are a valid top-k per type of ``p`` (tie-aware) with matching scores."""
+    tol = 1e-6
+    for t in range(N_TYPES):
+        ids, scores = res.top(t)
+        assert np.all(res.ids[t][len(ids):] == -1)
+        assert np.all(res.scores[t][len(ids):] == 0)
+        cand = np.flatnonzero((types == t) & (p > 0))
+        assert len(ids) == min(k_vec[t], len(cand))
+        assert len(set(ids.tolist())) == len(ids)
+        assert np.all(types[ids] == t)
+        np.testing.assert_allclose(scores, p[ids], rtol=1e-5, atol=1e-7)
+        assert np.all(np.diff(scores) <= 0)
+        best = np.sort(p[cand])[::-1][: len(ids)]
+        np.testing.assert_allclose(scores, best, rtol=1e-5, atol=1e-7)
+        if len(ids):
+            rest = np.setdiff1d(cand, ids)
+            assert np.all(p[rest] <= p[ids].min() + tol)
+
+
+@SETTINGS
+@given(data=st.data(), rule=st.sampled_from(["restart", "lazy"]), t=st.integers(0, 4),
+       alpha=st.sampled_from([0.0, 0.15, 0.5, 0.85, 1.0]))
+def test_matches_dense_reference(data, rule, t, alpha):
+    csr, types = data.draw(graphs())
+    seeds, weights = data.draw(queries(csr.n))
+    k = data.draw(st.one_of(st.integers(0, 5), st.lists(st.integers(0, 6), min_size=7, max_size=7)))
+    res = shallow_ppr(csr, seeds, weights, node_types=types, k_per_type=k, alpha=alpha, iterations=t, rule=rule)
+    k_vec = np.minimum(np.broadcast_to(np.asarray(k), (N_TYPES,)), csr.n)
+    assert res.ids.shape == res.scores.shape == (N_TYPES, int(k_vec.max()))
+    assert res.ids.dtype == np.int32 and res.scores.dtype == np.float32
+    assert res.error_bound == 0.0
+    p = dense_ppr(csr, seeds, weights, alpha, t, rule)
+    check_topk(res, p, types, k_vec)
+    # With k = n every node of positive score comes back: the support holds all the mass.
+    full = shallow_ppr(csr, seeds, weights, node_types=types, k_per_type=csr.n, alpha=alpha, iterations=t, rule=rule)
+    assert full.scores.sum(dtype=np.float64) == pytest.approx(1.0, abs=1e-5)
+    assert full.support_size >= int((p > 0).sum())
+
+
+def test_hand_computed_path():
+    csr = csr_from_coo(5, [0, 1, 2], [1, 2, 3])
+    res = shallow_ppr(csr, [0], node_types=[0, 1, 2, 0, 0], k_per_type=3, alpha=0.5, iterations=2)
+    assert res.ids[0].tolist() == [0, -1, -1]
+    assert res.ids[1].tolist() == [1, -1, -1]
+    assert res.ids[2].tolist() == [2, -1, -1]
+    np.testing.assert_allclose(res.scores[:3, 0], [0.625, 0.25, 0.125])
+    lazy = shallow_ppr(csr, [0], node_types=[0, 1, 2, 0, 0], k_per_type=3, alpha=0.5, iterations=2, rule="lazy")
+    # p1 = .5 e0 + .5 e1; p2 = .5 P^T p1 + .5 p1 = (.25 + .125) e0 + (.25 + .25) e1 + .125 e2
+    np.testing.assert_allclose(lazy.scores[:3, 0], [0.375, 0.5, 0.125])
+
+
+def test_dangling_seed_keeps_mass():
+    csr = csr_from_coo(4, [1], [2])  # 0 and 3 isolated
+    for rule in ("restart", "lazy"):
+        res = shallow_ppr(csr, [0, 1], [3.0, 1.0], node_types=np.zeros(4, np.uint8), k_per_type=4, iterations=3,
+                          rule=rule)
+        ids, scores = res.top(0)
+        got = dict(zip(ids.tolist(), scores.tolist()))
+        assert got[0] == pytest.approx(0.75)
+        assert 3 not in got
+        assert sum(got.values()) == pytest.approx(1.0)
+
+
+def test_ties_break_to_smaller_id():
+    n = 12
+    csr = csr_from_coo(n, np.zeros(n - 1, np.int64), np.arange(1, n))  # star, all leaves equal
+    types = np.ones(n, np.uint8)
+    types[0] = 0
+    perm_seed = shallow_ppr(csr, [0], node_types=types, k_per_type=[1, 4, 0, 0, 0, 0, 0], iterations=1)
+    assert perm_seed.ids[1].tolist() == [1, 2, 3, 4]
+    assert np.all(perm_seed.scores[1] == perm_seed.scores[1][0])
+    assert perm_seed.ids[0].tolist() == [0, -1, -1, -1]
+    assert np.all(perm_seed.ids[2:] == -1)
+
+
+def test_zero_weight_seed_is_not_returned():
+    csr = csr_from_coo(6, [0, 2, 4], [1, 3, 5])
+    res = shallow_ppr(csr, [0, 2], [1.0, 0.0], node_types=np.zeros(6, np.uint8), k_per_type=6, iterations=2)
+    ids, scores = res.top(0)
+    assert set(ids.tolist()) == {0, 1}
+    assert np.all(scores > 0)
+
+
+def test_restart_converges_to_networkx_pagerank():
+    nx = pytest.importorskip("networkx")
+    rng = np.random.default_rng(7)
+    g = nx.connected_watts_strogatz_graph(60, 4, 0.3, seed=7)
+    for u, v in g.edges:
+        g[u][v]["weight"] = float(rng.integers(1, 5))
+    src, dst = np.array(g.edges).T
+    w = np.array([g[u][v]["weight"] for u, v in g.edges])
+    csr = csr_from_coo(60, src, dst, w)
+    seeds = np.array([3, 17, 42], np.int32)
+    sw = np.array([1.0, 2.0, 1.0], np.float32)
+    pers = {i: 0.0 for i in range(60)}
+    pers.update({3: 0.25, 17: 0.5, 42: 0.25})
+    ref = nx.pagerank(g, alpha=0.85, personalization=pers, weight="weight", tol=1e-13, max_iter=10_000)
+    res = shallow_ppr(csr, seeds, sw, node_types=np.zeros(60, np.uint8), k_per_type=60, alpha=0.85,
+                      iterations=300, rule="restart")
+    ids, scores = res.top(0)
+    assert len(ids) == 60
+    np.testing.assert_allclose(scores, [ref[int(i)] for i in ids], rtol=1e-4, atol=1e-7)
+    expected_order = sorted(ref, key=lambda i: (-ref[i], i))[:10]
+    assert ids[:10].tolist() == expected_order
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data(), rule=st.sampled_from(["restart", "lazy"]), t=st.integers(0, 4),
+       threads=st.integers(1, 3), eps=st.sampled_from([0.0, 0.01]))
+def test_batch_equals_singles(data, rule, t, threads, eps):
+    csr, types = data.draw(graphs())
+    qs = data.draw(st.lists(queries(csr.n), min_size=0, max_size=9))
+    op = PPROperator(csr, types)
+    k = [3, 1, 0, 2, 5, 1, 2]
+    batch = shallow_ppr_batch(op, [s for s, _ in qs], [w for _, w in qs], k_per_type=k, iterations=t, rule=rule,
+                              epsilon=eps, n_threads=threads)
+    assert len(batch) == len(qs)
+    for (s, w), b in zip(qs, batch):
+        one = op.query(s, w, k_per_type=k, iterations=t, rule=rule, epsilon=eps)
+        np.testing.assert_array_equal(one.ids, b.ids)
+        np.testing.assert_array_equal(one.scores, b.scores)
+        assert one.error_bound == b.error_bound and one.support_size == b.support_size
+    if len(batch) >= 2:
+        assert not np.shares_memory(batch[0].ids, batch[1].ids)
+
+
+def test_batch_larger_graph_many_threads():
+    rng = np.random.default_rng(3)
+    n = 3000
+    src = rng.integers(0, n, 20_000)
+    dst = (src + rng.zipf(1.6, src.size)) % n
+    csr = csr_from_coo(n, src, dst, rng.random(src.size).astype(np.float32) + 0.1)
+    types = rng.integers(0, 7, n).astype(np.uint8)
+    op = PPROperator(csr, types)
+    seed_lists = [rng.integers(0, n, 20) for _ in range(64)]
+    batch = op.query_batch(seed_lists, k_per_type=10, n_threads=2)
+    for s, b in zip(seed_lists, batch):
+        one = op.query(s, k_per_type=10)
+        np.testing.assert_array_equal(one.ids, b.ids)
+        np.testing.assert_array_equal(one.scores, b.scores)
+
+
+@SETTINGS
+@given(data=st.data(), rule=st.sampled_from(["restart", "lazy"]), t=st.integers(1, 4),
+       eps=st.floats(1e-4, 0.3), alpha=st.sampled_from([0.3, 0.5, 0.85]))
+def test_epsilon_mode_error_bound(data, rule, t, eps, alpha):
+    csr, types = data.draw(graphs())
+    seeds, weights = data.draw(queries(csr.n))
+    p = dense_ppr(csr, seeds, weights, alpha, t, rule)
+    res = shallow_ppr(csr, seeds, weights, node_types=types, k_per_type=csr.n, alpha=alpha, iterations=t, rule=rule,
+                      epsilon=eps)
+    approx = np.zeros(csr.n)
+    for ty in range(N_TYPES):
+        ids, scores = res.top(ty)
+        approx[ids] = scores
+    # Lower bounds of the exact scores, within the reported L1 bound (float32 output slack).
+    assert np.all(approx <= p + 1e-6)
+    assert np.abs(p - approx).sum() <= res.error_bound + 1e-5
+    assert res.error_bound <= alpha * t + 1e-12
+
+
+def test_epsilon_mode_skips_hub_and_reports_bound():
+    # Two seeds, each linked to a big hub; the hub gets little mass, so it is not expanded.
+    n = 2003
+    hub = 2002
+    src = np.concatenate([[0, 1, 0], np.full(2000, hub)])
+    dst = np.concatenate([[1, hub, 2], np.arange(2, 2002)])
+    csr = csr_from_coo(n, src, dst)
+    types = np.zeros(n, np.uint8)
+    exact = shallow_ppr(csr, [0, 1], node_types=types, k_per_type=n, iterations=2)
+    approx = shallow_ppr(csr, [0, 1], node_types=types, k_per_type=n, iterations=2, epsilon=1e-3)
+    assert exact.error_bound == 0.0
+    assert approx.error_bound == pytest.approx(0.5 * 0.125)  # alpha * the hub's mass after step 1
+    assert approx.support_size < 10 < exact.support_size
+    l1 = exact.scores.sum(dtype=np.float64) - approx.scores.sum(dtype=np.float64)
+    assert 0 < l1 <= approx.error_bound + 1e-6
+    np.testing.assert_array_equal(approx.ids[0][:3], exact.ids[0][:3])
+
+
+def test_operator_reuse_and_functional_equal():
+    rng = np.random.default_rng(0)
+    n = 200
+    csr = csr_from_coo(n, rng.integers(0, n, 800), rng.integers(0, n, 800))
+    types = rng.integers(0, 7, n)
+    op = PPROperator(csr, types)
+    assert op.n == n and op.node_types.dtype == np.uint8
+    for seed in range(5):
+        s = rng.integers(0, n, 4)
+        a = op.query(s, k_per_type=[1, 2, 3, 4, 5, 6, 7])
+        b = shallow_ppr(csr, s, node_types=types, k_per_type=[1, 2, 3, 4, 5, 6, 7])
+        c = shallow_ppr(op, s, k_per_type=[1, 2, 3, 4, 5, 6, 7])
+        np.testing.assert_array_equal(a.ids, b.ids)
+        np.testing.assert_array_equal(a.ids, c.ids)
+        np.testing.assert_array_equal(a.scores, b.scores)
