@@ -54,6 +54,8 @@ class RetrievalResult:
         path), best first.
     passage_scores : list of float
         Aligned with ``passages``.
+    passage_node_ids : list of int
+        The best-scoring T (chunk) node of each passage, aligned with ``passages``.
     documents : list of str
         Source documents of the selected T/S nodes, in first-seen order.
     context : str
@@ -70,6 +72,7 @@ class RetrievalResult:
     nodes: list[RetrievedNode]
     passages: list[str]
     passage_scores: list[float]
+    passage_node_ids: list[int]
     documents: list[str]
     context: str
     context_tokens: int
@@ -84,6 +87,7 @@ class RetrievalResult:
             "nodes": [n.to_dict() for n in self.nodes],
             "passages": list(self.passages),
             "passage_scores": [round(float(s), 6) for s in self.passage_scores],
+            "passage_node_ids": list(self.passage_node_ids),
             "documents": list(self.documents),
             "context": self.context,
             "context_tokens": self.context_tokens,

@@ -93,7 +93,7 @@ class Searcher:
         self.llm = llm
         self._embedder = embedder
         self._count_tokens = count_tokens
-        self._extract = entity_extractor or extract_query_entities
+        self._extract = entity_extractor or default_entity_extractor()
         graph = store.graph
         self.types = np.ascontiguousarray(np.asarray(graph.types), dtype=np.uint8)
         self.n = int(self.types.shape[0])
@@ -107,8 +107,12 @@ class Searcher:
         self._doc = np.asarray(_column(nodes, "doc_id").to_numpy(zero_copy_only=False), dtype=np.int64)
         self._labels = self._passage_labels(nodes)
         self._doc_labels = self._document_labels()
+        if "active" in nodes.column_names:
+            self._active = np.asarray(nodes.column("active").to_numpy(zero_copy_only=False), dtype=bool)
+        else:
+            self._active = np.ones(self.n, dtype=bool)
         names = _column(nodes, "name").to_pylist()
-        named = np.flatnonzero((self.types == _N) | (self.types == _O))
+        named = np.flatnonzero(((self.types == _N) | (self.types == _O)) & self._active)
         self.matcher = EntityMatcher(named, [names[i] for i in named.tolist()])
         self._names = names
 
@@ -246,6 +250,8 @@ class Searcher:
             row, sim = ids[qi], sims[qi]
             ok = (row >= 0) & (row < self.n)
             row, sim = row[ok], sim[ok]
+            ok = self._active[row]
+            row, sim = row[ok], sim[ok]
             _, first = np.unique(row, return_index=True)
             first.sort()
             row, sim = row[first], sim[first]
@@ -308,7 +314,7 @@ class Searcher:
     def _neighbours_of_type(self, node: int, node_type: int) -> np.ndarray:
         s = self._structural
         nb = np.asarray(s.indices[s.indptr[node]:s.indptr[node + 1]])
-        return nb[self.types[nb] == node_type] if nb.size else nb
+        return nb[(self.types[nb] == node_type) & self._active[nb]] if nb.size else nb
 
     def _select(self, prep: _Prepared, ppr: tuple[np.ndarray, np.ndarray] | None) -> list[tuple[int, float, str]]:
         """Typed selection: (node id, score, origin) in priority order, no duplicates."""
@@ -320,6 +326,8 @@ class Searcher:
             flat_i, flat_s = ids.ravel(), scores.ravel()
             ok = flat_i >= 0
             flat_i, flat_s = flat_i[ok].astype(np.int64), flat_s[ok].astype(np.float64)
+            live = self._active[flat_i]
+            flat_i, flat_s = flat_i[live], flat_s[live]
             order = np.lexsort((flat_i, -flat_s))
             cand_i, cand_s = flat_i[order].tolist(), flat_s[order].tolist()
             score = dict(zip(cand_i, cand_s))
@@ -375,7 +383,8 @@ class Searcher:
             add(nid, "ppr")
         return picked
 
-    def _rank_passages(self, prep: _Prepared, ppr: tuple[np.ndarray, np.ndarray] | None) -> tuple[list[str], list[float]]:
+    def _rank_passages(self, prep: _Prepared, ppr: tuple[np.ndarray, np.ndarray] | None
+                       ) -> tuple[list[str], list[float], list[int]]:
         """Source passages best first: entry similarity + normalised T and S (summed per chunk) PPR mass."""
         cfg = self.config
         total: dict[int, float] = {}
@@ -403,6 +412,7 @@ class Searcher:
         order = sorted(total.items(), key=lambda kv: (-kv[1], kv[0]))
         labels: list[str] = []
         scores_out: list[float] = []
+        chunks_out: list[int] = []
         seen: set[str] = set()
         for c, s in order:
             lab = self._labels[c] if 0 <= c < self.n else None
@@ -411,7 +421,8 @@ class Searcher:
             seen.add(lab)
             labels.append(lab)
             scores_out.append(s)
-        return labels, scores_out
+            chunks_out.append(c)
+        return labels, scores_out, chunks_out
 
     def _finish(self, prep: _Prepared, ppr: tuple[np.ndarray, np.ndarray] | None) -> RetrievalResult:
         picked = self._select(prep, ppr)
@@ -423,7 +434,7 @@ class Searcher:
             if text is None:
                 text = self._names[nid] or ""
             nodes.append(RetrievedNode(nid, t, float(sc), text, origin))
-        passages, pscores = self._rank_passages(prep, ppr)
+        passages, pscores, pnodes = self._rank_passages(prep, ppr)
         docs: list[str] = []
         seen_docs: set[int] = set()
         for n in nodes:
@@ -435,11 +446,28 @@ class Searcher:
         priority = sorted(range(len(nodes)), key=lambda i: (_PRIORITY[nodes[i].origin], i))
         context, n_tok, ctx_ids = assemble_context([nodes[i] for i in priority], self.config.context_tokens,
                                                    self._count_tokens)
-        return RetrievalResult(prep.query, nodes, passages, pscores, docs, context, n_tok, ctx_ids,
+        return RetrievalResult(prep.query, nodes, passages, pscores, pnodes, docs, context, n_tok, ctx_ids,
                                list(prep.entities), prep.name_ids.tolist())
 
 
 _PRIORITY = {"entry": 0, "ppr": 1, "name": 1, "attribute": 2, "high_level": 3}
+
+
+def default_entity_extractor() -> Callable[[str], list[str]]:
+    """The build's rule-based mention extractor (same rules as the index's entity names)."""
+    try:
+        from ..index.decompose.nlp import extract_mentions
+    except ImportError:  # pragma: no cover - the index package ships with noderag
+        return extract_query_entities
+
+    def extract(query: str) -> list[str]:
+        out: list[str] = []
+        for m in extract_mentions(query, dates=True, numbers=False):
+            if m.text not in out:
+                out.append(m.text)
+        return out
+
+    return extract
 
 
 def _check_query(query: Any, name: str) -> str:
