@@ -1,0 +1,67 @@
+"""Search methods attached to ``noderag.Index`` (``index.retrieve(q)`` and friends).
+
+One :class:`~noderag.search.Searcher` is prepared per (index, search config, LLM)
+and cached on the index object, so repeated calls pay the O(n) setup once.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from .config import SearchConfig
+from .result import AnswerResult, RetrievalResult
+from .searcher import Searcher
+
+__all__ = ["searcher", "retrieve", "retrieve_many", "answer"]
+
+
+def _default_config(index: Any) -> SearchConfig:
+    cfg = getattr(index.config, "search", None)
+    return cfg if isinstance(cfg, SearchConfig) else SearchConfig()
+
+
+def _resolve_llm(index: Any, llm: Any) -> Any:
+    """An LLM backend from an object, a spec string, or the index config's ``llm.spec`` (else None)."""
+    if llm is not None and not isinstance(llm, str):
+        return llm
+    spec = llm if isinstance(llm, str) else getattr(getattr(index.config, "llm", None), "spec", None)
+    if not spec:
+        return None
+    cache = index.__dict__.setdefault("_search_llms", {})
+    if spec not in cache:
+        from ..llm import make_llm
+
+        cache[spec] = make_llm(spec, cache_path=index.path / "llm_cache.sqlite")
+    return cache[spec]
+
+
+def searcher(self: Any, config: SearchConfig | None = None, *, llm: Any = None) -> Searcher:
+    """The (cached) Searcher of this index for ``config`` (default: the index's search config).
+
+    ``llm`` is a backend, a spec string, or None for the index config's ``llm.spec``.
+    """
+    config = (config if config is not None else _default_config(self)).validate()
+    backend = _resolve_llm(self, llm)
+    cache = self.__dict__.setdefault("_searchers", {})
+    key = (repr(config.to_dict()), id(backend))
+    if key not in cache:
+        cache[key] = Searcher(self, config, llm=backend)
+    return cache[key]
+
+
+def retrieve(self: Any, query: str, *, config: SearchConfig | None = None) -> RetrievalResult:
+    """Retrieve nodes, ranked source passages and a budgeted context for one question."""
+    return searcher(self, config).retrieve(query)
+
+
+def retrieve_many(self: Any, queries: Sequence[str], *, config: SearchConfig | None = None) -> list[RetrievalResult]:
+    """Retrieve for many questions: one embedding batch and one multi-threaded PPR call."""
+    return searcher(self, config).retrieve_many(queries)
+
+
+def answer(self: Any, query: str, *, llm: Any = None, config: SearchConfig | None = None) -> AnswerResult:
+    """Answer with one LLM call over the retrieved context, citing node ids.
+
+    Raises ``LLMNotConfiguredError`` (only retrieval is available) without an LLM.
+    """
+    return searcher(self, config, llm=llm).answer(query)
