@@ -45,33 +45,33 @@ def _arr(items: dict[str, Any], max_items: int) -> dict[str, Any]:
     return {"type": "array", "maxItems": max_items, "items": items}
 
 
-def _obj(title: str | None = None, **props: dict[str, Any]) -> dict[str, Any]:
+def _obj(props: dict[str, dict[str, Any]], name: str | None = None) -> dict[str, Any]:
     o: dict[str, Any] = {"type": "object", "properties": props, "required": list(props), "additionalProperties": False}
-    if title:
-        o = {"title": title, **o}
+    if name:
+        o = {"title": name, **o}
     return o
 
 
 def decompose_schema(max_units: int = 16, max_entities: int = 16, max_relations: int = 16) -> dict[str, Any]:
     """Schema of a decomposition: ``{"units": [{"text", "entities", "relations": [{source, relation, target}]}]}``."""
-    relation = _obj(source=_s(100), relation=_s(120), target=_s(100))
-    unit = _obj(text=_s(800), entities=_arr(_s(100), max_entities), relations=_arr(relation, max_relations))
-    return _obj("decomposition", units=_arr(unit, max_units))
+    relation = _obj({"source": _s(100), "relation": _s(120), "target": _s(100)})
+    unit = _obj({"text": _s(800), "entities": _arr(_s(100), max_entities), "relations": _arr(relation, max_relations)})
+    return _obj({"units": _arr(unit, max_units)}, "decomposition")
 
 
 def community_schema(max_elements: int = 6) -> dict[str, Any]:
     """Schema of community high-level elements: ``{"elements": [{"title", "description"}]}``."""
-    return _obj("community", elements=_arr(_obj(title=_s(120), description=_s(600)), max_elements))
+    return _obj({"elements": _arr(_obj({"title": _s(120), "description": _s(600)}), max_elements)}, "community")
 
 
 def query_entities_schema(max_entities: int = 12) -> dict[str, Any]:
     """Schema of query entities: ``{"entities": [str]}``."""
-    return _obj("query_entities", entities=_arr(_s(100), max_entities))
+    return _obj({"entities": _arr(_s(100), max_entities)}, "query_entities")
 
 
 def answer_schema(max_citations: int = 12) -> dict[str, Any]:
     """Schema of an answer with citations: ``{"answer": str, "citations": [context id]}``."""
-    return _obj("answer", answer=_s(4000), citations=_arr(_s(40), max_citations))
+    return _obj({"answer": _s(4000), "citations": _arr(_s(40), max_citations)}, "answer")
 
 
 DECOMPOSE_SCHEMA = decompose_schema()
