@@ -1,3 +1,24 @@
-"""noderag: NodeRAG heterograph retrieval on a compiled core."""
+"""noderag: NodeRAG heterograph retrieval on a compiled core.
+
+``noderag.build(inputs, index_dir)`` builds an index; ``noderag.Index.open(dir)``
+opens one. Both are imported lazily, so ``import noderag`` stays cheap.
+"""
+
+from __future__ import annotations
+
+from typing import Any
 
 __version__ = "0.1.0"
+__all__ = ["build", "Index", "NodeRAGConfig", "load_config", "__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("build", "Index"):
+        from . import api
+
+        return getattr(api, name)
+    if name in ("NodeRAGConfig", "load_config"):
+        from . import config
+
+        return getattr(config, name)
+    raise AttributeError(f"module 'noderag' has no attribute {name!r}")

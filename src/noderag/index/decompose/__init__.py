@@ -1,18 +1,6 @@
 """Decomposers: chunk -> semantic units with entities and relationships."""
 
 from .base import ChunkDecomposition, ChunkInput, DecomposeFailure, Decomposer, Unit
+from .factory import make_decomposer
 
 __all__ = ["ChunkDecomposition", "ChunkInput", "DecomposeFailure", "Decomposer", "Unit", "make_decomposer"]
-
-
-def make_decomposer(config, llm=None, seed: int = 0) -> Decomposer:
-    """The decomposer named by ``config.method`` (``llm`` needs a backend)."""
-    if config.method == "nlp":
-        from .nlp import NLPDecomposer
-
-        return NLPDecomposer(config)
-    if llm is None:
-        raise ValueError("decompose.method = 'llm' needs an LLM backend (--llm SPEC)")
-    from .llm import LLMDecomposer
-
-    return LLMDecomposer(llm, config, seed)

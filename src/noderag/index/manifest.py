@@ -1,0 +1,107 @@
+"""Manifest of an index directory and the stage bookkeeping of a running build."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from noderag.graph.storage import FORMAT_VERSION, atomic_write_json, read_json
+
+__all__ = ["MANIFEST", "StageLog", "read_manifest", "finish_pending_commit", "dir_sizes", "FINAL_MARKER"]
+
+MANIFEST = "manifest.json"
+FINAL_MARKER = ".complete"
+
+
+def read_manifest(root: Path) -> dict[str, Any] | None:
+    """The manifest of ``root`` or None when there is none."""
+    path = Path(root) / MANIFEST
+    if not path.is_file():
+        return None
+    data = read_json(path)
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a JSON object")
+    return data
+
+
+class StageLog:
+    """Stage states and wall times of one build run, persisted in ``stages/state.json``."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        data = read_json(self.path) if self.path.is_file() else {}
+        self.stages: dict[str, dict[str, Any]] = dict(data.get("stages", {})) if isinstance(data, dict) else {}
+        self._t0: dict[str, float] = {}
+
+    def done(self, name: str) -> bool:
+        return self.stages.get(name, {}).get("state") == "done"
+
+    def start(self, name: str) -> None:
+        self._t0[name] = time.perf_counter()
+        prev = self.stages.get(name, {})
+        self.stages[name] = {"state": "running", "time_s": float(prev.get("time_s", 0.0))}
+
+    def finish(self, name: str, **info: Any) -> None:
+        elapsed = time.perf_counter() - self._t0.pop(name, time.perf_counter())
+        prev = self.stages.get(name, {})
+        self.stages[name] = {"state": "done", "time_s": round(float(prev.get("time_s", 0.0)) + elapsed, 4), **info}
+        self.save()
+
+    def save(self) -> None:
+        atomic_write_json(self.path, {"format_version": FORMAT_VERSION, "stages": self.stages})
+
+
+def finish_pending_commit(root: Path) -> bool:
+    """Complete an interrupted final commit (move ``stages/final/*`` into ``root``, manifest last).
+
+    Returns True when a pending commit was found and completed.
+    """
+    root = Path(root)
+    final = root / "stages" / "final"
+    if not (final / FINAL_MARKER).is_file():
+        return False
+    trash = root / "stages" / "replaced"
+    trash.mkdir(parents=True, exist_ok=True)
+    entries = sorted(p.name for p in final.iterdir() if p.name not in (FINAL_MARKER, MANIFEST))
+    for name in entries:
+        src, dst = final / name, root / name
+        if src.is_dir():
+            if dst.exists():
+                old = trash / name
+                if old.exists():
+                    shutil.rmtree(old)
+                os.replace(dst, old)
+            os.replace(src, dst)
+        else:
+            os.replace(src, dst)
+    if (final / MANIFEST).is_file():
+        os.replace(final / MANIFEST, root / MANIFEST)
+    _fsync_dir(root)
+    shutil.rmtree(root / "stages", ignore_errors=True)
+    return True
+
+
+def _fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def dir_sizes(root: Path) -> dict[str, int]:
+    """Bytes per file (relative POSIX paths, sorted) under ``root``."""
+    root = Path(root)
+    out: dict[str, int] = {}
+    for p in sorted(root.rglob("*")):
+        if p.is_file() and p.name != FINAL_MARKER:
+            out[p.relative_to(root).as_posix()] = p.stat().st_size
+    return out

@@ -1,0 +1,586 @@
+"""Stage orchestration of a build or incremental insert, resumable after a kill at any point.
+
+Stages (DESIGN §3): ingest -> chunk -> decompose -> assemble (+ name linking) ->
+embed T/S -> attributes (A) -> communities (H/O) -> semantic kNN -> finalize.
+
+Persistence: everything of an unfinished run lives in ``INDEX/stages/`` (the
+chunk table, the decomposition journal appended per batch with fsync, embedding
+batches); graph stages are recomputed from those on a rerun (they are cheap and
+deterministic). The finished index is written to ``stages/final/`` and moved into
+place with the manifest last; an interrupted move is completed on the next run
+or open. While an insert runs, the previous index stays complete and openable.
+
+What an insert recomputes: T/S/N/R nodes and decomposed edges are only added
+(nodes merged by key); name linking (S-N edges for known names), importance and
+A nodes, Leiden communities and H/O nodes, and the semantic kNN layer are
+recomputed over the whole graph; vectors of existing T/S nodes are reused, A and
+H texts are re-embedded. See ``noderag.index.augment`` for retired A/H/O nodes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from noderag.graph.storage import FORMAT_VERSION, atomic_save_npy, atomic_write_json, load_npy
+from noderag.graph.types import TYPE_NAMES, NodeType
+
+from .assemble import ChunkRecord, EdgeList, NodeTable, assemble_chunks, link_known_names
+from .decompose.base import ChunkDecomposition, ChunkInput, DecomposeFailure
+from .decompose.factory import make_decomposer
+from .ingest import Document, IngestError, ingest
+from .manifest import FINAL_MARKER, MANIFEST, StageLog, dir_sizes, finish_pending_commit, read_manifest
+
+__all__ = ["BuildError", "build_index", "BuildReport"]
+
+T, S, N, R, A, H, O = (int(t) for t in NodeType)
+_BUILD_SECTIONS = ("chunk", "decompose", "importance", "attributes", "communities", "embed", "semantic", "seed")
+
+
+class BuildError(RuntimeError):
+    """A build cannot proceed; the message says why and what to do."""
+
+
+@dataclass
+class BuildReport:
+    """What a build or insert did: new documents, duplicates skipped, the manifest written."""
+
+    added_documents: int
+    duplicates: int
+    manifest: dict[str, Any]
+
+
+def _checkpoint(name: str) -> None:
+    """Fault injection for the resume tests: SIGKILL this process at checkpoint ``name``.
+
+    Active only when the environment variable ``NODERAG_TEST_KILL_AT`` equals ``name``.
+    """
+    if os.environ.get("NODERAG_TEST_KILL_AT") == name:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+class _Progress:
+    """tqdm bars on stderr (or nothing)."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+
+    def bar(self, total: int, desc: str):
+        if not self.enabled:
+            return _NullBar()
+        from tqdm.auto import tqdm
+
+        return tqdm(total=total, desc=f"{desc:<12}", unit="it", file=sys.stderr, leave=True, dynamic_ncols=True)
+
+
+class _NullBar:
+    def update(self, n: int = 1) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+
+# ----------------------------------------------------------------------------- existing index state
+
+def _load_existing(root: Path):
+    """(NodeTable, docs list, base EdgeList, manifest) of the finished index in ``root``."""
+    import pyarrow.parquet as pq
+
+    manifest = read_manifest(root)
+    tab = pq.read_table(root / "nodes.parquet")
+    cols = {c: tab.column(c).to_pylist() for c in ("type", "key", "name", "text", "doc_id", "chunk_id",
+                                                   "source_id", "active")}
+    table = NodeTable(types=cols["type"], keys=cols["key"], names=cols["name"], texts=cols["text"],
+                      doc_ids=cols["doc_id"], chunk_ids=cols["chunk_id"], source_ids=cols["source_id"],
+                      active=cols["active"])
+    table.index = {k: i for i, k in enumerate(table.keys)}
+    dtab = pq.read_table(root / "documents.parquet").to_pylist()
+    base = EdgeList()
+    base.add(load_npy(root / "base" / "src.npy", mmap=False, dtype=np.int32),
+             load_npy(root / "base" / "dst.npy", mmap=False, dtype=np.int32),
+             load_npy(root / "base" / "w.npy", mmap=False, dtype=np.float32))
+    return table, dtab, base, manifest
+
+
+# ----------------------------------------------------------------------------- journal
+
+def _read_journal(path: Path) -> dict[int, ChunkDecomposition]:
+    """Records of a decomposition journal; a torn last line (killed mid-write) is cut off."""
+    out: dict[int, ChunkDecomposition] = {}
+    if not path.is_file():
+        return out
+    raw = path.read_bytes()
+    good = 0
+    pos = 0
+    while pos < len(raw):
+        nl = raw.find(b"\n", pos)
+        if nl < 0:
+            break
+        line = raw[pos:nl]
+        try:
+            rec = ChunkDecomposition.from_obj(json.loads(line.decode("utf-8")))
+        except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+            break
+        out[rec.chunk_id] = rec
+        pos = nl + 1
+        good = pos
+    if good < len(raw):
+        with open(path, "r+b") as fh:
+            fh.truncate(good)
+            fh.flush()
+            os.fsync(fh.fileno())
+    return out
+
+
+def _append_journal(path: Path, records: Sequence[ChunkDecomposition]) -> None:
+    data = "".join(r.to_json() + "\n" for r in records).encode("utf-8")
+    with open(path, "ab") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+# ----------------------------------------------------------------------------- helpers
+
+def _digest(obj: Any) -> str:
+    return hashlib.blake2b(json.dumps(obj, sort_keys=True, ensure_ascii=False).encode("utf-8"),
+                           digest_size=16).hexdigest()
+
+
+def _resolve_config(config, existing_manifest):
+    from noderag.config import ConfigError, NodeRAGConfig
+
+    if existing_manifest is None:
+        return (config or NodeRAGConfig()).validate()
+    stored = NodeRAGConfig.from_dict(existing_manifest.get("config") or {})
+    if config is not None:
+        a, b = config.to_dict(), stored.to_dict()
+        diff = [k for k in _BUILD_SECTIONS if a.get(k) != b.get(k)]
+        if diff:
+            raise ConfigError(
+                f"the index was built with a different configuration ({', '.join(diff)} differ); "
+                "an insert uses the index's own configuration — pass no config or the same one")
+        # llm/search sections may change between runs
+        stored.llm = config.llm
+        stored.search = config.search
+    return stored.validate()
+
+
+def _make_llm(llm, config, root: Path):
+    if llm is None and config.llm.spec is None:
+        return None
+    if llm is None or isinstance(llm, str):
+        from noderag.llm import make_llm
+
+        spec = llm if isinstance(llm, str) else config.llm.spec
+        return make_llm(spec, cache_path=(root / "llm_cache.sqlite") if config.llm.cache else None)
+    return llm
+
+
+def _mentions(n: int, types: np.ndarray, src: np.ndarray, dst: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Mention count per entity: the sum of its S-N edge weights."""
+    sn = (types[src] == S) & (types[dst] == N)
+    ns = (types[src] == N) & (types[dst] == S)
+    out = np.bincount(dst[sn], weights=w[sn], minlength=n) + np.bincount(src[ns], weights=w[ns], minlength=n)
+    return np.rint(out).astype(np.int32)
+
+
+def _cat(*lists: EdgeList) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    e = EdgeList()
+    for x in lists:
+        e.extend(x)
+    return e.arrays()
+
+
+# ----------------------------------------------------------------------------- the build
+
+def build_index(inputs: Sequence[str | os.PathLike], index_dir: str | os.PathLike, config=None, *,
+                llm=None, embedder=None, progress: bool = True, allow_failures: bool = False,
+                log=None) -> BuildReport:
+    """Build a new index in ``index_dir`` or add the new documents of ``inputs`` to the one there.
+
+    Parameters
+    ----------
+    inputs : paths of files (.txt, .md, .jsonl) or directories
+    index_dir : index directory (created when missing)
+    config : NodeRAGConfig, optional (an existing index keeps its own build configuration)
+    llm : LLM backend or spec string, optional; given, decomposition and augmentation use it
+    embedder : Embedder, optional (default: ``make_embedder(config.embed.spec)``)
+    progress : bool, default=True
+        Progress bars per stage on stderr.
+    allow_failures : bool, default=False
+        Finish the index even when some chunks failed to decompose (recorded in the manifest);
+        by default such failures raise :class:`DecomposeFailure` after everything else is saved.
+    log : callable(str), optional
+        Receives one-line status messages.
+    """
+    root = Path(index_dir)
+    say = log or (lambda msg: None)
+    if isinstance(inputs, (str, os.PathLike)):
+        inputs = [inputs]
+    if root.exists() and not root.is_dir():
+        raise BuildError(f"{root}: exists and is not a directory")
+    root.mkdir(parents=True, exist_ok=True)
+    if finish_pending_commit(root):
+        say("completed an interrupted commit of the previous run")
+    stages = root / "stages"
+    manifest_old = read_manifest(root)
+    existing = manifest_old is not None and manifest_old.get("state") == "complete"
+    if manifest_old is not None and existing is False and manifest_old.get("state") != "building":
+        raise BuildError(f"{root / MANIFEST}: unknown state {manifest_old.get('state')!r}")
+    if manifest_old is not None and manifest_old.get("format_version") != FORMAT_VERSION:
+        from noderag.graph.storage import check_format_version
+
+        check_format_version(manifest_old.get("format_version"), where=root / MANIFEST)
+    if config is not None and llm is not None and config.decompose.method != "llm":
+        from dataclasses import replace
+
+        config = replace(config, decompose=replace(config.decompose, method="llm"))
+    config = _resolve_config(config, manifest_old if existing else None)
+    if llm is not None and config.decompose.method != "llm":
+        from dataclasses import replace
+
+        config.decompose = replace(config.decompose, method="llm")
+    bars = _Progress(progress)
+
+    # ---- existing state
+    if existing:
+        table, docs_rows, base, _ = _load_existing(root)
+    else:
+        table, docs_rows, base = NodeTable(), [], EdgeList()
+    old_n = len(table)
+
+    # ---- ingest
+    t0 = time.perf_counter()
+    new_docs, dupes = ingest(inputs, known_hashes=[d["content_hash"] for d in docs_rows])
+    t_ingest = time.perf_counter() - t0
+    if not new_docs and not stages.exists():
+        if existing:
+            say("nothing new to add: every input document is already in the index")
+            return BuildReport(0, dupes, manifest_old)
+        raise IngestError(f"no documents found in {', '.join(str(p) for p in inputs)} "
+                          "(expected non-empty .txt, .md or .jsonl files)")
+    run_id = _digest({"config": {k: config.to_dict()[k] for k in _BUILD_SECTIONS},
+                      "docs": [d.content_hash for d in new_docs], "base_nodes": old_n})
+    stages.mkdir(exist_ok=True)
+    run_path = stages / "run.json"
+    if run_path.is_file():
+        prev = json.loads(run_path.read_text("utf-8"))
+        if prev.get("run_id") != run_id:
+            raise BuildError(
+                f"{root}: an unfinished build with different inputs or configuration is pending; "
+                f"rerun it with the same inputs to resume, or delete {stages} to discard it")
+        say("resuming the unfinished build")
+    else:
+        atomic_write_json(run_path, {"run_id": run_id, "n_docs": len(new_docs)})
+    if not existing:
+        atomic_write_json(root / MANIFEST, {"format_version": FORMAT_VERSION, "state": "building",
+                                            "config": config.to_dict()})
+    slog = StageLog(stages / "state.json")
+    if not slog.done("ingest"):
+        slog.start("ingest")
+        slog.stages["ingest"]["time_s"] = 0.0
+        slog._t0["ingest"] = time.perf_counter() - t_ingest
+        slog.finish("ingest", documents=len(new_docs), duplicates=dupes)
+    _checkpoint("ingest")
+
+    # ---- chunk
+    from .chunk import chunk_text
+
+    first_doc = len(docs_rows)
+    chunks_path = stages / "chunks.json"
+    if slog.done("chunk") and chunks_path.is_file():
+        chunk_rows = json.loads(chunks_path.read_text("utf-8"))
+    else:
+        slog.start("chunk")
+        chunk_rows = []
+        with bars.bar(len(new_docs), "chunk") as bar:
+            for i, d in enumerate(new_docs):
+                for piece in chunk_text(d.text, config.chunk.max_tokens, config.chunk.min_tokens):
+                    chunk_rows.append([len(chunk_rows), first_doc + i, piece])
+                bar.update(1)
+        atomic_write_json(chunks_path, chunk_rows)
+        slog.finish("chunk", chunks=len(chunk_rows))
+    _checkpoint("chunk")
+    doc_of = {first_doc + i: d for i, d in enumerate(new_docs)}
+
+    # ---- decompose (journal per batch)
+    backend = _make_llm(llm, config, root)
+    journal = stages / "decomposed.jsonl"
+    records = _read_journal(journal)
+    todo = [c for c in chunk_rows if c[0] not in records or records[c[0]].error is not None]
+    slog.start("decompose")
+    if todo:
+        decomposer = make_decomposer(config.decompose, backend, config.seed)
+        bs = config.decompose.batch_size
+        with bars.bar(len(chunk_rows), "decompose") as bar:
+            bar.update(len(chunk_rows) - len(todo))
+            for b in range(0, len(todo), bs):
+                batch = todo[b:b + bs]
+                inp = [ChunkInput(cid, text, doc_of[did].title) for cid, did, text in batch]
+                out = decomposer.decompose(inp)
+                _append_journal(journal, out)
+                for rec in out:
+                    records[rec.chunk_id] = rec
+                bar.update(len(batch))
+                _checkpoint("decompose-batch")
+    failures = {cid: rec.error for cid, rec in sorted(records.items()) if rec.error is not None}
+    slog.finish("decompose", chunks=len(chunk_rows), failures=len(failures))
+    if failures and not allow_failures:
+        raise DecomposeFailure(failures)
+
+    # ---- assemble + link
+    slog.start("assemble")
+    crecs, decs = [], []
+    for cid, did, text in chunk_rows:
+        d = doc_of[did]
+        crecs.append(ChunkRecord(cid, did, text, d.source, d.title))
+        decs.append(records[cid] if records[cid].error is None else ChunkDecomposition(cid, [], None))
+    new_base = assemble_chunks(table, crecs, decs)
+    base.extend(new_base)
+    # documents: chunk ids are T node ids
+    doc_chunks: dict[int, list[int]] = {}
+    for i in range(old_n, len(table)):
+        if table.types[i] == T:
+            doc_chunks.setdefault(table.doc_ids[i], []).append(i)
+    for did, d in doc_of.items():
+        docs_rows.append({"doc_id": did, "source": d.source, "title": d.title, "content_hash": d.content_hash,
+                          "chunk_ids": doc_chunks.get(did, [])})
+    bsrc, bdst, bw = base.arrays()
+    link = link_known_names(table, bsrc, bdst, bw) if config.decompose.link_known_names else EdgeList()
+    slog.finish("assemble")
+    _checkpoint("assemble")
+
+    # ---- embed T/S
+    from noderag.embed import make_embedder
+
+    emb = embedder if embedder is not None else make_embedder(config.embed.spec)
+    dim = int(emb.dim)
+    n_ts = len(table)
+    types = table.types_array()
+    vec = np.zeros((n_ts, dim), dtype=np.float32)
+    slog.start("embed")
+    if existing:
+        from .enrich import load_vectors
+
+        old_ids = np.flatnonzero(np.isin(types[:old_n], (T, S)))
+        vec[old_ids] = load_vectors(root / "vectors.usearch", old_ids, dim)
+    new_ids = np.flatnonzero(np.isin(types, (T, S)) & (np.arange(n_ts) >= old_n))
+    from .enrich import embed_texts_resumable
+
+    with bars.bar(int(new_ids.size), "embed T/S") as bar:
+        vec[new_ids] = embed_texts_resumable(emb, [table.texts[i] for i in new_ids.tolist()], stages / "emb_ts",
+                                             batch_size=config.embed.batch_size, progress=bar)
+    slog.finish("embed", embedded=int(new_ids.size))
+    _checkpoint("embed")
+
+    # ---- attributes
+    from noderag.graph.importance import important_entities
+
+    from .augment import add_attributes, add_communities, retire_unproduced, subgraph_csr
+
+    slog.start("attributes")
+    n0 = len(table)
+    s1, d1, w1 = _cat(base, link)
+    mentions = _mentions(n0, types, s1, d1, w1)
+    snr = subgraph_csr(n0, types, s1, d1, w1, (S, N, R))
+    important = important_entities(snr, types, mentions, config.importance)
+    a_ids, a_edges, a_fail = add_attributes(table, snr, mentions, important, config.attributes,
+                                            llm=backend, seed=config.seed)
+    types = table.types_array()
+    vec = _grow(vec, len(table))
+    a_arr = np.asarray(a_ids, dtype=np.int64)
+    with bars.bar(int(a_arr.size), "embed A") as bar:
+        vec[a_arr] = embed_texts_resumable(emb, [table.texts[i] for i in a_ids], stages / "emb_a",
+                                           batch_size=config.embed.batch_size, progress=bar)
+    slog.finish("attributes", important=int(important.size), failures=len(a_fail))
+    _checkpoint("attributes")
+
+    # ---- communities
+    slog.start("communities")
+    h_ids: list[int] = []
+    o_ids: list[int] = []
+    h_edges = EdgeList()
+    c_fail: dict[str, str] = {}
+    n_comm = 0
+    if config.communities.enabled:
+        from noderag.graph.communities import leiden
+
+        s2, d2, w2 = _cat(base, link, a_edges)
+        n1 = len(table)
+        snra = subgraph_csr(n1, types, s2, d2, w2, (S, N, R, A))
+        membership = np.asarray(leiden(snra, resolution=config.communities.resolution,
+                                       objective=config.communities.objective, seed=config.seed))
+        n_comm = int(membership.max()) + 1 if membership.size else 0
+        sn = subgraph_csr(n1, types, s1, d1, w1, (S, N))
+        counter = {"n": 0}
+
+        def vectors_of(ids: np.ndarray) -> np.ndarray:
+            return vec[np.asarray(ids, dtype=np.int64)]
+
+        def embed_h(texts: list[str]) -> np.ndarray:
+            counter["n"] += 1
+            with bars.bar(len(texts), "embed H") as bar:
+                return embed_texts_resumable(emb, texts, stages / f"emb_h{counter['n']}",
+                                             batch_size=config.embed.batch_size, progress=bar)
+
+        h_ids, o_ids, h_edges, c_fail = add_communities(table, snra, membership, sn, config.communities,
+                                                        vectors_of=vectors_of, embed_texts=embed_h,
+                                                        llm=backend, seed=config.seed)
+        types = table.types_array()
+        vec = _grow(vec, len(table))
+        if h_ids:
+            hv = embed_texts_resumable(emb, [table.texts[i] for i in h_ids], stages / "emb_h1",
+                                       batch_size=config.embed.batch_size)
+            vec[np.asarray(h_ids, dtype=np.int64)] = hv
+    retired = retire_unproduced(table, set(a_ids) | set(h_ids) | set(o_ids))
+    slog.finish("communities", communities=n_comm, high_level=len(h_ids), failures=len(c_fail))
+    _checkpoint("communities")
+
+    # ---- semantic layer
+    slog.start("semantic")
+    n = len(table)
+    types = table.types_array()
+    active = np.asarray(table.active, dtype=bool)
+    emb_ids = np.flatnonzero(np.isin(types, (T, S, A, H)) & active)
+    from .enrich import semantic_layer
+
+    if config.semantic.enabled:
+        sem = semantic_layer(n, emb_ids, vec[emb_ids], config.semantic.k)
+    else:
+        from noderag.graph.csr import CSR
+
+        sem = CSR.empty(n)
+    slog.finish("semantic", edges=int(sem.nnz // 2))
+    _checkpoint("semantic")
+
+    # ---- finalize
+    slog.start("finalize")
+    from noderag.graph.hetero import HeteroGraph
+
+    from .enrich import save_vector_index
+    from .store import write_documents, write_nodes
+
+    s3, d3, w3 = _cat(base, link, a_edges, h_edges)
+    graph = HeteroGraph.from_coo(types, table.keys_array(), s3, d3, w3)
+    graph.set_layer("semantic", sem)
+    final = stages / "final"
+    if final.exists():
+        import shutil
+
+        shutil.rmtree(final)
+    final.mkdir(parents=True)
+    mentions_all = _mentions(n, types, s3, d3, w3)
+    write_nodes(final / "nodes.parquet", table, mentions_all)
+    write_documents(final / "documents.parquet", docs_rows)
+    graph.save(final)
+    bs_, bd_, bw_ = base.arrays()
+    atomic_save_npy(final / "base" / "src.npy", bs_)
+    atomic_save_npy(final / "base" / "dst.npy", bd_)
+    atomic_save_npy(final / "base" / "w.npy", bw_)
+    save_vector_index(final / "vectors.usearch", emb_ids, vec[emb_ids], dim)
+    _checkpoint("finalize-files")
+    slog.finish("finalize")
+
+    counts = {TYPE_NAMES[NodeType(t)]: int(np.sum(types == t)) for t in range(7)}
+    edges_by_kind = _edge_kinds(types, s3, d3)
+    ledger = getattr(backend, "ledger", None)
+    tokens = ledger.to_dict() if ledger is not None else {}
+    prev_tokens = (manifest_old or {}).get("tokens_total", {}) if existing else {}
+    sizes = dir_sizes(final)
+    failures_rec = {"decompose": {str(k): v for k, v in failures.items()},
+                    "attributes": {str(k): v for k, v in a_fail.items()},
+                    "communities": c_fail}
+    manifest = {
+        "format_version": FORMAT_VERSION,
+        "state": "complete",
+        "config": config.to_dict(),
+        "embedder": {"name": getattr(emb, "name", config.embed.spec), "dim": dim},
+        "counts": {
+            "documents": len(docs_rows),
+            "chunks": counts["text"],
+            "nodes": counts,
+            "active_nodes": {TYPE_NAMES[NodeType(t)]: int(np.sum((types == t) & active)) for t in range(7)},
+            "retired_nodes": int(n - active.sum()),
+            "retired_this_run": retired,
+            "edges": {"structural": int(graph.structural.nnz // 2), "semantic": int(graph.semantic.nnz // 2),
+                      **{f"structural.{k}": v for k, v in edges_by_kind.items()}},
+            "communities": n_comm,
+            "important_entities": int(important.size),
+        },
+        "stages": slog.stages,
+        "tokens": tokens,
+        "tokens_total": _add_tokens(prev_tokens, tokens),
+        "failures": failures_rec,
+        "bytes": sizes,
+        "bytes_total": int(sum(sizes.values())),
+        "runs": list((manifest_old or {}).get("runs", [])) + [
+            {"documents_added": len(new_docs), "duplicates": dupes, "chunks": len(chunk_rows)}],
+    }
+    atomic_write_json(final / MANIFEST, manifest)
+    (final / FINAL_MARKER).write_bytes(b"")
+    _checkpoint("commit")
+    finish_pending_commit(root)
+    if backend is not None and backend is not llm and hasattr(backend, "close"):
+        backend.close()
+    return BuildReport(len(new_docs), dupes, manifest)
+
+
+def _grow(vec: np.ndarray, n: int) -> np.ndarray:
+    if vec.shape[0] >= n:
+        return vec
+    out = np.zeros((n, vec.shape[1]), dtype=vec.dtype)
+    out[: vec.shape[0]] = vec
+    return out
+
+
+def _edge_kinds(types: np.ndarray, src: np.ndarray, dst: np.ndarray) -> dict[str, int]:
+    """Distinct undirected structural edges per pair of node types ("S-N": count)."""
+    if src.size == 0:
+        return {}
+    a = np.minimum(types[src], types[dst]).astype(np.int64)
+    b = np.maximum(types[src], types[dst]).astype(np.int64)
+    lo = np.minimum(src, dst).astype(np.int64)
+    hi = np.maximum(src, dst).astype(np.int64)
+    keep = lo != hi
+    code = np.unique(lo[keep] * (1 << 31) + hi[keep])
+    lo_u = code >> 31
+    hi_u = code & ((1 << 31) - 1)
+    ta = np.minimum(types[lo_u], types[hi_u])
+    tb = np.maximum(types[lo_u], types[hi_u])
+    pair = ta.astype(np.int64) * 7 + tb
+    out = {}
+    letters = "TSNRAHO"
+    for p, c in zip(*np.unique(pair, return_counts=True)):
+        out[f"{letters[p // 7]}-{letters[p % 7]}"] = int(c)
+    del a, b
+    return out
+
+
+def _add_tokens(prev: dict, cur: dict) -> dict:
+    out: dict[str, Any] = {}
+    for src in (prev, cur):
+        for stage, st in (src or {}).items():
+            if not isinstance(st, dict):
+                continue
+            o = out.setdefault(stage, {})
+            for k, v in st.items():
+                if isinstance(v, (int, float)) and not isinstance(v, bool):
+                    o[k] = o.get(k, 0) + v
+    return out
