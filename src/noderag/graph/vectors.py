@@ -1,0 +1,411 @@
+"""Vector index over usearch HNSW, and the batched kNN that builds the semantic layer.
+
+Keys are node ids (non-negative int64, stored by usearch as uint64). Vectors are
+added as float32 and stored in ``dtype`` (``"f16"`` by default).
+
+Determinism: usearch has no seed; an index built by a single thread is
+byte-identical across runs (checked with usearch 2.26), while a multi-threaded
+``add`` links the HNSW graph in scheduling order, so the index — and hence
+approximate search results — can differ between runs. ``VectorIndex`` therefore
+adds with one thread unless ``threads`` says otherwise. Search is a read-only
+operation per query and returns the same results for any thread count.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+import numpy as np
+
+from .csr import CSR, csr_from_coo
+
+__all__ = ["VectorIndex", "knn_search", "knn_csr"]
+
+_METRICS = ("cos", "ip", "l2sq")
+_DTYPES = ("f32", "f16", "bf16", "i8", "f64")
+
+
+def _as_ids(ids, name: str = "ids") -> np.ndarray:
+    arr = np.asarray(ids)
+    if arr.ndim == 0:
+        arr = arr.reshape(1)
+    if arr.ndim != 1:
+        raise ValueError(f"{name} must be 1-D, got shape {arr.shape}")
+    if arr.size == 0:
+        return np.zeros(0, np.int64)
+    if not np.issubdtype(arr.dtype, np.integer):
+        raise ValueError(f"{name} must be integer node ids, got dtype {arr.dtype}")
+    arr = arr.astype(np.int64, copy=False)
+    if arr.min() < 0:
+        raise ValueError(f"{name} must be non-negative, found {arr.min()}")
+    return arr
+
+
+def _as_vectors(vectors, ndim: int, name: str = "vectors") -> np.ndarray:
+    arr = np.asarray(vectors)
+    if arr.ndim == 1:
+        arr = arr.reshape(1, -1)
+    if arr.ndim != 2:
+        raise ValueError(f"{name} must be 2-D of shape (n, {ndim}), got shape {arr.shape}")
+    if arr.shape[1] != ndim:
+        raise ValueError(f"{name} must have {ndim} columns (the index ndim), got {arr.shape[1]}")
+    if not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)):
+        raise ValueError(f"{name} must be a real-valued array, got dtype {arr.dtype}")
+    arr = np.ascontiguousarray(arr, dtype=np.float32)
+    if arr.size and not np.all(np.isfinite(arr)):
+        bad = int(np.flatnonzero(~np.all(np.isfinite(arr), axis=1))[0])
+        raise ValueError(f"{name} must be finite; row {bad} is not")
+    return arr
+
+
+def _check_threads(threads, name: str = "threads") -> int:
+    if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or threads < 0:
+        raise ValueError(f"{name} must be a non-negative integer (0 = all cores), got {threads!r}")
+    return int(threads)
+
+
+class VectorIndex:
+    """An HNSW vector index keyed by node id (usearch ``Index``).
+
+    Parameters
+    ----------
+    ndim : int
+        Vector dimensionality.
+    metric : {"cos", "ip", "l2sq"}, default="cos"
+        Distance: ``cos`` is ``1 - cosine similarity``; ``ip`` is ``1 - dot``; ``l2sq``
+        the squared Euclidean distance.
+    dtype : {"f16", "f32", "bf16", "i8", "f64"}, default="f16"
+        Storage type of the vectors.
+    connectivity, expansion_add, expansion_search : int or None
+        HNSW parameters; ``None`` keeps usearch's defaults (16, 128, 64).
+    threads : int, default=1
+        Threads used by :meth:`add` (0 = all cores). One thread gives a reproducible index.
+    """
+
+    def __init__(
+        self,
+        ndim: int,
+        metric: str = "cos",
+        dtype: str = "f16",
+        connectivity: int | None = None,
+        expansion_add: int | None = None,
+        expansion_search: int | None = None,
+        *,
+        threads: int = 1,
+    ):
+        from usearch.index import Index
+
+        if isinstance(ndim, bool) or not isinstance(ndim, (int, np.integer)) or ndim < 1:
+            raise ValueError(f"ndim must be a positive integer, got {ndim!r}")
+        if metric not in _METRICS:
+            raise ValueError(f"metric must be one of {_METRICS}, got {metric!r}")
+        if dtype not in _DTYPES:
+            raise ValueError(f"dtype must be one of {_DTYPES}, got {dtype!r}")
+        for name, value in (("connectivity", connectivity), ("expansion_add", expansion_add),
+                            ("expansion_search", expansion_search)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1):
+                raise ValueError(f"{name} must be a positive integer or None, got {value!r}")
+        self.threads = _check_threads(threads)
+        self._view = False
+        self._path: str | None = None
+        self._index = Index(
+            ndim=int(ndim), metric=metric, dtype=dtype, connectivity=connectivity,
+            expansion_add=expansion_add, expansion_search=expansion_search,
+        )
+
+    # -- properties -----------------------------------------------------------------
+    @property
+    def ndim(self) -> int:
+        return int(self._index.ndim)
+
+    @property
+    def metric(self) -> str:
+        return _metric_name(self._index.metric)
+
+    @property
+    def dtype(self) -> str:
+        return _dtype_name(self._index.dtype)
+
+    @property
+    def read_only(self) -> bool:
+        """True for an index opened with ``load(..., view=True)`` (memory-mapped, immutable)."""
+        return self._view
+
+    def __len__(self) -> int:
+        return int(len(self._index))
+
+    def __repr__(self) -> str:
+        return (f"VectorIndex(ndim={self.ndim}, metric={self.metric!r}, dtype={self.dtype!r}, "
+                f"size={len(self)}{', view=' + repr(self._path) if self._view else ''})")
+
+    # -- mutation ---------------------------------------------------------------------
+    def add(self, ids, vectors, *, threads: int | None = None) -> None:
+        """Add ``vectors`` (n, ndim) under the node ``ids`` (n,); ids must be new and distinct."""
+        if self._view:
+            raise ValueError(f"index viewed from {self._path!r} is read-only; load it with view=False to add")
+        ids = _as_ids(ids)
+        vectors = _as_vectors(vectors, self.ndim)
+        if vectors.shape[0] != ids.shape[0]:
+            raise ValueError(f"vectors has {vectors.shape[0]} rows but ids has {ids.shape[0]} entries")
+        if ids.size == 0:
+            return
+        uniq, counts = np.unique(ids, return_counts=True)
+        if uniq.size != ids.size:
+            raise ValueError(f"ids must be distinct; repeated: {uniq[counts > 1][:5].tolist()}")
+        if len(self):
+            present = np.asarray(self._index.contains(ids.astype(np.uint64)), dtype=bool).reshape(-1)
+            if present.any():
+                raise ValueError(f"ids already in the index: {ids[present][:5].tolist()}")
+        n_threads = self.threads if threads is None else _check_threads(threads)
+        self._index.add(ids.astype(np.uint64), vectors, threads=n_threads)
+
+    # -- queries ----------------------------------------------------------------------
+    def contains(self, ids) -> np.ndarray:
+        """Boolean array: which of ``ids`` are in the index."""
+        ids = _as_ids(ids)
+        if ids.size == 0 or len(self) == 0:
+            return np.zeros(ids.shape[0], bool)
+        return np.asarray(self._index.contains(ids.astype(np.uint64)), dtype=bool).reshape(-1)
+
+    def search(self, vectors, k: int, *, threads: int = 0) -> tuple[np.ndarray, np.ndarray]:
+        """Approximate k nearest neighbours of each query row.
+
+        Returns
+        -------
+        ids : ndarray of shape (q, k), int64
+            Neighbour node ids by increasing distance, padded with -1.
+        distances : ndarray of shape (q, k), float32
+            Distances in the index metric (``cos``: 1 - cosine similarity), padded with +inf.
+        """
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+            raise ValueError(f"k must be a positive integer, got {k!r}")
+        k = int(k)
+        queries = _as_vectors(vectors, self.ndim, name="vectors")
+        q = queries.shape[0]
+        out_ids = np.full((q, k), -1, np.int64)
+        out_dist = np.full((q, k), np.inf, np.float32)
+        if q == 0 or len(self) == 0:
+            return out_ids, out_dist
+        res = self._index.search(queries, k, threads=_check_threads(threads))
+        keys = np.asarray(res.keys).reshape(q, -1)
+        dist = np.asarray(res.distances, dtype=np.float32).reshape(q, -1)
+        if hasattr(res, "counts"):
+            counts = np.asarray(res.counts).reshape(q)
+        else:  # a single query comes back as ``Matches``, already trimmed to its count
+            counts = np.full(q, keys.shape[1])
+        width = min(k, keys.shape[1])
+        valid = np.arange(width)[None, :] < counts[:, None]
+        out_ids[:, :width] = np.where(valid, keys[:, :width].astype(np.int64), -1)
+        out_dist[:, :width] = np.where(valid, dist[:, :width], np.float32(np.inf))
+        return out_ids, out_dist
+
+    # -- persistence ------------------------------------------------------------------
+    def save(self, path) -> None:
+        """Write the index to ``path`` atomically (temporary name in the same folder, fsync, rename)."""
+        target = Path(path)
+        if target.is_dir():
+            raise ValueError(f"path {str(target)!r} is a directory; give a file name such as vectors.usearch")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
+        try:
+            self._index.save(str(tmp))
+            fd = os.open(tmp, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, target)
+        finally:
+            if tmp.exists():
+                tmp.unlink()
+        try:
+            dir_fd = os.open(target.parent, os.O_RDONLY)
+        except OSError:
+            return
+        try:
+            os.fsync(dir_fd)
+        except OSError:
+            pass
+        finally:
+            os.close(dir_fd)
+
+    @classmethod
+    def load(cls, path, view: bool = True, *, threads: int = 1) -> "VectorIndex":
+        """Open a saved index; ``view=True`` memory-maps it read-only instead of loading it."""
+        from usearch.index import Index
+
+        target = Path(path)
+        if not target.is_file():
+            raise FileNotFoundError(f"no vector index file at {str(target)!r}")
+        try:
+            index = Index.restore(str(target), view=bool(view))
+        except (ValueError, RuntimeError) as exc:
+            raise ValueError(f"{str(target)!r} is not a usearch index file: {exc}") from exc
+        if index is None:
+            raise ValueError(f"{str(target)!r} is not a usearch index file")
+        obj = cls.__new__(cls)
+        obj.threads = _check_threads(threads)
+        obj._index = index
+        obj._view = bool(view)
+        obj._path = str(target)
+        return obj
+
+
+def _metric_name(kind) -> str:
+    name = str(getattr(kind, "name", kind)).lower()
+    return {"cos": "cos", "ip": "ip", "l2sq": "l2sq"}.get(name, name)
+
+
+def _dtype_name(kind) -> str:
+    return str(getattr(kind, "name", kind)).lower()
+
+
+def _normalise_rows(vectors: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    return np.divide(vectors, norms, out=np.zeros_like(vectors), where=norms > 0)
+
+
+def _check_knn_inputs(ids, vectors, k):
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+        raise ValueError(f"k must be a positive integer, got {k!r}")
+    ids = _as_ids(ids)
+    if np.unique(ids).size != ids.size:
+        raise ValueError("ids must be distinct")
+    arr = np.asarray(vectors)
+    if arr.ndim != 2 or arr.shape[0] != ids.shape[0]:
+        raise ValueError(f"vectors must have shape ({ids.shape[0]}, d) matching ids, got {arr.shape}")
+    return ids, _as_vectors(arr, arr.shape[1])
+
+
+def knn_search(
+    ids,
+    vectors,
+    k: int = 10,
+    *,
+    exact_below: int = 4096,
+    index: VectorIndex | None = None,
+    dtype: str = "f16",
+    batch_size: int = 16384,
+    threads: int = 0,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Top-k cosine neighbours of every embedded node among the others (itself excluded).
+
+    With fewer than ``exact_below`` vectors and no ``index`` the search is exact
+    (blocked numpy products); otherwise an HNSW index (``index``, or one built here
+    with one thread) is searched in batches. Similarities are recomputed exactly in
+    float32 from ``vectors`` for every neighbour that is in ``ids``; neighbours that
+    exist only in a given ``index`` get ``1 - distance``.
+
+    Returns
+    -------
+    neighbours : ndarray of shape (m, min(k, m - 1)), int64
+        Neighbour node ids by decreasing similarity, padded with -1.
+    similarities : ndarray of the same shape, float32 (padding: -inf).
+    """
+    ids, vecs = _check_knn_inputs(ids, vectors, k)
+    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+    m = ids.shape[0]
+    unit = _normalise_rows(vecs)
+    kk = max(0, min(int(k), m - 1 if index is None else len(index)))
+    if kk == 0 or m == 0:
+        return np.full((m, kk), -1, np.int64), np.full((m, kk), -np.inf, np.float32)
+    if index is None and m < exact_below:
+        return _exact_knn(ids, unit, kk, batch_size)
+    if index is None:
+        index = VectorIndex(unit.shape[1], metric="cos", dtype=dtype)
+        index.add(ids, unit)
+    elif index.ndim != unit.shape[1]:
+        raise ValueError(f"index has ndim {index.ndim} but vectors have {unit.shape[1]} columns")
+    order = np.argsort(ids)
+    sorted_ids = ids[order]
+    out_ids = np.full((m, kk), -1, np.int64)
+    out_sim = np.full((m, kk), -np.inf, np.float32)
+    for start in range(0, m, batch_size):
+        stop = min(m, start + batch_size)
+        hits, dist = index.search(unit[start:stop], kk + 1, threads=threads)
+        not_self = (hits >= 0) & (hits != ids[start:stop, None])
+        rank = np.cumsum(not_self, axis=1) - 1
+        take = not_self & (rank < kk)
+        rows, cols = np.nonzero(take)
+        dest = rank[rows, cols]
+        nbr = hits[rows, cols]
+        sim = (1.0 - dist[rows, cols]).astype(np.float32)
+        # exact cosine for neighbours whose vectors we hold
+        loc = np.searchsorted(sorted_ids, nbr)
+        loc = np.minimum(loc, m - 1)
+        known = sorted_ids[loc] == nbr
+        if known.any():
+            a = unit[start + rows[known]]
+            b = unit[order[loc[known]]]
+            sim[known] = np.einsum("ij,ij->i", a, b)
+        out_ids[start + rows, dest] = nbr
+        out_sim[start + rows, dest] = sim
+    # keep rows sorted by decreasing exact similarity
+    resort = np.argsort(-out_sim, axis=1, kind="stable")
+    return np.take_along_axis(out_ids, resort, 1), np.take_along_axis(out_sim, resort, 1)
+
+
+def _exact_knn(ids: np.ndarray, unit: np.ndarray, kk: int, batch_size: int):
+    m = ids.shape[0]
+    out_ids = np.empty((m, kk), np.int64)
+    out_sim = np.empty((m, kk), np.float32)
+    block = max(1, min(batch_size, (1 << 24) // max(m, 1)))
+    for start in range(0, m, block):
+        stop = min(m, start + block)
+        sims = unit[start:stop] @ unit.T
+        sims[np.arange(stop - start), np.arange(start, stop)] = -np.inf
+        part = np.argpartition(-sims, kk - 1, axis=1)[:, :kk]
+        part_sims = np.take_along_axis(sims, part, 1)
+        order = np.argsort(-part_sims, axis=1, kind="stable")  # decreasing similarity
+        part = np.take_along_axis(part, order, 1)
+        out_ids[start:stop] = ids[part]
+        out_sim[start:stop] = np.take_along_axis(part_sims, order, 1)
+    return out_ids, out_sim
+
+
+def knn_csr(
+    n: int,
+    ids,
+    vectors,
+    k: int = 10,
+    *,
+    exact_below: int = 4096,
+    index: VectorIndex | None = None,
+    dtype: str = "f16",
+    batch_size: int = 16384,
+    threads: int = 0,
+) -> CSR:
+    """Semantic layer: symmetric kNN graph over ``n`` nodes from the embedded nodes' vectors.
+
+    Each embedded node links to its ``k`` most cosine-similar other embedded nodes
+    (see :func:`knn_search`); edges with similarity <= 0 are dropped. An edge found
+    from both ends is kept once (the pair is deduplicated, keeping the larger of the
+    two similarities, which are equal when both come from ``vectors``), so a mutual
+    neighbour pair is not weighted double. Weight = cosine similarity (float32).
+    """
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
+        raise ValueError(f"n must be a non-negative integer, got {n!r}")
+    ids_arr = _as_ids(ids)
+    if ids_arr.size and ids_arr.max() >= n:
+        raise ValueError(f"ids must lie in [0, {n}), found {ids_arr.max()}")
+    nbrs, sims = knn_search(ids_arr, vectors, k, exact_below=exact_below, index=index, dtype=dtype,
+                            batch_size=batch_size, threads=threads)
+    if nbrs.size == 0:
+        return CSR.empty(n)
+    src = np.repeat(ids_arr, nbrs.shape[1])
+    dst = nbrs.ravel()
+    w = sims.ravel()
+    keep = (dst >= 0) & (dst < n) & (w > 0) & (dst != src)
+    src, dst, w = src[keep], dst[keep], w[keep]
+    if src.size == 0:
+        return CSR.empty(n)
+    lo, hi = np.minimum(src, dst), np.maximum(src, dst)
+    pair = lo * np.int64(n) + hi
+    order = np.lexsort((-w, pair))  # by pair, larger similarity first
+    pair, w = pair[order], w[order]
+    first = np.concatenate(([True], pair[1:] != pair[:-1]))
+    pair, w = pair[first], w[first]
+    return csr_from_coo(n, pair // n, pair % n, w)

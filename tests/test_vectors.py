@@ -1,0 +1,198 @@
+"""Tests for noderag.graph.vectors: VectorIndex over usearch and the kNN semantic layer."""
+
+import os
+
+import numpy as np
+import pytest
+
+from noderag.graph.vectors import VectorIndex, knn_csr, knn_search
+
+
+def _clustered(seed=0, n=1500, d=32, centers=30):
+    rng = np.random.default_rng(seed)
+    c = rng.standard_normal((centers, d))
+    x = c[rng.integers(0, centers, n)] + 0.35 * rng.standard_normal((n, d))
+    return x.astype(np.float32)
+
+
+def _brute_knn(x, k):
+    u = x / np.linalg.norm(x, axis=1, keepdims=True)
+    s = u @ u.T
+    np.fill_diagonal(s, -np.inf)
+    return np.argsort(-s, axis=1, kind="stable")[:, :k], s
+
+
+def _recall(got, want):
+    hits = sum(len(set(g[g >= 0].tolist()) & set(w.tolist())) for g, w in zip(got, want))
+    return hits / want.size
+
+
+def test_add_search_recall_against_brute_force():
+    x = _clustered()
+    ids = np.arange(x.shape[0], dtype=np.int64) * 3 + 7  # non-contiguous node ids
+    index = VectorIndex(x.shape[1])
+    index.add(ids, x)
+    assert len(index) == x.shape[0] and index.metric == "cos" and index.dtype == "f16"
+    got, dist = index.search(x[:200], 10)
+    assert got.dtype == np.int64 and got.shape == (200, 10)
+    assert dist.dtype == np.float32 and dist.shape == (200, 10)
+    want, sims = _brute_knn(x, 9)
+    # the query itself is the nearest hit (distance ~0); the rest are its true neighbours
+    np.testing.assert_array_equal(got[:, 0], ids[:200])
+    assert _recall((got[:, 1:] - 7) // 3, want[:200]) >= 0.95
+    assert np.all(np.diff(dist, axis=1) >= -1e-3)
+    # distances are 1 - cosine similarity (up to f16 storage error)
+    rows = np.arange(200)
+    np.testing.assert_allclose(dist[:, 1], 1 - sims[rows, (got[:, 1] - 7) // 3], atol=5e-3)
+
+
+def test_search_pads_when_k_exceeds_size_and_empty_index():
+    index = VectorIndex(4, dtype="f32")
+    ids, dist = index.search(np.ones((2, 4)), 3)
+    assert np.all(ids == -1) and np.all(np.isinf(dist))
+    index.add([5, 9], np.array([[1, 0, 0, 0], [0, 1, 0, 0]], np.float32))
+    ids, dist = index.search(np.array([1, 0.1, 0, 0], np.float32), 4)
+    np.testing.assert_array_equal(ids, [[5, 9, -1, -1]])
+    assert np.isinf(dist[0, 2:]).all() and np.isfinite(dist[0, :2]).all()
+
+
+def test_validation_errors():
+    index = VectorIndex(3)
+    index.add([1, 2], np.eye(3, dtype=np.float32)[:2])
+    with pytest.raises(ValueError, match="3 columns"):
+        index.add([3], np.ones((1, 4)))
+    with pytest.raises(ValueError, match="already in the index: \\[2\\]"):
+        index.add([2], np.ones((1, 3)))
+    with pytest.raises(ValueError, match="distinct"):
+        index.add([4, 4], np.ones((2, 3)))
+    with pytest.raises(ValueError, match="rows"):
+        index.add([4, 5], np.ones((1, 3)))
+    with pytest.raises(ValueError, match="integer"):
+        index.add([4.0], np.ones((1, 3)))
+    with pytest.raises(ValueError, match="non-negative"):
+        index.add([-1], np.ones((1, 3)))
+    with pytest.raises(ValueError, match="finite"):
+        index.add([4], np.array([[np.nan, 0, 0]]))
+    with pytest.raises(ValueError, match="real-valued"):
+        index.add([4], np.array([["a", "b", "c"]]))
+    with pytest.raises(ValueError, match="3 columns"):
+        index.search(np.ones((1, 2)), 1)
+    with pytest.raises(ValueError, match="k must"):
+        index.search(np.ones((1, 3)), 0)
+    with pytest.raises(ValueError, match="metric"):
+        VectorIndex(3, metric="hamming")
+    with pytest.raises(ValueError, match="dtype"):
+        VectorIndex(3, dtype="f8")
+    with pytest.raises(ValueError, match="ndim"):
+        VectorIndex(0)
+    assert len(index) == 2  # failed adds changed nothing
+    np.testing.assert_array_equal(index.contains([1, 2, 3]), [True, True, False])
+
+
+def test_save_load_round_trip_and_view(tmp_path):
+    x = _clustered(seed=1, n=400)
+    index = VectorIndex(x.shape[1], connectivity=8, expansion_search=40)
+    index.add(np.arange(400), x)
+    path = tmp_path / "sub" / "vectors.usearch"
+    index.save(path)
+    assert path.is_file()
+    assert [p.name for p in path.parent.iterdir()] == ["vectors.usearch"]  # no temp files left
+    want = index.search(x[:50], 5)
+    for view in (True, False):
+        loaded = VectorIndex.load(path, view=view)
+        assert len(loaded) == 400 and loaded.ndim == x.shape[1] and loaded.read_only is view
+        assert loaded.metric == "cos" and loaded.dtype == "f16"
+        got = loaded.search(x[:50], 5)
+        np.testing.assert_array_equal(got[0], want[0])
+        np.testing.assert_array_equal(got[1], want[1])
+    viewed = VectorIndex.load(path, view=True)
+    with pytest.raises(ValueError, match="read-only"):
+        viewed.add([1000], x[:1])
+    writable = VectorIndex.load(path, view=False)
+    writable.add([1000], x[:1])
+    writable.save(path)  # overwrite atomically while `viewed` still maps the old file
+    assert len(VectorIndex.load(path)) == 401 and len(viewed) == 400
+
+
+def test_load_errors(tmp_path):
+    with pytest.raises(FileNotFoundError, match="missing.usearch"):
+        VectorIndex.load(tmp_path / "missing.usearch")
+    junk = tmp_path / "junk.usearch"
+    junk.write_bytes(b"not an index" * 50)
+    with pytest.raises(ValueError, match="junk.usearch"):
+        VectorIndex.load(junk)
+    with pytest.raises(ValueError, match="directory"):
+        VectorIndex(3).save(tmp_path)
+
+
+def test_single_thread_build_is_reproducible(tmp_path):
+    x = _clustered(seed=2, n=600)
+    paths = []
+    for i in range(2):
+        index = VectorIndex(x.shape[1])
+        index.add(np.arange(600), x)
+        paths.append(tmp_path / f"v{i}.usearch")
+        index.save(paths[-1])
+    assert paths[0].read_bytes() == paths[1].read_bytes()
+    a = VectorIndex.load(paths[0]).search(x, 5, threads=1)
+    b = VectorIndex.load(paths[0]).search(x, 5, threads=0)
+    np.testing.assert_array_equal(a[0], b[0])
+
+
+@pytest.mark.parametrize("exact_below", [10**9, 0])
+def test_knn_search_matches_brute_force(exact_below):
+    x = _clustered(seed=3, n=1000)
+    ids = np.arange(1000) + 50
+    nbrs, sims = knn_search(ids, x, 8, exact_below=exact_below)
+    assert nbrs.shape == (1000, 8) and sims.dtype == np.float32
+    want, s = _brute_knn(x, 8)
+    recall = _recall(nbrs - 50, want)
+    assert recall >= (0.999 if exact_below else 0.95)
+    assert not np.any(nbrs == ids[:, None])  # never itself
+    rows = np.repeat(np.arange(1000), 8)
+    np.testing.assert_allclose(sims.ravel(), s[rows, (nbrs - 50).ravel()], rtol=1e-5, atol=1e-5)
+    assert np.all(np.diff(sims, axis=1) <= 1e-6)
+
+
+def test_knn_csr_structure():
+    x = _clustered(seed=4, n=300)
+    ids = np.arange(300) * 2  # every other node of n = 700 is embedded
+    csr = knn_csr(700, ids, x, k=5)
+    a = csr.to_scipy().toarray()
+    np.testing.assert_array_equal(a, a.T)
+    assert np.all(np.diag(a) == 0) and np.all(a >= 0)
+    assert np.all(csr.degree()[1::2] == 0)  # non-embedded nodes have no semantic edges
+    assert np.all(csr.degree()[ids] >= 5)
+    assert csr.weights.dtype == np.float32 and np.all(csr.weights > 0) and np.all(csr.weights <= 1.0 + 1e-6)
+    # a mutual pair is stored once with its similarity, not summed
+    nbrs, sims = knn_search(ids, x, 5)
+    u, v = ids[0], nbrs[0, 0]
+    assert a[u, v] == pytest.approx(float(sims[0, 0]), rel=1e-6)
+    # edges exactly cover the union of the directed kNN lists
+    want = np.zeros_like(a, dtype=bool)
+    want[np.repeat(ids, 5), nbrs.ravel()] = sims.ravel() > 0
+    np.testing.assert_array_equal(a > 0, want | want.T)
+
+
+def test_knn_csr_drops_nonpositive_and_handles_tiny():
+    x = np.array([[1, 0], [-1, 0], [0, 1]], np.float32)
+    csr = knn_csr(3, [0, 1, 2], x, k=2)
+    assert csr.nnz == 0  # similarities are -1 and 0
+    assert knn_csr(5, [], np.zeros((0, 4)), k=3).nnz == 0
+    assert knn_csr(5, [2], np.ones((1, 4)), k=3).n == 5
+    with pytest.raises(ValueError, match="ids must lie"):
+        knn_csr(2, [0, 5], np.ones((2, 3)))
+    with pytest.raises(ValueError, match="distinct"):
+        knn_csr(4, [1, 1], np.ones((2, 3)))
+    with pytest.raises(ValueError, match="shape"):
+        knn_csr(4, [1, 2], np.ones((3, 3)))
+
+
+def test_knn_csr_with_existing_index():
+    x = _clustered(seed=5, n=500)
+    index = VectorIndex(x.shape[1])
+    index.add(np.arange(500), x)
+    from_index = knn_csr(500, np.arange(500), x, k=6, index=index)
+    exact = knn_csr(500, np.arange(500), x, k=6)
+    a, b = from_index.to_scipy().toarray() > 0, exact.to_scipy().toarray() > 0
+    assert (a & b).sum() / b.sum() >= 0.95
