@@ -107,6 +107,26 @@ def test_from_coo_matches_dict_reference(g):
     assert counts == {t.name: types.count(int(t)) for t in NodeType}
 
 
+@SETTINGS
+@given(st.integers(1, 50), st.data())
+def test_csr_from_coo_directed_with_hubs(n, data):
+    """csr_from_coo (symmetric=False) against a dict reference; hub rows exercise the long-row sort."""
+    m = data.draw(st.integers(0, 200))
+    hub = data.draw(st.integers(0, n - 1))
+    src = data.draw(st.lists(st.one_of(st.just(hub), st.integers(0, n - 1)), min_size=m, max_size=m))
+    dst = data.draw(st.lists(st.integers(0, n - 1), min_size=m, max_size=m))
+    w = data.draw(st.lists(st.sampled_from([0.0, 0.5, 1.0, 3.0]), min_size=m, max_size=m))
+    ref = defaultdict(float)
+    for a, b, x in zip(src, dst, w):
+        if a != b:
+            ref[(a, b)] += x
+    csr = csr_from_coo(n, src, dst, w, symmetric=False)
+    rows = np.repeat(np.arange(n), np.diff(csr.indptr))
+    got = {(int(a), int(b)): float(x) for a, b, x in zip(rows, csr.indices, csr.weights)}
+    assert got == dict(ref)
+    assert np.all(np.diff(rows.astype(np.int64) * n + csr.indices) > 0)
+
+
 def test_from_coo_defaults_and_letters():
     hg = HeteroGraph.from_coo(["T", "S", NodeType.N], np.array([5, 6, 7], np.uint64), [0, 1], [1, 2])
     np.testing.assert_array_equal(hg.types, [0, 1, 2])
@@ -300,6 +320,9 @@ def test_set_layer_validates():
     asym = csr_from_coo(3, [0], [2], symmetric=False)
     with pytest.raises(ValueError, match="csr must be symmetric"):
         hg.set_layer("semantic", asym)
+    uneven = CSR(np.array([0, 1, 1, 2]), np.array([2, 0], np.int32), np.array([1.0, 2.0], np.float32))
+    with pytest.raises(ValueError, match=r"csr must be symmetric .* edge \(0, 2\) has no equal mirror"):
+        hg.set_layer("semantic", uneven)
     loop = CSR(np.array([0, 1, 1, 1]), np.array([0], np.int32), np.array([1.0], np.float32))
     with pytest.raises(ValueError, match="self-loops"):
         hg.set_layer("semantic", loop)
@@ -386,7 +409,7 @@ def test_layer_name_errors():
 # ------------------------------------------------------------------ persistence
 
 
-@SETTINGS
+@settings(max_examples=15, deadline=None)
 @given(graphs())
 def test_save_load_roundtrip(g):
     types, keys, (ss, sd, sw), (es, ed, ew) = g
@@ -464,8 +487,10 @@ def test_format_version_mismatch(tmp_path):
         ("graph/indices.npy", "int64", ValueError, r"graph/indices.npy: expected dtype int32, found int64"),
         ("node_types.npy", "short", ValueError, r"node_types.npy: expected shape \(4,\)"),
         ("node_keys.npy", "object", ValueError, r"node_keys.npy"),
-        ("graph/indices.npy", "out_of_range", ValueError, r"graph: corrupt structural layer: structural.indices must lie in \[0, 4\), found 9"),
-        ("semantic/weights.npy", "negative", ValueError, r"semantic: corrupt semantic layer"),
+        ("graph/indices.npy", "out_of_range", ValueError, r"graph: corrupt structural layer: indices.npy: column ids must lie in \[0, 4\); first violation at position 0"),
+        ("semantic/weights.npy", "negative", ValueError, r"semantic: corrupt semantic layer: weights.npy: weights must be finite and non-negative"),
+        ("graph/weights.npy", "nan", ValueError, r"graph: corrupt structural layer: weights.npy: .*position 2"),
+        ("graph/indptr.npy", "not_monotone", ValueError, r"graph: corrupt structural layer: indptr.npy: indptr must be non-decreasing; first violation at position 2"),
         ("graph/indptr.npy", "bad_end", ValueError, r"graph/indptr.npy: indptr must start at 0 and end at nnz"),
         ("node_types.npy", "bad_type", ValueError, r"node_types.npy: type codes must be in 0..6, found 9"),
     ],
@@ -488,6 +513,12 @@ def test_corrupt_or_missing_files_are_named(tmp_path, relpath, corrupt, exc, mat
             arr[0] = 9
         elif corrupt == "negative":
             arr = -arr
+        elif corrupt == "nan":
+            arr = arr.copy()
+            arr[2] = np.nan
+        elif corrupt == "not_monotone":
+            arr = arr.copy()
+            arr[2] = 0
         elif corrupt == "bad_end":
             arr = arr.copy()
             arr[-1] += 1

@@ -109,6 +109,54 @@ def _merge_csr_kernel(ia, ja, wa, sa, ib, jb, wb, sb):  # pragma: no cover - com
     return indptr, indices, weights
 
 
+@njit(cache=True)
+def _csr_invariants_kernel(indptr, indices, weights, n):  # pragma: no cover - compiled
+    """One pass over a CSR: 0 if valid, else (code, position) of the first violation."""
+    if indptr[0] != 0:
+        return 1, 0
+    for i in range(n):
+        if indptr[i + 1] < indptr[i]:
+            return 1, i + 1
+    for k in range(indices.shape[0]):
+        v = indices[k]
+        if v < 0 or v >= n:
+            return 2, k
+    for k in range(weights.shape[0]):
+        x = weights[k]
+        if not (x >= 0 and x < np.inf):
+            return 3, k
+    return 0, 0
+
+
+@njit(cache=True)
+def _layer_structure_kernel(indptr, indices, weights):  # pragma: no cover - compiled
+    """Check sorted unique columns, no self-loops and symmetry (binary search per entry).
+
+    Returns (0, 0, 0) or (code, row, col): 1 unsorted/duplicate, 2 self-loop, 3 asymmetric.
+    """
+    n = indptr.shape[0] - 1
+    for r in range(n):
+        s = indptr[r]
+        e = indptr[r + 1]
+        for k in range(s, e):
+            c = indices[k]
+            if k > s and indices[k - 1] >= c:
+                return 1, r, c
+            if c == r:
+                return 2, r, c
+            lo = indptr[c]
+            hi = indptr[c + 1]
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if indices[mid] < r:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            if lo == indptr[c + 1] or indices[lo] != r or weights[lo] != weights[k]:
+                return 3, r, c
+    return 0, 0, 0
+
+
 def merge_csr(a: CSR, b: CSR, a_weight: float = 1.0, b_weight: float = 1.0) -> CSR:
     """Return ``a_weight * a + b_weight * b`` for two CSRs of equal ``n`` with sorted columns.
 
@@ -251,18 +299,15 @@ def _check_layer(csr: CSR, n: int, name: str) -> CSR:
     csr = validate_csr(csr.indptr, csr.indices, csr.weights, n=n, name=name)
     if csr.nnz == 0:
         return csr
-    rows = _coo_rows(csr)
-    cols = csr.indices.astype(np.int64)
-    if np.any(rows == cols):
-        bad = int(rows[np.argmax(rows == cols)])
-        raise ValueError(f"{name} must have no self-loops, found one at node {bad}")
-    flat = rows * n + cols
-    if flat.size > 1 and not np.all(flat[1:] > flat[:-1]):
-        raise ValueError(f"{name} must have strictly increasing column ids within each row (sorted, no duplicates)")
-    tflat = cols * n + rows
-    order = np.argsort(tflat, kind="stable")
-    if not np.array_equal(tflat[order], flat) or not np.array_equal(csr.weights[order], csr.weights):
-        raise ValueError(f"{name} must be symmetric (every edge stored in both directions with equal weight)")
+    code, r, c = _layer_structure_kernel(csr.indptr, csr.indices, csr.weights)
+    if code == 1:
+        raise ValueError(f"{name} must have strictly increasing column ids within each row "
+                         f"(sorted, no duplicates); row {r} breaks at column {c}")
+    if code == 2:
+        raise ValueError(f"{name} must have no self-loops, found one at node {r}")
+    if code == 3:
+        raise ValueError(f"{name} must be symmetric (every edge stored in both directions with equal weight); "
+                         f"edge ({r}, {c}) has no equal mirror ({c}, {r})")
     return csr
 
 
@@ -286,10 +331,17 @@ class _KeyIndex:
         out = np.full(q.shape[0], -1, _ID_DTYPE)
         if sorted_keys.size == 0 or q.size == 0:
             return out
-        pos = np.searchsorted(sorted_keys, q)
-        pos_c = np.minimum(pos, sorted_keys.size - 1)
-        hit = sorted_keys[pos_c] == q
-        out[hit] = sorted_ids[pos_c[hit]]
+        if q.size > 4096:
+            # sorted queries make the binary searches cache-friendly (~10x at 10^6)
+            qo = np.argsort(q)
+            qs = q[qo]
+            pos = np.minimum(np.searchsorted(sorted_keys, qs), sorted_keys.size - 1)
+            hit = sorted_keys[pos] == qs
+            out[qo[hit]] = sorted_ids[pos[hit]]
+            return out
+        pos = np.minimum(np.searchsorted(sorted_keys, q), sorted_keys.size - 1)
+        hit = sorted_keys[pos] == q
+        out[hit] = sorted_ids[pos[hit]]
         return out
 
     def lookup(self, q: np.ndarray) -> np.ndarray:
@@ -799,10 +851,12 @@ class HeteroGraph:
                 raise ValueError(f"{sub / 'indptr.npy'}: indptr must start at 0 and end at nnz = {nnz}, "
                                  f"found {int(indptr[0])} .. {int(indptr[-1])}")
             if validate:
-                try:
-                    validate_csr(indptr, indices, weights, n=n, name=name)
-                except ValueError as exc:
-                    raise ValueError(f"{sub}: corrupt {name} layer: {exc}") from None
+                code, pos = _csr_invariants_kernel(np.asarray(indptr), np.asarray(indices), np.asarray(weights), n)
+                if code:
+                    what = {1: "indptr.npy: indptr must be non-decreasing",
+                            2: f"indices.npy: column ids must lie in [0, {n})",
+                            3: "weights.npy: weights must be finite and non-negative"}[int(code)]
+                    raise ValueError(f"{sub}: corrupt {name} layer: {what}; first violation at position {int(pos)}")
             layers[name] = CSR(indptr, indices, weights)
         if validate and n:
             lo, hi = int(np.min(types)), int(np.max(types))
