@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cmath>
 #include <exception>
+#include <limits>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -18,14 +19,56 @@ inline bool ranks_above(const std::pair<double, int32_t>& a, const std::pair<dou
     return a.first > b.first || (a.first == b.first && a.second < b.second);
 }
 
+// Bounded heaps per type (worst kept element on top). thr[t] is the score a
+// candidate must reach to be looked at: +inf for k = 0, the smallest positive
+// double while the heap is not full (zero scores are never returned), else the
+// heap's worst score (equal scores then compare ids in the slow path).
+class TopK {
+  public:
+    TopK(std::vector<std::pair<double, int32_t>>* heaps, const int64_t* k) : heaps_(heaps), k_(k) {
+        for (int t = 0; t < kNumTypes; ++t) {
+            heaps_[t].clear();
+            thr_[t] = k[t] > 0 ? std::numeric_limits<double>::denorm_min() : std::numeric_limits<double>::infinity();
+        }
+    }
+    inline void offer(int32_t v, double m, int t) {
+        if (m >= thr_[t]) slow(v, m, t);
+    }
+
+  private:
+#if defined(__GNUC__)
+    __attribute__((noinline))
+#endif
+    void slow(int32_t v, double m, int t) {
+        auto& h = heaps_[t];
+        const size_t k = static_cast<size_t>(k_[t]);
+        const std::pair<double, int32_t> cand(m, v);
+        if (h.size() < k) {
+            h.push_back(cand);
+            std::push_heap(h.begin(), h.end(), ranks_above);
+        } else if (ranks_above(cand, h.front())) {
+            std::pop_heap(h.begin(), h.end(), ranks_above);
+            h.back() = cand;
+            std::push_heap(h.begin(), h.end(), ranks_above);
+        } else {
+            return;
+        }
+        if (h.size() == k) thr_[t] = h.front().first;
+    }
+
+    std::vector<std::pair<double, int32_t>>* heaps_;
+    const int64_t* k_;
+    double thr_[kNumTypes];
+};
+
 }  // namespace
 
-PPRScratch::PPRScratch(int64_t n)
-    : acc(new double[static_cast<size_t>(n)]()),
-      mark(new uint8_t[static_cast<size_t>(n)]()),
-      touched(new int32_t[static_cast<size_t>(n) + 1]),
-      front_ids(new int32_t[static_cast<size_t>(n) + 1]),
-      front_mass(new double[static_cast<size_t>(n) + 1]) {}
+PPRScratch::PPRScratch(int64_t n) : acc(new double[static_cast<size_t>(n)]()) {
+    for (int b = 0; b < 2; ++b) {  // uninitialised: pages are only mapped when a query reaches them
+        ids[b].reset(new int32_t[static_cast<size_t>(n) + 1]);
+        mass[b].reset(new double[static_cast<size_t>(n) + 1]);
+    }
+}
 
 PPRKernel::PPRKernel(int64_t n, const int64_t* indptr, const int32_t* indices, const float* weights,
                      const uint8_t* types)
@@ -74,11 +117,12 @@ void PPRKernel::release_scratch(std::unique_ptr<PPRScratch> scratch) const {
 void PPRKernel::run_one(PPRScratch& sc, const int32_t* seeds, const float* weights, int64_t n_seeds,
                         const PPRParams& prm, int32_t* out_ids, float* out_scores, double* out_error,
                         int64_t* out_support) const {
+    // Invariant: acc is all zero between steps. A step adds into acc, then one
+    // compaction pass over every id it added to (the `extra` ids and the columns of
+    // the scattered rows) moves the nonzero entries into a sparse vector and zeroes
+    // them; later duplicates read 0 and are dropped. Tracking the support this way
+    // costs no per-edge bookkeeping in the scatter loop.
     double* const acc = sc.acc.get();
-    uint8_t* const mark = sc.mark.get();
-    int32_t* const touched = sc.touched.get();
-    int32_t* const fid = sc.front_ids.get();
-    double* const fmass = sc.front_mass.get();
     const int64_t* const indptr = indptr_;
     const int32_t* const indices = indices_;
     const float* const wts = weights_;
@@ -86,111 +130,117 @@ void PPRKernel::run_one(PPRScratch& sc, const int32_t* seeds, const float* weigh
     const double* const max_share = max_share_.data();
     const double a = prm.alpha, one_minus_a = 1.0 - prm.alpha;
 
-    // Normalised, deduplicated seed vector s (first-occurrence order).
     double total = 0.0;
     for (int64_t i = 0; i < n_seeds; ++i) total += static_cast<double>(weights[i]);
     if (!(total > 0.0) || !std::isfinite(total)) throw std::invalid_argument("seed weights must sum to a positive finite value");
-    int64_t cnt = 0;
+
+    int cur = 0;
+    int32_t* fid = sc.ids[cur].get();
+    double* fm = sc.mass[cur].get();
+    int64_t nf = 0;
+    // Normalised, deduplicated seed vector s (first-occurrence order, zero entries dropped).
+    for (int64_t i = 0; i < n_seeds; ++i) acc[seeds[i]] += static_cast<double>(weights[i]) / total;
     for (int64_t i = 0; i < n_seeds; ++i) {
         const int32_t v = seeds[i];
-        touched[cnt] = v;
-        cnt += (mark[v] == 0);
-        mark[v] = 1;
-        acc[v] += static_cast<double>(weights[i]) / total;
-    }
-    sc.seed_ids.assign(touched, touched + cnt);
-    sc.seed_mass.resize(static_cast<size_t>(cnt));
-    int64_t nf = cnt;
-    for (int64_t i = 0; i < cnt; ++i) {
-        const int32_t v = touched[i];
-        sc.seed_mass[i] = acc[v];
-        fid[i] = v;
-        fmass[i] = acc[v];
+        const double val = acc[v];
         acc[v] = 0.0;
-        mark[v] = 0;
+        fid[nf] = v;
+        fm[nf] = val;
+        nf += (val != 0.0);
     }
-    const int64_t n_s = cnt;
-    const int32_t* const s_ids = sc.seed_ids.data();
-    const double* const s_mass = sc.seed_mass.data();
+    sc.seed_ids.assign(fid, fid + nf);
+    sc.seed_mass.assign(fm, fm + nf);
 
+    const uint8_t* const types = types_;
+    TopK topk(sc.heap, prm.k_per_type);
     double dropped = 0.0;
     const bool bounded = prm.epsilon > 0.0;
+    auto& extra = sc.extra;
+    auto& rows = sc.rows;
     for (int64_t it = 0; it < prm.iterations; ++it) {
-        cnt = 0;
-        // Non-propagating term first, then a * P^T p over the frontier.
+        extra.clear();
+        rows.clear();
+        // Non-propagating term: (1 - a) * s (restart) or (1 - a) * p (lazy).
         if (prm.restart) {
-            for (int64_t i = 0; i < n_s; ++i) {
-                const int32_t v = s_ids[i];
-                touched[cnt] = v;
-                cnt += (mark[v] == 0);
-                mark[v] = 1;
-                acc[v] += one_minus_a * s_mass[i];
-            }
+            const int64_t n_s = static_cast<int64_t>(sc.seed_ids.size());
+            for (int64_t i = 0; i < n_s; ++i) acc[sc.seed_ids[i]] += one_minus_a * sc.seed_mass[i];
+            extra.insert(extra.end(), sc.seed_ids.begin(), sc.seed_ids.end());
         } else {
+            for (int64_t i = 0; i < nf; ++i) acc[fid[i]] += one_minus_a * fm[i];
+            extra.insert(extra.end(), fid, fid + nf);
+        }
+        // a * P^T p over the frontier (all its masses are nonzero).
+        if (a > 0.0) {
             for (int64_t i = 0; i < nf; ++i) {
-                const int32_t v = fid[i];
-                touched[cnt] = v;
-                cnt += (mark[v] == 0);
-                mark[v] = 1;
-                acc[v] += one_minus_a * fmass[i];
+                const double m = fm[i];
+                const int32_t u = fid[i];
+                const double is = inv_s[u];
+                if (is == 0.0) {  // dangling: keeps its mass (self-loop)
+                    acc[u] += a * m;
+                    extra.push_back(u);
+                    continue;
+                }
+                if (bounded && m * max_share[u] < prm.epsilon) {
+                    dropped += m;
+                    continue;
+                }
+                rows.push_back(u);
+                const double c = a * m * is;
+                const int64_t e = indptr[u + 1];
+                for (int64_t j = indptr[u]; j < e; ++j) acc[indices[j]] += c * static_cast<double>(wts[j]);
             }
         }
-        for (int64_t i = 0; i < nf; ++i) {
-            const double m = fmass[i];
-            if (m == 0.0) continue;
-            const int32_t u = fid[i];
-            const double is = inv_s[u];
-            if (is == 0.0) {  // dangling: keeps its mass (self-loop)
-                touched[cnt] = u;
-                cnt += (mark[u] == 0);
-                mark[u] = 1;
-                acc[u] += a * m;
-                continue;
+        int64_t cnt = 0;
+        if (it + 1 == prm.iterations) {
+            // Last step: compaction fused with the top-k selection.
+            for (const int32_t v : extra) {
+                const double val = acc[v];
+                acc[v] = 0.0;
+                cnt += (val != 0.0);
+                topk.offer(v, val, types[v]);
             }
-            if (bounded && m * max_share[u] < prm.epsilon) {
-                dropped += m;
-                continue;
+            for (const int32_t u : rows) {
+                const int64_t e = indptr[u + 1];
+                for (int64_t j = indptr[u]; j < e; ++j) {
+                    const int32_t v = indices[j];
+                    const double val = acc[v];
+                    acc[v] = 0.0;
+                    cnt += (val != 0.0);
+                    topk.offer(v, val, types[v]);
+                }
             }
-            const double c = a * m * is;
+            nf = cnt;
+            break;
+        }
+        // Compaction into the other buffer.
+        int32_t* const nid = sc.ids[1 - cur].get();
+        double* const nm = sc.mass[1 - cur].get();
+        for (const int32_t v : extra) {
+            const double val = acc[v];
+            acc[v] = 0.0;
+            nid[cnt] = v;
+            nm[cnt] = val;
+            cnt += (val != 0.0);
+        }
+        for (const int32_t u : rows) {
             const int64_t e = indptr[u + 1];
             for (int64_t j = indptr[u]; j < e; ++j) {
                 const int32_t v = indices[j];
-                touched[cnt] = v;
-                cnt += (mark[v] == 0);
-                mark[v] = 1;
-                acc[v] += c * static_cast<double>(wts[j]);
+                const double val = acc[v];
+                acc[v] = 0.0;
+                nid[cnt] = v;
+                nm[cnt] = val;
+                cnt += (val != 0.0);
             }
         }
-        // Gather the new sparse vector and reset the scratch on its support.
-        for (int64_t i = 0; i < cnt; ++i) {
-            const int32_t v = touched[i];
-            fid[i] = v;
-            fmass[i] = acc[v];
-            acc[v] = 0.0;
-            mark[v] = 0;
-        }
+        cur = 1 - cur;
+        fid = nid;
+        fm = nm;
         nf = cnt;
     }
+    if (prm.iterations == 0)
+        for (int64_t i = 0; i < nf; ++i) topk.offer(fid[i], fm[i], types[fid[i]]);
 
-    // Top-k per type by bounded heaps over the support (worst kept element on top).
-    for (int t = 0; t < kNumTypes; ++t) sc.heap[t].clear();
-    for (int64_t i = 0; i < nf; ++i) {
-        const double m = fmass[i];
-        if (!(m > 0.0)) continue;
-        const int32_t v = fid[i];
-        const int t = types_[v];
-        const size_t k = static_cast<size_t>(prm.k_per_type[t]);
-        auto& h = sc.heap[t];
-        const std::pair<double, int32_t> cand(m, v);
-        if (h.size() < k) {
-            h.push_back(cand);
-            std::push_heap(h.begin(), h.end(), ranks_above);
-        } else if (k > 0 && ranks_above(cand, h.front())) {
-            std::pop_heap(h.begin(), h.end(), ranks_above);
-            h.back() = cand;
-            std::push_heap(h.begin(), h.end(), ranks_above);
-        }
-    }
     const int64_t K = prm.k_max;
     for (int t = 0; t < kNumTypes; ++t) {
         auto& h = sc.heap[t];

@@ -34,15 +34,16 @@ struct PPRParams {
     int64_t k_max = 0;  // row stride of the output (>= every k_per_type)
 };
 
-// Per-thread working memory: dense accumulators of size n, reset on touched entries only.
+// Per-thread working memory: a dense accumulator of size n that is zero between
+// queries (reset only on the entries a query touched) and sparse vectors.
 struct PPRScratch {
     explicit PPRScratch(int64_t n);
-    std::unique_ptr<double[]> acc;        // (n,) zero between queries
-    std::unique_ptr<uint8_t[]> mark;      // (n,) zero between queries
-    std::unique_ptr<int32_t[]> touched;   // (n + 1,) support of acc
-    std::unique_ptr<int32_t[]> front_ids; // (n,) current sparse vector
-    std::unique_ptr<double[]> front_mass; // (n,)
-    std::vector<int32_t> seed_ids;        // deduplicated normalised seed vector s
+    std::unique_ptr<double[]> acc;    // (n,) zero between queries
+    std::unique_ptr<int32_t[]> ids[2];  // (n + 1,) ping-pong sparse vectors (ids, mass)
+    std::unique_ptr<double[]> mass[2];  // (n + 1,)
+    std::vector<int32_t> extra;       // ids written to acc outside of scattered rows
+    std::vector<int32_t> rows;        // nodes whose rows were scattered this step
+    std::vector<int32_t> seed_ids;    // deduplicated normalised seed vector s (nonzero entries)
     std::vector<double> seed_mass;
     std::vector<std::pair<double, int32_t>> heap[kNumTypes];
 };

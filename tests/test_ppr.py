@@ -94,7 +94,7 @@ def test_matches_dense_reference(data, rule, t, alpha):
     # With k = n every node of positive score comes back: the support holds all the mass.
     full = shallow_ppr(csr, seeds, weights, node_types=types, k_per_type=csr.n, alpha=alpha, iterations=t, rule=rule)
     assert full.scores.sum(dtype=np.float64) == pytest.approx(1.0, abs=1e-5)
-    assert full.support_size >= int((p > 0).sum())
+    assert full.support_size == res.support_size == int((p > 0).sum())
 
 
 def test_hand_computed_path():
