@@ -110,7 +110,7 @@ def test_scripted_llm_retries_invalid_then_records_failure():
     seen = []
 
     def respond(r):
-        seen.append((n_of(r), r.sampling.seed))
+        seen.append((n_of(r), r.sampling.seed, r.sampling.temperature))
         if n_of(r) == 1:
             return "not json"  # always invalid
         if n_of(r) == 2 and r.sampling.seed == 0:
@@ -127,7 +127,7 @@ def test_scripted_llm_retries_invalid_then_records_failure():
     assert out[2].value == {"n": 2} and out[2].attempts == 2
     assert out[3].error == "RuntimeError: boom" and out[3].attempts == 1  # call errors are not re-asked
     assert out[4].ok
-    assert sorted(s for n, s in seen if n == 1) == [0, 1, 2]  # retries shift the seed
+    assert sorted((s, t) for n, s, t in seen if n == 1) == [(0, 0.0), (1, 0.3), (2, 0.3)]  # shifted seed, not greedy
     st = llm.ledger.stages["decompose"]
     assert st.requests == 5 and st.failures == 2 and st.attempts == 1 + 3 + 2 + 1 + 1
 

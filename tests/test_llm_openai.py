@@ -92,7 +92,7 @@ def test_validates_retries_and_keeps_order():
         body = json.loads(request.content)
         assert request.headers["authorization"] == "Bearer k"
         i = item_of(body)
-        seen.append((i, body["seed"]))
+        seen.append((i, body["seed"], body["temperature"]))
         if i == 1 and body["seed"] == 0:
             return httpx.Response(200, json=reply('{"n": "bad"}'))  # invalid once
         if i == 2:
@@ -104,7 +104,7 @@ def test_validates_retries_and_keeps_order():
     assert [r.id for r in out] == ["0", "1", "2", "3"]
     assert out[1].value == {"n": 1} and out[1].attempts == 2 and out[1].usage.prompt == 22
     assert out[2].error and "max_tokens=16" in out[2].error and out[2].attempts == 2
-    assert (1, 1) in seen  # the retry shifted the seed
+    assert (1, 0, 0.0) in seen and (1, 1, 0.3) in seen  # the retry shifted the seed, left greedy decoding
     st = llm.ledger.stages["query"]
     assert st.requests == 4 and st.failures == 1 and st.cached_tokens == 8 * 6
 

@@ -6,10 +6,10 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from .accounting import TokenLedger
-from .types import LLMRequest, LLMResult, ResultCallback, Usage, now
+from .types import LLMRequest, LLMResult, ResultCallback, Sampling, Usage, now
 from .validate import SchemaValidators, check_output
 
-__all__ = ["RawOutput", "BaseBackend", "finish_result", "validated_batch", "estimate_usage"]
+__all__ = ["RawOutput", "BaseBackend", "finish_result", "validated_batch", "estimate_usage", "retry_request"]
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ def validated_batch(
         batch = [
             requests[i]
             if attempt == 0
-            else _reseeded(requests[i], attempt)
+            else retry_request(requests[i], attempt)
             for i in todo
         ]
         try:
@@ -89,8 +89,16 @@ def validated_batch(
     return [r for r in results if r is not None]
 
 
-def _reseeded(req: LLMRequest, attempt: int) -> LLMRequest:
-    return LLMRequest(req.messages, req.schema, req.sampling.with_seed(req.sampling.seed + attempt), req.id)
+#: Temperature of a validation retry of a greedy request (greedy decoding would repeat the same output).
+RETRY_TEMPERATURE = 0.3
+
+
+def retry_request(req: LLMRequest, attempt: int) -> LLMRequest:
+    """Return ``req`` for validation retry ``attempt`` (>= 1): seed shifted, greedy made slightly random."""
+    s = req.sampling
+    temp = s.temperature if s.temperature > 0 else RETRY_TEMPERATURE
+    sampling = Sampling(temperature=temp, max_tokens=s.max_tokens, top_p=s.top_p, seed=s.seed + attempt)
+    return LLMRequest(req.messages, req.schema, sampling, req.id)
 
 
 class BaseBackend:

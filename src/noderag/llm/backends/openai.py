@@ -12,7 +12,7 @@ from typing import Any, Sequence
 import httpx
 
 from ..accounting import TokenLedger
-from ..base import BaseBackend, RawOutput, _check_requests, estimate_usage, finish_result
+from ..base import BaseBackend, RawOutput, _check_requests, estimate_usage, finish_result, retry_request
 from ..types import LLMError, LLMRequest, LLMResult, ResultCallback, Usage, now
 
 __all__ = ["DIALECTS", "OpenAIConfig", "OpenAIBackend", "build_chat_body", "parse_chat_response"]
@@ -236,9 +236,7 @@ class OpenAIBackend(BaseBackend):
         raw = RawOutput()
         attempt = 0
         for attempt in range(self.config.max_validation_retries + 1):
-            r = req if attempt == 0 else LLMRequest(
-                req.messages, req.schema, req.sampling.with_seed(req.sampling.seed + attempt), req.id
-            )
+            r = req if attempt == 0 else retry_request(req, attempt)
             async with sem:
                 raw = await self._post_with_retries(client, r)
             value, err, usage = await asyncio.to_thread(self._finish, req, raw)
