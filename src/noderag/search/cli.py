@@ -86,7 +86,11 @@ def run_query(args: argparse.Namespace, *, out: TextIO | None = None) -> int:
     store = IndexStore.open(args.index)
     base = getattr(store.config, "search", None)
     base = base if isinstance(base, SearchConfig) else SearchConfig()
-    config = base.replace(**search_overrides(args))
+    try:
+        config = base.replace(**search_overrides(args))
+    except ValueError as exc:
+        print(f"noderag query: error: {exc}", file=sys.stderr)
+        return 1
     llm = None
     if args.answer:
         spec = args.llm or getattr(getattr(store.config, "llm", None), "spec", None)
@@ -95,7 +99,11 @@ def run_query(args: argparse.Namespace, *, out: TextIO | None = None) -> int:
 
             llm = make_llm(spec, cache_path=store.path / "llm_cache.sqlite")
     searcher = Searcher(store, config, llm=llm)
-    results = searcher.retrieve_many(args.questions)
+    try:
+        results = searcher.retrieve_many(args.questions)
+    except (TypeError, ValueError) as exc:
+        print(f"noderag query: error: {exc}", file=sys.stderr)
+        return 1
     texts_col = store.nodes.column("text")
     status = 0
     for i, res in enumerate(results):

@@ -21,57 +21,61 @@ SECTION_TITLES = {
 }
 
 
-def _line(node: RetrievedNode) -> str:
-    return f"[{node.id}] " + " ".join(node.text.split())
+def render_line(node: RetrievedNode) -> str:
+    """One context line: ``[id] text`` with whitespace collapsed, ending in a newline."""
+    return f"[{node.id}] " + " ".join(node.text.split()) + "\n"
+
+
+def section_header(node_type: NodeType) -> str:
+    """The header line of a section, ending in a newline."""
+    return f"## {SECTION_TITLES[node_type]}\n"
 
 
 def assemble_context(
     nodes: Sequence[RetrievedNode],
     budget: int,
     count_tokens: Callable[[str], int],
+    line_tokens: Callable[[RetrievedNode, str], int] | None = None,
 ) -> tuple[str, int, list[int]]:
     """Render nodes as sections by type, keeping the highest-priority nodes that fit in ``budget`` tokens.
 
     ``nodes`` come in priority order; a node is kept if its line (plus, for the first
     node of a section, the section header) still fits; later, smaller nodes may fill
     the remaining space. Overview (O) nodes carry no text of their own in the context
-    (their H nodes do). Entities are listed by name on one line each.
+    (their H nodes do).
+
+    Every piece (header or line) ends with a newline and the next starts with ``#`` or
+    ``[``, so no BPE pre-token spans two pieces: the token count of the context is
+    exactly the sum of its pieces' counts, and each piece is counted once
+    (``line_tokens(node, line)`` may serve cached per-node counts).
 
     Returns
     -------
     context : str
     n_tokens : int
-        ``count_tokens(context)``, always <= budget.
+        Tokens of ``context``, always <= budget.
     node_ids : list of int
         Ids of the nodes rendered, in priority order.
     """
     if budget < 0:
         raise ValueError(f"budget must be >= 0, got {budget}")
+    if line_tokens is None:
+        def line_tokens(_node: RetrievedNode, line: str) -> int:
+            return count_tokens(line)
     kept: dict[NodeType, list[str]] = {t: [] for t in SECTION_ORDER}
     ids: list[int] = []
     used = 0
     for node in nodes:
-        if node.type not in kept or not node.text:
+        if node.type not in kept or not node.text or not node.text.strip():
             continue
-        line = _line(node)
-        cost = count_tokens(line) + 1  # + newline
+        line = render_line(node)
+        cost = line_tokens(node, line)
         if not kept[node.type]:
-            cost += count_tokens(f"## {SECTION_TITLES[node.type]}") + 2
+            cost += count_tokens(section_header(node.type))
         if used + cost > budget:
             continue
         kept[node.type].append(line)
         ids.append(node.id)
         used += cost
-    parts = [f"## {SECTION_TITLES[t]}\n" + "\n".join(kept[t]) for t in SECTION_ORDER if kept[t]]
-    text = "\n\n".join(parts)
-    n_tokens = count_tokens(text) if text else 0
-    # Token counts of joined text can exceed the sum of the pieces by BPE merges at the
-    # seams only in pathological cases; drop lowest-priority lines until it fits.
-    while n_tokens > budget and ids:
-        drop = ids.pop()
-        for t in SECTION_ORDER:
-            kept[t] = [ln for ln in kept[t] if not ln.startswith(f"[{drop}] ")]
-        parts = [f"## {SECTION_TITLES[t]}\n" + "\n".join(kept[t]) for t in SECTION_ORDER if kept[t]]
-        text = "\n\n".join(parts)
-        n_tokens = count_tokens(text) if text else 0
-    return text, n_tokens, ids
+    text = "".join(section_header(t) + "".join(kept[t]) for t in SECTION_ORDER if kept[t])
+    return text, used, ids

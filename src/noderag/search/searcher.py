@@ -94,6 +94,7 @@ class Searcher:
         self._embedder = embedder
         self._count_tokens = count_tokens
         self._extract = entity_extractor or default_entity_extractor()
+        self._tok_cache: dict[int, int] = {}  # node id -> tokens of its context line
         graph = store.graph
         self.types = np.ascontiguousarray(np.asarray(graph.types), dtype=np.uint8)
         self.n = int(self.types.shape[0])
@@ -310,6 +311,14 @@ class Searcher:
             out[i] = (np.asarray(r.ids), np.asarray(r.scores))
         return out
 
+    def _line_tokens(self, node: RetrievedNode, line: str) -> int:
+        """Token count of a node's context line, counted once per node and cached."""
+        n = self._tok_cache.get(node.id)
+        if n is None:
+            n = self._count_tokens(line)
+            self._tok_cache[node.id] = n
+        return n
+
     # ------------------------------------------------------------ selection
     def _neighbours_of_type(self, node: int, node_type: int) -> np.ndarray:
         s = self._structural
@@ -445,7 +454,7 @@ class Searcher:
                     docs.append(self._doc_labels.get(d, f"doc:{d}"))
         priority = sorted(range(len(nodes)), key=lambda i: (_PRIORITY[nodes[i].origin], i))
         context, n_tok, ctx_ids = assemble_context([nodes[i] for i in priority], self.config.context_tokens,
-                                                   self._count_tokens)
+                                                   self._count_tokens, self._line_tokens)
         return RetrievalResult(prep.query, nodes, passages, pscores, pnodes, docs, context, n_tok, ctx_ids,
                                list(prep.entities), prep.name_ids.tolist())
 

@@ -1,0 +1,101 @@
+"""Search on small indexes built by the real pipeline (nlp mode, ``hash:64`` embedder), API and CLI."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+import noderag
+from noderag.graph.types import NodeType as NT
+from noderag.search import SearchConfig
+from noderag.search.cli import format_result
+from noderag.search.searcher import LLMNotConfiguredError
+
+PASSAGES = [
+    ("p-snow", "Hank Snow", "Hank Snow was a Canadian-American country music singer. Hank Snow died in "
+     "Madison, Tennessee in 1999."),
+    ("p-love", "Hello Love", "Hello Love is an album by Hank Snow. Hello Love was released by RCA Victor in 1974."),
+    ("p-tenn", "Tennessee", "Tennessee is a state in the Southeastern United States. North Carolina borders "
+     "Tennessee to the east."),
+    ("p-publix", "Publix", "Publix is a supermarket chain. Publix operates 35 stores in North Carolina."),
+    ("p-pine", "Pineapple", "The pineapple is a tropical plant. Dole Food Company grows pineapples in Hawaii."),
+    ("p-hawaii", "Hawaii", "Hawaii is a state of the United States in the Pacific Ocean. Honolulu is the capital "
+     "of Hawaii."),
+    ("p-jmp", "Journal of Mathematical Physics", "The Journal of Mathematical Physics is a peer-reviewed journal "
+     "published by the American Institute of Physics."),
+    ("p-aip", "American Institute of Physics", "The American Institute of Physics was founded in 1931 in "
+     "New York City."),
+]
+
+
+@pytest.fixture(scope="module")
+def index(tmp_path_factory):
+    root = tmp_path_factory.mktemp("search_index")
+    corpus = root / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"id": i, "title": t, "text": x}) + "\n" for i, t, x in PASSAGES))
+    return noderag.build([str(corpus)], str(root / "index"), embed="hash:64", progress=False)
+
+
+def test_retrieve_on_built_index_ranks_the_named_passages(index):
+    r = index.retrieve("Where did the singer of Hello Love die?")
+    assert set(r.passages) <= {p[0] for p in PASSAGES}
+    assert "p-love" in r.passages[:3]
+    assert r.context_tokens <= SearchConfig().context_tokens
+    assert any(index.nodes.column("type")[i].as_py() == int(NT.N) for i in r.matched_names)
+    r2 = index.retrieve("In which year was the publisher of the Journal of Mathematical Physics founded?")
+    assert {"p-jmp", "p-aip"} <= set(r2.passages[:4])
+
+
+def test_retrieve_many_equals_retrieve_on_built_index(index):
+    qs = ["Where did the singer of Hello Love die?", "Who grows pineapples in Hawaii?",
+          "How many Publix stores are in North Carolina?"]
+    many = index.retrieve_many(qs)
+    assert [r.to_dict() for r in many] == [index.retrieve(q).to_dict() for q in qs]
+
+
+def test_answer_without_llm_is_retrieval_only(index):
+    with pytest.raises(LLMNotConfiguredError, match="only retrieval"):
+        index.answer("Who sang Hello Love?")
+
+
+def test_format_result_is_readable(index):
+    r = index.retrieve("Who grows pineapples in Hawaii?")
+    text = format_result(r, passages=3)
+    assert text.startswith("Q: Who grows pineapples in Hawaii?")
+    assert "top passages" in text and r.passages[0] in text
+    assert f"context {r.context_tokens} tokens" in text
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "noderag.cli", *args], capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_cli_query_readable_and_json(index):
+    out = _cli("query", str(index.path), "Who grows pineapples in Hawaii?", "--passages", "2")
+    assert out.returncode == 0, out.stderr
+    assert "Q: Who grows pineapples in Hawaii?" in out.stdout
+    assert "p-pine" in out.stdout
+    out = _cli("query", str(index.path), "Who grows pineapples in Hawaii?", "Who sang Hello Love?", "--json",
+               "--top-k", "3")
+    assert out.returncode == 0, out.stderr
+    rows = [json.loads(line) for line in out.stdout.splitlines()]
+    assert [r["query"] for r in rows] == ["Who grows pineapples in Hawaii?", "Who sang Hello Love?"]
+    assert sum(n["origin"] == "entry" for n in rows[0]["nodes"]) <= 3
+    assert rows[0]["passages"][0] == "p-pine" or "p-pine" in rows[0]["passages"][:3]
+
+
+def test_cli_query_answer_without_llm_says_so(index):
+    out = _cli("query", str(index.path), "Who sang Hello Love?", "--answer")
+    assert out.returncode != 0
+    assert "only retrieval" in out.stderr
+    assert "Q: Who sang Hello Love?" in out.stdout  # the retrieval is still printed
+
+
+def test_cli_query_missing_index_is_a_clear_error(tmp_path):
+    out = _cli("query", str(tmp_path / "nope"), "anything")
+    assert out.returncode != 0
+    assert "nope" in out.stderr
