@@ -33,42 +33,50 @@ __all__ = ["betweenness", "sample_pivots"]
 
 
 @njit(cache=True, nogil=True)
-def _brandes_bfs(indptr, indices, s, dist, sigma, delta, order, acc):
-    """Add the dependencies of source ``s`` (unweighted) into ``acc``; scratch is reset on exit."""
+def _brandes_bfs(indptr, indices, s, state, order, acc):
+    """Add the dependencies of source ``s`` (unweighted) into ``acc``; scratch is reset on exit.
+
+    ``state[v, 0]`` holds the BFS distance (-1 = unseen) and ``state[v, 1]`` the path
+    count sigma, replaced by ``(1 + delta[v]) / sigma[v]`` once ``v``'s dependency is
+    known, so that each edge visit reads one cache line.
+    """
     order[0] = s
-    dist[s] = 0
-    sigma[s] = 1.0
+    state[s, 0] = 0.0
+    state[s, 1] = 1.0
     head = 0
     tail = 1
     while head < tail:
         v = order[head]
         head += 1
-        dv1 = dist[v] + 1
-        sv = sigma[v]
+        dv1 = state[v, 0] + 1.0
+        sv = state[v, 1]
         for j in range(indptr[v], indptr[v + 1]):
             w = indices[j]
-            dw = dist[w]
-            if dw < 0:
-                dist[w] = dv1
+            dw = state[w, 0]
+            if dw < 0.0:
+                state[w, 0] = dv1
+                state[w, 1] = sv
                 order[tail] = w
                 tail += 1
-                sigma[w] = sv
             elif dw == dv1:
-                sigma[w] += sv
+                state[w, 1] += sv
+    # dependencies, pulled from successors in reverse BFS order
     for i in range(tail - 1, 0, -1):
-        w = order[i]
-        dm1 = dist[w] - 1
-        coeff = (1.0 + delta[w]) / sigma[w]
-        for j in range(indptr[w], indptr[w + 1]):
-            v = indices[j]
-            if dist[v] == dm1:
-                delta[v] += sigma[v] * coeff
-        acc[w] += delta[w]
+        v = order[i]
+        dv1 = state[v, 0] + 1.0
+        total = 0.0
+        for j in range(indptr[v], indptr[v + 1]):
+            w = indices[j]
+            if state[w, 0] == dv1:
+                total += state[w, 1]
+        sv = state[v, 1]
+        delta = sv * total
+        acc[v] += delta
+        state[v, 1] = (1.0 + delta) / sv
     for i in range(tail):
         v = order[i]
-        dist[v] = -1
-        sigma[v] = 0.0
-        delta[v] = 0.0
+        state[v, 0] = -1.0
+        state[v, 1] = 0.0
 
 
 @njit(cache=True, nogil=True)
@@ -113,8 +121,11 @@ def _heap_sift_down(heap, hpos, key, i, size):
 
 
 @njit(cache=True, nogil=True)
-def _brandes_dijkstra(indptr, indices, weights, s, dist, sigma, delta, order, heap, hpos, acc):
-    """Add the dependencies of source ``s`` (edge weight = length) into ``acc``; scratch is reset."""
+def _brandes_dijkstra(indptr, indices, weights, s, dist, sigma, order, heap, hpos, acc):
+    """Add the dependencies of source ``s`` (edge weight = length) into ``acc``; scratch is reset.
+
+    ``sigma[v]`` is replaced by ``(1 + delta[v]) / sigma[v]`` once ``v``'s dependency is known.
+    """
     dist[s] = 0.0
     sigma[s] = 1.0
     heap[0] = s
@@ -135,10 +146,10 @@ def _brandes_dijkstra(indptr, indices, weights, s, dist, sigma, delta, order, he
         sv = sigma[v]
         for j in range(indptr[v], indptr[v + 1]):
             w = indices[j]
-            nd = dv + np.float64(weights[j])
             hw = hpos[w]
             if hw == -2:
                 continue
+            nd = dv + np.float64(weights[j])
             if hw == -1:
                 dist[w] = nd
                 sigma[w] = sv
@@ -152,20 +163,23 @@ def _brandes_dijkstra(indptr, indices, weights, s, dist, sigma, delta, order, he
                 _heap_sift_up(heap, hpos, dist, hw)
             elif nd == dist[w]:
                 sigma[w] += sv
+    # every reached node is settled; unreached ones keep dist = inf and never match
     for i in range(n_settled - 1, 0, -1):
-        w = order[i]
-        dw = dist[w]
-        coeff = (1.0 + delta[w]) / sigma[w]
-        for j in range(indptr[w], indptr[w + 1]):
-            v = indices[j]
-            if hpos[v] == -2 and dist[v] + np.float64(weights[j]) == dw:
-                delta[v] += sigma[v] * coeff
-        acc[w] += delta[w]
+        v = order[i]
+        dv = dist[v]
+        total = 0.0
+        for j in range(indptr[v], indptr[v + 1]):
+            w = indices[j]
+            if dv + np.float64(weights[j]) == dist[w]:
+                total += sigma[w]
+        sv = sigma[v]
+        delta = sv * total
+        acc[v] += delta
+        sigma[v] = (1.0 + delta) / sv
     for i in range(n_settled):
         v = order[i]
         dist[v] = np.inf
         sigma[v] = 0.0
-        delta[v] = 0.0
         hpos[v] = -1
 
 
@@ -175,13 +189,13 @@ def _betweenness_bfs_kernel(indptr, indices, pivots, n_blocks):
     n = indptr.shape[0] - 1
     acc = np.zeros((n_blocks, n), np.float64)
     for b in prange(n_blocks):
-        dist = np.full(n, -1, np.int32)
-        sigma = np.zeros(n, np.float64)
-        delta = np.zeros(n, np.float64)
+        state = np.empty((n, 2), np.float64)
+        state[:, 0] = -1.0
+        state[:, 1] = 0.0
         order = np.empty(n, np.int32)
         row = acc[b]
         for p in range(b, pivots.shape[0], n_blocks):
-            _brandes_bfs(indptr, indices, pivots[p], dist, sigma, delta, order, row)
+            _brandes_bfs(indptr, indices, pivots[p], state, order, row)
     out = np.zeros(n, np.float64)
     for b in range(n_blocks):
         for v in range(n):
@@ -197,13 +211,12 @@ def _betweenness_dijkstra_kernel(indptr, indices, weights, pivots, n_blocks):
     for b in prange(n_blocks):
         dist = np.full(n, np.inf, np.float64)
         sigma = np.zeros(n, np.float64)
-        delta = np.zeros(n, np.float64)
         order = np.empty(n, np.int32)
         heap = np.empty(n, np.int32)
         hpos = np.full(n, -1, np.int32)
         row = acc[b]
         for p in range(b, pivots.shape[0], n_blocks):
-            _brandes_dijkstra(indptr, indices, weights, pivots[p], dist, sigma, delta, order, heap, hpos, row)
+            _brandes_dijkstra(indptr, indices, weights, pivots[p], dist, sigma, order, heap, hpos, row)
     out = np.zeros(n, np.float64)
     for b in range(n_blocks):
         for v in range(n):
