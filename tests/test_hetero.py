@@ -260,12 +260,24 @@ def test_many_small_appends_key_index():
     assert hg.ids_of(np.array([2**63 + 5], np.uint64))[0] == -1
 
 
-def test_returned_arrays_are_readonly():
-    hg = HeteroGraph.from_coo([0, 1], [1, 2], [0], [1])
-    with pytest.raises(ValueError):
-        hg.types[0] = 3
-    with pytest.raises(ValueError):
-        hg.keys[0] = 3
+def test_returned_arrays_are_readonly_and_owned():
+    types = np.array([0, 1, 1], np.uint8)
+    keys = np.array([1, 2, 3], np.uint64)
+    hg = HeteroGraph.from_coo(types, keys, [0, 1], [1, 2])
+    types[0] = 5
+    keys[0] = 99
+    np.testing.assert_array_equal(hg.types, [0, 1, 1])
+    np.testing.assert_array_equal(hg.keys, [1, 2, 3])
+    sem = csr_from_coo(3, [0], [2], [0.5])
+    hg.set_layer("semantic", sem)
+    sem.weights[:] = 7.0
+    np.testing.assert_array_equal(hg.semantic.weights, [0.5, 0.5])
+    hg.add_edges("structural", [0], [2])
+    hg.add_nodes([2], [50])
+    for arr in (hg.types, hg.keys, *(getattr(hg.layer(name), f) for name in ("structural", "semantic")
+                                     for f in ("indptr", "indices", "weights"))):
+        with pytest.raises(ValueError):
+            arr[0] = 3
 
 
 # ------------------------------------------------------------------ layers

@@ -268,6 +268,11 @@ def _as_weights(w, m: int, name: str) -> np.ndarray:
     return arr
 
 
+def _frozen(csr: CSR) -> CSR:
+    """The layer with read-only views of its arrays (they are shared with callers through the properties)."""
+    return CSR(_readonly(csr.indptr), _readonly(csr.indices), _readonly(csr.weights))
+
+
 def _grow(csr: CSR, n: int) -> CSR:
     """The same CSR over ``n >= csr.n`` nodes (new rows empty)."""
     if csr.n == n:
@@ -275,7 +280,7 @@ def _grow(csr: CSR, n: int) -> CSR:
     indptr = np.empty(n + 1, INDPTR_DTYPE)
     indptr[: csr.n + 1] = csr.indptr
     indptr[csr.n + 1:] = csr.indptr[-1]
-    return CSR(indptr, csr.indices, csr.weights)
+    return CSR(_readonly(indptr), csr.indices, csr.weights)
 
 
 def _coo_rows(csr: CSR) -> np.ndarray:
@@ -477,7 +482,9 @@ class HeteroGraph:
             else:
                 names = (f"{prefix}_src", f"{prefix}_dst", f"{prefix}_w")
             layers.append(cls._coo_layer(n, src, dst, w, names))
-        return cls(t, k, layers[0], layers[1], _key_order=order.astype(_ID_DTYPE))
+        # own the node arrays (the caller's arrays may be returned unchanged by the converters)
+        return cls(np.array(t, copy=True), np.array(k, copy=True), _frozen(layers[0]), _frozen(layers[1]),
+                   _key_order=order.astype(_ID_DTYPE))
 
     @staticmethod
     def _coo_layer(n: int, src, dst, w, names: tuple[str, str, str]) -> CSR:
@@ -655,7 +662,7 @@ class HeteroGraph:
             return
         cur = self.layer(layer)
         merged = new if cur.nnz == 0 else merge_csr(cur, new)
-        self._set(layer, merged)
+        self._set(layer, _frozen(merged))
 
     def _set(self, layer: str, csr: CSR) -> None:
         if layer == "structural":
@@ -664,9 +671,10 @@ class HeteroGraph:
             self._semantic = csr
 
     def set_layer(self, layer: str, csr) -> None:
-        """Replace a layer wholesale; ``csr`` must be symmetric, loop-free, sorted, over n nodes."""
+        """Replace a layer wholesale with a copy of ``csr`` (symmetric, loop-free, sorted columns, n nodes)."""
         self._check_layer_name(layer)
-        self._set(layer, _check_layer(csr, self._n, "csr"))
+        c = _check_layer(csr, self._n, "csr")
+        self._set(layer, _frozen(CSR(np.array(c.indptr), np.array(c.indices), np.array(c.weights))))
 
     def combined(self, structural_weight: float = 1.0, semantic_weight: float = 1.0) -> CSR:
         """``structural_weight * structural + semantic_weight * semantic``: the PPR operator.
