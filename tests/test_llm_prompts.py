@@ -98,3 +98,25 @@ def test_prompts_round_trip_through_scripted_backend():
     out = llm.run([P.query_entities_request("Who met Bob?"),
                    P.answer_request("Who met Bob?", [("S1", "Alice met Bob.")])], stage="answer")
     assert out[0].value == {"entities": ["Alice"]} and out[1].value["citations"] == ["S1"]
+
+
+def test_rule_based_test_double_answers_every_prompt_validly():
+    from noderag.llm.testing import rule_based_respond
+
+    llm = ScriptedLLM(rule_based_respond, max_validation_retries=0)
+    text = ("The Journal of Mathematical Physics is published by the American Institute of Physics. "
+            "It began in 1960. Jan Philip Solovej of the University of Copenhagen edits it.")
+    out = llm.run([
+        P.decompose_request(text),
+        P.attribute_request("Jan Philip Solovej", ["Jan Philip Solovej edits it."]),
+        P.community_request(["Paris is in France.", "The Seine flows through Paris."]),
+        P.query_entities_request("Who edits the Journal of Mathematical Physics?"),
+        P.answer_request("Who edits it?", [("S3", "Jan Philip Solovej edits it.")]),
+    ], stage="decompose")
+    assert all(r.ok for r in out), [r.error for r in out]
+    units = out[0].value["units"]
+    assert len(units) == 3 and "Journal of Mathematical Physics" in units[0]["entities"]
+    assert "1960" in units[1]["entities"] and units[2]["relations"][0] == {
+        "source": "Jan Philip Solovej", "relation": "related to", "target": "University of Copenhagen"}
+    assert out[3].value["entities"] == ["Journal of Mathematical Physics"]
+    assert out[4].value["citations"] == ["S3"] and out[1].value.startswith("Summary: Entity: Jan")

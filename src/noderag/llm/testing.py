@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Callable, Sequence
 
 from .accounting import TokenLedger
 from .base import BaseBackend, RawOutput, _check_requests, validated_batch
 from .types import LLMRequest, LLMResult, ResultCallback, Usage
 
-__all__ = ["ScriptedLLM"]
+__all__ = ["ScriptedLLM", "rule_based_respond"]
 
 
 class ScriptedLLM(BaseBackend):
@@ -57,3 +58,58 @@ class ScriptedLLM(BaseBackend):
             prompt = sum(len(m["content"].split()) for m in req.messages)
             out.append(RawOutput(text=text, usage=Usage(prompt, len(text.split()), 0), finish_reason="stop"))
         return out
+
+
+_SENT = re.compile(r"(?<=[.!?。！？])\s*")
+_CAPS = re.compile(r"\b[A-Z][\w'-]*(?:\s+(?:of\s+)?[A-Z][\w'-]*)*|\b\d{3,4}\b")
+_STOP = frozenset("The A An It In On At He She They We I Who What When Where Which Why How".split())
+
+
+def _entities(text: str, limit: int) -> list[str]:
+    out: list[str] = []
+    for m in _CAPS.finditer(text):
+        words = m.group(0).split()
+        if words and words[0] in _STOP:
+            words = words[1:]
+        e = " ".join(words)[:100]
+        if e and e not in out:
+            out.append(e)
+        if len(out) == limit:
+            break
+    return out
+
+
+def rule_based_respond(request: LLMRequest) -> Any:
+    """Deterministic schema-valid replies for the prompts of :mod:`noderag.llm.prompts` (test double).
+
+    decompose: one unit per sentence, capitalised word runs and years as entities, consecutive
+    entities linked by "related to"; community: one element; query: capitalised words; answer:
+    cites the first context id; plain-text requests: the first line of the user message.
+    """
+    user = request.messages[-1]["content"]
+    props = (request.schema or {}).get("properties", {})
+    if request.schema is None:
+        return "Summary: " + user.splitlines()[0][:200]
+    if "units" in props:
+        unit_s = props["units"]
+        item = unit_s["items"]["properties"]
+        max_e, max_r = item["entities"]["maxItems"], item["relations"]["maxItems"]
+        units = []
+        for sent in (x.strip() for x in _SENT.split(user)):
+            if not sent:
+                continue
+            ents = _entities(sent, max_e)
+            rels = [{"source": a, "relation": "related to", "target": b} for a, b in zip(ents, ents[1:])][:max_r]
+            units.append({"text": sent[: item["text"]["maxLength"]], "entities": ents, "relations": rels})
+            if len(units) == unit_s["maxItems"]:
+                break
+        return {"units": units}
+    if "elements" in props:
+        first = user.splitlines()[0].lstrip("- ")[:100] or "cluster"
+        return {"elements": [{"title": first[:60], "description": user.replace("\n", " ")[:300]}]}
+    if "answer" in props:
+        ids = re.findall(r"^\[([^\]]+)\]", user, flags=re.M)
+        return {"answer": "See the cited context.", "citations": ids[:1]}
+    if "entities" in props:
+        return {"entities": _entities(user, props["entities"]["maxItems"])}
+    raise ValueError(f"rule_based_respond: no rule for schema with properties {sorted(props)}")
