@@ -545,12 +545,17 @@ def test_corrupt_or_missing_files_are_named(tmp_path, relpath, corrupt, exc, mat
         HeteroGraph.load(tmp_path)
 
 
-def test_corrupt_key_order_detected_on_lookup(tmp_path):
+@pytest.mark.parametrize("order, match", [([1, 0, 2, 3], "node key order is not"), ([0, 1, 2, 7], r"node ids must lie in \[0, 4\)"),
+                                          ([0, 1, 1, 3], "node key order is not")])
+def test_corrupt_key_order_detected_on_lookup(tmp_path, order, match):
     _saved(tmp_path)
-    atomic_save_npy(tmp_path / "node_key_order.npy", np.array([1, 0, 2, 3], np.int32))
-    g = HeteroGraph.load(tmp_path)
-    with pytest.raises(ValueError, match="node_key_order.npy: node key order is not"):
-        g.ids_of([10])
+    atomic_save_npy(tmp_path / "node_key_order.npy", np.array(order, np.int32))
+    for validate in (True, False):
+        g = HeteroGraph.load(tmp_path, validate=validate)
+        with pytest.raises(ValueError, match="node_key_order.npy: " + match):
+            g.ids_of([10])
+        with pytest.raises(ValueError, match="node_key_order.npy"):
+            g.add_nodes([0], [11])
 
 
 def test_load_missing_directory(tmp_path):

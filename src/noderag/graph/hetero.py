@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable
 
 import numpy as np
 from numba import njit
@@ -562,10 +562,13 @@ class HeteroGraph:
         if self._index is None:
             order = self._key_order
             if order is not None:
+                # a persisted order is checked before use: in range and keys[order] strictly increasing
                 order = np.asarray(order)
+                where = self._key_order_path or "key order"
+                if order.size and (int(order.min()) < 0 or int(order.max()) >= self._n):
+                    raise ValueError(f"{where}: node ids must lie in [0, {self._n}) (corrupt index)")
                 sk = self.keys[order]
                 if sk.size > 1 and not np.all(sk[1:] > sk[:-1]):
-                    where = self._key_order_path or "key order"
                     raise ValueError(f"{where}: node key order is not a strictly increasing permutation of the keys (corrupt index)")
             self._index = _KeyIndex(self.keys, order)
             self._key_order = None
@@ -867,12 +870,8 @@ class HeteroGraph:
                     raise ValueError(f"{sub}: corrupt {name} layer: {what}; first violation at position {int(pos)}")
             layers[name] = CSR(indptr, indices, weights)
         if validate and n:
-            lo, hi = int(np.min(types)), int(np.max(types))
+            hi = int(np.max(types))
             if hi >= N_TYPES:
                 raise ValueError(f"{root / 'node_types.npy'}: type codes must be in 0..{N_TYPES - 1}, found {hi}")
-            del lo
-            olo, ohi = int(np.min(order)), int(np.max(order))
-            if olo < 0 or ohi >= n:
-                raise ValueError(f"{order_path}: ids must lie in [0, {n}), found {olo if olo < 0 else ohi}")
         return cls(types, keys, layers["structural"], layers["semantic"],
                    _key_order=order, _key_order_path=order_path)
