@@ -46,6 +46,10 @@ class SearchConfig:
         Personalisation mass given to the entity / overview name matches.
     max_name_matches : int
         At most this many N/O nodes matched per query entity (shortest names first).
+    contains_weight : float
+        Relative seed weight of a whole-word containment match (exact and in-query matches: 1).
+    name_degree_power : float
+        Name seeds are weighted by ``(1 + degree) ** -name_degree_power`` (0: uniform).
     entity_source : {"nlp", "llm", "none"}
         How query entities are extracted; "llm" needs an LLM backend.
     match_names_in_query : bool
@@ -70,6 +74,8 @@ class SearchConfig:
     vector_weight: float = 1.0
     name_weight: float = 1.0
     max_name_matches: int = 8
+    contains_weight: float = 0.1
+    name_degree_power: float = 0.0
     entity_source: str = "nlp"
     match_names_in_query: bool = True
     use_ppr: bool = True
@@ -103,7 +109,8 @@ class SearchConfig:
         _int("iterations", 0)
         _int("ppr_candidates", 1)
         _int("context_tokens", 0)
-        for name in ("vector_weight", "name_weight", "structural_weight", "semantic_weight",
+        for name in ("vector_weight", "name_weight", "contains_weight", "name_degree_power",
+                     "structural_weight", "semantic_weight",
                      "passage_entry_weight", "passage_text_weight", "passage_unit_weight"):
             _nonneg(name)
         if isinstance(self.alpha, bool) or not isinstance(self.alpha, (int, float)) or not 0.0 <= self.alpha <= 1.0:

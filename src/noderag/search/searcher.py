@@ -99,6 +99,7 @@ class Searcher:
         self.types = np.ascontiguousarray(np.asarray(graph.types), dtype=np.uint8)
         self.n = int(self.types.shape[0])
         self._structural = graph.structural
+        self._degree = np.diff(np.asarray(self._structural.indptr)).astype(np.float64)
         self._operator = self._make_operator(graph)
         nodes = store.nodes
         if nodes.num_rows != self.n:
@@ -260,12 +261,19 @@ class Searcher:
             matches = self.matcher.match(ents, query if cfg.match_names_in_query else None,
                                          limit=cfg.max_name_matches)
             name_ids = np.asarray([m.node_id for m in matches], dtype=np.int64)
-            seeds, weights = self._seed_weights(row, sim, name_ids)
+            rel = np.asarray([cfg.contains_weight if m.kind == "contains" else 1.0 for m in matches], np.float64)
+            seeds, weights = self._seed_weights(row, sim, name_ids, rel)
             out.append(_Prepared(query, ents, row, sim, name_ids, seeds, weights))
         return out
 
-    def _seed_weights(self, entry: np.ndarray, sims: np.ndarray, names: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Personalisation: vector hits share ``vector_weight`` by similarity, name hits share ``name_weight``."""
+    def _seed_weights(self, entry: np.ndarray, sims: np.ndarray, names: np.ndarray,
+                      rel: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Personalisation: vector hits share ``vector_weight`` by similarity, name hits share ``name_weight``.
+
+        A name hit's share is proportional to its match weight (``contains_weight`` for
+        whole-word containment, 1 otherwise) times ``(1 + degree) ** -name_degree_power``,
+        so hub entities with many mentions weigh less.
+        """
         cfg = self.config
         parts_i, parts_w = [], []
         if entry.size and cfg.vector_weight > 0:
@@ -274,8 +282,12 @@ class Searcher:
             parts_i.append(entry)
             parts_w.append(cfg.vector_weight * s)
         if names.size and cfg.name_weight > 0:
-            parts_i.append(names)
-            parts_w.append(np.full(names.size, cfg.name_weight / names.size))
+            w = np.ones(names.size) if rel is None else np.asarray(rel, np.float64)
+            if cfg.name_degree_power > 0:
+                w = w * (1.0 + self._degree[names]) ** (-cfg.name_degree_power)
+            if w.sum() > 0:
+                parts_i.append(names)
+                parts_w.append(cfg.name_weight * w / w.sum())
         if not parts_i:
             return np.zeros(0, np.int32), np.zeros(0, np.float32)
         return (np.concatenate(parts_i).astype(np.int32), np.concatenate(parts_w).astype(np.float32))
