@@ -235,3 +235,14 @@ def test_killed_build_reuses_every_finished_call(tmp_path):
     assert [r.value["n"] for r in out] == list(range(10))
     assert llm.ledger.stages["decompose"].cache_hits == 6
     llm.close()
+
+
+def test_unexpected_exception_fails_one_item_not_the_batch():
+    def handler(request):
+        if item_of(json.loads(request.content)) == 1:
+            raise ValueError("handler exploded")
+        return httpx.Response(200, json=reply('{"n": 0}'))
+
+    out = backend(handler).run([req(0), req(1), req(2)], stage="query")
+    assert out[0].ok and out[2].ok
+    assert "handler exploded" in out[1].error

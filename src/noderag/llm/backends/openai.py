@@ -237,8 +237,11 @@ class OpenAIBackend(BaseBackend):
         attempt = 0
         for attempt in range(self.config.max_validation_retries + 1):
             r = req if attempt == 0 else retry_request(req, attempt)
-            async with sem:
-                raw = await self._post_with_retries(client, r)
+            try:
+                async with sem:
+                    raw = await self._post_with_retries(client, r)
+            except Exception as e:  # unexpected (bad URL, unserialisable body): this item fails, not the batch
+                raw = RawOutput(error=f"{type(e).__name__}: {e}")
             value, err, usage = await asyncio.to_thread(self._finish, req, raw)
             total = total + usage
             latency += raw.latency_s
