@@ -169,6 +169,8 @@ class CommunityConfig:
         Each H links to this many community members (S, A) most similar to it.
     max_members : int, default=24
         llm: at most this many member texts go into one community prompt.
+    iterations : int, default=2
+        Leiden iterations (leidenalg's default; -1 runs until no improvement, much slower).
     """
 
     enabled: bool = True
@@ -179,9 +181,12 @@ class CommunityConfig:
     title_entities: int = 3
     links: int = 10
     max_members: int = 24
+    iterations: int = 2
 
     def validate(self) -> None:
         _check(isinstance(self.enabled, bool), "communities.enabled", self.enabled, "a bool")
+        _check(_is_int(self.iterations) and (self.iterations >= 1 or self.iterations == -1),
+               "communities.iterations", self.iterations, "an int >= 1 or -1")
         _check(_is_num(self.resolution) and self.resolution > 0, "communities.resolution", self.resolution, "a number > 0")
         _check(self.objective in ("modularity", "rb"), "communities.objective", self.objective, "'modularity' or 'rb'")
         for name in ("min_size", "summary_tokens", "title_entities", "links", "max_members"):

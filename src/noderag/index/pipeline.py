@@ -426,7 +426,8 @@ def build_index(inputs: Sequence[str | os.PathLike], index_dir: str | os.PathLik
         n1 = len(table)
         snra = subgraph_csr(n1, types, s2, d2, w2, (S, N, R, A))
         membership = np.asarray(leiden(snra, resolution=config.communities.resolution,
-                                       objective=config.communities.objective, seed=config.seed))
+                                       objective=config.communities.objective, seed=config.seed,
+                                       n_iterations=config.communities.iterations))
         n_comm = int(membership.max()) + 1 if membership.size else 0
         sn = subgraph_csr(n1, types, s1, d1, w1, (S, N))
         counter = {"n": 0}

@@ -211,7 +211,13 @@ class NLPDecomposer:
         """Group sentence spans into units (short sentences join a neighbour)."""
         from noderag.tokenize import count_tokens
 
-        spans = sentence_spans(text)
+        spans = []
+        for a, b in sentence_spans(text):
+            m = re.match(r"#{1,6}\s+", text[a:b])  # Markdown heading marker
+            if m:
+                a += m.end()
+            if b > a:
+                spans.append((a, b))
         groups: list[list[tuple[int, int]]] = []
         cur: list[tuple[int, int]] = []
         cur_n = 0
