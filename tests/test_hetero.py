@@ -412,6 +412,26 @@ def test_exports_equal_scipy(g, layer):
         assert [nxg.nodes[i]["key"] for i in range(n)] == list(keys)
 
 
+@SETTINGS
+@given(graphs())
+def test_edge_list_and_neighbors(g):
+    types, keys, (ss, sd, sw), (es, ed, ew) = g
+    hg = HeteroGraph.from_coo(types, keys, ss, sd, sw, sem_src=es, sem_dst=ed, sem_w=ew)
+    for layer in ("structural", "semantic", "combined"):
+        src, dst, w = hg.edge_list(layer)
+        assert src.dtype == dst.dtype == np.int32 and w.dtype == np.float32
+        assert np.all(src < dst) and len(src) == hg.layer(layer).nnz // 2
+        rebuilt = HeteroGraph.from_coo(types, keys, src, dst, w)
+        np.testing.assert_array_equal(dense(rebuilt.structural), dense(hg.layer(layer)))
+        full = dense(hg.layer(layer))
+        for v in range(len(types)):
+            ids, wv = hg.neighbors(v, layer)
+            np.testing.assert_array_equal(ids, np.flatnonzero(pattern(hg.layer(layer))[v]))
+            np.testing.assert_array_equal(wv, full[v, ids])
+    with pytest.raises(ValueError, match="node must be an id"):
+        hg.neighbors(len(types))
+
+
 def test_layer_name_errors():
     hg = HeteroGraph.empty()
     with pytest.raises(ValueError, match="layer must be 'structural', 'semantic' or 'combined'"):

@@ -767,6 +767,19 @@ class HeteroGraph:
         up = rows < cols
         return rows[up], cols[up], np.asarray(csr.weights)[up]
 
+    def edge_list(self, layer: str = "structural") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Each undirected edge once as ``(src, dst, w)`` with ``src < dst`` (int32, int32, float32), sorted."""
+        r, c, w = self._upper_edges(layer)
+        return r.astype(_ID_DTYPE), c.astype(_ID_DTYPE), np.array(w, WEIGHT_DTYPE)
+
+    def neighbors(self, node: int, layer: str = "structural") -> tuple[np.ndarray, np.ndarray]:
+        """Neighbour ids (int32, ascending) and edge weights (float32) of one node, as read-only views."""
+        csr = self.layer(layer)
+        if isinstance(node, bool) or not isinstance(node, (int, np.integer)) or not 0 <= int(node) < self._n:
+            raise ValueError(f"node must be an id in [0, {self._n}), got {node!r}")
+        s, e = int(csr.indptr[node]), int(csr.indptr[int(node) + 1])
+        return _readonly(csr.indices[s:e]), _readonly(csr.weights[s:e])
+
     def to_igraph(self, layer: str = "combined"):
         """Weighted undirected ``igraph.Graph`` (edge attribute ``weight``, vertex attributes ``type`` and ``key``)."""
         import igraph as ig
