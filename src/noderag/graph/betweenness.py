@@ -10,7 +10,9 @@ Pivots are processed in parallel with ``prange`` over ``n_threads`` blocks; each
 block owns its scratch arrays and its accumulator row, and the rows are summed
 at the end (no shared writes). Results are deterministic for fixed ``seed`` and
 ``n_threads``; a different ``n_threads`` regroups the float sums (differences at
-the 1e-15 relative level).
+the 1e-15 relative level). Concurrent calls from several Python threads are safe
+with Numba's ``omp`` and ``tbb`` threading layers; its fallback ``workqueue`` layer
+does not support concurrent parallel launches.
 
 Normalisation equals networkx's ``_rescale`` for undirected graphs with
 ``endpoints=False``: with all pivots, ``normalized`` scales by ``1 / ((n-1)(n-2))``,

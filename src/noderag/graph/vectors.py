@@ -289,12 +289,14 @@ def knn_search(
     dtype: str = "f16",
     batch_size: int = 16384,
     threads: int = 0,
+    add_threads: int = 1,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Top-k cosine neighbours of every embedded node among the others (itself excluded).
 
     With fewer than ``exact_below`` vectors and no ``index`` the search is exact
     (blocked numpy products); otherwise an HNSW index (``index``, or one built here
-    with one thread) is searched in batches. Similarities are recomputed exactly in
+    with ``add_threads`` threads — 1 keeps it reproducible) is searched in batches
+    of ``batch_size`` queries with ``threads`` threads (0 = all cores). Similarities are recomputed exactly in
     float32 from ``vectors`` for every neighbour that is in ``ids``; neighbours that
     exist only in a given ``index`` get ``1 - distance``.
 
@@ -315,7 +317,7 @@ def knn_search(
     if index is None and m < exact_below:
         return _exact_knn(ids, unit, kk, batch_size)
     if index is None:
-        index = VectorIndex(unit.shape[1], metric="cos", dtype=dtype)
+        index = VectorIndex(unit.shape[1], metric="cos", dtype=dtype, threads=_check_threads(add_threads, "add_threads"))
         index.add(ids, unit)
     elif index.ndim != unit.shape[1]:
         raise ValueError(f"index has ndim {index.ndim} but vectors have {unit.shape[1]} columns")
@@ -377,6 +379,7 @@ def knn_csr(
     dtype: str = "f16",
     batch_size: int = 16384,
     threads: int = 0,
+    add_threads: int = 1,
 ) -> CSR:
     """Semantic layer: symmetric kNN graph over ``n`` nodes from the embedded nodes' vectors.
 
@@ -392,7 +395,7 @@ def knn_csr(
     if ids_arr.size and ids_arr.max() >= n:
         raise ValueError(f"ids must lie in [0, {n}), found {ids_arr.max()}")
     nbrs, sims = knn_search(ids_arr, vectors, k, exact_below=exact_below, index=index, dtype=dtype,
-                            batch_size=batch_size, threads=threads)
+                            batch_size=batch_size, threads=threads, add_threads=add_threads)
     if nbrs.size == 0:
         return CSR.empty(n)
     src = np.repeat(ids_arr, nbrs.shape[1])
