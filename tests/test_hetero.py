@@ -18,7 +18,7 @@ from noderag.graph.hetero import HeteroGraph, merge_csr
 from noderag.graph.storage import FormatVersionError, atomic_save_npy
 from noderag.graph.types import NodeType
 
-SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 # ------------------------------------------------------------------ strategies and references
