@@ -158,6 +158,11 @@ def _parser() -> argparse.ArgumentParser:
 
     add_query_arguments(q)
     q.set_defaults(func=run_query)
+    d = sub.add_parser("demo", help="build an index from the shipped demo corpus, then retrieve for demo questions")
+    from noderag.demo import add_demo_arguments, run_demo  # the search helper owns the demo
+
+    add_demo_arguments(d)
+    d.set_defaults(func=run_demo)
     return p
 
 

@@ -107,8 +107,8 @@ class Searcher:
         self._text = _column(nodes, "text")
         self._chunk = np.asarray(_column(nodes, "chunk_id").to_numpy(zero_copy_only=False), dtype=np.int64)
         self._doc = np.asarray(_column(nodes, "doc_id").to_numpy(zero_copy_only=False), dtype=np.int64)
-        self._labels = self._passage_labels(nodes)
         self._doc_labels = self._document_labels()
+        self._labels = self._passage_labels(nodes)
         if "active" in nodes.column_names:
             self._active = np.asarray(nodes.column("active").to_numpy(zero_copy_only=False), dtype=bool)
         else:
@@ -128,11 +128,15 @@ class Searcher:
         return PPROperator(csr, self.types)
 
     def _passage_labels(self, nodes: Any) -> list[str | None]:
-        """Label of every chunk's source passage: its ``source_id``, else ``doc:<doc id>#<chunk id>``."""
+        """Label of every chunk's source passage: its ``source_id`` (JSONL ``id``), else its document's source."""
         src = _column(nodes, "source_id").to_pylist()
         labels: list[str | None] = [None] * self.n
         for i in np.flatnonzero(self.types == _T).tolist():
-            labels[i] = src[i] if src[i] is not None else f"doc:{int(self._doc[i])}#{i}"
+            if src[i] is not None:
+                labels[i] = src[i]
+            else:
+                d = int(self._doc[i])
+                labels[i] = self._doc_labels.get(d, f"doc:{d}")
         return labels
 
     def _document_labels(self) -> dict[int, str]:
