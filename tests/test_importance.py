@@ -134,3 +134,23 @@ def test_rejects_bad_input():
         ImportanceConfig(betweenness_pivots=0)
     with pytest.raises(TypeError, match="config"):
         important_entities(csr, np.zeros(3, np.uint8), np.zeros(3), config={"k_core": 1})
+
+
+def test_nodes_restricts_to_induced_subgraph():
+    csr, types, mentions = _typed_graph(21, 80, 240)
+    nodes = np.flatnonzero(types != NodeType.T)
+    # the same rule on the relabelled induced subgraph, mapped back to original ids
+    sub_src, sub_dst = [], []
+    pos = {int(v): i for i, v in enumerate(nodes)}
+    rows = np.repeat(np.arange(csr.n), csr.degree())
+    for u, v in zip(rows.tolist(), csr.indices.tolist()):
+        if u < v and u in pos and v in pos:
+            sub_src.append(pos[u])
+            sub_dst.append(pos[v])
+    sub = csr_from_coo(nodes.size, sub_src, sub_dst)
+    want = nodes[np.asarray(_reference_rule(sub, types[nodes], mentions[nodes]), dtype=np.int64)]
+    got = important_entities(csr, types, mentions, nodes=nodes[::-1])
+    np.testing.assert_array_equal(got, want)
+    assert important_entities(csr, types, mentions, nodes=[]).shape == (0,)
+    with pytest.raises(ValueError, match="nodes"):
+        important_entities(csr, types, mentions, nodes=[0, 500])

@@ -8,10 +8,12 @@ rule: ``k = round(ln n * sqrt(mean degree))`` and
 ``factor = round(log10 n)`` over a 10-pivot betweenness sample.
 
 Both measures are computed on the graph the caller passes, over all its nodes
-(the mean betweenness is the mean over every node of that graph). The build
-pipeline passes the structural layer (or its S/N/R subgraph, with non-member
-rows empty); the choice changes ``n`` and the mean degree, hence the automatic
-thresholds.
+(the mean betweenness is the mean over every node of that graph), or, with
+``nodes``, on the subgraph induced by those nodes (``n``, the mean degree, the
+pivots and the mean betweenness then refer to that subgraph only). The reference
+measures the S/N/R graph: pass the structural layer with
+``nodes = ids of the S, N and R nodes`` so that chunk (T) and other nodes do not
+dilute ``n`` and the mean degree.
 
 Small-graph rules (the reference crashes on ``log(0)``): ``n == 0`` gives no
 entities; the automatic k is clamped to at least 1, so isolated nodes (core 0)
@@ -28,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .betweenness import betweenness
-from .csr import CSR, validate_csr
+from .csr import CSR, csr_from_coo, validate_csr
 from .kcore import core_numbers
 from .types import NodeType
 
@@ -63,6 +65,10 @@ class ImportanceConfig:
     seed: int = 0
 
     def __post_init__(self):
+        self.validate()
+
+    def validate(self) -> "ImportanceConfig":
+        """Raise ``ValueError`` naming the first bad field; return self."""
         for name in ("k_core", "betweenness_factor"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0):
@@ -72,6 +78,11 @@ class ImportanceConfig:
             raise ValueError(f"ImportanceConfig.betweenness_pivots must be a positive integer, got {self.betweenness_pivots!r}")
         if isinstance(self.min_mentions, bool) or not isinstance(self.min_mentions, (int, np.integer)):
             raise ValueError(f"ImportanceConfig.min_mentions must be an integer, got {self.min_mentions!r}")
+        if not isinstance(self.weighted, bool):
+            raise ValueError(f"ImportanceConfig.weighted must be a bool, got {self.weighted!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)):
+            raise ValueError(f"ImportanceConfig.seed must be an integer, got {self.seed!r}")
+        return self
 
 
 def resolve_thresholds(n: int, nnz: int, config: ImportanceConfig = ImportanceConfig()) -> tuple[int, int]:
@@ -94,6 +105,8 @@ def important_entities(
     node_types,
     mention_counts,
     config: ImportanceConfig = ImportanceConfig(),
+    *,
+    nodes=None,
 ) -> np.ndarray:
     """Sorted int32 ids of the important entities of ``csr`` (see the module docstring).
 
@@ -106,6 +119,9 @@ def important_entities(
     mention_counts : array-like of shape (n,)
         Number of mentions per node (only entities' values are read).
     config : ImportanceConfig, default=ImportanceConfig()
+    nodes : array-like of int or None, default=None
+        Measure centrality on the subgraph induced by these node ids (duplicates
+        ignored); ``None`` uses the whole graph. Returned ids are ids of ``csr``.
     """
     if not isinstance(csr, CSR):
         raise TypeError(f"csr must be a noderag.graph.csr.CSR, got {type(csr).__name__}")
@@ -124,10 +140,34 @@ def important_entities(
     if not (np.issubdtype(mentions.dtype, np.integer) or np.issubdtype(mentions.dtype, np.floating)):
         raise ValueError(f"mention_counts must be numeric, got dtype {mentions.dtype}")
     candidates = (types == int(NodeType.N)) & (mentions >= config.min_mentions)
-    if n == 0 or not candidates.any():
+    members = None
+    if nodes is not None:
+        checked, members = _induced_subgraph(checked, nodes)
+        candidates = candidates[members]
+    if checked.n == 0 or not candidates.any():
         return np.zeros(0, np.int32)
-    k, factor = resolve_thresholds(n, checked.nnz, config)
+    k, factor = resolve_thresholds(checked.n, checked.nnz, config)
     central = core_numbers(checked) >= k
     scores = betweenness(checked, k=config.betweenness_pivots, seed=config.seed, weighted=config.weighted)
     central |= scores > scores.mean() * factor
-    return np.flatnonzero(candidates & central).astype(np.int32)
+    local = np.flatnonzero(candidates & central)
+    return (local if members is None else members[local]).astype(np.int32)
+
+
+def _induced_subgraph(checked: CSR, nodes) -> tuple[CSR, np.ndarray]:
+    """The subgraph induced by ``nodes`` (relabelled 0..m-1 in id order) and the sorted member ids."""
+    n = checked.n
+    members = np.asarray(nodes)
+    if members.ndim != 1 or not (np.issubdtype(members.dtype, np.integer) or members.size == 0):
+        raise ValueError(f"nodes must be a 1-D array of integer ids, got shape {members.shape} dtype {members.dtype}")
+    members = np.unique(members.astype(np.int64))
+    if members.size and (members[0] < 0 or members[-1] >= n):
+        bad = members[0] if members[0] < 0 else members[-1]
+        raise ValueError(f"nodes must lie in [0, {n}), found {bad}")
+    local = np.full(n, -1, np.int64)
+    local[members] = np.arange(members.size)
+    rows = local[np.repeat(np.arange(n), np.diff(checked.indptr))]
+    cols = local[checked.indices]
+    keep = (rows >= 0) & (cols >= 0)
+    sub = csr_from_coo(int(members.size), rows[keep], cols[keep], checked.weights[keep], symmetric=False)
+    return sub, members
