@@ -295,10 +295,11 @@ def knn_search(
 
     With fewer than ``exact_below`` vectors and no ``index`` the search is exact
     (blocked numpy products); otherwise an HNSW index (``index``, or one built here
-    with ``add_threads`` threads — 1 keeps it reproducible) is searched in batches
-    of ``batch_size`` queries with ``threads`` threads (0 = all cores). Similarities are recomputed exactly in
-    float32 from ``vectors`` for every neighbour that is in ``ids``; neighbours that
-    exist only in a given ``index`` get ``1 - distance``.
+    with ``add_threads`` threads; 1 keeps it reproducible) is searched in batches
+    of ``batch_size`` queries with ``threads`` threads (0 = all cores).
+    Similarities are recomputed exactly in float32 from ``vectors`` for every
+    neighbour that is in ``ids``; neighbours that exist only in a given ``index``
+    get ``1 - distance``. Rows of zero vectors have similarity 0 to everything.
 
     Returns
     -------
