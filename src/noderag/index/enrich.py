@@ -11,7 +11,7 @@ import numpy as np
 
 from noderag.graph.storage import atomic_save_npy, atomic_write_json, load_npy, read_json
 
-__all__ = ["embed_texts_resumable", "semantic_layer", "load_vectors", "save_vector_index"]
+__all__ = ["embed_texts_resumable", "semantic_layer", "load_vectors", "build_vector_index"]
 
 
 def _texts_digest(name: str, texts: Sequence[str], batch_size: int) -> str:
@@ -68,30 +68,25 @@ def embed_texts_resumable(embedder, texts: Sequence[str], stage_dir: Path | None
     return out
 
 
-def semantic_layer(n: int, ids: np.ndarray, vectors: np.ndarray, k: int):
+def build_vector_index(ids: np.ndarray, vectors: np.ndarray, dim: int, dtype: str = "f16"):
+    """HNSW index of ``vectors`` keyed by node id, built with one thread (identical file every run)."""
+    from noderag.graph.vectors import VectorIndex
+
+    index = VectorIndex(dim, metric="cos", dtype=dtype)
+    if ids.size:
+        index.add(np.asarray(ids, dtype=np.int64), np.asarray(vectors, dtype=np.float32), threads=1)
+    return index
+
+
+def semantic_layer(n: int, ids: np.ndarray, vectors: np.ndarray, k: int, index=None):
     """kNN semantic layer (CSR over ``n`` nodes, weight = cosine similarity > 0) among ``ids``."""
     from noderag.graph.csr import CSR
     from noderag.graph.vectors import knn_csr
 
     if ids.size < 2:
         return CSR.empty(n)
-    return knn_csr(n, np.asarray(ids, dtype=np.int64), np.asarray(vectors, dtype=np.float32), k=min(k, ids.size - 1))
-
-
-def save_vector_index(path: Path, ids: np.ndarray, vectors: np.ndarray, dim: int) -> None:
-    """Write the HNSW index of ``vectors`` keyed by node id (atomic: temp name then rename)."""
-    import os
-
-    from noderag.graph.vectors import VectorIndex
-
-    index = VectorIndex(dim, metric="cos", dtype="f16")
-    if ids.size:
-        index.add(np.asarray(ids, dtype=np.int64), np.asarray(vectors, dtype=np.float32))
-    tmp = path.with_name(f".{path.name}.tmp")
-    index.save(tmp)
-    with open(tmp, "rb") as fh:
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    return knn_csr(n, np.asarray(ids, dtype=np.int64), np.asarray(vectors, dtype=np.float32),
+                   k=min(k, ids.size - 1), index=index if ids.size >= 4096 else None)
 
 
 def load_vectors(path: Path, ids: np.ndarray, dim: int) -> np.ndarray:

@@ -460,10 +460,11 @@ def build_index(inputs: Sequence[str | os.PathLike], index_dir: str | os.PathLik
     types = table.types_array()
     active = np.asarray(table.active, dtype=bool)
     emb_ids = np.flatnonzero(np.isin(types, (T, S, A, H)) & active)
-    from .enrich import semantic_layer
+    from .enrich import build_vector_index, semantic_layer
 
+    vindex = build_vector_index(emb_ids, vec[emb_ids], dim)
     if config.semantic.enabled:
-        sem = semantic_layer(n, emb_ids, vec[emb_ids], config.semantic.k)
+        sem = semantic_layer(n, emb_ids, vec[emb_ids], config.semantic.k, index=vindex)
     else:
         from noderag.graph.csr import CSR
 
@@ -475,7 +476,6 @@ def build_index(inputs: Sequence[str | os.PathLike], index_dir: str | os.PathLik
     slog.start("finalize")
     from noderag.graph.hetero import HeteroGraph
 
-    from .enrich import save_vector_index
     from .store import write_documents, write_nodes
 
     s3, d3, w3 = _cat(base, link, a_edges, h_edges)
@@ -495,7 +495,7 @@ def build_index(inputs: Sequence[str | os.PathLike], index_dir: str | os.PathLik
     atomic_save_npy(final / "base" / "src.npy", bs_)
     atomic_save_npy(final / "base" / "dst.npy", bd_)
     atomic_save_npy(final / "base" / "w.npy", bw_)
-    save_vector_index(final / "vectors.usearch", emb_ids, vec[emb_ids], dim)
+    vindex.save(final / "vectors.usearch")
     _checkpoint("finalize-files")
     slog.finish("finalize")
 

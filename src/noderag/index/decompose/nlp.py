@@ -178,7 +178,9 @@ def sentence_relations(sent: str, mentions: list[Mention], max_words: int) -> li
             ma, mb = mentions[a], mentions[b]
             if ma.text.casefold() == mb.text.casefold():
                 continue
-            rel = _relation_text(sent[ma.end:mb.start], max_words)
+            # the words between them, without the text of mentions in between
+            between = " ".join(sent[mentions[k].end:mentions[k + 1].start] for k in range(a, b))
+            rel = _relation_text(between, max_words)
             if rel is not None:
                 rels.append((ma.text, rel, mb.text))
     return rels

@@ -1,0 +1,271 @@
+"""End-to-end builds of the demo corpus with the fast ``hash:64`` embedder: table contract, store,
+determinism across processes, resume after SIGKILL, incremental insert, bad input, failed writes."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from noderag.config import NodeRAGConfig
+from noderag.data import demo_dir
+from noderag.graph.storage import FormatVersionError
+from noderag.graph.types import NodeType
+from noderag.index.ingest import IngestError
+from noderag.index.pipeline import BuildError, build_index
+from noderag.index.store import IndexNotFoundError, IndexStore
+
+T, S, N, R, A, H, O = (int(t) for t in NodeType)
+
+
+def _config(**over) -> NodeRAGConfig:
+    base = {"embed.spec": "hash:64", "decompose.batch_size": 3}
+    base.update(over)
+    return NodeRAGConfig().with_overrides(base)
+
+
+def _build(inputs, out, **kw):
+    return build_index(inputs, out, kw.pop("config", _config()), progress=False, **kw)
+
+
+@pytest.fixture(scope="module")
+def demo_index(tmp_path_factory):
+    out = tmp_path_factory.mktemp("demo") / "idx"
+    _build([demo_dir()], out)
+    return out
+
+
+def _snapshot(path: Path) -> dict:
+    """Everything that must be identical between equivalent builds (not times)."""
+    snap = {}
+    for rel in ("node_types.npy", "node_keys.npy", "graph/indptr.npy", "graph/indices.npy", "graph/weights.npy",
+                "semantic/indptr.npy", "semantic/indices.npy", "semantic/weights.npy",
+                "base/src.npy", "base/dst.npy", "base/w.npy"):
+        snap[rel] = np.load(path / rel, allow_pickle=False).tobytes()
+    snap["nodes"] = pq.read_table(path / "nodes.parquet").to_pydict()
+    snap["documents"] = pq.read_table(path / "documents.parquet").to_pydict()
+    snap["vectors"] = (path / "vectors.usearch").read_bytes()
+    m = json.loads((path / "manifest.json").read_text())
+    snap["counts"] = m["counts"]
+    return snap
+
+
+def test_nodes_parquet_contract(demo_index):
+    tab = pq.read_table(demo_index / "nodes.parquet")
+    schema = {f.name: str(f.type) for f in tab.schema}
+    assert schema == {"id": "int32", "type": "uint8", "key": "uint64", "name": "string", "text": "string",
+                      "doc_id": "int32", "chunk_id": "int32", "source_id": "string", "mentions": "int32",
+                      "active": "bool"}
+    d = tab.to_pydict()
+    n = len(d["id"])
+    assert d["id"] == list(range(n))
+    types = np.asarray(d["type"])
+    assert set(np.unique(types).tolist()) == set(range(7))
+    for i in range(n):
+        t = types[i]
+        if t == T:
+            assert d["chunk_id"][i] == i and d["doc_id"][i] >= 0 and d["source_id"][i].endswith((".md", ".txt"))
+        elif t == S:
+            tid = d["chunk_id"][i]
+            assert types[tid] == T and d["source_id"][i] == d["source_id"][tid] and d["doc_id"][i] == d["doc_id"][tid]
+        else:
+            assert d["chunk_id"][i] == -1 and d["doc_id"][i] == -1 and d["source_id"][i] is None
+        if t == N:
+            assert d["name"][i] == d["text"][i] and d["mentions"][i] >= 1
+        elif t == O:
+            assert d["name"][i] == d["text"][i]
+        else:
+            assert d["name"][i] is None and d["mentions"][i] == 0
+    names = {d["name"][i] for i in range(n) if types[i] == N}
+    assert {"Vellmar Archipelago", "Haldis Lighthouse", "Bram Ostervelt", "Oda Lindqvist", "Port Emmerich",
+            "Grey Heron Line", "Kessel", "Skarn", "Mirela Szabo"} <= names
+    rel = [d["text"][i] for i in range(n) if types[i] == R]
+    assert "Bram Ostervelt was an engineer best known for Haldis Lighthouse" in rel
+    docs = pq.read_table(demo_index / "documents.parquet").to_pydict()
+    assert len(docs["doc_id"]) == 12 and docs["doc_id"] == list(range(12))
+    assert all(types[c] == T for cs in docs["chunk_ids"] for c in cs)
+
+
+def test_store_opens_memory_mapped(demo_index):
+    store = IndexStore.open(demo_index)
+    n = len(store)
+    assert store.nodes.num_rows == n == store.types.shape[0]
+    assert isinstance(store.graph.structural.indptr, np.memmap)
+    assert len(store.texts) == n and len(store.names) == n and len(store.source_ids) == n
+    assert store.chunk_ids.dtype == np.int32 and store.mentions.dtype == np.int32 and store.active.all()
+    emb = np.isin(store.types, (T, S, A, H))
+    assert len(store.vectors) == int(emb.sum())
+    assert store.embedder().dim == 64 and store.config.embed.spec == "hash:64"
+    m = store.manifest
+    assert m["state"] == "complete" and sum(m["counts"]["nodes"].values()) == n
+    assert m["tokens"] == {} and m["bytes_total"] == sum(m["bytes"].values()) > 0
+    assert set(m["stages"]) == {"ingest", "chunk", "decompose", "assemble", "embed", "attributes",
+                                "communities", "semantic", "finalize"}
+
+
+def test_edges_follow_the_schema(demo_index):
+    store = IndexStore.open(demo_index)
+    g, types = store.graph.structural, store.types
+    allowed = {frozenset(p) for p in [(S, T), (S, N), (N, R), (N, A), (H, O), (H, S), (H, A)]} | {frozenset([S])}
+    rows = np.repeat(np.arange(g.n), np.diff(g.indptr))
+    pairs = {frozenset((int(types[a]), int(types[b]))) for a, b in zip(rows, g.indices)}
+    assert pairs <= allowed and frozenset((S, T)) in pairs and frozenset((H, O)) in pairs
+    for v in np.flatnonzero(types == S):  # every unit belongs to exactly one chunk
+        nb = g.indices[g.indptr[v]:g.indptr[v + 1]]
+        assert int(np.sum(types[nb] == T)) == 1
+    for v in np.flatnonzero(types == R):  # every relationship links two entities
+        nb = g.indices[g.indptr[v]:g.indptr[v + 1]]
+        assert np.all(types[nb] == N) and nb.size == 2
+    sem = store.graph.semantic
+    srows = np.repeat(np.arange(sem.n), np.diff(sem.indptr))
+    assert sem.nnz > 0 and np.all(np.isin(types[srows], (T, S, A, H))) and np.all(sem.weights > 0)
+
+
+_SUB = """
+import sys
+from noderag.config import NodeRAGConfig
+from noderag.index.pipeline import build_index
+cfg = NodeRAGConfig().with_overrides({"embed.spec": "hash:64", "decompose.batch_size": 3})
+build_index([sys.argv[1]], sys.argv[2], cfg, progress=False)
+"""
+
+
+def _run_sub(inputs, out, env_extra):
+    env = dict(os.environ, **env_extra)
+    return subprocess.run([sys.executable, "-c", _SUB, str(inputs), str(out)], env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_deterministic_across_processes(tmp_path, demo_index):
+    # the fixture was built in this process (random PYTHONHASHSEED); rebuild under a fixed other seed
+    a = tmp_path / "a"
+    ra = _run_sub(demo_dir(), a, {"PYTHONHASHSEED": "12345"})
+    assert ra.returncode == 0, ra.stderr
+    assert _snapshot(a) == _snapshot(demo_index)
+
+
+def test_resume_after_sigkills_is_identical(tmp_path, demo_index):
+    out = tmp_path / "idx"
+    other = tmp_path / "other.txt"
+    other.write_text("A different document about Someplace Else.", encoding="utf-8")
+    for point in ("decompose-batch", "embed", "finalize-files", "commit"):
+        r = _run_sub(demo_dir(), out, {"NODERAG_TEST_KILL_AT": point})
+        assert r.returncode == -9, (point, r.returncode, r.stderr)
+        with pytest.raises(IndexNotFoundError):
+            IndexStore.open(out)
+        if point == "decompose-batch":
+            # one batch of three chunks was journalled; then a torn line as if killed mid-append
+            journal = out / "stages" / "decomposed.jsonl"
+            assert len(journal.read_text().splitlines()) == 3
+            with open(journal, "ab") as fh:
+                fh.write(b'{"chunk_id": 5, "units": [{"text": "half')
+            # a pending run is never mixed with other inputs
+            with pytest.raises(BuildError, match="unfinished build with different inputs"):
+                _build([other], out)
+    _build([demo_dir()], out)
+    assert not (out / "stages").exists()
+    assert _snapshot(out) == _snapshot(demo_index)
+
+
+def _key_view(path: Path):
+    """T/S/N/R nodes and the structural edges among them, by key (ids may differ)."""
+    store = IndexStore.open(path)
+    types, keys = store.types, store.keys
+    keep = np.isin(types, (T, S, N, R))
+    nodes = {(int(types[i]), int(keys[i]), store.texts[i], store.names[i], store.source_ids[i])
+             for i in np.flatnonzero(keep)}
+    g = store.graph.structural
+    rows = np.repeat(np.arange(g.n), np.diff(g.indptr))
+    m = keep[rows] & keep[g.indices]
+    edges = sorted(zip(keys[rows[m]].tolist(), keys[g.indices[m]].tolist(), g.weights[m].tolist()))
+    mentions = {int(keys[i]): int(store.mentions[i]) for i in np.flatnonzero(types == N)}
+    return nodes, edges, mentions
+
+
+def test_insert_equals_full_build(tmp_path, demo_index):
+    files = sorted(demo_dir().iterdir())
+    part_a, part_b = tmp_path / "a", tmp_path / "b"
+    part_a.mkdir()
+    part_b.mkdir()
+    for i, f in enumerate(files):
+        shutil.copy(f, (part_a if i < 7 else part_b) / f.name)
+    full = tmp_path / "full"
+    _build([part_a, part_b], full)
+    inc = tmp_path / "inc"
+    _build([part_a], inc)
+    before = IndexStore.open(inc)
+    n_before = len(before)
+    from noderag.api import Index
+
+    idx = Index.open(inc).insert([part_b])
+    assert _key_view(inc) == _key_view(full)
+    # ids of existing nodes never change; new T/S/N/R nodes were appended
+    assert np.array_equal(idx.keys[:n_before], before.keys)
+    assert idx.manifest["counts"]["documents"] == 12 and len(idx.manifest["runs"]) == 2
+    # A/H/O were recomputed: active ones are exactly those with edges; retired ones have none
+    g = idx.graph.structural
+    deg = np.diff(g.indptr)
+    aho = np.isin(idx.types, (A, H, O))
+    assert np.all(deg[aho & ~idx.active] == 0) and np.all(deg[aho & idx.active] > 0)
+    assert len(idx.vectors) == int((np.isin(idx.types, (T, S, A, H)) & idx.active).sum())
+    # inserting the same documents again adds nothing
+    rep = build_index([part_b], inc, None, progress=False)
+    assert rep.added_documents == 0 and rep.duplicates == 5
+
+
+def test_bad_inputs(tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(IngestError, match="no documents found"):
+        _build([empty], tmp_path / "i1")
+    with pytest.raises(IngestError, match="no such file"):
+        _build([tmp_path / "nope.txt"], tmp_path / "i2")
+    f = tmp_path / "file"
+    f.write_text("x")
+    with pytest.raises(BuildError, match="not a directory"):
+        _build([demo_dir()], f)
+
+
+def test_failed_write_loses_nothing(tmp_path, demo_index, monkeypatch):
+    import noderag.index.store as store_mod
+
+    def no_space(*a, **k):
+        raise OSError(28, "No space left on device")
+
+    out = tmp_path / "idx"
+    monkeypatch.setattr(store_mod, "atomic_write_parquet", no_space)
+    with pytest.raises(OSError, match="No space left"):
+        _build([demo_dir()], out)
+    journal = (out / "stages" / "decomposed.jsonl").read_text().splitlines()
+    assert len(journal) == 12  # every decomposed chunk survived the failure
+    monkeypatch.undo()
+    _build([demo_dir()], out)
+    assert _snapshot(out) == _snapshot(demo_index)
+
+
+def test_format_version_mismatch_is_clear(tmp_path, demo_index):
+    out = tmp_path / "copy"
+    shutil.copytree(demo_index, out)
+    m = json.loads((out / "manifest.json").read_text())
+    m["format_version"] = 999
+    (out / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(FormatVersionError, match="format version 999"):
+        IndexStore.open(out)
+    with pytest.raises(IndexNotFoundError, match="not an index directory"):
+        IndexStore.open(tmp_path)
+
+
+def test_insert_with_other_config_is_refused(tmp_path, demo_index):
+    from noderag.config import ConfigError
+
+    out = tmp_path / "copy"
+    shutil.copytree(demo_index, out)
+    with pytest.raises(ConfigError, match="chunk"):
+        build_index([demo_dir()], out, _config(**{"chunk.max_tokens": 200}), progress=False)
