@@ -290,8 +290,6 @@ class NodeRAGConfig:
             self.search.validate()
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
-        if self.decompose.method == "llm" and self.llm.spec is None:
-            raise ConfigError("decompose.method = 'llm' needs llm.spec (e.g. --llm openai:MODEL@URL)")
         return self
 
     def to_dict(self) -> dict[str, Any]:

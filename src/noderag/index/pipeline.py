@@ -322,6 +322,10 @@ def build_index(inputs: Sequence[str | os.PathLike], index_dir: str | os.PathLik
 
     # ---- decompose (journal per batch)
     backend = _make_llm(llm, config, root)
+    if config.decompose.method == "llm" and backend is None:
+        from noderag.config import ConfigError
+
+        raise ConfigError("decompose.method = 'llm' needs an LLM: pass llm=..., set llm.spec or use --llm SPEC")
     journal = stages / "decomposed.jsonl"
     records = _read_journal(journal)
     todo = [c for c in chunk_rows if c[0] not in records or records[c[0]].error is not None]
@@ -340,7 +344,9 @@ def build_index(inputs: Sequence[str | os.PathLike], index_dir: str | os.PathLik
                     records[rec.chunk_id] = rec
                 bar.update(len(batch))
                 _checkpoint("decompose-batch")
-    failures = {cid: rec.error for cid, rec in sorted(records.items()) if rec.error is not None}
+    src_of = {cid: doc_of[did].source for cid, did, _ in chunk_rows}
+    failures = {cid: f"{src_of.get(cid, '?')}: {rec.error}" for cid, rec in sorted(records.items())
+                if rec.error is not None}
     slog.finish("decompose", chunks=len(chunk_rows), failures=len(failures))
     if failures and not allow_failures:
         raise DecomposeFailure(failures)
