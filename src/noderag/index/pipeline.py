@@ -406,7 +406,8 @@ def build_index(inputs: Sequence[str | os.PathLike], index_dir: str | os.PathLik
     s1, d1, w1 = _cat(base, link)
     mentions = _mentions(n0, types, s1, d1, w1)
     snr = subgraph_csr(n0, types, s1, d1, w1, (S, N, R))
-    important = important_entities(snr, types, mentions, config.importance)
+    important = important_entities(snr, types, mentions, config.importance,
+                                   nodes=np.flatnonzero(np.isin(types, (S, N, R))))
     a_ids, a_edges, a_fail = add_attributes(table, snr, mentions, important, config.attributes,
                                             llm=backend, seed=config.seed)
     types = table.types_array()
