@@ -1,6 +1,5 @@
 """Tests for noderag.graph.vectors: VectorIndex over usearch and the kNN semantic layer."""
 
-
 import numpy as np
 import pytest
 
