@@ -46,10 +46,10 @@ def _snapshot(path: Path) -> dict:
     """Everything that must be identical between equivalent builds (not times)."""
     snap = {}
     for rel in ("node_types.npy", "node_keys.npy", "graph/indptr.npy", "graph/indices.npy", "graph/weights.npy",
-                "semantic/indptr.npy", "semantic/indices.npy", "semantic/weights.npy",
-                "base/src.npy", "base/dst.npy", "base/w.npy"):
+                "semantic/indptr.npy", "semantic/indices.npy", "semantic/weights.npy"):
         snap[rel] = np.load(path / rel, allow_pickle=False).tobytes()
     snap["nodes"] = pq.read_table(path / "nodes.parquet").to_pydict()
+    snap["base"] = pq.read_table(path / "base.parquet").to_pydict()
     snap["documents"] = pq.read_table(path / "documents.parquet").to_pydict()
     snap["vectors"] = (path / "vectors.usearch").read_bytes()
     m = json.loads((path / "manifest.json").read_text())

@@ -68,11 +68,12 @@ def embed_texts_resumable(embedder, texts: Sequence[str], stage_dir: Path | None
     return out
 
 
-def build_vector_index(ids: np.ndarray, vectors: np.ndarray, dim: int, dtype: str = "f16"):
+def build_vector_index(ids: np.ndarray, vectors: np.ndarray, dim: int, dtype: str = "i8",
+                       connectivity: int | None = None):
     """HNSW index of ``vectors`` keyed by node id, built with one thread (identical file every run)."""
     from noderag.graph.vectors import VectorIndex
 
-    index = VectorIndex(dim, metric="cos", dtype=dtype)
+    index = VectorIndex(dim, metric="cos", dtype=dtype, connectivity=connectivity)
     if ids.size:
         index.add(np.asarray(ids, dtype=np.int64), np.asarray(vectors, dtype=np.float32), threads=1)
     return index

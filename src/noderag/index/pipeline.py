@@ -31,7 +31,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from noderag.graph.storage import FORMAT_VERSION, atomic_save_npy, atomic_write_json, load_npy
+from noderag.graph.storage import FORMAT_VERSION, atomic_write_json
 from noderag.graph.types import TYPE_NAMES, NodeType
 
 from .assemble import ChunkRecord, EdgeList, NodeTable, assemble_chunks, link_known_names
@@ -112,9 +112,8 @@ def _load_existing(root: Path):
     table.index = {k: i for i, k in enumerate(table.keys)}
     dtab = pq.read_table(root / "documents.parquet").to_pylist()
     base = EdgeList()
-    base.add(load_npy(root / "base" / "src.npy", mmap=False, dtype=np.int32),
-             load_npy(root / "base" / "dst.npy", mmap=False, dtype=np.int32),
-             load_npy(root / "base" / "w.npy", mmap=False, dtype=np.float32))
+    btab = pq.read_table(root / "base.parquet")
+    base.add(btab.column("src").to_numpy(), btab.column("dst").to_numpy(), btab.column("w").to_numpy())
     return table, dtab, base, manifest
 
 
@@ -469,7 +468,7 @@ def build_index(inputs: Sequence[str | os.PathLike], index_dir: str | os.PathLik
     emb_ids = np.flatnonzero(np.isin(types, (T, S, A, H)) & active)
     from .enrich import build_vector_index, semantic_layer
 
-    vindex = build_vector_index(emb_ids, vec[emb_ids], dim)
+    vindex = build_vector_index(emb_ids, vec[emb_ids], dim, config.embed.vector_dtype, config.embed.connectivity)
     if config.semantic.enabled:
         sem = semantic_layer(n, emb_ids, vec[emb_ids], config.semantic.k, index=vindex)
     else:
@@ -498,10 +497,7 @@ def build_index(inputs: Sequence[str | os.PathLike], index_dir: str | os.PathLik
     write_nodes(final / "nodes.parquet", table, mentions_all)
     write_documents(final / "documents.parquet", docs_rows)
     graph.save(final)
-    bs_, bd_, bw_ = base.arrays()
-    atomic_save_npy(final / "base" / "src.npy", bs_)
-    atomic_save_npy(final / "base" / "dst.npy", bd_)
-    atomic_save_npy(final / "base" / "w.npy", bw_)
+    _write_base(final / "base.parquet", *base.arrays())
     vindex.save(final / "vectors.usearch")
     _checkpoint("finalize-files")
     slog.finish("finalize")
@@ -548,6 +544,17 @@ def build_index(inputs: Sequence[str | os.PathLike], index_dir: str | os.PathLik
     if backend is not None and backend is not llm and hasattr(backend, "close"):
         backend.close()
     return BuildReport(len(new_docs), dupes, manifest)
+
+
+def _write_base(path: Path, src: np.ndarray, dst: np.ndarray, w: np.ndarray) -> None:
+    """The decomposed T/S/N/R edges (what an insert extends) as a zstd Parquet table."""
+    import pyarrow as pa
+
+    from noderag.graph.storage import atomic_write_parquet
+
+    tab = pa.Table.from_arrays([pa.array(src, pa.int32()), pa.array(dst, pa.int32()), pa.array(w, pa.float32())],
+                               names=["src", "dst", "w"])
+    atomic_write_parquet(path, tab, compression="zstd")
 
 
 def _grow(vec: np.ndarray, n: int) -> np.ndarray:

@@ -6,7 +6,7 @@ Layout (DESIGN §2)::
     nodes.parquet        id, type, key, name, text, doc_id, chunk_id, source_id, mentions, active
     documents.parquet    doc_id, source, title, content_hash, chunk_ids
     node_types.npy, node_keys.npy, node_key_order.npy, graph/, semantic/   (HeteroGraph.save)
-    base/                decomposed T/S/N/R edges as COO (what incremental insert extends)
+    base.parquet         decomposed T/S/N/R edges as COO (what incremental insert extends)
     vectors.usearch      HNSW index of T, S, A, H vectors, key = node id
     llm_cache.sqlite     LLM request/response cache (LLM builds only)
 
