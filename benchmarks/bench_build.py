@@ -1,0 +1,181 @@
+"""Index build benchmark: nlp-mode builds of the MuSiQue and HotpotQA samples with the default embedder.
+
+Reports wall time per stage, nodes and edges per type, bytes per index component and
+the index size in MB (10^6 bytes) per million corpus tokens (cl100k tokens of the
+passage texts), beside the NodeRAG paper's reported ~136 MB per million tokens
+(250 MB for MuSiQue's 1.84M tokens; a cited figure, not re-measured here).
+
+    python benchmarks/bench_build.py [--data DIR] [--out DIR] [--datasets musique hotpotqa] [--embed SPEC]
+
+Writes ``OUT/build.json`` and ``OUT/build.md`` (default ``benchmarks/results``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+PAPER_MB_PER_M_TOKENS = 250 / 1.84  # NodeRAG paper, MuSiQue: 250 MB for 1.84M tokens
+TARGETS = {"musique": {"wall_s": 180.0, "mb_per_m_tokens": 40.0, "llm_tokens": 0}}
+
+
+def _components(sizes: dict[str, int]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for path, size in sizes.items():
+        top = path.split("/", 1)[0]
+        if top.startswith("node_"):
+            top = "node arrays (types, keys, key order)"
+        out[top] = out.get(top, 0) + int(size)
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
+def bench_one(name: str, corpus: Path, embed: str, work: Path) -> dict:
+    """Build one corpus from scratch; return its measurements."""
+    from noderag.config import NodeRAGConfig
+    from noderag.index.pipeline import build_index
+    from noderag.tokenize import count_tokens_batch
+
+    texts = [json.loads(line)["text"] for line in corpus.read_text("utf-8").splitlines() if line.strip()]
+    corpus_tokens = int(sum(count_tokens_batch(texts)))
+    out = work / name
+    if out.exists():
+        shutil.rmtree(out)
+    config = NodeRAGConfig().with_overrides({"embed.spec": embed})
+    load0 = os.getloadavg()[0]
+    t0 = time.perf_counter()
+    report = build_index([corpus], out, config, progress=True)
+    wall = time.perf_counter() - t0
+    load1 = os.getloadavg()[0]
+    m = report.manifest
+    tokens = m.get("tokens", {})
+    llm_tokens = sum(int(v.get("prompt_tokens", 0)) + int(v.get("completion_tokens", 0))
+                     for v in tokens.values() if isinstance(v, dict))
+    total = int(m["bytes_total"])
+    res = {
+        "corpus": str(corpus),
+        "passages": len(texts),
+        "corpus_tokens": corpus_tokens,
+        "embedder": m.get("embedder"),
+        "wall_s": round(wall, 2),
+        "stages_s": {k: v.get("time_s") for k, v in m["stages"].items()},
+        "nodes": m["counts"]["nodes"],
+        "edges": m["counts"]["edges"],
+        "communities": m["counts"]["communities"],
+        "important_entities": m["counts"]["important_entities"],
+        "bytes": _components(m["bytes"]),
+        "bytes_total": total,
+        "mb_per_m_tokens": round(total / 1e6 / (corpus_tokens / 1e6), 2),
+        "paper_mb_per_m_tokens": round(PAPER_MB_PER_M_TOKENS, 1),
+        "llm_tokens": llm_tokens,
+        "loadavg_1m": [round(load0, 2), round(load1, 2)],
+    }
+    tgt = TARGETS.get(name)
+    if tgt:
+        res["targets"] = {
+            "wall_s<=180": res["wall_s"] <= tgt["wall_s"],
+            "mb_per_m_tokens<=40": res["mb_per_m_tokens"] <= tgt["mb_per_m_tokens"],
+            "llm_tokens==0": llm_tokens == 0,
+        }
+    return res
+
+
+def to_markdown(results: dict) -> str:
+    lines = ["# Index build benchmark (nlp mode, default embedder)", ""]
+    meta = results["machine"]
+    lines.append(f"Machine: {meta['cpus']} CPUs, {meta['platform']}, Python {meta['python']}; "
+                 "shared and busy (1-minute load average at start/end of each build shown). "
+                 "MB = 10^6 bytes; corpus tokens = cl100k tokens of the passage texts.")
+    lines.append("")
+    names = list(results["datasets"])
+    rows = [("passages", "passages"), ("corpus tokens", "corpus_tokens"), ("wall time (s)", "wall_s"),
+            ("index bytes", "bytes_total"), ("MB per M corpus tokens", "mb_per_m_tokens"),
+            ("paper-reported MB per M tokens", "paper_mb_per_m_tokens"), ("LLM tokens", "llm_tokens"),
+            ("communities", "communities"), ("important entities", "important_entities"),
+            ("load average start/end", "loadavg_1m")]
+    lines.append("| | " + " | ".join(names) + " |")
+    lines.append("|---|" + "---:|" * len(names))
+    for label, key in rows:
+        lines.append(f"| {label} | " + " | ".join(str(results["datasets"][n].get(key)) for n in names) + " |")
+    lines.append("")
+    lines.append("## Time per stage (s)")
+    lines.append("")
+    stages = list(next(iter(results["datasets"].values()))["stages_s"])
+    lines.append("| stage | " + " | ".join(names) + " |")
+    lines.append("|---|" + "---:|" * len(names))
+    for st in stages:
+        lines.append(f"| {st} | " + " | ".join(f"{results['datasets'][n]['stages_s'].get(st, 0):.2f}" for n in names) + " |")
+    lines.append("")
+    lines.append("## Nodes per type")
+    lines.append("")
+    types = list(next(iter(results["datasets"].values()))["nodes"])
+    lines.append("| type | " + " | ".join(names) + " |")
+    lines.append("|---|" + "---:|" * len(names))
+    for t in types:
+        lines.append(f"| {t} | " + " | ".join(f"{results['datasets'][n]['nodes'][t]:,}" for n in names) + " |")
+    lines.append("")
+    lines.append("## Edges (undirected) per layer and type pair")
+    lines.append("")
+    keys = sorted({k for n in names for k in results["datasets"][n]["edges"]})
+    lines.append("| edges | " + " | ".join(names) + " |")
+    lines.append("|---|" + "---:|" * len(names))
+    for k in keys:
+        lines.append(f"| {k} | " + " | ".join(f"{results['datasets'][n]['edges'].get(k, 0):,}" for n in names) + " |")
+    lines.append("")
+    lines.append("## Bytes per component")
+    lines.append("")
+    comps = sorted({k for n in names for k in results["datasets"][n]["bytes"]})
+    lines.append("| component | " + " | ".join(names) + " |")
+    lines.append("|---|" + "---:|" * len(names))
+    for c in comps:
+        lines.append(f"| {c} | " + " | ".join(f"{results['datasets'][n]['bytes'].get(c, 0):,}" for n in names) + " |")
+    lines.append("")
+    for n in names:
+        tg = results["datasets"][n].get("targets")
+        if tg:
+            lines.append(f"Targets ({n}): " + ", ".join(f"{k}: {'met' if v else 'NOT met'}" for k, v in tg.items()))
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--data", default=str(Path(__file__).resolve().parents[2] / "shared" / "data"),
+                   help="folder with <dataset>/corpus.jsonl (default ../shared/data)")
+    p.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"), help="output folder")
+    p.add_argument("--datasets", nargs="+", default=["musique", "hotpotqa"])
+    p.add_argument("--embed", default="default", help="embedder spec (default: the offline default)")
+    p.add_argument("--work", default=None, help="where to build the indexes (default: a temporary folder)")
+    args = p.parse_args(argv)
+    data = Path(args.data)
+    missing = [d for d in args.datasets if not (data / d / "corpus.jsonl").is_file()]
+    if missing:
+        print(f"bench_build: no corpus.jsonl for {missing} under {data}", file=sys.stderr)
+        return 1
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    work_ctx = tempfile.TemporaryDirectory(prefix="noderag-bench-build-") if args.work is None else None
+    work = Path(args.work) if args.work else Path(work_ctx.name)
+    results = {"machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
+               "embed": args.embed, "datasets": {}}
+    try:
+        for name in args.datasets:
+            print(f"== {name}", file=sys.stderr)
+            results["datasets"][name] = bench_one(name, data / name / "corpus.jsonl", args.embed, work)
+            print(json.dumps(results["datasets"][name], indent=1), file=sys.stderr)
+    finally:
+        if work_ctx is not None:
+            work_ctx.cleanup()
+    (out / "build.json").write_text(json.dumps(results, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    (out / "build.md").write_text(to_markdown(results), encoding="utf-8")
+    print(to_markdown(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
