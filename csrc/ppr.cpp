@@ -19,20 +19,32 @@ inline bool ranks_above(const std::pair<double, int32_t>& a, const std::pair<dou
     return a.first > b.first || (a.first == b.first && a.second < b.second);
 }
 
-// Bounded heaps per type (worst kept element on top). thr[t] is the score a
-// candidate must reach to be looked at: +inf for k = 0, the smallest positive
-// double while the heap is not full (zero scores are never returned), else the
-// heap's worst score (equal scores then compare ids in the slow path).
+// Bounded heaps per type (worst kept element on top). thr_[t] is the score a
+// candidate must reach: +inf for k = 0, the smallest positive double while the
+// heap is not full (zero scores are never returned), else the heap's worst score
+// (equal scores then compare ids in the slow path). In the last step of the
+// bounded mode bonus_[t] bounds what the skipped segments could add to a node of
+// type t; a candidate within reach gets its exact share added back (correction).
 class TopK {
   public:
     TopK(std::vector<std::pair<double, int32_t>>* heaps, const int64_t* k) : heaps_(heaps), k_(k) {
         for (int t = 0; t < kNumTypes; ++t) {
             heaps_[t].clear();
             thr_[t] = k[t] > 0 ? std::numeric_limits<double>::denorm_min() : std::numeric_limits<double>::infinity();
+            bonus_[t] = 0.0;
         }
     }
+    void enable_correction(const double* bonus, const int64_t* indptr, const int32_t* indices, const float* weights,
+                           const double* skip_c, const uint8_t* skip_types) {
+        for (int t = 0; t < kNumTypes; ++t) bonus_[t] = bonus[t];
+        indptr_ = indptr;
+        indices_ = indices;
+        weights_ = weights;
+        skip_c_ = skip_c;
+        skip_types_ = skip_types;
+    }
     inline void offer(int32_t v, double m, int t) {
-        if (m >= thr_[t]) slow(v, m, t);
+        if (m + bonus_[t] >= thr_[t] && m != 0.0) slow(v, m, t);
     }
 
   private:
@@ -40,6 +52,15 @@ class TopK {
     __attribute__((noinline))
 #endif
     void slow(int32_t v, double m, int t) {
+        if (bonus_[t] > 0.0) {
+            const uint8_t bit = static_cast<uint8_t>(1u << t);
+            const int64_t e = indptr_[v + 1];
+            for (int64_t j = indptr_[v]; j < e; ++j) {
+                const int32_t x = indices_[j];
+                if (skip_types_[x] & bit) m += skip_c_[x] * static_cast<double>(weights_[j]);
+            }
+            if (!(m >= thr_[t])) return;
+        }
         auto& h = heaps_[t];
         const size_t k = static_cast<size_t>(k_[t]);
         const std::pair<double, int32_t> cand(m, v);
@@ -59,11 +80,20 @@ class TopK {
     std::vector<std::pair<double, int32_t>>* heaps_;
     const int64_t* k_;
     double thr_[kNumTypes];
+    double bonus_[kNumTypes];
+    const int64_t* indptr_ = nullptr;
+    const int32_t* indices_ = nullptr;
+    const float* weights_ = nullptr;
+    const double* skip_c_ = nullptr;
+    const uint8_t* skip_types_ = nullptr;
 };
 
 }  // namespace
 
-PPRScratch::PPRScratch(int64_t n) : acc(new double[static_cast<size_t>(n)]()) {
+PPRScratch::PPRScratch(int64_t n)
+    : acc(new double[static_cast<size_t>(n)]()),
+      skip_c(new double[static_cast<size_t>(n)]()),
+      skip_types(new uint8_t[static_cast<size_t>(n)]()) {
     for (int b = 0; b < 2; ++b) {  // uninitialised: pages are only mapped when a query reaches them
         ids[b].reset(new int32_t[static_cast<size_t>(n) + 1]);
         mass[b].reset(new double[static_cast<size_t>(n) + 1]);
@@ -76,23 +106,86 @@ PPRKernel::PPRKernel(int64_t n, const int64_t* indptr, const int32_t* indices, c
     if (n < 0 || n > INT32_MAX) throw std::invalid_argument("n must lie in [0, 2^31 - 1]");
     if (indptr[0] != 0) throw std::invalid_argument("indptr[0] must be 0");
     inv_strength_.assign(static_cast<size_t>(n), 0.0);
-    max_share_.assign(static_cast<size_t>(n), 0.0);
+    group_of_.assign(static_cast<size_t>(n), -1);
+    bool sorted = true;
+    int64_t grouped_nnz = 0, groups = 0;
     for (int64_t u = 0; u < n; ++u) {
         const int64_t b = indptr[u], e = indptr[u + 1];
         if (e < b) throw std::invalid_argument("indptr must be non-decreasing");
         if (types[u] >= kNumTypes) throw std::invalid_argument("node type codes must lie in [0, 7)");
-        double s = 0.0, wmax = 0.0;
+        double s = 0.0;
+        int32_t prev = -1;
         for (int64_t j = b; j < e; ++j) {
             const int32_t v = indices[j];
             if (v < 0 || v >= n) throw std::invalid_argument("indices must lie in [0, n)");
             const double w = weights[j];
             if (!(w >= 0.0) || !std::isfinite(w)) throw std::invalid_argument("weights must be finite and >= 0");
             s += w;
-            wmax = std::max(wmax, w);
+            sorted = sorted && v > prev;
+            prev = v;
         }
-        if (s > 0.0) {
-            inv_strength_[u] = 1.0 / s;
-            max_share_[u] = wmax / s;
+        if (s > 0.0) inv_strength_[u] = 1.0 / s;
+        if (e - b > kMinSkipSegment && s > 0.0) {
+            group_of_[u] = static_cast<int32_t>(groups++);
+            grouped_nnz += e - b;
+        }
+    }
+    // Group the large rows by neighbour type (stable, so ids stay increasing in a segment).
+    seg_offsets_.assign(static_cast<size_t>(groups * (kNumTypes + 1)), 0);
+    seg_maxw_.assign(static_cast<size_t>(groups * kNumTypes), 0.0);
+    seg_strength_.assign(static_cast<size_t>(groups * kNumTypes), 0.0);
+    grouped_indices_.resize(static_cast<size_t>(grouped_nnz));
+    grouped_weights_.resize(static_cast<size_t>(grouped_nnz));
+    int64_t pos = 0;
+    for (int64_t u = 0; u < n; ++u) {
+        const int64_t g = group_of_[u];
+        if (g < 0) continue;
+        const int64_t b = indptr[u], e = indptr[u + 1];
+        int64_t count[kNumTypes] = {0, 0, 0, 0, 0, 0, 0};
+        for (int64_t j = b; j < e; ++j) ++count[types[indices[j]]];
+        int64_t* off = &seg_offsets_[static_cast<size_t>(g * (kNumTypes + 1))];
+        off[0] = pos;
+        for (int t = 0; t < kNumTypes; ++t) off[t + 1] = off[t] + count[t];
+        int64_t fill[kNumTypes];
+        for (int t = 0; t < kNumTypes; ++t) fill[t] = off[t];
+        double* maxw = &seg_maxw_[static_cast<size_t>(g * kNumTypes)];
+        double* strength = &seg_strength_[static_cast<size_t>(g * kNumTypes)];
+        for (int64_t j = b; j < e; ++j) {
+            const int t = types[indices[j]];
+            grouped_indices_[static_cast<size_t>(fill[t])] = indices[j];
+            grouped_weights_[static_cast<size_t>(fill[t]++)] = weights[j];
+            maxw[t] = std::max(maxw[t], static_cast<double>(weights[j]));
+            strength[t] += weights[j];
+        }
+        pos = off[kNumTypes];
+    }
+    // Mirror check for the last-step correction: every entry (u, v, w) of a grouped
+    // row has exactly one mirror (v, u, w), and no other row points at u.
+    mirrored_ = sorted;
+    if (mirrored_ && groups > 0) {
+        std::vector<int64_t> in_count(static_cast<size_t>(groups), 0);
+        for (int64_t j = 0; j < indptr[n] && mirrored_; ++j) {
+            const int32_t g = group_of_[indices[j]];
+            if (g >= 0) ++in_count[static_cast<size_t>(g)];
+        }
+        for (int64_t u = 0; u < n && mirrored_; ++u) {
+            const int32_t g = group_of_[u];
+            if (g < 0) continue;
+            const int64_t b = indptr[u], e = indptr[u + 1];
+            if (in_count[static_cast<size_t>(g)] != e - b) {
+                mirrored_ = false;
+                break;
+            }
+            for (int64_t j = b; j < e; ++j) {
+                const int32_t v = indices[j];
+                const int32_t* rb = indices + indptr[v];
+                const int32_t* re = indices + indptr[v + 1];
+                const int32_t* hit = std::lower_bound(rb, re, static_cast<int32_t>(u));
+                if (hit == re || *hit != u || weights[indptr[v] + (hit - rb)] != weights[j]) {
+                    mirrored_ = false;
+                    break;
+                }
+            }
         }
     }
 }
@@ -118,16 +211,16 @@ void PPRKernel::run_one(PPRScratch& sc, const int32_t* seeds, const float* weigh
                         const PPRParams& prm, int32_t* out_ids, float* out_scores, double* out_error,
                         int64_t* out_support) const {
     // Invariant: acc is all zero between steps. A step adds into acc, then one
-    // compaction pass over every id it added to (the `extra` ids and the columns of
-    // the scattered rows) moves the nonzero entries into a sparse vector and zeroes
-    // them; later duplicates read 0 and are dropped. Tracking the support this way
-    // costs no per-edge bookkeeping in the scatter loop.
+    // compaction pass over every id it added to (the `extra` ids and the scattered
+    // index ranges) moves the nonzero entries into a sparse vector and zeroes them;
+    // later duplicates read 0 and are dropped. Tracking the support this way costs
+    // no per-edge bookkeeping in the scatter loop.
     double* const acc = sc.acc.get();
     const int64_t* const indptr = indptr_;
     const int32_t* const indices = indices_;
     const float* const wts = weights_;
+    const uint8_t* const types = types_;
     const double* const inv_s = inv_strength_.data();
-    const double* const max_share = max_share_.data();
     const double a = prm.alpha, one_minus_a = 1.0 - prm.alpha;
 
     double total = 0.0;
@@ -151,15 +244,20 @@ void PPRKernel::run_one(PPRScratch& sc, const int32_t* seeds, const float* weigh
     sc.seed_ids.assign(fid, fid + nf);
     sc.seed_mass.assign(fm, fm + nf);
 
-    const uint8_t* const types = types_;
     TopK topk(sc.heap, prm.k_per_type);
     double dropped = 0.0;
     const bool bounded = prm.epsilon > 0.0;
     auto& extra = sc.extra;
-    auto& rows = sc.rows;
+    auto& ranges = sc.ranges;
+    double* const skip_c = sc.skip_c.get();
+    uint8_t* const skip_types = sc.skip_types.get();
+    sc.skipped.clear();
+    double bonus[kNumTypes] = {0, 0, 0, 0, 0, 0, 0};
     for (int64_t it = 0; it < prm.iterations; ++it) {
+        const bool last = it + 1 == prm.iterations;
+        const bool record_skips = last && mirrored_;
         extra.clear();
-        rows.clear();
+        ranges.clear();
         // Non-propagating term: (1 - a) * s (restart) or (1 - a) * p (lazy).
         if (prm.restart) {
             const int64_t n_s = static_cast<int64_t>(sc.seed_ids.size());
@@ -180,34 +278,65 @@ void PPRKernel::run_one(PPRScratch& sc, const int32_t* seeds, const float* weigh
                     extra.push_back(u);
                     continue;
                 }
-                if (bounded && m * max_share[u] < prm.epsilon) {
-                    dropped += m;
+                const double c = a * m * is;
+                const int32_t g = group_of_[u];
+                if (!bounded || g < 0) {
+                    const int64_t b = indptr[u], e = indptr[u + 1];
+                    for (int64_t j = b; j < e; ++j) acc[indices[j]] += c * static_cast<double>(wts[j]);
+                    ranges.emplace_back(indices + b, e - b);
                     continue;
                 }
-                rows.push_back(u);
-                const double c = a * m * is;
-                const int64_t e = indptr[u + 1];
-                for (int64_t j = indptr[u]; j < e; ++j) acc[indices[j]] += c * static_cast<double>(wts[j]);
+                const int64_t* off = &seg_offsets_[static_cast<size_t>(g) * (kNumTypes + 1)];
+                const double* maxw = &seg_maxw_[static_cast<size_t>(g) * kNumTypes];
+                const double* strength = &seg_strength_[static_cast<size_t>(g) * kNumTypes];
+                uint8_t mask = 0;
+                for (int t = 0; t < kNumTypes; ++t) {
+                    const int64_t b = off[t], e = off[t + 1];
+                    if (e == b) continue;
+                    if (e - b >= kMinSkipSegment && c * maxw[t] < prm.epsilon) {
+                        dropped += c * strength[t];
+                        if (record_skips) {
+                            mask = static_cast<uint8_t>(mask | (1u << t));
+                            bonus[t] += c * maxw[t];
+                        }
+                        continue;
+                    }
+                    const int32_t* gi = grouped_indices_.data();
+                    const float* gw = grouped_weights_.data();
+                    for (int64_t j = b; j < e; ++j) acc[gi[j]] += c * static_cast<double>(gw[j]);
+                    ranges.emplace_back(gi + b, e - b);
+                }
+                if (mask) {
+                    skip_c[u] = c;
+                    skip_types[u] = mask;
+                    sc.skipped.push_back(u);
+                }
             }
         }
         int64_t cnt = 0;
-        if (it + 1 == prm.iterations) {
+        if (last) {
             // Last step: compaction fused with the top-k selection.
+            if (!sc.skipped.empty()) topk.enable_correction(bonus, indptr, indices, wts, skip_c, skip_types);
             for (const int32_t v : extra) {
                 const double val = acc[v];
                 acc[v] = 0.0;
                 cnt += (val != 0.0);
                 topk.offer(v, val, types[v]);
             }
-            for (const int32_t u : rows) {
-                const int64_t e = indptr[u + 1];
-                for (int64_t j = indptr[u]; j < e; ++j) {
-                    const int32_t v = indices[j];
+            for (const auto& r : ranges) {
+                const int32_t* idx = r.first;
+                const int64_t len = r.second;
+                for (int64_t j = 0; j < len; ++j) {
+                    const int32_t v = idx[j];
                     const double val = acc[v];
                     acc[v] = 0.0;
                     cnt += (val != 0.0);
                     topk.offer(v, val, types[v]);
                 }
+            }
+            for (const int32_t u : sc.skipped) {
+                skip_c[u] = 0.0;
+                skip_types[u] = 0;
             }
             nf = cnt;
             break;
@@ -222,10 +351,11 @@ void PPRKernel::run_one(PPRScratch& sc, const int32_t* seeds, const float* weigh
             nm[cnt] = val;
             cnt += (val != 0.0);
         }
-        for (const int32_t u : rows) {
-            const int64_t e = indptr[u + 1];
-            for (int64_t j = indptr[u]; j < e; ++j) {
-                const int32_t v = indices[j];
+        for (const auto& r : ranges) {
+            const int32_t* idx = r.first;
+            const int64_t len = r.second;
+            for (int64_t j = 0; j < len; ++j) {
+                const int32_t v = idx[j];
                 const double val = acc[v];
                 acc[v] = 0.0;
                 nid[cnt] = v;
@@ -257,7 +387,7 @@ void PPRKernel::run_one(PPRScratch& sc, const int32_t* seeds, const float* weigh
             sc_row[j] = 0.0f;
         }
     }
-    *out_error = a * dropped;
+    *out_error = dropped;
     *out_support = nf;
 }
 

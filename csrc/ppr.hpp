@@ -9,11 +9,20 @@
 // only the rows of nodes holding mass, so a query costs O(edges in the seeds'
 // t-hop neighbourhood), independent of n.
 //
-// Bounded-error mode (epsilon > 0): a node u holding mass m is not expanded when
-// m * max_v w(u, v) / strength(u) < epsilon (no neighbour would receive more than
-// a * epsilon from it); the a * m it would have pushed is dropped. Every score is
-// then a lower bound of the exact one and ||p_exact - p||_1 <= a * sum(dropped m),
-// which is reported per query.
+// Bounded-error mode (epsilon > 0): the rows of nodes with more than
+// kMinSkipSegment neighbours are kept grouped by neighbour type. When such a node u
+// with mass m is expanded, a type segment of its row with at least
+// kMinSkipSegment entries is skipped if it would add less than epsilon to every
+// node in it (a * m * max_w(segment) / strength(u) < epsilon); the mass it would
+// have pushed, a * m * strength(segment) / strength(u), is dropped and counted.
+// Rows and segments below kMinSkipSegment entries are always expanded, so only
+// large fan-outs of little mass (hubs) are cut. Every score is then a lower bound
+// of the exact one and ||p_exact - p||_1 <= sum of the dropped mass, reported per
+// query. In the last step the skipped contributions are added back, exactly, to
+// every node that reaches the top-k test (via the node's own row, which is valid
+// when the skipped rows are mirrored: checked once per graph), so near-ties among
+// the returned nodes keep their exact order; nodes reached only through skipped
+// segments are not candidates.
 #pragma once
 
 #include <cstdint>
@@ -24,6 +33,7 @@
 namespace noderag {
 
 constexpr int kNumTypes = 7;
+constexpr int64_t kMinSkipSegment = 64;
 
 struct PPRParams {
     double alpha = 0.5;
@@ -38,12 +48,15 @@ struct PPRParams {
 // queries (reset only on the entries a query touched) and sparse vectors.
 struct PPRScratch {
     explicit PPRScratch(int64_t n);
-    std::unique_ptr<double[]> acc;    // (n,) zero between queries
+    std::unique_ptr<double[]> acc;      // (n,) zero between queries
     std::unique_ptr<int32_t[]> ids[2];  // (n + 1,) ping-pong sparse vectors (ids, mass)
     std::unique_ptr<double[]> mass[2];  // (n + 1,)
-    std::vector<int32_t> extra;       // ids written to acc outside of scattered rows
-    std::vector<int32_t> rows;        // nodes whose rows were scattered this step
-    std::vector<int32_t> seed_ids;    // deduplicated normalised seed vector s (nonzero entries)
+    std::unique_ptr<double[]> skip_c;   // (n,) a * m / strength of nodes with skipped segments (last step)
+    std::unique_ptr<uint8_t[]> skip_types;  // (n,) bit t set: segment of type t skipped (last step)
+    std::vector<int32_t> skipped;       // nodes with skip_types != 0
+    std::vector<int32_t> extra;         // ids written to acc outside of scattered ranges
+    std::vector<std::pair<const int32_t*, int64_t>> ranges;  // scattered index ranges this step
+    std::vector<int32_t> seed_ids;      // deduplicated normalised seed vector s (nonzero entries)
     std::vector<double> seed_mass;
     std::vector<std::pair<double, int32_t>> heap[kNumTypes];
 };
@@ -57,6 +70,8 @@ class PPRKernel {
               const uint8_t* types);
 
     int64_t n() const { return n_; }
+    bool mirrored() const { return mirrored_; }
+    int64_t n_grouped() const { return static_cast<int64_t>(seg_maxw_.size() / kNumTypes); }
 
     // One query: seeds/weights of length n_seeds (weights need not be normalised;
     // duplicates are summed). Writes out_ids/out_scores of shape (7, k_max).
@@ -80,7 +95,14 @@ class PPRKernel {
     const float* weights_;
     const uint8_t* types_;
     std::vector<double> inv_strength_;  // 1 / strength, 0 for dangling nodes
-    std::vector<double> max_share_;     // max_v w(u, v) / strength(u), 0 for dangling nodes
+    // Rows with more than kMinSkipSegment entries, grouped by neighbour type (stable).
+    std::vector<int32_t> group_of_;     // (n,) index of the grouped row, -1 if not grouped
+    std::vector<int64_t> seg_offsets_;  // (groups * 8,) into grouped_indices_/grouped_weights_
+    std::vector<double> seg_maxw_;      // (groups * 7,) largest weight per segment
+    std::vector<double> seg_strength_;  // (groups * 7,) weight sum per segment
+    std::vector<int32_t> grouped_indices_;
+    std::vector<float> grouped_weights_;
+    bool mirrored_ = false;  // every grouped row's entries (u, v, w) have a unique mirror (v, u, w)
     mutable std::mutex pool_mutex_;
     mutable std::vector<std::unique_ptr<PPRScratch>> pool_;
 };

@@ -39,6 +39,8 @@ class PyPPRKernel {
 
     int64_t n() const { return kernel_->n(); }
     int64_t nnz() const { return indices_.shape(0); }
+    bool mirrored() const { return kernel_->mirrored(); }
+    int64_t n_grouped() const { return kernel_->n_grouped(); }
 
     void run(carray<int32_t> seeds, carray<float> weights, carray<int64_t> offsets, carray<int64_t> k_per_type,
              double alpha, int64_t iterations, bool restart, double epsilon, int n_threads,
@@ -117,6 +119,11 @@ void register_ppr(py::module_& m) {
              py::arg("indices").noconvert(), py::arg("weights").noconvert(), py::arg("types").noconvert())
         .def_property_readonly("n", &PyPPRKernel::n)
         .def_property_readonly("nnz", &PyPPRKernel::nnz)
+        .def_property_readonly("mirrored", &PyPPRKernel::mirrored,
+                               "Whether the grouped (large) rows are mirrored, enabling the last-step correction.")
+        .def_property_readonly("n_grouped", &PyPPRKernel::n_grouped,
+                               "Number of rows kept grouped by neighbour type for the bounded-error mode.")
+        .def_property_readonly_static("min_skip_segment", [](py::object) { return noderag::kMinSkipSegment; })
         .def("run", &PyPPRKernel::run, py::arg("seeds").noconvert(), py::arg("weights").noconvert(),
              py::arg("offsets").noconvert(), py::arg("k_per_type").noconvert(), py::arg("alpha"),
              py::arg("iterations"), py::arg("restart"), py::arg("epsilon"), py::arg("n_threads"),

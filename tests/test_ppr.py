@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from noderag.graph.csr import CSR, csr_from_coo
-from noderag.graph.ppr import PPROperator, PPRResult, shallow_ppr, shallow_ppr_batch
+from noderag.graph.ppr import MIN_SKIP_SEGMENT, PPROperator, PPRResult, shallow_ppr, shallow_ppr_batch
 
 N_TYPES = 7
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -200,27 +200,71 @@ def test_batch_larger_graph_many_threads():
         np.testing.assert_array_equal(one.scores, b.scores)
 
 
-@SETTINGS
+@st.composite
+def hub_graphs(draw):
+    """Graphs with a few hubs whose rows have type segments of >= MIN_SKIP_SEGMENT entries."""
+    n = draw(st.integers(MIN_SKIP_SEGMENT + 40, 3 * MIN_SKIP_SEGMENT))
+    types = np.array(draw(st.lists(st.sampled_from([1] * 12 + [3, 4, 0]), min_size=n, max_size=n)), np.uint8)
+    n_hubs = draw(st.integers(1, 3))
+    src, dst, w = [], [], []
+    for h in range(n_hubs):
+        deg = draw(st.integers(MIN_SKIP_SEGMENT + 30, n - 1))
+        nbrs = np.array(draw(st.permutations(range(n))))[:deg]
+        src += [h] * deg
+        dst += nbrs.tolist()
+        w += draw(st.lists(st.sampled_from([0.5, 1.0, 2.0]), min_size=deg, max_size=deg))
+    m = draw(st.integers(0, 2 * n))
+    src += draw(st.lists(st.integers(0, n - 1), min_size=m, max_size=m))
+    dst += draw(st.lists(st.integers(0, n - 1), min_size=m, max_size=m))
+    w += draw(st.lists(st.sampled_from([0.0, 1.0, 3.0]), min_size=m, max_size=m))
+    symmetric = draw(st.booleans())
+    csr = csr_from_coo(n, np.array(src), np.array(dst), np.array(w), symmetric=symmetric)
+    return csr, types
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data(), rule=st.sampled_from(["restart", "lazy"]), t=st.integers(1, 4),
-       eps=st.floats(1e-4, 0.3), alpha=st.sampled_from([0.3, 0.5, 0.85]))
+       eps=st.sampled_from([1e-4, 1e-3, 1e-2, 0.1]), alpha=st.sampled_from([0.3, 0.5, 0.85]))
 def test_epsilon_mode_error_bound(data, rule, t, eps, alpha):
-    csr, types = data.draw(graphs())
+    csr, types = data.draw(hub_graphs())
     seeds, weights = data.draw(queries(csr.n))
     p = dense_ppr(csr, seeds, weights, alpha, t, rule)
-    res = shallow_ppr(csr, seeds, weights, node_types=types, k_per_type=csr.n, alpha=alpha, iterations=t, rule=rule,
-                      epsilon=eps)
+    op = PPROperator(csr, types)
+    res = op.query(seeds, weights, k_per_type=csr.n, alpha=alpha, iterations=t, rule=rule, epsilon=eps)
     approx = np.zeros(csr.n)
     for ty in range(N_TYPES):
         ids, scores = res.top(ty)
         approx[ids] = scores
     # Lower bounds of the exact scores, within the reported L1 bound (float32 output slack).
-    assert np.all(approx <= p + 1e-6)
+    assert np.all(approx <= p * (1 + 1e-6) + 1e-7)
     assert np.abs(p - approx).sum() <= res.error_bound + 1e-5
     assert res.error_bound <= alpha * t + 1e-12
+    if t == 1 and op.mirrored:
+        # Every skip happened at the last step and was added back to each returned node.
+        nz = approx > 0
+        np.testing.assert_allclose(approx[nz], p[nz], rtol=1e-5, atol=1e-8)
+    # The exact mode reports no error and matches the dense reference.
+    exact = op.query(seeds, weights, k_per_type=csr.n, alpha=alpha, iterations=t, rule=rule)
+    assert exact.error_bound == 0.0
+    check_topk(exact, p, types, np.full(N_TYPES, csr.n))
+
+
+def test_symmetric_graph_is_mirrored():
+    rng = np.random.default_rng(5)
+    n = 300
+    src = np.concatenate([np.zeros(200, np.int64), rng.integers(0, n, 500)])
+    dst = np.concatenate([rng.permutation(np.arange(1, n))[:200], rng.integers(0, n, 500)])
+    types = rng.integers(0, 7, n)
+    assert PPROperator(csr_from_coo(n, src, dst), types).mirrored
+    assert not PPROperator(csr_from_coo(n, src, dst, symmetric=False), types).mirrored
+    c = csr_from_coo(n, src, dst)
+    w = c.weights.copy()
+    w[c.indptr[0]] += 1.0  # the hub's first edge no longer matches its mirror
+    assert not PPROperator(CSR(c.indptr, c.indices, w), types).mirrored
 
 
 def test_epsilon_mode_skips_hub_and_reports_bound():
-    # Two seeds, each linked to a big hub; the hub gets little mass, so it is not expanded.
+    # Two seeds; one links to a big hub that gets little mass, so its row is not expanded.
     n = 2003
     hub = 2002
     src = np.concatenate([[0, 1, 0], np.full(2000, hub)])
@@ -235,6 +279,32 @@ def test_epsilon_mode_skips_hub_and_reports_bound():
     l1 = exact.scores.sum(dtype=np.float64) - approx.scores.sum(dtype=np.float64)
     assert 0 < l1 <= approx.error_bound + 1e-6
     np.testing.assert_array_equal(approx.ids[0][:3], exact.ids[0][:3])
+    # Nodes 1 and 2 touch the hub: the skipped share is added back, their scores are exact.
+    got = dict(zip(*[x.tolist() for x in approx.top(0)]))
+    want = dict(zip(*[x.tolist() for x in exact.top(0)]))
+    for v in (0, 1, 2):
+        assert got[v] == pytest.approx(want[v], rel=1e-6)
+    # Below the threshold the hub is expanded and the result is exact.
+    tight = shallow_ppr(csr, [0, 1], node_types=types, k_per_type=n, iterations=2, epsilon=1e-6)
+    assert tight.error_bound == 0.0
+    np.testing.assert_array_equal(tight.ids, exact.ids)
+
+
+def test_epsilon_mode_keeps_small_segments_of_a_hub():
+    # Hub 0: 300 type-1 leaves (skipped) and 3 type-4 leaves (a small segment, always expanded).
+    n = 305
+    leaves = np.arange(1, 304)
+    csr = csr_from_coo(n, np.concatenate([np.zeros(303, np.int64), [304]]), np.concatenate([leaves, [0]]))
+    types = np.ones(n, np.uint8)
+    types[[5, 77, 300]] = 4
+    types[304] = 0
+    types[0] = 2
+    exact = shallow_ppr(csr, [304], node_types=types, k_per_type=5, iterations=2)
+    approx = shallow_ppr(csr, [304], node_types=types, k_per_type=5, iterations=2, epsilon=1e-2)
+    assert approx.error_bound > 0
+    np.testing.assert_array_equal(approx.ids[4], exact.ids[4])
+    np.testing.assert_array_equal(approx.scores[4], exact.scores[4])
+    assert np.all(approx.ids[1] == -1) and np.all(exact.ids[1] >= 0)
 
 
 def test_operator_reuse_and_functional_equal():
