@@ -134,3 +134,20 @@ def test_rejects_bad_arguments():
     with pytest.raises(ValueError, match="positive"):
         betweenness(zero, weighted=True)
     np.testing.assert_allclose(betweenness(zero), [0.0, 1.0, 0.0])
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_locality_relabel_path_equals_networkx(monkeypatch, weighted):
+    import noderag.graph.betweenness as module
+
+    monkeypatch.setattr(module, "_RELABEL_MIN_NODES", 0)
+    for seed in range(4):
+        csr = _random_csr(100 + seed, 40, 45)  # sparse: several components
+        got = betweenness(csr, weighted=weighted)
+        want = nx.betweenness_centrality(_to_nx(csr), weight="weight" if weighted else None)
+        np.testing.assert_allclose(got, _nx_array(want, 40), rtol=1e-12, atol=1e-12)
+        pivots = sample_pivots(40, 7, seed)
+        got = betweenness(csr, k=7, seed=seed, weighted=weighted)
+        want = nx.betweenness_centrality(_to_nx(csr), k=7, weight="weight" if weighted else None,
+                                         seed=_FixedSample(pivots))
+        np.testing.assert_allclose(got, _nx_array(want, 40), rtol=1e-12, atol=1e-12)
