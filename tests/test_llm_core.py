@@ -197,3 +197,16 @@ def test_cache_concurrent_writer_processes(tmp_path):
     with LLMCache(db) as c:
         assert len(c) == 450
         assert c.get("b-149").value == {"i": 149}
+
+
+def test_backends_satisfy_the_protocol(tmp_path):
+    from noderag.llm import LLMBackend
+
+    scripted = ScriptedLLM(lambda r: {"n": 1})
+    cached = CachedBackend(scripted, LLMCache(tmp_path / "c.sqlite"))
+    assert isinstance(scripted, LLMBackend) and isinstance(cached, LLMBackend)
+    assert cached.ledger is scripted.ledger and cached.model_id == scripted.model_id
+    assert scripted.run([], stage="decompose") == [] and cached.run([], stage="decompose") == []
+    with pytest.raises(TypeError, match=r"requests\[0\]"):
+        scripted.run([{"messages": []}], stage="decompose")
+    cached.close()
