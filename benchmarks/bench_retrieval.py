@@ -186,7 +186,7 @@ def write_plot(path: Path, out: dict) -> None:
 
     rows = {**out["methods"], **{f"abl:{k}": v for k, v in out["ablations"].items()}}
     metrics = ["recall@2", "recall@5", "recall@10", "all_gold@8"]
-    fig, ax = plt.subplots(figsize=(max(8, 1.1 * len(rows)), 4.5))
+    fig, ax = plt.subplots(figsize=(max(8, 1.1 * len(rows)), 5.2))
     width = 0.2
     x = np.arange(len(rows))
     for i, m in enumerate(metrics):
@@ -195,7 +195,7 @@ def write_plot(path: Path, out: dict) -> None:
     ax.set_ylim(0, 1)
     ax.set_ylabel("score")
     ax.set_title(f"Passage retrieval on {out['dataset']} ({out['n_questions']} questions)")
-    ax.legend(ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.32))
+    ax.legend(ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.42))
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -45,7 +45,7 @@ class ExactVectors:
     def __len__(self):
         return len(self.ids)
 
-    def search(self, q, k):
+    def search(self, q, k, *, threads=0):
         sims = np.atleast_2d(q) @ self.vecs.T
         k = min(k, len(self.ids))
         order = np.argsort(-sims, axis=1, kind="stable")[:, :k]

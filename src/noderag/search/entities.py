@@ -32,6 +32,9 @@ STOPWORDS = frozenset(
     who whom whose why will with would you your than then there these also after before during
     between about over under most more first last many much same other another one two three""".split()
 )
+#: Longest name (in words) looked up as a phrase of the query text; longer names match through
+#: the extracted query entities (exact / containment).
+MAX_PHRASE_WORDS = 8
 _CONNECTORS = frozenset("of the de la le von van der del da di du and & for on in at y".split())
 
 
@@ -129,7 +132,7 @@ class EntityMatcher:
         surface = _WORD.findall(text)
         toks = [canonical_name(w) for w in surface]
         spans: list[tuple[int, int, list[int]]] = []
-        n_max = min(self.max_tokens, len(toks))
+        n_max = min(self.max_tokens, len(toks), MAX_PHRASE_WORDS)
         for n in range(n_max, 0, -1):
             for s in range(len(toks) - n + 1):
                 hits = self._phrase.get(" ".join(toks[s:s + n]))

@@ -98,8 +98,10 @@ class Searcher:
         graph = store.graph
         self.types = np.ascontiguousarray(np.asarray(graph.types), dtype=np.uint8)
         self.n = int(self.types.shape[0])
-        self._structural = graph.structural
-        self._degree = np.diff(np.asarray(self._structural.indptr)).astype(np.float64)
+        # plain ndarray views of the (memory-mapped) structural layer: cheap scalar indexing
+        self._s_indptr = np.asarray(graph.structural.indptr)
+        self._s_indices = np.asarray(graph.structural.indices)
+        self._degree = np.diff(self._s_indptr).astype(np.float64)
         self._operator = self._make_operator(graph)
         nodes = store.nodes
         if nodes.num_rows != self.n:
@@ -245,7 +247,8 @@ class Searcher:
         cfg = self.config
         k = cfg.vector_top_k
         if k > 0 and len(self.store.vectors) > 0:
-            ids, dist = self.store.vectors.search(vectors, k)
+            threads = 1 if len(queries) == 1 else (cfg.n_threads or 0)
+            ids, dist = self.store.vectors.search(vectors, k, threads=threads)
             ids = np.asarray(ids, dtype=np.int64).reshape(len(queries), -1)
             sims = (1.0 - np.asarray(dist, dtype=np.float32)).reshape(len(queries), -1)
         else:
@@ -337,8 +340,7 @@ class Searcher:
 
     # ------------------------------------------------------------ selection
     def _neighbours_of_type(self, node: int, node_type: int) -> np.ndarray:
-        s = self._structural
-        nb = np.asarray(s.indices[s.indptr[node]:s.indptr[node + 1]])
+        nb = self._s_indices[self._s_indptr[node]:self._s_indptr[node + 1]]
         return nb[(self.types[nb] == node_type) & self._active[nb]] if nb.size else nb
 
     def _select(self, prep: _Prepared, ppr: tuple[np.ndarray, np.ndarray] | None) -> list[tuple[int, float, str]]:
