@@ -194,3 +194,18 @@ def test_knn_csr_with_existing_index():
     exact = knn_csr(500, np.arange(500), x, k=6)
     a, b = from_index.to_scipy().toarray() > 0, exact.to_scipy().toarray() > 0
     assert (a & b).sum() / b.sum() >= 0.95
+
+
+def test_get_returns_stored_vectors(tmp_path):
+    x = _clustered(seed=6, n=50, d=8)
+    index = VectorIndex(8)
+    index.add(np.arange(50) + 100, x)
+    got = index.get([149, 100])
+    assert got.dtype == np.float32 and got.shape == (2, 8)
+    np.testing.assert_allclose(got, x[[49, 0]], rtol=2e-3, atol=2e-3)  # f16 storage
+    np.testing.assert_allclose(index.get(np.array([101])), x[[1]], rtol=2e-3, atol=2e-3)
+    assert index.get([]).shape == (0, 8)
+    with pytest.raises(ValueError, match="not in the index: \\[7\\]"):
+        index.get([100, 7])
+    index.save(tmp_path / "v.usearch")
+    np.testing.assert_array_equal(VectorIndex.load(tmp_path / "v.usearch").get([149, 100]), got)

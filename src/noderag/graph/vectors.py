@@ -169,6 +169,22 @@ class VectorIndex:
             return np.zeros(ids.shape[0], bool)
         return np.asarray(self._index.contains(ids.astype(np.uint64)), dtype=bool).reshape(-1)
 
+    def get(self, ids) -> np.ndarray:
+        """Stored vectors of ``ids`` as float32 of shape (len(ids), ndim) (after ``dtype`` rounding)."""
+        ids = _as_ids(ids)
+        out = np.zeros((ids.shape[0], self.ndim), np.float32)
+        if ids.size == 0:
+            return out
+        missing = ~self.contains(ids)
+        if missing.any():
+            raise ValueError(f"ids not in the index: {ids[missing][:5].tolist()}")
+        rows = self._index.get(ids.astype(np.uint64), dtype=np.float32)
+        if isinstance(rows, tuple):
+            out[:] = np.stack(rows)
+        else:
+            out[:] = np.asarray(rows, dtype=np.float32).reshape(ids.shape[0], self.ndim)
+        return out
+
     def search(self, vectors, k: int, *, threads: int = 0) -> tuple[np.ndarray, np.ndarray]:
         """Approximate k nearest neighbours of each query row.
 
