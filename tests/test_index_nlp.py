@@ -33,7 +33,7 @@ def test_relations_use_connecting_words():
     rels = sentence_relations(s, m, max_words=8)
     assert ("Jan Philip Solovej", "works at the", "University of Copenhagen") in rels
     assert ("University of Copenhagen", "in", "Denmark") in rels
-    assert ("Jan Philip Solovej", "works at the University of Copenhagen in", "Denmark") in rels
+    assert ("Jan Philip Solovej", "works at the in", "Denmark") in rels
     assert sentence_relations(s, m, max_words=2) == [("University of Copenhagen", "in", "Denmark")]
 
 

@@ -30,8 +30,9 @@ def read_manifest(root: Path) -> dict[str, Any] | None:
 class StageLog:
     """Stage states and wall times of one build run, persisted in ``stages/state.json``."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, log=None) -> None:
         self.path = Path(path)
+        self.log = log
         data = read_json(self.path) if self.path.is_file() else {}
         self.stages: dict[str, dict[str, Any]] = dict(data.get("stages", {})) if isinstance(data, dict) else {}
         self._t0: dict[str, float] = {}
@@ -49,6 +50,9 @@ class StageLog:
         prev = self.stages.get(name, {})
         self.stages[name] = {"state": "done", "time_s": round(float(prev.get("time_s", 0.0)) + elapsed, 4), **info}
         self.save()
+        if self.log is not None:
+            extra = ", ".join(f"{k} {v}" for k, v in info.items())
+            self.log(f"{name:<12} done in {elapsed:.2f} s" + (f" ({extra})" if extra else ""))
 
     def save(self) -> None:
         atomic_write_json(self.path, {"format_version": FORMAT_VERSION, "stages": self.stages})

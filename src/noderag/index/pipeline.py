@@ -291,7 +291,7 @@ def build_index(inputs: Sequence[str | os.PathLike], index_dir: str | os.PathLik
     if not existing:
         atomic_write_json(root / MANIFEST, {"format_version": FORMAT_VERSION, "state": "building",
                                             "config": config.to_dict()})
-    slog = StageLog(stages / "state.json")
+    slog = StageLog(stages / "state.json", log=log)
     if not slog.done("ingest"):
         slog.start("ingest")
         slog.stages["ingest"]["time_s"] = 0.0

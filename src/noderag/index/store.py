@@ -114,6 +114,11 @@ class IndexStore:
 
     def __init__(self, path: str | os.PathLike) -> None:
         self.path = Path(path)
+        if (self.path / "stages" / "final" / ".complete").is_file():
+            # a build was killed while moving its finished files into place: complete the move
+            from .manifest import finish_pending_commit
+
+            finish_pending_commit(self.path)
         mpath = self.path / MANIFEST
         if not mpath.is_file():
             raise IndexNotFoundError(f"{self.path}: not an index directory (no {MANIFEST})")
