@@ -106,28 +106,47 @@ PPRKernel::PPRKernel(int64_t n, const int64_t* indptr, const int32_t* indices, c
     if (n < 0 || n > INT32_MAX) throw std::invalid_argument("n must lie in [0, 2^31 - 1]");
     if (indptr[0] != 0) throw std::invalid_argument("indptr[0] must be 0");
     inv_strength_.assign(static_cast<size_t>(n), 0.0);
-    group_of_.assign(static_cast<size_t>(n), -1);
     bool sorted = true;
-    int64_t grouped_nnz = 0, groups = 0;
     for (int64_t u = 0; u < n; ++u) {
         const int64_t b = indptr[u], e = indptr[u + 1];
         if (e < b) throw std::invalid_argument("indptr must be non-decreasing");
         if (types[u] >= kNumTypes) throw std::invalid_argument("node type codes must lie in [0, 7)");
         double s = 0.0;
         int32_t prev = -1;
-        for (int64_t j = b; j < e; ++j) {
+        bool ids_ok = true, weights_ok = true;
+        for (int64_t j = b; j < e; ++j) {  // branch-free checks
             const int32_t v = indices[j];
-            if (v < 0 || v >= n) throw std::invalid_argument("indices must lie in [0, n)");
-            const double w = weights[j];
-            if (!(w >= 0.0) || !std::isfinite(w)) throw std::invalid_argument("weights must be finite and >= 0");
-            s += w;
-            sorted = sorted && v > prev;
+            const float w = weights[j];
+            ids_ok &= static_cast<uint32_t>(v) < static_cast<uint32_t>(n);
+            weights_ok &= (w >= 0.0f) & (w <= std::numeric_limits<float>::max());
+            sorted &= v > prev;
             prev = v;
+            s += w;
         }
+        if (!ids_ok) throw std::invalid_argument("indices must lie in [0, n)");
+        if (!weights_ok) throw std::invalid_argument("weights must be finite and >= 0");
         if (s > 0.0) inv_strength_[u] = 1.0 / s;
-        if (e - b > kMinSkipSegment && s > 0.0) {
+    }
+    sorted_ = sorted;
+}
+
+void PPRKernel::ensure_grouped() const {
+    std::call_once(grouped_once_, [this]() { build_grouped(); });
+}
+
+void PPRKernel::build_grouped() const {
+    const int64_t n = n_;
+    const int64_t* const indptr = indptr_;
+    const int32_t* const indices = indices_;
+    const float* const weights = weights_;
+    const uint8_t* const types = types_;
+    group_of_.assign(static_cast<size_t>(n), -1);
+    int64_t grouped_nnz = 0, groups = 0;
+    for (int64_t u = 0; u < n; ++u) {
+        const int64_t d = indptr[u + 1] - indptr[u];
+        if (d > kMinSkipSegment && inv_strength_[u] > 0.0) {
             group_of_[u] = static_cast<int32_t>(groups++);
-            grouped_nnz += e - b;
+            grouped_nnz += d;
         }
     }
     // Group the large rows by neighbour type (stable, so ids stay increasing in a segment).
@@ -160,30 +179,48 @@ PPRKernel::PPRKernel(int64_t n, const int64_t* indptr, const int32_t* indices, c
         pos = off[kNumTypes];
     }
     // Mirror check for the last-step correction: every entry (u, v, w) of a grouped
-    // row has exactly one mirror (v, u, w), and no other row points at u.
-    mirrored_ = sorted;
+    // row u has exactly one mirror (v, u, w), and no other row points at u. Two
+    // sequential passes: the entries pointing at each grouped row are bucketed (in
+    // increasing source order), then each bucket must equal the row itself.
+    mirrored_ = sorted_;
     if (mirrored_ && groups > 0) {
-        std::vector<int64_t> in_count(static_cast<size_t>(groups), 0);
-        for (int64_t j = 0; j < indptr[n] && mirrored_; ++j) {
+        std::vector<int64_t> cursor(static_cast<size_t>(groups), 0);
+        const int64_t nnz = indptr[n];
+        for (int64_t j = 0; j < nnz; ++j) {
             const int32_t g = group_of_[indices[j]];
-            if (g >= 0) ++in_count[static_cast<size_t>(g)];
+            if (g >= 0) ++cursor[static_cast<size_t>(g)];
         }
         for (int64_t u = 0; u < n && mirrored_; ++u) {
             const int32_t g = group_of_[u];
             if (g < 0) continue;
-            const int64_t b = indptr[u], e = indptr[u + 1];
-            if (in_count[static_cast<size_t>(g)] != e - b) {
-                mirrored_ = false;
-                break;
+            const int64_t start = seg_offsets_[static_cast<size_t>(g) * (kNumTypes + 1)];
+            if (cursor[static_cast<size_t>(g)] != indptr[u + 1] - indptr[u]) mirrored_ = false;
+            cursor[static_cast<size_t>(g)] = start;
+        }
+        if (mirrored_) {
+            std::vector<int32_t> src(static_cast<size_t>(grouped_nnz));
+            std::vector<float> w(static_cast<size_t>(grouped_nnz));
+            for (int64_t v = 0; v < n; ++v) {
+                const int64_t e = indptr[v + 1];
+                for (int64_t j = indptr[v]; j < e; ++j) {
+                    const int32_t g = group_of_[indices[j]];
+                    if (g < 0) continue;
+                    const int64_t pos = cursor[static_cast<size_t>(g)]++;
+                    src[static_cast<size_t>(pos)] = static_cast<int32_t>(v);
+                    w[static_cast<size_t>(pos)] = weights[j];
+                }
             }
-            for (int64_t j = b; j < e; ++j) {
-                const int32_t v = indices[j];
-                const int32_t* rb = indices + indptr[v];
-                const int32_t* re = indices + indptr[v + 1];
-                const int32_t* hit = std::lower_bound(rb, re, static_cast<int32_t>(u));
-                if (hit == re || *hit != u || weights[indptr[v] + (hit - rb)] != weights[j]) {
-                    mirrored_ = false;
-                    break;
+            for (int64_t u = 0; u < n && mirrored_; ++u) {
+                const int32_t g = group_of_[u];
+                if (g < 0) continue;
+                const int64_t start = seg_offsets_[static_cast<size_t>(g) * (kNumTypes + 1)];
+                const int64_t b = indptr[u], d = indptr[u + 1] - b;
+                for (int64_t i = 0; i < d; ++i) {
+                    if (src[static_cast<size_t>(start + i)] != indices[b + i] ||
+                        w[static_cast<size_t>(start + i)] != weights[b + i]) {
+                        mirrored_ = false;
+                        break;
+                    }
                 }
             }
         }
@@ -279,8 +316,8 @@ void PPRKernel::run_one(PPRScratch& sc, const int32_t* seeds, const float* weigh
                     continue;
                 }
                 const double c = a * m * is;
-                const int32_t g = group_of_[u];
-                if (!bounded || g < 0) {
+                const int32_t g = bounded ? group_of_[u] : -1;
+                if (g < 0) {
                     const int64_t b = indptr[u], e = indptr[u + 1];
                     for (int64_t j = b; j < e; ++j) acc[indices[j]] += c * static_cast<double>(wts[j]);
                     ranges.emplace_back(indices + b, e - b);
@@ -395,6 +432,7 @@ void PPRKernel::run_batch(const int32_t* seeds, const float* weights, const int6
                           const PPRParams& prm, int n_threads, int32_t* out_ids, float* out_scores,
                           double* out_error, int64_t* out_support) const {
     const int64_t stride = kNumTypes * prm.k_max;
+    if (prm.epsilon > 0.0) ensure_grouped();
     auto do_query = [&](PPRScratch& sc, int64_t q) {
         const int64_t b = offsets[q], e = offsets[q + 1];
         run_one(sc, seeds + b, weights + b, e - b, prm, out_ids + q * stride, out_scores + q * stride,

@@ -70,8 +70,16 @@ class PPRKernel {
               const uint8_t* types);
 
     int64_t n() const { return n_; }
-    bool mirrored() const { return mirrored_; }
-    int64_t n_grouped() const { return static_cast<int64_t>(seg_maxw_.size() / kNumTypes); }
+    // The grouped rows and the mirror check are built on the first bounded-mode use.
+    void ensure_grouped() const;
+    bool mirrored() const {
+        ensure_grouped();
+        return mirrored_;
+    }
+    int64_t n_grouped() const {
+        ensure_grouped();
+        return static_cast<int64_t>(seg_maxw_.size() / kNumTypes);
+    }
 
     // One query: seeds/weights of length n_seeds (weights need not be normalised;
     // duplicates are summed). Writes out_ids/out_scores of shape (7, k_max).
@@ -95,14 +103,18 @@ class PPRKernel {
     const float* weights_;
     const uint8_t* types_;
     std::vector<double> inv_strength_;  // 1 / strength, 0 for dangling nodes
-    // Rows with more than kMinSkipSegment entries, grouped by neighbour type (stable).
-    std::vector<int32_t> group_of_;     // (n,) index of the grouped row, -1 if not grouped
-    std::vector<int64_t> seg_offsets_;  // (groups * 8,) into grouped_indices_/grouped_weights_
-    std::vector<double> seg_maxw_;      // (groups * 7,) largest weight per segment
-    std::vector<double> seg_strength_;  // (groups * 7,) weight sum per segment
-    std::vector<int32_t> grouped_indices_;
-    std::vector<float> grouped_weights_;
-    bool mirrored_ = false;  // every grouped row's entries (u, v, w) have a unique mirror (v, u, w)
+    bool sorted_ = false;  // every row has strictly increasing column ids
+    // Rows with more than kMinSkipSegment entries, grouped by neighbour type (stable);
+    // built once, lazily (ensure_grouped), so exact-mode users never pay for them.
+    void build_grouped() const;
+    mutable std::once_flag grouped_once_;
+    mutable std::vector<int32_t> group_of_;     // (n,) index of the grouped row, -1 if not grouped
+    mutable std::vector<int64_t> seg_offsets_;  // (groups * 8,) into grouped_indices_/grouped_weights_
+    mutable std::vector<double> seg_maxw_;      // (groups * 7,) largest weight per segment
+    mutable std::vector<double> seg_strength_;  // (groups * 7,) weight sum per segment
+    mutable std::vector<int32_t> grouped_indices_;
+    mutable std::vector<float> grouped_weights_;
+    mutable bool mirrored_ = false;  // every grouped row's entries (u, v, w) have a unique mirror (v, u, w)
     mutable std::mutex pool_mutex_;
     mutable std::vector<std::unique_ptr<PPRScratch>> pool_;
 };
