@@ -91,19 +91,13 @@ def semantic_layer(n: int, ids: np.ndarray, vectors: np.ndarray, k: int, index=N
 
 
 def load_vectors(path: Path, ids: np.ndarray, dim: int) -> np.ndarray:
-    """Vectors of ``ids`` stored in a saved ``vectors.usearch`` (float32 (len(ids), dim))."""
-    from usearch.index import Index
+    """Unit-norm vectors of ``ids`` stored in a saved ``vectors.usearch`` (float32 (len(ids), dim))."""
+    from noderag.graph.vectors import VectorIndex
 
     if ids.size == 0:
         return np.zeros((0, dim), np.float32)
-    index = Index.restore(str(path), view=True)
-    if index is None:
-        raise ValueError(f"{path}: not a usearch index")
-    got = index.get(np.asarray(ids, dtype=np.uint64))
-    if got is None:
-        raise ValueError(f"{path}: vectors missing")
-    arr = np.asarray(got, dtype=np.float32).reshape(len(ids), -1)
-    if arr.shape[1] != dim:
-        raise ValueError(f"{path}: stored vectors have dim {arr.shape[1]}, expected {dim}")
+    arr = np.asarray(VectorIndex.load(path, view=True).get(np.asarray(ids, dtype=np.int64)), dtype=np.float32)
+    if arr.shape != (ids.size, dim):
+        raise ValueError(f"{path}: stored vectors have shape {arr.shape}, expected ({ids.size}, {dim})")
     norms = np.linalg.norm(arr, axis=1, keepdims=True)
     return arr / np.maximum(norms, 1e-12)
