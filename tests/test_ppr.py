@@ -307,6 +307,30 @@ def test_epsilon_mode_keeps_small_segments_of_a_hub():
     assert np.all(approx.ids[1] == -1) and np.all(exact.ids[1] >= 0)
 
 
+def test_concurrent_python_threads_share_one_operator():
+    from concurrent.futures import ThreadPoolExecutor
+
+    rng = np.random.default_rng(11)
+    n = 2000
+    src = np.concatenate([np.zeros(900, np.int64), rng.integers(0, n, 8000)])
+    dst = np.concatenate([rng.permutation(np.arange(1, n))[:900], rng.integers(0, n, 8000)])
+    csr = csr_from_coo(n, src, dst, rng.random(src.size) + 0.5)
+    types = rng.integers(0, 7, n)
+    jobs = [(rng.integers(0, n, 8), eps) for eps in (0.0, 1e-4) for _ in range(20)]
+
+    def run(op, job):
+        return op.query(job[0], k_per_type=6, epsilon=job[1])
+
+    want = [run(PPROperator(csr, types), j) for j in jobs]
+    op = PPROperator(csr, types)  # fresh: the lazy bounded-mode tables are built under concurrency
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda j: run(op, j), jobs))
+    for a, b in zip(want, got):
+        np.testing.assert_array_equal(a.ids, b.ids)
+        np.testing.assert_array_equal(a.scores, b.scores)
+        assert a.error_bound == b.error_bound
+
+
 def test_operator_reuse_and_functional_equal():
     rng = np.random.default_rng(0)
     n = 200

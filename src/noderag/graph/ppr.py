@@ -71,7 +71,7 @@ DEFAULT_EPSILON = 1e-6
 MIN_SKIP_SEGMENT = int(_core.PPRKernel.min_skip_segment)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class PPRResult:
     """Top-k nodes per type of one PPR query.
 
