@@ -209,3 +209,15 @@ def test_get_returns_stored_vectors(tmp_path):
         index.get([100, 7])
     index.save(tmp_path / "v.usearch")
     np.testing.assert_array_equal(VectorIndex.load(tmp_path / "v.usearch").get([149, 100]), got)
+
+
+def test_i8_cosine_accepts_any_norm():
+    x = _clustered(seed=7, n=400, d=16) * 5.0  # far from unit norm: usearch normalises before int8
+    index = VectorIndex(16, dtype="i8")
+    index.add(np.arange(400), x)
+    got, dist = index.search(x[:100], 6)
+    want, sims = _brute_knn(x, 5)
+    np.testing.assert_array_equal(got[:, 0], np.arange(100))
+    assert _recall(got[:, 1:], want[:100]) >= 0.9
+    np.testing.assert_allclose(dist[:, 1], 1 - sims[np.arange(100), got[:, 1]], atol=0.02)
+    np.testing.assert_allclose(np.linalg.norm(index.get([0, 1]), axis=1), 1.0, atol=0.02)

@@ -82,6 +82,12 @@ class VectorIndex:
         HNSW parameters; ``None`` keeps usearch's defaults (16, 128, 64).
     threads : int, default=1
         Threads used by :meth:`add` (0 = all cores). One thread gives a reproducible index.
+
+    Notes
+    -----
+    With ``dtype="i8"`` and ``metric="cos"`` usearch L2-normalises each vector before
+    quantising it to int8 (checked with usearch 2.26: vectors of any norm work, and
+    :meth:`get` returns unit vectors).
     """
 
     def __init__(
