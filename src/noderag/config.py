@@ -208,12 +208,16 @@ class EmbedConfig:
         Storage type of ``vectors.usearch`` (i8: a quarter of f32, cosine ranks nearly unchanged).
     connectivity : int, default=12
         HNSW links per node of ``vectors.usearch``.
+    extractive_mean : bool, default=True
+        An extractive (nlp) A or H node, whose text is a few semantic units, gets the unit-norm
+        mean of those units' vectors instead of a model call.
     """
 
     spec: str = "default"
     batch_size: int = 1024
     vector_dtype: str = "i8"
     connectivity: int = 12
+    extractive_mean: bool = True
 
     def validate(self) -> None:
         _check(isinstance(self.spec, str) and bool(self.spec), "embed.spec", self.spec, "a non-empty str")
@@ -222,6 +226,7 @@ class EmbedConfig:
                "'i8', 'f16' or 'f32'")
         _check(_is_int(self.connectivity) and self.connectivity >= 2, "embed.connectivity", self.connectivity,
                "an int >= 2")
+        _check(isinstance(self.extractive_mean, bool), "embed.extractive_mean", self.extractive_mean, "a bool")
 
 
 @dataclass

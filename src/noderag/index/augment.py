@@ -21,7 +21,7 @@ from noderag.graph.types import NodeType
 
 from .assemble import EdgeList, NodeTable
 
-__all__ = ["AugmentFailure", "add_attributes", "add_communities", "retire_unproduced", "subgraph_csr"]
+__all__ = ["AugmentFailure", "add_attributes", "add_communities", "mean_vectors", "retire_unproduced", "subgraph_csr"]
 
 T, S, N, R, A, H, O = (int(t) for t in NodeType)
 
@@ -50,7 +50,8 @@ def subgraph_csr(n: int, types: np.ndarray, src: np.ndarray, dst: np.ndarray, w:
     return csr_from_coo(n, src[m], dst[m], w[m], symmetric=True)
 
 
-def _budget_join(texts: Sequence[str], budget: int) -> str:
+def _budget_join_count(texts: Sequence[str], budget: int) -> tuple[str, int]:
+    """Join leading ``texts`` within ``budget`` tokens (at least one); return (text, how many)."""
     from noderag.tokenize import count_tokens
 
     out: list[str] = []
@@ -63,39 +64,53 @@ def _budget_join(texts: Sequence[str], budget: int) -> str:
         used += n
         if used >= budget:
             break
-    return " ".join(out)
+    return " ".join(out), len(out)
+
+
+def mean_vectors(groups: Sequence[Sequence[int]], vectors_of: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+    """Unit-norm mean vector of each group of node ids (the vector of an extractive summary)."""
+    out = []
+    for g in groups:
+        v = vectors_of(np.asarray(g, dtype=np.int64)).mean(axis=0)
+        out.append(v / max(float(np.linalg.norm(v)), 1e-12))
+    return np.asarray(out, dtype=np.float32)
 
 
 def add_attributes(table: NodeTable, snr: CSR, mentions: np.ndarray, important: np.ndarray, config, *,
-                   llm=None, seed: int = 0) -> tuple[list[int], EdgeList, dict[int, str]]:
+                   llm=None, seed: int = 0) -> tuple[list[int], EdgeList, dict[int, str], dict[int, list[int]]]:
     """Create or refresh one A node per important entity (ids in ``important``, ascending).
 
     nlp (``llm is None``): extractive summary, the entity's most central units (most
     entity mentions, then heaviest link, then lowest id) within ``config.summary_tokens``.
     llm: one attribute prompt per entity with its units and relationships.
 
-    Returns (A node ids, N-A edges, failures {entity id: error}).
+    Returns (A node ids, N-A edges, failures {entity id: error}, sources {A id: S ids of an
+    extractive summary}).
     """
     types = table.types_array()
     adj = _Adjacency(snr)
     s_degree = np.diff(snr.indptr)
     jobs: list[tuple[int, str, list[str], list[str]]] = []
+    unit_ids: dict[int, list[int]] = {}
     for e in np.asarray(important, dtype=np.int64).tolist():
         nb = adj.neighbors(e)
         wt = adj.weights(e)
         is_s = types[nb] == S
         s_ids, s_w = nb[is_s], wt[is_s]
         order = np.lexsort((s_ids, -s_w, -s_degree[s_ids]))
-        units = [table.texts[i] for i in s_ids[order][: config.max_units].tolist()]
+        unit_ids[e] = s_ids[order][: config.max_units].tolist()
+        units = [table.texts[i] for i in unit_ids[e]]
         rels = [table.texts[i] for i in nb[types[nb] == R][: config.max_units].tolist()]
         name = table.names[e] or table.texts[e]
         jobs.append((e, name, units, rels))
     texts: dict[int, str] = {}
+    used: dict[int, list[int]] = {}
     failures: dict[int, str] = {}
     if llm is None:
         for e, name, units, _ in jobs:
-            body = _budget_join(units, config.summary_tokens) if units else name
+            body, k = _budget_join_count(units, config.summary_tokens) if units else (name, 0)
             texts[e] = f"{name}: {body}"
+            used[e] = unit_ids[e][:k]
     else:
         from noderag.llm.prompts import attribute_request
 
@@ -111,6 +126,7 @@ def add_attributes(table: NodeTable, snr: CSR, mentions: np.ndarray, important: 
                 continue
             texts[e] = f"{name}: {' '.join(text.split())}"
     a_ids: list[int] = []
+    sources: dict[int, list[int]] = {}
     src, dst = [], []
     for e, _, _, _ in jobs:
         if e not in texts:
@@ -121,12 +137,14 @@ def add_attributes(table: NodeTable, snr: CSR, mentions: np.ndarray, important: 
             table.texts[aid] = texts[e]
             table.active[aid] = True
         a_ids.append(aid)
+        if used.get(e):
+            sources[aid] = used[e]
         src.append(e)
         dst.append(aid)
     edges = EdgeList()
     edges.add(src, dst, np.ones(len(src), np.float32))
     del mentions
-    return a_ids, edges, failures
+    return a_ids, edges, failures, sources
 
 
 def _community_lists(membership: np.ndarray, members_mask: np.ndarray) -> list[np.ndarray]:
@@ -142,22 +160,26 @@ def _community_lists(membership: np.ndarray, members_mask: np.ndarray) -> list[n
 def add_communities(table: NodeTable, graph: CSR, membership: np.ndarray, snr_sn: CSR, config, *,
                     vectors_of: Callable[[np.ndarray], np.ndarray],
                     embed_texts: Callable[[list[str]], np.ndarray],
-                    llm=None, seed: int = 0) -> tuple[list[int], list[int], EdgeList, dict[str, str]]:
+                    llm=None, seed: int = 0, mean_of_units: bool = True
+                    ) -> tuple[list[int], list[int], EdgeList, dict[str, str], np.ndarray]:
     """H (and one O each) per community of ``membership``; H links to its most similar members.
 
     ``graph``: the S/N/R/A structural graph the communities came from; ``snr_sn``:
     S-N edges (mention weights) for the O titles; ``vectors_of(ids)``: unit-norm vectors of
     S/A nodes; ``embed_texts(texts)``: unit-norm vectors of new H texts.
 
-    Returns (H ids, O ids, edges H-O / H-S / H-A, failures {community: error}).
+    ``mean_of_units``: an extractive H (nlp) gets the unit-norm mean of its units' vectors
+    instead of a model call.
+
+    Returns (H ids, O ids, edges H-O / H-S / H-A, failures {community: error}, H vectors).
     """
     types = table.types_array()
     n = len(types)
     member_mask = np.isin(types, (S, N, R, A)) & (np.diff(graph.indptr) > 0)
     groups = [g for g in _community_lists(membership[:n], member_mask)
               if g.size >= config.min_size and np.any(types[g] == S)]
-    # community elements: list of (community index, description, title)
-    elements: list[tuple[int, str, str]] = []
+    # community elements: (community index, description, title, representative unit ids or None)
+    elements: list[tuple[int, str, str, list[int] | None]] = []
     failures: dict[str, str] = {}
     if llm is None:
         for ci, g in enumerate(groups):
@@ -166,8 +188,9 @@ def add_communities(table: NodeTable, graph: CSR, membership: np.ndarray, snr_sn
             centroid = vecs.mean(axis=0)
             sims = vecs @ centroid
             order = np.lexsort((su, -sims))
-            reps = [table.texts[i] for i in su[order][:3].tolist()]
-            desc = _budget_join(reps, config.summary_tokens)
+            rep_ids = su[order][:3].tolist()
+            desc, k = _budget_join_count([table.texts[i] for i in rep_ids], config.summary_tokens)
+            rep_ids = rep_ids[:k]
             ents = g[types[g] == N]
             if ents.size:
                 # in-community mention weight of each entity (S-N edges from member units)
@@ -177,7 +200,7 @@ def add_communities(table: NodeTable, graph: CSR, membership: np.ndarray, snr_sn
                 title = ", ".join(table.names[i] or table.texts[i] for i in top.tolist())
             else:
                 title = " ".join(desc.split()[:8])
-            elements.append((ci, desc, title))
+            elements.append((ci, desc, title, rep_ids))
     else:
         from noderag.llm.prompts import community_request
 
@@ -195,12 +218,13 @@ def add_communities(table: NodeTable, graph: CSR, membership: np.ndarray, snr_sn
             for el in els:
                 if isinstance(el, dict) and isinstance(el.get("description"), str) and el["description"].strip():
                     title = el.get("title") if isinstance(el.get("title"), str) else ""
-                    elements.append((ci, " ".join(el["description"].split()), " ".join(title.split())))
+                    elements.append((ci, " ".join(el["description"].split()), " ".join(title.split()), None))
     h_ids: list[int] = []
     o_ids: list[int] = []
     src, dst, wts = [], [], []
     new_h: list[int] = []
-    for ci, desc, title in elements:
+    h_reps: list[list[int] | None] = []
+    for ci, desc, title, reps in elements:
         hkey = node_key(H, desc)
         hid, created = table.add(H, hkey, name=None, text=desc)
         table.active[hid] = True
@@ -208,6 +232,7 @@ def add_communities(table: NodeTable, graph: CSR, membership: np.ndarray, snr_sn
             continue
         h_ids.append(hid)
         new_h.append(ci)
+        h_reps.append(reps)
         otitle = title or " ".join(desc.split()[:8])
         oid, _ = table.add(O, node_key(O, f"{canonical_name(otitle)}\x1f{hkey:016x}"), name=otitle, text=otitle)
         table.active[oid] = True
@@ -215,8 +240,12 @@ def add_communities(table: NodeTable, graph: CSR, membership: np.ndarray, snr_sn
         src.append(hid)
         dst.append(oid)
         wts.append(1.0)
+    hv = np.zeros((0, 0), np.float32)
     if h_ids:
-        hv = embed_texts([table.texts[h] for h in h_ids])
+        if mean_of_units and all(r for r in h_reps):
+            hv = mean_vectors(h_reps, vectors_of)  # extractive: the text is those units
+        else:
+            hv = embed_texts([table.texts[h] for h in h_ids])
         for hid, ci, h_vec in zip(h_ids, new_h, hv):
             g = groups[ci]
             cand = g[np.isin(types[g], (S, A))]
@@ -229,7 +258,7 @@ def add_communities(table: NodeTable, graph: CSR, membership: np.ndarray, snr_sn
             wts.extend([1.0] * top.size)
     edges = EdgeList()
     edges.add(src, dst, wts)
-    return h_ids, o_ids, edges, failures
+    return h_ids, o_ids, edges, failures, hv
 
 
 def retire_unproduced(table: NodeTable, produced: set[int]) -> int:

@@ -407,14 +407,19 @@ def build_index(inputs: Sequence[str | os.PathLike], index_dir: str | os.PathLik
     snr = subgraph_csr(n0, types, s1, d1, w1, (S, N, R))
     important = important_entities(snr, types, mentions, config.importance,
                                    nodes=np.flatnonzero(np.isin(types, (S, N, R))))
-    a_ids, a_edges, a_fail = add_attributes(table, snr, mentions, important, config.attributes,
-                                            llm=backend, seed=config.seed)
+    a_ids, a_edges, a_fail, a_sources = add_attributes(table, snr, mentions, important, config.attributes,
+                                                       llm=backend, seed=config.seed)
     types = table.types_array()
     vec = _grow(vec, len(table))
     a_arr = np.asarray(a_ids, dtype=np.int64)
-    with bars.bar(int(a_arr.size), "embed A") as bar:
-        vec[a_arr] = embed_texts_resumable(emb, [table.texts[i] for i in a_ids], stages / "emb_a",
-                                           batch_size=config.embed.batch_size, progress=bar)
+    if config.embed.extractive_mean and a_ids and all(a in a_sources for a in a_ids):
+        from .augment import mean_vectors
+
+        vec[a_arr] = mean_vectors([a_sources[a] for a in a_ids], lambda ids: vec[ids])
+    else:
+        with bars.bar(int(a_arr.size), "embed A") as bar:
+            vec[a_arr] = embed_texts_resumable(emb, [table.texts[i] for i in a_ids], stages / "emb_a",
+                                               batch_size=config.embed.batch_size, progress=bar)
     slog.finish("attributes", important=int(important.size), failures=len(a_fail))
     _checkpoint("attributes")
 
@@ -447,14 +452,12 @@ def build_index(inputs: Sequence[str | os.PathLike], index_dir: str | os.PathLik
                 return embed_texts_resumable(emb, texts, stages / f"emb_h{counter['n']}",
                                              batch_size=config.embed.batch_size, progress=bar)
 
-        h_ids, o_ids, h_edges, c_fail = add_communities(table, snra, membership, sn, config.communities,
-                                                        vectors_of=vectors_of, embed_texts=embed_h,
-                                                        llm=backend, seed=config.seed)
+        h_ids, o_ids, h_edges, c_fail, hv = add_communities(
+            table, snra, membership, sn, config.communities, vectors_of=vectors_of, embed_texts=embed_h,
+            llm=backend, seed=config.seed, mean_of_units=config.embed.extractive_mean)
         types = table.types_array()
         vec = _grow(vec, len(table))
         if h_ids:
-            hv = embed_texts_resumable(emb, [table.texts[i] for i in h_ids], stages / "emb_h1",
-                                       batch_size=config.embed.batch_size)
             vec[np.asarray(h_ids, dtype=np.int64)] = hv
     retired = retire_unproduced(table, set(a_ids) | set(h_ids) | set(o_ids))
     slog.finish("communities", communities=n_comm, high_level=len(h_ids), failures=len(c_fail))
