@@ -1,0 +1,84 @@
+"""Assemble and name linking: keys, merging, weights, whole-word linking independent of insertion order."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from noderag.graph.keys import canonical_name, node_key
+from noderag.graph.types import NodeType
+from noderag.index.assemble import ChunkRecord, NodeTable, assemble_chunks, link_known_names
+from noderag.index.decompose.base import ChunkDecomposition, Unit
+
+T, S, N, R = (int(NodeType.T), int(NodeType.S), int(NodeType.N), int(NodeType.R))
+
+
+def _chunks():
+    recs = [ChunkRecord(0, 0, "c0", "doc-a", None), ChunkRecord(1, 1, "c1", "doc-b", None)]
+    decs = [
+        ChunkDecomposition(0, [Unit("Grey Heron Line sails to Kessel. Kessel again.",
+                                    ["Grey Heron Line", "Kessel", "Kessel"],
+                                    [("Grey Heron Line", "sails to", "Kessel")])]),
+        ChunkDecomposition(1, [Unit("The grey heron line and GREY HERON LINE; Port Emmerich has the Grey Heron Line office.",
+                                    ["Port Emmerich", "the Grey Heron Line"],
+                                    [("Port Emmerich", "has the", "Grey Heron Line"),
+                                     ("Grey Heron Line", "sails to", "Kessel")])]),
+    ]
+    return recs, decs
+
+
+def test_assemble_keys_merging_and_weights():
+    table = NodeTable()
+    recs, decs = _chunks()
+    e = assemble_chunks(table, recs, decs)
+    src, dst, w = e.arrays()
+    types = table.types_array()
+    assert types.tolist()[:2] == [T, S]
+    ents = {table.names[i]: i for i in np.flatnonzero(types == N)}
+    assert set(ents) == {"Grey Heron Line", "Kessel", "Port Emmerich", "the Grey Heron Line"}
+    kessel = ents["Kessel"]
+    assert table.keys[kessel] == node_key(N, canonical_name("kessel"))
+    s0 = 1
+    pair = {(int(a), int(b)): float(x) for a, b, x in zip(src, dst, w)}
+    assert pair[(s0, kessel)] == 2.0  # mention count
+    rels = [i for i in np.flatnonzero(types == R)]
+    # the same canonical (source, relation, target) in two chunks is one R node, linked twice
+    assert len(rels) == 2
+    r_sail = [i for i in rels if "sails to" in table.texts[i]][0]
+    assert table.texts[r_sail] == "Grey Heron Line sails to Kessel"
+    assert sum(x for (a, b), x in pair.items() if b == r_sail and a == kessel) == 1.0
+    assert int(np.sum((dst == r_sail))) == 4  # two statements x two endpoints
+
+
+def test_link_known_names_whole_word_case_and_longest():
+    table = NodeTable()
+    recs, decs = _chunks()
+    e = assemble_chunks(table, recs, decs)
+    src, dst, w = e.arrays()
+    link = link_known_names(table, src, dst, w)
+    ls, ld, lw = link.arrays()
+    names = {i: table.names[i] for i in range(len(table))}
+    got = {(int(a), names[int(b)]): float(x) for a, b, x in zip(ls, ld, lw)}
+    s1 = [i for i in np.flatnonzero(table.types_array() == S)][1]
+    # "grey heron line" (lower case) is not a mention; "GREY HERON LINE" and "Grey Heron Line" are (2 in total);
+    # the decomposer recorded none for the canonical "grey heron line" entity in unit 2, so both are added
+    assert got[(s1, "Grey Heron Line")] == 2.0
+    # counts already recorded by the decomposer are not added twice
+    assert (1, "Kessel") not in got and (1, "Grey Heron Line") not in got
+
+
+def test_link_is_independent_of_insertion_order():
+    recs, decs = _chunks()
+    a = NodeTable()
+    ea = assemble_chunks(a, recs, decs)
+    b = NodeTable()
+    eb = assemble_chunks(b, recs[:1], decs[:1])
+    eb.extend(assemble_chunks(b, recs[1:], decs[1:]))
+
+    def view(table, edges):
+        s, d, w = edges.arrays()
+        link = link_known_names(table, s, d, w)
+        ls, ld, lw = link.arrays()
+        k = table.keys_array()
+        return sorted(zip(k[np.r_[s, ls]].tolist(), k[np.r_[d, ld]].tolist(), np.r_[w, lw].tolist()))
+
+    assert view(a, ea) == view(b, eb)
