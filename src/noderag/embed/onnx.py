@@ -14,6 +14,7 @@ import hashlib
 import importlib.util
 import os
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -96,7 +97,13 @@ class OnnxEmbedder:
     """Mean-pooled, L2-normalised sentence embeddings from a BERT-style ONNX encoder.
 
     Texts are tokenised together, sorted by length and run in batches padded to the
-    longest member, so padding costs little; the output keeps the input order.
+    longest member, so padding costs little; the output keeps the input order. Each
+    ONNX run is single-threaded and ``n_threads`` runs go in parallel (onnxruntime
+    releases the GIL). With ``batch_size=1`` (the default) a text's vector does not
+    depend on the other texts: the int8 model quantises activations per run, so in
+    larger batches the batch composition moves vectors slightly (cosine > 0.999). On
+    the 2-core reference machine batch size 1 was also the fastest per CPU-second
+    (``benchmarks/bench_embed.py``).
 
     Parameters
     ----------
@@ -109,10 +116,10 @@ class OnnxEmbedder:
         Model name for manifests; ``None`` uses the model file's stem.
     max_length : int, default=256
         Token limit per text (longer texts are truncated, as in sentence-transformers).
-    batch_size : int, default=32
+    batch_size : int, default=1
         Default texts per ONNX run.
     n_threads : int or None, default=None
-        onnxruntime intra-op threads; ``None`` lets onnxruntime pick (physical cores).
+        Parallel ONNX runs; ``None`` uses ``min(8, os.cpu_count())``.
     model_sha256, tokenizer_sha256 : str or None, default=None
         When given, the files' sha256 must match.
     """
@@ -124,7 +131,7 @@ class OnnxEmbedder:
         *,
         name: str | None = None,
         max_length: int = 256,
-        batch_size: int = 32,
+        batch_size: int = 1,
         n_threads: int | None = None,
         model_sha256: str | None = None,
         tokenizer_sha256: str | None = None,
@@ -141,8 +148,9 @@ class OnnxEmbedder:
             raise FileNotFoundError(f"tokenizer_path={str(tokenizer_path)!r} is not a file")
         max_length = check_batch_size(max_length, "max_length")
         self.batch_size = check_batch_size(batch_size)
-        if n_threads is not None:
-            n_threads = check_batch_size(n_threads, "n_threads")
+        if n_threads is None:
+            n_threads = min(8, os.cpu_count() or 1)
+        self.n_threads = check_batch_size(n_threads, "n_threads")
         if model_sha256 is not None:
             digest = _sha256_file(model_path)
             if digest != model_sha256:
@@ -157,8 +165,7 @@ class OnnxEmbedder:
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         opts.log_severity_level = 3
         opts.inter_op_num_threads = 1
-        if n_threads is not None:
-            opts.intra_op_num_threads = n_threads
+        opts.intra_op_num_threads = 1
         try:
             self._session = ort.InferenceSession(
                 str(model_path), sess_options=opts, providers=["CPUExecutionProvider"]
@@ -210,9 +217,18 @@ class OnnxEmbedder:
         encodings = self._tok.encode_batch(texts)
         lengths = np.fromiter((len(e.ids) for e in encodings), dtype=np.int64, count=len(encodings))
         order = np.argsort(lengths, kind="stable")
-        for start in range(0, len(order), bs):
-            idx = order[start : start + bs]
-            out[idx] = self._run(*self._pad([encodings[i] for i in idx]))
+        chunks = [order[start : start + bs] for start in range(0, len(order), bs)]
+
+        def run(idx: np.ndarray) -> np.ndarray:
+            return self._run(*self._pad([encodings[i] for i in idx]))
+
+        if self.n_threads == 1 or len(chunks) == 1:
+            for idx in chunks:
+                out[idx] = run(idx)
+        else:
+            with ThreadPoolExecutor(max_workers=self.n_threads) as pool:
+                for idx, vecs in zip(chunks, pool.map(run, chunks)):
+                    out[idx] = vecs
         return out
 
     def __repr__(self) -> str:
@@ -220,14 +236,15 @@ class OnnxEmbedder:
 
 
 def minilm_embedder(
-    *, batch_size: int = 32, n_threads: int | None = None, verify: bool = True
+    *, batch_size: int = 1, n_threads: int | None = None, verify: bool = True
 ) -> OnnxEmbedder:
     """Return the offline default embedder: all-MiniLM-L6-v2 (int8 ONNX, 384-d, 256 tokens).
 
     Parameters
     ----------
-    batch_size : int, default=32
+    batch_size : int, default=1
     n_threads : int or None, default=None
+        Parallel ONNX runs (``None``: ``min(8, os.cpu_count())``).
     verify : bool, default=True
         Check the sha256 of the model and tokenizer files.
     """
