@@ -48,3 +48,36 @@ def test_outputs_to_array_errors():
         outputs_to_array([SimpleNamespace()], 1)
     with pytest.raises(ValueError, match="non-finite"):
         outputs_to_array([_out([np.nan, 1.0])], 1)
+
+
+class _FakeLLM:
+    """Stands in for vllm.LLM: records construction kwargs and embed batches."""
+
+    instances: list["_FakeLLM"] = []
+
+    def __init__(self, **kw):
+        if "runner" in kw and kw.get("model") == "old-api":
+            raise TypeError("unexpected keyword argument 'runner'")
+        self.kw = kw
+        self.batches: list[int] = []
+        _FakeLLM.instances.append(self)
+
+    def embed(self, texts, use_tqdm=True):
+        self.batches.append(len(texts))
+        return [_out([float(len(t)), 1.0, 0.0]) for t in texts]
+
+
+def test_vllm_embedder_with_fake_engine(monkeypatch):
+    from noderag.embed import make_embedder
+
+    monkeypatch.setitem(__import__("sys").modules, "vllm", SimpleNamespace(LLM=_FakeLLM))
+    emb = make_embedder("vllm:/models/e5", batch_size=2, tensor_parallel_size=2)
+    llm = _FakeLLM.instances[-1]
+    assert llm.kw["runner"] == "pooling" and llm.kw["tensor_parallel_size"] == 2
+    assert emb.dim == 3 and emb.name == "vllm:/models/e5"
+    v = emb.embed(["a", "bbb", "cc"])
+    assert llm.batches[1:] == [2, 1]
+    np.testing.assert_allclose(v[1], np.array([3.0, 1.0, 0.0]) / np.sqrt(10.0), rtol=1e-6)
+    assert emb.embed([]).shape == (0, 3)
+    old = make_embedder("vllm:old-api")
+    assert _FakeLLM.instances[-1].kw.get("task") == "embed" and old.dim == 3
