@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from noderag.config import DecomposeConfig
 from noderag.index.decompose.base import ChunkDecomposition, ChunkInput
-from noderag.index.decompose.nlp import NLPDecomposer, extract_mentions, sentence_relations
+from noderag.index.decompose.nlp import NLPDecomposer, extract_mentions, sentence_relations, title_aliases
 
 
 def _names(sentence, **kw):
@@ -60,3 +60,13 @@ def test_decomposer_is_pure_and_deterministic():
     a = [c.to_json() for c in dec.decompose(chunks)]
     b = [c.to_json() for c in dec.decompose(list(reversed(chunks)))]
     assert a == list(reversed(b))
+
+
+def test_title_aliases_and_their_use():
+    assert title_aliases("The Prestige (film)") == ["Prestige"]
+    assert title_aliases("Fall River (Wyoming, Idaho)") == ["Fall River"]
+    assert title_aliases("Kessel") == []
+    dec = NLPDecomposer(DecomposeConfig())
+    [out] = dec.decompose([ChunkInput(0, "It was released in 2006.", "The Prestige (film)")])
+    assert out.units[0].entities == ["2006", "The Prestige (film)", "Prestige"]
+    assert out.units[0].text == "The Prestige (film): It was released in 2006."

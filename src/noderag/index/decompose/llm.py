@@ -94,9 +94,12 @@ class LLMDecomposer:
                     retry.append(c)
                     continue
                 if c.title and self.config.title_entity:
+                    from .nlp import title_aliases
+
                     for u in dec.units:
-                        if c.title.casefold() not in (e.casefold() for e in u.entities):
-                            u.entities.append(c.title)
+                        for name in [c.title, *title_aliases(c.title)]:
+                            if name.casefold() not in (e.casefold() for e in u.entities):
+                                u.entities.append(name)
                 results[c.chunk_id] = dec
                 errors.pop(c.chunk_id, None)
             pending = retry

@@ -126,6 +126,16 @@ def _name_mentions(sent: str) -> list[Mention]:
     return out
 
 
+def title_aliases(title: str) -> list[str]:
+    """Other names of a passage title: without a trailing "(qualifier)" and a leading article.
+
+    ``"The Prestige (film)"`` -> ``["Prestige"]``; the extractor finds "Prestige" in running text.
+    """
+    base = re.sub(r"\s*\([^()]*\)\s*$", "", title).strip()
+    base = re.sub(r"^(?:the|a|an)\s+", "", base, flags=re.IGNORECASE).strip()
+    return [base] if base and base.casefold() != title.casefold() and any(ch.isalpha() for ch in base) else []
+
+
 def _norm(text: str) -> str:
     """Case-folded text without punctuation or spaces (for containment tests)."""
     return re.sub(r"[\W_]+", "", text.casefold())
@@ -246,6 +256,7 @@ class NLPDecomposer:
         text = chunk.text
         title = chunk.title if cfg.title_entity else None
         ntitle = _norm(title) if title else ""
+        aliases = title_aliases(title) if title else []
         groups = self._units_of(text)
         # capitalised words seen inside sentences (not first word) vouch for sentence-initial ones
         vouched: set[str] = set()
@@ -272,6 +283,9 @@ class NLPDecomposer:
                 inside = ntitle in _norm(utext)
                 if not inside or not any(_norm(e) == ntitle for e in ents):
                     ents.append(title)
+                for alias in aliases:
+                    if not any(_norm(e) == _norm(alias) for e in ents):
+                        ents.append(alias)
                 if cfg.title_prefix and not inside:
                     utext = f"{title}: {utext}"
             units.append(Unit(utext, ents, rels))
