@@ -23,10 +23,11 @@ query, as the reference search uses), side by side in one process:
   PPR operator from it, against ``pickle.load`` of the networkx graph.
 
 Every implementation runs once untimed before it is timed (JIT compilation and
-first-touch page faults are excluded): Numba kernels on a tiny graph of the same
-dtypes, the others on the real input; exceptions: networkx (pure Python, minutes
-per call) and the two ``load`` impls (both read files just written, so from the
-page cache) are not warmed up. A record's ``median_s`` is the median
+first-touch page faults are excluded) where there is something to warm up: the
+Numba kernels on a tiny graph of the same dtypes, noderag PPR and scipy on a query
+that is not timed. Code without a JIT that takes seconds per call at 10^6 nodes
+(igraph, the reference, networkx) is not warmed up, nor are the two ``load`` impls
+(both read files just written, so from the page cache). A record's ``median_s`` is the median
 over its ``runs`` timed calls (for ``ppr``, one call per query). Slow
 implementations stop after ``--op-budget`` seconds of timed calls (at least one
 run). Writes ``DIR/kernels.json`` (a list of records) and ``DIR/kernels.md``.
@@ -68,6 +69,8 @@ ALPHA = 0.5
 ITERATIONS = 2
 BATCH_QUERIES = 1000
 BETWEENNESS_K = (10, 100)
+#: Above --nx-max-nodes, skip a noderag betweenness call predicted to take longer than this (nothing to compare).
+OWN_CALL_MAX_S = 60.0
 #: Targets of issue 2, evaluated at the largest scale measured (they are defined at 10^6 nodes).
 TARGETS = {
     "ppr_vs_reference": 200.0,
@@ -111,9 +114,10 @@ class Bench:
         print(f"  {op:<12} {impl:<18} {rec['median_s'] * 1e3:12.3f} ms  (runs={len(times)}) {more}", flush=True)
         return rec
 
-    def note(self, text: str) -> None:
+    def note(self, text: str, scale: int | None = None) -> None:
+        """Record a skip or caveat (``scale`` None: applies to the whole run)."""
         print(f"  note: {text}", flush=True)
-        self.notes.append(text)
+        self.notes.append({"scale": scale, "text": text if scale is None else f"{scale:,} nodes: {text}"})
 
     def timed(self, fn: Callable[[Any], Any], inputs: Sequence[Any], *, max_runs: int, warmup: Any = None,
               budget: bool = True, skip_warmup: bool = False) -> tuple[dict[str, list[float]], list[Any]]:
@@ -252,7 +256,7 @@ class OurPPR:
         return self.mod.shallow_ppr_batch(self._target(), seed_lists, **kw)
 
 
-EPSILON_GRID = (1e-5, 1e-6, 1e-7)
+EPSILON_GRID = (1e-5, 3e-6, 1e-6, 3e-7, 1e-7)
 
 
 def epsilons(args: argparse.Namespace) -> list[float]:
@@ -308,7 +312,7 @@ def run_scale(bench: Bench, scale: int, args: argparse.Namespace, ref_status) ->
         t_setup, ours = _time_once(lambda: OurPPR(comb, types))
     except ImportError as exc:
         ours = None
-        bench.note(f"{scale}: noderag.graph.ppr not importable ({exc}); noderag PPR skipped")
+        bench.note(f"noderag.graph.ppr not importable ({exc}); noderag PPR skipped", scale)
     if ours is not None:
         bench.add(scale, n, e_comb, "ppr_setup", "noderag", [t_setup])
         tm, outs = bench.timed(lambda s: ours.query(s), queries, max_runs=Q, warmup=warm, budget=False)
@@ -335,6 +339,8 @@ def run_scale(bench: Bench, scale: int, args: argparse.Namespace, ref_status) ->
             dt, res = _time_once(lambda: ours.batch(batch_lists))
             times.append(dt / BATCH_QUERIES)
             cpu.append((time.process_time() - c0) / BATCH_QUERIES)
+            if sum(times) * BATCH_QUERIES > bench.op_budget_s:
+                break
         c0 = time.process_time()
         dt, single = _time_once(lambda: [ours.query(s) for s in batch_lists])
         loop_cpu = (time.process_time() - c0) / BATCH_QUERIES
@@ -379,7 +385,7 @@ def run_scale(bench: Bench, scale: int, args: argparse.Namespace, ref_status) ->
         import igraph as ig
     except ImportError as exc:
         ig = None
-        bench.note(f"{scale}: igraph not importable ({exc}); igraph skipped")
+        bench.note(f"igraph not importable ({exc}); igraph skipped", scale)
     if ig is not None:
         def ig_build():
             r, c, w = upper_edges(comb)
@@ -395,7 +401,7 @@ def run_scale(bench: Bench, scale: int, args: argparse.Namespace, ref_status) ->
                                               directed=False, implementation="prpack")
                 return per_type_topk(np.asarray(pr), type_index, TOP_K)
 
-            tm, _ = bench.timed(ig_query, queries, max_runs=R, warmup=warm)
+            tm, _ = bench.timed(ig_query, queries, max_runs=R, skip_warmup=True)
             bench.add(scale, n, e_comb, "ppr", f"igraph_{damping}", **tm,
                       params={"damping": damping, "implementation": "prpack", "seeds_per_query": SEEDS_PER_QUERY})
         del gi
@@ -414,7 +420,7 @@ def run_scale(bench: Bench, scale: int, args: argparse.Namespace, ref_status) ->
         from noderag.graph.kcore import core_numbers
     except ImportError as exc:
         core_numbers = None
-        bench.note(f"{scale}: noderag.graph.kcore not importable ({exc}); noderag kcore skipped")
+        bench.note(f"noderag.graph.kcore not importable ({exc}); noderag kcore skipped", scale)
     our_core = None
     if core_numbers is not None:
         tm, outs = bench.timed(lambda c: core_numbers(c), [struct] * R, max_runs=R, warmup=tiny)
@@ -425,13 +431,19 @@ def run_scale(bench: Bench, scale: int, args: argparse.Namespace, ref_status) ->
         from noderag.graph.betweenness import betweenness
     except ImportError as exc:
         betweenness = None
-        bench.note(f"{scale}: noderag.graph.betweenness not importable ({exc}); noderag betweenness skipped")
+        bench.note(f"noderag.graph.betweenness not importable ({exc}); noderag betweenness skipped", scale)
     if betweenness is not None:
+        per_pivot = None
         for k in BETWEENNESS_K:
+            if scale > args.nx_max_nodes and per_pivot is not None and per_pivot * k > OWN_CALL_MAX_S:
+                bench.note(f"noderag betweenness k={k} not run: no networkx to compare with at this scale "
+                           f"and from k={BETWEENNESS_K[0]} it would take about {per_pivot * k:,.0f} s per call here", scale)
+                continue
             tm, _ = bench.timed(lambda c, k=k: betweenness(c, min(k, c.n), seed=args.seed), [struct] * R,
                                 max_runs=R, warmup=tiny)
-            bench.add(scale, n, e_struct, "betweenness", "noderag", **tm, graph="structural",
-                      params={"k": k, "seed": args.seed, "weighted": False})
+            rec = bench.add(scale, n, e_struct, "betweenness", "noderag", **tm, graph="structural",
+                            params={"k": k, "seed": args.seed, "weighted": False})
+            per_pivot = rec["median_s"] / k
 
     # ---------------- load: ours (mmap arrays + PPR operator) vs pickle of the networkx graph
     tmp = Path(tempfile.mkdtemp(prefix="noderag-bench-"))
@@ -468,8 +480,8 @@ def run_networkx_side(bench, scale, n, g: SyntheticGraph, hg, comb, struct, type
     try:
         import networkx as nx
     except ImportError as exc:
-        bench.note(f"{scale}: networkx not installed ({exc}; `pip install networkx`): networkx, reference PPR "
-                   "and pickle baselines skipped")
+        bench.note(f"networkx not installed ({exc}; `pip install networkx`): networkx, reference PPR "
+                   "and pickle baselines skipped", scale)
         return
     R = bench.runs
     e_comb, e_struct = comb.nnz // 2, struct.nnz // 2
@@ -491,8 +503,8 @@ def run_networkx_side(bench, scale, n, g: SyntheticGraph, hg, comb, struct, type
         per_pivot = None
         for k in BETWEENNESS_K:
             if per_pivot is not None and per_pivot * k > args.nx_call_max:
-                bench.note(f"{scale:,}: networkx betweenness k={k} not run: from k={BETWEENNESS_K[0]} it would take "
-                           f"about {per_pivot * k:,.0f} s per call here (> --nx-call-max {args.nx_call_max:g} s)")
+                bench.note(f"networkx betweenness k={k} not run: from k={BETWEENNESS_K[0]} it would take "
+                           f"about {per_pivot * k:,.0f} s per call here (> --nx-call-max {args.nx_call_max:g} s)", scale)
                 continue
             tm, _ = bench.timed(lambda _, k=k: nx.betweenness_centrality(gs, k=k, seed=args.seed), [None] * R,
                                 max_runs=R, skip_warmup=True)
@@ -502,10 +514,10 @@ def run_networkx_side(bench, scale, n, g: SyntheticGraph, hg, comb, struct, type
         del gs
         gc.collect()
     else:
-        bench.note(f"{scale:,}: networkx core_number and betweenness not run above {args.nx_max_nodes:,} nodes "
+        bench.note(f"networkx core_number and betweenness not run above {args.nx_max_nodes:,} nodes "
                    "(--nx-max-nodes): at 10^5 nodes they already take minutes per call (betweenness k=100; "
                    "core_number is quadratic in the largest degree, as it removes each node from its neighbours' "
-                   "Python lists, and the largest entity degree here is ~250k)")
+                   f"Python lists, and the largest degree here is {int(np.diff(struct.indptr).max()):,})", scale)
 
     # combined graph as the reference holds it: hex-string node ids with attributes
     labels = hex_labels(np.asarray(hg.keys))
@@ -520,7 +532,7 @@ def run_networkx_side(bench, scale, n, g: SyntheticGraph, hg, comb, struct, type
         def ref_query(seeds):
             return P.PPR({labels[i]: 1.0 for i in seeds.tolist()}, alpha=ALPHA, max_iter=ITERATIONS)
 
-        tm, outs = bench.timed(ref_query, queries, max_runs=R, warmup=warm)
+        tm, outs = bench.timed(ref_query, queries, max_runs=R, skip_warmup=True)
         extra = {}
         if lazy_top is not None:
             ov = [topk_overlap(reference_topk(o, label_to_id, types, TOP_K), lz) for o, lz in zip(outs, lazy_top)]
@@ -531,7 +543,9 @@ def run_networkx_side(bench, scale, n, g: SyntheticGraph, hg, comb, struct, type
         del P, outs
         gc.collect()
     elif ref_status is not None:
-        bench.note(f"{scale}: reference PPR skipped: {ref_status.reason}")
+        bench.note(f"reference PPR ({REFERENCE_SPEC}) skipped: {ref_status.reason}", scale)
+    else:
+        bench.note("reference PPR skipped (--no-reference)", scale)
     path = tmp / "graph.pickle"
     with open(path, "wb") as fh:
         pickle.dump(G, fh, protocol=pickle.HIGHEST_PROTOCOL)
@@ -645,22 +659,25 @@ def targets(records: list[dict], scales: list[int]) -> list[tuple[str, str, str,
 
 def render_markdown(bench: Bench, scales: list[int], meta: dict) -> str:
     recs = bench.records
-    lines = ["# Kernel benchmark", "",
-             f"Generated by `benchmarks/bench_kernels.py {meta['argv']}` on {meta['date']} "
-             f"({meta['machine']}; python {meta['python']}, numpy {meta['numpy']}; 1-minute load average "
-             f"{meta['load']}).", "",
+    lines = ["# Kernel benchmark", ""]
+    for m in meta["runs"]:
+        lines.append(f"Generated by `python benchmarks/bench_kernels.py {m['argv']}` on {m['date']} "
+                     f"({m['machine']}; python {m['python']}, numpy {m['numpy']}; 1-minute load average "
+                     f"{m['load']}; {m['total_s']:.0f} s).")
+    lines += ["",
              "Synthetic NodeRAG-shaped graphs (`benchmarks/synthetic.py`, seed "
-             f"{meta['seed']}); every implementation runs in the same process on the same graph with the same "
+             f"{meta['runs'][-1]['seed']}); every implementation runs in the same process on the same graph with the same "
              f"queries ({SEEDS_PER_QUERY} seeds each). PPR: α = {ALPHA}, {ITERATIONS} iterations, top-{TOP_K} per "
-             "node type. Each implementation runs once untimed first (Numba JIT compilation and first-touch page "
-             "faults are excluded; the Numba kernels warm up on a tiny graph; networkx and the two `load` impls, "
-             "which read files just written and so from the page cache, are not warmed up); `median` is over `runs` timed calls (one query per call for `ppr`). "
+             "node type. JIT warm-up is excluded: noderag and scipy PPR run one untimed query first, the Numba "
+             "kernels (k-core, betweenness) one untimed call on a tiny graph; igraph, the reference and networkx "
+             "(no JIT, seconds per call) and the two `load` impls (reading files just written, so from the page "
+             "cache) are timed from their first call. `median` is over `runs` timed calls (one query per call for `ppr`). "
              "`× vs ours` = alternative's median / noderag's median (higher: noderag faster). Timings come from a "
              "shared machine and carry noise of tens of percent.", "",
              "## Graphs", "",
              "| target | nodes | edges (combined) | structural edges | max entity degree | T | S | N | R | A | H | O |",
              "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for gi in bench.graphs:
+    for gi in sorted(bench.graphs, key=lambda g: g["scale_target"]):
         t = gi["types"]
         lines.append(f"| {gi['scale_target']:,} | {gi['nodes']:,} | {gi['edges']:,} | {gi['structural_edges']:,} | "
                      f"{gi['max_entity_degree']:,} | " + " | ".join(f"{t[x]:,}" for x in "TSNRAHO") + " |")
@@ -723,7 +740,7 @@ def render_markdown(bench: Bench, scales: list[int], meta: dict) -> str:
                     lines.append(f"| {r['impl']} | {_fmt_s(r['median_s'])} | {r['runs']} | {ratio} | {'; '.join(notes)} |")
                 lines.append("")
     if bench.notes:
-        lines += ["", "## Skipped / notes", ""] + [f"- {t}" for t in bench.notes]
+        lines += ["", "## Skipped / notes", ""] + [f"- {t['text']}" for t in bench.notes]
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -746,6 +763,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                    help="skip a networkx betweenness call predicted (from the smaller k) to exceed this many seconds")
     p.add_argument("--cache-dir", type=Path, default=HERE.parent / ".benchcache", help="where the reference wheel is fetched")
     p.add_argument("--no-reference", action="store_true", help="skip the reference NodeRAG PPR")
+    p.add_argument("--append", action="store_true",
+                   help="keep the results already in --out for scales this run does not redo")
     p.add_argument("--scales", type=int, nargs="+", default=None,
                    help="explicit node counts to run instead of the standard scales up to --max-nodes")
     a = p.parse_args(argv)
@@ -769,27 +788,60 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise SystemExit(f"--scales values must be >= 50, got {scales[0]}")
     load_start = os.getloadavg()
     bench = Bench(runs=args.runs, queries=args.queries, op_budget_s=args.op_budget)
-    if args.no_reference:
-        ref_status = None
-        bench.note("reference PPR skipped (--no-reference)")
-    else:
-        ref_status = prepare_reference(args.cache_dir)
-        if not ref_status.ok:
-            bench.note(f"reference PPR ({REFERENCE_SPEC}) skipped: {ref_status.reason}")
+    ref_status = None if args.no_reference else prepare_reference(args.cache_dir)
+    if ref_status is not None and not ref_status.ok:
+        print(f"reference PPR ({REFERENCE_SPEC}) will be skipped: {ref_status.reason}", flush=True)
+    run_meta = {"argv": " ".join(sys.argv[1:] if argv is None else list(argv)),
+                "machine": f"{platform.machine()}, {os.cpu_count()} cores", "python": platform.python_version(),
+                "numpy": np.__version__, "seed": args.seed, "scales": scales}
+    meta = {"runs": []}
+    if args.append:
+        bench, meta = merge_previous(bench, args.out, scales)
     t0 = time.perf_counter()
-    for scale in scales:
+    for i, scale in enumerate(scales):
         run_scale(bench, scale, args, ref_status)
-    total = time.perf_counter() - t0
-    meta = {"argv": " ".join(sys.argv[1:] if argv is None else list(argv)),
-            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-            "machine": f"{platform.machine()}, {os.cpu_count()} cores", "python": platform.python_version(),
-            "numpy": np.__version__, "seed": args.seed,
-            "load": f"{load_start[0]:.1f} at start, {os.getloadavg()[0]:.1f} at end"}
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "kernels.json").write_text(json.dumps(bench.records, indent=1) + "\n")
-    (args.out / "kernels.md").write_text(render_markdown(bench, scales, meta) + f"\nTotal benchmark time {total:.0f} s.\n")
-    print(f"\nwrote {args.out / 'kernels.json'} and {args.out / 'kernels.md'} ({total:.0f} s)")
+        run_meta.update(date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                        load=f"{load_start[0]:.1f} at start, {os.getloadavg()[0]:.1f} at end",
+                        total_s=time.perf_counter() - t0, complete=i == len(scales) - 1)
+        write_results(bench, {"runs": meta["runs"] + [run_meta]}, args.out)
+    print(f"\nwrote {args.out / 'kernels.json'} and {args.out / 'kernels.md'} ({time.perf_counter() - t0:.0f} s)")
     return 0
+
+
+def write_results(bench: Bench, meta: dict, out: Path) -> None:
+    """Write kernels.json (the records), kernels_meta.json (graphs, notes, runs) and kernels.md."""
+    out.mkdir(parents=True, exist_ok=True)
+    recs = sorted(bench.records, key=lambda r: r["scale_target"])  # stable: keeps the run order within a scale
+    bench.records[:] = recs
+    scales = sorted({r["scale_target"] for r in recs} | {g["scale_target"] for g in bench.graphs})
+    side = {"graphs": bench.graphs, "notes": bench.notes, "runs": meta["runs"]}
+    for name, text in (("kernels.json", json.dumps(recs, indent=1) + "\n"),
+                       ("kernels_meta.json", json.dumps(side, indent=1) + "\n"),
+                       ("kernels.md", render_markdown(bench, scales, meta))):
+        tmp = out / f".{name}.tmp"
+        tmp.write_text(text)
+        tmp.replace(out / name)
+
+
+def merge_previous(bench: Bench, out: Path, scales: list[int]) -> tuple[Bench, dict]:
+    """Load an earlier run's results from ``out`` (JSON only), dropping what this run's ``scales`` will redo."""
+    try:
+        recs = json.loads((out / "kernels.json").read_text())
+        side = json.loads((out / "kernels_meta.json").read_text())
+    except FileNotFoundError as exc:
+        raise SystemExit(f"--append: {exc.filename} not found; run without --append first") from None
+    if not isinstance(recs, list) or not isinstance(side, dict):
+        raise SystemExit(f"--append: {out} does not hold kernels.json / kernels_meta.json written by this benchmark")
+    keep = set(scales)
+    bench.records.extend(r for r in recs if r["scale_target"] not in keep)
+    bench.graphs.extend(g for g in side.get("graphs", []) if g["scale_target"] not in keep)
+    bench.notes[:0] = [t for t in side.get("notes", []) if t.get("scale") not in keep and t.get("scale") is not None]
+    runs = []
+    for m in side.get("runs", []):
+        left = [s for s in m.get("scales", []) if s not in keep]
+        if left:
+            runs.append({**m, "scales": left})
+    return bench, {"runs": runs}
 
 
 if __name__ == "__main__":
