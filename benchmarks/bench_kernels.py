@@ -109,6 +109,9 @@ class Bench:
         if cpu is not None:
             rec["median_cpu_s"] = float(statistics.median(cpu))
         rec.update(extra)
+        rec["times_s"] = [float(t) for t in times]
+        if cpu is not None:
+            rec["cpu_s"] = [float(t) for t in cpu]
         self.records.append(rec)
         more = " ".join(f"{k}={v}" for k, v in extra.items() if k != "params")
         print(f"  {op:<12} {impl:<18} {rec['median_s'] * 1e3:12.3f} ms  (runs={len(times)}) {more}", flush=True)
@@ -318,7 +321,7 @@ def run_scale(bench: Bench, scale: int, args: argparse.Namespace, ref_status) ->
         tm, outs = bench.timed(lambda s: ours.query(s), queries, max_runs=Q, warmup=warm, budget=False)
         exact_top = [np.asarray(o.ids) for o in outs]
         bench.add(scale, n, e_comb, "ppr", "noderag", **tm, **common, rule="restart",
-                                support_median=float(np.median([o.support_size for o in outs])))
+                  support_median=float(np.median([o.support_size for o in outs])))
         tm, outs = bench.timed(lambda s: ours.query(s, rule="lazy"), queries, max_runs=Q, warmup=warm, budget=False)
         lazy_top = [np.asarray(o.ids) for o in outs]
         bench.add(scale, n, e_comb, "ppr", "noderag_lazy", **tm, **common, rule="lazy")
@@ -415,7 +418,9 @@ def run_scale(bench: Bench, scale: int, args: argparse.Namespace, ref_status) ->
         ig_core = None
 
     # ---------------- kcore and betweenness: ours (warmed up on a tiny graph: same dtypes, so the JIT is done)
-    tiny = make_graph(200, seed=args.seed).structural()
+    # (a tiny HeteroGraph, so that the arrays have the same dtypes and read-only flags as the timed ones)
+    t_g = make_graph(200, seed=args.seed)
+    tiny = HeteroGraph.from_coo(t_g.types, t_g.keys, t_g.struct_src, t_g.struct_dst, t_g.struct_w).structural
     try:
         from noderag.graph.kcore import core_numbers
     except ImportError as exc:
@@ -575,6 +580,18 @@ def _fmt_s(x: float) -> str:
     return f"{x * 1e6:.1f} µs"
 
 
+def paired_ratio(alt: dict, ours: dict, key: str = "median_s") -> float | None:
+    """alt / ours medians; for ``ppr`` over the same queries (an impl timed on its first r queries is compared
+    with ours on those r queries, as per-query cost is heavy-tailed)."""
+    if key not in alt or key not in ours:
+        return None
+    if alt["op"] == "ppr" and alt["runs"] < ours["runs"]:
+        lst = "times_s" if key == "median_s" else "cpu_s"
+        if lst in ours and lst in alt:
+            return alt[key] / statistics.median(ours[lst][: alt["runs"]])
+    return alt[key] / ours[key]
+
+
 def _find(records, scale, op, impl, **params):
     for r in records:
         if r["scale_target"] == scale and r["op"] == op and r["impl"] == impl:
@@ -589,9 +606,7 @@ def targets(records: list[dict], scales: list[int]) -> list[tuple[str, str, str,
 
     def ratio(scale, op, alt, ours, key="median_s", **params):
         a, o = _find(records, scale, op, alt, **params), _find(records, scale, op, ours, **params)
-        if not (a and o and key in a and key in o):
-            return None
-        return a[key] / o[key]
+        return paired_ratio(a, o, key) if a and o else None
 
     def check(name, fn, goal, cmp, scales_ok=scales):
         for scale in sorted(scales_ok, reverse=True):
@@ -625,9 +640,9 @@ def targets(records: list[dict], scales: list[int]) -> list[tuple[str, str, str,
         good = [r for r in eps_recs if r["overlap_at_50"] >= TARGETS["eps_overlap"]]
         if good:
             best = min(good, key=lambda r: r["median_s"])
-            val = ref["median_s"] / best["median_s"]
-            cpu = (f"{ref['median_cpu_s'] / best['median_cpu_s']:,.3g}"
-                   if "median_cpu_s" in ref and "median_cpu_s" in best else "-")
+            val = paired_ratio(ref, best)
+            cpu_val = paired_ratio(ref, best, "median_cpu_s")
+            cpu = f"{cpu_val:,.3g}" if cpu_val is not None else "-"
             eps_row = ("bounded-error PPR vs reference (×), fastest ε with top-50 overlap ≥ 0.99",
                        f"{val:,.3g} at ε={best['epsilon']:g}, overlap {best['overlap_at_50']:.4f} "
                        f"(goal ≥ {TARGETS['eps_vs_reference']:g})", cpu,
@@ -672,7 +687,9 @@ def render_markdown(bench: Bench, scales: list[int], meta: dict) -> str:
              "kernels (k-core, betweenness) one untimed call on a tiny graph; igraph, the reference and networkx "
              "(no JIT, seconds per call) and the two `load` impls (reading files just written, so from the page "
              "cache) are timed from their first call. `median` is over `runs` timed calls (one query per call for `ppr`). "
-             "`× vs ours` = alternative's median / noderag's median (higher: noderag faster). Timings come from a "
+             "`× vs ours` = alternative's median / noderag's median (higher: noderag faster); for `ppr` the ratio "
+             "pairs the same queries (igraph and the reference are timed on the first `runs` queries only, and "
+             "are compared with noderag's median on those queries, since per-query cost is heavy-tailed). Timings come from a "
              "shared machine and carry noise of tens of percent.", "",
              "## Graphs", "",
              "| target | nodes | edges (combined) | structural edges | max entity degree | T | S | N | R | A | H | O |",
@@ -695,7 +712,7 @@ def render_markdown(bench: Bench, scales: list[int], meta: dict) -> str:
     for r in recs:
         ours = _find(recs, r["scale_target"], r["op"], "noderag",
                      **({"k": r["params"]["k"]} if r["op"] == "betweenness" else {}))
-        ratio = f"{r['median_s'] / ours['median_s']:,.1f}" if ours else "-"
+        ratio = f"{paired_ratio(r, ours):,.1f}" if ours else "-"
         p = r.get("params", {})
         desc = ", ".join(f"{k}={p[k]}" for k in ("k", "damping", "epsilon") if k in p)
         cpu = _fmt_s(r["median_cpu_s"]) if "median_cpu_s" in r else "-"
@@ -723,7 +740,7 @@ def render_markdown(bench: Bench, scales: list[int], meta: dict) -> str:
                           "|---|---:|---:|---:|---|"]
                 ours = next((r for r in grp if r["impl"] == ours_of[op]), None)
                 for r in sorted(grp, key=lambda r: r["median_s"]):
-                    ratio = f"{r['median_s'] / ours['median_s']:,.1f}" if ours else "-"
+                    ratio = f"{paired_ratio(r, ours):,.1f}" if ours else "-"
                     notes = []
                     for f in ("rule", "epsilon", "overlap_at_50", "overlap_at_50_vs_noderag",
                               "overlap_at_50_noderag_lazy_vs_reference", "equals_igraph", "equals_noderag",
