@@ -83,6 +83,39 @@ def test_non_csr_input_rejected(csr, match):
         shallow_ppr(csr, [0], node_types=[0, 0], k_per_type=1)
 
 
+@pytest.mark.parametrize("seeds, weights, match", [
+    (np.array([0, 6], np.int64), None, r"seeds must lie in \[0, 6\), found 6"),
+    (np.array([-2], np.int32), None, "seeds must lie in .* found -2"),
+    (np.array([2**40], np.int64), None, "seeds must lie in .* found 1099511627776"),
+    (np.array([0, 1], np.int32), np.array([1.0, -1.0]), "seed_weights must be finite"),
+    (np.array([0, 1], np.int32), np.array([1.0, np.nan], np.float32), "seed_weights must be finite"),
+    (np.array([0, 1], np.int32), np.array([1.0, 1e300]), "seed_weights must be finite float32"),
+    (np.array([0, 1], np.int32), np.zeros(2, np.float32), "seed_weights must not all be zero"),
+    (np.array([0, 1], np.int32), np.ones(3, np.float32), "seed_weights must"),
+])
+def test_native_fast_path_rejects_bad_values(graph, seeds, weights, match):
+    csr, types = graph
+    op = PPROperator(csr, types)
+    with pytest.raises(ValueError, match=match):
+        op.query(seeds, weights, k_per_type=2)
+
+
+def test_any_array_layout_gives_the_same_result(graph):
+    csr, types = graph
+    op = PPROperator(csr, types)
+    base = op.query(np.array([0, 2, 2], np.int32), np.array([1.0, 2.0, 0.5], np.float32), k_per_type=3)
+    variants = [
+        (np.array([0, 2, 2], np.int64), np.array([1.0, 2.0, 0.5])),
+        (np.array([0, 2, 2], ">i4"), np.array([1.0, 2.0, 0.5], ">f8")),
+        (np.array([0, 9, 2, 9, 2, 9], np.int64)[::2], np.array([1.0, 0, 2.0, 0, 0.5, 0])[::2]),
+        ([0, 2, 2], [2, 4, 1]),
+    ]
+    for seeds, weights in variants:
+        res = op.query(seeds, weights, k_per_type=3)
+        np.testing.assert_array_equal(res.ids, base.ids)
+        np.testing.assert_allclose(res.scores, base.scores, rtol=1e-6)
+
+
 def test_non_csr_object_rejected():
     with pytest.raises(ValueError, match="csr must be a noderag.graph.csr.CSR"):
         shallow_ppr((np.array([0, 0]), np.zeros(0), np.zeros(0)), [0], node_types=[0], k_per_type=1)

@@ -24,6 +24,16 @@ class PPRKernel:
     @property
     def n_grouped(self) -> int: ...
     min_skip_segment: int
+    def query(
+        self,
+        seeds: npt.NDArray[np.int32] | npt.NDArray[np.int64],
+        weights: npt.NDArray[np.float32] | npt.NDArray[np.float64] | None,
+        k_per_type: npt.NDArray[np.int64],
+        alpha: float,
+        iterations: int,
+        restart: bool,
+        epsilon: float,
+    ) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.float32], float, int]: ...
     def run(
         self,
         seeds: npt.NDArray[np.int32],

@@ -102,11 +102,26 @@ class PPRResult:
 
 
 def _is_int(x) -> bool:
+    t = type(x)
+    if t is int:  # fast path (bool is a distinct type)
+        return True
     return isinstance(x, (numbers.Integral, np.integer)) and not isinstance(x, (bool, np.bool_))
 
 
 def _is_real(x) -> bool:
+    t = type(x)
+    if t is float or t is int:
+        return True
     return isinstance(x, (numbers.Real, np.floating, np.integer)) and not isinstance(x, (bool, np.bool_))
+
+
+_FAST_IDS = (np.dtype(np.int32), np.dtype(np.int64))
+_FAST_WEIGHTS = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _is_fast_array(x, dtypes) -> bool:
+    """An ndarray the native query takes as is (native dtype, 1-D, C-contiguous, non-empty)."""
+    return type(x) is np.ndarray and x.dtype in dtypes and x.ndim == 1 and x.size > 0 and x.flags.c_contiguous
 
 
 def _node_types(node_types, n: int) -> np.ndarray:
@@ -159,6 +174,13 @@ def _threads(n_threads) -> int:
 
 
 def _seed_arrays(seeds, seed_weights, n: int, where: str) -> tuple[np.ndarray, np.ndarray]:
+    ids = _seed_ids(seeds, n, where)
+    if seed_weights is None:
+        return ids, np.ones(ids.shape[0], np.float32)
+    return ids, _seed_weights(seed_weights, ids.shape, where)
+
+
+def _seed_ids(seeds, n: int, where: str) -> np.ndarray:
     ids = np.asarray(seeds)
     if ids.ndim != 1:
         raise ValueError(f"{where}seeds must be 1-D, got shape {ids.shape}")
@@ -169,23 +191,24 @@ def _seed_arrays(seeds, seed_weights, n: int, where: str) -> tuple[np.ndarray, n
     lo, hi = ids.min(), ids.max()
     if lo < 0 or hi >= n:
         raise ValueError(f"{where}seeds must lie in [0, {n}), found {lo if lo < 0 else hi}")
-    if seed_weights is None:
-        w = np.ones(ids.shape[0], np.float32)
-    else:
-        w = np.asarray(seed_weights)
-        if w.shape != ids.shape:
-            raise ValueError(f"{where}seed_weights must have shape {ids.shape} like seeds, got {w.shape}")
-        if not (np.issubdtype(w.dtype, np.floating) or np.issubdtype(w.dtype, np.integer)):
-            raise ValueError(f"{where}seed_weights must be real numbers, got dtype {w.dtype}")
-        w64 = w.astype(np.float64)
-        if not np.all(np.isfinite(w64)) or w64.min() < 0:
-            raise ValueError(f"{where}seed_weights must be finite and >= 0, got {w.tolist()[:10]}")
-        if w64.max() > np.finfo(np.float32).max:
-            raise ValueError(f"{where}seed_weights must fit in float32, found {w64.max()}")
-        w = w64.astype(np.float32)
-        if not w.sum(dtype=np.float64) > 0:
-            raise ValueError(f"{where}seed_weights must not all be zero, got {w.tolist()[:10]}")
-    return np.ascontiguousarray(ids, np.int32), np.ascontiguousarray(w, np.float32)
+    return np.ascontiguousarray(ids, np.int32)
+
+
+def _seed_weights(seed_weights, shape: tuple, where: str) -> np.ndarray:
+    w = np.asarray(seed_weights)
+    if w.shape != shape:
+        raise ValueError(f"{where}seed_weights must have shape {shape} like seeds, got {w.shape}")
+    if not (np.issubdtype(w.dtype, np.floating) or np.issubdtype(w.dtype, np.integer)):
+        raise ValueError(f"{where}seed_weights must be real numbers, got dtype {w.dtype}")
+    w64 = w.astype(np.float64)
+    if not np.all(np.isfinite(w64)) or w64.min() < 0:
+        raise ValueError(f"{where}seed_weights must be finite and >= 0, got {w.tolist()[:10]}")
+    if w64.max() > np.finfo(np.float32).max:
+        raise ValueError(f"{where}seed_weights must fit in float32, found {w64.max()}")
+    w = w64.astype(np.float32)
+    if not w.sum(dtype=np.float64) > 0:
+        raise ValueError(f"{where}seed_weights must not all be zero, got {w.tolist()[:10]}")
+    return np.ascontiguousarray(w, np.float32)
 
 
 class PPROperator:
@@ -208,6 +231,7 @@ class PPROperator:
         self._csr = csr
         self._types = types
         self._kernel = _core.PPRKernel(csr.indptr, csr.indices, csr.weights, types)
+        self._k_cache: dict = {}
 
     @property
     def n(self) -> int:
@@ -232,19 +256,40 @@ class PPROperator:
     def query(self, seeds, seed_weights=None, *, k_per_type, alpha: float = 0.5, iterations: int = 2,
               rule: str = "restart", epsilon: float = 0.0) -> PPRResult:
         """Run one query; see the module docstring for the semantics."""
-        return self.query_batch([seeds], None if seed_weights is None else [seed_weights], k_per_type=k_per_type,
-                                alpha=alpha, iterations=iterations, rule=rule, epsilon=epsilon, n_threads=1,
-                                _single=True)[0]
+        a, t, restart, eps = _params(alpha, iterations, rule, epsilon)
+        k = self._k(k_per_type)
+        # int32/int64 and float32/float64 arrays go straight to the native side, which checks ranges and values.
+        ids = seeds if _is_fast_array(seeds, _FAST_IDS) else _seed_ids(seeds, self.n, "")
+        if seed_weights is None or _is_fast_array(seed_weights, _FAST_WEIGHTS):
+            w = seed_weights
+        else:
+            w = _seed_weights(seed_weights, ids.shape, "")
+        out_ids, out_scores, err, support = self._kernel.query(ids, w, k, a, t, restart, eps)
+        return PPRResult(out_ids, out_scores, float(err), int(support))
+
+    def _k(self, k_per_type) -> np.ndarray:
+        """The validated k vector (cached per operator; read-only)."""
+        key = k_per_type if _is_int(k_per_type) else None
+        if key is None and isinstance(k_per_type, (list, tuple)):
+            key = tuple(k_per_type) if all(type(x) is int for x in k_per_type) else None
+        if key is not None and key in self._k_cache:
+            return self._k_cache[key]
+        k = _k_vector(k_per_type)
+        k.flags.writeable = False
+        if key is not None:
+            if len(self._k_cache) > 64:
+                self._k_cache.clear()
+            self._k_cache[key] = k
+        return k
 
     def query_batch(self, seed_lists, weight_lists=None, *, k_per_type, alpha: float = 0.5, iterations: int = 2,
-                    rule: str = "restart", epsilon: float = 0.0, n_threads: int | None = None,
-                    _single: bool = False) -> list[PPRResult]:
+                    rule: str = "restart", epsilon: float = 0.0, n_threads: int | None = None) -> list[PPRResult]:
         """Run many queries in one native call on ``n_threads`` threads (GIL released).
 
         The results equal those of one :meth:`query` per seed list.
         """
         a, t, restart, eps = _params(alpha, iterations, rule, epsilon)
-        k = _k_vector(k_per_type)
+        k = self._k(k_per_type)
         threads = _threads(n_threads)
         if isinstance(seed_lists, np.ndarray) and seed_lists.ndim == 2:
             seed_lists = list(seed_lists)
@@ -259,7 +304,7 @@ class PPROperator:
         ids_parts, w_parts = [], []
         offsets = np.zeros(q + 1, np.int64)
         for i, seeds in enumerate(seed_lists):
-            where = "" if _single else f"query {i}: "
+            where = f"query {i}: "
             ids, w = _seed_arrays(seeds, None if weight_lists is None else weight_lists[i], self.n, where)
             ids_parts.append(ids)
             w_parts.append(w)
