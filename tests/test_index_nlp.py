@@ -70,3 +70,17 @@ def test_title_aliases_and_their_use():
     [out] = dec.decompose([ChunkInput(0, "It was released in 2006.", "The Prestige (film)")])
     assert out.units[0].entities == ["2006", "The Prestige (film)", "Prestige"]
     assert out.units[0].text == "The Prestige (film): It was released in 2006."
+
+
+def test_for_connector_and_sentence_initial_common_words():
+    assert _names("He joined the Institute for Advanced Study in 1950.") == ["Institute for Advanced Study", "1950"]
+    assert "Kessel for Port Emmerich" not in _names("Boats leave Kessel for Port Emmerich daily.")
+    dec = NLPDecomposer(DecomposeConfig())
+    text = ("Ferries of the Grey Heron Line leave Kessel every day. "
+            "The Grey Heron Line was founded in Kessel by Jonas Pell.")
+    [out] = dec.decompose([ChunkInput(0, text, None)])
+    ents = [e for u in out.units for e in u.entities]
+    assert "Grey Heron Line" in ents and not any(e.startswith("Ferries") for e in ents)
+    # a heading that repeats the title is not a unit; unit whitespace is normalised
+    [md] = dec.decompose([ChunkInput(1, "# Kessel\n\nKessel is a port city on the mainland coast.\nIt is old.", "Kessel")])
+    assert [u.text for u in md.units] == ["Kessel is a port city on the mainland coast. It is old."]

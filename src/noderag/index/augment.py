@@ -109,7 +109,7 @@ def add_attributes(table: NodeTable, snr: CSR, mentions: np.ndarray, important: 
     if llm is None:
         for e, name, units, _ in jobs:
             body, k = _budget_join_count(units, config.summary_tokens) if units else (name, 0)
-            texts[e] = f"{name}: {body}"
+            texts[e] = body if body.startswith(f"{name}:") else f"{name}: {body}"
             used[e] = unit_ids[e][:k]
     else:
         from noderag.llm.prompts import attribute_request
@@ -196,7 +196,8 @@ def add_communities(table: NodeTable, graph: CSR, membership: np.ndarray, snr_sn
                 # in-community mention weight of each entity (S-N edges from member units)
                 sub = snr_sn.to_scipy()[su][:, ents]
                 weight = np.asarray(sub.sum(axis=0)).ravel()
-                top = ents[np.lexsort((ents, -weight))][: config.title_entities]
+                wordy = np.asarray([any(ch.isalpha() for ch in (table.names[i] or "")) for i in ents.tolist()])
+                top = ents[np.lexsort((ents, -weight, ~wordy))][: config.title_entities]
                 title = ", ".join(table.names[i] or table.texts[i] for i in top.tolist())
             else:
                 title = " ".join(desc.split()[:8])

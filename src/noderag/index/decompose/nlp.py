@@ -48,6 +48,11 @@ all any both each either every few many most some several another is was are wer
 
 # Lower-case words allowed inside a capitalised name ("Bank of England", "Ludwig van Beethoven").
 _CONNECT = frozenset("of the de du des la le von van der den di da del dos das y for upon al el bin ibn zu et".split())
+# "for" joins a name only after these heads ("Institute for Advanced Study", not "Kessel for Port Emmerich").
+_FOR_HEADS = frozenset("""institute institution centre center society association council committee foundation
+school college academy museum office department ministry league union fund commission organization organisation
+agency board party movement alliance campaign coalition federation trust prize award medal secretary minister
+bureau court hospital network""".split())
 _MONTHS = ("January|February|March|April|May|June|July|August|September|October|November|December|"
            "Jan\\.|Feb\\.|Mar\\.|Apr\\.|Jun\\.|Jul\\.|Aug\\.|Sep\\.|Sept\\.|Oct\\.|Nov\\.|Dec\\.")
 _DATE = re.compile(
@@ -95,7 +100,7 @@ def _name_mentions(sent: str) -> list[Mention]:
             if t2[0].isupper():
                 last_cap = j
                 j += 1
-            elif t2.lower() in _CONNECT:
+            elif t2.lower() in _CONNECT and (t2.lower() != "for" or toks[j - 1][2].lower() in _FOR_HEADS):
                 j += 1
             elif t2[0].isdigit() and len(t2) <= 4 and j == last_cap + 1 and not re.fullmatch(r"1[0-9]{3}|20[0-9]{2}", t2):
                 last_cap = j
@@ -124,6 +129,32 @@ def _name_mentions(sent: str) -> list[Mention]:
                 out.append(Mention(a, b, text, "name"))
         i = last_cap + 1
     return out
+
+
+def _unvouched_start(m: Mention, vouched: set[str], ntitle: str) -> Mention | None:
+    """Drop a sentence-initial capitalised common word from a name ("Ferries of the Grey Heron Line").
+
+    A name at the start of a sentence whose first word is never capitalised inside a
+    sentence of the chunk loses that word and the connectors after it; a single such
+    word is no name at all. Title matches are kept.
+    """
+    if m.kind != "name" or m.start != 0 or _norm(m.text) == ntitle:
+        return m
+    words = m.text.split(" ")
+    if words[0].casefold() in vouched:
+        return m
+    k = 1
+    while k < len(words) and words[k].casefold() in _CONNECT:
+        k += 1
+    if k == 1 or k >= len(words):  # no connector after the first word: "Ferries Grey" is rare; drop the word
+        rest = words[1:] if k == 1 else []
+    else:
+        rest = words[k:]
+    if not rest:
+        return None
+    text = " ".join(rest)
+    start = m.end - len(text)
+    return Mention(start, m.end, text, m.kind)
 
 
 def title_aliases(title: str) -> list[str]:
@@ -219,15 +250,18 @@ class NLPDecomposer:
                     f"decompose.use_spacy is set but spaCy model {config.spacy_model!r} cannot be loaded: {exc}"
                 ) from None
 
-    def _units_of(self, text: str) -> list[list[tuple[int, int]]]:
+    def _units_of(self, text: str, title: str | None = None) -> list[list[tuple[int, int]]]:
         """Group sentence spans into units (short sentences join a neighbour)."""
         from noderag.tokenize import count_tokens
 
         spans = []
+        ntitle = _norm(title) if title else None
         for a, b in sentence_spans(text):
             m = re.match(r"#{1,6}\s+", text[a:b])  # Markdown heading marker
             if m:
                 a += m.end()
+                if ntitle is not None and _norm(text[a:b]) == ntitle:
+                    continue  # the title heading itself: the title is an entity of every unit anyway
             if b > a:
                 spans.append((a, b))
         groups: list[list[tuple[int, int]]] = []
@@ -257,7 +291,7 @@ class NLPDecomposer:
         title = chunk.title if cfg.title_entity else None
         ntitle = _norm(title) if title else ""
         aliases = title_aliases(title) if title else []
-        groups = self._units_of(text)
+        groups = self._units_of(text, title)
         # capitalised words seen inside sentences (not first word) vouch for sentence-initial ones
         vouched: set[str] = set()
         for group in groups:
@@ -271,14 +305,13 @@ class NLPDecomposer:
             for a, b in group:
                 sent = text[a:b]
                 mentions = extract_mentions(sent, dates=cfg.dates, numbers=cfg.numbers)
-                mentions = [m for m in mentions if not (
-                    m.kind == "name" and m.start == 0 and " " not in m.text
-                    and m.text.casefold() not in vouched and _norm(m.text) != ntitle)]
+                mentions = [_unvouched_start(m, vouched, ntitle) for m in mentions]
+                mentions = [m for m in mentions if m is not None]
                 if self._nlp is not None:
                     mentions = self._merge_ner(sent, mentions)
                 ents.extend(m.text for m in mentions)
                 rels.extend(sentence_relations(sent, mentions, cfg.max_relation_words))
-            utext = text[group[0][0]:group[-1][1]]
+            utext = " ".join(" ".join(text[a:b].split()) for a, b in group)
             if title:
                 inside = ntitle in _norm(utext)
                 if not inside or not any(_norm(e) == ntitle for e in ents):
