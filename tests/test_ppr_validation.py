@@ -127,6 +127,18 @@ def test_batch_errors_name_the_query(graph):
         shallow_ppr_batch(csr, [[0], [9]], node_types=types, k_per_type=1)
     with pytest.raises(ValueError, match="query 0: seed_weights must not all be zero"):
         shallow_ppr_batch(csr, [[0]], [[0.0]], node_types=types, k_per_type=1)
+    # Well-formed arrays take the vectorised path; a bad value still names its query.
+    arrays = [np.array([0, 1], np.int64), np.array([2], np.int64), np.array([3, 9], np.int64)]
+    with pytest.raises(ValueError, match="query 2: seeds must lie in"):
+        shallow_ppr_batch(csr, arrays, node_types=types, k_per_type=1)
+    weights = [np.ones(2), np.zeros(1), np.ones(2)]
+    with pytest.raises(ValueError, match="query 1: seed_weights must not all be zero"):
+        shallow_ppr_batch(csr, arrays[:2] + [np.array([3, 4])], weights, node_types=types, k_per_type=1)
+    fast = shallow_ppr_batch(csr, arrays[:2], [np.ones(2), np.full(1, 2.0)], node_types=types, k_per_type=2)
+    slow = shallow_ppr_batch(csr, [[0, 1], [2]], [[1, 1], [2]], node_types=types, k_per_type=2)
+    for f, g in zip(fast, slow):
+        np.testing.assert_array_equal(f.ids, g.ids)
+        np.testing.assert_array_equal(f.scores, g.scores)
     with pytest.raises(ValueError, match="weight_lists must be None or a sequence of 2"):
         shallow_ppr_batch(csr, [[0], [1]], [[1.0]], node_types=types, k_per_type=1)
     with pytest.raises(ValueError, match="seed_lists must be a sequence"):

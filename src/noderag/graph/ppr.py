@@ -267,6 +267,33 @@ class PPROperator:
         out_ids, out_scores, err, support = self._kernel.query(ids, w, k, a, t, restart, eps)
         return PPRResult(out_ids, out_scores, float(err), int(support))
 
+    def _flat_batch(self, seed_lists, weight_lists):
+        """Vectorised conversion of a batch of well-formed arrays, or None to take the general path."""
+        ids = [np.asarray(x) for x in seed_lists]
+        dt = ids[0].dtype
+        if dt not in _FAST_IDS or not all(a.dtype == dt and a.ndim == 1 and a.size for a in ids):
+            return None
+        lens = np.fromiter((a.shape[0] for a in ids), np.int64, len(ids))
+        offsets = np.zeros(len(ids) + 1, np.int64)
+        np.cumsum(lens, out=offsets[1:])
+        flat_ids = np.concatenate(ids)
+        if flat_ids.min() < 0 or flat_ids.max() >= self.n:
+            return None
+        if weight_lists is None:
+            flat_w = np.ones(flat_ids.shape[0], np.float32)
+        else:
+            ws = [np.asarray(x) for x in weight_lists]
+            wt = ws[0].dtype
+            if wt not in _FAST_WEIGHTS or not all(w.dtype == wt and w.shape == a.shape for w, a in zip(ws, ids)):
+                return None
+            w64 = np.concatenate(ws).astype(np.float64)
+            if not (np.all(np.isfinite(w64)) and w64.min() >= 0 and w64.max() <= np.finfo(np.float32).max):
+                return None
+            flat_w = w64.astype(np.float32)
+            if not np.all(np.add.reduceat(flat_w.astype(np.float64), offsets[:-1]) > 0):
+                return None
+        return np.ascontiguousarray(flat_ids, np.int32), flat_w, offsets
+
     def _k(self, k_per_type) -> np.ndarray:
         """The validated k vector (cached per operator; read-only)."""
         key = k_per_type if _is_int(k_per_type) else None
@@ -301,16 +328,20 @@ class PPROperator:
                                          or len(weight_lists) != len(seed_lists)):
             raise ValueError(f"weight_lists must be None or a sequence of {len(seed_lists)} weight arrays")
         q = len(seed_lists)
-        ids_parts, w_parts = [], []
-        offsets = np.zeros(q + 1, np.int64)
-        for i, seeds in enumerate(seed_lists):
-            where = f"query {i}: "
-            ids, w = _seed_arrays(seeds, None if weight_lists is None else weight_lists[i], self.n, where)
-            ids_parts.append(ids)
-            w_parts.append(w)
-            offsets[i + 1] = offsets[i] + ids.shape[0]
-        flat_ids = np.concatenate(ids_parts) if ids_parts else np.zeros(0, np.int32)
-        flat_w = np.concatenate(w_parts) if w_parts else np.zeros(0, np.float32)
+        flat = self._flat_batch(seed_lists, weight_lists) if q else None
+        if flat is None:  # general path: per-query conversion with messages naming the query
+            ids_parts, w_parts = [], []
+            offsets = np.zeros(q + 1, np.int64)
+            for i, seeds in enumerate(seed_lists):
+                where = f"query {i}: "
+                ids, w = _seed_arrays(seeds, None if weight_lists is None else weight_lists[i], self.n, where)
+                ids_parts.append(ids)
+                w_parts.append(w)
+                offsets[i + 1] = offsets[i] + ids.shape[0]
+            flat_ids = np.concatenate(ids_parts) if ids_parts else np.zeros(0, np.int32)
+            flat_w = np.concatenate(w_parts) if w_parts else np.zeros(0, np.float32)
+        else:
+            flat_ids, flat_w, offsets = flat
         k = np.minimum(k, self.n)  # no type can have more than n nodes
         k_max = int(k.max())
         out_ids = np.empty((q, N_TYPES, k_max), np.int32)
