@@ -162,3 +162,17 @@ def test_bench_kernels_smoke_run(tmp_path):
     md = (out / "kernels.md").read_text()
     assert "## Targets (issue 2)" in md and "reference PPR skipped (--no-reference)" in md
     assert "| exact PPR vs reference (×) | not measured | - | **N/A** |" in md
+
+
+def test_bench_kernels_runs_without_networkx(tmp_path, monkeypatch):
+    # `pip install .` has no networkx: the networkx, reference and pickle baselines are skipped with a note
+    monkeypatch.setitem(sys.modules, "networkx", None)
+    out = tmp_path / "out"
+    rc = bench_kernels.main(["--scales", "600", "--runs", "1", "--queries", "2", "--out", str(out),
+                             "--no-reference", "--epsilon", "1e-6"])
+    assert rc == 0
+    records = json.loads((out / "kernels.json").read_text())
+    impls = {r["impl"] for r in records}
+    assert "noderag" in impls and "igraph_0.5" in impls
+    assert "networkx" not in impls and "pickle" not in impls
+    assert "networkx not installed" in (out / "kernels.md").read_text()
