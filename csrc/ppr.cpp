@@ -205,9 +205,9 @@ void PPRKernel::build_grouped() const {
                 for (int64_t j = indptr[v]; j < e; ++j) {
                     const int32_t g = group_of_[indices[j]];
                     if (g < 0) continue;
-                    const int64_t pos = cursor[static_cast<size_t>(g)]++;
-                    src[static_cast<size_t>(pos)] = static_cast<int32_t>(v);
-                    w[static_cast<size_t>(pos)] = weights[j];
+                    const int64_t slot = cursor[static_cast<size_t>(g)]++;
+                    src[static_cast<size_t>(slot)] = static_cast<int32_t>(v);
+                    w[static_cast<size_t>(slot)] = weights[j];
                 }
             }
             for (int64_t u = 0; u < n && mirrored_; ++u) {
