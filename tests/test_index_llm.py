@@ -80,6 +80,7 @@ def test_llm_build_reports_failures_and_resumes(tmp_path):
     assert m["counts"]["nodes"]["attribute"] > 0 and m["counts"]["nodes"]["high_level"] > 0
     texts = [store.texts[i] for i in range(len(store)) if store.types[i] == 4]
     assert all(": A summary of Entity: " in t for t in texts)
+    assert (out / "llm_cache.sqlite").is_file() and "llm_cache.sqlite" in m["bytes"]
     # the failed chunk still has its T node (its text stays retrievable)
     assert any(BAD in store.texts[i] for i in range(len(store)) if store.types[i] == 0)
 

@@ -189,6 +189,11 @@ def _make_llm(llm, config, root: Path):
 
         spec = llm if isinstance(llm, str) else config.llm.spec
         return make_llm(spec, cache_path=(root / "llm_cache.sqlite") if config.llm.cache else None)
+    from noderag.llm import CachedBackend, LLMCache
+
+    if config.llm.cache and not isinstance(llm, CachedBackend) and hasattr(llm, "generate"):
+        # every call goes through the index's cache, so a rerun after a kill reuses finished calls
+        return CachedBackend(llm, LLMCache(root / "llm_cache.sqlite"))
     return llm
 
 
@@ -511,6 +516,8 @@ def build_index(inputs: Sequence[str | os.PathLike], index_dir: str | os.PathLik
     tokens = ledger.to_dict() if ledger is not None else {}
     prev_tokens = (manifest_old or {}).get("tokens_total", {}) if existing else {}
     sizes = dir_sizes(final)
+    if (root / "llm_cache.sqlite").is_file():
+        sizes["llm_cache.sqlite"] = (root / "llm_cache.sqlite").stat().st_size
     failures_rec = {"decompose": {str(k): v for k, v in failures.items()},
                     "attributes": {str(k): v for k, v in a_fail.items()},
                     "communities": c_fail}
@@ -544,8 +551,11 @@ def build_index(inputs: Sequence[str | os.PathLike], index_dir: str | os.PathLik
     (final / FINAL_MARKER).write_bytes(b"")
     _checkpoint("commit")
     finish_pending_commit(root)
-    if backend is not None and backend is not llm and hasattr(backend, "close"):
-        backend.close()
+    if backend is not None and backend is not llm:
+        if isinstance(llm, str) or llm is None:
+            backend.close()
+        else:  # we only wrapped the caller's backend in a cache: close the cache, not their backend
+            backend.cache.close()
     return BuildReport(len(new_docs), dupes, manifest)
 
 
