@@ -34,14 +34,22 @@ class TopK {
             bonus_[t] = 0.0;
         }
     }
-    void enable_correction(const double* bonus, const int64_t* indptr, const int32_t* indices, const float* weights,
-                           const double* skip_c, const uint8_t* skip_types) {
-        for (int t = 0; t < kNumTypes; ++t) bonus_[t] = bonus[t];
-        indptr_ = indptr;
-        indices_ = indices;
-        weights_ = weights;
-        skip_c_ = skip_c;
-        skip_types_ = skip_types;
+    struct Correction {
+        const double* bonus;
+        const int64_t* indptr;
+        const int32_t* indices;
+        const float* weights;
+        const double* skip_c;
+        const uint8_t* skip_types;
+        const std::vector<int32_t>* skipped;  // nodes with skipped segments
+        const int32_t* group_of;             // grouped rows: segments sorted by id
+        const int64_t* seg_offsets;
+        const int32_t* grouped_indices;
+        const float* grouped_weights;
+    };
+    void enable_correction(const Correction& c) {
+        for (int t = 0; t < kNumTypes; ++t) bonus_[t] = c.bonus[t];
+        corr_ = c;
     }
     inline void offer(int32_t v, double m, int t) {
         if (m + bonus_[t] >= thr_[t] && m != 0.0) slow(v, m, t);
@@ -53,11 +61,27 @@ class TopK {
 #endif
     void slow(int32_t v, double m, int t) {
         if (bonus_[t] > 0.0) {
+            // Add back what the skipped segments of type t would have given v: through
+            // v's own row (mirrored graph) or, when v's row is long, by a binary search
+            // for v in each skipped segment (ids are increasing within a segment).
             const uint8_t bit = static_cast<uint8_t>(1u << t);
-            const int64_t e = indptr_[v + 1];
-            for (int64_t j = indptr_[v]; j < e; ++j) {
-                const int32_t x = indices_[j];
-                if (skip_types_[x] & bit) m += skip_c_[x] * static_cast<double>(weights_[j]);
+            const int64_t b = corr_.indptr[v], e = corr_.indptr[v + 1];
+            const int64_t n_skipped = static_cast<int64_t>(corr_.skipped->size());
+            if (e - b <= 32 * n_skipped + 64) {
+                for (int64_t j = b; j < e; ++j) {
+                    const int32_t x = corr_.indices[j];
+                    if (corr_.skip_types[x] & bit) m += corr_.skip_c[x] * static_cast<double>(corr_.weights[j]);
+                }
+            } else {
+                for (const int32_t x : *corr_.skipped) {
+                    if (!(corr_.skip_types[x] & bit)) continue;
+                    const int64_t* off = corr_.seg_offsets + static_cast<int64_t>(corr_.group_of[x]) * (kNumTypes + 1);
+                    const int32_t* sb = corr_.grouped_indices + off[t];
+                    const int32_t* se = corr_.grouped_indices + off[t + 1];
+                    const int32_t* hit = std::lower_bound(sb, se, v);
+                    if (hit != se && *hit == v)
+                        m += corr_.skip_c[x] * static_cast<double>(corr_.grouped_weights[off[t] + (hit - sb)]);
+                }
             }
             if (!(m >= thr_[t])) return;
         }
@@ -81,11 +105,7 @@ class TopK {
     const int64_t* k_;
     double thr_[kNumTypes];
     double bonus_[kNumTypes];
-    const int64_t* indptr_ = nullptr;
-    const int32_t* indices_ = nullptr;
-    const float* weights_ = nullptr;
-    const double* skip_c_ = nullptr;
-    const uint8_t* skip_types_ = nullptr;
+    Correction corr_{};
 };
 
 }  // namespace
@@ -353,7 +373,9 @@ void PPRKernel::run_one(PPRScratch& sc, const int32_t* seeds, const float* weigh
         int64_t cnt = 0;
         if (last) {
             // Last step: compaction fused with the top-k selection.
-            if (!sc.skipped.empty()) topk.enable_correction(bonus, indptr, indices, wts, skip_c, skip_types);
+            if (!sc.skipped.empty())
+                topk.enable_correction({bonus, indptr, indices, wts, skip_c, skip_types, &sc.skipped, group_of_.data(),
+                                        seg_offsets_.data(), grouped_indices_.data(), grouped_weights_.data()});
             for (const int32_t v : extra) {
                 const double val = acc[v];
                 acc[v] = 0.0;

@@ -290,6 +290,28 @@ def test_epsilon_mode_skips_hub_and_reports_bound():
     np.testing.assert_array_equal(tight.ids, exact.ids)
 
 
+def test_epsilon_correction_for_a_long_candidate_row():
+    # Hub 0 (type 2) -> 300 type-1 nodes; node 1 (type 1) also has 299 type-0 leaves, so its
+    # row is long and its correction goes through binary searches in the skipped segments.
+    n = 600
+    src = np.concatenate([np.zeros(300, np.int64), np.ones(299, np.int64), [2]])
+    dst = np.concatenate([np.arange(1, 301), np.arange(301, 600), [1]])
+    csr = csr_from_coo(n, src, dst)
+    types = np.zeros(n, np.uint8)
+    types[1:301] = 1
+    types[0] = 2
+    op = PPROperator(csr, types)
+    assert op.mirrored
+    exact = op.query([2], k_per_type=n, iterations=2)
+    approx = op.query([2], k_per_type=n, iterations=2, epsilon=1e-2)
+    assert approx.error_bound > 0
+    want = dict(zip(*[x.tolist() for x in exact.top(1)]))
+    ids, scores = approx.top(1)
+    assert 1 in ids.tolist() and 2 in ids.tolist()
+    for v, sc in zip(ids.tolist(), scores.tolist()):
+        assert sc == pytest.approx(want[v], rel=1e-6)
+
+
 def test_epsilon_mode_keeps_small_segments_of_a_hub():
     # Hub 0: 300 type-1 leaves (skipped) and 3 type-4 leaves (a small segment, always expanded).
     n = 305
