@@ -35,14 +35,15 @@ reached at the last step) are cut, which is where exact PPR spends its time. The
 - the L1 distance between the computed and the exact score vectors (over all nodes,
   hence also over the returned ones) is at most the total dropped mass, reported as
   ``PPRResult.error_bound`` (0.0 in exact mode, and whenever nothing was skipped);
-- a segment skipped at the last step changes no single node's score by more than
-  ``epsilon``; moreover, when the graph's large rows are mirrored (undirected graphs,
+- each skipped segment would have added less than ``epsilon`` to any single node;
+  moreover, when the graph's large rows are mirrored (undirected graphs,
   checked once per graph: ``PPROperator.mirrored``) the skipped last-step shares are
   added back exactly to every node that reaches the top-k test, so near-ties keep
   their exact order. Nodes reached *only* through skipped segments are not returned.
 
 Use :class:`PPROperator` for repeated queries on one graph: it validates the CSR
-and precomputes ``1 / strength`` once. :func:`shallow_ppr` and
+and precomputes ``1 / strength`` once (the type-grouped rows of the bounded mode are
+built on its first bounded query, O(nnz)). An operator may be shared by threads. :func:`shallow_ppr` and
 :func:`shallow_ppr_batch` accept either a :class:`~noderag.graph.csr.CSR` (validated
 and precomputed on every call, O(n + nnz)) or a :class:`PPROperator`.
 """
