@@ -45,6 +45,13 @@ class ExactVectors:
     def __len__(self):
         return len(self.ids)
 
+    def contains(self, ids):
+        return np.isin(np.asarray(ids), self.ids)
+
+    def get(self, ids):
+        pos = {int(i): j for j, i in enumerate(self.ids)}
+        return self.vecs[[pos[int(i)] for i in ids]]
+
     def search(self, q, k, *, threads=0):
         sims = np.atleast_2d(q) @ self.vecs.T
         k = min(k, len(self.ids))

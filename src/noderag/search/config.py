@@ -64,8 +64,12 @@ class SearchConfig:
         Top-k per type returned by the PPR kernel (>= every quota).
     quotas : QuotaConfig
         Typed selection quotas.
-    passage_* : float
-        Weights of the source-passage ranking (see ``noderag.search.ranking``).
+    passage_dense_weight, passage_text_weight, passage_unit_weight : float
+        Source-passage score: cosine(query, chunk) + propagated T mass + propagated S mass
+        summed per chunk (both normalised by their maximum).
+    bridge_top, bridge_weight, bridge_max_degree
+        Entity bridges: chunks sharing an entity of degree <= ``bridge_max_degree`` with one
+        of the ``bridge_top`` best chunks get up to ``bridge_weight`` extra.
     context_tokens : int
         Token budget of the assembled context text.
     """
@@ -86,9 +90,12 @@ class SearchConfig:
     semantic_weight: float = 1.0
     ppr_candidates: int = 50
     quotas: QuotaConfig = field(default_factory=QuotaConfig)
-    passage_entry_weight: float = 1.0
-    passage_text_weight: float = 1.0
-    passage_unit_weight: float = 1.0
+    passage_dense_weight: float = 1.0
+    passage_text_weight: float = 0.4
+    passage_unit_weight: float = 0.4
+    bridge_top: int = 2
+    bridge_weight: float = 0.2
+    bridge_max_degree: int = 30
     context_tokens: int = 2500
     n_threads: int | None = None
 
@@ -109,9 +116,11 @@ class SearchConfig:
         _int("iterations", 0)
         _int("ppr_candidates", 1)
         _int("context_tokens", 0)
+        _int("bridge_top", 0)
+        _int("bridge_max_degree", 0)
         for name in ("vector_weight", "name_weight", "contains_weight", "name_degree_power",
                      "structural_weight", "semantic_weight",
-                     "passage_entry_weight", "passage_text_weight", "passage_unit_weight"):
+                     "passage_dense_weight", "passage_text_weight", "passage_unit_weight", "bridge_weight"):
             _nonneg(name)
         if isinstance(self.alpha, bool) or not isinstance(self.alpha, (int, float)) or not 0.0 <= self.alpha <= 1.0:
             raise ValueError(f"search.alpha must be in [0, 1], got {self.alpha!r}")

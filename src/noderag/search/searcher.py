@@ -46,6 +46,7 @@ class _Prepared:
     name_ids: np.ndarray  # int64
     seeds: np.ndarray  # int32
     weights: np.ndarray  # float32
+    vector: np.ndarray  # float32 (dim,), L2-normalised query vector
 
 
 def _column(table: Any, name: str) -> Any:
@@ -270,7 +271,9 @@ class Searcher:
             name_ids = np.asarray([m.node_id for m in matches], dtype=np.int64)
             rel = np.asarray([cfg.contains_weight if m.kind == "contains" else 1.0 for m in matches], np.float64)
             seeds, weights = self._seed_weights(row, sim, name_ids, rel)
-            out.append(_Prepared(query, ents, row, sim, name_ids, seeds, weights))
+            qv = np.asarray(vectors[qi], dtype=np.float32)
+            norm = float(np.linalg.norm(qv))
+            out.append(_Prepared(query, ents, row, sim, name_ids, seeds, weights, qv / norm if norm > 0 else qv))
         return out
 
     def _seed_weights(self, entry: np.ndarray, sims: np.ndarray, names: np.ndarray,
@@ -412,36 +415,64 @@ class Searcher:
 
     def _rank_passages(self, prep: _Prepared, ppr: tuple[np.ndarray, np.ndarray] | None
                        ) -> tuple[list[str], list[float], list[int]]:
-        """Source passages best first: entry similarity + normalised T and S (summed per chunk) PPR mass."""
+        """Source passages best first (see ``noderag.search`` docs: dense + propagated PPR mass + entity bridges).
+
+        1. Candidates: chunks of the entry points and of the PPR top T and S nodes.
+        2. Score = ``passage_dense_weight`` * cos(query, chunk) + ``passage_text_weight`` *
+           propagated T mass / max + ``passage_unit_weight`` * propagated S mass (summed per
+           chunk) / max, where *propagated* excludes the mass a seed keeps for itself.
+        3. Entity bridges: from the ``bridge_top`` best chunks, follow chunk -> S -> N -> S ->
+           chunk through entities of degree <= ``bridge_max_degree``; every chunk reached gets
+           ``bridge_weight`` * min(1, sum over bridging entities of 1 / log(1 + degree)).
+        """
         cfg = self.config
-        total: dict[int, float] = {}
-        if prep.entry_ids.size and cfg.passage_entry_weight > 0:
-            for nid, sim in zip(prep.entry_ids.tolist(), prep.entry_sims.tolist()):
-                c = int(self._chunk[nid])
-                if c >= 0:
-                    total[c] = max(total.get(c, 0.0), cfg.passage_entry_weight * max(sim, 0.0))
+        tmass: dict[int, float] = {}
+        smass: dict[int, float] = {}
+        cands: set[int] = set()
+        for nid in prep.entry_ids.tolist():
+            c = int(self._chunk[nid])
+            if c >= 0:
+                cands.add(c)
         if ppr is not None:
             ids, scores = ppr
-            for t, w in ((_T, cfg.passage_text_weight), (_S, cfg.passage_unit_weight)):
+            keep = 1.0 - cfg.alpha if cfg.rule == "restart" else (1.0 - cfg.alpha) ** cfg.iterations
+            own: dict[int, float] = {}
+            total_w = float(prep.weights.sum()) if prep.weights.size else 1.0
+            for sd, w in zip(prep.seeds.tolist(), prep.weights.tolist()):
+                own[sd] = own.get(sd, 0.0) + keep * w / total_w
+            for t, acc in ((_T, tmass), (_S, smass)):
                 row_i, row_s = ids[t], scores[t]
                 ok = row_i >= 0
-                row_i, row_s = row_i[ok], row_s[ok].astype(np.float64)
-                if not row_i.size or w <= 0 or row_s.max() <= 0:
-                    continue
-                chunks = self._chunk[row_i]
-                good = chunks >= 0
-                agg: dict[int, float] = {}
-                for c, s in zip(chunks[good].tolist(), row_s[good].tolist()):
-                    agg[c] = agg.get(c, 0.0) + s
-                top = max(agg.values())
-                for c, s in agg.items():
-                    total[c] = total.get(c, 0.0) + w * s / top
-        order = sorted(total.items(), key=lambda kv: (-kv[1], kv[0]))
+                for nid, x in zip(row_i[ok].tolist(), row_s[ok].tolist()):
+                    c = int(self._chunk[nid])
+                    if c < 0:
+                        continue
+                    cands.add(c)
+                    acc[c] = acc.get(c, 0.0) + max(float(x) - own.get(nid, 0.0), 0.0)
+        if not cands:
+            return [], [], []
+        chunks = np.fromiter(sorted(cands), dtype=np.int64)
+        score = cfg.passage_dense_weight * self._dense(chunks, prep.vector)
+        for acc, w in ((tmass, cfg.passage_text_weight), (smass, cfg.passage_unit_weight)):
+            top = max(acc.values(), default=0.0)
+            if w > 0 and top > 0:
+                score = score + w * np.array([acc.get(c, 0.0) for c in chunks.tolist()]) / top
+        total = dict(zip(chunks.tolist(), score.tolist()))
+        if cfg.bridge_top > 0 and cfg.bridge_weight > 0:
+            order = np.lexsort((chunks, -score))[: cfg.bridge_top]
+            hop1 = [int(chunks[i]) for i in order]
+            bonus = self._bridges(hop1)
+            new = np.fromiter((c for c in bonus if c not in total), dtype=np.int64)
+            if new.size:
+                total.update(zip(new.tolist(), (cfg.passage_dense_weight * self._dense(new, prep.vector)).tolist()))
+            for c, b in bonus.items():
+                total[c] += cfg.bridge_weight * min(b, 1.0)
+        ranked = sorted(total.items(), key=lambda kv: (-kv[1], kv[0]))
         labels: list[str] = []
         scores_out: list[float] = []
         chunks_out: list[int] = []
         seen: set[str] = set()
-        for c, s in order:
+        for c, s in ranked:
             lab = self._labels[c] if 0 <= c < self.n else None
             if lab is None or lab in seen:
                 continue
@@ -450,6 +481,34 @@ class Searcher:
             scores_out.append(s)
             chunks_out.append(c)
         return labels, scores_out, chunks_out
+
+    def _dense(self, chunks: np.ndarray, vector: np.ndarray) -> np.ndarray:
+        """Cosine similarity of the query with the stored vectors of some T nodes (0 when not stored)."""
+        if chunks.size == 0:
+            return np.zeros(0)
+        vecs = self.store.vectors
+        present = np.asarray(vecs.contains(chunks), dtype=bool)
+        out = np.zeros(chunks.shape[0])
+        if present.any():
+            rows = np.asarray(vecs.get(chunks[present]), dtype=np.float64)
+            out[present] = rows @ vector.astype(np.float64)
+        return out
+
+    def _bridges(self, hop1: list[int]) -> dict[int, float]:
+        """Chunks linked to the ``hop1`` chunks through a shared low-degree entity, with bridge strength."""
+        maxdeg = self.config.bridge_max_degree
+        out: dict[int, float] = {}
+        for c in hop1:
+            for s_node in self._neighbours_of_type(c, _S).tolist():
+                for n in self._neighbours_of_type(s_node, _N).tolist():
+                    d = self._degree[n]
+                    if d > maxdeg:
+                        continue
+                    w = 1.0 / np.log1p(d)
+                    for c2 in self._chunk[self._neighbours_of_type(n, _S)].tolist():
+                        if c2 >= 0 and c2 != c and c2 not in hop1:
+                            out[c2] = out.get(c2, 0.0) + w
+        return out
 
     def _finish(self, prep: _Prepared, ppr: tuple[np.ndarray, np.ndarray] | None) -> RetrievalResult:
         picked = self._select(prep, ppr)
