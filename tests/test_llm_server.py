@@ -20,17 +20,15 @@ import httpx
 import pytest
 
 from noderag.llm import CachedBackend, LLMCache, make_llm
-from noderag.llm.prompts import community_request, query_entities_request
+from noderag.llm.prompts import query_entities_request
 
 pytestmark = pytest.mark.server
 
 QUESTIONS = [
-    "Who was the first president of the American Psychological Association?",
-    "Where is the University of Copenhagen?",
-    "When did the Journal of Mathematical Physics start?",
     "Who founded Microsoft?",
-    "What is the capital of France?",
+    "Where is the University of Copenhagen?",
     "Which river flows through Cairo?",
+    "What is the capital of France?",
 ]
 CONCURRENCY = 2
 
@@ -133,10 +131,7 @@ def _llm(server: Server, cache_path: Path, **kw):
 
 
 def _requests():
-    reqs = [query_entities_request(q, lang="en", max_tokens=96, id=f"q{i}") for i, q in enumerate(QUESTIONS)]
-    reqs.append(community_request(["Paris is the capital of France.", "The Seine flows through Paris."],
-                                  lang="en", max_tokens=200, id="c0"))
-    return reqs
+    return [query_entities_request(q, lang="en", max_tokens=48, id=f"q{i}") for i, q in enumerate(QUESTIONS)]
 
 
 def test_constrained_json_is_valid_and_concurrency_is_bounded(server, cache_path):
@@ -152,7 +147,7 @@ def test_constrained_json_is_valid_and_concurrency_is_bounded(server, cache_path
     assert len(valid) == len(reqs), report
     for r in out:
         assert isinstance(r.value, dict) and not r.cached and r.usage.prompt > 0 and not r.usage.estimated
-    assert all(isinstance(e, str) for r in out[:-1] for e in r.value["entities"])
+    assert all(isinstance(e, str) for r in out for e in r.value["entities"])
     assert 1 <= llm.backend.peak_in_flight <= CONCURRENCY
     st = llm.ledger.stages["query"]
     assert st.requests == len(reqs) and st.failures == 0 and st.prompt_tokens > 0
@@ -173,15 +168,17 @@ def test_json_schema_dialect_error_is_reported_not_raised(server, tmp_path):
     # back as a per-request error after the bounded retries, never as an exception or a lost batch.
     llm = make_llm(f"openai:smollm2@{server.url}", dialect="json_schema", max_retries=1, backoff_base_s=0.05)
     out = llm.run([query_entities_request(QUESTIONS[0], max_tokens=32)], stage="query")
-    assert len(out) == 1 and (out[0].ok or "HTTP" in out[0].error)
+    print("json_schema dialect:", out[0].error or out[0].value)
+    assert len(out) == 1 and out[0].error is not None
+    assert "HTTP 500" in out[0].error and "after 2 attempts" in out[0].error and llm.http_calls == 2
 
 
 def test_in_process_llamacpp_backend(gguf, tmp_path):
     llm = make_llm(f"llamacpp:{gguf}", cache_path=tmp_path / "c.sqlite", n_ctx=1024, n_threads=2)
-    out = llm.run([query_entities_request(QUESTIONS[1], max_tokens=96)], stage="query")
+    out = llm.run([query_entities_request(QUESTIONS[1], max_tokens=48)], stage="query")
     assert out[0].ok, out[0].error
     assert isinstance(out[0].value["entities"], list) and out[0].usage.prompt > 0
-    again = llm.run([query_entities_request(QUESTIONS[1], max_tokens=96)], stage="query")
+    again = llm.run([query_entities_request(QUESTIONS[1], max_tokens=48)], stage="query")
     assert again[0].cached and again[0].value == out[0].value
     llm.close()
 
