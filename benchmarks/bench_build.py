@@ -99,6 +99,15 @@ def to_markdown(results: dict) -> str:
             ("paper-reported MB per M tokens", "paper_mb_per_m_tokens"), ("LLM tokens", "llm_tokens"),
             ("communities", "communities"), ("important entities", "important_entities"),
             ("load average start/end", "loadavg_1m")]
+    for n in names:
+        d = results["datasets"][n]
+        emb = float(d["stages_s"].get("embed", 0.0))
+        d["embed_share"] = round(emb / d["wall_s"], 3) if d["wall_s"] else None
+        d["wall_s_without_embedding"] = round(d["wall_s"] - emb, 2)
+        d["embed_texts_per_s"] = round((d["nodes"]["text"] + d["nodes"]["semantic_unit"]) / emb, 2) if emb else None
+    rows[3:3] = [("wall time without the embedding stage (s)", "wall_s_without_embedding"),
+                 ("embedding share of wall time", "embed_share"),
+                 ("embedder throughput (T+S texts/s)", "embed_texts_per_s")]
     lines.append("| | " + " | ".join(names) + " |")
     lines.append("|---|" + "---:|" * len(names))
     for label, key in rows:
@@ -141,6 +150,12 @@ def to_markdown(results: dict) -> str:
         if tg:
             lines.append(f"Targets ({n}): " + ", ".join(f"{k}: {'met' if v else 'NOT met'}" for k, v in tg.items()))
     return "\n".join(lines) + "\n"
+
+
+def render(json_path: Path, md_path: Path) -> None:
+    """Re-render ``build.md`` from a saved ``build.json``."""
+    results = json.loads(json_path.read_text("utf-8"))
+    md_path.write_text(to_markdown(results), encoding="utf-8")
 
 
 def main(argv=None) -> int:
