@@ -51,6 +51,16 @@ class TopK {
         for (int t = 0; t < kNumTypes; ++t) bonus_[t] = c.bonus[t];
         corr_ = c;
     }
+    // True when no node outside the candidates can belong to a top-k: every type with
+    // skipped segments has a full heap whose worst score beats what they could give.
+    bool certified() const {
+        for (int t = 0; t < kNumTypes; ++t) {
+            if (bonus_[t] > 0.0 && k_[t] > 0 &&
+                (heaps_[t].size() < static_cast<size_t>(k_[t]) || !(thr_[t] > bonus_[t])))
+                return false;
+        }
+        return true;
+    }
     inline void offer(int32_t v, double m, int t) {
         if (m + bonus_[t] >= thr_[t] && m != 0.0) slow(v, m, t);
     }
@@ -266,7 +276,8 @@ void PPRKernel::release_scratch(std::unique_ptr<PPRScratch> scratch) const {
 
 void PPRKernel::run_one(PPRScratch& sc, const int32_t* seeds, const float* weights, int64_t n_seeds,
                         const PPRParams& prm, int32_t* out_ids, float* out_scores, double* out_error,
-                        int64_t* out_support) const {
+                        int64_t* out_support, bool allow_prune) const {
+    ensure_grouped();
     // Invariant: acc is all zero between steps. A step adds into acc, then one
     // compaction pass over every id it added to (the `extra` ids and the scattered
     // index ranges) moves the nonzero entries into a sparse vector and zeroes them;
@@ -310,9 +321,16 @@ void PPRKernel::run_one(PPRScratch& sc, const int32_t* seeds, const float* weigh
     uint8_t* const skip_types = sc.skip_types.get();
     sc.skipped.clear();
     double bonus[kNumTypes] = {0, 0, 0, 0, 0, 0, 0};
+    bool pruned_any = false;
     for (int64_t it = 0; it < prm.iterations; ++it) {
         const bool last = it + 1 == prm.iterations;
+        // Exact-mode pruning (last step, mirrored graphs): large segments whose per-node
+        // share is below kExactPruneShare are skipped and added back to the candidates;
+        // the result is certified afterwards (no node reached only through them can
+        // enter a top-k), else the query reruns without pruning.
+        const bool prune = !bounded && allow_prune && last && mirrored_;
         const bool record_skips = last && mirrored_;
+        const double skip_below = bounded ? prm.epsilon : kExactPruneShare;
         extra.clear();
         ranges.clear();
         // Non-propagating term: (1 - a) * s (restart) or (1 - a) * p (lazy).
@@ -336,7 +354,7 @@ void PPRKernel::run_one(PPRScratch& sc, const int32_t* seeds, const float* weigh
                     continue;
                 }
                 const double c = a * m * is;
-                const int32_t g = bounded ? group_of_[u] : -1;
+                const int32_t g = (bounded || prune) ? group_of_[u] : -1;
                 if (g < 0) {
                     const int64_t b = indptr[u], e = indptr[u + 1];
                     for (int64_t j = b; j < e; ++j) acc[indices[j]] += c * static_cast<double>(wts[j]);
@@ -350,8 +368,8 @@ void PPRKernel::run_one(PPRScratch& sc, const int32_t* seeds, const float* weigh
                 for (int t = 0; t < kNumTypes; ++t) {
                     const int64_t b = off[t], e = off[t + 1];
                     if (e == b) continue;
-                    if (e - b >= kMinSkipSegment && c * maxw[t] < prm.epsilon) {
-                        dropped += c * strength[t];
+                    if (e - b >= kMinSkipSegment && c * maxw[t] < skip_below) {
+                        if (bounded) dropped += c * strength[t];
                         if (record_skips) {
                             mask = static_cast<uint8_t>(mask | (1u << t));
                             bonus[t] += c * maxw[t];
@@ -372,6 +390,7 @@ void PPRKernel::run_one(PPRScratch& sc, const int32_t* seeds, const float* weigh
         }
         int64_t cnt = 0;
         if (last) {
+            pruned_any = prune && !sc.skipped.empty();
             // Last step: compaction fused with the top-k selection.
             if (!sc.skipped.empty())
                 topk.enable_correction({bonus, indptr, indices, wts, skip_c, skip_types, &sc.skipped, group_of_.data(),
@@ -430,6 +449,8 @@ void PPRKernel::run_one(PPRScratch& sc, const int32_t* seeds, const float* weigh
     if (prm.iterations == 0)
         for (int64_t i = 0; i < nf; ++i) topk.offer(fid[i], fm[i], types[fid[i]]);
 
+    if (pruned_any && !topk.certified())
+        return run_one(sc, seeds, weights, n_seeds, prm, out_ids, out_scores, out_error, out_support, false);
     const int64_t K = prm.k_max;
     for (int t = 0; t < kNumTypes; ++t) {
         auto& h = sc.heap[t];
@@ -454,7 +475,7 @@ void PPRKernel::run_batch(const int32_t* seeds, const float* weights, const int6
                           const PPRParams& prm, int n_threads, int32_t* out_ids, float* out_scores,
                           double* out_error, int64_t* out_support) const {
     const int64_t stride = kNumTypes * prm.k_max;
-    if (prm.epsilon > 0.0) ensure_grouped();
+    ensure_grouped();
     auto do_query = [&](PPRScratch& sc, int64_t q) {
         const int64_t b = offsets[q], e = offsets[q + 1];
         run_one(sc, seeds + b, weights + b, e - b, prm, out_ids + q * stride, out_scores + q * stride,

@@ -34,6 +34,11 @@ namespace noderag {
 
 constexpr int kNumTypes = 7;
 constexpr int64_t kMinSkipSegment = 64;
+// Exact mode on mirrored graphs: at the last step, large segments whose per-node share is
+// below this are skipped, their shares added back exactly to the top-k candidates, and the
+// result certified (a node reached only through them cannot reach any top-k; else the
+// query reruns unpruned). Results stay exact; only the work shrinks.
+constexpr double kExactPruneShare = 1e-6;
 
 struct PPRParams {
     double alpha = 0.5;
@@ -85,7 +90,7 @@ class PPRKernel {
     // duplicates are summed). Writes out_ids/out_scores of shape (7, k_max).
     void run_one(PPRScratch& scratch, const int32_t* seeds, const float* weights, int64_t n_seeds,
                  const PPRParams& params, int32_t* out_ids, float* out_scores, double* out_error,
-                 int64_t* out_support) const;
+                 int64_t* out_support, bool allow_prune = true) const;
 
     // Q queries (seeds given CSR-style by offsets of length Q + 1) on n_threads threads.
     // Rethrows the first worker exception after all threads joined.

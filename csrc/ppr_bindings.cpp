@@ -102,7 +102,6 @@ class PyPPRKernel {
         int64_t support = 0;
         {
             py::gil_scoped_release release;
-            if (prm.epsilon > 0.0) kernel_->ensure_grouped();
             auto sc = kernel_->acquire_scratch();
             kernel_->run_one(*sc, ids32.data(), w32.data(), ns, prm, oi, os, &error, &support);
             kernel_->release_scratch(std::move(sc));  // not returned to the pool if run_one threw

@@ -290,6 +290,39 @@ def test_epsilon_mode_skips_hub_and_reports_bound():
     np.testing.assert_array_equal(tight.ids, exact.ids)
 
 
+def test_exact_mode_prunes_hub_rows_only_when_certified():
+    # Hub 0 (type 2) with 200 type-1 leaves gets a tiny mass; seed 201 has 29 type-1 leaves.
+    n = 231
+    src = np.concatenate([np.zeros(200, np.int64), np.full(29, 201)])
+    dst = np.concatenate([np.arange(1, 201), np.arange(202, 231)])
+    csr = csr_from_coo(n, src, dst)
+    types = np.ones(n, np.uint8)
+    types[0] = 2
+    op = PPROperator(csr, types)
+    seeds, w = np.array([201, 1]), np.array([1.0, 1e-5])
+    p = dense_ppr(csr, seeds, w, 0.5, 2, "restart")
+    small = op.query(seeds, w, k_per_type=5)
+    check_topk(small, p, types, np.full(N_TYPES, 5))
+    assert small.error_bound == 0.0
+    assert small.support_size < int((p > 0).sum())  # the hub's leaves were never touched
+    full = op.query(seeds, w, k_per_type=n)  # hub leaves reach the top-k: certification fails, rerun
+    check_topk(full, p, types, np.full(N_TYPES, n))
+    assert full.support_size == int((p > 0).sum())
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), rule=st.sampled_from(["restart", "lazy"]), t=st.integers(1, 3))
+def test_exact_mode_with_pruning_matches_dense(data, rule, t):
+    csr, types = data.draw(hub_graphs())
+    size = data.draw(st.integers(1, 5))
+    seeds = np.array(data.draw(st.lists(st.integers(0, csr.n - 1), min_size=size, max_size=size)))
+    w = np.array(data.draw(st.lists(st.sampled_from([1.0, 2.0, 1e-4, 1e-5, 3e-6]), min_size=size, max_size=size)))
+    k = np.array(data.draw(st.lists(st.integers(0, 8), min_size=7, max_size=7)))
+    p = dense_ppr(csr, seeds, w, 0.5, t, rule)
+    res = shallow_ppr(csr, seeds, w, node_types=types, k_per_type=k, iterations=t, rule=rule)
+    check_topk(res, p, types, k)
+
+
 def test_epsilon_correction_for_a_long_candidate_row():
     # Hub 0 (type 2) -> 300 type-1 nodes; node 1 (type 1) also has 299 type-0 leaves, so its
     # row is long and its correction goes through binary searches in the skipped segments.
