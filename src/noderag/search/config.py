@@ -93,8 +93,8 @@ class SearchConfig:
     passage_dense_weight: float = 1.0
     passage_text_weight: float = 0.4
     passage_unit_weight: float = 0.4
-    bridge_top: int = 2
-    bridge_weight: float = 0.2
+    bridge_top: int = 1
+    bridge_weight: float = 0.3
     bridge_max_degree: int = 30
     context_tokens: int = 2500
     n_threads: int | None = None
