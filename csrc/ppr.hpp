@@ -75,7 +75,8 @@ class PPRKernel {
               const uint8_t* types);
 
     int64_t n() const { return n_; }
-    // The grouped rows and the mirror check are built on the first bounded-mode use.
+    // The grouped rows and the mirror check are built once, on first use (the Python
+    // binding calls this in its constructor).
     void ensure_grouped() const;
     bool mirrored() const {
         ensure_grouped();
@@ -110,7 +111,7 @@ class PPRKernel {
     std::vector<double> inv_strength_;  // 1 / strength, 0 for dangling nodes
     bool sorted_ = false;  // every row has strictly increasing column ids
     // Rows with more than kMinSkipSegment entries, grouped by neighbour type (stable);
-    // built once, lazily (ensure_grouped), so exact-mode users never pay for them.
+    // built once (ensure_grouped).
     void build_grouped() const;
     mutable std::once_flag grouped_once_;
     mutable std::vector<int32_t> group_of_;     // (n,) index of the grouped row, -1 if not grouped

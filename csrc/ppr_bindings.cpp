@@ -36,6 +36,7 @@ class PyPPRKernel {
         const uint8_t* ty = types_.data();
         py::gil_scoped_release release;
         kernel_ = std::make_unique<noderag::PPRKernel>(n, ip, ix, w, ty);
+        kernel_->ensure_grouped();  // eagerly, so the first query has no setup cost
     }
 
     int64_t n() const { return kernel_->n(); }

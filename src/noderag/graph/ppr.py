@@ -41,9 +41,17 @@ reached at the last step) are cut, which is where exact PPR spends its time. The
   added back exactly to every node that reaches the top-k test, so near-ties keep
   their exact order. Nodes reached *only* through skipped segments are not returned.
 
-Use :class:`PPROperator` for repeated queries on one graph: it validates the CSR
-and precomputes ``1 / strength`` once (the type-grouped rows of the bounded mode are
-built on its first bounded query, O(nnz)). An operator may be shared by threads. :func:`shallow_ppr` and
+Exact mode on mirrored graphs prunes the same way at the last step, with a
+certificate instead of a bound: large segments whose per-node share is below 1e-6 are
+skipped, their shares are added back exactly to every top-k candidate, and the result
+is accepted only if no node reached solely through them could enter any top-k (every
+such type's heap is full and its k-th score exceeds the most they could give);
+otherwise the query reruns without pruning. Exact results, at close to the bounded
+mode's cost on hub-heavy graphs. (``support_size`` then excludes the pruned leaves.)
+
+Use :class:`PPROperator` for repeated queries on one graph: it validates the CSR and
+precomputes, once, ``1 / strength``, the type-grouped copies of the large rows and the
+mirror check (O(n + nnz)). An operator may be shared by threads. :func:`shallow_ppr` and
 :func:`shallow_ppr_batch` accept either a :class:`~noderag.graph.csr.CSR` (validated
 and precomputed on every call, O(n + nnz)) or a :class:`PPROperator`.
 """
@@ -87,7 +95,8 @@ class PPRResult:
     error_bound : float
         Upper bound on the L1 error of the scores vs exact (0.0 in exact mode).
     support_size : int
-        Number of nodes with a nonzero score in the computed vector.
+        Number of nodes with a nonzero score in the computed vector (without the
+        leaves of pruned or skipped hub segments).
     """
 
     ids: np.ndarray
