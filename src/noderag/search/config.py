@@ -88,7 +88,7 @@ class SearchConfig:
     rule: str = "restart"
     structural_weight: float = 1.0
     semantic_weight: float = 1.0
-    ppr_candidates: int = 50
+    ppr_candidates: int = 30
     quotas: QuotaConfig = field(default_factory=QuotaConfig)
     passage_dense_weight: float = 1.0
     passage_text_weight: float = 0.4

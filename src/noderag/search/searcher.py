@@ -426,37 +426,39 @@ class Searcher:
            ``bridge_weight`` * min(1, sum over bridging entities of 1 / log(1 + degree)).
         """
         cfg = self.config
-        tmass: dict[int, float] = {}
-        smass: dict[int, float] = {}
-        cands: set[int] = set()
-        for nid in prep.entry_ids.tolist():
-            c = int(self._chunk[nid])
-            if c >= 0:
-                cands.add(c)
+        parts_c = [self._chunk[prep.entry_ids]] if prep.entry_ids.size else []
+        masses: list[tuple[np.ndarray, np.ndarray]] = []
         if ppr is not None:
             ids, scores = ppr
             keep = 1.0 - cfg.alpha if cfg.rule == "restart" else (1.0 - cfg.alpha) ** cfg.iterations
-            own: dict[int, float] = {}
-            total_w = float(prep.weights.sum()) if prep.weights.size else 1.0
-            for sd, w in zip(prep.seeds.tolist(), prep.weights.tolist()):
-                own[sd] = own.get(sd, 0.0) + keep * w / total_w
-            for t, acc in ((_T, tmass), (_S, smass)):
-                row_i, row_s = ids[t], scores[t]
+            seed_u, inv = np.unique(prep.seeds, return_inverse=True)
+            seed_m = np.bincount(inv, weights=prep.weights.astype(np.float64), minlength=seed_u.size)
+            seed_m *= keep / max(float(prep.weights.sum()), 1e-30)
+            for t in (_T, _S):
+                row_i, row_s = ids[t], scores[t].astype(np.float64)
                 ok = row_i >= 0
-                for nid, x in zip(row_i[ok].tolist(), row_s[ok].tolist()):
-                    c = int(self._chunk[nid])
-                    if c < 0:
-                        continue
-                    cands.add(c)
-                    acc[c] = acc.get(c, 0.0) + max(float(x) - own.get(nid, 0.0), 0.0)
-        if not cands:
+                row_i, row_s = row_i[ok], row_s[ok]
+                if seed_u.size and row_i.size:
+                    pos = np.minimum(np.searchsorted(seed_u, row_i), seed_u.size - 1)
+                    row_s = row_s - np.where(seed_u[pos] == row_i, seed_m[pos], 0.0)
+                ch = self._chunk[row_i]
+                good = ch >= 0
+                parts_c.append(ch[good])
+                masses.append((ch[good], np.clip(row_s[good], 0.0, None)))
+        cands = np.unique(np.concatenate(parts_c)) if parts_c else np.zeros(0, np.int64)
+        cands = cands[cands >= 0]
+        if not cands.size:
             return [], [], []
-        chunks = np.fromiter(sorted(cands), dtype=np.int64)
+        chunks = cands
         score = cfg.passage_dense_weight * self._dense(chunks, prep.vector)
-        for acc, w in ((tmass, cfg.passage_text_weight), (smass, cfg.passage_unit_weight)):
-            top = max(acc.values(), default=0.0)
-            if w > 0 and top > 0:
-                score = score + w * np.array([acc.get(c, 0.0) for c in chunks.tolist()]) / top
+        for (ch, m), w in zip(masses, (cfg.passage_text_weight, cfg.passage_unit_weight)):
+            if w <= 0 or not ch.size:
+                continue
+            acc = np.zeros(chunks.size)
+            np.add.at(acc, np.searchsorted(chunks, ch), m)
+            top = acc.max()
+            if top > 0:
+                score = score + w * acc / top
         total = dict(zip(chunks.tolist(), score.tolist()))
         if cfg.bridge_top > 0 and cfg.bridge_weight > 0:
             order = np.lexsort((chunks, -score))[: cfg.bridge_top]
@@ -487,7 +489,11 @@ class Searcher:
         if chunks.size == 0:
             return np.zeros(0)
         vecs = self.store.vectors
-        present = np.asarray(vecs.contains(chunks), dtype=bool)
+        try:  # T nodes are always embedded: one look-up in the common case
+            rows = np.asarray(vecs.get(chunks), dtype=np.float64)
+            return rows @ vector.astype(np.float64)
+        except ValueError:
+            present = np.asarray(vecs.contains(chunks), dtype=bool)
         out = np.zeros(chunks.shape[0])
         if present.any():
             rows = np.asarray(vecs.get(chunks[present]), dtype=np.float64)
