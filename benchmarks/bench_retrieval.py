@@ -66,6 +66,16 @@ def load_sample(data: Path) -> tuple[list[dict], list[dict]]:
     return corpus, questions
 
 
+def _git_revision() -> str | None:
+    import subprocess
+
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
+                              timeout=10).stdout.strip() or None
+    except OSError:
+        return None
+
+
 def build_or_open(corpus_path: Path, index_dir: Path, rebuild: bool):
     """Open the index in ``index_dir``, building it (nlp mode, default embedder) when needed."""
     import noderag
@@ -89,11 +99,14 @@ def time_noderag(searcher: Searcher, queries: list[str], qvecs: np.ndarray, repe
     """Ranked passages, context tokens, per-query latencies (best of ``repeats``) and batch times."""
     results = [searcher.retrieve(q, query_vector=v) for q, v in zip(queries, qvecs)]  # warm-up + results
     lat = np.full(len(queries), np.inf)
+    cpu = np.full(len(queries), np.inf)
     for _ in range(repeats):
         for i, (q, v) in enumerate(zip(queries, qvecs)):
+            c0 = time.process_time()
             t0 = time.perf_counter()
             searcher.retrieve(q, query_vector=v)
             lat[i] = min(lat[i], time.perf_counter() - t0)
+            cpu[i] = min(cpu[i], time.process_time() - c0)
     batch = []
     for _ in range(repeats):
         t0 = time.perf_counter()
@@ -101,16 +114,18 @@ def time_noderag(searcher: Searcher, queries: list[str], qvecs: np.ndarray, repe
         batch.append(time.perf_counter() - t0)
     if [r.passages for r in many] != [r.passages for r in results]:
         raise RuntimeError("retrieve_many ranked passages differently from retrieve")
-    return results, lat, min(batch)
+    return results, (lat, cpu), min(batch)
 
 
 def noderag_row(results, lat, batch_s, gold, n_q, embed_s=None) -> dict:
     """One result row for a noderag configuration."""
+    lat, cpu = lat
     row = retrieval_metrics([r.passages[:DEPTH] for r in results], gold)
     row.update({
         "avg_context_tokens": round(float(np.mean([r.context_tokens for r in results])), 1),
         "p50_ms": round(percentile_ms(lat, 50), 3),
         "p95_ms": round(percentile_ms(lat, 95), 3),
+        "p50_cpu_ms": round(percentile_ms(cpu, 50), 3),
         "batch_qps": round(n_q / batch_s, 1),
     })
     if embed_s is not None:
@@ -158,10 +173,12 @@ ABLATIONS = {
 def write_markdown(path: Path, out: dict) -> None:
     """Methods and ablations as markdown tables."""
     cols = ["recall@2", "recall@5", "recall@10", "all_gold@8", "avg_context_tokens", "p50_ms", "p95_ms",
-            "batch_qps", "batch_qps_with_embedding"]
+            "p50_cpu_ms", "batch_qps", "batch_qps_with_embedding"]
     lines = [f"# Retrieval benchmark: {out['dataset']}", "",
              f"{out['n_questions']} questions, {out['n_passages']} passages; embedder `{out['embedder']}`; "
              f"{out['machine']}.", "",
+             f"Load average while measuring: {out['load_average']} (shared machine: wall-clock latency includes "
+             "waiting for a core; `p50_cpu_ms` is the process CPU time of the same calls).", "",
              "Latency is per query without the query embedding (best of 3 runs); batch q/s is "
              "`retrieve_many` over all questions (with the embedding: plus one batched embedding call). "
              "Context tokens for dense/BM25 are their top-5 passages.", "",
@@ -169,10 +186,10 @@ def write_markdown(path: Path, out: dict) -> None:
     for name, row in out["methods"].items():
         lines.append(f"| {name} | " + " | ".join(str(row.get(c, "")) for c in cols) + " |")
     lines += ["", "## Ablations (noderag, one setting changed from the defaults)", "",
-              "| variant | change | " + " | ".join(cols[:7]) + " |", "|---" * (len(cols[:7]) + 2) + "|"]
+              "| variant | change | " + " | ".join(cols[:9]) + " |", "|---" * (len(cols[:9]) + 2) + "|"]
     for name, row in out["ablations"].items():
         change = ", ".join(f"{k}={v}" for k, v in row["change"].items())
-        lines.append(f"| {name} | {change} | " + " | ".join(str(row.get(c, "")) for c in cols[:7]) + " |")
+        lines.append(f"| {name} | {change} | " + " | ".join(str(row.get(c, "")) for c in cols[:9]) + " |")
     lines += ["", "## Search defaults", "", "```json", json.dumps(out["search_config"], indent=1), "```", ""]
     path.write_text("\n".join(lines), encoding="utf-8")
 
@@ -268,6 +285,8 @@ def main(argv: list[str] | None = None) -> int:
         "index_build_s": None if build_s is None else round(build_s, 1),
         "index_counts": getattr(store, "manifest", {}).get("counts"),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, python {platform.python_version()}",
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+        "git_revision": _git_revision(),
         "search_config": SearchConfig().to_dict(),
         "methods": methods,
         "ablations": ablations,
