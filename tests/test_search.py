@@ -256,3 +256,17 @@ def test_bad_queries_and_config_raise_clear_errors(store):
         SearchConfig.from_dict({"alpha": 0.5, "bogus": 1})
     with pytest.raises(ValueError, match="quotas.entities"):
         SearchConfig.from_dict({"quotas": {"entities": -1}})
+
+
+def test_entity_bridges_add_passages_linked_to_the_best_chunk(store):
+    q = "Which album Hello Love was released in 1974?"
+    base = SearchConfig(use_ppr=False, vector_top_k=1, match_names_in_query=False, entity_source="none")
+    alone = Searcher(store, base.replace(bridge_weight=0.0)).retrieve(q)
+    assert alone.passages == ["p2"]
+    bridged = Searcher(store, base).retrieve(q)
+    assert bridged.passages[0] == "p2"
+    assert "p1" in bridged.passages  # p1 shares the entity "Hank Snow" with p2
+    assert "p3" not in bridged.passages
+    # entities above the degree cap do not bridge
+    capped = Searcher(store, base.replace(bridge_max_degree=1)).retrieve(q)
+    assert capped.passages == ["p2"]
