@@ -9,6 +9,8 @@ __all__ = ["SearchConfig", "QuotaConfig"]
 
 _RULES = ("restart", "lazy")
 _ENTITY_SOURCES = ("nlp", "llm", "none")
+#: Renamed fields: old name -> new name (accepted when loading).
+_RENAMED = {"passage_entry_weight": "passage_dense_weight"}
 
 
 @dataclass
@@ -143,6 +145,9 @@ class SearchConfig:
     def from_dict(cls, data: Mapping[str, Any] | None) -> "SearchConfig":
         """Build from a mapping (e.g. the ``[search]`` table of a config file); unknown keys are errors."""
         data = dict(data or {})
+        for old, new in _RENAMED.items():  # manifests written before a rename still open
+            if old in data and new not in data:
+                data[new] = data.pop(old)
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
