@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cmath>
 #include <exception>
+#include <functional>
 #include <limits>
 #include <stdexcept>
 #include <string>
@@ -208,6 +209,14 @@ void PPRKernel::build_grouped() const {
         }
         pos = off[kNumTypes];
     }
+    // How many grouped rows contain one node, at most, per node type: a node of type t
+    // gets shares from at most that many skipped segments (bounds the correction).
+    {
+        std::vector<int32_t> count(static_cast<size_t>(n), 0);
+        for (int64_t j = 0; j < grouped_nnz; ++j) ++count[static_cast<size_t>(grouped_indices_[static_cast<size_t>(j)])];
+        for (int64_t v = 0; v < n; ++v)
+            max_grouped_nbrs_[types[v]] = std::max<int64_t>(max_grouped_nbrs_[types[v]], count[static_cast<size_t>(v)]);
+    }
     // Mirror check for the last-step correction: every entry (u, v, w) of a grouped
     // row u has exactly one mirror (v, u, w), and no other row points at u. Two
     // sequential passes: the entries pointing at each grouped row are bucketed (in
@@ -320,6 +329,7 @@ void PPRKernel::run_one(PPRScratch& sc, const int32_t* seeds, const float* weigh
     double* const skip_c = sc.skip_c.get();
     uint8_t* const skip_types = sc.skip_types.get();
     sc.skipped.clear();
+    for (auto& sh : sc.skip_share) sh.clear();
     double bonus[kNumTypes] = {0, 0, 0, 0, 0, 0, 0};
     bool pruned_any = false;
     for (int64_t it = 0; it < prm.iterations; ++it) {
@@ -372,7 +382,7 @@ void PPRKernel::run_one(PPRScratch& sc, const int32_t* seeds, const float* weigh
                         if (bounded) dropped += c * strength[t];
                         if (record_skips) {
                             mask = static_cast<uint8_t>(mask | (1u << t));
-                            bonus[t] += c * maxw[t];
+                            sc.skip_share[t].push_back(c * maxw[t]);
                         }
                         continue;
                     }
@@ -392,6 +402,17 @@ void PPRKernel::run_one(PPRScratch& sc, const int32_t* seeds, const float* weigh
         if (last) {
             pruned_any = prune && !sc.skipped.empty();
             // Last step: compaction fused with the top-k selection.
+            if (!sc.skipped.empty()) {
+                // bonus[t]: the most the skipped segments can give one node of type t, the
+                // sum of its max_grouped_nbrs_[t] largest shares.
+                for (int t = 0; t < kNumTypes; ++t) {
+                    auto& sh = sc.skip_share[t];
+                    const size_t d = static_cast<size_t>(max_grouped_nbrs_[t]);
+                    if (sh.size() > d) std::nth_element(sh.begin(), sh.begin() + static_cast<std::ptrdiff_t>(d), sh.end(), std::greater<double>());
+                    const size_t take = std::min(d, sh.size());
+                    for (size_t i = 0; i < take; ++i) bonus[t] += sh[i];
+                }
+            }
             if (!sc.skipped.empty())
                 topk.enable_correction({bonus, indptr, indices, wts, skip_c, skip_types, &sc.skipped, group_of_.data(),
                                         seg_offsets_.data(), grouped_indices_.data(), grouped_weights_.data()});

@@ -59,6 +59,7 @@ struct PPRScratch {
     std::unique_ptr<double[]> skip_c;   // (n,) a * m / strength of nodes with skipped segments (last step)
     std::unique_ptr<uint8_t[]> skip_types;  // (n,) bit t set: segment of type t skipped (last step)
     std::vector<int32_t> skipped;       // nodes with skip_types != 0
+    std::vector<double> skip_share[kNumTypes];  // per type: a * m * max_w / strength of each skipped segment
     std::vector<int32_t> extra;         // ids written to acc outside of scattered ranges
     std::vector<std::pair<const int32_t*, int64_t>> ranges;  // scattered index ranges this step
     std::vector<int32_t> seed_ids;      // deduplicated normalised seed vector s (nonzero entries)
@@ -120,6 +121,7 @@ class PPRKernel {
     mutable std::vector<double> seg_strength_;  // (groups * 7,) weight sum per segment
     mutable std::vector<int32_t> grouped_indices_;
     mutable std::vector<float> grouped_weights_;
+    mutable int64_t max_grouped_nbrs_[kNumTypes] = {0, 0, 0, 0, 0, 0, 0};  // per type: most grouped rows one node is in
     mutable bool mirrored_ = false;  // every grouped row's entries (u, v, w) have a unique mirror (v, u, w)
     mutable std::mutex pool_mutex_;
     mutable std::vector<std::unique_ptr<PPRScratch>> pool_;
