@@ -177,11 +177,19 @@ class OnnxEmbedder:
         if missing:
             raise ValueError(f"ONNX model {model_path} lacks inputs {sorted(missing)} (has {sorted(inputs)})")
         self._token_types = "token_type_ids" in inputs
-        out_shape = self._session.get_outputs()[0].shape
-        if isinstance(out_shape[-1], int):
-            self.dim = int(out_shape[-1])
-        else:
-            self.dim = int(self._run(*self._pad([self._tok.encode("dim")])).shape[1])
+        outputs = self._session.get_outputs()
+        by_name = {o.name: o for o in outputs}
+        chosen = by_name.get("last_hidden_state") or by_name.get("token_embeddings")
+        if chosen is None:
+            chosen = next((o for o in outputs if len(o.shape) == 3), None)
+        if chosen is None:
+            raise ValueError(
+                f"ONNX model {model_path} has no (batch, seq, dim) output to mean-pool "
+                f"(outputs: {[(o.name, o.shape) for o in outputs]})"
+            )
+        self._output = chosen.name
+        self.dim = 0
+        self.dim = int(self._run(*self._pad([self._tok.encode("dimension probe")])).shape[1])
 
     def _pad(self, encodings: list) -> tuple[np.ndarray, np.ndarray]:
         width = max(len(e.ids) for e in encodings)
@@ -197,7 +205,12 @@ class OnnxEmbedder:
         feeds = {"input_ids": ids, "attention_mask": mask}
         if self._token_types:
             feeds["token_type_ids"] = np.zeros_like(ids)
-        hidden = self._session.run(None, feeds)[0]
+        hidden = self._session.run([self._output], feeds)[0]
+        if hidden.ndim != 3 or hidden.shape[:2] != ids.shape or (self.dim and hidden.shape[2] != self.dim):
+            raise ValueError(
+                f"ONNX model {self.model_path} output {self._output!r} has shape {hidden.shape}, "
+                f"expected ({ids.shape[0]}, {ids.shape[1]}, dim)"
+            )
         w = mask[:, :, None].astype(np.float32)
         pooled = (hidden * w).sum(axis=1) / np.maximum(w.sum(axis=1), 1e-9)
         return l2_normalize(pooled)
