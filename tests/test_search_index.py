@@ -114,3 +114,14 @@ def test_cli_main_subprocess_entry_point(index):
                           "--json"], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["query"] == "Who sang Hello Love?"
+
+
+def test_demo_builds_and_retrieves(tmp_path, capsys):
+    from noderag.data import demo_questions
+
+    code, out, err = _cli(capsys, "demo", "--embed", "hash:64", "--no-progress", "--index", str(tmp_path / "demo"))
+    assert code == 0, err
+    for q in demo_questions():
+        assert f"Q: {q['question']}" in out
+    assert "supporting documents in the top 3" in out
+    assert "questions retrieved in" in out
