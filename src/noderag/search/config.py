@@ -89,15 +89,15 @@ class SearchConfig:
     iterations: int = 2
     rule: str = "restart"
     structural_weight: float = 1.0
-    semantic_weight: float = 1.0
+    semantic_weight: float = 0.0
     ppr_candidates: int = 30
     quotas: QuotaConfig = field(default_factory=QuotaConfig)
     passage_dense_weight: float = 1.0
     passage_text_weight: float = 0.4
     passage_unit_weight: float = 0.4
     bridge_top: int = 1
-    bridge_weight: float = 0.3
-    bridge_max_degree: int = 30
+    bridge_weight: float = 0.4
+    bridge_max_degree: int = 60
     context_tokens: int = 2500
     n_threads: int | None = None
 
