@@ -92,6 +92,9 @@ def to_markdown(results: dict) -> str:
     lines.append(f"Machine: {meta['cpus']} CPUs, {meta['platform']}, Python {meta['python']}; "
                  "shared and busy (1-minute load average at start/end of each build shown). "
                  "MB = 10^6 bytes; corpus tokens = cl100k tokens of the passage texts.")
+    if results.get("note"):
+        lines.append("")
+        lines.append(f"Note: {results['note']}.")
     lines.append("")
     names = list(results["datasets"])
     rows = [("passages", "passages"), ("corpus tokens", "corpus_tokens"), ("wall time (s)", "wall_s"),
