@@ -223,7 +223,7 @@ def test_retrieve_many_equals_retrieve(store):
 
 
 def test_no_ppr_ablation_uses_entry_points_and_names(store):
-    r = Searcher(store, SearchConfig(use_ppr=False)).retrieve("Which singer recorded Hello Love?")
+    r = Searcher(store, SearchConfig(use_ppr=False)).retrieve("Which album Hello Love was released in 1974?")
     assert r.passages[0] == "p2"
     assert {n.origin for n in r.nodes} <= {"entry", "name", "attribute", "high_level"}
 
