@@ -16,8 +16,8 @@ __all__ = ["searcher", "retrieve", "retrieve_many", "answer"]
 
 
 def _default_config(index: Any) -> SearchConfig:
-    cfg = getattr(index.config, "search", None)
-    return cfg if isinstance(cfg, SearchConfig) else SearchConfig()
+    """The current search defaults (search settings are query-time; the manifest's copy is not used)."""
+    return SearchConfig()
 
 
 def _resolve_llm(index: Any, llm: Any) -> Any:
@@ -36,7 +36,7 @@ def _resolve_llm(index: Any, llm: Any) -> Any:
 
 
 def searcher(self: Any, config: SearchConfig | None = None, *, llm: Any = None) -> Searcher:
-    """The (cached) Searcher of this index for ``config`` (default: the index's search config).
+    """The (cached) Searcher of this index for ``config`` (default: ``SearchConfig()``).
 
     ``llm`` is a backend, a spec string, or None for the index config's ``llm.spec``.
     """

@@ -18,6 +18,8 @@ def add_query_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the ``noderag query`` arguments to ``parser``."""
     parser.add_argument("index", metavar="DIR", help="index directory built by `noderag build`")
     parser.add_argument("questions", metavar="QUESTION", nargs="+", help="one or more questions")
+    parser.add_argument("--config", metavar="FILE", default=None,
+                        help="TOML/YAML file whose [search] table overrides the search defaults")
     parser.add_argument("--json", action="store_true", help="print one JSON object per question")
     parser.add_argument("--answer", action="store_true", help="also answer with the LLM (needs --llm or llm.spec)")
     parser.add_argument("--llm", metavar="SPEC", default=None, help="LLM backend spec for --answer")
@@ -84,8 +86,13 @@ def run_query(args: argparse.Namespace, *, out: TextIO | None = None) -> int:
 
     out = out or sys.stdout
     store = IndexStore.open(args.index)
-    base = getattr(store.config, "search", None)
-    base = base if isinstance(base, SearchConfig) else SearchConfig()
+    # Search settings are query-time settings: the current defaults, a --config file's [search]
+    # table, then flags (not the search section frozen into the index manifest at build time).
+    base = SearchConfig()
+    if getattr(args, "config", None):
+        from ..config import load_config
+
+        base = load_config(args.config).search
     try:
         config = base.replace(**search_overrides(args))
     except ValueError as exc:
