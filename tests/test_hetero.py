@@ -578,6 +578,20 @@ def test_corrupt_key_order_detected_on_lookup(tmp_path, order, match):
             g.add_nodes([0], [11])
 
 
+def test_key_order_derived_not_stored(tmp_path):
+    # an older save's order file is used when present; a new save removes it and lookups still work
+    _saved(tmp_path)
+    assert not (tmp_path / "node_key_order.npy").exists()
+    atomic_save_npy(tmp_path / "node_key_order.npy", np.array([0, 1, 2, 3], np.int32))
+    assert HeteroGraph.load(tmp_path).ids_of([40, 20, 99]).tolist() == [3, 1, -1]
+    hg = HeteroGraph.from_coo([0, 1, 2], [30, 10, 20], [0], [1], [1.0])
+    hg.save(tmp_path)
+    assert not (tmp_path / "node_key_order.npy").exists()
+    g = HeteroGraph.load(tmp_path)
+    assert g.ids_of([10, 20, 30, 40]).tolist() == [1, 2, 0, -1]
+    assert g.add_nodes([2, 0], [20, 50]).tolist() == [2, 3]
+
+
 def test_load_missing_directory(tmp_path):
     with pytest.raises(FileNotFoundError, match="nothere"):
         HeteroGraph.load(tmp_path / "nothere")

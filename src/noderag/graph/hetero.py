@@ -10,7 +10,8 @@ On disk (``save``/``load``)::
 
     DIR/node_types.npy        uint8 (n,)
     DIR/node_keys.npy         uint64 (n,)
-    DIR/node_key_order.npy    int32 (n,)   argsort of the keys (the persisted key -> id map)
+    DIR/node_key_order.npy    int32 (n,)   optional, older saves only: argsort of the keys
+                                           (now recomputed on the first key lookup, O(n log n))
     DIR/graph/{indptr,indices,weights}.npy     structural layer
     DIR/semantic/{indptr,indices,weights}.npy  semantic layer
     DIR/graph/meta.json       format version, n, nnz per layer (written last)
@@ -826,7 +827,9 @@ class HeteroGraph:
         root.mkdir(parents=True, exist_ok=True)
         atomic_save_npy(root / "node_types.npy", self.types)
         atomic_save_npy(root / "node_keys.npy", self.keys)
-        atomic_save_npy(root / "node_key_order.npy", self._key_index().order())
+        # the key -> id order is derived from the keys on the first lookup, not stored;
+        # a stale order file of an earlier save in this directory would no longer match
+        (root / "node_key_order.npy").unlink(missing_ok=True)
         meta: dict = {"format_version": FORMAT_VERSION, "n": self._n}
         for name in LAYERS:
             csr = self.layer(name)
@@ -863,7 +866,8 @@ class HeteroGraph:
         types = load_npy(root / "node_types.npy", mmap, dtype=TYPE_DTYPE, shape=(n,))
         keys = load_npy(root / "node_keys.npy", mmap, dtype=KEY_DTYPE, shape=(n,))
         order_path = root / "node_key_order.npy"
-        order = load_npy(order_path, mmap, dtype=_ID_DTYPE, shape=(n,))
+        # written by older saves only (checked before first use); otherwise derived lazily
+        order = load_npy(order_path, mmap, dtype=_ID_DTYPE, shape=(n,)) if order_path.is_file() else None
         layers = {}
         for name in LAYERS:
             sub = root / _LAYER_DIRS[name]

@@ -58,6 +58,10 @@ class StageLog:
         atomic_write_json(self.path, {"format_version": FORMAT_VERSION, "stages": self.stages})
 
 
+# files older index versions wrote that are now derived on load (removed when a newer build commits)
+OBSOLETE_FILES = ("node_key_order.npy",)
+
+
 def finish_pending_commit(root: Path) -> bool:
     """Complete an interrupted final commit (move ``stages/final/*`` into ``root``, manifest last).
 
@@ -81,6 +85,10 @@ def finish_pending_commit(root: Path) -> bool:
             os.replace(src, dst)
         else:
             os.replace(src, dst)
+    for name in OBSOLETE_FILES:
+        # written by older versions and no longer part of the index: a stale copy would not match
+        if name not in entries:
+            (root / name).unlink(missing_ok=True)
     if (final / MANIFEST).is_file():
         os.replace(final / MANIFEST, root / MANIFEST)
     _fsync_dir(root)
