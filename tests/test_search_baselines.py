@@ -90,7 +90,7 @@ def test_search_config_round_trip_and_replace():
     cfg = SearchConfig(alpha=0.3, quotas=QuotaConfig(entities=3))
     again = SearchConfig.from_dict(cfg.to_dict())
     assert again == cfg
-    changed = cfg.replace(rule="lazy")
-    assert changed.rule == "lazy" and changed.quotas.entities == 3 and cfg.rule == "restart"
+    changed = cfg.replace(rule="restart")
+    assert changed.rule == "restart" and changed.quotas.entities == 3 and cfg.rule == "lazy"
     with pytest.raises(ValueError, match="search.alpha"):
         cfg.replace(alpha=1.5)

@@ -87,7 +87,7 @@ class SearchConfig:
     use_ppr: bool = True
     alpha: float = 0.5
     iterations: int = 2
-    rule: str = "restart"
+    rule: str = "lazy"
     structural_weight: float = 1.0
     semantic_weight: float = 0.0
     ppr_candidates: int = 30
