@@ -49,7 +49,7 @@ def _snapshot(path: Path) -> dict:
                 "semantic/indptr.npy", "semantic/indices.npy", "semantic/weights.npy"):
         snap[rel] = np.load(path / rel, allow_pickle=False).tobytes()
     snap["nodes"] = pq.read_table(path / "nodes.parquet").to_pydict()
-    snap["base"] = pq.read_table(path / "base.parquet").to_pydict()
+    snap["linked"] = pq.read_table(path / "linked.parquet").to_pydict()
     snap["documents"] = pq.read_table(path / "documents.parquet").to_pydict()
     snap["vectors"] = (path / "vectors.usearch").read_bytes()
     m = json.loads((path / "manifest.json").read_text())
@@ -222,6 +222,65 @@ def test_insert_equals_full_build(tmp_path, demo_index):
     # inserting the same documents again adds nothing
     rep = build_index([part_b], inc, None, progress=False)
     assert rep.added_documents == 0 and rep.duplicates == 5
+
+
+def _pair_sums(src, dst, w) -> dict:
+    out: dict = {}
+    for s, d, x in zip(np.asarray(src).tolist(), np.asarray(dst).tolist(), np.asarray(w).tolist()):
+        k = (min(s, d), max(s, d))
+        out[k] = out.get(k, 0.0) + x
+    return out
+
+
+def test_base_edges_derived_from_graph(tmp_path, monkeypatch):
+    # the decomposed edges an insert extends are not stored: graph T/S/N/R edges minus linked.parquet
+    import noderag.index.pipeline as pl
+
+    made = []
+
+    def recording(*a, **k):
+        e = pl.EdgeList()
+        e.extend(assemble(*a, **k))
+        made.append(e)
+        return e
+
+    assemble = pl.assemble_chunks
+    monkeypatch.setattr(pl, "assemble_chunks", recording)
+    out = tmp_path / "idx"
+    _build([demo_dir()], out)
+    assert len(made) == 1 and not (out / "base.parquet").exists()
+    _, _, base, _ = pl._load_existing(out)
+    src, dst, w = base.arrays()
+    types = np.load(out / "node_types.npy")
+    assert np.all(types[src] <= types[dst])
+    assert _pair_sums(src, dst, w) == _pair_sums(*made[0].arrays())
+    # an older index with base.parquet: read as stored, removed when the next build commits
+    pl._write_linked(out / "base.parquet", *made[0].arrays())
+    _, _, old, _ = pl._load_existing(out)
+    assert _pair_sums(*old.arrays()) == _pair_sums(*made[0].arrays())
+    other = tmp_path / "other.txt"
+    other.write_text("A different document about Someplace Else.", encoding="utf-8")
+    _build([other], out)
+    assert not (out / "base.parquet").exists()
+
+
+def test_derive_base_subtracts_name_links():
+    # T0 S1 S2 N3 N4 R5 A6: decomposed S-T, S-N (counts), N-R; links add to (1,3) and create (2,4); A edge ignored
+    from noderag.graph.hetero import HeteroGraph
+    from noderag.index.pipeline import derive_base
+
+    types = [T, S, S, N, N, R, A]
+    base = ([1, 2, 1, 2, 3], [0, 0, 3, 3, 5], [1.0, 1.0, 2.0, 1.0, 1.0])
+    link = ([1, 2], [3, 4], [1.0, 3.0])
+    src = base[0] + link[0] + [3]
+    dst = base[1] + link[1] + [6]
+    w = base[2] + link[2] + [1.0]
+    g = HeteroGraph.from_coo(types, list(range(10, 17)), src, dst, w)
+    s, d, x = derive_base(g, *(np.asarray(a) for a in link))
+    assert sorted(zip(s.tolist(), d.tolist(), x.tolist())) == [(0, 1, 1.0), (0, 2, 1.0), (1, 3, 2.0), (2, 3, 1.0),
+                                                               (3, 5, 1.0)]
+    with pytest.raises(ValueError, match="linked.parquet"):
+        derive_base(g, np.array([1]), np.array([4]), np.array([1.0]))
 
 
 def test_bad_inputs(tmp_path):

@@ -59,7 +59,7 @@ class StageLog:
 
 
 # files older index versions wrote that are now derived on load (removed when a newer build commits)
-OBSOLETE_FILES = ("node_key_order.npy",)
+OBSOLETE_FILES = ("node_key_order.npy", "base.parquet")
 
 
 def finish_pending_commit(root: Path) -> bool:

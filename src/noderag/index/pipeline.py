@@ -43,6 +43,8 @@ from .manifest import FINAL_MARKER, MANIFEST, StageLog, dir_sizes, finish_pendin
 __all__ = ["BuildError", "build_index", "BuildReport"]
 
 T, S, N, R, A, H, O = (int(t) for t in NodeType)
+# name-link S-N edges of the last run; the decomposed base edges are derived from the graph with them
+LINKED = "linked.parquet"
 _BUILD_SECTIONS = ("chunk", "decompose", "importance", "attributes", "communities", "embed", "semantic", "seed")
 
 
@@ -112,9 +114,53 @@ def _load_existing(root: Path):
     table.index = {k: i for i, k in enumerate(table.keys)}
     dtab = pq.read_table(root / "documents.parquet").to_pylist()
     base = EdgeList()
-    btab = pq.read_table(root / "base.parquet")
-    base.add(btab.column("src").to_numpy(), btab.column("dst").to_numpy(), btab.column("w").to_numpy())
+    if (root / "base.parquet").is_file():  # written by older versions
+        btab = pq.read_table(root / "base.parquet")
+        base.add(btab.column("src").to_numpy(), btab.column("dst").to_numpy(), btab.column("w").to_numpy())
+    else:
+        from noderag.graph.hetero import HeteroGraph
+
+        ltab = pq.read_table(root / LINKED)
+        base.add(*derive_base(HeteroGraph.load(root, mmap=True), ltab.column("src").to_numpy(),
+                              ltab.column("dst").to_numpy(), ltab.column("w").to_numpy()))
     return table, dtab, base, manifest
+
+
+def derive_base(graph, link_src: np.ndarray, link_dst: np.ndarray,
+                link_w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The decomposed T/S/N/R edges (src, dst, w) of a saved graph: its T/S/N/R structural edges minus the name links.
+
+    Every structural edge between two T/S/N/R nodes is a decomposed edge or a
+    name link (A/H/O edges always touch an A, H or O node), summed. Each edge is
+    returned once, the lower type code first (S->N, N->R, T->S), pairs summed.
+    """
+    c = graph.structural
+    types = np.asarray(graph.types)
+    indptr = np.asarray(c.indptr)
+    rows = np.repeat(np.arange(c.n, dtype=np.int64), np.diff(indptr))
+    cols = np.asarray(c.indices, dtype=np.int64)
+    w = np.asarray(c.weights, dtype=np.float32)
+    m = (rows < cols) & (types[rows] <= R) & (types[cols] <= R)
+    rows, cols, w = rows[m], cols[m], w[m].copy()
+    ls = np.asarray(link_src, dtype=np.int64)
+    ld = np.asarray(link_dst, dtype=np.int64)
+    if ls.size:
+        code = rows * (1 << 31) + cols
+        if code.size > 1 and not np.all(code[1:] > code[:-1]):  # columns unsorted within a row
+            o = np.argsort(code, kind="stable")
+            rows, cols, w, code = rows[o], cols[o], w[o], code[o]
+        lcode = np.minimum(ls, ld) * (1 << 31) + np.maximum(ls, ld)
+        pos = np.searchsorted(code, lcode)
+        ok = (pos < code.size) & (code[np.minimum(pos, code.size - 1)] == lcode)
+        if not ok.all():
+            raise ValueError(f"{LINKED}: a name link is not an edge of the structural layer (corrupt index)")
+        np.subtract.at(w, pos, np.asarray(link_w, dtype=np.float32))
+        keep = w > 0
+        rows, cols, w = rows[keep], cols[keep], w[keep]
+    swap = types[rows] > types[cols]
+    src = np.where(swap, cols, rows).astype(np.int32)
+    dst = np.where(swap, rows, cols).astype(np.int32)
+    return src, dst, w
 
 
 # ----------------------------------------------------------------------------- journal
@@ -505,7 +551,7 @@ def build_index(inputs: Sequence[str | os.PathLike], index_dir: str | os.PathLik
     write_nodes(final / "nodes.parquet", table, mentions_all)
     write_documents(final / "documents.parquet", docs_rows)
     graph.save(final)
-    _write_base(final / "base.parquet", *base.arrays())
+    _write_linked(final / LINKED, *link.arrays())
     vindex.save(final / "vectors.usearch")
     _checkpoint("finalize-files")
     slog.finish("finalize")
@@ -559,8 +605,8 @@ def build_index(inputs: Sequence[str | os.PathLike], index_dir: str | os.PathLik
     return BuildReport(len(new_docs), dupes, manifest)
 
 
-def _write_base(path: Path, src: np.ndarray, dst: np.ndarray, w: np.ndarray) -> None:
-    """The decomposed T/S/N/R edges (what an insert extends) as a zstd Parquet table."""
+def _write_linked(path: Path, src: np.ndarray, dst: np.ndarray, w: np.ndarray) -> None:
+    """The name-link S-N edges as a zstd Parquet table (structural T/S/N/R edges minus these = base)."""
     import pyarrow as pa
 
     from noderag.graph.storage import atomic_write_parquet

@@ -5,8 +5,9 @@ Layout (DESIGN §2)::
     manifest.json        format version, config, stage states, counts, tokens, time, bytes
     nodes.parquet        id, type, key, name, text, doc_id, chunk_id, source_id, mentions, active
     documents.parquet    doc_id, source, title, content_hash, chunk_ids
-    node_types.npy, node_keys.npy, node_key_order.npy, graph/, semantic/   (HeteroGraph.save)
-    base.parquet         decomposed T/S/N/R edges as COO (what incremental insert extends)
+    node_types.npy, node_keys.npy, graph/, semantic/   (HeteroGraph.save)
+    linked.parquet       name-link S-N edges (src, dst, w); the decomposed T/S/N/R edges an insert
+                         extends are the graph's T/S/N/R structural edges minus these
     vectors.usearch      HNSW index of T, S, A, H vectors, key = node id
     llm_cache.sqlite     LLM request/response cache (LLM builds only)
 
