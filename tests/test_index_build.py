@@ -20,7 +20,7 @@ from noderag.graph.storage import FormatVersionError
 from noderag.graph.types import NodeType
 from noderag.index.ingest import IngestError
 from noderag.index.pipeline import BuildError, build_index
-from noderag.index.store import IndexNotFoundError, IndexStore
+from noderag.index.store import NODE_COLUMNS, IndexNotFoundError, IndexStore
 
 T, S, N, R, A, H, O = (int(t) for t in NodeType)
 
@@ -58,11 +58,16 @@ def _snapshot(path: Path) -> dict:
 
 
 def test_nodes_parquet_contract(demo_index):
-    tab = pq.read_table(demo_index / "nodes.parquet")
+    # the file holds no key column (node_keys.npy does); IndexStore.nodes carries it, in column order
+    stored = pq.read_table(demo_index / "nodes.parquet")
+    assert "key" not in stored.column_names
+    tab = IndexStore.open(demo_index).nodes
     schema = {f.name: str(f.type) for f in tab.schema}
     assert schema == {"id": "int32", "type": "uint8", "key": "uint64", "name": "string", "text": "string",
                       "doc_id": "int32", "chunk_id": "int32", "source_id": "string", "mentions": "int32",
                       "active": "bool"}
+    assert list(tab.column_names) == list(NODE_COLUMNS)
+    assert tab.column("key").to_numpy().tolist() == np.load(demo_index / "node_keys.npy").tolist()
     d = tab.to_pydict()
     n = len(d["id"])
     assert d["id"] == list(range(n))
@@ -91,6 +96,24 @@ def test_nodes_parquet_contract(demo_index):
     docs = pq.read_table(demo_index / "documents.parquet").to_pydict()
     assert len(docs["doc_id"]) == 12 and docs["doc_id"] == list(range(12))
     assert all(types[c] == T for cs in docs["chunk_ids"] for c in cs)
+
+
+def test_older_nodes_parquet_with_key_column(tmp_path, demo_index):
+    # indexes written before the key column moved to node_keys.npy alone still open and extend
+    import pyarrow as pa
+
+    from noderag.index.pipeline import _load_existing
+
+    out = tmp_path / "old"
+    shutil.copytree(demo_index, out)
+    tab = pq.read_table(out / "nodes.parquet")
+    keys = np.load(out / "node_keys.npy")
+    pq.write_table(tab.add_column(2, pa.field("key", pa.uint64()), pa.array(keys)), out / "nodes.parquet")
+    nodes = IndexStore.open(out).nodes
+    assert list(nodes.column_names) == list(NODE_COLUMNS)
+    assert nodes.column("key").to_numpy().tolist() == keys.tolist()
+    table, *_ = _load_existing(out)
+    assert table.keys == keys.tolist()
 
 
 def test_store_opens_memory_mapped(demo_index):

@@ -106,8 +106,11 @@ def _load_existing(root: Path):
 
     manifest = read_manifest(root)
     tab = pq.read_table(root / "nodes.parquet")
-    cols = {c: tab.column(c).to_pylist() for c in ("type", "key", "name", "text", "doc_id", "chunk_id",
+    cols = {c: tab.column(c).to_pylist() for c in ("type", "name", "text", "doc_id", "chunk_id",
                                                    "source_id", "active")}
+    # keys live in node_keys.npy (older nodes.parquet files carry a copy)
+    cols["key"] = (tab.column("key").to_pylist() if "key" in tab.column_names
+                   else np.load(root / "node_keys.npy", allow_pickle=False).tolist())
     table = NodeTable(types=cols["type"], keys=cols["key"], names=cols["name"], texts=cols["text"],
                       doc_ids=cols["doc_id"], chunk_ids=cols["chunk_id"], source_ids=cols["source_id"],
                       active=cols["active"])

@@ -3,7 +3,8 @@
 Layout (DESIGN §2)::
 
     manifest.json        format version, config, stage states, counts, tokens, time, bytes
-    nodes.parquet        id, type, key, name, text, doc_id, chunk_id, source_id, mentions, active
+    nodes.parquet        id, type, name, text, doc_id, chunk_id, source_id, mentions, active
+                         (``IndexStore.nodes`` adds ``key`` from node_keys.npy; older files carry it)
     documents.parquet    doc_id, source, title, content_hash, chunk_ids
     node_types.npy, node_keys.npy, graph/, semantic/   (HeteroGraph.save)
     linked.parquet       name-link S-N edges (src, dst, w); the decomposed T/S/N/R edges an insert
@@ -38,6 +39,8 @@ __all__ = [
 
 MANIFEST = "manifest.json"
 NODE_COLUMNS = ("id", "type", "key", "name", "text", "doc_id", "chunk_id", "source_id", "mentions", "active")
+# the key column is not stored twice: node_keys.npy (HeteroGraph.save) holds it
+_STORED_NODE_COLUMNS = tuple(c for c in NODE_COLUMNS if c != "key")
 
 
 class IndexNotFoundError(FileNotFoundError):
@@ -48,21 +51,20 @@ def _schema_nodes():
     import pyarrow as pa
 
     return pa.schema([
-        ("id", pa.int32()), ("type", pa.uint8()), ("key", pa.uint64()), ("name", pa.string()),
+        ("id", pa.int32()), ("type", pa.uint8()), ("name", pa.string()),
         ("text", pa.string()), ("doc_id", pa.int32()), ("chunk_id", pa.int32()),
         ("source_id", pa.string()), ("mentions", pa.int32()), ("active", pa.bool_()),
     ])
 
 
 def nodes_table(table, mentions: np.ndarray):
-    """The ``nodes.parquet`` table of a :class:`~noderag.index.assemble.NodeTable`."""
+    """The ``nodes.parquet`` table of a :class:`~noderag.index.assemble.NodeTable` (no ``key`` column)."""
     import pyarrow as pa
 
     n = len(table)
     return pa.Table.from_arrays([
         pa.array(np.arange(n, dtype=np.int32)),
         pa.array(table.types_array()),
-        pa.array(table.keys_array()),
         pa.array(table.names, type=pa.string()),
         pa.array(table.texts, type=pa.string()),
         pa.array(np.asarray(table.doc_ids, dtype=np.int32)),
@@ -165,9 +167,16 @@ class IndexStore:
         if not path.is_file():
             raise IndexNotFoundError(f"{path}: missing")
         tab = pq.read_table(path, memory_map=True)
-        missing = [c for c in NODE_COLUMNS if c not in tab.column_names]
+        missing = [c for c in _STORED_NODE_COLUMNS if c not in tab.column_names]
         if missing:
             raise ValueError(f"{path}: missing column(s) {missing}")
+        if "key" not in tab.column_names:  # stored once, in node_keys.npy
+            import pyarrow as pa
+
+            keys = np.asarray(self.graph.keys)
+            if keys.shape[0] != tab.num_rows:
+                raise ValueError(f"{path}: {tab.num_rows} rows but the graph has {keys.shape[0]} nodes")
+            tab = tab.add_column(NODE_COLUMNS.index("key"), pa.field("key", pa.uint64()), pa.array(keys))
         return tab
 
     @cached_property
