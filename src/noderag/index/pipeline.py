@@ -614,9 +614,11 @@ def _write_linked(path: Path, src: np.ndarray, dst: np.ndarray, w: np.ndarray) -
 
     from noderag.graph.storage import atomic_write_parquet
 
+    from .store import PARQUET_OPTIONS
+
     tab = pa.Table.from_arrays([pa.array(src, pa.int32()), pa.array(dst, pa.int32()), pa.array(w, pa.float32())],
                                names=["src", "dst", "w"])
-    atomic_write_parquet(path, tab, compression="zstd")
+    atomic_write_parquet(path, tab, **PARQUET_OPTIONS)
 
 
 def _grow(vec: np.ndarray, n: int) -> np.ndarray:

@@ -88,14 +88,20 @@ def documents_table(docs: Sequence[dict]):
     ], names=["doc_id", "source", "title", "content_hash", "chunk_ids"])
 
 
+# Parquet options of every index table: the columns are mostly unique texts and ids, where
+# dictionary pages only add bytes; zstd 12 vs the default 3: MuSiQue nodes.parquet 948,823 ->
+# 867,751 bytes (without dictionaries) for ~0.4 s more at build time
+PARQUET_OPTIONS = {"compression": "zstd", "compression_level": 12, "use_dictionary": False}
+
+
 def write_nodes(path: str | os.PathLike, table, mentions: np.ndarray) -> Path:
     """Write ``nodes.parquet`` atomically."""
-    return atomic_write_parquet(path, nodes_table(table, mentions), compression="zstd")
+    return atomic_write_parquet(path, nodes_table(table, mentions), **PARQUET_OPTIONS)
 
 
 def write_documents(path: str | os.PathLike, docs: Sequence[dict]) -> Path:
     """Write ``documents.parquet`` atomically."""
-    return atomic_write_parquet(path, documents_table(docs), compression="zstd")
+    return atomic_write_parquet(path, documents_table(docs), **PARQUET_OPTIONS)
 
 
 class IndexStore:
