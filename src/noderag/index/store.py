@@ -96,7 +96,9 @@ PARQUET_OPTIONS = {"compression": "zstd", "compression_level": 12, "use_dictiona
 
 def write_nodes(path: str | os.PathLike, table, mentions: np.ndarray) -> Path:
     """Write ``nodes.parquet`` atomically."""
-    return atomic_write_parquet(path, nodes_table(table, mentions), **PARQUET_OPTIONS)
+    # id is the row number: delta-encoded it takes ~200 bytes instead of ~90 KB (MuSiQue)
+    return atomic_write_parquet(path, nodes_table(table, mentions), **PARQUET_OPTIONS,
+                                column_encoding={"id": "DELTA_BINARY_PACKED"})
 
 
 def write_documents(path: str | os.PathLike, docs: Sequence[dict]) -> Path:
