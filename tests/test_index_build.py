@@ -106,14 +106,35 @@ def test_older_nodes_parquet_with_key_column(tmp_path, demo_index):
 
     out = tmp_path / "old"
     shutil.copytree(demo_index, out)
-    tab = pq.read_table(out / "nodes.parquet")
+    new = IndexStore.open(demo_index).nodes
     keys = np.load(out / "node_keys.npy")
-    pq.write_table(tab.add_column(2, pa.field("key", pa.uint64()), pa.array(keys)), out / "nodes.parquet")
-    nodes = IndexStore.open(out).nodes
-    assert list(nodes.column_names) == list(NODE_COLUMNS)
-    assert nodes.column("key").to_numpy().tolist() == keys.tolist()
+    assert "name" not in pq.read_table(out / "nodes.parquet").column_names  # derived: N/O text, else null
+    pq.write_table(new, out / "nodes.parquet")  # the old layout: every column stored
+    old = IndexStore.open(out).nodes
+    assert list(old.column_names) == list(NODE_COLUMNS)
+    assert old.equals(new)
+    assert old.column("key").to_numpy().tolist() == keys.tolist()
     table, *_ = _load_existing(out)
-    assert table.keys == keys.tolist()
+    assert table.keys == keys.tolist() and table.names == new.column("name").to_pylist()
+
+
+def test_nodes_file_keeps_names_it_cannot_derive(tmp_path):
+    import pyarrow.parquet as pq
+
+    from noderag.index.assemble import NodeTable
+    from noderag.index.store import nodes_table, read_nodes_file, write_nodes
+
+    t = NodeTable()
+    t.add(N, 1, name="Kessel", text="Kessel")
+    t.add(S, 2, name=None, text="Kessel is a town.")
+    write_nodes(tmp_path / "a.parquet", t, np.array([1, 0]))
+    assert "name" not in pq.read_table(tmp_path / "a.parquet").column_names
+    assert read_nodes_file(tmp_path / "a.parquet").column("name").to_pylist() == ["Kessel", None]
+    t.add(N, 3, name="Skarn", text="skarn")  # a name that is not the text: the column is stored
+    assert nodes_table(t, np.zeros(3)).column("name").to_pylist() == ["Kessel", None, "Skarn"]
+    pq.write_table(pq.read_table(tmp_path / "a.parquet").replace_schema_metadata(None), tmp_path / "b.parquet")
+    with pytest.raises(ValueError, match="b.parquet: no name column"):
+        read_nodes_file(tmp_path / "b.parquet")
 
 
 def test_store_opens_memory_mapped(demo_index):

@@ -105,7 +105,9 @@ def _load_existing(root: Path):
     import pyarrow.parquet as pq
 
     manifest = read_manifest(root)
-    tab = pq.read_table(root / "nodes.parquet")
+    from .store import read_nodes_file
+
+    tab = read_nodes_file(root / "nodes.parquet")
     cols = {c: tab.column(c).to_pylist() for c in ("type", "name", "text", "doc_id", "chunk_id",
                                                    "source_id", "active")}
     # keys live in node_keys.npy (older nodes.parquet files carry a copy)

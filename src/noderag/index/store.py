@@ -4,7 +4,8 @@ Layout (DESIGN §2)::
 
     manifest.json        format version, config, stage states, counts, tokens, time, bytes
     nodes.parquet        id, type, name, text, doc_id, chunk_id, source_id, mentions, active
-                         (``IndexStore.nodes`` adds ``key`` from node_keys.npy; older files carry it)
+                         (``IndexStore.nodes`` adds ``key`` from node_keys.npy; older files carry it;
+                         ``name`` is left out when it is the text of N/O nodes and null elsewhere)
     documents.parquet    doc_id, source, title, content_hash, chunk_ids
     node_types.npy, node_keys.npy, graph/, semantic/   (HeteroGraph.save)
     linked.parquet       name-link S-N edges (src, dst, w); the decomposed T/S/N/R edges an insert
@@ -31,6 +32,7 @@ __all__ = [
     "IndexNotFoundError",
     "NODE_COLUMNS",
     "nodes_table",
+    "read_nodes_file",
     "documents_table",
     "write_nodes",
     "write_documents",
@@ -57,14 +59,28 @@ def _schema_nodes():
     ])
 
 
+# type codes (N, O) whose name is their text; the metadata flag marks a file without a name column
+_NAME_IS_TEXT = (2, 6)
+_NAME_META = b"noderag.name"
+_NAME_META_VALUE = b"text of types 2,6, else null"
+
+
 def nodes_table(table, mentions: np.ndarray):
-    """The ``nodes.parquet`` table of a :class:`~noderag.index.assemble.NodeTable` (no ``key`` column)."""
+    """The ``nodes.parquet`` table of a :class:`~noderag.index.assemble.NodeTable` (no ``key`` column).
+
+    The ``name`` column is left out (and the schema metadata says so) when every
+    N/O name equals its text and every other name is null, as the builders make them.
+    """
     import pyarrow as pa
 
     n = len(table)
-    return pa.Table.from_arrays([
+    types = table.types_array()
+    from_text = np.isin(types, _NAME_IS_TEXT).tolist()
+    derived = all((nm == tx) if ft else (nm is None) for nm, tx, ft in zip(table.names, table.texts, from_text))
+    schema = _schema_nodes()
+    tab = pa.Table.from_arrays([
         pa.array(np.arange(n, dtype=np.int32)),
-        pa.array(table.types_array()),
+        pa.array(types),
         pa.array(table.names, type=pa.string()),
         pa.array(table.texts, type=pa.string()),
         pa.array(np.asarray(table.doc_ids, dtype=np.int32)),
@@ -72,7 +88,34 @@ def nodes_table(table, mentions: np.ndarray):
         pa.array(table.source_ids, type=pa.string()),
         pa.array(np.asarray(mentions, dtype=np.int32)),
         pa.array(np.asarray(table.active, dtype=bool)),
-    ], schema=_schema_nodes())
+    ], schema=schema)
+    if derived:
+        tab = tab.drop_columns(["name"]).replace_schema_metadata({_NAME_META: _NAME_META_VALUE})
+    return tab
+
+
+def read_nodes_file(path: str | os.PathLike):
+    """``nodes.parquet`` as a pyarrow Table with its ``name`` column (restored when left out); no key added."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    path = Path(path)
+    if not path.is_file():
+        raise IndexNotFoundError(f"{path}: missing")
+    tab = pq.read_table(path, memory_map=True)
+    if "name" not in tab.column_names and "text" in tab.column_names and "type" in tab.column_names:
+        meta = tab.schema.metadata or {}
+        if meta.get(_NAME_META) != _NAME_META_VALUE:
+            raise ValueError(f"{path}: no name column and no {_NAME_META.decode()} metadata saying how to derive it")
+        name = pc.if_else(pc.is_in(tab.column("type"), value_set=pa.array(_NAME_IS_TEXT, pa.uint8())),
+                          tab.column("text"), pa.scalar(None, pa.string()))
+        tab = tab.add_column(tab.column_names.index("text"), pa.field("name", pa.string()), name)
+        tab = tab.replace_schema_metadata(None)
+    missing = [c for c in _STORED_NODE_COLUMNS if c not in tab.column_names]
+    if missing:
+        raise ValueError(f"{path}: missing column(s) {missing}")
+    return tab
 
 
 def documents_table(docs: Sequence[dict]):
@@ -169,15 +212,8 @@ class IndexStore:
 
     @cached_property
     def nodes(self):
-        import pyarrow.parquet as pq
-
         path = self.path / "nodes.parquet"
-        if not path.is_file():
-            raise IndexNotFoundError(f"{path}: missing")
-        tab = pq.read_table(path, memory_map=True)
-        missing = [c for c in _STORED_NODE_COLUMNS if c not in tab.column_names]
-        if missing:
-            raise ValueError(f"{path}: missing column(s) {missing}")
+        tab = read_nodes_file(path)
         if "key" not in tab.column_names:  # stored once, in node_keys.npy
             import pyarrow as pa
 
