@@ -517,6 +517,7 @@ def test_format_version_mismatch(tmp_path):
         ("graph/weights.npy", "truncate", ValueError, r"graph/weights.npy"),
         ("graph/meta.json", "truncate", ValueError, r"graph/meta.json: invalid JSON at line"),
         ("graph/indices.npy", "int64", ValueError, r"graph/indices.npy: expected dtype int32, found int64"),
+        ("graph/indptr.npy", "float", ValueError, r"graph/indptr.npy: expected dtype int32 or int64, found float64"),
         ("node_types.npy", "short", ValueError, r"node_types.npy: expected shape \(4,\)"),
         ("node_keys.npy", "object", ValueError, r"node_keys.npy"),
         ("graph/indices.npy", "out_of_range", ValueError, r"graph: corrupt structural layer: indices.npy: column ids must lie in \[0, 4\); first violation at position 0"),
@@ -538,6 +539,8 @@ def test_corrupt_or_missing_files_are_named(tmp_path, relpath, corrupt, exc, mat
         arr = np.load(p)
         if corrupt == "int64":
             arr = arr.astype(np.int64)
+        elif corrupt == "float":
+            arr = arr.astype(np.float64)
         elif corrupt == "short":
             arr = arr[:-1]
         elif corrupt == "out_of_range":
@@ -576,6 +579,16 @@ def test_corrupt_key_order_detected_on_lookup(tmp_path, order, match):
             g.ids_of([10])
         with pytest.raises(ValueError, match="node_key_order.npy"):
             g.add_nodes([0], [11])
+
+
+def test_indptr_stored_int32_and_int64_files_load(tmp_path):
+    hg = _saved(tmp_path)
+    assert np.load(tmp_path / "graph" / "indptr.npy").dtype == np.int32
+    back = HeteroGraph.load(tmp_path)
+    assert back.structural.indptr.dtype == np.int64 and back.equals(hg)
+    for sub in ("graph", "semantic"):  # files written before the int32 form
+        atomic_save_npy(tmp_path / sub / "indptr.npy", np.load(tmp_path / sub / "indptr.npy").astype(np.int64))
+    assert HeteroGraph.load(tmp_path).equals(hg)
 
 
 def test_key_order_derived_not_stored(tmp_path):

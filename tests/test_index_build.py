@@ -141,7 +141,8 @@ def test_store_opens_memory_mapped(demo_index):
     store = IndexStore.open(demo_index)
     n = len(store)
     assert store.nodes.num_rows == n == store.types.shape[0]
-    assert isinstance(store.graph.structural.indptr, np.memmap)
+    assert isinstance(store.graph.structural.indices, np.memmap)
+    assert store.graph.structural.indptr.dtype == np.int64  # stored as int32, widened on load
     assert len(store.texts) == n and len(store.names) == n and len(store.source_ids) == n
     assert store.chunk_ids.dtype == np.int32 and store.mentions.dtype == np.int32 and store.active.all()
     emb = np.isin(store.types, (T, S, A, H))

@@ -12,7 +12,8 @@ On disk (``save``/``load``)::
     DIR/node_keys.npy         uint64 (n,)
     DIR/node_key_order.npy    int32 (n,)   optional, older saves only: argsort of the keys
                                            (now recomputed on the first key lookup, O(n log n))
-    DIR/graph/{indptr,indices,weights}.npy     structural layer
+    DIR/graph/{indptr,indices,weights}.npy     structural layer (indptr stored as int32 while
+                                               nnz < 2**31, widened to int64 on load; int64 files load too)
     DIR/semantic/{indptr,indices,weights}.npy  semantic layer
     DIR/graph/meta.json       format version, n, nnz per layer (written last)
 
@@ -834,7 +835,9 @@ class HeteroGraph:
         for name in LAYERS:
             csr = self.layer(name)
             sub = root / _LAYER_DIRS[name]
-            atomic_save_npy(sub / "indptr.npy", csr.indptr)
+            indptr = np.asarray(csr.indptr)
+            # offsets fit int32 below 2**31 entries: half the bytes on disk (widened again on load)
+            atomic_save_npy(sub / "indptr.npy", indptr.astype(np.int32) if csr.nnz < 2**31 else indptr)
             atomic_save_npy(sub / "indices.npy", csr.indices)
             atomic_save_npy(sub / "weights.npy", csr.weights)
             meta[f"{name}_nnz"] = csr.nnz
@@ -872,7 +875,11 @@ class HeteroGraph:
         for name in LAYERS:
             sub = root / _LAYER_DIRS[name]
             nnz = meta[f"{name}_nnz"]
-            indptr = load_npy(sub / "indptr.npy", mmap, dtype=INDPTR_DTYPE, shape=(n + 1,))
+            indptr = load_npy(sub / "indptr.npy", mmap, shape=(n + 1,))
+            if indptr.dtype == np.int32:  # the compact on-disk form: widened (an O(n) copy)
+                indptr = _readonly(indptr.astype(INDPTR_DTYPE))
+            elif indptr.dtype != INDPTR_DTYPE:
+                raise ValueError(f"{sub / 'indptr.npy'}: expected dtype int32 or int64, found {indptr.dtype}")
             indices = load_npy(sub / "indices.npy", mmap, dtype=INDEX_DTYPE, shape=(nnz,))
             weights = load_npy(sub / "weights.npy", mmap, dtype=WEIGHT_DTYPE, shape=(nnz,))
             if indptr[0] != 0 or indptr[-1] != nnz:
