@@ -32,6 +32,7 @@ __all__ = [
     "load_npy",
     "read_json",
     "dir_bytes",
+    "fsync_dir",
     "check_format_version",
 ]
 
@@ -49,7 +50,7 @@ def check_format_version(found: Any, *, where: str | os.PathLike, expected: int 
         )
 
 
-def _fsync_dir(directory: Path) -> None:
+def fsync_dir(directory: Path) -> None:
     """Fsync a directory so that a rename inside it is durable (no-op where unsupported)."""
     try:
         fd = os.open(directory, os.O_RDONLY)
@@ -82,7 +83,7 @@ def _atomic_write(path: str | os.PathLike, write: Callable[[io.BufferedWriter], 
         except FileNotFoundError:
             pass
         raise
-    _fsync_dir(directory)
+    fsync_dir(directory)
     return path
 
 

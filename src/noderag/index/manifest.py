@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from noderag.graph.storage import FORMAT_VERSION, atomic_write_json, read_json
+from noderag.graph.storage import FORMAT_VERSION, atomic_write_json, dir_bytes, fsync_dir, read_json
 
 __all__ = ["MANIFEST", "StageLog", "read_manifest", "finish_pending_commit", "dir_sizes", "FINAL_MARKER"]
 
@@ -91,29 +91,11 @@ def finish_pending_commit(root: Path) -> bool:
             (root / name).unlink(missing_ok=True)
     if (final / MANIFEST).is_file():
         os.replace(final / MANIFEST, root / MANIFEST)
-    _fsync_dir(root)
+    fsync_dir(root)
     shutil.rmtree(root / "stages", ignore_errors=True)
     return True
 
 
-def _fsync_dir(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 def dir_sizes(root: Path) -> dict[str, int]:
-    """Bytes per file (relative POSIX paths, sorted) under ``root``."""
-    root = Path(root)
-    out: dict[str, int] = {}
-    for p in sorted(root.rglob("*")):
-        if p.is_file() and p.name != FINAL_MARKER:
-            out[p.relative_to(root).as_posix()] = p.stat().st_size
-    return out
+    """Bytes per file (relative POSIX paths, sorted) under ``root``, without the commit marker."""
+    return {name: size for name, size in dir_bytes(root).items() if name != FINAL_MARKER}
