@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from noderag._overrides import with_overrides
 from .base import check_batch_size, check_texts, l2_normalize
 
 __all__ = ["EmbeddingServerError", "OpenAIEmbedConfig", "OpenAIEmbedder"]
@@ -81,11 +82,7 @@ class OpenAIEmbedder:
     def __init__(self, config: OpenAIEmbedConfig | None = None, **overrides: object) -> None:
         import httpx
 
-        cfg = config or OpenAIEmbedConfig()
-        for key, value in overrides.items():
-            if not hasattr(cfg, key):
-                raise TypeError(f"OpenAIEmbedder: unknown setting {key!r}")
-            setattr(cfg, key, value)
+        cfg = with_overrides(config or OpenAIEmbedConfig(), overrides, "OpenAIEmbedder")
         self.config = cfg.resolved()
         self.name = f"openai:{self.config.model}"
         self._rng = random.Random(self.config.seed)

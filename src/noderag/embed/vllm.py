@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from noderag._overrides import with_overrides
 from .base import check_batch_size, check_texts, l2_normalize
 
 __all__ = ["VLLMEmbedConfig", "VLLMEmbedder", "llm_kwargs", "outputs_to_array"]
@@ -79,11 +80,7 @@ class VLLMEmbedder:
     """Embed with ``vllm.LLM(..., runner="pooling").embed`` in large batches (needs a GPU)."""
 
     def __init__(self, config: VLLMEmbedConfig | None = None, **overrides: Any) -> None:
-        cfg = config or VLLMEmbedConfig()
-        for key, value in overrides.items():
-            if not hasattr(cfg, key):
-                raise TypeError(f"VLLMEmbedder: unknown setting {key!r}")
-            setattr(cfg, key, value)
+        cfg = with_overrides(config or VLLMEmbedConfig(), overrides, "VLLMEmbedder")
         kw = llm_kwargs(cfg)
         try:
             import vllm

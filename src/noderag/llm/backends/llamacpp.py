@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+from noderag._overrides import with_overrides
 from ..accounting import TokenLedger
 from ..base import BaseBackend, RawOutput, _check_requests, validated_batch
 from ..types import LLMError, LLMRequest, LLMResult, ResultCallback, now
@@ -58,11 +59,7 @@ class LlamaCppBackend(BaseBackend):
     """llama.cpp in this process; requests run one after another (the model is not thread-safe)."""
 
     def __init__(self, config: LlamaCppConfig | None = None, *, ledger: TokenLedger | None = None, **overrides: Any):
-        cfg = config or LlamaCppConfig()
-        for k, v in overrides.items():
-            if not hasattr(cfg, k):
-                raise TypeError(f"LlamaCppBackend: unknown option {k!r}")
-            setattr(cfg, k, v)
+        cfg = with_overrides(config or LlamaCppConfig(), overrides, "LlamaCppBackend")
         cfg.check()
         super().__init__(max_validation_retries=cfg.max_validation_retries, ledger=ledger)
         self.config = cfg

@@ -11,6 +11,7 @@ from typing import Any, Sequence
 
 import httpx
 
+from noderag._overrides import with_overrides
 from ..accounting import TokenLedger
 from ..base import BaseBackend, RawOutput, _check_requests, estimate_usage, finish_result, retry_request
 from ..types import LLMError, LLMRequest, LLMResult, ResultCallback, Usage, now
@@ -153,11 +154,7 @@ class OpenAIBackend(BaseBackend):
         self, config: OpenAIConfig | None = None, *, ledger: TokenLedger | None = None,
         transport: httpx.AsyncBaseTransport | None = None, **overrides: Any,
     ):
-        cfg = config or OpenAIConfig()
-        for k, v in overrides.items():
-            if not hasattr(cfg, k):
-                raise TypeError(f"OpenAIBackend: unknown option {k!r}")
-            setattr(cfg, k, v)
+        cfg = with_overrides(config or OpenAIConfig(), overrides, "OpenAIBackend")
         self.config = cfg.resolved()
         super().__init__(max_validation_retries=self.config.max_validation_retries, ledger=ledger)
         self.model_id = f"openai:{self.config.model}@{self.config.base_url}"

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from noderag._overrides import with_overrides
 from ..accounting import TokenLedger
 from ..base import BaseBackend, RawOutput, _check_requests, validated_batch
 from ..types import LLMError, LLMRequest, LLMResult, ResultCallback, Usage, now
@@ -129,11 +130,7 @@ class VLLMBackend(BaseBackend):
     """vLLM in-process: each stage batch goes to one ``LLM.chat`` call (structured outputs, prefix cache)."""
 
     def __init__(self, config: VLLMConfig | None = None, *, ledger: TokenLedger | None = None, **overrides: Any):
-        cfg = config or VLLMConfig()
-        for k, v in overrides.items():
-            if not hasattr(cfg, k):
-                raise TypeError(f"VLLMBackend: unknown option {k!r}")
-            setattr(cfg, k, v)
+        cfg = with_overrides(config or VLLMConfig(), overrides, "VLLMBackend")
         cfg.check()
         super().__init__(max_validation_retries=cfg.max_validation_retries, ledger=ledger)
         self.config = cfg
