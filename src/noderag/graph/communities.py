@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .csr import CSR, validate_csr
+from .csr import CSR, induced_csr, validate_csr
 
 __all__ = ["leiden"]
 
@@ -79,23 +79,11 @@ def leiden(
     n = checked.n
     membership = np.full(n, -1, np.int32)
 
-    edges, weights = _upper_edges(checked)
     if nodes is None:
         sub_nodes = np.arange(n, dtype=np.int64)
     else:
-        sub_nodes = np.asarray(nodes)
-        if sub_nodes.ndim != 1 or not (np.issubdtype(sub_nodes.dtype, np.integer) or sub_nodes.size == 0):
-            raise ValueError(f"nodes must be a 1-D array of integer ids, got shape {sub_nodes.shape} dtype {sub_nodes.dtype}")
-        sub_nodes = np.unique(sub_nodes.astype(np.int64))
-        if sub_nodes.size and (sub_nodes[0] < 0 or sub_nodes[-1] >= n):
-            bad = sub_nodes[0] if sub_nodes[0] < 0 else sub_nodes[-1]
-            raise ValueError(f"nodes must lie in [0, {n}), found {bad}")
-        local = np.full(n, -1, np.int64)
-        local[sub_nodes] = np.arange(sub_nodes.size)
-        if edges.size:
-            mapped = local[edges]
-            keep = (mapped[:, 0] >= 0) & (mapped[:, 1] >= 0)
-            edges, weights = mapped[keep], weights[keep]
+        checked, sub_nodes = induced_csr(checked, nodes)
+    edges, weights = _upper_edges(checked)
     if sub_nodes.size == 0:
         return membership
 

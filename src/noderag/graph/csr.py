@@ -201,3 +201,25 @@ def _coo_to_csr_kernel(n, src, dst, w, symmetric):  # pragma: no cover - compile
     indices = cols[:out].copy()
     weights = vals[:out].astype(np.float32)
     return indptr, indices, weights
+
+
+def induced_csr(csr: CSR, nodes) -> tuple[CSR, np.ndarray]:
+    """The subgraph of a validated ``csr`` induced by ``nodes``: (CSR relabelled 0..m-1 in id order, sorted member ids).
+
+    ``nodes`` may hold repeats; ids are checked against ``csr.n`` with a ValueError naming the bad id.
+    """
+    n = csr.n
+    members = np.asarray(nodes)
+    if members.ndim != 1 or not (np.issubdtype(members.dtype, np.integer) or members.size == 0):
+        raise ValueError(f"nodes must be a 1-D array of integer ids, got shape {members.shape} dtype {members.dtype}")
+    members = np.unique(members.astype(np.int64))
+    if members.size and (members[0] < 0 or members[-1] >= n):
+        bad = members[0] if members[0] < 0 else members[-1]
+        raise ValueError(f"nodes must lie in [0, {n}), found {bad}")
+    local = np.full(n, -1, np.int64)
+    local[members] = np.arange(members.size)
+    rows = local[np.repeat(np.arange(n), np.diff(csr.indptr))]
+    cols = local[csr.indices]
+    keep = (rows >= 0) & (cols >= 0)
+    sub = csr_from_coo(int(members.size), rows[keep], cols[keep], csr.weights[keep], symmetric=False)
+    return sub, members

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .betweenness import betweenness
-from .csr import CSR, csr_from_coo, validate_csr
+from .csr import CSR, induced_csr, validate_csr
 from .kcore import core_numbers
 from .types import NodeType
 
@@ -142,7 +142,7 @@ def important_entities(
     candidates = (types == int(NodeType.N)) & (mentions >= config.min_mentions)
     members = None
     if nodes is not None:
-        checked, members = _induced_subgraph(checked, nodes)
+        checked, members = induced_csr(checked, nodes)
         candidates = candidates[members]
     if checked.n == 0 or not candidates.any():
         return np.zeros(0, np.int32)
@@ -152,22 +152,3 @@ def important_entities(
     central |= scores > scores.mean() * factor
     local = np.flatnonzero(candidates & central)
     return (local if members is None else members[local]).astype(np.int32)
-
-
-def _induced_subgraph(checked: CSR, nodes) -> tuple[CSR, np.ndarray]:
-    """The subgraph induced by ``nodes`` (relabelled 0..m-1 in id order) and the sorted member ids."""
-    n = checked.n
-    members = np.asarray(nodes)
-    if members.ndim != 1 or not (np.issubdtype(members.dtype, np.integer) or members.size == 0):
-        raise ValueError(f"nodes must be a 1-D array of integer ids, got shape {members.shape} dtype {members.dtype}")
-    members = np.unique(members.astype(np.int64))
-    if members.size and (members[0] < 0 or members[-1] >= n):
-        bad = members[0] if members[0] < 0 else members[-1]
-        raise ValueError(f"nodes must lie in [0, {n}), found {bad}")
-    local = np.full(n, -1, np.int64)
-    local[members] = np.arange(members.size)
-    rows = local[np.repeat(np.arange(n), np.diff(checked.indptr))]
-    cols = local[checked.indices]
-    keep = (rows >= 0) & (cols >= 0)
-    sub = csr_from_coo(int(members.size), rows[keep], cols[keep], checked.weights[keep], symmetric=False)
-    return sub, members
