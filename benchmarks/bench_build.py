@@ -6,6 +6,12 @@ passage texts), beside the NodeRAG paper's reported ~136 MB per million tokens
 (250 MB for MuSiQue's 1.84M tokens; a cited figure, not re-measured here).
 
     python benchmarks/bench_build.py [--data DIR] [--out DIR] [--datasets musique hotpotqa] [--embed SPEC]
+                                     [--compare-late]
+
+``--compare-late`` also builds each corpus with ``embed.late_units = true`` (semantic
+units pooled from their chunk's forward pass) right after the default build and
+reports both wall times and their ratio; its retrieval effect is measured by
+``bench_retrieval.py --index`` on the ``<dataset>-late`` index left in ``--work``.
 
 Writes ``OUT/build.json`` and ``OUT/build.md`` (default ``benchmarks/results``).
 """
@@ -36,18 +42,19 @@ def _components(sizes: dict[str, int]) -> dict[str, int]:
     return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
 
-def bench_one(name: str, corpus: Path, embed: str, work: Path) -> dict:
-    """Build one corpus from scratch; return its measurements."""
+def bench_one(name: str, corpus: Path, embed: str, work: Path, overrides: dict | None = None,
+              folder: str | None = None) -> dict:
+    """Build one corpus from scratch (config ``overrides`` on the defaults); return its measurements."""
     from noderag.config import NodeRAGConfig
     from noderag.index.pipeline import build_index
     from noderag.tokenize import count_tokens_batch
 
     texts = [json.loads(line)["text"] for line in corpus.read_text("utf-8").splitlines() if line.strip()]
     corpus_tokens = int(sum(count_tokens_batch(texts)))
-    out = work / name
+    out = work / (folder or name)
     if out.exists():
         shutil.rmtree(out)
-    config = NodeRAGConfig().with_overrides({"embed.spec": embed})
+    config = NodeRAGConfig().with_overrides({"embed.spec": embed, **(overrides or {})})
     load0 = os.getloadavg()[0]
     t0 = time.perf_counter()
     report = build_index([corpus], out, config, progress=True)
@@ -148,6 +155,20 @@ def to_markdown(results: dict) -> str:
     for c in comps:
         lines.append(f"| {c} | " + " | ".join(f"{results['datasets'][n]['bytes'].get(c, 0):,}" for n in names) + " |")
     lines.append("")
+    late = results.get("late_units") or {}
+    if late:
+        lines += ["## Late chunking (`embed.late_units = true`, opt-in) vs the default", "",
+                  "Same corpus and config except that each semantic unit's vector is pooled from its "
+                  "chunk's forward pass (with the passage title as a head) instead of its own model call. "
+                  "Built right after the default build, same machine state.", "",
+                  "| | " + " | ".join(late) + " |", "|---|" + "---:|" * len(late)]
+        for label, key in (("default wall time (s)", "default_wall_s"), ("late wall time (s)", "late_wall_s"),
+                           ("default embed stage (s)", "default_embed_s"), ("late embed stage (s)", "late_embed_s"),
+                           ("wall time ratio default/late", "wall_ratio"),
+                           ("embed stage ratio default/late", "embed_ratio"),
+                           ("late index MB per M corpus tokens", "late_mb_per_m_tokens")):
+            lines.append(f"| {label} | " + " | ".join(str(late[n].get(key)) for n in late) + " |")
+        lines.append("")
     for n in names:
         tg = results["datasets"][n].get("targets")
         if tg:
@@ -169,6 +190,8 @@ def main(argv=None) -> int:
     p.add_argument("--datasets", nargs="+", default=["musique", "hotpotqa"])
     p.add_argument("--embed", default="default", help="embedder spec (default: the offline default)")
     p.add_argument("--work", default=None, help="where to build the indexes (default: a temporary folder)")
+    p.add_argument("--compare-late", action="store_true",
+                   help="also build with embed.late_units=true and report the time ratio")
     args = p.parse_args(argv)
     data = Path(args.data)
     missing = [d for d in args.datasets if not (data / d / "corpus.jsonl").is_file()]
@@ -186,6 +209,18 @@ def main(argv=None) -> int:
             print(f"== {name}", file=sys.stderr)
             results["datasets"][name] = bench_one(name, data / name / "corpus.jsonl", args.embed, work)
             print(json.dumps(results["datasets"][name], indent=1), file=sys.stderr)
+            if args.compare_late:
+                print(f"== {name} (late units)", file=sys.stderr)
+                d = results["datasets"][name]
+                lt = bench_one(name, data / name / "corpus.jsonl", args.embed, work,
+                               {"embed.late_units": True}, f"{name}-late")
+                results.setdefault("late_units", {})[name] = {
+                    "default_wall_s": d["wall_s"], "late_wall_s": lt["wall_s"],
+                    "default_embed_s": round(d["stages_s"]["embed"], 2),
+                    "late_embed_s": round(lt["stages_s"]["embed"], 2),
+                    "wall_ratio": round(d["wall_s"] / lt["wall_s"], 2),
+                    "embed_ratio": round(d["stages_s"]["embed"] / lt["stages_s"]["embed"], 2),
+                    "late_mb_per_m_tokens": lt["mb_per_m_tokens"], "late_loadavg_1m": lt["loadavg_1m"]}
     finally:
         if work_ctx is not None:
             work_ctx.cleanup()

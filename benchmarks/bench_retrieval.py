@@ -179,6 +179,7 @@ def write_markdown(path: Path, out: dict) -> None:
     lines = [f"# Retrieval benchmark: {out['dataset']}", "",
              f"{out['n_questions']} questions, {out['n_passages']} passages; embedder `{out['embedder']}`; "
              f"{out['machine']}.", "",
+             f"Index embedding config: `{json.dumps(out.get('index_embed_config'), sort_keys=True)}`.", "",
              f"Load average while measuring: {out['load_average']} (shared machine: wall-clock latency includes "
              "waiting for a core; `p50_cpu_ms` is the process CPU time of the same calls).", "",
              "Latency is per query without the query embedding (best of 3 runs); batch q/s is "
@@ -286,6 +287,7 @@ def main(argv: list[str] | None = None) -> int:
         "query_embedding_ms_per_query_batched": round(1e3 * embed_s / len(queries), 3),
         "index_build_s": None if build_s is None else round(build_s, 1),
         "index_counts": getattr(store, "manifest", {}).get("counts"),
+        "index_embed_config": getattr(store, "manifest", {}).get("config", {}).get("embed"),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, python {platform.python_version()}",
         "load_average": [round(x, 2) for x in os.getloadavg()],
         "git_revision": _git_revision(),
