@@ -211,6 +211,13 @@ class EmbedConfig:
     extractive_mean : bool, default=True
         An extractive (nlp) A or H node, whose text is a few semantic units, gets the unit-norm
         mean of those units' vectors instead of a model call.
+    late_units : bool, default=False
+        Opt-in "late chunking": a semantic unit that is a verbatim span of its chunk (every
+        ``nlp`` unit) gets the mean of its tokens' states from one forward pass over
+        "title: chunk" instead of a model call of its own, when the embedder offers
+        ``embed_with_spans`` (the default ONNX one does). T vectors then include the title.
+        About halves the embedding time of an ``nlp`` build for about one point of
+        retrieval recall (``benchmarks/results/build.md``, ``retrieval_musique_late.md``).
     """
 
     spec: str = "default"
@@ -218,6 +225,7 @@ class EmbedConfig:
     vector_dtype: str = "i8"
     connectivity: int = 12
     extractive_mean: bool = True
+    late_units: bool = False
 
     def validate(self) -> None:
         _check(isinstance(self.spec, str) and bool(self.spec), "embed.spec", self.spec, "a non-empty str")
@@ -227,6 +235,7 @@ class EmbedConfig:
         _check(_is_int(self.connectivity) and self.connectivity >= 2, "embed.connectivity", self.connectivity,
                "an int >= 2")
         _check(isinstance(self.extractive_mean, bool), "embed.extractive_mean", self.extractive_mean, "a bool")
+        _check(isinstance(self.late_units, bool), "embed.late_units", self.late_units, "a bool")
 
 
 @dataclass

@@ -160,6 +160,8 @@ class OnnxEmbedder:
         self.max_length = max_length
         self.name = name or model_path.stem
         self._tok = _load_tokenizer(tokenizer_path, tokenizer_sha256, max_length)
+        self._tok_full = _load_tokenizer(tokenizer_path, None, max_length)
+        self._tok_full.no_truncation()
 
         opts = ort.SessionOptions()
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
@@ -201,7 +203,8 @@ class OnnxEmbedder:
             mask[row, :n] = 1
         return ids, mask
 
-    def _run(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    def _hidden(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        """Token states of one padded batch, float32 of shape (batch, seq, dim)."""
         feeds = {"input_ids": ids, "attention_mask": mask}
         if self._token_types:
             feeds["token_type_ids"] = np.zeros_like(ids)
@@ -211,9 +214,16 @@ class OnnxEmbedder:
                 f"ONNX model {self.model_path} output {self._output!r} has shape {hidden.shape}, "
                 f"expected ({ids.shape[0]}, {ids.shape[1]}, dim)"
             )
+        return hidden
+
+    @staticmethod
+    def _pool(hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
         w = mask[:, :, None].astype(np.float32)
         pooled = (hidden * w).sum(axis=1) / np.maximum(w.sum(axis=1), 1e-9)
         return l2_normalize(pooled)
+
+    def _run(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        return self._pool(self._hidden(ids, mask), mask)
 
     def token_lengths(self, texts: Sequence[str]) -> np.ndarray:
         """Return the model-token count of each text after truncation, int64 of shape (n,)."""
@@ -243,6 +253,110 @@ class OnnxEmbedder:
                 for idx, vecs in zip(chunks, pool.map(run, chunks)):
                     out[idx] = vecs
         return out
+
+    def embed_with_spans(
+        self,
+        texts: Sequence[str],
+        spans: Sequence[Sequence[tuple[int, int]]],
+        heads: Sequence[int] | None = None,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Embed ``texts`` and, from the same forward passes, the character spans inside them.
+
+        "Late chunking": a span's vector is the unit-norm mean of its tokens' contextual
+        states, so a sentence is embedded in the context of its passage at no extra model
+        call. A text's vector is exactly what ``embed`` returns (its first ``max_length``
+        tokens). Spans past that window are read from extra windows of ``max_length``
+        tokens that contain them whole; a span that is empty or longer than a window is
+        not covered. A text may start with a head (such as its title) whose tokens open
+        every window and join every span's mean, as a title prefix would.
+
+        Parameters
+        ----------
+        texts : sequence of str
+        spans : sequence of sequences of (start, end)
+            Character ranges ``[start, end)`` into the text of the same position.
+        heads : sequence of int, optional
+            Length in characters of each text's head (default: no heads).
+
+        Returns
+        -------
+        text_vectors : float32 of shape (len(texts), dim)
+        span_vectors : float32 of shape (total spans, dim)
+            In the order of ``spans`` flattened; rows of uncovered spans are zero.
+        covered : bool of shape (total spans,)
+        """
+        texts = check_texts(texts)
+        if len(spans) != len(texts):
+            raise ValueError(f"got {len(texts)} texts but {len(spans)} span lists")
+        heads = [0] * len(texts) if heads is None else [int(h) for h in heads]
+        if len(heads) != len(texts):
+            raise ValueError(f"got {len(texts)} texts but {len(heads)} heads")
+        counts = [len(s) for s in spans]
+        first = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
+        text_vecs = np.empty((len(texts), self.dim), dtype=np.float32)
+        span_vecs = np.zeros((int(first[-1]), self.dim), dtype=np.float32)
+        covered = np.zeros(int(first[-1]), dtype=bool)
+        if not texts:
+            return text_vecs, span_vecs, covered
+        runs: list[tuple[int, np.ndarray, int, int, list[tuple[int, int, int]]]] = []
+        for i, enc in enumerate(self._tok_full.encode_batch(texts)):
+            content = np.flatnonzero(np.asarray(enc.special_tokens_mask) == 0)
+            ids = np.asarray(enc.ids, dtype=np.int64)
+            cls_sep = (ids[0], ids[-1]) if len(ids) >= 2 else (ids[0], ids[0])
+            offsets = np.asarray(enc.offsets, dtype=np.int64).reshape(-1, 2)[content]
+            n_head = int(np.searchsorted(offsets[:, 0], heads[i], side="left")) if heads[i] > 0 else 0
+            if n_head > (self.max_length - 2) // 2:  # a head that would crowd out the text is read as text
+                n_head = 0
+            head = ids[content[:n_head]]
+            body = ids[content[n_head:]]
+            offsets = offsets[n_head:]
+            m = body.size
+            window = max(1, self.max_length - 2 - n_head)
+            windows: dict[int, list[tuple[int, int, int]]] = {0: []}
+            pending: list[tuple[int, int, int]] = []
+            for j, (a, b) in enumerate(spans[i]):
+                ts = int(np.searchsorted(offsets[:, 1], int(a), side="right")) if m else 0
+                te = int(np.searchsorted(offsets[:, 0], int(b), side="left")) if m else 0
+                if b <= a or te <= ts or te - ts > window:
+                    continue
+                (windows[0] if te <= window else pending).append((int(first[i]) + j, ts, te))
+            start = None
+            for row, ts, te in sorted(pending, key=lambda p: (p[1], p[2])):
+                if start is None or te > start + window:
+                    start = max(0, min(ts, m - window))
+                    windows.setdefault(start, [])
+                windows[start].append((row, ts, te))
+            for start, members in windows.items():
+                ids_w = np.concatenate([[cls_sep[0]], head, body[start : start + window], [cls_sep[1]]])
+                runs.append((i if start == 0 else -1, ids_w, start - n_head, n_head, members))
+
+        def run(job: tuple[int, np.ndarray, int, int, list[tuple[int, int, int]]]):
+            owner, ids_w, shift, n_head, members = job
+            mask = np.ones((1, ids_w.size), dtype=np.int64)
+            hidden = self._hidden(ids_w[None, :], mask)
+            text_vec = self._pool(hidden, mask)[0] if owner >= 0 else None
+            head_sum = hidden[0, 1 : 1 + n_head].sum(axis=0)
+            pooled = [(row, (head_sum + hidden[0, 1 + ts - shift : 1 + te - shift].sum(axis=0)) / (n_head + te - ts))
+                      for row, ts, te in members]
+            return owner, text_vec, pooled
+
+        if self.n_threads == 1 or len(runs) == 1:
+            results = map(run, runs)
+            self._collect(results, text_vecs, span_vecs, covered)
+        else:
+            with ThreadPoolExecutor(max_workers=self.n_threads) as pool:
+                self._collect(pool.map(run, runs), text_vecs, span_vecs, covered)
+        span_vecs[covered] = l2_normalize(span_vecs[covered])
+        return text_vecs, span_vecs, covered
+
+    @staticmethod
+    def _collect(results, text_vecs: np.ndarray, span_vecs: np.ndarray, covered: np.ndarray) -> None:
+        for owner, text_vec, pooled in results:
+            if owner >= 0:
+                text_vecs[owner] = text_vec
+            for row, vec in pooled:
+                span_vecs[row] = vec
+                covered[row] = True
 
     def __repr__(self) -> str:
         return f"OnnxEmbedder(name={self.name!r}, dim={self.dim}, max_length={self.max_length})"

@@ -443,11 +443,28 @@ def build_index(inputs: Sequence[str | os.PathLike], index_dir: str | os.PathLik
         old_ids = np.flatnonzero(np.isin(types[:old_n], (T, S)))
         vec[old_ids] = load_vectors(root / "vectors.usearch", old_ids, dim)
     new_ids = np.flatnonzero(np.isin(types, (T, S)) & (np.arange(n_ts) >= old_n))
-    from .enrich import embed_texts_resumable
+    from .enrich import embed_late_resumable, embed_texts_resumable
 
     with bars.bar(int(new_ids.size), "embed T/S") as bar:
-        vec[new_ids] = embed_texts_resumable(emb, [table.texts[i] for i in new_ids.tolist()], stages / "emb_ts",
-                                             batch_size=config.embed.batch_size, progress=bar)
+        if config.embed.late_units and callable(getattr(emb, "embed_with_spans", None)):
+            new_t = new_ids[types[new_ids] == T]
+            new_s = new_ids[types[new_ids] == S]
+            pos_of_t = {int(t): k for k, t in enumerate(new_t.tolist())}
+            in_new_chunk = np.array([table.chunk_ids[s] in pos_of_t for s in new_s.tolist()], dtype=bool)
+            if not in_new_chunk.all():  # a new unit of an existing chunk: no forward pass of its chunk to reuse
+                rest = new_s[~in_new_chunk]
+                vec[rest] = embed_texts_resumable(emb, [table.texts[i] for i in rest.tolist()], stages / "emb_s",
+                                                  batch_size=config.embed.batch_size, progress=bar)
+                new_s = new_s[in_new_chunk]
+            unit_chunk = np.array([pos_of_t[table.chunk_ids[s]] for s in new_s.tolist()], dtype=np.int64)
+            titles = [getattr(doc_of.get(table.doc_ids[t]), "title", None) for t in new_t.tolist()]
+            vec[new_t], vec[new_s], _ = embed_late_resumable(
+                emb, [table.texts[i] for i in new_t.tolist()], [table.texts[i] for i in new_s.tolist()],
+                unit_chunk, [f"{t}: " if t else None for t in titles], stages / "emb_ts",
+                batch_size=config.embed.batch_size, progress=bar)
+        else:
+            vec[new_ids] = embed_texts_resumable(emb, [table.texts[i] for i in new_ids.tolist()],
+                                                 stages / "emb_ts", batch_size=config.embed.batch_size, progress=bar)
     slog.finish("embed", embedded=int(new_ids.size))
     _checkpoint("embed")
 
