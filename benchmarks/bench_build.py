@@ -32,20 +32,11 @@ PAPER_MB_PER_M_TOKENS = 250 / 1.84  # NodeRAG paper, MuSiQue: 250 MB for 1.84M t
 TARGETS = {"musique": {"wall_s": 180.0, "mb_per_m_tokens": 40.0, "llm_tokens": 0}}
 
 
-def _components(sizes: dict[str, int]) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for path, size in sizes.items():
-        top = path.split("/", 1)[0]
-        if top.startswith("node_"):
-            top = "node arrays (types, keys, key order)"
-        out[top] = out.get(top, 0) + int(size)
-    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
-
-
 def bench_one(name: str, corpus: Path, embed: str, work: Path, overrides: dict | None = None,
               folder: str | None = None) -> dict:
     """Build one corpus from scratch (config ``overrides`` on the defaults); return its measurements."""
     from noderag.config import NodeRAGConfig
+    from noderag.index.manifest import bytes_by_component
     from noderag.index.pipeline import build_index
     from noderag.tokenize import count_tokens_batch
 
@@ -76,7 +67,7 @@ def bench_one(name: str, corpus: Path, embed: str, work: Path, overrides: dict |
         "edges": m["counts"]["edges"],
         "communities": m["counts"]["communities"],
         "important_entities": m["counts"]["important_entities"],
-        "bytes": _components(m["bytes"]),
+        "bytes": bytes_by_component(m["bytes"], "node arrays (types, keys, key order)"),
         "bytes_total": total,
         "mb_per_m_tokens": round(total / 1e6 / (corpus_tokens / 1e6), 2),
         "paper_mb_per_m_tokens": round(PAPER_MB_PER_M_TOKENS, 1),
@@ -91,6 +82,14 @@ def bench_one(name: str, corpus: Path, embed: str, work: Path, overrides: dict |
             "llm_tokens==0": llm_tokens == 0,
         }
     return res
+
+
+def _table(corner: str, columns: list[str], rows: list[tuple[str, list]]) -> list[str]:
+    """Markdown table lines (and a blank line after): one row per (label, cells), numbers right-aligned."""
+    head = f"| {corner} |" if corner else "| |"
+    lines = [f"{head} " + " | ".join(columns) + " |", "|---|" + "---:|" * len(columns)]
+    lines += [f"| {label} | " + " | ".join(str(c) for c in cells) + " |" for label, cells in rows]
+    return lines + [""]
 
 
 def to_markdown(results: dict) -> str:
@@ -118,57 +117,29 @@ def to_markdown(results: dict) -> str:
     rows[3:3] = [("wall time without the embedding stage (s)", "wall_s_without_embedding"),
                  ("embedding share of wall time", "embed_share"),
                  ("embedder throughput (T+S texts/s)", "embed_texts_per_s")]
-    lines.append("| | " + " | ".join(names) + " |")
-    lines.append("|---|" + "---:|" * len(names))
-    for label, key in rows:
-        lines.append(f"| {label} | " + " | ".join(str(results["datasets"][n].get(key)) for n in names) + " |")
-    lines.append("")
-    lines.append("## Time per stage (s)")
-    lines.append("")
-    stages = list(next(iter(results["datasets"].values()))["stages_s"])
-    lines.append("| stage | " + " | ".join(names) + " |")
-    lines.append("|---|" + "---:|" * len(names))
-    for st in stages:
-        lines.append(f"| {st} | " + " | ".join(f"{results['datasets'][n]['stages_s'].get(st, 0):.2f}" for n in names) + " |")
-    lines.append("")
-    lines.append("## Nodes per type")
-    lines.append("")
-    types = list(next(iter(results["datasets"].values()))["nodes"])
-    lines.append("| type | " + " | ".join(names) + " |")
-    lines.append("|---|" + "---:|" * len(names))
-    for t in types:
-        lines.append(f"| {t} | " + " | ".join(f"{results['datasets'][n]['nodes'][t]:,}" for n in names) + " |")
-    lines.append("")
-    lines.append("## Edges (undirected) per layer and type pair")
-    lines.append("")
-    keys = sorted({k for n in names for k in results["datasets"][n]["edges"]})
-    lines.append("| edges | " + " | ".join(names) + " |")
-    lines.append("|---|" + "---:|" * len(names))
-    for k in keys:
-        lines.append(f"| {k} | " + " | ".join(f"{results['datasets'][n]['edges'].get(k, 0):,}" for n in names) + " |")
-    lines.append("")
-    lines.append("## Bytes per component")
-    lines.append("")
-    comps = sorted({k for n in names for k in results["datasets"][n]["bytes"]})
-    lines.append("| component | " + " | ".join(names) + " |")
-    lines.append("|---|" + "---:|" * len(names))
-    for c in comps:
-        lines.append(f"| {c} | " + " | ".join(f"{results['datasets'][n]['bytes'].get(c, 0):,}" for n in names) + " |")
-    lines.append("")
+    ds = results["datasets"]
+    lines += _table("", names, [(label, [ds[n].get(key) for n in names]) for label, key in rows])
+    lines += ["## Time per stage (s)", ""]
+    lines += _table("stage", names, [(st, [f"{ds[n]['stages_s'].get(st, 0):.2f}" for n in names])
+                                     for st in ds[names[0]]["stages_s"]])
+    lines += ["## Nodes per type", ""]
+    lines += _table("type", names, [(t, [f"{ds[n]['nodes'][t]:,}" for n in names]) for t in ds[names[0]]["nodes"]])
+    for title, corner, field in (("Edges (undirected) per layer and type pair", "edges", "edges"),
+                                 ("Bytes per component", "component", "bytes")):
+        keys = sorted({k for n in names for k in ds[n][field]})
+        lines += [f"## {title}", ""]
+        lines += _table(corner, names, [(k, [f"{ds[n][field].get(k, 0):,}" for n in names]) for k in keys])
     late = results.get("late_units") or {}
     if late:
         lines += ["## Late chunking (`embed.late_units = true`, opt-in) vs the default", "",
                   "Same corpus and config except that each semantic unit's vector is pooled from its "
                   "chunk's forward pass (with the passage title as a head) instead of its own model call. "
-                  "Built right after the default build, same machine state.", "",
-                  "| | " + " | ".join(late) + " |", "|---|" + "---:|" * len(late)]
-        for label, key in (("default wall time (s)", "default_wall_s"), ("late wall time (s)", "late_wall_s"),
-                           ("default embed stage (s)", "default_embed_s"), ("late embed stage (s)", "late_embed_s"),
-                           ("wall time ratio default/late", "wall_ratio"),
-                           ("embed stage ratio default/late", "embed_ratio"),
-                           ("late index MB per M corpus tokens", "late_mb_per_m_tokens")):
-            lines.append(f"| {label} | " + " | ".join(str(late[n].get(key)) for n in late) + " |")
-        lines.append("")
+                  "Built right after the default build, same machine state.", ""]
+        lines += _table("", list(late), [(label, [late[n].get(key) for n in late]) for label, key in (
+            ("default wall time (s)", "default_wall_s"), ("late wall time (s)", "late_wall_s"),
+            ("default embed stage (s)", "default_embed_s"), ("late embed stage (s)", "late_embed_s"),
+            ("wall time ratio default/late", "wall_ratio"), ("embed stage ratio default/late", "embed_ratio"),
+            ("late index MB per M corpus tokens", "late_mb_per_m_tokens"))])
     for n in names:
         tg = results["datasets"][n].get("targets")
         if tg:

@@ -121,13 +121,17 @@ def noderag_row(results, lat, batch_s, gold, n_q, embed_s=None) -> dict:
     """One result row for a noderag configuration."""
     lat, cpu = lat
     row = retrieval_metrics([r.passages[:DEPTH] for r in results], gold)
-    row.update({
-        "avg_context_tokens": round(float(np.mean([r.context_tokens for r in results])), 1),
-        "p50_ms": round(percentile_ms(lat, 50), 3),
-        "p95_ms": round(percentile_ms(lat, 95), 3),
-        "p50_cpu_ms": round(percentile_ms(cpu, 50), 3),
-        "batch_qps": round(n_q / batch_s, 1),
-    })
+    row["avg_context_tokens"] = round(float(np.mean([r.context_tokens for r in results])), 1)
+    return _add_timing(row, lat, batch_s, n_q, embed_s, cpu)
+
+
+def _add_timing(row: dict, lat, batch_s: float, n_q: int, embed_s=None, cpu=None) -> dict:
+    """Add latency percentiles (and CPU p50 when measured) and batch throughput to ``row``."""
+    row["p50_ms"] = round(percentile_ms(lat, 50), 3)
+    row["p95_ms"] = round(percentile_ms(lat, 95), 3)
+    if cpu is not None:
+        row["p50_cpu_ms"] = round(percentile_ms(cpu, 50), 3)
+    row["batch_qps"] = round(n_q / batch_s, 1)
     if embed_s is not None:
         row["batch_qps_with_embedding"] = round(n_q / (batch_s + embed_s), 1)
     return row
@@ -148,15 +152,8 @@ def baseline_row(name, score_fn, queries_in, ids, gold, n_q, contexts, embed_s=N
     batch_s = time.perf_counter() - t0
     row = retrieval_metrics(ranked, gold)
     # context of a passage retriever: its top-5 passages (title + text)
-    row.update({
-        "avg_context_tokens": round(float(np.mean([sum(contexts[j] for j in r[:5]) for r in idx.tolist()])), 1),
-        "p50_ms": round(percentile_ms(lat, 50), 3),
-        "p95_ms": round(percentile_ms(lat, 95), 3),
-        "batch_qps": round(n_q / batch_s, 1),
-    })
-    if embed_s is not None:
-        row["batch_qps_with_embedding"] = round(n_q / (batch_s + embed_s), 1)
-    return row
+    row["avg_context_tokens"] = round(float(np.mean([sum(contexts[j] for j in r[:5]) for r in idx.tolist()])), 1)
+    return _add_timing(row, lat, batch_s, n_q, embed_s)
 
 
 ABLATIONS = {

@@ -20,6 +20,16 @@ inline bool ranks_above(const std::pair<double, int32_t>& a, const std::pair<dou
     return a.first > b.first || (a.first == b.first && a.second < b.second);
 }
 
+// Moves acc[v] to slot n of the next frontier and clears it; n advances only for a
+// non-zero mass, so zero entries are overwritten by the next move.
+inline void move_to_frontier(double* acc, int32_t v, int32_t* ids, double* mass, int64_t& n) {
+    const double val = acc[v];
+    acc[v] = 0.0;
+    ids[n] = v;
+    mass[n] = val;
+    n += (val != 0.0);
+}
+
 // Bounded heaps per type (worst kept element on top). thr_[t] is the score a
 // candidate must reach: +inf for k = 0, the smallest positive double while the
 // heap is not full (zero scores are never returned), else the heap's worst score
@@ -310,14 +320,7 @@ void PPRKernel::run_one(PPRScratch& sc, const int32_t* seeds, const float* weigh
     int64_t nf = 0;
     // Normalised, deduplicated seed vector s (first-occurrence order, zero entries dropped).
     for (int64_t i = 0; i < n_seeds; ++i) acc[seeds[i]] += static_cast<double>(weights[i]) / total;
-    for (int64_t i = 0; i < n_seeds; ++i) {
-        const int32_t v = seeds[i];
-        const double val = acc[v];
-        acc[v] = 0.0;
-        fid[nf] = v;
-        fm[nf] = val;
-        nf += (val != 0.0);
-    }
+    for (int64_t i = 0; i < n_seeds; ++i) move_to_frontier(acc, seeds[i], fid, fm, nf);
     sc.seed_ids.assign(fid, fid + nf);
     sc.seed_mass.assign(fm, fm + nf);
 
@@ -443,24 +446,11 @@ void PPRKernel::run_one(PPRScratch& sc, const int32_t* seeds, const float* weigh
         // Compaction into the other buffer.
         int32_t* const nid = sc.ids[1 - cur].get();
         double* const nm = sc.mass[1 - cur].get();
-        for (const int32_t v : extra) {
-            const double val = acc[v];
-            acc[v] = 0.0;
-            nid[cnt] = v;
-            nm[cnt] = val;
-            cnt += (val != 0.0);
-        }
+        for (const int32_t v : extra) move_to_frontier(acc, v, nid, nm, cnt);
         for (const auto& r : ranges) {
             const int32_t* idx = r.first;
             const int64_t len = r.second;
-            for (int64_t j = 0; j < len; ++j) {
-                const int32_t v = idx[j];
-                const double val = acc[v];
-                acc[v] = 0.0;
-                nid[cnt] = v;
-                nm[cnt] = val;
-                cnt += (val != 0.0);
-            }
+            for (int64_t j = 0; j < len; ++j) move_to_frontier(acc, idx[j], nid, nm, cnt);
         }
         cur = 1 - cur;
         fid = nid;

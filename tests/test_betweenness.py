@@ -11,14 +11,7 @@ from hypothesis import strategies as st
 from noderag.graph.betweenness import betweenness, sample_pivots
 from noderag.graph.csr import CSR, csr_from_coo
 
-
-def _to_nx(csr: CSR) -> nx.Graph:
-    g = nx.Graph()
-    g.add_nodes_from(range(csr.n))
-    rows = np.repeat(np.arange(csr.n), csr.degree())
-    keep = rows < csr.indices
-    g.add_weighted_edges_from(zip(rows[keep].tolist(), csr.indices[keep].tolist(), csr.weights[keep].astype(float).tolist()))
-    return g
+from nx_reference import csr_to_nx
 
 
 def _nx_array(d: dict, n: int) -> np.ndarray:
@@ -65,7 +58,7 @@ def test_exact_equals_networkx(n, density, seed, weighted, normalized, n_threads
     csr = _random_csr(seed, n, int(density * n))
     got = betweenness(csr, k=n if n else None, weighted=weighted, normalized=normalized, n_threads=n_threads)
     assert got.dtype == np.float64 and got.shape == (n,)
-    want = nx.betweenness_centrality(_to_nx(csr), normalized=normalized, weight="weight" if weighted else None)
+    want = nx.betweenness_centrality(csr_to_nx(csr), normalized=normalized, weight="weight" if weighted else None)
     np.testing.assert_allclose(got, _nx_array(want, n), rtol=1e-12, atol=1e-12)
 
 
@@ -77,7 +70,7 @@ def test_sampled_equals_networkx_with_same_pivots(n, frac, seed, weighted, norma
     k = max(1, min(n - 1, int(frac * n)))
     pivots = sample_pivots(n, k, seed)
     got = betweenness(csr, k=k, seed=seed, weighted=weighted, normalized=normalized)
-    want = nx.betweenness_centrality(_to_nx(csr), k=k, normalized=normalized,
+    want = nx.betweenness_centrality(csr_to_nx(csr), k=k, normalized=normalized,
                                      weight="weight" if weighted else None, seed=_FixedSample(pivots))
     want = np.nan_to_num(_nx_array(want, n), nan=0.0)  # networkx gives NaN at the pivot when k == 1
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
@@ -85,7 +78,7 @@ def test_sampled_equals_networkx_with_same_pivots(n, frac, seed, weighted, norma
 
 def test_non_integer_weights_close_to_networkx():
     csr = _random_csr(3, 60, 200, integer_weights=False)
-    want = _nx_array(nx.betweenness_centrality(_to_nx(csr), weight="weight"), 60)
+    want = _nx_array(nx.betweenness_centrality(csr_to_nx(csr), weight="weight"), 60)
     np.testing.assert_allclose(betweenness(csr, weighted=True), want, rtol=1e-9, atol=1e-12)
 
 
@@ -94,7 +87,7 @@ def test_disconnected_and_path_values():
     csr = csr_from_coo(8, [0, 1, 2, 3, 5], [1, 2, 3, 4, 6])
     got = betweenness(csr, normalized=False)
     np.testing.assert_allclose(got, [0, 3, 4, 3, 0, 0, 0, 0])
-    want = nx.betweenness_centrality(_to_nx(csr))
+    want = nx.betweenness_centrality(csr_to_nx(csr))
     np.testing.assert_allclose(betweenness(csr), _nx_array(want, 8), rtol=1e-12)
 
 
@@ -144,10 +137,10 @@ def test_locality_relabel_path_equals_networkx(monkeypatch, weighted):
     for seed in range(4):
         csr = _random_csr(100 + seed, 40, 45)  # sparse: several components
         got = betweenness(csr, weighted=weighted)
-        want = nx.betweenness_centrality(_to_nx(csr), weight="weight" if weighted else None)
+        want = nx.betweenness_centrality(csr_to_nx(csr), weight="weight" if weighted else None)
         np.testing.assert_allclose(got, _nx_array(want, 40), rtol=1e-12, atol=1e-12)
         pivots = sample_pivots(40, 7, seed)
         got = betweenness(csr, k=7, seed=seed, weighted=weighted)
-        want = nx.betweenness_centrality(_to_nx(csr), k=7, weight="weight" if weighted else None,
+        want = nx.betweenness_centrality(csr_to_nx(csr), k=7, weight="weight" if weighted else None,
                                          seed=_FixedSample(pivots))
         np.testing.assert_allclose(got, _nx_array(want, 40), rtol=1e-12, atol=1e-12)

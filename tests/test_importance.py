@@ -14,6 +14,8 @@ from noderag.graph.csr import CSR, csr_from_coo
 from noderag.graph.importance import ImportanceConfig, important_entities, resolve_thresholds
 from noderag.graph.types import NodeType
 
+from nx_reference import csr_to_nx
+
 
 class _FixedSample(random.Random):
     def __init__(self, pivots):
@@ -24,17 +26,9 @@ class _FixedSample(random.Random):
         return list(self._pivots)
 
 
-def _to_nx(csr: CSR) -> nx.Graph:
-    g = nx.Graph()
-    g.add_nodes_from(range(csr.n))
-    rows = np.repeat(np.arange(csr.n), csr.degree())
-    g.add_edges_from(zip(rows.tolist(), csr.indices.tolist()))
-    return g
-
-
 def _reference_rule(csr, types, mentions, pivots=10, seed=0):
     """The reference NodeRAG rule written with networkx (k-core + sampled betweenness)."""
-    g = _to_nx(csr)
+    g = csr_to_nx(csr)
     n = g.number_of_nodes()
     mean_degree = 2 * g.number_of_edges() / n
     k = max(1, round(math.log(n) * math.sqrt(mean_degree)))

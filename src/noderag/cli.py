@@ -32,18 +32,10 @@ def _fmt_bytes(n: float) -> str:
     return f"{n:.1f} GB"
 
 
-def _components(sizes: dict[str, int]) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for path, size in sizes.items():
-        top = path.split("/", 1)[0]
-        if top.startswith("node_"):
-            top = "node arrays"
-        out[top] = out.get(top, 0) + int(size)
-    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
-
-
 def format_summary(manifest: dict) -> str:
     """Plain-text summary table of a manifest: nodes per type, edges, tokens, time, bytes."""
+    from noderag.index.manifest import bytes_by_component
+
     counts = manifest.get("counts", {})
     lines = []
     nodes = counts.get("nodes", {})
@@ -77,7 +69,7 @@ def format_summary(manifest: dict) -> str:
     lines.append(f"{'total':<16}{total_t:>10.2f}{all_tok:>12,}")
     lines.append("")
     lines.append(f"{'component':<20}{'bytes':>12}")
-    for name, b in _components(manifest.get("bytes", {})).items():
+    for name, b in bytes_by_component(manifest.get("bytes", {})).items():
         lines.append(f"{name:<20}{_fmt_bytes(b):>12}")
     lines.append(f"{'total':<20}{_fmt_bytes(manifest.get('bytes_total', 0)):>12}")
     fails = manifest.get("failures", {})

@@ -301,8 +301,7 @@ class OnnxEmbedder:
         runs: list[tuple[int, np.ndarray, int, int, list[tuple[int, int, int]]]] = []
         for i, enc in enumerate(self._tok_full.encode_batch(texts)):
             content = np.flatnonzero(np.asarray(enc.special_tokens_mask) == 0)
-            ids = np.asarray(enc.ids, dtype=np.int64)
-            cls_sep = (ids[0], ids[-1]) if len(ids) >= 2 else (ids[0], ids[0])
+            ids = np.asarray(enc.ids, dtype=np.int64)  # [CLS] content [SEP]
             offsets = np.asarray(enc.offsets, dtype=np.int64).reshape(-1, 2)[content]
             n_head = int(np.searchsorted(offsets[:, 0], heads[i], side="left")) if heads[i] > 0 else 0
             if n_head > (self.max_length - 2) // 2:  # a head that would crowd out the text is read as text
@@ -327,7 +326,7 @@ class OnnxEmbedder:
                     windows.setdefault(start, [])
                 windows[start].append((row, ts, te))
             for start, members in windows.items():
-                ids_w = np.concatenate([[cls_sep[0]], head, body[start : start + window], [cls_sep[1]]])
+                ids_w = np.concatenate([ids[:1], head, body[start : start + window], ids[-1:]])
                 runs.append((i if start == 0 else -1, ids_w, start - n_head, n_head, members))
 
         def run(job: tuple[int, np.ndarray, int, int, list[tuple[int, int, int]]]):
@@ -340,23 +339,15 @@ class OnnxEmbedder:
                       for row, ts, te in members]
             return owner, text_vec, pooled
 
-        if self.n_threads == 1 or len(runs) == 1:
-            results = map(run, runs)
-            self._collect(results, text_vecs, span_vecs, covered)
-        else:
-            with ThreadPoolExecutor(max_workers=self.n_threads) as pool:
-                self._collect(pool.map(run, runs), text_vecs, span_vecs, covered)
+        with ThreadPoolExecutor(max_workers=self.n_threads) as pool:
+            for owner, text_vec, pooled in pool.map(run, runs):
+                if owner >= 0:
+                    text_vecs[owner] = text_vec
+                for row, vec in pooled:
+                    span_vecs[row] = vec
+                    covered[row] = True
         span_vecs[covered] = l2_normalize(span_vecs[covered])
         return text_vecs, span_vecs, covered
-
-    @staticmethod
-    def _collect(results, text_vecs: np.ndarray, span_vecs: np.ndarray, covered: np.ndarray) -> None:
-        for owner, text_vec, pooled in results:
-            if owner >= 0:
-                text_vecs[owner] = text_vec
-            for row, vec in pooled:
-                span_vecs[row] = vec
-                covered[row] = True
 
     def __repr__(self) -> str:
         return f"OnnxEmbedder(name={self.name!r}, dim={self.dim}, max_length={self.max_length})"

@@ -10,7 +10,7 @@ from typing import Any
 
 from noderag.graph.storage import FORMAT_VERSION, atomic_write_json, dir_bytes, fsync_dir, read_json
 
-__all__ = ["MANIFEST", "StageLog", "read_manifest", "finish_pending_commit", "dir_sizes", "FINAL_MARKER"]
+__all__ = ["MANIFEST", "StageLog", "read_manifest", "finish_pending_commit", "dir_sizes", "bytes_by_component", "FINAL_MARKER"]
 
 MANIFEST = "manifest.json"
 FINAL_MARKER = ".complete"
@@ -99,3 +99,17 @@ def finish_pending_commit(root: Path) -> bool:
 def dir_sizes(root: Path) -> dict[str, int]:
     """Bytes per file (relative POSIX paths, sorted) under ``root``, without the commit marker."""
     return {name: size for name, size in dir_bytes(root).items() if name != FINAL_MARKER}
+
+
+def bytes_by_component(sizes: dict[str, int], node_arrays: str = "node arrays") -> dict[str, int]:
+    """Bytes per top-level file or folder of a manifest's ``bytes`` map, largest first.
+
+    The ``node_*.npy`` arrays are summed under the label ``node_arrays``.
+    """
+    out: dict[str, int] = {}
+    for path, size in sizes.items():
+        top = path.split("/", 1)[0]
+        if top.startswith("node_"):
+            top = node_arrays
+        out[top] = out.get(top, 0) + int(size)
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))

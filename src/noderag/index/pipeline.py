@@ -443,6 +443,7 @@ def build_index(inputs: Sequence[str | os.PathLike], index_dir: str | os.PathLik
         old_ids = np.flatnonzero(np.isin(types[:old_n], (T, S)))
         vec[old_ids] = load_vectors(root / "vectors.usearch", old_ids, dim)
     new_ids = np.flatnonzero(np.isin(types, (T, S)) & (np.arange(n_ts) >= old_n))
+    from .decompose.nlp import unit_prefix
     from .enrich import embed_late_resumable, embed_texts_resumable
 
     with bars.bar(int(new_ids.size), "embed T/S") as bar:
@@ -460,7 +461,7 @@ def build_index(inputs: Sequence[str | os.PathLike], index_dir: str | os.PathLik
             titles = [getattr(doc_of.get(table.doc_ids[t]), "title", None) for t in new_t.tolist()]
             vec[new_t], vec[new_s], _ = embed_late_resumable(
                 emb, [table.texts[i] for i in new_t.tolist()], [table.texts[i] for i in new_s.tolist()],
-                unit_chunk, [f"{t}: " if t else None for t in titles], stages / "emb_ts",
+                unit_chunk, [unit_prefix(t) if t else None for t in titles], stages / "emb_ts",
                 batch_size=config.embed.batch_size, progress=bar)
         else:
             vec[new_ids] = embed_texts_resumable(emb, [table.texts[i] for i in new_ids.tolist()],

@@ -16,7 +16,7 @@ from typing import Sequence
 from ..sentences import sentence_spans
 from .base import ChunkDecomposition, ChunkInput, Unit
 
-__all__ = ["NLPDecomposer", "extract_mentions", "Mention"]
+__all__ = ["NLPDecomposer", "extract_mentions", "Mention", "unit_prefix"]
 
 # Capitalised words that start sentences or clauses but are not names on their own.
 _STOP = frozenset("""
@@ -155,6 +155,11 @@ def _unvouched_start(m: Mention, vouched: set[str], ntitle: str) -> Mention | No
     text = " ".join(rest)
     start = m.end - len(text)
     return Mention(start, m.end, text, m.kind)
+
+
+def unit_prefix(title: str) -> str:
+    """The "Title: " a unit is prefixed with when its text does not name its passage's title."""
+    return f"{title}: "
 
 
 def title_aliases(title: str) -> list[str]:
@@ -320,7 +325,7 @@ class NLPDecomposer:
                     if not any(_norm(e) == _norm(alias) for e in ents):
                         ents.append(alias)
                 if cfg.title_prefix and not inside:
-                    utext = f"{title}: {utext}"
+                    utext = unit_prefix(title) + utext
             units.append(Unit(utext, ents, rels))
         return ChunkDecomposition(chunk.chunk_id, units, None)
 
