@@ -27,7 +27,7 @@ def minilm():
 
 def _states(emb, text: str):
     """Token states and offsets of ``text`` in one run (no truncation), the reference for pooling."""
-    enc = emb._tok_full.encode(text)
+    enc = emb._full_tokenizer().encode(text)
     ids = np.asarray(enc.ids, dtype=np.int64)[None, :]
     hidden = emb._hidden(ids, np.ones_like(ids))[0]
     return hidden, np.asarray(enc.offsets), np.asarray(enc.special_tokens_mask)
@@ -72,7 +72,7 @@ def test_head_tokens_join_every_span(minilm):
 def test_spans_past_the_first_window(minilm):
     words = [f"Sentence {i} is about the river number {i} in the valley." for i in range(80)]
     text = " ".join(words)
-    assert len(minilm._tok_full.encode(text).ids) > 3 * minilm.max_length
+    assert len(minilm._full_tokenizer().encode(text).ids) > 3 * minilm.max_length
     last = (len(text) - len(words[-1]), len(text))
     middle_at = text.index(words[40])
     middle = (middle_at, middle_at + len(words[40]))
@@ -84,7 +84,7 @@ def test_spans_past_the_first_window(minilm):
     np.testing.assert_allclose(np.linalg.norm(sv[covered], axis=1), 1.0, atol=1e-5)
     # reference: a later span is read from the window of max_length tokens that starts at its first
     # token, or from the text's last window when that would run past the end
-    enc = minilm._tok_full.encode(text)
+    enc = minilm._full_tokenizer().encode(text)
     ids, offsets = np.asarray(enc.ids), np.asarray(enc.offsets)
     body, offs = ids[1:-1], offsets[1:-1]
     width = minilm.max_length - 2

@@ -160,8 +160,7 @@ class OnnxEmbedder:
         self.max_length = max_length
         self.name = name or model_path.stem
         self._tok = _load_tokenizer(tokenizer_path, tokenizer_sha256, max_length)
-        self._tok_full = _load_tokenizer(tokenizer_path, None, max_length)
-        self._tok_full.no_truncation()
+        self._tok_full = None  # untruncated copy for embed_with_spans, made on first use
 
         opts = ort.SessionOptions()
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
@@ -202,6 +201,16 @@ class OnnxEmbedder:
             ids[row, :n] = e.ids
             mask[row, :n] = 1
         return ids, mask
+
+    def _full_tokenizer(self):
+        """The tokenizer without truncation (long texts are split into windows by the caller)."""
+        if self._tok_full is None:
+            from tokenizers import Tokenizer
+
+            tok = Tokenizer.from_str(self._tok.to_str())
+            tok.no_truncation()
+            self._tok_full = tok
+        return self._tok_full
 
     def _hidden(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
         """Token states of one padded batch, float32 of shape (batch, seq, dim)."""
@@ -299,7 +308,7 @@ class OnnxEmbedder:
         if not texts:
             return text_vecs, span_vecs, covered
         runs: list[tuple[int, np.ndarray, int, int, list[tuple[int, int, int]]]] = []
-        for i, enc in enumerate(self._tok_full.encode_batch(texts)):
+        for i, enc in enumerate(self._full_tokenizer().encode_batch(texts)):
             content = np.flatnonzero(np.asarray(enc.special_tokens_mask) == 0)
             ids = np.asarray(enc.ids, dtype=np.int64)  # [CLS] content [SEP]
             offsets = np.asarray(enc.offsets, dtype=np.int64).reshape(-1, 2)[content]
