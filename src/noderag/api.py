@@ -20,14 +20,18 @@ class Index(IndexStore):
     """
 
     def insert(self, docs_or_paths: Sequence[str | os.PathLike] | str | os.PathLike, *, llm=None,
-               embedder=None, progress: bool = False, allow_failures: bool = False) -> "Index":
-        """Add documents (files, folders, JSONL corpora) and return the reopened index."""
+               embedder=None, progress: bool = False, allow_failures: bool = False,
+               wait: float | None = None) -> "Index":
+        """Add documents (files, folders, JSONL corpora) and return the reopened index.
+
+        ``wait``: seconds to wait for another writer of this index (default: fail at once).
+        """
         from noderag.index.insert import insert_documents
 
         if isinstance(docs_or_paths, (str, os.PathLike)):
             docs_or_paths = [docs_or_paths]
         insert_documents(self.path, docs_or_paths, llm=llm, embedder=embedder, progress=progress,
-                         allow_failures=allow_failures)
+                         allow_failures=allow_failures, wait=wait)
         return type(self).open(self.path)
 
 

@@ -17,11 +17,12 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from noderag.index.augment import AugmentFailure
     from noderag.index.decompose.base import DecomposeFailure
     from noderag.index.ingest import IngestError
+    from noderag.index.lock import IndexLockedError
     from noderag.index.pipeline import BuildError
     from noderag.index.store import IndexNotFoundError
 
     return (ConfigError, FormatVersionError, AugmentFailure, DecomposeFailure, IngestError, BuildError,
-            IndexNotFoundError, OSError)
+            IndexNotFoundError, IndexLockedError, OSError)
 
 
 def _fmt_bytes(n: float) -> str:
@@ -103,7 +104,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
     progress = not args.no_progress
     log = (lambda msg: print(f"noderag: {msg}", file=sys.stderr)) if progress else None
     report = build_index(args.inputs, args.index, config, progress=progress,
-                         allow_failures=args.allow_failures, log=log)
+                         allow_failures=args.allow_failures, log=log, wait=args.wait)
     print(f"index {args.index}: {report.added_documents} new document(s), {report.duplicates} duplicate(s) skipped")
     print(format_summary(report.manifest))
     return 0
@@ -140,6 +141,8 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--allow-failures", action="store_true",
                    help="finish even when some chunks fail to decompose (recorded in the manifest)")
     b.add_argument("--no-progress", action="store_true", help="no progress bars")
+    b.add_argument("--wait", type=float, metavar="SECONDS", default=None,
+                   help="wait up to SECONDS for another writer of the index to finish (default: fail at once)")
     b.set_defaults(func=_cmd_build)
     s = sub.add_parser("stats", help="print the summary of an index")
     s.add_argument("index", metavar="DIR")

@@ -18,7 +18,8 @@ __all__ = ["insert_documents"]
 
 
 def insert_documents(index_dir: str | os.PathLike, inputs: Sequence[str | os.PathLike], *, llm=None,
-                     embedder=None, progress: bool = False, allow_failures: bool = False) -> BuildReport:
+                     embedder=None, progress: bool = False, allow_failures: bool = False,
+                     wait: float | None = None) -> BuildReport:
     """Add the new documents of ``inputs`` (files, folders, JSONL) to the index in ``index_dir``."""
     from .manifest import read_manifest
     from .store import IndexNotFoundError
@@ -27,4 +28,4 @@ def insert_documents(index_dir: str | os.PathLike, inputs: Sequence[str | os.Pat
     if m is None or m.get("state") != "complete":
         raise IndexNotFoundError(f"{index_dir}: no finished index to insert into (run a build first)")
     return build_index(inputs, index_dir, None, llm=llm, embedder=embedder, progress=progress,
-                       allow_failures=allow_failures)
+                       allow_failures=allow_failures, wait=wait)

@@ -38,6 +38,7 @@ from .assemble import ChunkRecord, EdgeList, NodeTable, assemble_chunks, link_kn
 from .decompose.base import ChunkDecomposition, ChunkInput, DecomposeFailure
 from .decompose.factory import make_decomposer
 from .ingest import Document, IngestError, ingest
+from .lock import WriterLock
 from .manifest import FINAL_MARKER, MANIFEST, StageLog, dir_sizes, finish_pending_commit, read_manifest
 
 __all__ = ["BuildError", "build_index", "BuildReport"]
@@ -267,7 +268,7 @@ def _cat(*lists: EdgeList) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def build_index(inputs: Sequence[str | os.PathLike], index_dir: str | os.PathLike, config=None, *,
                 llm=None, embedder=None, progress: bool = True, allow_failures: bool = False,
-                log=None) -> BuildReport:
+                log=None, wait: float | None = None) -> BuildReport:
     """Build a new index in ``index_dir`` or add the new documents of ``inputs`` to the one there.
 
     Parameters
@@ -284,14 +285,25 @@ def build_index(inputs: Sequence[str | os.PathLike], index_dir: str | os.PathLik
         by default such failures raise :class:`DecomposeFailure` after everything else is saved.
     log : callable(str), optional
         Receives one-line status messages.
+    wait : float, optional
+        Seconds to wait for another writer of the same index to finish; by default a
+        running writer makes this call raise :class:`~noderag.index.lock.IndexLockedError` at once.
     """
     root = Path(index_dir)
+    if root.exists() and not root.is_dir():
+        raise BuildError(f"{root}: exists and is not a directory")
+    # the lock comes first: the existing index and the pending stages are read under it
+    with WriterLock(root, wait=wait):
+        return _build_locked(inputs, root, config, llm=llm, embedder=embedder, progress=progress,
+                             allow_failures=allow_failures, log=log)
+
+
+def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, allow_failures: bool,
+                  log) -> BuildReport:
+    """:func:`build_index` with the writer lock held."""
     say = log or (lambda msg: None)
     if isinstance(inputs, (str, os.PathLike)):
         inputs = [inputs]
-    if root.exists() and not root.is_dir():
-        raise BuildError(f"{root}: exists and is not a directory")
-    root.mkdir(parents=True, exist_ok=True)
     if finish_pending_commit(root):
         say("completed an interrupted commit of the previous run")
     stages = root / "stages"

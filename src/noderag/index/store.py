@@ -169,10 +169,16 @@ class IndexStore:
     def __init__(self, path: str | os.PathLike) -> None:
         self.path = Path(path)
         if (self.path / "stages" / "final" / ".complete").is_file():
-            # a build was killed while moving its finished files into place: complete the move
+            # a build was killed while moving its finished files into place: complete the move, but
+            # only when no writer is running (a live writer is completing it itself)
+            from .lock import IndexLockedError, WriterLock
             from .manifest import finish_pending_commit
 
-            finish_pending_commit(self.path)
+            try:
+                with WriterLock(self.path):
+                    finish_pending_commit(self.path)
+            except IndexLockedError:
+                pass
         mpath = self.path / MANIFEST
         if not mpath.is_file():
             raise IndexNotFoundError(f"{self.path}: not an index directory (no {MANIFEST})")
