@@ -89,7 +89,9 @@ def build_or_open(corpus_path: Path, index_dir: Path, rebuild: bool):
         except IndexNotFoundError:
             pass
     t0 = time.perf_counter()
-    noderag.build([str(corpus_path)], str(index_dir), progress=True)
+    # the semantic layer is off by default; the ablation "semantic_layer_on" needs it built
+    config = noderag.NodeRAGConfig().with_overrides({"semantic.enabled": True})
+    noderag.build([str(corpus_path)], str(index_dir), config=config, progress=True)
     build_s = time.perf_counter() - t0
     stamp.write_text(digest + "\n")
     return noderag.Index.open(index_dir), build_s

@@ -25,6 +25,7 @@ def test_build_and_stats(tmp_path, capsys):
     assert main(["stats", str(idx), "--json"]) == 0
     stats = json.loads(capsys.readouterr().out)
     assert stats["counts"]["documents"] == 12 and stats["bytes_total"] > 0
+    assert stats["counts"]["edges"]["semantic"] == 0  # the semantic layer is built only when asked for
     m = json.loads((idx / "manifest.json").read_text())
     assert m["config"]["seed"] == 3 and m["config"]["decompose"]["batch_size"] == 5
     assert m["config"]["communities"]["min_size"] == 3 and m["config"]["embed"]["spec"] == "hash:64"

@@ -26,7 +26,7 @@ T, S, N, R, A, H, O = (int(t) for t in NodeType)
 
 
 def _config(**over) -> NodeRAGConfig:
-    base = {"embed.spec": "hash:64", "decompose.batch_size": 3}
+    base = {"embed.spec": "hash:64", "decompose.batch_size": 3, "semantic.enabled": True}
     base.update(over)
     return NodeRAGConfig().with_overrides(base)
 
@@ -153,6 +153,10 @@ def test_store_opens_memory_mapped(demo_index):
     assert m["tokens"] == {} and m["bytes_total"] == sum(m["bytes"].values()) > 0
     assert set(m["stages"]) == {"ingest", "chunk", "decompose", "assemble", "embed", "attributes",
                                 "communities", "semantic", "finalize"}
+    for st in m["stages"].values():  # wall and CPU time and the peak RSS so far, per stage
+        assert st["time_s"] >= 0 and st["cpu_s"] >= 0 and st["peak_rss_mb"] > 10
+    peaks = [m["stages"][k]["peak_rss_mb"] for k in ("chunk", "assemble", "communities", "finalize")]
+    assert peaks == sorted(peaks)
 
 
 def test_edges_follow_the_schema(demo_index):
@@ -177,7 +181,7 @@ _SUB = """
 import sys
 from noderag.config import NodeRAGConfig
 from noderag.index.pipeline import build_index
-cfg = NodeRAGConfig().with_overrides({"embed.spec": "hash:64", "decompose.batch_size": 3})
+cfg = NodeRAGConfig().with_overrides({"embed.spec": "hash:64", "decompose.batch_size": 3, "semantic.enabled": True})
 build_index([sys.argv[1]], sys.argv[2], cfg, progress=False)
 """
 

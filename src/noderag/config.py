@@ -244,12 +244,17 @@ class SemanticConfig:
 
     Attributes
     ----------
-    enabled : bool, default=True
+    enabled : bool, default=False
+        Off by default: search weights the layer 0 (``search.semantic_weight``), because
+        with weight 1 it costs recall (MuSiQue recall@5 0.728 -> 0.695, HotpotQA
+        0.895 -> 0.885; ``benchmarks/results/retrieval_*.md``), and it was the most
+        expensive build stage at scale (issue 9). Enable it to search with
+        ``semantic_weight > 0``.
     k : int, default=10
         Neighbours per embedded node.
     """
 
-    enabled: bool = True
+    enabled: bool = False
     k: int = 10
 
     def validate(self) -> None:

@@ -14,6 +14,7 @@ from .base import check_batch_size, check_texts, l2_normalize
 __all__ = ["HashEmbedder"]
 
 _WORD = re.compile(r"\w+", re.UNICODE)
+_MEMO_LIMIT = 1 << 20  # n-grams whose bucket is remembered (~100 MB at most)
 
 
 class HashEmbedder:
@@ -39,6 +40,18 @@ class HashEmbedder:
         self.seed = seed
         self.name = f"hash-{self.dim}-n{self.ngram_max}-s{seed}"
         self._salt = seed.to_bytes(8, "little")
+        self._buckets: dict[str, tuple[int, float]] = {}
+
+    def _bucket(self, gram: str) -> tuple[int, float]:
+        """(column, sign) of one n-gram, memoised per embedder (corpora repeat their n-grams)."""
+        hit = self._buckets.get(gram)
+        if hit is None:
+            h = int.from_bytes(hashlib.blake2b(gram.encode(), digest_size=8, salt=self._salt).digest(), "little")
+            hit = (h % self.dim, 1.0 if (h >> 63) & 1 else -1.0)
+            if len(self._buckets) >= _MEMO_LIMIT:
+                self._buckets.clear()
+            self._buckets[gram] = hit
+        return hit
 
     def _features(self, text: str) -> tuple[np.ndarray, np.ndarray]:
         words = _WORD.findall(unicodedata.normalize("NFKC", text).casefold())
@@ -47,14 +60,13 @@ class HashEmbedder:
             for i in range(len(words) - n + 1):
                 g = " ".join(words[i : i + n])
                 grams[g] = grams.get(g, 0) + 1
-        cols = np.empty(len(grams), dtype=np.int64)
-        vals = np.empty(len(grams), dtype=np.float32)
-        for j, (g, c) in enumerate(grams.items()):
-            h = int.from_bytes(hashlib.blake2b(g.encode(), digest_size=8, salt=self._salt).digest(), "little")
-            cols[j] = h % self.dim
-            sign = 1.0 if (h >> 63) & 1 else -1.0
-            vals[j] = sign * (1.0 + np.log(c))
-        return cols, vals
+        if not grams:
+            return np.zeros(0, np.int64), np.zeros(0, np.float32)
+        buckets = [self._bucket(g) for g in grams]
+        cols = np.fromiter((c for c, _ in buckets), dtype=np.int64, count=len(buckets))
+        signs = np.fromiter((sg for _, sg in buckets), dtype=np.float64, count=len(buckets))
+        counts = np.fromiter(grams.values(), dtype=np.float64, count=len(grams))
+        return cols, (signs * (1.0 + np.log(counts))).astype(np.float32)
 
     def embed(self, texts: Sequence[str], *, batch_size: int | None = None) -> np.ndarray:
         """Return float32 of shape (len(texts), dim), rows L2-normalised (``batch_size`` is unused)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import resource
 import shutil
 import time
 from pathlib import Path
@@ -27,28 +28,50 @@ def read_manifest(root: Path) -> dict[str, Any] | None:
     return data
 
 
+def cpu_seconds() -> float:
+    """CPU seconds (user + system) of this process and of its finished child processes."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def peak_rss_mb() -> float:
+    """Peak resident set size of this process so far, in MiB (Linux reports ru_maxrss in KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
 class StageLog:
-    """Stage states and wall times of one build run, persisted in ``stages/state.json``."""
+    """Stage states, wall and CPU times and the peak RSS after each stage of one build run.
+
+    Persisted in ``stages/state.json``; times of a stage resumed after a kill add up.
+    ``peak_rss_mb`` is the process's peak so far when the stage finished (monotone).
+    """
 
     def __init__(self, path: Path, log=None) -> None:
         self.path = Path(path)
         self.log = log
         data = read_json(self.path) if self.path.is_file() else {}
         self.stages: dict[str, dict[str, Any]] = dict(data.get("stages", {})) if isinstance(data, dict) else {}
-        self._t0: dict[str, float] = {}
+        self._t0: dict[str, tuple[float, float]] = {}
 
     def done(self, name: str) -> bool:
         return self.stages.get(name, {}).get("state") == "done"
 
-    def start(self, name: str) -> None:
-        self._t0[name] = time.perf_counter()
+    def start(self, name: str, *, already_s: float = 0.0) -> None:
+        """Mark ``name`` running; ``already_s`` seconds of wall time spent before this call count too."""
+        self._t0[name] = (time.perf_counter() - already_s, cpu_seconds())
         prev = self.stages.get(name, {})
-        self.stages[name] = {"state": "running", "time_s": float(prev.get("time_s", 0.0))}
+        self.stages[name] = {"state": "running", "time_s": float(prev.get("time_s", 0.0)),
+                             "cpu_s": float(prev.get("cpu_s", 0.0))}
 
     def finish(self, name: str, **info: Any) -> None:
-        elapsed = time.perf_counter() - self._t0.pop(name, time.perf_counter())
+        t0, c0 = self._t0.pop(name, (time.perf_counter(), cpu_seconds()))
+        elapsed = time.perf_counter() - t0
+        cpu = cpu_seconds() - c0
         prev = self.stages.get(name, {})
-        self.stages[name] = {"state": "done", "time_s": round(float(prev.get("time_s", 0.0)) + elapsed, 4), **info}
+        self.stages[name] = {"state": "done", "time_s": round(float(prev.get("time_s", 0.0)) + elapsed, 4),
+                             "cpu_s": round(float(prev.get("cpu_s", 0.0)) + cpu, 4),
+                             "peak_rss_mb": round(peak_rss_mb(), 1), **info}
         self.save()
         if self.log is not None:
             extra = ", ".join(f"{k} {v}" for k, v in info.items())

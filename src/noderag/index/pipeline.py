@@ -361,9 +361,7 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
                                             "config": config.to_dict()})
     slog = StageLog(stages / "state.json", log=log)
     if not slog.done("ingest"):
-        slog.start("ingest")
-        slog.stages["ingest"]["time_s"] = 0.0
-        slog._t0["ingest"] = time.perf_counter() - t_ingest
+        slog.start("ingest", already_s=t_ingest)
         slog.finish("ingest", documents=len(new_docs), duplicates=dupes)
     _checkpoint("ingest")
 
