@@ -49,10 +49,43 @@ def test_recovers_planted_partition():
 
 def test_deterministic_with_seed():
     csr, _ = _planted(seed=3, groups=6, size=20, p_in=0.15, p_out=0.03)
-    for objective in ("modularity", "rb"):
-        a = leiden(csr, objective=objective, seed=7)
-        b = leiden(csr, objective=objective, seed=7)
-        np.testing.assert_array_equal(a, b)
+    for engine in ("igraph", "leidenalg"):
+        for objective in ("modularity", "rb"):
+            a = leiden(csr, objective=objective, seed=7, engine=engine)
+            b = leiden(csr, objective=objective, seed=7, engine=engine)
+            np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("objective,resolution", [("modularity", 1.0), ("rb", 0.5), ("rb", 2.0)])
+def test_igraph_engine_agrees_with_igraph_called_directly(objective, resolution):
+    import random
+
+    csr, _ = _planted(seed=6, groups=5, size=25, p_in=0.2, p_out=0.04)
+    g = _igraph_loop(csr)
+    ig.set_random_number_generator(random.Random(11))
+    try:
+        ref = np.asarray(g.community_leiden(objective_function="modularity", weights="weight",
+                                            resolution=resolution, n_iterations=-1).membership)
+    finally:
+        ig.set_random_number_generator(random)
+    got = leiden(csr, objective=objective, resolution=resolution, seed=11, engine="igraph")
+    assert _same_partition(got, ref)
+    sizes = np.bincount(got)
+    assert np.all(sizes[:-1] >= sizes[1:])  # labels ordered by decreasing size
+    q_ours = g.modularity(got.tolist(), weights="weight", resolution=resolution)
+    q_ref = g.modularity(ref.tolist(), weights="weight", resolution=resolution)
+    assert q_ours == pytest.approx(q_ref)
+
+
+def test_igraph_engine_leaves_the_global_generator_alone():
+    import random
+
+    csr, _ = _planted(seed=3)
+    random.seed(123)
+    expect = random.random()
+    random.seed(123)
+    leiden(csr, seed=5, engine="igraph")
+    assert random.random() == expect  # our call neither drew from nor reseeded the module's generator
 
 
 @pytest.mark.parametrize("objective,resolution", [("modularity", 1.0), ("rb", 0.5), ("rb", 2.0)])
@@ -65,7 +98,7 @@ def test_agrees_with_leidenalg_called_directly(objective, resolution):
     else:
         part = leidenalg.find_partition(g, leidenalg.RBConfigurationVertexPartition, weights="weight",
                                         n_iterations=-1, seed=11, resolution_parameter=resolution)
-    got = leiden(csr, objective=objective, resolution=resolution, seed=11)
+    got = leiden(csr, objective=objective, resolution=resolution, seed=11, engine="leidenalg")
     np.testing.assert_array_equal(got, part.membership)
 
 
@@ -89,13 +122,14 @@ def test_weights_matter():
 def test_subgraph_nodes():
     csr, truth = _planted(seed=4)
     nodes = np.flatnonzero(truth < 2)
-    got = leiden(csr, nodes=nodes[::-1], seed=1)  # order does not matter
-    outside = np.setdiff1d(np.arange(csr.n), nodes)
-    assert np.all(got[outside] == -1)
-    assert _same_partition(got[nodes], truth[nodes])
+    for engine in ("igraph", "leidenalg"):
+        got = leiden(csr, nodes=nodes[::-1], seed=1, engine=engine)  # order does not matter
+        outside = np.setdiff1d(np.arange(csr.n), nodes)
+        assert np.all(got[outside] == -1)
+        assert _same_partition(got[nodes], truth[nodes])
     g = _igraph_loop(csr).induced_subgraph(nodes.tolist())
     part = leidenalg.find_partition(g, leidenalg.ModularityVertexPartition, weights="weight", n_iterations=-1, seed=1)
-    np.testing.assert_array_equal(got[nodes], part.membership)
+    np.testing.assert_array_equal(leiden(csr, nodes=nodes, seed=1, engine="leidenalg")[nodes], part.membership)
 
 
 def test_empty_and_edgeless():
@@ -108,6 +142,8 @@ def test_rejects_bad_arguments():
     csr, _ = _planted(groups=2, size=5)
     with pytest.raises(ValueError, match="objective"):
         leiden(csr, objective="cpm")
+    with pytest.raises(ValueError, match="engine must be one of"):
+        leiden(csr, engine="louvain")
     with pytest.raises(ValueError, match="resolution"):
         leiden(csr, resolution=0.5)
     with pytest.raises(ValueError, match="resolution"):

@@ -171,6 +171,9 @@ class CommunityConfig:
         llm: at most this many member texts go into one community prompt.
     iterations : int, default=2
         Leiden iterations (leidenalg's default; -1 runs until no improvement, much slower).
+    engine : {"igraph", "leidenalg"}, default="igraph"
+        igraph's built-in Leiden (17x faster than leidenalg on a 400k-node graph at equal
+        modularity) or leidenalg's optimiser.
     """
 
     enabled: bool = True
@@ -182,9 +185,12 @@ class CommunityConfig:
     links: int = 10
     max_members: int = 24
     iterations: int = 2
+    engine: str = "igraph"
 
     def validate(self) -> None:
         _check(isinstance(self.enabled, bool), "communities.enabled", self.enabled, "a bool")
+        _check(self.engine in ("igraph", "leidenalg"), "communities.engine", self.engine,
+               "'igraph' or 'leidenalg'")
         _check(_is_int(self.iterations) and (self.iterations >= 1 or self.iterations == -1),
                "communities.iterations", self.iterations, "an int >= 1 or -1")
         _check(_is_num(self.resolution) and self.resolution > 0, "communities.resolution", self.resolution, "a number > 0")

@@ -1,13 +1,20 @@
-"""Leiden community detection on a CSR graph (igraph + leidenalg), weighted and seeded.
+"""Leiden community detection on a CSR graph (igraph's Leiden or leidenalg), weighted and seeded.
 
 The igraph graph is built from the CSR's upper triangle with vectorised numpy
 (one ``igraph.Graph(n, edges, edge_attrs=...)`` call, no per-edge Python loop of
-ours). leidenalg is deterministic for a fixed ``seed`` (it seeds its own RNG per
-call); community labels are leidenalg's, i.e. ``0..c-1`` ordered by decreasing
-community size.
+ours). Two engines of the same algorithm (both by Traag): igraph's own
+``community_leiden`` (the default: 17x faster than leidenalg on a 400k-node
+S/N/R/A graph, 2.9 s vs 50.5 s, at equal modularity 0.819 vs 0.817) and
+leidenalg. Both are deterministic for a fixed ``seed``: leidenalg seeds its own
+RNG per call; igraph is given a private ``random.Random(seed)`` for the call and
+its previous generator is restored. Labels are ``0..c-1`` ordered by decreasing
+community size (ties: by smallest member).
 """
 
 from __future__ import annotations
+
+import random
+import threading
 
 import numpy as np
 
@@ -16,6 +23,8 @@ from .csr import CSR, induced_csr, validate_csr
 __all__ = ["leiden"]
 
 _OBJECTIVES = ("modularity", "rb")
+_ENGINES = ("igraph", "leidenalg")
+_IGRAPH_RNG = threading.Lock()  # igraph's generator is process-wide: one seeded call at a time
 
 
 def _upper_edges(checked: CSR) -> tuple[np.ndarray, np.ndarray]:
@@ -34,6 +43,7 @@ def leiden(
     seed: int = 0,
     nodes=None,
     n_iterations: int = -1,
+    engine: str = "igraph",
 ) -> np.ndarray:
     """Leiden community membership of the nodes, int32 of shape (n,).
 
@@ -52,6 +62,8 @@ def leiden(
         Restrict to the subgraph induced by these node ids (duplicates ignored).
     n_iterations : int, default=-1
         Leiden iterations; negative runs until an iteration brings no improvement.
+    engine : {"igraph", "leidenalg"}, default="igraph"
+        igraph's built-in Leiden (fast) or leidenalg's optimiser.
 
     Returns
     -------
@@ -64,6 +76,8 @@ def leiden(
 
     if not isinstance(csr, CSR):
         raise TypeError(f"csr must be a noderag.graph.csr.CSR, got {type(csr).__name__}")
+    if engine not in _ENGINES:
+        raise ValueError(f"engine must be one of {_ENGINES}, got {engine!r}")
     if objective not in _OBJECTIVES:
         raise ValueError(f"objective must be one of {_OBJECTIVES}, got {objective!r}")
     resolution = float(resolution)
@@ -88,6 +102,9 @@ def leiden(
         return membership
 
     graph = ig.Graph(n=int(sub_nodes.size), edges=edges, edge_attrs={"weight": weights})
+    if engine == "igraph":
+        membership[sub_nodes] = _by_size(_igraph_leiden(graph, resolution, int(seed), int(n_iterations)))
+        return membership
     if objective == "modularity":
         partition = leidenalg.find_partition(
             graph, leidenalg.ModularityVertexPartition, weights="weight",
@@ -100,3 +117,28 @@ def leiden(
         )
     membership[sub_nodes] = np.asarray(partition.membership, dtype=np.int32)
     return membership
+
+
+def _igraph_leiden(graph, resolution: float, seed: int, n_iterations: int) -> np.ndarray:
+    """igraph's Leiden on the modularity objective (``resolution`` = RB's gamma) with a seeded private RNG."""
+    import igraph as ig
+
+    with _IGRAPH_RNG:
+        ig.set_random_number_generator(random.Random(seed))
+        try:
+            parts = graph.community_leiden(objective_function="modularity", weights="weight",
+                                           resolution=resolution, n_iterations=n_iterations)
+        finally:
+            ig.set_random_number_generator(random)
+    return np.asarray(parts.membership, dtype=np.int64)
+
+
+def _by_size(labels: np.ndarray) -> np.ndarray:
+    """Relabel communities 0..c-1 by decreasing size, ties by smallest member (int32)."""
+    if labels.size == 0:
+        return labels.astype(np.int32)
+    uniq, first, inv, counts = np.unique(labels, return_index=True, return_inverse=True, return_counts=True)
+    order = np.lexsort((first, -counts))
+    rank = np.empty(uniq.size, dtype=np.int32)
+    rank[order] = np.arange(uniq.size, dtype=np.int32)
+    return rank[inv]

@@ -118,6 +118,21 @@ def assemble_chunks(table: NodeTable, chunks: Sequence[ChunkRecord],
     src: list[int] = []
     dst: list[int] = []
     wts: list[float] = []
+    entity_of: dict[str, int | None] = {}  # surface form -> entity id (canonicalising and hashing once)
+    canon_of: dict[str, str] = {}
+
+    def entity(surface: str) -> int | None:
+        nid = entity_of.get(surface, -1)
+        if nid == -1:
+            nid = entity_of[surface] = _entity(table, surface)
+        return nid
+
+    def canon(text: str) -> str:
+        c = canon_of.get(text)
+        if c is None:
+            c = canon_of[text] = canonical_name(text)
+        return c
+
     for ch, dec in zip(chunks, decomps):
         if dec.chunk_id != ch.chunk_id:
             raise ValueError(f"decomposition for chunk {dec.chunk_id} paired with chunk {ch.chunk_id}")
@@ -139,7 +154,7 @@ def assemble_chunks(table: NodeTable, chunks: Sequence[ChunkRecord],
             counts: dict[int, int] = {}
             order: list[int] = []
             for surface in unit.entities:
-                nid = _entity(table, surface)
+                nid = entity(surface)
                 if nid is None:
                     continue
                 if nid not in counts:
@@ -151,12 +166,12 @@ def assemble_chunks(table: NodeTable, chunks: Sequence[ChunkRecord],
                 dst.append(nid)
                 wts.append(float(counts[nid]))
             for s_surf, rel, t_surf in unit.relations:
-                a = _entity(table, s_surf)
-                b = _entity(table, t_surf)
-                crel = canonical_name(rel)
+                a = entity(s_surf)
+                b = entity(t_surf)
+                crel = canon(rel)
                 if a is None or b is None or a == b or not crel:
                     continue
-                ca, cb = canonical_name(s_surf), canonical_name(t_surf)
+                ca, cb = canon(s_surf), canon(t_surf)
                 rtext = f"{table.names[a]} {' '.join(rel.split())} {table.names[b]}"
                 rid, _ = table.add(R, node_key(R, f"{ca}\x1f{crel}\x1f{cb}"), name=None, text=rtext)
                 src.extend((a, b))
@@ -195,26 +210,20 @@ def link_known_names(table: NodeTable, base_src: np.ndarray, base_dst: np.ndarra
     types = table.types_array()
     n = len(types)
     ent_ids = np.flatnonzero((types == N) & np.asarray(table.active, dtype=bool))
-    trie: dict[str, list[tuple[tuple[str, ...], int]]] = {}
+    # first token -> [(length, {token tuple: lowest id})], longest first: a lookup per distinct
+    # length, never a scan over every name that starts with a common word
+    by_first: dict[str, dict[int, dict[tuple[str, ...], int]]] = {}
     for nid in ent_ids.tolist():
         name = table.names[nid] or ""
         toks = tuple(t.casefold() for t in _WORD.findall(name))
         if not toks or not any(ch.isalpha() for ch in name) or (len(toks) == 1 and len(toks[0]) < 3):
             continue
-        trie.setdefault(toks[0], []).append((toks, nid))
-    for lst in trie.values():
-        lst.sort(key=lambda x: (-len(x[0]), x[1]))
-        # identical token tuples: keep the lowest id only (deterministic)
-        seen: set[tuple[str, ...]] = set()
-        lst[:] = [x for x in lst if not (x[0] in seen or seen.add(x[0]))]
-    # decomposer's S-N counts
-    base = {}
-    sn = (types[base_src] == S) & (types[base_dst] == N) if base_src.size else np.zeros(0, bool)
-    for s, d, w in zip(base_src[sn].tolist(), base_dst[sn].tolist(), base_w[sn].tolist()):
-        base[(s, d)] = base.get((s, d), 0.0) + w
+        by_len = by_first.setdefault(toks[0], {}).setdefault(len(toks), {})
+        by_len.setdefault(toks, nid)  # ids ascend: identical token tuples keep the lowest id
+    trie = {first: sorted(by_len.items(), reverse=True) for first, by_len in by_first.items()}
     src: list[int] = []
     dst: list[int] = []
-    wts: list[float] = []
+    cnt: list[int] = []
     s_ids = np.flatnonzero(types == S).tolist()
     for sid in s_ids:
         text = table.texts[sid]
@@ -226,20 +235,41 @@ def link_known_names(table: NodeTable, base_src: np.ndarray, base_dst: np.ndarra
             cands = trie.get(low[i])
             step = 1
             if cands and (text[words[i].start()].isupper() or text[words[i].start()].isdigit()):
-                for toks, nid in cands:
-                    k = len(toks)
-                    if tuple(low[i:i + k]) == toks:
+                for k, names in cands:
+                    nid = names.get(tuple(low[i:i + k]))
+                    if nid is not None:
                         found[nid] = found.get(nid, 0) + 1
                         step = k
                         break
             i += step
         for nid in sorted(found):
-            extra = found[nid] - base.get((sid, nid), 0.0)
-            if extra > 0:
-                src.append(sid)
-                dst.append(nid)
-                wts.append(float(extra))
+            src.append(sid)
+            dst.append(nid)
+            cnt.append(found[nid])
     del n
+    f_src = np.asarray(src, dtype=np.int64)
+    f_dst = np.asarray(dst, dtype=np.int64)
+    extra = np.asarray(cnt, dtype=np.float64) - _pair_weights(types, base_src, base_dst, base_w, f_src, f_dst)
+    keep = extra > 0
     edges = EdgeList()
-    edges.add(src, dst, wts)
+    edges.add(f_src[keep], f_dst[keep], extra[keep])
     return edges
+
+
+def _pair_weights(types: np.ndarray, base_src: np.ndarray, base_dst: np.ndarray, base_w: np.ndarray,
+                  s: np.ndarray, d: np.ndarray) -> np.ndarray:
+    """Summed weight of the decomposer's S->N edges (``base_*``) for each (unit ``s``, entity ``d``) pair."""
+    out = np.zeros(s.size, dtype=np.float64)
+    if base_src.size == 0 or s.size == 0:
+        return out
+    bs = np.asarray(base_src, dtype=np.int64)
+    bd = np.asarray(base_dst, dtype=np.int64)
+    sn = (types[bs] == S) & (types[bd] == N)
+    code = bs[sn] * (1 << 32) + bd[sn]
+    uniq, inv = np.unique(code, return_inverse=True)
+    sums = np.bincount(inv, weights=np.asarray(base_w, dtype=np.float64)[sn], minlength=uniq.size)
+    q = s * (1 << 32) + d
+    pos = np.minimum(np.searchsorted(uniq, q), max(uniq.size - 1, 0))
+    hit = uniq[pos] == q if uniq.size else np.zeros(q.size, bool)
+    out[hit] = sums[pos[hit]]
+    return out

@@ -39,6 +39,7 @@ from .decompose.base import ChunkDecomposition, ChunkInput, DecomposeFailure
 from .decompose.factory import make_decomposer
 from .ingest import Document, IngestError, ingest
 from .lock import WriterLock
+from .node_vectors import NodeVectors
 from .manifest import FINAL_MARKER, MANIFEST, StageLog, dir_sizes, finish_pending_commit, read_manifest
 
 __all__ = ["BuildError", "build_index", "BuildReport"]
@@ -424,6 +425,7 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
         crecs.append(ChunkRecord(cid, did, text, d.source, d.title))
         decs.append(records[cid] if records[cid].error is None else ChunkDecomposition(cid, [], None))
     new_base = assemble_chunks(table, crecs, decs)
+    del crecs, decs, records  # the journal on disk keeps them; the graph needs only the table now
     base.extend(new_base)
     # documents: chunk ids are T node ids
     doc_chunks: dict[int, list[int]] = {}
@@ -445,7 +447,7 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
     dim = int(emb.dim)
     n_ts = len(table)
     types = table.types_array()
-    vec = np.zeros((n_ts, dim), dtype=np.float32)
+    vec = NodeVectors(dim)  # rows for the embedded nodes only
     slog.start("embed")
     if existing:
         from .enrich import load_vectors
@@ -494,7 +496,6 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
     a_ids, a_edges, a_fail, a_sources = add_attributes(table, snr, mentions, important, config.attributes,
                                                        llm=backend, seed=config.seed)
     types = table.types_array()
-    vec = _grow(vec, len(table))
     a_arr = np.asarray(a_ids, dtype=np.int64)
     if config.embed.extractive_mean and a_ids and all(a in a_sources for a in a_ids):
         from .augment import mean_vectors
@@ -522,7 +523,8 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
         snra = subgraph_csr(n1, types, s2, d2, w2, (S, N, R, A))
         membership = np.asarray(leiden(snra, resolution=config.communities.resolution,
                                        objective=config.communities.objective, seed=config.seed,
-                                       n_iterations=config.communities.iterations))
+                                       n_iterations=config.communities.iterations,
+                                       engine=config.communities.engine))
         n_comm = int(membership.max()) + 1 if membership.size else 0
         sn = subgraph_csr(n1, types, s1, d1, w1, (S, N))
         counter = {"n": 0}
@@ -540,7 +542,6 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
             table, snra, membership, sn, config.communities, vectors_of=vectors_of, embed_texts=embed_h,
             llm=backend, seed=config.seed, mean_of_units=config.embed.extractive_mean)
         types = table.types_array()
-        vec = _grow(vec, len(table))
         if h_ids:
             vec[np.asarray(h_ids, dtype=np.int64)] = hv
     retired = retire_unproduced(table, set(a_ids) | set(h_ids) | set(o_ids))
@@ -649,14 +650,6 @@ def _write_linked(path: Path, src: np.ndarray, dst: np.ndarray, w: np.ndarray) -
     tab = pa.Table.from_arrays([pa.array(src, pa.int32()), pa.array(dst, pa.int32()), pa.array(w, pa.float32())],
                                names=["src", "dst", "w"])
     atomic_write_parquet(path, tab, **PARQUET_OPTIONS)
-
-
-def _grow(vec: np.ndarray, n: int) -> np.ndarray:
-    if vec.shape[0] >= n:
-        return vec
-    out = np.zeros((n, vec.shape[1]), dtype=vec.dtype)
-    out[: vec.shape[0]] = vec
-    return out
 
 
 def _edge_kinds(types: np.ndarray, src: np.ndarray, dst: np.ndarray) -> dict[str, int]:

@@ -1,0 +1,75 @@
+"""Vectors of the embedded nodes of a build, addressed by node id.
+
+A build needs vectors only for T, S, A and H nodes (a minority of the graph);
+a dense ``(n_nodes, dim)`` array held 1.5 KB per node for every entity and
+relationship too. Rows are appended as ids are first assigned (capacity doubles),
+and an int32 map takes node id -> row.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["NodeVectors"]
+
+
+class NodeVectors:
+    """float32 vectors of some node ids: ``vec[ids] = values`` assigns, ``vec[ids]`` reads (a copy).
+
+    Reading an id that was never assigned raises ``KeyError`` naming it.
+    """
+
+    def __init__(self, dim: int) -> None:
+        self.dim = int(dim)
+        self._row = np.full(0, -1, dtype=np.int32)
+        self._data = np.zeros((0, self.dim), dtype=np.float32)
+        self._used = 0
+
+    def __len__(self) -> int:
+        return self._used
+
+    @property
+    def nbytes(self) -> int:
+        return int(self._row.nbytes + self._data.nbytes)
+
+    def _rows_for(self, ids: np.ndarray) -> np.ndarray:
+        """Rows of ``ids``, allocating rows for ids seen for the first time (in order of first appearance)."""
+        top = int(ids.max()) + 1 if ids.size else 0
+        if top > self._row.size:
+            grown = np.full(max(top, 2 * self._row.size), -1, dtype=np.int32)
+            grown[: self._row.size] = self._row
+            self._row = grown
+        rows = self._row[ids]
+        new = rows < 0
+        if new.any():
+            fresh, first = np.unique(ids[new], return_index=True)
+            fresh = fresh[np.argsort(first, kind="stable")]
+            need = self._used + fresh.size
+            if need > self._data.shape[0]:
+                data = np.zeros((max(need, 2 * self._data.shape[0], 1024), self.dim), dtype=np.float32)
+                data[: self._used] = self._data[: self._used]
+                self._data = data
+            self._row[fresh] = np.arange(self._used, need, dtype=np.int32)
+            self._used = need
+            rows = self._row[ids]
+        return rows
+
+    def __setitem__(self, ids, values) -> None:
+        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+        values = np.asarray(values, dtype=np.float32)
+        if values.shape != (ids.size, self.dim):
+            raise ValueError(f"expected vectors of shape ({ids.size}, {self.dim}), got {values.shape}")
+        if ids.size and ids.min() < 0:
+            raise ValueError(f"node ids must be >= 0, got {int(ids.min())}")
+        rows = self._rows_for(ids)  # may reallocate self._data: look it up after
+        self._data[rows] = values
+
+    def __getitem__(self, ids) -> np.ndarray:
+        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+        if ids.size == 0:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        inside = ids < self._row.size
+        rows = np.where(inside, self._row[np.where(inside, ids, 0)], -1)
+        if (rows < 0).any():
+            raise KeyError(f"no vector assigned to node id(s) {ids[rows < 0][:5].tolist()}")
+        return self._data[rows]

@@ -1,0 +1,40 @@
+"""NodeVectors: sparse-by-id vector rows against a dense reference array."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from noderag.index.node_vectors import NodeVectors
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 300), min_size=0, max_size=40, unique=True), min_size=1, max_size=8),
+       st.integers(0, 2**31))
+def test_matches_a_dense_array(batches, seed):
+    rng = np.random.default_rng(seed)
+    dense = np.zeros((301, 3), np.float32)
+    seen = np.zeros(301, bool)
+    vec = NodeVectors(3)
+    for ids in batches:
+        vals = rng.standard_normal((len(ids), 3)).astype(np.float32)
+        vec[ids] = vals
+        dense[ids] = vals
+        seen[ids] = True
+    ids = np.flatnonzero(seen)
+    np.testing.assert_array_equal(vec[ids], dense[ids])
+    np.testing.assert_array_equal(vec[ids[::-1]], dense[ids[::-1]])
+    assert len(vec) == ids.size
+
+
+def test_unassigned_ids_and_bad_shapes_are_errors():
+    vec = NodeVectors(2)
+    vec[[5, 1]] = np.ones((2, 2))
+    with pytest.raises(KeyError, match=r"\[3\]"):
+        vec[[1, 3]]
+    with pytest.raises(KeyError, match=r"\[99\]"):
+        vec[[99]]
+    with pytest.raises(ValueError, match=r"shape \(2, 2\)"):
+        vec[[1, 2]] = np.ones((2, 3))
+    assert vec[[]].shape == (0, 2)
+    assert vec.nbytes < 6 * 1024 * 2 * 4 + 64  # rows for the assigned ids only (plus initial capacity)
