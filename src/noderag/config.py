@@ -214,6 +214,11 @@ class EmbedConfig:
         Storage type of ``vectors.usearch`` (i8: a quarter of f32, cosine ranks nearly unchanged).
     connectivity : int, default=12
         HNSW links per node of ``vectors.usearch``.
+    expansion_add : int, default=64
+        HNSW candidate list while inserting (usearch's default is 128). The index is built
+        on one thread so that it is identical in every run, which makes insertion the
+        costliest step of a large build; 64 halves it (issue 9). On 40k hash vectors,
+        recall@10 against exact search: 0.852 at 64 vs 0.893 at 128.
     extractive_mean : bool, default=True
         An extractive (nlp) A or H node, whose text is a few semantic units, gets the unit-norm
         mean of those units' vectors instead of a model call.
@@ -230,6 +235,7 @@ class EmbedConfig:
     batch_size: int = 1024
     vector_dtype: str = "i8"
     connectivity: int = 12
+    expansion_add: int = 64
     extractive_mean: bool = True
     late_units: bool = False
 
@@ -240,6 +246,8 @@ class EmbedConfig:
                "'i8', 'f16' or 'f32'")
         _check(_is_int(self.connectivity) and self.connectivity >= 2, "embed.connectivity", self.connectivity,
                "an int >= 2")
+        _check(_is_int(self.expansion_add) and self.expansion_add >= 1, "embed.expansion_add", self.expansion_add,
+               "an int >= 1")
         _check(isinstance(self.extractive_mean, bool), "embed.extractive_mean", self.extractive_mean, "a bool")
         _check(isinstance(self.late_units, bool), "embed.late_units", self.late_units, "a bool")
 

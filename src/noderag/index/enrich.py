@@ -193,11 +193,11 @@ def embed_late_resumable(embedder, chunks: Sequence[str], units: Sequence[str], 
 
 
 def build_vector_index(ids: np.ndarray, vectors: np.ndarray, dim: int, dtype: str = "i8",
-                       connectivity: int | None = None):
+                       connectivity: int | None = None, expansion_add: int | None = None):
     """HNSW index of ``vectors`` keyed by node id, built with one thread (identical file every run)."""
     from noderag.graph.vectors import VectorIndex
 
-    index = VectorIndex(dim, metric="cos", dtype=dtype, connectivity=connectivity)
+    index = VectorIndex(dim, metric="cos", dtype=dtype, connectivity=connectivity, expansion_add=expansion_add)
     if ids.size:
         index.add(np.asarray(ids, dtype=np.int64), np.asarray(vectors, dtype=np.float32), threads=1)
     return index

@@ -556,7 +556,8 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
     emb_ids = np.flatnonzero(np.isin(types, (T, S, A, H)) & active)
     from .enrich import build_vector_index, semantic_layer
 
-    vindex = build_vector_index(emb_ids, vec[emb_ids], dim, config.embed.vector_dtype, config.embed.connectivity)
+    vindex = build_vector_index(emb_ids, vec[emb_ids], dim, config.embed.vector_dtype, config.embed.connectivity,
+                                config.embed.expansion_add)
     if config.semantic.enabled:
         sem = semantic_layer(n, emb_ids, vec[emb_ids], config.semantic.k, index=vindex)
     else:
