@@ -1,0 +1,482 @@
+"""Scale benchmark (issue 9): build and query corpora of 10^4..10^6 passages, fit how time and memory grow.
+
+    python benchmarks/bench_scale.py --passages 10000,100000,1000000 [--embed SPEC] [--out DIR] [--work DIR]
+                                     [--max-seconds S] [--max-rss-gb G] [--embed-sample N]
+
+For each size N (ascending), ``scale_corpus.generate`` writes (or reuses) the
+N-passage corpus under ``--work`` (default ``.benchcache/scale``); then
+
+- a fresh child process builds it: ``python -m noderag.cli build CORPUS --index DIR
+  --embed SPEC --no-progress`` (nlp mode; default ``hash:384`` so that only the
+  pipeline is measured). Wall time is timed around the child; CPU seconds and peak
+  RSS come from ``os.wait4`` on the child (its ``ru_utime + ru_stime`` and
+  ``ru_maxrss``, which cover the waited-for processes it started too); the RSS of
+  the child's whole process tree is also polled from ``/proc`` every 0.2 s (for
+  concurrent workers, and for the ``--max-rss-gb`` guard). The build peak is the
+  larger of the two. Per-stage wall seconds are the manifest's
+  ``stages.*.time_s`` and per-stage CPU its ``stages.*.cpu_s`` where the pipeline
+  records it (else null);
+- a second fresh process (``scale_query.py``) opens the index and queries it with
+  the size's question set: ``Index.open`` and first-``retrieve`` times, p50/p95 per
+  query without the query embedding and batch q/s (``bench_retrieval``'s timing),
+  and that process's peak RSS.
+
+A size that fails (non-zero exit, a signal such as the OOM killer's SIGKILL, or
+one of the guards) is recorded with its reason, exit code/signal and elapsed time,
+and the larger sizes are not tried (``--keep-going`` tries them). The fits are the
+least-squares slopes of log(build wall), log(build peak RSS) and log(query p50)
+against log(passages) over the sizes that ran. The embedder figures time the
+default embedder (``--model-embed``) on the first ``--embed-sample`` passages of
+the largest corpus: texts/s, model tokens/s (its own tokenizer, truncated input)
+and corpus (cl100k) tokens/s, from which the embedding cost of a default-embedder
+build is *projected* per million corpus tokens and per size.
+
+Writes ``OUT/scale.json``, ``OUT/scale.md`` and ``OUT/scale.png`` (default ``benchmarks/results``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+sys.path.insert(0, str(HERE))
+
+from bench_build import _table  # noqa: E402
+from bench_retrieval import _git_revision  # noqa: E402
+from scale_corpus import DEFAULT_DATA, DEFAULT_SOURCES, generate  # noqa: E402
+
+from noderag.index.manifest import read_manifest  # noqa: E402
+
+POLL_S = 0.2
+
+
+# ----------------------------------------------------------------------------- child processes
+def _proc_rss(pid: int) -> int:
+    """Resident bytes of ``pid`` (0 when it is gone)."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def _tree_pids(pid: int) -> list[int]:
+    """``pid`` and its live descendants (from ``/proc/PID/task/TID/children``)."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        try:
+            for tid in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{tid}/children", encoding="ascii") as fh:
+                    todo.extend(int(c) for c in fh.read().split())
+        except OSError:
+            pass
+    return out
+
+
+def run_child(cmd: list[str], log: Path, max_seconds: float | None, max_rss_bytes: int | None) -> dict:
+    """Run ``cmd`` in its own session; time it, track its memory, enforce the guards; stdout in the result."""
+    out_path = log.with_suffix(".stdout")
+    with open(log, "wb") as err, open(out_path, "wb") as out:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, start_new_session=True, cwd=REPO)
+        peak_tree, reason, status, ru = 0, None, None, None
+        while True:
+            pid, st, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid == proc.pid:
+                status, ru = st, usage
+                break
+            peak_tree = max(peak_tree, sum(_proc_rss(p) for p in _tree_pids(proc.pid)))
+            elapsed = time.perf_counter() - t0
+            if max_seconds is not None and elapsed > max_seconds:
+                reason = f"exceeded --max-seconds {max_seconds:g} (killed after {elapsed:.1f} s)"
+            elif max_rss_bytes is not None and peak_tree > max_rss_bytes:
+                reason = f"exceeded --max-rss-gb {max_rss_bytes / 1e9:g} (tree RSS {peak_tree / 1e9:.2f} GB)"
+            if reason:
+                os.killpg(proc.pid, signal.SIGKILL)
+                _, status, ru = os.wait4(proc.pid, 0)
+                break
+            time.sleep(POLL_S)
+        wall = time.perf_counter() - t0
+    proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen
+    res = {"wall_s": round(wall, 3), "cpu_s": round(ru.ru_utime + ru.ru_stime, 3),
+           "cpu_user_s": round(ru.ru_utime, 3), "cpu_sys_s": round(ru.ru_stime, 3),
+           "maxrss_bytes": ru.ru_maxrss * 1024, "peak_tree_rss_polled_bytes": peak_tree,
+           "peak_rss_bytes": max(ru.ru_maxrss * 1024, peak_tree), "exit_code": proc.returncode}
+    if proc.returncode < 0:
+        res["signal"] = signal.Signals(-proc.returncode).name
+    if reason is None and proc.returncode != 0:
+        reason = (f"killed by {res['signal']}" + (" (the OOM killer?)" if res["signal"] == "SIGKILL" else "")
+                  if proc.returncode < 0 else f"exit code {proc.returncode}")
+        tail = log.read_text("utf-8", errors="replace").strip().splitlines()[-5:]
+        res["stderr_tail"] = tail
+    res["ok"] = reason is None
+    res["reason"] = reason
+    res["stdout"] = out_path.read_text("utf-8", errors="replace")
+    return res
+
+
+# ----------------------------------------------------------------------------- one size
+def bench_size(n: int, args, work: Path) -> dict:
+    """Generate, build and query the ``n``-passage corpus; the size's record."""
+    sc = generate(n, work, data=args.data, sources=args.sources, seed=args.seed)
+    rec: dict = {"passages": n, "corpus": str(sc.corpus), "corpus_bytes": sc.corpus.stat().st_size,
+                 "corpus_reused": sc.reused, "question_copy": sc.question_copy, "n_questions": sc.n_questions,
+                 "loadavg_1m_start": round(os.getloadavg()[0], 2)}
+    index = work / f"index-{n}"
+    if index.exists():
+        shutil.rmtree(index)
+    print(f"== {n:,} passages: building ({sc.corpus})", file=sys.stderr, flush=True)
+    cmd = [sys.executable, "-m", "noderag.cli", "build", str(sc.corpus), "--index", str(index),
+           "--embed", args.embed, "--no-progress"]
+    b = run_child(cmd, work / f"build-{n}.log", args.max_seconds, args.max_rss_bytes)
+    b.pop("stdout")
+    rec["build"] = b
+    if not b["ok"]:
+        rec.update(ok=False, failed_in="build", reason=b["reason"])
+        return rec
+    m = read_manifest(index)
+    nodes = int(sum(m["counts"]["nodes"].values()))
+    edges = m["counts"]["edges"]
+    rec.update(
+        nodes=nodes, nodes_by_type=m["counts"]["nodes"],
+        edges=int(edges.get("structural", 0)) + int(edges.get("semantic", 0)),
+        edges_structural=int(edges.get("structural", 0)), edges_semantic=int(edges.get("semantic", 0)),
+        embedded=int(m["stages"].get("embed", {}).get("embedded", 0)),
+        stages={k: {"wall_s": v.get("time_s"), "cpu_s": v.get("cpu_s")} for k, v in m["stages"].items()},
+        index_bytes=int(m["bytes_total"]),
+        build_passages_per_s=round(n / b["wall_s"], 1),
+        build_bytes_per_node=round(b["peak_rss_bytes"] / nodes, 1),
+    )
+    print(f"   built in {b['wall_s']:.1f} s, {nodes:,} nodes, peak RSS {b['peak_rss_bytes'] / 1e9:.2f} GB; querying",
+          file=sys.stderr, flush=True)
+    cmd = [sys.executable, str(HERE / "scale_query.py"), str(index), str(sc.questions), "--repeats", str(args.repeats)]
+    q = run_child(cmd, work / f"query-{n}.log", args.max_seconds, args.max_rss_bytes)
+    stdout = q.pop("stdout").strip().splitlines()
+    if q["ok"]:
+        try:
+            q.update(json.loads(stdout[-1]))
+        except (IndexError, json.JSONDecodeError):
+            q.update(ok=False, reason=f"query process printed no JSON result (see {work / f'query-{n}.log'})")
+    rec["query"] = q
+    rec["loadavg_1m_end"] = round(os.getloadavg()[0], 2)
+    if not q["ok"]:
+        rec.update(ok=False, failed_in="query", reason=q["reason"])
+        return rec
+    rec["ok"] = True
+    if not args.keep_index:
+        shutil.rmtree(index)
+    return rec
+
+
+# ----------------------------------------------------------------------------- embedder figures
+def _first_passages(path: Path, k: int) -> list[str]:
+    out = []
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            if len(out) >= k:
+                break
+            if line.strip():
+                out.append(json.loads(line)["text"])
+    return out
+
+
+def embedder_figures(spec: str, corpus: Path, sample: int) -> dict:
+    """Texts/s and tokens/s of embedder ``spec`` on the first ``sample`` passages of ``corpus`` (one timed pass)."""
+    from noderag.embed import make_embedder
+    from noderag.tokenize import count_tokens_batch
+
+    texts = _first_passages(corpus, sample)
+    t0 = time.perf_counter()
+    emb = make_embedder(spec)
+    load_s = time.perf_counter() - t0
+    emb.embed(texts[:8])  # warm-up
+    c0, t0 = time.process_time(), time.perf_counter()
+    emb.embed(texts)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    corpus_tokens = int(sum(count_tokens_batch(texts)))
+    model_tokens = int(np.sum(emb.token_lengths(texts))) if hasattr(emb, "token_lengths") else None
+    res = {"spec": spec, "name": getattr(emb, "name", spec), "sample_passages": len(texts), "sample_from": str(corpus),
+           "load_s": round(load_s, 3), "wall_s": round(wall, 3), "cpu_s": round(cpu, 3),
+           "texts_per_s": round(len(texts) / wall, 1), "corpus_tokens": corpus_tokens,
+           "corpus_tokens_per_passage": round(corpus_tokens / len(texts), 1),
+           "corpus_tokens_per_s": round(corpus_tokens / wall, 1),
+           "projected_s_per_m_corpus_tokens": round(1e6 * wall / corpus_tokens, 1)}
+    if model_tokens is not None:
+        res.update(model_tokens=model_tokens, model_tokens_per_s=round(model_tokens / wall, 1))
+    return res
+
+
+# ----------------------------------------------------------------------------- fits and targets
+def loglog_slope(xs: list[float], ys: list[float]) -> float | None:
+    """Least-squares slope of log(y) on log(x); None with fewer than two distinct x."""
+    pts = [(x, y) for x, y in zip(xs, ys) if x and y and x > 0 and y > 0]
+    if len({x for x, _ in pts}) < 2:
+        return None
+    lx, ly = np.log([p[0] for p in pts]), np.log([p[1] for p in pts])
+    return round(float(np.polyfit(lx, ly, 1)[0]), 4)
+
+
+def fits(sizes: list[dict]) -> dict:
+    ok = [s for s in sizes if s.get("ok")]
+    xs = [s["passages"] for s in ok]
+    big = [s for s in ok if s["passages"] >= 10_000]
+    return {
+        "sizes": xs,
+        "build_wall_slope": loglog_slope(xs, [s["build"]["wall_s"] for s in ok]),
+        "build_cpu_slope": loglog_slope(xs, [s["build"]["cpu_s"] for s in ok]),
+        "build_peak_rss_slope": loglog_slope(xs, [s["build"]["peak_rss_bytes"] for s in ok]),
+        "query_p50_slope": loglog_slope(xs, [s["query"]["p50_ms"] for s in ok]),
+        "build_wall_slope_from_1e4": loglog_slope([s["passages"] for s in big], [s["build"]["wall_s"] for s in big]),
+    }
+
+
+def targets(sizes: list[dict], fit: dict) -> list[dict]:
+    """Issue 9's targets: pass, fail or not measured (the size did not run)."""
+    by = {s["passages"]: s for s in sizes}
+    s4, s5, s6 = by.get(10_000), by.get(100_000), by.get(1_000_000)
+    ok5 = s5 is not None and s5.get("ok")
+
+    def row(name, measured, value, passed):
+        return {"target": name, "value": value if measured else None,
+                "status": ("pass" if passed else "fail") if measured else "not measured"}
+
+    slope = fit["build_wall_slope_from_1e4"]
+    rows = [row("build time log-log slope from 10^4 to the largest size <= 1.05", slope is not None and s4 is not None
+                and len([s for s in sizes if s.get("ok") and s["passages"] >= 10_000]) >= 2, slope,
+                slope is not None and slope <= 1.05)]
+    rows.append(row(">= 500 passages/s at 10^5", ok5, s5 and s5.get("build_passages_per_s"),
+                    ok5 and s5["build_passages_per_s"] >= 500))
+    rows.append(row("peak build RSS <= 1 KB per node at 10^5", ok5, s5 and s5.get("build_bytes_per_node"),
+                    ok5 and s5["build_bytes_per_node"] <= 1024))
+    rows.append(row("the 10^6-passage corpus builds", s6 is not None, s6 and (s6.get("reason") or "built"),
+                    s6 is not None and s6.get("ok")))
+    rows.append(row("Index.open + first retrieve <= 1 s at 10^5", ok5,
+                    s5 and s5.get("query", {}).get("open_plus_first_retrieve_s"),
+                    ok5 and s5["query"]["open_plus_first_retrieve_s"] <= 1.0))
+    rows.append(row("query p50 without embedding <= 5 ms at 10^5", ok5, s5 and s5.get("query", {}).get("p50_ms"),
+                    ok5 and s5["query"]["p50_ms"] <= 5.0))
+    both = ok5 and s4 is not None and s4.get("ok")
+    ratio = round(s5["query"]["p50_ms"] / s4["query"]["p50_ms"], 3) if both else None
+    rows.append(row("p50 at 10^5 <= 1.3 x p50 at 10^4", both, ratio, both and ratio <= 1.3))
+    return rows
+
+
+# ----------------------------------------------------------------------------- outputs
+def _gb(b) -> str:
+    return f"{b / 1e9:.2f}" if b else ""
+
+
+def to_markdown(res: dict) -> str:
+    meta = res["machine"]
+    lines = ["# Scale benchmark (issue 9): nlp-mode build and query vs corpus size", ""]
+    if res.get("note"):
+        lines += [f"**{res['note']}**", ""]
+    lines += [f"Machine: {meta['cpus']} CPUs, {meta['memory_gb']} GB RAM, {meta['platform']}, Python {meta['python']}; "
+              f"git {res.get('git_revision')}. Build embedder `{res['embed']}`. Corpus: the "
+              f"{', '.join(res['sources'])} dev passages repeated with per-copy suffixes on capitalised words "
+              "(`benchmarks/scale_corpus.py`).", "",
+              f"Command: `{res['command']}`", "",
+              "Build and query each run in a fresh child process. Build CPU and `maxrss` from `os.wait4` on the "
+              "child; the build peak RSS is the larger of that and the child's process-tree RSS polled from "
+              f"/proc every {POLL_S} s. Query latency is per query without the query embedding (best of "
+              f"{res['repeats']}); batch q/s is one `retrieve_many` over the question set. GB = 10^9 bytes.", ""]
+    sizes = res["sizes"]
+    cols = [f"{s['passages']:,}" for s in sizes]
+
+    def cell(s, f):
+        try:
+            return f(s)
+        except (KeyError, TypeError, ZeroDivisionError):
+            return ""
+
+    rows = [
+        ("status", lambda s: "ok" if s.get("ok") else f"FAILED in {s.get('failed_in')}: {s.get('reason')}"),
+        ("nodes", lambda s: f"{s['nodes']:,}"), ("edges (structural + semantic)", lambda s: f"{s['edges']:,}"),
+        ("build wall (s)", lambda s: f"{s['build']['wall_s']:.1f}"),
+        ("build CPU (s)", lambda s: f"{s['build']['cpu_s']:.1f}"),
+        ("build passages/s", lambda s: f"{s['build_passages_per_s']:.0f}"),
+        ("build peak RSS (GB)", lambda s: _gb(s["build"]["peak_rss_bytes"])),
+        ("build peak RSS bytes per node", lambda s: f"{s['build_bytes_per_node']:,.0f}"),
+        ("index bytes (MB)", lambda s: f"{s['index_bytes'] / 1e6:.1f}"),
+        ("Index.open (s)", lambda s: f"{s['query']['open_s']:.3f}"),
+        ("first retrieve (s)", lambda s: f"{s['query']['first_retrieve_s']:.3f}"),
+        ("open + first retrieve (s)", lambda s: f"{s['query']['open_plus_first_retrieve_s']:.3f}"),
+        ("query p50 (ms, no embedding)", lambda s: f"{s['query']['p50_ms']:.2f}"),
+        ("query p95 (ms, no embedding)", lambda s: f"{s['query']['p95_ms']:.2f}"),
+        ("batch q/s", lambda s: f"{s['query']['batch_qps']:.1f}"),
+        ("query process peak RSS (GB)", lambda s: _gb(s["query"]["peak_rss_bytes"])),
+        ("questions (recall@10, sanity)", lambda s: f"{s['query']['n_questions']} ({s['query']['recall@10']:.3f})"),
+        ("load average start/end", lambda s: f"{s['loadavg_1m_start']}/{s.get('loadavg_1m_end', '')}"),
+    ]
+    lines += _table("", cols, [(label, [cell(s, f) for s in sizes]) for label, f in rows])
+    stages = list(dict.fromkeys(k for s in sizes for k in (s.get("stages") or {})))
+    if stages:
+        has_cpu = any(v.get("cpu_s") is not None for s in sizes for v in (s.get("stages") or {}).values())
+        lines += ["## Build time per stage (s" + (", wall / CPU)" if has_cpu else ", wall; the pipeline records "
+                  "no per-stage CPU)"), ""]
+
+        def st(s, k):
+            v = (s.get("stages") or {}).get(k)
+            if not v:
+                return ""
+            w = f"{v['wall_s']:.2f}" if v.get("wall_s") is not None else ""
+            return f"{w} / {v['cpu_s']:.2f}" if v.get("cpu_s") is not None else w
+
+        lines += _table("stage", cols, [(k, [st(s, k) for s in sizes]) for k in stages])
+    f = res["fits"]
+    lines += ["## Log-log fits (least squares over the sizes that ran: " + ", ".join(f"{x:,}" for x in f["sizes"])
+              + ")", ""]
+    lines += _table("quantity", ["slope"], [("build wall time", [f["build_wall_slope"]]),
+                                             ("build CPU time", [f["build_cpu_slope"]]),
+                                             ("build peak RSS", [f["build_peak_rss_slope"]]),
+                                             ("query p50", [f["query_p50_slope"]]),
+                                             ("build wall time, sizes >= 10^4", [f["build_wall_slope_from_1e4"]])])
+    e = res.get("embedder")
+    if e:
+        lines += [f"## Default embedder (`{e['spec']}`, {e['name']}): throughput and a projection", "",
+                  f"One pass over the first {e['sample_passages']:,} passages of `{Path(e['sample_from']).name}`: "
+                  f"{e['texts_per_s']:.1f} texts/s, {e.get('model_tokens_per_s', 0):,.0f} model tokens/s "
+                  f"(its own tokenizer, input truncated), {e['corpus_tokens_per_s']:,.0f} corpus (cl100k) tokens/s "
+                  f"({e['corpus_tokens_per_passage']:.1f} per passage). **Projection**, not a measured build: "
+                  f"embedding corpus text with it costs ≈ {e['projected_s_per_m_corpus_tokens']:,.0f} s per million "
+                  "corpus tokens; the per-size row below divides the build's embedded texts (T, S, A, H) by the "
+                  "passage texts/s (an upper bound: S, A and H texts are shorter than passages).", ""]
+        ok = [s for s in sizes if s.get("ok")]
+        if ok:
+            lines += _table("", [f"{s['passages']:,}" for s in ok], [
+                ("estimated corpus tokens (M)", [f"{s['passages'] * e['corpus_tokens_per_passage'] / 1e6:.2f}" for s in ok]),
+                ("embedded texts", [f"{s['embedded']:,}" for s in ok]),
+                ("projected default-embedder embed stage (s)", [f"{s['embedded'] / e['texts_per_s']:,.0f}" for s in ok]),
+                ("hash-embedder build wall (s)", [f"{s['build']['wall_s']:.1f}" for s in ok]),
+            ])
+    lines += ["## Targets of issue 9", ""]
+    lines += _table("target", ["value", "status"], [(t["target"], [t["value"] if t["value"] is not None else "",
+                                                                    t["status"]]) for t in res["targets"]])
+    return "\n".join(lines) + "\n"
+
+
+def write_plot(path: Path, res: dict) -> None:
+    """Log-log plot of build wall, build peak RSS and query p50 against passages."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ok = [s for s in res["sizes"] if s.get("ok")]
+    xs = [s["passages"] for s in ok]
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4.2))
+    # (title, values, fitted slope, slope of the reference line: linear growth for the build, flat for queries)
+    series = [("build wall (s)", [s["build"]["wall_s"] for s in ok], res["fits"]["build_wall_slope"], 1),
+              ("build peak RSS (GB)", [s["build"]["peak_rss_bytes"] / 1e9 for s in ok],
+               res["fits"]["build_peak_rss_slope"], 1),
+              ("query p50 (ms, no embedding)", [s["query"]["p50_ms"] for s in ok], res["fits"]["query_p50_slope"], 0)]
+    for ax, (label, ys, slope, ref) in zip(axes, series):
+        if xs:
+            ax.loglog(xs, ys, "o-", label=f"measured (slope {slope})" if slope is not None else "measured")
+            ax.loglog(xs, [ys[0] * (x / xs[0]) ** ref for x in xs], "--", color="grey",
+                      label=("linear" if ref else "flat") + " from the smallest size")
+        for s in res["sizes"]:
+            if not s.get("ok"):
+                ax.axvline(s["passages"], color="red", alpha=0.4)
+        ax.set_xlabel("passages")
+        ax.set_title(label)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(f"noderag scale benchmark ({res['embed']}; red lines: sizes that did not fit)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+# ----------------------------------------------------------------------------- main
+def _sizes(text: str) -> list[int]:
+    try:
+        sizes = sorted({int(x.replace("_", "")) for x in text.split(",") if x.strip()})
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--passages {text!r}: expected comma-separated integers") from None
+    if not sizes or sizes[0] < 1:
+        raise argparse.ArgumentTypeError(f"--passages {text!r}: sizes must be >= 1")
+    return sizes
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--passages", type=_sizes, default=_sizes("10000,100000,1000000"),
+                    help="comma-separated corpus sizes (default 10000,100000,1000000)")
+    ap.add_argument("--embed", default="hash:384", help="build embedder spec (default hash:384)")
+    ap.add_argument("--out", type=Path, default=HERE / "results", help="folder of scale.json/.md/.png")
+    ap.add_argument("--work", type=Path, default=REPO / ".benchcache" / "scale", help="corpora, indexes, logs")
+    ap.add_argument("--data", type=Path, default=DEFAULT_DATA, help="folder with <source>/corpus.jsonl")
+    ap.add_argument("--sources", nargs="+", default=list(DEFAULT_SOURCES))
+    ap.add_argument("--seed", type=int, default=0, help="question-copy seed of the corpus generator")
+    ap.add_argument("--max-seconds", type=float, default=None, help="kill a child process after this long")
+    ap.add_argument("--max-rss-gb", type=float, default=None, help="kill a child whose process tree exceeds this")
+    ap.add_argument("--keep-going", action="store_true", help="try larger sizes after a size failed")
+    ap.add_argument("--keep-index", action="store_true", help="keep each index in --work (default: remove)")
+    ap.add_argument("--repeats", type=int, default=3, help="single-query timing runs (best of)")
+    ap.add_argument("--model-embed", default="default", help="embedder of the throughput figures")
+    ap.add_argument("--embed-sample", type=int, default=2000, help="passages for the embedder figures (0: skip)")
+    ap.add_argument("--note", default=None, help="a line printed at the top of scale.md")
+    # exit status: 0 when every size ran, 2 when one failed or was skipped (its reason is in the outputs)
+    args = ap.parse_args(argv)
+    args.max_rss_bytes = int(args.max_rss_gb * 1e9) if args.max_rss_gb else None
+    work = args.work.resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    res: dict = {
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
+                    "memory_gb": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e9, 1)},
+        "git_revision": _git_revision(), "command": "python benchmarks/bench_scale.py " + " ".join(
+            sys.argv[1:] if argv is None else argv),
+        "embed": args.embed, "sources": args.sources, "repeats": args.repeats, "note": args.note,
+        "rss_method": "build: max(os.wait4 ru_maxrss, /proc process-tree VmRSS polled every 0.2 s); "
+                      "query: getrusage(RUSAGE_SELF).ru_maxrss in the query process",
+        "sizes": [],
+    }
+    stop = False
+    for n in args.passages:
+        if stop:
+            res["sizes"].append({"passages": n, "ok": False, "failed_in": "skipped",
+                                 "reason": "not tried: a smaller size failed (use --keep-going)"})
+            continue
+        rec = bench_size(n, args, work)
+        res["sizes"].append(rec)
+        print(json.dumps(rec, indent=1), file=sys.stderr, flush=True)
+        if not rec["ok"] and not args.keep_going:
+            stop = True
+    res["fits"] = fits(res["sizes"])
+    built = [s for s in res["sizes"] if "corpus" in s]
+    if args.embed_sample > 0 and built:
+        print(f"== embedder figures ({args.model_embed}, {args.embed_sample} passages)", file=sys.stderr, flush=True)
+        res["embedder"] = embedder_figures(args.model_embed, Path(built[-1]["corpus"]), args.embed_sample)
+    res["targets"] = targets(res["sizes"], res["fits"])
+    res["driver_peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    out = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "scale.json").write_text(json.dumps(res, indent=1) + "\n", encoding="utf-8")
+    (out / "scale.md").write_text(to_markdown(res), encoding="utf-8")
+    write_plot(out / "scale.png", res)
+    print(to_markdown(res))
+    print(f"wrote {out / 'scale.json'}, scale.md, scale.png", file=sys.stderr)
+    return 0 if all(s.get("ok") for s in res["sizes"]) else 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
