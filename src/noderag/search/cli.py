@@ -23,6 +23,8 @@ def add_query_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object per question")
     parser.add_argument("--answer", action="store_true", help="also answer with the LLM (needs --llm or llm.spec)")
     parser.add_argument("--llm", metavar="SPEC", default=None, help="LLM backend spec for --answer")
+    parser.add_argument("--llm-option", action="append", metavar="KEY=VALUE", default=None,
+                        help="LLM backend setting for --answer, repeatable (dialect, timeout_s, temperature, ...)")
     parser.add_argument("--top-k", type=int, default=None, metavar="N",
                         help="vector entry points per query (search.vector_top_k)")
     parser.add_argument("--passages", type=int, default=5, metavar="N", help="passages to show (default 5)")
@@ -103,8 +105,15 @@ def run_query(args: argparse.Namespace, *, out: TextIO | None = None) -> int:
         spec = args.llm or getattr(getattr(store.config, "llm", None), "spec", None)
         if spec:
             from ..llm import make_llm
+            from ..llm.options import OptionError, parse_llm_options
 
-            llm = make_llm(spec, cache_path=store.path / "llm_cache.sqlite")
+            try:
+                # the index's [llm] settings, then --llm-option on top
+                opts = {**store.config.llm.backend_options(), **parse_llm_options(getattr(args, "llm_option", None))}
+                llm = make_llm(spec, cache_path=store.path / "llm_cache.sqlite", **opts)
+            except (OptionError, ValueError, TypeError) as exc:
+                print(f"noderag query: error: {exc}", file=sys.stderr)
+                return 1
     searcher = Searcher(store, config, llm=llm)
     try:
         results = searcher.retrieve_many(args.questions)
