@@ -61,7 +61,10 @@ def format_result(res: RetrievalResult, *, passages: int = 5, texts: dict[int, s
     lines = [f"Q: {res.query}"]
     if answer is not None:
         cites = ", ".join(str(i) for i in answer.cited_ids) or "none"
-        lines += [f"A: {answer.answer}", f"   cites nodes: {cites}"]
+        if answer.error is not None:
+            lines += [f"A: (no answer: {answer.error})"]
+        else:
+            lines += [f"A: {answer.answer}", f"   cites nodes: {cites}"]
     if res.query_entities:
         lines.append("entities: " + ", ".join(res.query_entities)
                      + f"  ({len(res.matched_names)} name match{'es' if len(res.matched_names) != 1 else ''})")
@@ -130,6 +133,9 @@ def run_query(args: argparse.Namespace, *, out: TextIO | None = None) -> int:
             except LLMNotConfiguredError as exc:
                 print(f"noderag query: {exc}", file=sys.stderr)
                 status = 2
+            if answer is not None and answer.error is not None:
+                print(f"noderag query: no answer for {res.query!r}: {answer.error}", file=sys.stderr)
+                status = max(status, 3)
         if args.json:
             obj = answer.to_dict() if answer is not None else res.to_dict()
             out.write(json.dumps(obj, ensure_ascii=False) + "\n")
