@@ -16,7 +16,7 @@ from .base import retry_request
 from .prompts import answer_request
 from .types import LLMRequest, LLMResult, Usage
 
-__all__ = ["Answer", "answer_many", "parse_answer", "ANSWER_RETRIES"]
+__all__ = ["Answer", "answer_many", "parse_answer", "retrieval_context", "ANSWER_RETRIES"]
 
 #: Extra attempts of a question whose answer came back failed, malformed or empty (after the
 #: backend's own schema-validation retries).
@@ -65,6 +65,12 @@ class Answer:
                 "error": self.error, "prompt_tokens": self.usage.prompt, "completion_tokens": self.usage.completion,
                 "cached_tokens": self.usage.cached, "latency_s": round(self.latency_s, 4), "cached": self.cached,
                 "attempts": self.attempts}
+
+
+def retrieval_context(retrieval: Any) -> list[tuple[str, str]]:
+    """``(node id, text)`` pairs of a retrieval's context nodes, in context order (whitespace collapsed)."""
+    by_id = {n.id: n for n in retrieval.nodes}
+    return [(str(i), " ".join(by_id[i].text.split())) for i in retrieval.context_node_ids]
 
 
 def _norm_id(c: Any) -> str:

@@ -200,7 +200,7 @@ class Searcher:
         LLMNotConfiguredError
             When no LLM backend was given: only retrieval is available.
         """
-        from ..llm.answer import answer_many
+        from ..llm.answer import answer_many, retrieval_context
 
         if self.llm is None:
             raise LLMNotConfiguredError(
@@ -208,10 +208,8 @@ class Searcher:
                 "(e.g. --llm openai:MODEL@URL) to get answers"
             )
         res = retrieval if retrieval is not None else self.retrieve(query)
-        by_id = {n.id: n for n in res.nodes}
-        pairs = [(str(i), " ".join(by_id[i].text.split())) for i in res.context_node_ids]
         t0 = time.perf_counter()
-        out = answer_many(self.llm, [(query, pairs)], stage="answer")[0]
+        out = answer_many(self.llm, [(query, retrieval_context(res))], stage="answer")[0]
         wall = time.perf_counter() - t0
         usage = {"prompt_tokens": out.usage.prompt, "completion_tokens": out.usage.completion,
                  "wall_s": round(wall, 4), "cached": out.cached, "attempts": out.attempts,
