@@ -43,7 +43,7 @@ def server(gguf, tmp_path_factory):  # noqa: F811
         s.stop()
 
 
-def _cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+def _cli(*args: str, timeout: float = 1200) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "noderag.cli", *args], capture_output=True, text=True,
                           timeout=timeout)
 
@@ -115,7 +115,7 @@ def test_bench_qa_smoke_on_five_questions(server, tmp_path):
            "--llm", f"openai:smollm2@{server.url}", "--limit", "5", "--subset", "--distractors", "10",
            "--context-tokens", "400", "--index", str(tmp_path / "index"), "--out", str(out)]
     t0 = time.perf_counter()
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
     wall = time.perf_counter() - t0
     assert p.returncode == 0, p.stderr[-3000:]
     res = json.loads(out.read_text())

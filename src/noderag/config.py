@@ -317,7 +317,7 @@ class LLMConfig:
     max_concurrency : int, optional
         openai: requests in flight at once (default 8).
     timeout_s, connect_timeout_s : float, optional
-        openai: read / connect timeouts (default 120 / 10).
+        openai: read / connect timeouts (default 600 / 10).
     max_retries : int, optional
         openai: retries of a transient HTTP failure (default 4; permanent errors are not retried).
     backoff_base_s, backoff_max_s : float, optional

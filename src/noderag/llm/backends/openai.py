@@ -66,7 +66,9 @@ class OpenAIConfig:
     api_key: str | None = None
     dialect: str = "auto"
     max_concurrency: int = 8
-    timeout_s: float = 120.0
+    #: Read timeout of one request; as long as the openai client's default, because requests queued behind
+    #: others on a one-slot server (llama.cpp) wait there, and a timed-out request keeps the server busy.
+    timeout_s: float = 600.0
     connect_timeout_s: float = 10.0
     max_retries: int = 4
     backoff_base_s: float = 0.5
