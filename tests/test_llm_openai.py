@@ -131,10 +131,65 @@ def test_client_errors_are_not_retried():
     def handler(request):
         return httpx.Response(400, text="unsupported response_format")
 
-    llm = backend(handler, max_retries=3)
+    llm = backend(handler, max_retries=3, dialect="json_schema")
     out = llm.run([req(0)], stage="query")
     assert "HTTP 400" in out[0].error and "unsupported response_format" in out[0].error
     assert llm.http_calls == 1
+
+
+def test_bad_request_is_not_retried():
+    llm = backend(lambda request: httpx.Response(404, text="no such model"), max_retries=3)
+    out = llm.run([req(0)], stage="query")
+    assert "HTTP 404" in out[0].error and "not retried" in out[0].error and llm.http_calls == 1
+
+
+LLAMA_500 = ('{"error":{"message":"[{\'type\': \'literal_error\', \'loc\': (\'body\', \'response_format\', '
+             '\'type\'), \'msg\': \"Input should be \'text\' or \'json_object\'\"}]"}} '
+             "response_format.type: Input should be 'text' or 'json_object'")
+
+
+def test_auto_dialect_switches_once_to_json_object(caplog):
+    seen = []
+
+    def handler(request):
+        body = json.loads(request.content)
+        seen.append(body["response_format"]["type"])
+        if body["response_format"]["type"] == "json_schema":
+            return httpx.Response(500, text=LLAMA_500)
+        assert body["response_format"]["schema"] == SCHEMA  # the schema travels with json_object
+        return httpx.Response(200, json=reply(json.dumps({"n": item_of(body)})))
+
+    llm = backend(handler, max_concurrency=1)
+    assert llm.config.dialect == "auto" and llm.dialect == "json_schema"
+    with caplog.at_level("WARNING", logger="noderag.llm"):
+        out = llm.run([req(i) for i in range(4)], stage="decompose")
+    assert [r.value for r in out] == [{"n": i} for i in range(4)]
+    assert seen == ["json_schema"] + ["json_object"] * 4  # detected once, then every request in json_object
+    assert llm.dialect == "json_object" and "response_format" in llm.dialect_switch
+    assert sum("using json_object" in r.message for r in caplog.records) == 1
+
+
+def test_fixed_dialect_500_naming_a_field_is_permanent():
+    llm = backend(lambda request: httpx.Response(500, text=LLAMA_500), dialect="json_schema", max_retries=4)
+    out = llm.run([req(0)], stage="query")
+    assert "HTTP 500" in out[0].error and llm.http_calls == 1 and llm.dialect == "json_schema"
+
+
+def test_plain_500_is_still_retried():
+    llm = backend(lambda request: httpx.Response(500, text="Internal Server Error"), max_retries=2)
+    out = llm.run([req(0)], stage="query")
+    assert "after 3 attempts" in out[0].error and llm.http_calls == 3
+
+
+def test_500_naming_a_request_field_is_permanent():
+    from noderag.llm.backends.openai import is_permanent_http_error
+
+    body = {"model": "m", "messages": [], "max_tokens": 5, "response_format": {}}
+    assert is_permanent_http_error(500, "max_tokens: Input should be a valid integer", body)
+    assert is_permanent_http_error(500, "1 validation error: 'messages' Field required", body)
+    assert not is_permanent_http_error(500, "CUDA error: out of memory", body)
+    assert not is_permanent_http_error(503, "model is loading: retry", body)
+    assert is_permanent_http_error(401, "bad key", body) and not is_permanent_http_error(429, "slow down", body)
 
 
 def test_concurrency_stays_within_bound():

@@ -164,13 +164,23 @@ def test_second_identical_run_is_served_from_cache(server, cache_path):
 
 
 def test_json_schema_dialect_error_is_reported_not_raised(server, tmp_path):
-    # llama-cpp-python 0.3.x answers the OpenAI json_schema response_format with HTTP 500: it must come
-    # back as a per-request error after the bounded retries, never as an exception or a lost batch.
-    llm = make_llm(f"openai:smollm2@{server.url}", dialect="json_schema", max_retries=1, backoff_base_s=0.05)
+    # llama-cpp-python 0.3.x answers the OpenAI json_schema response_format with HTTP 500 naming
+    # response_format: with the dialect fixed to json_schema it is a per-request error, not an
+    # exception, and not retried (the request itself is wrong).
+    llm = make_llm(f"openai:smollm2@{server.url}", dialect="json_schema", max_retries=3, backoff_base_s=0.05)
     out = llm.run([query_entities_request(QUESTIONS[0], max_tokens=32)], stage="query")
     print("json_schema dialect:", out[0].error or out[0].value)
     assert len(out) == 1 and out[0].error is not None
-    assert "HTTP 500" in out[0].error and "after 2 attempts" in out[0].error and llm.http_calls == 2
+    assert "HTTP 500" in out[0].error and "response_format" in out[0].error and llm.http_calls == 1
+
+
+def test_auto_dialect_detects_the_rejection_once(server):
+    llm = make_llm(f"openai:smollm2@{server.url}", max_concurrency=1, max_validation_retries=1)
+    assert llm.config.dialect == "auto"
+    out = llm.run(_requests()[:2], stage="query")
+    assert all(r.ok for r in out), [r.error for r in out]
+    assert llm.dialect == "json_object" and "response_format" in llm.dialect_switch
+    assert llm.http_calls == 1 + sum(r.attempts for r in out)  # one rejected json_schema call, then json_object
 
 
 def test_in_process_llamacpp_backend(gguf, tmp_path):

@@ -85,7 +85,7 @@ def format_summary(manifest: dict) -> str:
 
 
 def _cmd_build(args: argparse.Namespace) -> int:
-    from noderag.config import NodeRAGConfig, load_config
+    from noderag.config import ConfigError, NodeRAGConfig, load_config
     from noderag.index.pipeline import build_index
 
     config = load_config(args.config) if args.config else None
@@ -99,6 +99,13 @@ def _cmd_build(args: argparse.Namespace) -> int:
         overrides["decompose.method"] = "llm"
     if args.chunk_tokens is not None:
         overrides["chunk.max_tokens"] = args.chunk_tokens
+    if args.llm_option:
+        from noderag.llm.options import OptionError, llm_option_overrides
+
+        try:
+            overrides.update(llm_option_overrides(args.llm_option, (config or NodeRAGConfig()).llm.options))
+        except OptionError as exc:
+            raise ConfigError(str(exc)) from None
     if overrides:
         config = (config or NodeRAGConfig()).with_overrides(overrides)
     progress = not args.no_progress
@@ -134,6 +141,9 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("inputs", nargs="+", metavar="INPUT", help=".txt/.md/.jsonl files or directories")
     b.add_argument("--index", required=True, metavar="DIR", help="index directory")
     b.add_argument("--llm", metavar="SPEC", help="LLM backend for decomposition (default: nlp, no LLM)")
+    b.add_argument("--llm-option", action="append", metavar="KEY=VALUE", default=None,
+                   help="LLM backend setting, repeatable (dialect, max_concurrency, timeout_s, max_retries, "
+                        "temperature, api_key_env, ...; see [llm] in the README)")
     b.add_argument("--embed", metavar="SPEC", help="embedding backend (default: config or 'default')")
     b.add_argument("--config", metavar="FILE", help="TOML or YAML configuration file")
     b.add_argument("--seed", type=int, metavar="N", help="seed of every random algorithm")

@@ -229,6 +229,14 @@ class EmbedConfig:
         ``embed_with_spans`` (the default ONNX one does). T vectors then include the title.
         About halves the embedding time of an ``nlp`` build for about one point of
         retrieval recall (``benchmarks/results/build.md``, ``retrieval_musique_late.md``).
+    timeout_s, connect_timeout_s, max_retries, backoff_base_s, backoff_max_s : optional
+        ``openai:`` embedder: request timeouts and retries (None: the backend's default).
+    api_key_env : str, optional
+        ``openai:`` embedder: environment variable holding the API key (default
+        ``NODERAG_EMBED_API_KEY``, then ``OPENAI_API_KEY``).
+    options : dict, default={}
+        Other keyword settings of the embedding backend (e.g. ``{dim = 256}`` for ``openai:``,
+        ``{device = "cuda"}`` for ``st:``); an unknown one is an error at build time naming it.
     """
 
     spec: str = "default"
@@ -238,6 +246,13 @@ class EmbedConfig:
     expansion_add: int = 64
     extractive_mean: bool = True
     late_units: bool = False
+    timeout_s: float | None = None
+    connect_timeout_s: float | None = None
+    max_retries: int | None = None
+    backoff_base_s: float | None = None
+    backoff_max_s: float | None = None
+    api_key_env: str | None = None
+    options: dict = field(default_factory=dict)
 
     def validate(self) -> None:
         _check(isinstance(self.spec, str) and bool(self.spec), "embed.spec", self.spec, "a non-empty str")
@@ -250,6 +265,32 @@ class EmbedConfig:
                "an int >= 1")
         _check(isinstance(self.extractive_mean, bool), "embed.extractive_mean", self.extractive_mean, "a bool")
         _check(isinstance(self.late_units, bool), "embed.late_units", self.late_units, "a bool")
+        for name in ("timeout_s", "connect_timeout_s", "backoff_max_s"):
+            v = getattr(self, name)
+            _check(v is None or (_is_num(v) and v > 0), f"embed.{name}", v, "None or a number > 0")
+        _check(self.backoff_base_s is None or (_is_num(self.backoff_base_s) and self.backoff_base_s >= 0),
+               "embed.backoff_base_s", self.backoff_base_s, "None or a number >= 0")
+        _check(self.max_retries is None or (_is_int(self.max_retries) and self.max_retries >= 0),
+               "embed.max_retries", self.max_retries, "None or an int >= 0")
+        _check(self.api_key_env is None or (isinstance(self.api_key_env, str) and bool(self.api_key_env)),
+               "embed.api_key_env", self.api_key_env, "None or a non-empty str")
+        _check(isinstance(self.options, dict), "embed.options", self.options, "a table")
+
+    def backend_options(self) -> dict[str, Any]:
+        """Keyword arguments for ``noderag.embed.make_embedder`` beyond the spec (set values only).
+
+        Raises ``ConfigError`` when ``api_key_env`` names an unset variable.
+        """
+        out = {name: getattr(self, name) for name in
+               ("timeout_s", "connect_timeout_s", "max_retries", "backoff_base_s", "backoff_max_s")
+               if getattr(self, name) is not None}
+        if self.api_key_env is not None:
+            key = os.environ.get(self.api_key_env)
+            if not key:
+                raise ConfigError(f"embed.api_key_env names {self.api_key_env!r}, which is not set in the environment")
+            out["api_key"] = key
+        out.update(self.options)
+        return out
 
 
 @dataclass
@@ -278,15 +319,88 @@ class SemanticConfig:
 
 @dataclass
 class LLMConfig:
-    """LLM backend used by the ``llm`` decomposer and augmentation (``None``: no LLM)."""
+    """LLM backend used by the ``llm`` decomposer, augmentation and answers (``spec=None``: no LLM).
+
+    Every setting other than ``spec``/``cache`` is ``None`` for "the backend's default"; the
+    command line sets them with ``--llm-option KEY=VALUE``.
+
+    Attributes
+    ----------
+    spec : str or None
+        ``openai:MODEL@URL``, ``vllm:PATH`` or ``llamacpp:PATH.gguf``.
+    cache : bool, default=True
+        Every call goes through the index's ``llm_cache.sqlite``.
+    dialect : {"auto", "json_schema", "json_object", "vllm", "none"}, optional
+        openai structured-output dialect (default ``auto``: json_schema, falling back to
+        json_object once when the server rejects it).
+    max_concurrency : int, optional
+        openai: requests in flight at once (default 8).
+    timeout_s, connect_timeout_s : float, optional
+        openai: read / connect timeouts (default 600 / 10).
+    max_retries : int, optional
+        openai: retries of a transient HTTP failure (default 4; permanent errors are not retried).
+    backoff_base_s, backoff_max_s : float, optional
+        openai: retry delays.
+    max_validation_retries : int, optional
+        Retries of an output that fails its JSON schema (default 2).
+    api_key_env : str, optional
+        openai: environment variable that holds the API key (default ``NODERAG_LLM_API_KEY``,
+        then ``OPENAI_API_KEY``).
+    temperature, top_p : float, optional
+        Sampling of every request (default greedy: 0 and 1).
+    seed : int, optional
+        Sampling seed of every request (default 0).
+    max_tokens : int, optional
+        Completion budget of every request (default: per task, ``noderag.llm.prompts.MAX_TOKENS``).
+    options : dict, default={}
+        Engine settings of the backend (vllm ``tensor_parallel_size``, ``gpu_memory_utilization``,
+        ``max_model_len``; llamacpp ``n_ctx``, ``n_threads``, ``n_gpu_layers``).
+    """
 
     spec: str | None = None
     cache: bool = True
+    dialect: str | None = None
+    max_concurrency: int | None = None
+    timeout_s: float | None = None
+    connect_timeout_s: float | None = None
+    max_retries: int | None = None
+    backoff_base_s: float | None = None
+    backoff_max_s: float | None = None
+    max_validation_retries: int | None = None
+    api_key_env: str | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    seed: int | None = None
+    max_tokens: int | None = None
+    options: dict = field(default_factory=dict)
 
     def validate(self) -> None:
+        from noderag.llm.options import LLM_OPTIONS, OptionError, parse_option_value
+
         _check(self.spec is None or (isinstance(self.spec, str) and bool(self.spec)), "llm.spec", self.spec,
                "None or a non-empty str")
         _check(isinstance(self.cache, bool), "llm.cache", self.cache, "a bool")
+        _check(isinstance(self.options, dict), "llm.options", self.options, "a table")
+        try:
+            for f in fields(self):
+                if f.name in LLM_OPTIONS and getattr(self, f.name) is not None:
+                    setattr(self, f.name, parse_option_value(f.name, getattr(self, f.name), where="llm."))
+            for k, v in self.options.items():
+                if k not in LLM_OPTIONS or hasattr(self, k):
+                    raise ConfigError(f"llm.options.{k}: unknown engine option; known: "
+                                      f"{sorted(o for o in LLM_OPTIONS if not hasattr(self, o))}")
+                self.options[k] = parse_option_value(k, v, where="llm.options.")
+        except OptionError as exc:
+            raise ConfigError(str(exc)) from None
+
+    def backend_options(self) -> dict[str, Any]:
+        """Keyword arguments for ``noderag.llm.make_llm`` (set values only)."""
+        from noderag.llm.options import LLM_OPTIONS
+
+        out = {f.name: getattr(self, f.name) for f in fields(self)
+               if f.name in LLM_OPTIONS and getattr(self, f.name) is not None}
+        out.update(self.options)
+        return out
 
 
 def _importance_cls():

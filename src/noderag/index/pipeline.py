@@ -241,7 +241,8 @@ def _make_llm(llm, config, root: Path):
         from noderag.llm import make_llm
 
         spec = llm if isinstance(llm, str) else config.llm.spec
-        return make_llm(spec, cache_path=(root / "llm_cache.sqlite") if config.llm.cache else None)
+        return make_llm(spec, cache_path=(root / "llm_cache.sqlite") if config.llm.cache else None,
+                        **config.llm.backend_options())
     from noderag.llm import CachedBackend, LLMCache
 
     if config.llm.cache and not isinstance(llm, CachedBackend) and hasattr(llm, "generate"):
@@ -278,7 +279,7 @@ def build_index(inputs: Sequence[str | os.PathLike], index_dir: str | os.PathLik
     index_dir : index directory (created when missing)
     config : NodeRAGConfig, optional (an existing index keeps its own build configuration)
     llm : LLM backend or spec string, optional; given, decomposition and augmentation use it
-    embedder : Embedder, optional (default: ``make_embedder(config.embed.spec)``)
+    embedder : Embedder, optional (default: ``make_embedder(config.embed.spec, **config.embed.backend_options())``)
     progress : bool, default=True
         Progress bars per stage on stderr.
     allow_failures : bool, default=False
@@ -443,7 +444,7 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
     # ---- embed T/S
     from noderag.embed import make_embedder
 
-    emb = embedder if embedder is not None else make_embedder(config.embed.spec)
+    emb = embedder if embedder is not None else make_embedder(config.embed.spec, **config.embed.backend_options())
     dim = int(emb.dim)
     n_ts = len(table)
     types = table.types_array()

@@ -289,7 +289,7 @@ class IndexStore:
         if emb is None:
             from noderag.embed import make_embedder
 
-            emb = make_embedder(self.config.embed.spec)
+            emb = make_embedder(self.config.embed.spec, **self.config.embed.backend_options())
             self.__dict__["_embedder"] = emb
         return emb
 

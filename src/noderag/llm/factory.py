@@ -7,6 +7,8 @@ from typing import Any
 
 from .accounting import TokenLedger
 from .cache import CachedBackend, LLMCache
+from .options import LLM_OPTIONS, split_llm_options
+from .sampling import SamplingOverride
 from .types import LLMError
 
 __all__ = ["parse_llm_spec", "make_llm", "BACKEND_KINDS"]
@@ -44,9 +46,22 @@ def make_llm(
     """Return a backend for ``spec`` (wrapped in a SQLite cache when ``cache_path`` is given).
 
     ``overrides`` set fields of the backend's config dataclass (e.g. ``dialect="json_object"``,
-    ``max_concurrency=4`` for openai; ``tensor_parallel_size=2`` for vllm; ``n_ctx`` for llamacpp).
+    ``max_concurrency=4`` for openai; ``tensor_parallel_size=2`` for vllm; ``n_ctx`` for llamacpp),
+    or sampling of every request (``temperature``, ``top_p``, ``seed``, ``max_tokens``; applied
+    outside the cache, so they are part of the cache key). ``api_key_env`` names the environment
+    variable with the openai API key. A ``None`` value means "backend default".
     """
     kind, model, base_url = parse_llm_spec(spec)
+    overrides = {k: v for k, v in overrides.items() if v is not None}
+    shared = {k: v for k, v in overrides.items() if k in LLM_OPTIONS}
+    backend_only = {k: v for k, v in overrides.items() if k not in LLM_OPTIONS}
+    opts, sampling = split_llm_options(kind, shared)
+    overrides = {**backend_only, **opts}
+    if "api_key_env" in overrides:
+        var = overrides.pop("api_key_env")
+        if not os.environ.get(var):
+            raise LLMError(f"openai backend: api_key_env names {var!r}, which is not set in the environment")
+        overrides["api_key"] = os.environ[var]
     if kind == "openai":
         from .backends.openai import OpenAIBackend, OpenAIConfig
 
@@ -63,5 +78,7 @@ def make_llm(
     else:  # pragma: no cover - parse_llm_spec rejects it
         raise LLMError(f"unknown backend {kind!r}")
     if cache_path is not None:
-        return CachedBackend(backend, LLMCache(cache_path))
+        backend = CachedBackend(backend, LLMCache(cache_path))
+    if sampling:
+        backend = SamplingOverride(backend, **sampling)
     return backend

@@ -34,7 +34,7 @@ __all__ = [
 LANGS = ("en", "zh")
 
 #: Default completion budget per task (bounded so a small model cannot run away).
-MAX_TOKENS = {"decompose": 2048, "attribute": 320, "community": 768, "query": 160, "answer": 640}
+MAX_TOKENS = {"decompose": 2048, "attribute": 320, "community": 768, "query": 160, "answer": 320}
 
 
 def _s(max_len: int) -> dict[str, Any]:
@@ -70,8 +70,8 @@ def query_entities_schema(max_entities: int = 12) -> dict[str, Any]:
 
 
 def answer_schema(max_citations: int = 12) -> dict[str, Any]:
-    """Schema of an answer with citations: ``{"answer": str, "citations": [context id]}``."""
-    return _obj({"answer": _s(4000), "citations": _arr(_s(40), max_citations)}, "answer")
+    """Schema of a short answer with citations: ``{"answer": str, "citations": [context id]}``."""
+    return _obj({"answer": _s(400), "citations": _arr(_s(40), max_citations)}, "answer")
 
 
 DECOMPOSE_SCHEMA = decompose_schema()
@@ -104,8 +104,9 @@ SYSTEM_PROMPTS: dict[str, dict[str, str]] = {
             'no common words. Reply in JSON: {"entities":[""]}'
         ),
         "answer": (
-            "Answer the question using only the context. If it is not enough, say so. Cite the ids "
-            'of the context items you used. Reply in JSON: {"answer":"","citations":["id"]}'
+            "Answer the question using only the context. Give a short answer: the exact name, date, "
+            "number or phrase, not a sentence. If the context is not enough, answer \"unknown\". List "
+            'the ids of the context items you used. Reply in JSON: {"answer":"","citations":["id"]}'
         ),
     },
     "zh": {
@@ -122,7 +123,8 @@ SYSTEM_PROMPTS: dict[str, dict[str, str]] = {
         ),
         "query": '列出问题中的关键实体：名称、地点、日期、标题和专有术语，不要常见词。以 JSON 回答：{"entities":[""]}',
         "answer": (
-            "只根据上下文回答问题。若信息不足，请说明。引用你使用的上下文条目的 id。"
+            "只根据上下文回答问题。给出简短答案：确切的名称、日期、数字或短语，不要写成句子。"
+            "若上下文信息不足，回答“未知”。列出你使用的上下文条目的 id。"
             '以 JSON 回答：{"answer":"","citations":["id"]}'
         ),
     },

@@ -31,7 +31,9 @@ def _resolve_llm(index: Any, llm: Any) -> Any:
     if spec not in cache:
         from ..llm import make_llm
 
-        cache[spec] = make_llm(spec, cache_path=index.path / "llm_cache.sqlite")
+        llm_config = getattr(index.config, "llm", None)
+        opts = llm_config.backend_options() if hasattr(llm_config, "backend_options") else {}
+        cache[spec] = make_llm(spec, cache_path=index.path / "llm_cache.sqlite", **opts)
     return cache[spec]
 
 

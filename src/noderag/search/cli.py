@@ -23,6 +23,8 @@ def add_query_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object per question")
     parser.add_argument("--answer", action="store_true", help="also answer with the LLM (needs --llm or llm.spec)")
     parser.add_argument("--llm", metavar="SPEC", default=None, help="LLM backend spec for --answer")
+    parser.add_argument("--llm-option", action="append", metavar="KEY=VALUE", default=None,
+                        help="LLM backend setting for --answer, repeatable (dialect, timeout_s, temperature, ...)")
     parser.add_argument("--top-k", type=int, default=None, metavar="N",
                         help="vector entry points per query (search.vector_top_k)")
     parser.add_argument("--passages", type=int, default=5, metavar="N", help="passages to show (default 5)")
@@ -59,7 +61,10 @@ def format_result(res: RetrievalResult, *, passages: int = 5, texts: dict[int, s
     lines = [f"Q: {res.query}"]
     if answer is not None:
         cites = ", ".join(str(i) for i in answer.cited_ids) or "none"
-        lines += [f"A: {answer.answer}", f"   cites nodes: {cites}"]
+        if answer.error is not None:
+            lines += [f"A: (no answer: {answer.error})"]
+        else:
+            lines += [f"A: {answer.answer}", f"   cites nodes: {cites}"]
     if res.query_entities:
         lines.append("entities: " + ", ".join(res.query_entities)
                      + f"  ({len(res.matched_names)} name match{'es' if len(res.matched_names) != 1 else ''})")
@@ -103,8 +108,15 @@ def run_query(args: argparse.Namespace, *, out: TextIO | None = None) -> int:
         spec = args.llm or getattr(getattr(store.config, "llm", None), "spec", None)
         if spec:
             from ..llm import make_llm
+            from ..llm.options import OptionError, parse_llm_options
 
-            llm = make_llm(spec, cache_path=store.path / "llm_cache.sqlite")
+            try:
+                # the index's [llm] settings, then --llm-option on top
+                opts = {**store.config.llm.backend_options(), **parse_llm_options(getattr(args, "llm_option", None))}
+                llm = make_llm(spec, cache_path=store.path / "llm_cache.sqlite", **opts)
+            except (OptionError, ValueError, TypeError) as exc:
+                print(f"noderag query: error: {exc}", file=sys.stderr)
+                return 1
     searcher = Searcher(store, config, llm=llm)
     try:
         results = searcher.retrieve_many(args.questions)
@@ -121,6 +133,9 @@ def run_query(args: argparse.Namespace, *, out: TextIO | None = None) -> int:
             except LLMNotConfiguredError as exc:
                 print(f"noderag query: {exc}", file=sys.stderr)
                 status = 2
+            if answer is not None and answer.error is not None:
+                print(f"noderag query: no answer for {res.query!r}: {answer.error}", file=sys.stderr)
+                status = max(status, 3)
         if args.json:
             obj = answer.to_dict() if answer is not None else res.to_dict()
             out.write(json.dumps(obj, ensure_ascii=False) + "\n")

@@ -109,14 +109,17 @@ class AnswerResult:
     retrieval : RetrievalResult
     usage : dict
         Prompt / completion tokens and wall time of the call.
+    error : str or None
+        Why no answer came back (failed, malformed or empty output after retries); ``answer`` is "".
     """
 
     answer: str
     cited_ids: list[int]
     retrieval: RetrievalResult
     usage: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
-        return {"answer": self.answer, "cited_ids": list(self.cited_ids), "usage": dict(self.usage),
-                "retrieval": self.retrieval.to_dict()}
+        return {"answer": self.answer, "cited_ids": list(self.cited_ids), "error": self.error,
+                "usage": dict(self.usage), "retrieval": self.retrieval.to_dict()}

@@ -12,7 +12,6 @@ neighbourhood and a few hundred candidate nodes.
 
 from __future__ import annotations
 
-import re
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
@@ -201,7 +200,7 @@ class Searcher:
         LLMNotConfiguredError
             When no LLM backend was given: only retrieval is available.
         """
-        from ..llm.prompts import answer_request
+        from ..llm.answer import answer_many, retrieval_context
 
         if self.llm is None:
             raise LLMNotConfiguredError(
@@ -209,23 +208,13 @@ class Searcher:
                 "(e.g. --llm openai:MODEL@URL) to get answers"
             )
         res = retrieval if retrieval is not None else self.retrieve(query)
-        by_id = {n.id: n for n in res.nodes}
-        pairs = [(str(i), " ".join(by_id[i].text.split())) for i in res.context_node_ids]
         t0 = time.perf_counter()
-        out = self.llm.run([answer_request(query, pairs)], stage="answer")[0]
+        out = answer_many(self.llm, [(query, retrieval_context(res))], stage="answer")[0]
         wall = time.perf_counter() - t0
-        if not out.ok:
-            raise RuntimeError(f"the answer call failed: {out.error}")
-        value = out.value if isinstance(out.value, dict) else {"answer": out.text, "citations": []}
-        allowed = set(res.context_node_ids)
-        cited: list[int] = []
-        for c in value.get("citations", []) or []:
-            m = re.search(r"\d+", str(c))
-            if m and int(m.group(0)) in allowed and int(m.group(0)) not in cited:
-                cited.append(int(m.group(0)))
         usage = {"prompt_tokens": out.usage.prompt, "completion_tokens": out.usage.completion,
-                 "wall_s": round(wall, 4), "cached": out.cached}
-        return AnswerResult(str(value.get("answer", "")), cited, res, usage)
+                 "wall_s": round(wall, 4), "cached": out.cached, "attempts": out.attempts,
+                 "invalid_citations": out.invalid_citations}
+        return AnswerResult(out.answer, [int(c) for c in out.cited], res, usage, error=out.error)
 
     # ------------------------------------------------------------- stages
     def query_entities(self, query: str) -> list[str]:

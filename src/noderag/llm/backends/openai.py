@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import random
+import re
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Sequence
@@ -16,13 +18,43 @@ from ..accounting import TokenLedger
 from ..base import BaseBackend, RawOutput, _check_requests, estimate_usage, finish_result, retry_request
 from ..types import LLMError, LLMRequest, LLMResult, ResultCallback, Usage, now
 
-__all__ = ["DIALECTS", "OpenAIConfig", "OpenAIBackend", "build_chat_body", "parse_chat_response"]
+__all__ = ["DIALECTS", "OpenAIConfig", "OpenAIBackend", "build_chat_body", "parse_chat_response",
+           "is_permanent_http_error", "rejects_response_format"]
 
 #: Structured-output dialects: OpenAI ``json_schema``, llama-cpp-python ``json_object`` with a
 #: ``schema`` field, vLLM's ``structured_outputs`` extra body, or ``none`` (prompt only).
-DIALECTS = ("json_schema", "json_object", "vllm", "none")
+#: ``auto`` (the default) sends ``json_schema`` and switches once to ``json_object`` when the
+#: server rejects it (llama-cpp-python answers ``json_schema`` with an HTTP 500 naming
+#: ``response_format``).
+DIALECTS = ("auto", "json_schema", "json_object", "vllm", "none")
 
 _RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
+_TRANSIENT_4XX = frozenset({408, 409, 425, 429})
+#: A request-validation message (pydantic / FastAPI / OpenAI style): the request is wrong, retrying cannot help.
+_VALIDATION_MSG = re.compile(r"Input should be|validation error|Field required|Extra inputs are not permitted|"
+                             r"extra_forbidden|invalid_request_error|Unrecognized request argument", re.I)
+
+log = logging.getLogger("noderag.llm")
+
+
+def _names_field(text: str, body: dict[str, Any]) -> bool:
+    """Whether an error text names a field of the request body (``response_format.type: Input should be``)."""
+    keys = "|".join(re.escape(k) for k in body if k != "model")
+    if re.search(r"(?<![\w.])(?:%s)(?:\.\w+)+\s*:|(?<![\w.])(?:%s)\s*:\s*\w" % (keys, keys), text):
+        return True
+    return _VALIDATION_MSG.search(text) is not None and re.search(r"['\"](?:%s)['\"]" % keys, text) is not None
+
+
+def is_permanent_http_error(status: int, text: str, body: dict[str, Any]) -> bool:
+    """A 4xx other than 408/409/425/429, or a 5xx whose message names a request field: never retried."""
+    if 400 <= status < 500:
+        return status not in _TRANSIENT_4XX
+    return status >= 500 and _names_field(text, body)
+
+
+def rejects_response_format(status: int, text: str) -> bool:
+    """Whether an HTTP error says the server does not accept the request's ``response_format``."""
+    return status in (400, 422, 500) and "response_format" in text
 
 
 @dataclass
@@ -32,9 +64,11 @@ class OpenAIConfig:
     model: str | None = None
     base_url: str | None = None
     api_key: str | None = None
-    dialect: str = "json_schema"
+    dialect: str = "auto"
     max_concurrency: int = 8
-    timeout_s: float = 120.0
+    #: Read timeout of one request; as long as the openai client's default, because requests queued behind
+    #: others on a one-slot server (llama.cpp) wait there, and a timed-out request keeps the server busy.
+    timeout_s: float = 600.0
     connect_timeout_s: float = 10.0
     max_retries: int = 4
     backoff_base_s: float = 0.5
@@ -98,7 +132,7 @@ def build_chat_body(
     if send_seed:
         body["seed"] = s.seed
     if req.schema is not None:
-        if dialect == "json_schema":
+        if dialect in ("json_schema", "auto"):
             name = str(req.schema.get("title") or "output")
             name = "".join(c if c.isalnum() or c in "_-" else "_" for c in name)[:64]
             body["response_format"] = {
@@ -162,6 +196,10 @@ class OpenAIBackend(BaseBackend):
         #: Optional httpx transport (e.g. ``httpx.MockTransport`` in tests); None = real network.
         self.transport = transport
         self._count_lock = threading.Lock()
+        #: The dialect in use: ``auto`` starts as json_schema and may switch once to json_object.
+        self.dialect = "json_schema" if self.config.dialect == "auto" else self.config.dialect
+        #: Why the dialect switched (None while it has not).
+        self.dialect_switch: str | None = None
         #: HTTP POSTs made (including retries), and the largest number in flight at once.
         self.http_calls = 0
         self.peak_in_flight = 0
@@ -264,17 +302,23 @@ class OpenAIBackend(BaseBackend):
 
     async def _post_with_retries(self, client: httpx.AsyncClient, req: LLMRequest) -> RawOutput:
         cfg = self.config
-        body = build_chat_body(
-            req, model=cfg.model, dialect=cfg.dialect, send_seed=cfg.send_seed, strict=cfg.strict,
-            extra_body=cfg.extra_body,
-        )
         t0 = now()
         last = ""
-        for k in range(cfg.max_retries + 1):
+        k = 0
+        while True:
+            dialect = self.dialect
+            body = build_chat_body(
+                req, model=cfg.model, dialect=dialect, send_seed=cfg.send_seed, strict=cfg.strict,
+                extra_body=cfg.extra_body,
+            )
             try:
                 data = await self._post(client, body)
                 out = parse_chat_response(data)
                 return RawOutput(out.text, out.usage, now() - t0, out.error, out.finish_reason)
+            except _DialectRejected as e:
+                if self._switch_dialect(dialect, str(e)):
+                    continue  # the same request in the fallback dialect; not counted as a retry
+                return RawOutput(latency_s=now() - t0, error=str(e))
             except _RetryableError as e:
                 last = str(e)
                 if k == cfg.max_retries:
@@ -283,6 +327,7 @@ class OpenAIBackend(BaseBackend):
                 delay = delay / 2 + self._rng.uniform(0, delay / 2)  # equal jitter
                 if e.retry_after is not None:
                     delay = max(delay, min(e.retry_after, cfg.backoff_max_s))
+                k += 1
                 await asyncio.sleep(delay)
             except _FatalHTTPError as e:
                 return RawOutput(latency_s=now() - t0, error=str(e))
@@ -290,6 +335,21 @@ class OpenAIBackend(BaseBackend):
             latency_s=now() - t0,
             error=f"{cfg.base_url}/chat/completions failed after {cfg.max_retries + 1} attempts: {last}",
         )
+
+    def _switch_dialect(self, rejected: str, why: str) -> bool:
+        """Switch an ``auto`` backend from json_schema to json_object once; False when no fallback is left."""
+        if self.config.dialect != "auto":
+            return False
+        with self._count_lock:
+            if self.dialect != rejected:
+                return True  # another request already switched: retry with the current dialect
+            if rejected != "json_schema":
+                return False
+            self.dialect = "json_object"
+            self.dialect_switch = why
+        log.warning("%s rejected response_format json_schema; using json_object with the schema from now on (%s)",
+                    self.config.base_url, why[:200])
+        return True
 
     async def _post(self, client: httpx.AsyncClient, body: dict[str, Any]) -> Any:
         with self._count_lock:
@@ -305,6 +365,13 @@ class OpenAIBackend(BaseBackend):
         finally:
             with self._count_lock:
                 self._in_flight -= 1
+        if resp.status_code >= 400 and "response_format" in body and rejects_response_format(
+                resp.status_code, resp.text):
+            raise _DialectRejected(f"HTTP {resp.status_code} from {self.config.base_url} "
+                                   f"(dialect {body['response_format'].get('type')!r} rejected): {resp.text[:300]}")
+        if resp.status_code >= 400 and is_permanent_http_error(resp.status_code, resp.text, body):
+            raise _FatalHTTPError(f"HTTP {resp.status_code} from {self.config.base_url} (not retried: the request "
+                                  f"was rejected): {resp.text[:300]}")
         if resp.status_code in _RETRY_STATUS:
             ra = resp.headers.get("retry-after")
             try:
@@ -321,4 +388,8 @@ class OpenAIBackend(BaseBackend):
 
 
 class _FatalHTTPError(Exception):
+    pass
+
+
+class _DialectRejected(Exception):
     pass
