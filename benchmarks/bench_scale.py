@@ -373,9 +373,13 @@ def to_markdown(res: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_plot(path: Path, res: dict) -> None:
-    """Log-log plot of build wall, build peak RSS and query p50 against passages."""
-    import matplotlib
+def write_plot(path: Path, res: dict) -> bool:
+    """Log-log plot of build wall, build peak RSS and query p50 against passages; False without matplotlib."""
+    try:
+        import matplotlib
+    except ImportError:
+        print("matplotlib is not installed (pip install 'noderag[bench]'): scale.png not written", file=sys.stderr)
+        return False
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -404,6 +408,7 @@ def write_plot(path: Path, res: dict) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+    return True
 
 
 # ----------------------------------------------------------------------------- main
@@ -472,9 +477,9 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     (out / "scale.json").write_text(json.dumps(res, indent=1) + "\n", encoding="utf-8")
     (out / "scale.md").write_text(to_markdown(res), encoding="utf-8")
-    write_plot(out / "scale.png", res)
+    plotted = write_plot(out / "scale.png", res)
     print(to_markdown(res))
-    print(f"wrote {out / 'scale.json'}, scale.md, scale.png", file=sys.stderr)
+    print(f"wrote {out / 'scale.json'}, scale.md" + (", scale.png" if plotted else ""), file=sys.stderr)
     return 0 if all(s.get("ok") for s in res["sizes"]) else 2
 
 

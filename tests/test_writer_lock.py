@@ -111,16 +111,21 @@ def test_overlapping_inserts_without_wait_one_fails_cleanly(tmp_path):
     _corpus(c, "charlie", 40)
     idx = tmp_path / "idx"
     assert main(["build", str(base), "--index", str(idx), "--embed", "hash:32", "--no-progress"]) == 0
-    # the first writer holds the lock from its start; start the second once the first has it
+    # the first writer holds the lock from its start; start the second once the lock file names the first.
+    # (Probing with acquire() would itself hold the lock for an instant and could refuse the first writer.)
     p1 = _cli_insert(b, idx)
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
+    while True:
         try:
-            WriterLock(idx).acquire().release()
-        except IndexLockedError:
+            holder = json.loads((idx / ".writer.lock").read_text("utf-8") or "{}").get("pid")
+        except (OSError, ValueError):
+            holder = None
+        if holder == p1.pid:
             break
         if p1.poll() is not None:
-            pytest.fail("the first writer finished before the lock was observed")
+            pytest.fail(f"the first writer finished before its lock was observed: {p1.communicate()[1]}")
+        if time.monotonic() > deadline:
+            pytest.fail("the first writer did not take the lock within 60 s")
         time.sleep(0.01)
     p2 = _cli_insert(c, idx)
     out2, err2 = p2.communicate(timeout=300)
