@@ -100,6 +100,9 @@ def run_serve(args: argparse.Namespace) -> int:
                          server_header=False)
     try:
         uvicorn.Server(cfg).run(sockets=[sock])
+    except KeyboardInterrupt:  # Ctrl-C is how a server is stopped: uvicorn re-raises it after shutting down
+        pass
     finally:
         sock.close()
+    print("noderag serve: stopped", file=sys.stderr)
     return 0
