@@ -121,17 +121,38 @@ function layout(nodes, edges, W, H) {
   return { x, y, E };
 }
 
+// Labels: seeds first, then entities and overviews, by score; a label that would overlap one already placed
+// is left out (its node still has a tooltip), so 200 nodes stay readable.
+function placeLabels(nodes, x, y, seeds, maxLabels) {
+  const order = nodes.map((d, i) => i).filter(i => seeds.has(nodes[i].id) || nodes[i].type === "N" || nodes[i].type === "O")
+    .sort((a, b) => (seeds.has(nodes[b].id) - seeds.has(nodes[a].id)) || (nodes[b].score - nodes[a].score) || (nodes[a].id - nodes[b].id));
+  const boxes = [], out = [];
+  for (const i of order) {
+    if (out.length >= maxLabels) break;
+    const text = short(nodes[i].text, seeds.has(nodes[i].id) ? 26 : 18);
+    const b = { x0: x[i] + 7, y0: y[i] - 8, x1: x[i] + 9 + text.length * 6.1, y1: y[i] + 5 };
+    if (boxes.some(o => b.x0 < o.x1 && o.x0 < b.x1 && b.y0 < o.y1 && o.y0 < b.y1)) continue;
+    boxes.push(b);
+    out.push([i, text]);
+  }
+  return out;
+}
+
 function drawGraph(res) {
   const g = $("graph");
   g.replaceChildren();
   const nodes = res.nodes, edges = (res.explain && res.explain.edges) || [];
   const seeds = new Set((res.explain && res.explain.seeds) || nodes.filter(n => n.origin === "entry" || n.origin === "name").map(n => n.id));
-  const W = 800, H = 560;
+  // the drawing uses the panel's own aspect ratio, one SVG unit per pixel at the panel's width
+  const W = Math.max(400, g.clientWidth || 800), H = Math.max(300, g.clientHeight || 560);
   const { x, y, E } = layout(nodes, edges, W, H);
+  // stretch the layout to fill the panel (positions only: circles and text keep their size)
   let x0 = Infinity, y0 = Infinity, x1 = -Infinity, y1 = -Infinity;
   for (let i = 0; i < nodes.length; i++) { x0 = Math.min(x0, x[i]); x1 = Math.max(x1, x[i]); y0 = Math.min(y0, y[i]); y1 = Math.max(y1, y[i]); }
-  const pad = 30, vw = Math.max(x1 - x0, 200) + 2 * pad, vh = Math.max(y1 - y0, 140) + 2 * pad;
-  state.view = { x: (x0 + x1) / 2 - vw / 2, y: (y0 + y1) / 2 - vh / 2, w: vw, h: vh };
+  const padL = 16, padR = 120, padY = 16;  // room on the right for the labels of the rightmost nodes
+  const sx = (W - padL - padR) / Math.max(x1 - x0, 1), sy = (H - 2 * padY) / Math.max(y1 - y0, 1);
+  for (let i = 0; i < nodes.length; i++) { x[i] = padL + (x[i] - x0) * sx; y[i] = padY + (y[i] - y0) * sy; }
+  state.view = { x: 0, y: 0, w: W, h: H };
   applyView();
   const gl = svg("g", { id: "edges" }), gn = svg("g", { id: "nodes" }), gt = svg("g", { id: "labels" });
   const byId = new Map(), lines = [];
@@ -140,24 +161,23 @@ function drawGraph(res) {
                              "data-u": nodes[a].id, "data-v": nodes[b].id });
     gl.append(ln); lines.push(ln);
   }
-  const rscale = Math.max(vw / 800, vh / 560);  // sizes in layout units: the same on screen at any extent
+  const small = nodes.length > 120 ? 0.8 : 1;
   nodes.forEach((nd, i) => {
     const seed = seeds.has(nd.id);
-    const c = svg("circle", { cx: x[i].toFixed(1), cy: y[i].toFixed(1), r: ((seed ? 7 : nd.type === "T" ? 6 : 4.6) * rscale).toFixed(1),
+    const c = svg("circle", { cx: x[i].toFixed(1), cy: y[i].toFixed(1), r: ((seed ? 7 : nd.type === "T" ? 6 : 4.6) * small).toFixed(1),
                               fill: COLORS[nd.type], "data-id": nd.id, "data-type": nd.type, class: seed ? "seed" : "" });
     const t = svg("title"); t.textContent = `${nd.type} ${nd.id} (${nd.origin}${seed ? ", seed" : ""}): ${short(nd.text, 160)}`;
     c.append(t);
     c.addEventListener("click", ev => { ev.stopPropagation(); selectNode(nd.id); });
     gn.append(c);
-    let label = null;
-    if (seed || nd.type === "N" || nd.type === "O") {  // names of seeds, entities and overviews; the rest on hover
-      label = svg("text", { x: (x[i] + 8 * rscale).toFixed(1), y: (y[i] + 3.5).toFixed(1), "data-id": nd.id });
-      label.textContent = short(nd.text, seed ? 28 : 18);
-      label.style.fontSize = (10.5 * rscale).toFixed(1) + "px";
-      gt.append(label);
-    }
-    byId.set(nd.id, { ...nd, i, circle: c, label, seed });
+    byId.set(nd.id, { ...nd, i, circle: c, label: null, seed });
   });
+  for (const [i, text] of placeLabels(nodes, x, y, seeds, nodes.length > 120 ? 30 : 45)) {
+    const label = svg("text", { x: (x[i] + 8).toFixed(1), y: (y[i] + 3.5).toFixed(1), "data-id": nodes[i].id });
+    label.textContent = text;
+    gt.append(label);
+    byId.get(nodes[i].id).label = label;
+  }
   g.append(gl, gn, gt);
   state.graph = { byId, lines, nodes };
   drawLegend(nodes, seeds);
