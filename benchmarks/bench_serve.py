@@ -267,13 +267,17 @@ def write_markdown(path: Path, out: dict) -> None:
              "endpoint's time (queue + embedding + retrieval + JSON encoding); *excl. embedding* = total minus "
              "its batch's query-embedding call; *service* = its batch's retrieval + its own encoding, "
              "without the queue wait and the embedding.", "",
+             "Runs: *max_batch_32* is the default server (the worker retrieves everything queued, up to 32 "
+             "questions, as one batch); *max_batch_1* answers one question at a time (no batching); "
+             "*insert_during_load* is the default server while another process inserts documents into the "
+             "served index.", "",
              "| run | " + " | ".join(cols) + " |", "|---|" + "---|" * len(cols)]
     for name, row in out["runs"].items():
         lines.append(f"| {name} | " + " | ".join("" if row.get(c) is None else str(row.get(c)) for c in cols) + " |")
     ins = out["runs"].get("insert_during_load", {})
     lines += ["", "## While another process inserts documents", "",
-              f"`noderag build {out.get('insert_docs')} new documents --index <served index>` ran in a second "
-              f"process during the load: it took {ins.get('insert_s')} s (exit {ins.get('insert_returncode')}), "
+              f"`noderag build NEW.jsonl --index <served index>` ({out.get('insert_docs')} new documents) ran "
+              f"in a second process during the load: it took {ins.get('insert_s')} s (exit {ins.get('insert_returncode')}), "
               f"{ins.get('errors')} request errors. " + out.get("insert_finding", ""), "",
               "## Targets (issue 12)", ""]
     for k, v in out["targets"].items():
