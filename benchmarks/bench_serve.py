@@ -13,9 +13,10 @@ retrieval service time without queueing and embedding), errors, and whether the 
 ``retrieve_many``'s. The same run measures ``retrieve_many`` batch q/s (with the query embedding, as the
 server does it) in this process, and reports the ratio.
 
-Runs: the default server (batches up to 32), a server with ``--max-batch 1`` (one query at a time:
-the effect of batching), and the default server while another process inserts ``--insert-data``
-documents into the served index (``noderag build ... --index`` on the same directory).
+Runs: the default server (batches up to 32, embedding and retrieval pipelined on two threads), one
+worker thread (``--no-pipeline``), one question at a time (``--no-pipeline --max-batch 1``: the effect of
+batching), and the default server while another process inserts ``--insert-data`` documents into the
+served index (``noderag build ... --index`` on the same directory).
 
 Writes ``benchmarks/results/serve.json`` and ``serve.md``.
 """
@@ -196,6 +197,7 @@ async def load(port: int, queries: list[str], *, clients: int, n_queries: int, m
     total = [s.get("total", 0.0) for s in st]
     no_embed = [s.get("total", 0.0) - s.get("embed", 0.0) for s in st]
     service = [s.get("retrieve", 0.0) + s.get("finish", 0.0) for s in st]
+    stage = [s.get("handoff", 0.0) + s.get("retrieve", 0.0) + s.get("finish", 0.0) for s in st]
     per_query = [(s.get("retrieve", 0.0)) / max(s.get("batch", 1.0), 1.0) for s in st]
     return {
         "queries": len(rec), "errors": len(errors), "error_examples": errors[:5], "wall_s": round(wall, 2),
@@ -206,6 +208,7 @@ async def load(port: int, queries: list[str], *, clients: int, n_queries: int, m
         "queue_p50_ms": pct([s.get("queue", 0.0) for s in st], 50),
         "queue_p99_ms": pct([s.get("queue", 0.0) for s in st], 99),
         "embed_p50_ms": pct([s.get("embed", 0.0) for s in st], 50),
+        "retrieval_stage_p50_ms": pct(stage, 50), "retrieval_stage_p99_ms": pct(stage, 99),
         "service_excl_queue_embedding_p50_ms": pct(service, 50),
         "service_excl_queue_embedding_p99_ms": pct(service, 99),
         "retrieve_per_query_in_batch_p50_ms": pct(per_query, 50),
@@ -252,8 +255,8 @@ def write_markdown(path: Path, out: dict) -> None:
     rm = out["retrieve_many"]
     cols = ["qps", "ratio_to_retrieve_many", "errors", "queries", "client_p50_ms", "client_p99_ms",
             "server_total_p99_ms", "server_excl_embedding_p50_ms", "server_excl_embedding_p99_ms", "queue_p99_ms",
-            "service_excl_queue_embedding_p50_ms", "service_excl_queue_embedding_p99_ms", "batch_size_mean",
-            "passage_mismatches_vs_retrieve_many"]
+            "embed_p50_ms", "retrieval_stage_p50_ms", "retrieval_stage_p99_ms", "service_excl_queue_embedding_p50_ms",
+            "service_excl_queue_embedding_p99_ms", "batch_size_mean", "passage_mismatches_vs_retrieve_many"]
     lines = [f"# Serving load test: {out['dataset']}", "",
              f"{out['n_questions']} questions cycled, {out['clients']} concurrent clients (one keep-alive connection "
              f"each) on loopback, `POST /retrieve` with k=10; {out['machine']}. Load average at the start: "
@@ -264,13 +267,15 @@ def write_markdown(path: Path, out: dict) -> None:
              f"({rm['qps_without_embedding']} q/s without it). The server embeds too, so the ratio uses "
              "the first number.", "",
              "Columns: server times come from the `Server-Timing` header of every response: *total* = the "
-             "endpoint's time (queue + embedding + retrieval + JSON encoding); *excl. embedding* = total minus "
-             "its batch's query-embedding call; *service* = its batch's retrieval + its own encoding, "
-             "without the queue wait and the embedding.", "",
-             "Runs: *max_batch_32* is the default server (the worker retrieves everything queued, up to 32 "
-             "questions, as one batch); *max_batch_1* answers one question at a time (no batching); "
-             "*insert_during_load* is the default server while another process inserts documents into the "
-             "served index.", "",
+             "endpoint's time (queue + embedding + hand-off + retrieval + JSON encoding); *excl. embedding* = "
+             "total minus its batch's query-embedding call; *embed* = its batch's embedding call; *retrieval "
+             "stage* = hand-off wait + its batch's retrieval + its own encoding (everything after the embedding "
+             "stage); *service* = its batch's retrieval + its own encoding, without any wait.", "",
+             "Runs: *pipelined_max_batch_32* is the default server (everything queued, up to 32 questions, is "
+             "one batch; one thread embeds a batch while another retrieves the batch before it); "
+             "*one_thread_max_batch_32* embeds and retrieves each batch on one thread (`--no-pipeline`); "
+             "*one_thread_max_batch_1* answers one question at a time (no batching); *insert_during_load* is the "
+             "default server while another process inserts documents into the served index.", "",
              "| run | " + " | ".join(cols) + " |", "|---|" + "---|" * len(cols)]
     for name, row in out["runs"].items():
         lines.append(f"| {name} | " + " | ".join("" if row.get(c) is None else str(row.get(c)) for c in cols) + " |")
@@ -309,7 +314,8 @@ def main(argv: list[str] | None = None) -> int:
     rm_before = retrieve_many_qps(base, queries)
     check = rm_before.pop("passages")
     runs: dict[str, dict] = {}
-    for name, extra in (("max_batch_32", []), ("max_batch_1", ["--max-batch", "1"])):
+    for name, extra in (("pipelined_max_batch_32", []), ("one_thread_max_batch_32", ["--no-pipeline"]),
+                        ("one_thread_max_batch_1", ["--no-pipeline", "--max-batch", "1"])):
         srv = Server(base, *extra)
         try:
             runs[name] = run_load(srv.port, queries, args, check=check)
@@ -370,7 +376,7 @@ def main(argv: list[str] | None = None) -> int:
           "after": {k: round(v, 1) for k, v in rm_after.items()}}
     for row in runs.values():
         row["ratio_to_retrieve_many"] = round(row["qps"] / rm["qps"], 2) if row.get("qps") else None
-    main_run = runs["max_batch_32"]
+    main_run = runs["pipelined_max_batch_32"]
     out = {
         "dataset": data.name, "n_questions": len(queries), "clients": args.clients, "queries_per_run": args.queries,
         "index_build_s": build_s, "insert_docs": len(ins_rows),
@@ -382,9 +388,12 @@ def main(argv: list[str] | None = None) -> int:
             "throughput >= 0.7 x retrieve_many": f"{main_run['ratio_to_retrieve_many']} x "
                                                   f"({main_run['qps']} vs {rm['qps']} q/s)",
             "server-side p99 excl. embedding <= 50 ms": (
-                f"{main_run['server_excl_embedding_p99_ms']} ms including the queue wait (32 clients on 2 cores: "
-                f"a request waits for the batches ahead of it); {main_run['service_excl_queue_embedding_p99_ms']} "
-                "ms service time without the queue wait"),
+                f"not met: {main_run['server_excl_embedding_p99_ms']} ms for the endpoint's time minus its batch's "
+                f"embedding call (it still includes waiting for the batches ahead: 32 closed-loop clients at "
+                f"{main_run['qps']} q/s keep about 32 / q/s = {round(1e3 * 32 / main_run['qps'])} ms of work in "
+                f"the server); {main_run['retrieval_stage_p99_ms']} ms in the retrieval stage (after the embedding "
+                f"stage: hand-off wait + retrieval + encoding); {main_run['service_excl_queue_embedding_p99_ms']} "
+                "ms for its batch's retrieval and its own encoding alone"),
         },
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -336,8 +336,9 @@ def test_answer_text_stream_decodes_any_split(answer, cuts):
 
 
 # ----------------------------------------------------------------------------- worker
-def test_worker_isolates_a_failing_job_and_stops_cleanly(store):
-    w = RetrievalWorker(Searcher(store), max_batch=4)
+@pytest.mark.parametrize("pipeline", [True, False])
+def test_worker_isolates_a_failing_job_and_stops_cleanly(store, pipeline):
+    w = RetrievalWorker(Searcher(store), max_batch=4, pipeline=pipeline)
 
     def bad(res):
         raise ValueError("finish failed")

@@ -53,6 +53,8 @@ class ServeSettings:
         Larger request bodies get a 413 without being read.
     max_batch : int
         Most queries the retrieval worker runs as one batch.
+    pipeline : bool
+        Embed the next batch while the current one retrieves (two worker threads).
     llm_spec : str or None
         Shown by ``/stats`` (the backend itself is passed to :func:`create_app`).
     """
@@ -60,6 +62,7 @@ class ServeSettings:
     api_key: str | None = None
     max_body_bytes: int = Limits.max_body_bytes
     max_batch: int = 32
+    pipeline: bool = True
     llm_spec: str | None = None
 
 
@@ -206,7 +209,7 @@ def create_app(index: Any, *, llm: Any = None, settings: ServeSettings | None = 
     searcher = Searcher(store, search_config, llm=llm, embedder=embedder)
     searcher.retrieve_many(["warm-up question"])  # load the embedder and compile kernels now, not on a request
     view = GraphView(store)
-    worker = RetrievalWorker(searcher, max_batch=settings.max_batch)
+    worker = RetrievalWorker(searcher, max_batch=settings.max_batch, pipeline=settings.pipeline)
     counters = {"requests": 0, "errors": 0, "started": time.time()}
 
     @asynccontextmanager
@@ -259,7 +262,7 @@ def create_app(index: Any, *, llm: Any = None, settings: ServeSettings | None = 
 
     def server_timing(t: Timing, total_s: float) -> dict[str, str]:
         return {"Server-Timing": f"queue;dur={t.queue_s * 1e3:.3f}, embed;dur={t.embed_s * 1e3:.3f}, "
-                                 f"retrieve;dur={t.retrieve_s * 1e3:.3f}, finish;dur={t.finish_s * 1e3:.3f}, "
+                                 f"handoff;dur={t.handoff_s * 1e3:.3f}, retrieve;dur={t.retrieve_s * 1e3:.3f}, finish;dur={t.finish_s * 1e3:.3f}, "
                                  f"total;dur={total_s * 1e3:.3f}, batch;desc=\"{t.batch_size}\""}
 
     async def run_one(question: str, k: int | None, explain: bool) -> tuple[Any, bytes, Timing]:
@@ -337,6 +340,7 @@ def create_app(index: Any, *, llm: Any = None, settings: ServeSettings | None = 
             if searcher.llm is not None else None,
             "server": {"requests": counters["requests"], "errors": counters["errors"], "batches": worker.batches,
                        "queries": worker.queries, "max_batch": worker.max_batch,
+                       "pipeline": worker.pipeline,
                        "uptime_s": round(time.time() - counters["started"], 1),
                        "limits": {"max_question_chars": Limits.max_question_chars,
                                   "max_questions": Limits.max_questions, "max_k": Limits.max_k,

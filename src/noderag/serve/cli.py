@@ -28,6 +28,9 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
                         help="TOML/YAML file whose [search] table overrides the search defaults")
     parser.add_argument("--max-batch", type=int, default=32, metavar="N",
                         help="most queued questions retrieved as one batch (default 32)")
+    parser.add_argument("--no-pipeline", action="store_true",
+                        help="one worker thread that embeds and retrieves each batch in turn (default: embed the "
+                             "next batch while the current one retrieves)")
     parser.add_argument("--access-log", action="store_true", help="log every request on stderr")
 
 
@@ -80,7 +83,8 @@ def run_serve(args: argparse.Namespace) -> int:
     if not _is_loopback(args.host) and api_key is None:
         print(f"noderag serve: warning: listening on {args.host} without --api-key: anyone who can reach it "
               "can query the index", file=sys.stderr)
-    settings = ServeSettings(api_key=api_key, max_batch=args.max_batch, llm_spec=spec if llm else None)
+    settings = ServeSettings(api_key=api_key, max_batch=args.max_batch, pipeline=not args.no_pipeline,
+                             llm_spec=spec if llm else None)
     app = create_app(store, llm=llm, settings=settings, search_config=config)
     family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)

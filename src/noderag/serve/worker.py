@@ -4,6 +4,10 @@ Why: retrieval is CPU-bound (embedding, PPR, selection). Run from many request t
 contends for the GIL and the cores, and every request gets slow together (the earlier p99 of 1.3 s).
 One worker taking everything queued as one ``retrieve_many`` batch keeps throughput close to batch
 throughput while each request's queue wait and its batch's service time are measured separately.
+
+With ``pipeline=True`` (the default) two threads form a pipeline: one embeds a batch of questions while
+the other retrieves for the batch embedded before it (the ONNX embedder and the PPR kernel release the
+GIL, so the stages overlap on two cores).
 """
 
 from __future__ import annotations
@@ -29,9 +33,11 @@ class Timing:
     Attributes
     ----------
     queue_s : float
-        Waiting for the worker (earlier batches running).
+        Waiting for the embedding stage (earlier batches being embedded).
     embed_s : float
         The query-embedding call of its batch.
+    handoff_s : float
+        Waiting between its batch's embedding and its retrieval (the batch before it still retrieving).
     retrieve_s : float
         Retrieval of its batch after the embedding (entry points, PPR, selection, passages, context).
     finish_s : float
@@ -42,6 +48,7 @@ class Timing:
 
     queue_s: float = 0.0
     embed_s: float = 0.0
+    handoff_s: float = 0.0
     retrieve_s: float = 0.0
     finish_s: float = 0.0
     batch_size: int = 0
@@ -49,7 +56,7 @@ class Timing:
     def to_dict(self) -> dict[str, Any]:
         """Milliseconds, rounded, for a response header or a log line."""
         return {"queue_ms": round(self.queue_s * 1e3, 3), "embed_ms": round(self.embed_s * 1e3, 3),
-                "retrieve_ms": round(self.retrieve_s * 1e3, 3), "finish_ms": round(self.finish_s * 1e3, 3),
+                "handoff_ms": round(self.handoff_s * 1e3, 3), "retrieve_ms": round(self.retrieve_s * 1e3, 3), "finish_ms": round(self.finish_s * 1e3, 3),
                 "batch_size": self.batch_size}
 
 
@@ -59,6 +66,7 @@ class _Job:
     finish: Callable[[Any], Any] | None
     future: Future
     t_enqueued: float = field(default_factory=time.perf_counter)
+    queue_s: float = 0.0
 
 
 class RetrievalWorker:
@@ -70,19 +78,28 @@ class RetrievalWorker:
         The prepared searcher (used by this thread only, so it needs no locking).
     max_batch : int, default=32
         Most queries per batch.
+    pipeline : bool, default=True
+        Embed the next batch on a second thread while this one retrieves.
     """
 
-    def __init__(self, searcher: Any, *, max_batch: int = 32) -> None:
+    def __init__(self, searcher: Any, *, max_batch: int = 32, pipeline: bool = True) -> None:
         if not (isinstance(max_batch, int) and max_batch >= 1):
             raise ValueError(f"max_batch must be an int >= 1, got {max_batch!r}")
         self.searcher = searcher
         self.max_batch = max_batch
+        self.pipeline = bool(pipeline)
         self._q: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        # embedded batches waiting for retrieval: at most one, so the embedder runs at most one batch ahead
+        self._embedded: queue.Queue[tuple[list[_Job], Any, float, float] | None] = queue.Queue(maxsize=1)
         self._closed = False
         self.batches = 0
         self.queries = 0
-        self._thread = threading.Thread(target=self._loop, name="noderag-serve-retrieval", daemon=True)
-        self._thread.start()
+        self._threads = [threading.Thread(target=self._loop, name="noderag-serve-embed", daemon=True)]
+        if self.pipeline:
+            self._threads.append(threading.Thread(target=self._retrieve_loop, name="noderag-serve-retrieve",
+                                                  daemon=True))
+        for t in self._threads:
+            t.start()
 
     def submit(self, query: str, finish: Callable[[Any], Any] | None = None) -> Future:
         """Queue one (validated) query; the future gets ``(finish(result) or result, Timing)``.
@@ -106,14 +123,16 @@ class RetrievalWorker:
         if not self._closed:
             self._closed = True
             self._q.put(None)
-            self._thread.join(timeout)
+            for t in self._threads:
+                t.join(timeout)
 
     # ------------------------------------------------------------------ thread
     def _loop(self) -> None:
+        """Take everything queued (up to ``max_batch``) as one batch; embed it; retrieve it (or hand it on)."""
         while True:
             job = self._q.get()
             if job is None:
-                return
+                break
             batch = [job]
             stop = False
             while len(batch) < self.max_batch:
@@ -125,30 +144,52 @@ class RetrievalWorker:
                     stop = True
                     break
                 batch.append(nxt)
-            self._run(batch)
+            embedded = self._embed(batch)
+            if embedded is not None:
+                if self.pipeline:
+                    self._embedded.put(embedded)
+                else:
+                    self._retrieve(*embedded)
             if stop:
-                return
+                break
+        if self.pipeline:
+            self._embedded.put(None)
 
-    def _run(self, batch: list[_Job]) -> None:
+    def _retrieve_loop(self) -> None:
+        while True:
+            item = self._embedded.get()
+            if item is None:
+                return
+            self._retrieve(*item)
+
+    def _embed(self, batch: list[_Job]) -> tuple[list[_Job], Any, float, float] | None:
         start = time.perf_counter()
         live = [j for j in batch if j.future.set_running_or_notify_cancel()]
         if not live:
-            return
-        queries = [j.query for j in live]
+            return None
+        for j in live:
+            j.queue_s = start - j.t_enqueued
         try:
-            t0 = time.perf_counter()
-            vecs = self.searcher.embed(queries)
-            t1 = time.perf_counter()
-            results = self.searcher.retrieve_many(queries, query_vectors=vecs)
-            t2 = time.perf_counter()
+            vecs = self.searcher.embed([j.query for j in live])
         except Exception as exc:  # noqa: BLE001 - delivered to every waiting request, the worker lives on
             for j in live:
                 j.future.set_exception(exc)
+            return None
+        return live, vecs, time.perf_counter() - start, time.perf_counter()
+
+    def _retrieve(self, live: list[_Job], vecs: Any, embed_s: float, t_embedded: float) -> None:
+        t1 = time.perf_counter()
+        try:
+            results = self.searcher.retrieve_many([j.query for j in live], query_vectors=vecs)
+        except Exception as exc:  # noqa: BLE001
+            for j in live:
+                j.future.set_exception(exc)
             return
+        t2 = time.perf_counter()
         self.batches += 1
         self.queries += len(live)
         for j, res in zip(live, results):
-            timing = Timing(queue_s=start - j.t_enqueued, embed_s=t1 - t0, retrieve_s=t2 - t1,
+            timing = Timing(queue_s=j.queue_s, embed_s=embed_s, handoff_s=t1 - t_embedded, retrieve_s=t2 - t1,
                             batch_size=len(live))
             try:
                 f0 = time.perf_counter()
