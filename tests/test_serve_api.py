@@ -335,6 +335,16 @@ def test_answer_text_stream_decodes_any_split(answer, cuts):
     assert "".join(out) == answer and dec.done
 
 
+# ----------------------------------------------------------------------------- command line
+def test_serve_command_errors(tmp_path, index, capsys):
+    assert main(["serve", str(tmp_path / "missing")]) == 1
+    assert "not an index directory" in capsys.readouterr().err
+    assert main(["serve", str(index), "--port", "70000"]) == 1
+    assert "--port must be 0..65535" in capsys.readouterr().err
+    assert main(["serve", str(index), "--llm", "nosuch:model"]) == 1
+    assert "unknown backend 'nosuch'" in capsys.readouterr().err
+
+
 # ----------------------------------------------------------------------------- worker
 @pytest.mark.parametrize("pipeline", [True, False])
 def test_worker_isolates_a_failing_job_and_stops_cleanly(store, pipeline):

@@ -54,7 +54,8 @@ class ServeSettings:
     max_batch : int
         Most queries the retrieval worker runs as one batch.
     pipeline : bool
-        Embed the next batch while the current one retrieves (two worker threads).
+        Embed the next batch while the current one retrieves (two worker threads; off by default: on the
+        2-core machine of ``benchmarks/results/serve.md`` it gained no throughput and lengthened p99).
     llm_spec : str or None
         Shown by ``/stats`` (the backend itself is passed to :func:`create_app`).
     """
@@ -62,7 +63,7 @@ class ServeSettings:
     api_key: str | None = None
     max_body_bytes: int = Limits.max_body_bytes
     max_batch: int = 32
-    pipeline: bool = True
+    pipeline: bool = False
     llm_spec: str | None = None
 
 
@@ -336,7 +337,8 @@ def create_app(index: Any, *, llm: Any = None, settings: ServeSettings | None = 
         """Index counts and server counters."""
         m = store.manifest
         return JSONResponse({
-            "counts": m.get("counts", {}), "bytes_total": m.get("bytes_total"), "llm": settings.llm_spec
+            "counts": m.get("counts", {}), "bytes_total": m.get("bytes_total"),
+            "llm": (settings.llm_spec or getattr(searcher.llm, "model_id", "configured"))
             if searcher.llm is not None else None,
             "server": {"requests": counters["requests"], "errors": counters["errors"], "batches": worker.batches,
                        "queries": worker.queries, "max_batch": worker.max_batch,

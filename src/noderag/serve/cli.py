@@ -19,7 +19,7 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     parser.add_argument("--port", type=int, default=8000, help="TCP port (default 8000; 0 = any free port)")
     parser.add_argument("--llm", metavar="SPEC", default=None,
-                        help="LLM backend for POST /answer (default: the index's llm.spec; none = retrieval only)")
+                        help="LLM backend for POST /answer (default: the index's llm.spec; without one: retrieval only)")
     parser.add_argument("--llm-option", action="append", metavar="KEY=VALUE", default=None,
                         help="LLM backend setting, repeatable (dialect, timeout_s, temperature, ...)")
     parser.add_argument("--api-key", metavar="KEY", default=None,
@@ -28,9 +28,9 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
                         help="TOML/YAML file whose [search] table overrides the search defaults")
     parser.add_argument("--max-batch", type=int, default=32, metavar="N",
                         help="most queued questions retrieved as one batch (default 32)")
-    parser.add_argument("--no-pipeline", action="store_true",
-                        help="one worker thread that embeds and retrieves each batch in turn (default: embed the "
-                             "next batch while the current one retrieves)")
+    parser.add_argument("--pipeline", action="store_true",
+                        help="embed the next batch on a second thread while the current one retrieves (default: "
+                             "one worker thread embeds and retrieves each batch in turn)")
     parser.add_argument("--access-log", action="store_true", help="log every request on stderr")
 
 
@@ -83,7 +83,7 @@ def run_serve(args: argparse.Namespace) -> int:
     if not _is_loopback(args.host) and api_key is None:
         print(f"noderag serve: warning: listening on {args.host} without --api-key: anyone who can reach it "
               "can query the index", file=sys.stderr)
-    settings = ServeSettings(api_key=api_key, max_batch=args.max_batch, pipeline=not args.no_pipeline,
+    settings = ServeSettings(api_key=api_key, max_batch=args.max_batch, pipeline=args.pipeline,
                              llm_spec=spec if llm else None)
     app = create_app(store, llm=llm, settings=settings, search_config=config)
     family = socket.AF_INET6 if ":" in args.host else socket.AF_INET

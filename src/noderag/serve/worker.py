@@ -5,7 +5,7 @@ contends for the GIL and the cores, and every request gets slow together (the ea
 One worker taking everything queued as one ``retrieve_many`` batch keeps throughput close to batch
 throughput while each request's queue wait and its batch's service time are measured separately.
 
-With ``pipeline=True`` (the default) two threads form a pipeline: one embeds a batch of questions while
+With ``pipeline=True`` two threads form a pipeline: one embeds a batch of questions while
 the other retrieves for the batch embedded before it (the ONNX embedder and the PPR kernel release the
 GIL, so the stages overlap on two cores).
 """
@@ -78,11 +78,11 @@ class RetrievalWorker:
         The prepared searcher (used by this thread only, so it needs no locking).
     max_batch : int, default=32
         Most queries per batch.
-    pipeline : bool, default=True
+    pipeline : bool, default=False
         Embed the next batch on a second thread while this one retrieves.
     """
 
-    def __init__(self, searcher: Any, *, max_batch: int = 32, pipeline: bool = True) -> None:
+    def __init__(self, searcher: Any, *, max_batch: int = 32, pipeline: bool = False) -> None:
         if not (isinstance(max_batch, int) and max_batch >= 1):
             raise ValueError(f"max_batch must be an int >= 1, got {max_batch!r}")
         self.searcher = searcher
