@@ -52,7 +52,9 @@ class ServeSettings:
     max_body_bytes : int
         Larger request bodies get a 413 without being read.
     max_batch : int
-        Most queries the retrieval worker runs as one batch.
+        Most queued queries the worker embeds as one batch.
+    retrieve_batch : int
+        Most queries per ``retrieve_many`` call within a batch (each part answered when done).
     pipeline : bool
         Embed the next batch while the current one retrieves (two worker threads; off by default: on the
         2-core machine of ``benchmarks/results/serve.md`` it gained no throughput and lengthened p99).
@@ -63,6 +65,7 @@ class ServeSettings:
     api_key: str | None = None
     max_body_bytes: int = Limits.max_body_bytes
     max_batch: int = 32
+    retrieve_batch: int = 8
     pipeline: bool = False
     llm_spec: str | None = None
 
@@ -210,7 +213,8 @@ def create_app(index: Any, *, llm: Any = None, settings: ServeSettings | None = 
     searcher = Searcher(store, search_config, llm=llm, embedder=embedder)
     searcher.retrieve_many(["warm-up question"])  # load the embedder and compile kernels now, not on a request
     view = GraphView(store)
-    worker = RetrievalWorker(searcher, max_batch=settings.max_batch, pipeline=settings.pipeline)
+    worker = RetrievalWorker(searcher, max_batch=settings.max_batch, retrieve_batch=settings.retrieve_batch,
+                             pipeline=settings.pipeline)
     counters = {"requests": 0, "errors": 0, "started": time.time()}
 
     @asynccontextmanager
@@ -342,7 +346,7 @@ def create_app(index: Any, *, llm: Any = None, settings: ServeSettings | None = 
             if searcher.llm is not None else None,
             "server": {"requests": counters["requests"], "errors": counters["errors"], "batches": worker.batches,
                        "queries": worker.queries, "max_batch": worker.max_batch,
-                       "pipeline": worker.pipeline,
+                       "retrieve_batch": worker.retrieve_batch, "pipeline": worker.pipeline,
                        "uptime_s": round(time.time() - counters["started"], 1),
                        "limits": {"max_question_chars": Limits.max_question_chars,
                                   "max_questions": Limits.max_questions, "max_k": Limits.max_k,

@@ -27,7 +27,10 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", metavar="FILE", default=None,
                         help="TOML/YAML file whose [search] table overrides the search defaults")
     parser.add_argument("--max-batch", type=int, default=32, metavar="N",
-                        help="most queued questions retrieved as one batch (default 32)")
+                        help="most queued questions embedded as one batch (default 32)")
+    parser.add_argument("--retrieve-batch", type=int, default=8, metavar="N",
+                        help="most questions per retrieval call within a batch; each part is answered when done "
+                             "(default 8)")
     parser.add_argument("--pipeline", action="store_true",
                         help="embed the next batch on a second thread while the current one retrieves (default: "
                              "one worker thread embeds and retrieves each batch in turn)")
@@ -58,9 +61,10 @@ def run_serve(args: argparse.Namespace) -> int:
     if not (0 <= args.port <= 65535):
         print(f"noderag serve: error: --port must be 0..65535, got {args.port}", file=sys.stderr)
         return 1
-    if args.max_batch < 1:
-        print(f"noderag serve: error: --max-batch must be >= 1, got {args.max_batch}", file=sys.stderr)
-        return 1
+    for flag, v in (("--max-batch", args.max_batch), ("--retrieve-batch", args.retrieve_batch)):
+        if v < 1:
+            print(f"noderag serve: error: {flag} must be >= 1, got {v}", file=sys.stderr)
+            return 1
     store = IndexStore.open(args.index)
     config = SearchConfig()
     if args.config:
@@ -83,7 +87,8 @@ def run_serve(args: argparse.Namespace) -> int:
     if not _is_loopback(args.host) and api_key is None:
         print(f"noderag serve: warning: listening on {args.host} without --api-key: anyone who can reach it "
               "can query the index", file=sys.stderr)
-    settings = ServeSettings(api_key=api_key, max_batch=args.max_batch, pipeline=args.pipeline,
+    settings = ServeSettings(api_key=api_key, max_batch=args.max_batch, retrieve_batch=args.retrieve_batch,
+                             pipeline=args.pipeline,
                              llm_spec=spec if llm else None)
     app = create_app(store, llm=llm, settings=settings, search_config=config)
     family = socket.AF_INET6 if ":" in args.host else socket.AF_INET

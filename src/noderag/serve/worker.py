@@ -37,13 +37,14 @@ class Timing:
     embed_s : float
         The query-embedding call of its batch.
     handoff_s : float
-        Waiting between its batch's embedding and its retrieval (the batch before it still retrieving).
+        Waiting between its batch's embedding and its retrieval (earlier parts of its batch, or with the
+        pipeline the batch before it, still retrieving).
     retrieve_s : float
-        Retrieval of its batch after the embedding (entry points, PPR, selection, passages, context).
+        Retrieval of its part of the batch after the embedding (entry points, PPR, selection, passages, context).
     finish_s : float
         Its own post-processing on the worker (``finish`` callback: subgraph, JSON encoding).
     batch_size : int
-        Queries in its batch.
+        Queries in its retrieval part (``retrieve_batch`` at most).
     """
 
     queue_s: float = 0.0
@@ -78,15 +79,21 @@ class RetrievalWorker:
         The prepared searcher (used by this thread only, so it needs no locking).
     max_batch : int, default=32
         Most queries per batch.
+    retrieve_batch : int, default=8
+        Most queries per ``retrieve_many`` call: an embedded batch is retrieved in parts of this size and
+        each part is answered when it is done, so a request does not wait for a whole 32-query batch.
     pipeline : bool, default=False
         Embed the next batch on a second thread while this one retrieves.
     """
 
-    def __init__(self, searcher: Any, *, max_batch: int = 32, pipeline: bool = False) -> None:
-        if not (isinstance(max_batch, int) and max_batch >= 1):
-            raise ValueError(f"max_batch must be an int >= 1, got {max_batch!r}")
+    def __init__(self, searcher: Any, *, max_batch: int = 32, retrieve_batch: int = 8,
+                 pipeline: bool = False) -> None:
+        for name, v in (("max_batch", max_batch), ("retrieve_batch", retrieve_batch)):
+            if not (isinstance(v, int) and not isinstance(v, bool) and v >= 1):
+                raise ValueError(f"{name} must be an int >= 1, got {v!r}")
         self.searcher = searcher
         self.max_batch = max_batch
+        self.retrieve_batch = retrieve_batch
         self.pipeline = bool(pipeline)
         self._q: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         # embedded batches waiting for retrieval: at most one, so the embedder runs at most one batch ahead
@@ -178,6 +185,12 @@ class RetrievalWorker:
         return live, vecs, time.perf_counter() - start, time.perf_counter()
 
     def _retrieve(self, live: list[_Job], vecs: Any, embed_s: float, t_embedded: float) -> None:
+        """Retrieve an embedded batch in sub-batches of ``retrieve_batch``, answering each as soon as it is done."""
+        for at in range(0, len(live), self.retrieve_batch):
+            self._retrieve_part(live[at:at + self.retrieve_batch], vecs[at:at + self.retrieve_batch], embed_s,
+                                t_embedded)
+
+    def _retrieve_part(self, live: list[_Job], vecs: Any, embed_s: float, t_embedded: float) -> None:
         t1 = time.perf_counter()
         try:
             results = self.searcher.retrieve_many([j.query for j in live], query_vectors=vecs)
