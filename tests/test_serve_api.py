@@ -108,10 +108,10 @@ def test_concurrent_requests_are_batched(store):
     worker = app.state.worker
     qs = [f"{QUESTION} {i}" for i in range(24)]
     with TestClient(app) as c:
-        out: dict[int, dict] = {}
+        out: dict[int, httpx.Response] = {}
 
         def ask(i: int) -> None:
-            out[i] = c.post("/retrieve", json={"question": qs[i]}).json()
+            out[i] = c.post("/retrieve", json={"question": qs[i]})
 
         threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(qs))]
         for t in threads:
@@ -119,8 +119,10 @@ def test_concurrent_requests_are_batched(store):
         for t in threads:
             t.join()
     ref = Searcher(store).retrieve_many(qs)
-    assert [out[i]["passages"] for i in range(len(qs))] == [r.passages for r in ref]
-    assert worker.queries == len(qs) + 0 and worker.batches < len(qs)
+    assert [out[i].json()["passages"] for i in range(len(qs))] == [r.passages for r in ref]
+    assert worker.queries == len(qs) and worker.batches < len(qs)
+    parts = [int(out[i].headers["server-timing"].split('batch;desc="')[1].split('"')[0]) for i in range(len(qs))]
+    assert max(parts) <= worker.retrieve_batch == 8 and max(parts) > 1  # batched, in parts of at most 8
 
 
 def test_openapi_schema(client):
