@@ -15,8 +15,9 @@ server does it) in this process, and reports the ratio.
 
 Runs: the default server (one worker thread; batches of up to 32 embedded at once, retrieved in parts of
 8), whole batches retrieved at once (``--retrieve-batch 32``), embedding and retrieval pipelined on two
-threads (``--pipeline``), one question at a time (``--max-batch 1``: the effect of batching), and the
-default server while another process inserts ``--insert-data`` documents into the served index
+threads (``--pipeline``), one question at a time (``--max-batch 1``: the effect of batching), the default
+server with the 32 connections paced to half its throughput (below capacity), and the default server
+while another process inserts ``--insert-data`` documents into the served index
 (``noderag build ... --index`` on the same directory).
 
 Writes ``benchmarks/results/serve.json`` and ``serve.md``.
@@ -157,8 +158,12 @@ def _server_timing(header: str) -> dict[str, float]:
 
 
 async def load(port: int, queries: list[str], *, clients: int, n_queries: int, max_s: float,
-               until: asyncio.Event | None = None, check: dict | None = None) -> dict:
-    """``clients`` connections send ``POST /retrieve`` until ``n_queries`` are done (and ``until`` is set)."""
+               until: asyncio.Event | None = None, check: dict | None = None, rate: float | None = None) -> dict:
+    """``clients`` connections send ``POST /retrieve`` until ``n_queries`` are done (and ``until`` is set).
+
+    With ``rate`` (q/s) request i is sent no earlier than ``i / rate`` s after the start (open loop,
+    paced below capacity); latency counts from the actual send.
+    """
     rec: list[tuple[float, dict]] = []
     errors: list[str] = []
     mismatches = 0
@@ -178,6 +183,10 @@ async def load(port: int, queries: list[str], *, clients: int, n_queries: int, m
         nonlocal mismatches
         reader = writer = None
         while (q := next_query()) is not None:
+            if rate is not None:
+                wait = t_start + (sent - 1) / rate - time.perf_counter()
+                if wait > 0:
+                    await asyncio.sleep(wait)
             try:
                 if writer is None:
                     reader, writer = await asyncio.open_connection("127.0.0.1", port)
@@ -226,12 +235,14 @@ async def load(port: int, queries: list[str], *, clients: int, n_queries: int, m
     }
 
 
-def run_load(port: int, queries: list[str], args, *, pid: int | None = None, **kw) -> dict:
+def run_load(port: int, queries: list[str], args, *, pid: int | None = None, rate: float | None = None,
+             **kw) -> dict:
     warm = asyncio.run(load(port, queries, clients=args.clients, n_queries=args.clients * 2, max_s=120))
     if warm["errors"]:
         print(f"warm-up errors: {warm['error_examples']}", file=sys.stderr)
     c0 = process_cpu_s(pid) if pid else None
-    res = asyncio.run(load(port, queries, clients=args.clients, n_queries=args.queries, max_s=args.max_s, **kw))
+    n = args.queries if rate is None else min(args.queries, int(rate * 20))  # paced: about 20 s
+    res = asyncio.run(load(port, queries, clients=args.clients, n_queries=n, max_s=args.max_s, rate=rate, **kw))
     if pid and res["queries"]:
         res["server_cpu_ms_per_query"] = round(1e3 * (process_cpu_s(pid) - c0) / res["queries"], 2)
     return res
@@ -294,7 +305,9 @@ def write_markdown(path: Path, out: dict) -> None:
              "answering each part when it is done; *whole_batch* retrieves the whole batch in one "
              "`retrieve_many` call (`--retrieve-batch 32`); *pipelined* (`--pipeline`) embeds a batch on a "
              "second thread while the batch before it retrieves; *unbatched* answers one question at a time "
-             "(`--max-batch 1`); *insert_during_load* is the default server while another process inserts "
+             "(`--max-batch 1`); *default_paced_half_load* is the default server with the same 32 connections "
+             "sending at half the default run's throughput (open loop: request i leaves at i / rate s), so "
+             "requests rarely queue; *insert_during_load* is the default server while another process inserts "
              "documents into the served index.", "",
              "| run | " + " | ".join(cols) + " |", "|---|" + "---|" * len(cols)]
     for name, row in out["runs"].items():
@@ -351,6 +364,17 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             srv.stop()
         print(f"{name}: {runs[name]}", file=sys.stderr)
+
+    # below capacity: the same 32 connections, paced to half the default server's throughput
+    srv = Server(base)
+    try:
+        target = round(0.5 * runs["default"]["qps"], 1)
+        runs["default_paced_half_load"] = run_load(srv.port, queries, args, check=check, pid=srv.proc.pid,
+                                                   rate=target)
+        runs["default_paced_half_load"]["offered_qps"] = target
+    finally:
+        srv.stop()
+    print(f"paced: {runs['default_paced_half_load']}", file=sys.stderr)
 
     # insert while serving: serve a copy, insert into the copy from another process
     live = args.workdir / f"{data.name}-live"
@@ -429,7 +453,10 @@ def main(argv: list[str] | None = None) -> int:
                 f"{main_run['qps']} q/s keep about 32 / q/s = {round(1e3 * 32 / main_run['qps'])} ms of work in "
                 f"the server); {main_run['retrieval_stage_p99_ms']} ms in the retrieval stage (after the embedding "
                 f"stage: hand-off wait + retrieval + encoding); {main_run['service_excl_queue_embedding_p99_ms']} "
-                "ms for its batch's retrieval and its own encoding alone"),
+                "ms for its batch's retrieval and its own encoding alone. Below capacity (32 connections paced to "
+                f"{runs['default_paced_half_load']['offered_qps']} q/s): "
+                f"{runs['default_paced_half_load']['server_excl_embedding_p99_ms']} ms p99 excl. embedding, "
+                f"{runs['default_paced_half_load']['server_total_p99_ms']} ms p99 in all"),
         },
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
