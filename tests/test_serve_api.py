@@ -347,6 +347,16 @@ def test_serve_command_errors(tmp_path, index, capsys):
     assert "unknown backend 'nosuch'" in capsys.readouterr().err
 
 
+def test_the_command_line_does_not_import_the_serve_extra():
+    import subprocess
+    import sys
+
+    code = ("import sys, noderag.cli; noderag.cli._parser(); "
+            "print(sorted(m for m in ('fastapi', 'uvicorn', 'starlette', 'pydantic') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stderr
+
+
 # ----------------------------------------------------------------------------- worker
 @pytest.mark.parametrize("pipeline", [True, False])
 def test_worker_isolates_a_failing_job_and_stops_cleanly(store, pipeline):
