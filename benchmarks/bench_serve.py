@@ -278,7 +278,8 @@ async def _insert_run(port: int, queries: list[str], args, live: Path, insert_fi
 def write_markdown(path: Path, out: dict) -> None:
     rm = out["retrieve_many"]
     cols = ["qps", "retrieve_many_qps_next_to_run", "ratio_to_retrieve_many_next_to_run", "ratio_to_retrieve_many",
-            "server_cpu_ms_per_query", "cpu_ratio_retrieve_many_to_server", "errors", "queries", "client_p50_ms", "client_p99_ms",
+            "server_cpu_ms_per_query", "cpu_ratio_retrieve_many_to_server", "errors", "queries", "client_p50_ms",
+            "client_p99_ms",
             "server_total_p99_ms", "server_excl_embedding_p50_ms", "server_excl_embedding_p99_ms", "queue_p99_ms",
             "embed_p50_ms", "retrieval_stage_p50_ms", "retrieval_stage_p99_ms", "service_excl_queue_embedding_p50_ms",
             "service_excl_queue_embedding_p99_ms", "batch_size_mean", "passage_mismatches_vs_retrieve_many"]
@@ -444,7 +445,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"{main_run['ratio_to_retrieve_many_next_to_run']} x the retrieve_many measured right before the run "
                 f"({main_run['qps']} vs {main_run['retrieve_many_qps_next_to_run']} q/s); "
                 f"{main_run['ratio_to_retrieve_many']} x the median of all {len(rm_runs)} retrieve_many measurements "
-                f"({rm['qps']} q/s); CPU per query: retrieve_many {main_run['retrieve_many_cpu_ms_per_query_next_to_run']} ms, server "
+                f"({rm['qps']} q/s); CPU per query: retrieve_many "
+                f"{main_run['retrieve_many_cpu_ms_per_query_next_to_run']} ms, server "
                 f"{main_run.get('server_cpu_ms_per_query')} ms (ratio {main_run['cpu_ratio_retrieve_many_to_server']}, "
                 "independent of the machine's load)"),
             "server-side p99 excl. embedding <= 50 ms": (

@@ -267,7 +267,8 @@ def create_app(index: Any, *, llm: Any = None, settings: ServeSettings | None = 
 
     def server_timing(t: Timing, total_s: float) -> dict[str, str]:
         return {"Server-Timing": f"queue;dur={t.queue_s * 1e3:.3f}, embed;dur={t.embed_s * 1e3:.3f}, "
-                                 f"handoff;dur={t.handoff_s * 1e3:.3f}, retrieve;dur={t.retrieve_s * 1e3:.3f}, finish;dur={t.finish_s * 1e3:.3f}, "
+                                 f"handoff;dur={t.handoff_s * 1e3:.3f}, retrieve;dur={t.retrieve_s * 1e3:.3f}, "
+                                 f"finish;dur={t.finish_s * 1e3:.3f}, "
                                  f"total;dur={total_s * 1e3:.3f}, batch;desc=\"{t.batch_size}\""}
 
     async def run_one(question: str, k: int | None, explain: bool) -> tuple[Any, bytes, Timing]:

@@ -54,12 +54,6 @@ class Timing:
     finish_s: float = 0.0
     batch_size: int = 0
 
-    def to_dict(self) -> dict[str, Any]:
-        """Milliseconds, rounded, for a response header or a log line."""
-        return {"queue_ms": round(self.queue_s * 1e3, 3), "embed_ms": round(self.embed_s * 1e3, 3),
-                "handoff_ms": round(self.handoff_s * 1e3, 3), "retrieve_ms": round(self.retrieve_s * 1e3, 3), "finish_ms": round(self.finish_s * 1e3, 3),
-                "batch_size": self.batch_size}
-
 
 @dataclass
 class _Job:
