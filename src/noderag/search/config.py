@@ -7,7 +7,7 @@ from typing import Any, Mapping
 
 __all__ = ["SearchConfig", "QuotaConfig"]
 
-_RULES = ("restart", "lazy")
+from ..graph.ppr import DEFAULT_RULE, RULES as _RULES
 _ENTITY_SOURCES = ("nlp", "llm", "none")
 #: Renamed fields: old name -> new name (accepted when loading).
 _RENAMED = {"passage_entry_weight": "passage_dense_weight"}
@@ -92,7 +92,7 @@ class SearchConfig:
     use_ppr: bool = True
     alpha: float = 0.5
     iterations: int = 2
-    rule: str = "lazy"
+    rule: str = DEFAULT_RULE
     structural_weight: float = 1.0
     semantic_weight: float = 0.0
     ppr_candidates: int = 30

@@ -64,7 +64,7 @@ class Searcher:
         Provides ``graph`` (HeteroGraph: ``types``, ``structural``, ``semantic``,
         ``combined(structural_weight, semantic_weight)``), ``nodes`` (pyarrow table with
         ``type``, ``name``, ``text``, ``doc_id``, ``chunk_id``, ``source_id``),
-        ``vectors`` (``search(vectors, k) -> (ids, distances)``, cosine distance), and
+        ``vectors`` (``search(vectors, k, threads=, expansion=) -> (ids, distances)``, cosine distance), and
         ``embedder()``.
     config : SearchConfig or None, default=None
         ``None`` uses the defaults.
