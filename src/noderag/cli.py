@@ -1,4 +1,4 @@
-"""The ``noderag`` command: ``build``, ``stats`` (and ``query`` when the search package registers it)."""
+"""The ``noderag`` command: ``build``, ``delete``, ``stats``, ``query`` and ``demo``."""
 
 from __future__ import annotations
 
@@ -16,13 +16,14 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from noderag.graph.storage import FormatVersionError
     from noderag.index.augment import AugmentFailure
     from noderag.index.decompose.base import DecomposeFailure
+    from noderag.index.delete import UnknownDocumentError
     from noderag.index.ingest import IngestError
     from noderag.index.lock import IndexLockedError
     from noderag.index.pipeline import BuildError
     from noderag.index.store import IndexNotFoundError
 
     return (ConfigError, FormatVersionError, AugmentFailure, DecomposeFailure, IngestError, BuildError,
-            IndexNotFoundError, IndexLockedError, OSError)
+            IndexNotFoundError, IndexLockedError, UnknownDocumentError, OSError)
 
 
 def _fmt_bytes(n: float) -> str:
@@ -117,6 +118,18 @@ def _cmd_build(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_delete(args: argparse.Namespace) -> int:
+    from noderag.index.delete import delete_documents
+
+    progress = not args.no_progress
+    log = (lambda msg: print(f"noderag: {msg}", file=sys.stderr)) if progress else None
+    report = delete_documents(args.index, args.doc_ids, all_from=args.all_from or (), llm=args.llm,
+                              progress=progress, log=log, wait=args.wait)
+    print(f"index {args.index}: {report.deleted_documents} document(s) deleted, generation {report.generation}")
+    print(format_summary(report.manifest))
+    return 0
+
+
 def _cmd_stats(args: argparse.Namespace) -> int:
     from noderag.index.store import IndexStore
 
@@ -154,6 +167,16 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--wait", type=float, metavar="SECONDS", default=None,
                    help="wait up to SECONDS for another writer of the index to finish (default: fail at once)")
     b.set_defaults(func=_cmd_build)
+    dl = sub.add_parser("delete", help="delete documents (by source id, or every document of some inputs)")
+    dl.add_argument("index", metavar="DIR", help="index directory")
+    dl.add_argument("doc_ids", nargs="*", metavar="DOC_ID", help="source ids: the JSONL 'id' or the file path")
+    dl.add_argument("--all-from", nargs="+", metavar="PATH",
+                    help="delete every document these files, folders or JSONL corpora would add")
+    dl.add_argument("--llm", metavar="SPEC", help="LLM backend (an LLM-built index recomputes its summaries)")
+    dl.add_argument("--no-progress", action="store_true", help="no progress bars")
+    dl.add_argument("--wait", type=float, metavar="SECONDS", default=None,
+                    help="wait up to SECONDS for another writer of the index to finish (default: fail at once)")
+    dl.set_defaults(func=_cmd_delete)
     s = sub.add_parser("stats", help="print the summary of an index")
     s.add_argument("index", metavar="DIR")
     s.add_argument("--json", action="store_true", help="machine-readable output")
