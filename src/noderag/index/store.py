@@ -201,6 +201,9 @@ class IndexStore:
                 raise IndexNotFoundError(
                     f"{self.root}: index build is not finished; "
                     "rerun `noderag build` with the same inputs to resume it")
+            if self.root.parent.name == "generations" and (self.root / ".readers").is_file():
+                raise IndexNotFoundError(f"{self.root}: a generation folder; open the index directory "
+                                         f"{self.root.parent.parent} instead")
             raise IndexNotFoundError(f"{self.root}: not an index directory (no CURRENT generation pointer)")
         self._pin = p
         pin_finalizer(self, p)
