@@ -56,8 +56,10 @@ def check_layout(root: Path) -> None:
     """Refuse the flat single-folder layout of format version 1 with a clear 'rebuild it' error."""
     from noderag.graph.storage import FORMAT_VERSION, FormatVersionError
 
-    from .generations import CURRENT
+    from .generations import CURRENT, GENERATIONS, READERS
 
+    if root.parent.name == GENERATIONS and (root / READERS).is_file():
+        raise IndexNotFoundError(f"{root}: a generation folder; open the index directory {root.parent.parent} instead")
     if not (root / CURRENT).exists() and (root / MANIFEST).is_file():
         raise FormatVersionError(
             f"{root}: an index in the flat layout of format version 1 (an earlier noderag); this noderag reads "
@@ -201,9 +203,6 @@ class IndexStore:
                 raise IndexNotFoundError(
                     f"{self.root}: index build is not finished; "
                     "rerun `noderag build` with the same inputs to resume it")
-            if self.root.parent.name == "generations" and (self.root / ".readers").is_file():
-                raise IndexNotFoundError(f"{self.root}: a generation folder; open the index directory "
-                                         f"{self.root.parent.parent} instead")
             raise IndexNotFoundError(f"{self.root}: not an index directory (no CURRENT generation pointer)")
         self._pin = p
         pin_finalizer(self, p)
