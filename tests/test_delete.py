@@ -277,9 +277,12 @@ def test_delete_resumes_after_sigkill_and_leaves_previous_generation(tmp_path):
     r = subprocess.run([sys.executable, "-c", _DEL, str(idx), str(files[0])], capture_output=True, text=True,
                        timeout=300, env=dict(os.environ, NODERAG_TEST_KILL_AT="committed"))
     assert r.returncode == -9
+    assert (idx / "stages").is_dir()
     with IndexStore.open(idx) as st:
         assert str(files[0]) not in st.documents.column("source").to_pylist()
     with pytest.raises(UnknownDocumentError):
         delete_documents(idx, [str(files[0])])
-    _build([files[0]], idx)  # a writer: cleans up, and re-adding the document works
+    assert not (idx / "stages").exists()  # the writer saw that the leftover run was committed
+    rep = _build([files[0]], idx)  # re-adding the document works
+    assert rep.added_documents == 1
     assert sorted(p.name for p in (idx / "generations").iterdir()) == [str(current_generation(idx))]

@@ -679,10 +679,10 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
     atomic_write_json(final / MANIFEST, manifest)
     _checkpoint("commit")
     gen_new = commit_generation(root, final, before_switch=lambda: _checkpoint("switch"))
+    _checkpoint("committed")  # a kill here leaves stages/ behind: the next writer sees its run_id committed
     import shutil
 
     shutil.rmtree(stages, ignore_errors=True)
-    _checkpoint("committed")
     collect_garbage(root)
     return BuildReport(len(new_docs), dupes, manifest, deleted_documents=len(drop), generation=gen_new)
 
