@@ -97,6 +97,24 @@ def test_delete_invariant_on_demo(tmp_path):
     assert sorted(p.name for p in (full / "generations").iterdir()) == [str(g0 + 3)]
 
 
+def test_delete_after_inserts(tmp_path):
+    # ids of traces stay valid across inserts (ids stable) and deletes (renumbered): A, +B, +C, -B == A + C
+    files = sorted(demo_dir().iterdir())
+    a, b, c = files[:4], files[4:8], files[8:]
+    idx = tmp_path / "idx"
+    _build(a, idx)
+    _build(b, idx)
+    _build(c, idx)
+    delete_documents(idx, [str(f) for f in b])
+    ref = tmp_path / "ref"
+    _build(a + c, ref)
+    assert _key_view(idx) == _key_view(ref)
+    _check_consistent(idx)
+    _build(b[:2], idx)  # and an insert after the delete
+    _build(b[:2], ref)
+    assert _key_view(idx) == _key_view(ref)
+
+
 def _slice(path: Path, n: int) -> list[dict]:
     rows = []
     with open(path, encoding="utf-8") as fh:
