@@ -136,10 +136,11 @@ def _cmd_stats(args: argparse.Namespace) -> int:
     store = IndexStore.open(args.index)
     if args.json:
         m = dict(store.manifest)
-        print(json.dumps({k: m[k] for k in ("counts", "stages", "tokens", "bytes_total", "bytes", "failures")
-                          if k in m}, indent=2, sort_keys=True))
+        print(json.dumps({"generation": store.generation,
+                          **{k: m[k] for k in ("counts", "stages", "tokens", "bytes_total", "bytes", "failures")
+                             if k in m}}, indent=2, sort_keys=True))
     else:
-        print(f"index {Path(args.index)}")
+        print(f"index {Path(args.index)} (generation {store.generation})")
         print(format_summary(store.manifest))
     return 0
 
