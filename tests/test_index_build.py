@@ -288,8 +288,7 @@ def test_base_edges_derived_from_graph(tmp_path, monkeypatch):
     out = tmp_path / "idx"
     _build([demo_dir()], out)
     assert len(made) == 1
-    _, _, base, _ = pl._load_existing(_live(out))
-    src, dst, w = base.arrays()
+    src, dst, w = pl._load_base(_live(out)).arrays()
     types = np.load(_live(out) / "node_types.npy")
     assert np.all(types[src] <= types[dst])
     assert _pair_sums(src, dst, w) == _pair_sums(*made[0].arrays())

@@ -108,8 +108,8 @@ class _NullBar:
 
 # ----------------------------------------------------------------------------- existing index state
 
-def _load_existing(root: Path, *, with_base: bool = True):
-    """(NodeTable, docs list, base EdgeList, chunk traces) of the finished generation folder ``root``."""
+def _load_existing(root: Path):
+    """(NodeTable, docs list, chunk traces) of the finished generation folder ``root``."""
     import pyarrow.parquet as pq
 
     from noderag.graph.storage import load_npy
@@ -125,14 +125,20 @@ def _load_existing(root: Path, *, with_base: bool = True):
                       active=cols["active"])
     table.index = {k: i for i, k in enumerate(table.keys)}
     dtab = pq.read_table(root / "documents.parquet").to_pylist()
-    base = EdgeList()
-    if with_base:
-        from noderag.graph.hetero import HeteroGraph
+    return table, dtab, read_decompositions(root / DECOMPOSITIONS)
 
-        ltab = pq.read_table(root / LINKED)
-        base.add(*derive_base(HeteroGraph.load(root, mmap=True), ltab.column("src").to_numpy(),
-                              ltab.column("dst").to_numpy(), ltab.column("w").to_numpy()))
-    return table, dtab, base, read_decompositions(root / DECOMPOSITIONS)
+
+def _load_base(root: Path) -> EdgeList:
+    """The decomposed T/S/N/R edges of the generation folder ``root`` (its graph minus ``linked.parquet``)."""
+    import pyarrow.parquet as pq
+
+    from noderag.graph.hetero import HeteroGraph
+
+    ltab = pq.read_table(root / LINKED)
+    base = EdgeList()
+    base.add(*derive_base(HeteroGraph.load(root, mmap=True), ltab.column("src").to_numpy(),
+                          ltab.column("dst").to_numpy(), ltab.column("w").to_numpy()))
+    return base
 
 
 def derive_base(graph, link_src: np.ndarray, link_dst: np.ndarray,
@@ -351,9 +357,9 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
 
     # ---- existing state
     if existing:
-        table, docs_rows, base, traces = _load_existing(gen_path)
+        table, docs_rows, traces = _load_existing(gen_path)
     else:
-        table, docs_rows, base, traces = NodeTable(), [], EdgeList(), []
+        table, docs_rows, traces = NodeTable(), [], []
     drop = delete.resolve(docs_rows) if delete is not None else []
 
     # ---- ingest
@@ -370,6 +376,8 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
         from .delete import reassemble_survivors
 
         table, docs_rows, base, traces, vec_src = reassemble_survivors(table, docs_rows, traces, set(drop))
+    else:
+        base = _load_base(gen_path) if existing else EdgeList()
     old_n = len(table)
     if not new_docs and not drop and not stages.exists():
         if existing:
