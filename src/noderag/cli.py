@@ -113,7 +113,9 @@ def _cmd_build(args: argparse.Namespace) -> int:
     log = (lambda msg: print(f"noderag: {msg}", file=sys.stderr)) if progress else None
     report = build_index(args.inputs, args.index, config, progress=progress,
                          allow_failures=args.allow_failures, log=log, wait=args.wait)
-    print(f"index {args.index}: {report.added_documents} new document(s), {report.duplicates} duplicate(s) skipped")
+    replaced = f", {report.deleted_documents} replaced" if report.deleted_documents else ""
+    print(f"index {args.index}: {report.added_documents} new document(s), {report.duplicates} duplicate(s) skipped"
+          f"{replaced}")
     print(format_summary(report.manifest))
     return 0
 
