@@ -94,6 +94,21 @@ def test_killed_reader_releases_its_generation(tmp_path):
     assert collect_garbage(idx) == [1]
 
 
+def test_cli_gc_removes_released_generations(tmp_path, capsys):
+    from noderag.cli import main
+
+    idx = tmp_path / "idx"
+    build_index([_jsonl(tmp_path / "a.jsonl", _rows("alpha", 4))], idx, _cfg(), progress=False)
+    reader = IndexStore.open(idx)
+    build_index([_jsonl(tmp_path / "b.jsonl", _rows("bravo", 2))], idx, None, progress=False)
+    assert main(["gc", str(idx)]) == 0
+    assert "removed 0 old generation(s); 1 still open by a reader: 1" in capsys.readouterr().out
+    reader.close()
+    assert main(["gc", str(idx)]) == 0
+    assert "removed 1 old generation(s)\n" in capsys.readouterr().out
+    assert sorted(q.name for q in (idx / "generations").iterdir()) == ["2"]
+
+
 def test_open_never_writes(tmp_path):
     idx = tmp_path / "idx"
     build_index([_jsonl(tmp_path / "a.jsonl", _rows("alpha", 4))], idx, _cfg(), progress=False)

@@ -132,6 +132,17 @@ def _cmd_delete(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_gc(args: argparse.Namespace) -> int:
+    from noderag.index.generations import remove_old_generations
+    from noderag.index.store import check_layout
+
+    check_layout(Path(args.index))
+    removed, left = remove_old_generations(args.index, wait=args.wait)
+    print(f"index {args.index}: removed {len(removed)} old generation(s)"
+          + (f"; {len(left)} still open by a reader: {', '.join(map(str, left))}" if left else ""))
+    return 0
+
+
 def _cmd_stats(args: argparse.Namespace) -> int:
     from noderag.index.store import IndexStore
 
@@ -180,6 +191,11 @@ def _parser() -> argparse.ArgumentParser:
     dl.add_argument("--wait", type=float, metavar="SECONDS", default=None,
                     help="wait up to SECONDS for another writer of the index to finish (default: fail at once)")
     dl.set_defaults(func=_cmd_delete)
+    g = sub.add_parser("gc", help="remove the old generations that no reader holds open any more")
+    g.add_argument("index", metavar="DIR", help="index directory")
+    g.add_argument("--wait", type=float, metavar="SECONDS", default=None,
+                   help="wait up to SECONDS for another writer of the index to finish (default: fail at once)")
+    g.set_defaults(func=_cmd_gc)
     s = sub.add_parser("stats", help="print the summary of an index")
     s.add_argument("index", metavar="DIR")
     s.add_argument("--json", action="store_true", help="machine-readable output")

@@ -40,7 +40,7 @@ from typing import Callable
 from noderag.graph.storage import atomic_write_bytes, fsync_dir
 
 __all__ = ["CURRENT", "GENERATIONS", "READERS", "Pin", "current_generation", "generation_path", "pin",
-           "commit_generation", "collect_garbage", "fsync_tree"]
+           "commit_generation", "collect_garbage", "remove_old_generations", "fsync_tree"]
 
 CURRENT = "CURRENT"
 GENERATIONS = "generations"
@@ -155,6 +155,22 @@ def collect_garbage(root: str | os.PathLike) -> list[int]:
     if removed:
         fsync_dir(gdir)
     return removed
+
+
+def remove_old_generations(root: str | os.PathLike, *, wait: float | None = None) -> tuple[list[int], list[int]]:
+    """Take the writer lock and remove the old generations no reader pins (``noderag gc``).
+
+    Returns (removed, still pinned). Useful after a delete when the old generation, which still
+    holds the deleted text, was pinned by a reader that has since closed.
+    """
+    from .lock import WriterLock
+
+    root = Path(root)
+    with WriterLock(root, wait=wait):
+        removed = collect_garbage(root)
+        cur = current_generation(root)
+        left = [n for n in _numbers(root) if n != cur]
+    return removed, left
 
 
 @dataclass
