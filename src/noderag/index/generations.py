@@ -92,8 +92,9 @@ def commit_generation(root: str | os.PathLike, staged: str | os.PathLike,
                       before_switch: Callable[[], None] | None = None) -> int:
     """Make the finished folder ``staged`` the next generation of ``root`` and point ``CURRENT`` at it.
 
-    Call with the writer lock held. Returns the new generation number (one more than any
-    generation folder or pointer seen, so a number is never reused).
+    Call with the writer lock held. Returns the new generation number: one more than the
+    current one and any folder left, so no number a reader may have pinned is used again
+    (only an orphan's, which no reader ever saw, after it was removed).
     ``before_switch`` runs after the rename and before the pointer switch (fault injection).
     """
     root, staged = Path(root), Path(staged)
