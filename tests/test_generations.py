@@ -219,5 +219,5 @@ def test_reader_during_inserts_and_deletes_sees_one_generation_per_result(tmp_pa
         for nid, text in r["nodes"]:  # every T/S node of the result is that generation's node with that id
             assert g["nodes"].get(str(nid)) == text, (r["generation"], nid, text)
     assert len(seen) >= 3, (sorted(seen), n)  # the reader really ran across commits
-    assert elapsed < 120
+    assert elapsed < 150  # ~20 s on 2 shared cores
     print(f"\n{n} reader iterations over {len(seen)} generations in {elapsed:.1f} s")
