@@ -12,8 +12,10 @@ links, mention counts, importance and A nodes, communities and H/O nodes, the ve
 and the semantic layer. T/S vectors of survivors are reused (found by key).
 
 Consequences: ``build(A ∪ B)`` then ``delete(B)`` equals ``build(A)`` on T/S/N/R nodes and
-edges compared by key; node ids are renumbered (survivors keep their relative order, then
-the new A/H/O nodes); document ids are renumbered in order. No node, vector or decomposition
+edges compared by key; node ids are renumbered (the T/S/N/R nodes as a fresh build of the
+survivors in their original order numbers them, then the new A/H/O nodes); document ids are
+renumbered in order. A known limit: a document skipped at build time as a content duplicate
+of one that is later deleted is not brought back (it was never indexed). No node, vector or decomposition
 of a dropped document stays in the new generation, and the LLM cache keeps only the entries
 the new generation's run looked up (see :func:`prune_llm_cache`).
 """
