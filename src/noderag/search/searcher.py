@@ -528,7 +528,7 @@ class Searcher:
         context, n_tok, ctx_ids = assemble_context([nodes[i] for i in priority], self.config.context_tokens,
                                                    self._count_tokens, self._line_tokens)
         return RetrievalResult(prep.query, nodes, passages, pscores, pnodes, docs, context, n_tok, ctx_ids,
-                               list(prep.entities), prep.name_ids.tolist())
+                               list(prep.entities), prep.name_ids.tolist(), getattr(self.store, "generation", None))
 
 
 _PRIORITY = {"entry": 0, "ppr": 1, "name": 1, "attribute": 2, "high_level": 3}
