@@ -79,6 +79,7 @@ def open_index(corpus: list[dict], index_dir: Path, build_llm: str | None, build
     """Open the index in ``index_dir``, (re)building it when its corpus differs from ``corpus``."""
     import noderag
     from noderag.config import NodeRAGConfig
+    from noderag.graph.storage import FormatVersionError
     from noderag.index.store import IndexNotFoundError
 
     index_dir.mkdir(parents=True, exist_ok=True)
@@ -89,7 +90,7 @@ def open_index(corpus: list[dict], index_dir: Path, build_llm: str | None, build
     if stamp.is_file() and stamp.read_text().strip() == digest:
         try:
             return noderag.Index.open(index_dir), None
-        except IndexNotFoundError:
+        except (IndexNotFoundError, FormatVersionError):  # unfinished, or an older format: rebuild
             pass
     if any(index_dir.iterdir()):
         import shutil

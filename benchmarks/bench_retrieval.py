@@ -79,6 +79,7 @@ def _git_revision() -> str | None:
 def build_or_open(corpus_path: Path, index_dir: Path, rebuild: bool):
     """Open the index in ``index_dir``, building it (nlp mode, default embedder) when needed."""
     import noderag
+    from noderag.graph.storage import FormatVersionError
     from noderag.index.store import IndexNotFoundError
 
     stamp = index_dir / "bench_corpus.sha256"
@@ -86,8 +87,12 @@ def build_or_open(corpus_path: Path, index_dir: Path, rebuild: bool):
     if not rebuild and stamp.is_file() and stamp.read_text().strip() == digest:
         try:
             return noderag.Index.open(index_dir), None
-        except IndexNotFoundError:
+        except (IndexNotFoundError, FormatVersionError):  # unfinished, or an older format: rebuild
             pass
+    if index_dir.is_dir() and any(index_dir.iterdir()):  # a fresh build, never an insert into an old index
+        import shutil
+
+        shutil.rmtree(index_dir)
     t0 = time.perf_counter()
     # the semantic layer is off by default; the ablation "semantic_layer_on" needs it built
     config = noderag.NodeRAGConfig().with_overrides({"semantic.enabled": True})

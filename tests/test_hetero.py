@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from noderag.graph.csr import CSR, csr_from_coo
 from noderag.graph.hetero import HeteroGraph, merge_csr
-from noderag.graph.storage import FormatVersionError, atomic_save_npy
+from noderag.graph.storage import FORMAT_VERSION, FormatVersionError, atomic_save_npy
 from noderag.graph.types import NodeType
 
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -461,7 +461,7 @@ def test_save_load_roundtrip(g):
             np.testing.assert_array_equal(back.ids_of(keys), np.arange(len(types)))
         with open(os.path.join(d, "graph", "meta.json"), encoding="utf-8") as fh:
             meta = json.load(fh)
-        assert meta == {"format_version": 1, "n": len(types), "structural_nnz": hg.structural.nnz,
+        assert meta == {"format_version": FORMAT_VERSION, "n": len(types), "structural_nnz": hg.structural.nnz,
                         "semantic_nnz": hg.semantic.nnz}
 
 
@@ -503,7 +503,7 @@ def test_format_version_mismatch(tmp_path):
     meta = json.loads(meta_path.read_text())
     meta["format_version"] = 99
     meta_path.write_text(json.dumps(meta))
-    with pytest.raises(FormatVersionError, match=r"meta.json: format version 99 is not supported; this noderag reads format version 1"):
+    with pytest.raises(FormatVersionError, match=rf"meta.json: format version 99 is not supported; this noderag reads format version {FORMAT_VERSION}"):
         HeteroGraph.load(tmp_path)
 
 

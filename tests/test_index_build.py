@@ -19,6 +19,7 @@ from noderag.data import demo_dir
 from noderag.graph.storage import FormatVersionError
 from noderag.graph.types import NodeType
 from noderag.index.ingest import IngestError
+from noderag.index.generations import current_generation, generation_path
 from noderag.index.pipeline import BuildError, build_index
 from noderag.index.store import NODE_COLUMNS, IndexNotFoundError, IndexStore
 
@@ -42,8 +43,14 @@ def demo_index(tmp_path_factory):
     return out
 
 
+def _live(root: Path) -> Path:
+    """The folder of the index's current generation."""
+    return generation_path(root, current_generation(root))
+
+
 def _snapshot(path: Path) -> dict:
     """Everything that must be identical between equivalent builds (not times)."""
+    path = _live(path)
     snap = {}
     for rel in ("node_types.npy", "node_keys.npy", "graph/indptr.npy", "graph/indices.npy", "graph/weights.npy",
                 "semantic/indptr.npy", "semantic/indices.npy", "semantic/weights.npy"):
@@ -59,7 +66,7 @@ def _snapshot(path: Path) -> dict:
 
 def test_nodes_parquet_contract(demo_index):
     # the file holds no key column (node_keys.npy does); IndexStore.nodes carries it, in column order
-    stored = pq.read_table(demo_index / "nodes.parquet")
+    stored = pq.read_table(_live(demo_index) / "nodes.parquet")
     assert "key" not in stored.column_names
     tab = IndexStore.open(demo_index).nodes
     schema = {f.name: str(f.type) for f in tab.schema}
@@ -67,7 +74,7 @@ def test_nodes_parquet_contract(demo_index):
                       "doc_id": "int32", "chunk_id": "int32", "source_id": "string", "mentions": "int32",
                       "active": "bool"}
     assert list(tab.column_names) == list(NODE_COLUMNS)
-    assert tab.column("key").to_numpy().tolist() == np.load(demo_index / "node_keys.npy").tolist()
+    assert tab.column("key").to_numpy().tolist() == np.load(_live(demo_index) / "node_keys.npy").tolist()
     d = tab.to_pydict()
     n = len(d["id"])
     assert d["id"] == list(range(n))
@@ -93,29 +100,9 @@ def test_nodes_parquet_contract(demo_index):
             "Grey Heron Line", "Kessel", "Skarn", "Mirela Szabo"} <= names
     rel = [d["text"][i] for i in range(n) if types[i] == R]
     assert "Bram Ostervelt was an engineer best known for Haldis Lighthouse" in rel
-    docs = pq.read_table(demo_index / "documents.parquet").to_pydict()
+    docs = pq.read_table(_live(demo_index) / "documents.parquet").to_pydict()
     assert len(docs["doc_id"]) == 12 and docs["doc_id"] == list(range(12))
     assert all(types[c] == T for cs in docs["chunk_ids"] for c in cs)
-
-
-def test_older_nodes_parquet_with_key_column(tmp_path, demo_index):
-    # indexes written before the key column moved to node_keys.npy alone still open and extend
-    import pyarrow as pa
-
-    from noderag.index.pipeline import _load_existing
-
-    out = tmp_path / "old"
-    shutil.copytree(demo_index, out)
-    new = IndexStore.open(demo_index).nodes
-    keys = np.load(out / "node_keys.npy")
-    assert "name" not in pq.read_table(out / "nodes.parquet").column_names  # derived: N/O text, else null
-    pq.write_table(new, out / "nodes.parquet")  # the old layout: every column stored
-    old = IndexStore.open(out).nodes
-    assert list(old.column_names) == list(NODE_COLUMNS)
-    assert old.equals(new)
-    assert old.column("key").to_numpy().tolist() == keys.tolist()
-    table, *_ = _load_existing(out)
-    assert table.keys == keys.tolist() and table.names == new.column("name").to_pylist()
 
 
 def test_nodes_file_keeps_names_it_cannot_derive(tmp_path):
@@ -204,13 +191,13 @@ def test_resume_after_sigkills_is_identical(tmp_path, demo_index):
     out = tmp_path / "idx"
     other = tmp_path / "other.txt"
     other.write_text("A different document about Someplace Else.", encoding="utf-8")
-    for point in ("decompose-batch", "embed", "finalize-files", "commit"):
+    for point in ("decompose-batch", "embed", "finalize-files", "commit", "switch"):
         r = _run_sub(demo_dir(), out, {"NODERAG_TEST_KILL_AT": point})
         assert r.returncode == -9, (point, r.returncode, r.stderr)
-        if point == "commit":  # killed after the finished files were complete: opening completes the move
-            break
-        with pytest.raises(IndexNotFoundError):
+        # killed before the pointer switch (at "switch" the generation folder was already renamed): no index yet
+        with pytest.raises(IndexNotFoundError, match="not finished"):
             IndexStore.open(out)
+        assert current_generation(out) is None
         if point == "decompose-batch":
             # one batch of three chunks was journalled; then a torn line as if killed mid-append
             journal = out / "stages" / "decomposed.jsonl"
@@ -220,8 +207,11 @@ def test_resume_after_sigkills_is_identical(tmp_path, demo_index):
             # a pending run is never mixed with other inputs
             with pytest.raises(BuildError, match="unfinished build with different inputs"):
                 _build([other], out)
+    r = _run_sub(demo_dir(), out, {})
+    assert r.returncode == 0, r.stderr
     assert IndexStore.open(out).manifest["state"] == "complete"
     assert not (out / "stages").exists()
+    assert sorted(p.name for p in (out / "generations").iterdir()) == ["1"]  # the orphan was removed
     assert _snapshot(out) == _snapshot(demo_index)
     rep = _build([demo_dir()], out)  # a rerun finds nothing new
     assert rep.added_documents == 0 and _snapshot(out) == _snapshot(demo_index)
@@ -297,20 +287,11 @@ def test_base_edges_derived_from_graph(tmp_path, monkeypatch):
     monkeypatch.setattr(pl, "assemble_chunks", recording)
     out = tmp_path / "idx"
     _build([demo_dir()], out)
-    assert len(made) == 1 and not (out / "base.parquet").exists()
-    _, _, base, _ = pl._load_existing(out)
-    src, dst, w = base.arrays()
-    types = np.load(out / "node_types.npy")
+    assert len(made) == 1
+    src, dst, w = pl._load_base(_live(out)).arrays()
+    types = np.load(_live(out) / "node_types.npy")
     assert np.all(types[src] <= types[dst])
     assert _pair_sums(src, dst, w) == _pair_sums(*made[0].arrays())
-    # an older index with base.parquet: read as stored, removed when the next build commits
-    pl._write_linked(out / "base.parquet", *made[0].arrays())
-    _, _, old, _ = pl._load_existing(out)
-    assert _pair_sums(*old.arrays()) == _pair_sums(*made[0].arrays())
-    other = tmp_path / "other.txt"
-    other.write_text("A different document about Someplace Else.", encoding="utf-8")
-    _build([other], out)
-    assert not (out / "base.parquet").exists()
 
 
 def test_derive_base_subtracts_name_links():
@@ -365,11 +346,21 @@ def test_failed_write_loses_nothing(tmp_path, demo_index, monkeypatch):
 def test_format_version_mismatch_is_clear(tmp_path, demo_index):
     out = tmp_path / "copy"
     shutil.copytree(demo_index, out)
-    m = json.loads((out / "manifest.json").read_text())
+    mpath = _live(out) / "manifest.json"
+    m = json.loads(mpath.read_text())
     m["format_version"] = 999
-    (out / "manifest.json").write_text(json.dumps(m))
-    with pytest.raises(FormatVersionError, match="format version 999"):
+    mpath.write_text(json.dumps(m))
+    with pytest.raises(FormatVersionError, match="format version 999.*rebuild the index"):
         IndexStore.open(out)
+    with pytest.raises(FormatVersionError, match="format version 999.*rebuild the index"):
+        _build([demo_dir()], out)  # a writer refuses it too
+    # the flat single-folder layout of format version 1: a clear "rebuild it", for readers and writers
+    flat = tmp_path / "flat"
+    shutil.copytree(_live(demo_index), flat)
+    with pytest.raises(FormatVersionError, match="flat layout of format version 1.*rebuild it"):
+        IndexStore.open(flat)
+    with pytest.raises(FormatVersionError, match="flat layout"):
+        _build([demo_dir()], flat)
     with pytest.raises(IndexNotFoundError, match="not an index directory"):
         IndexStore.open(tmp_path)
 
@@ -381,3 +372,18 @@ def test_insert_with_other_config_is_refused(tmp_path, demo_index):
     shutil.copytree(demo_index, out)
     with pytest.raises(ConfigError, match="chunk"):
         build_index([demo_dir()], out, _config(**{"chunk.max_tokens": 200}), progress=False)
+
+
+def test_manifest_records_build_settings_but_no_search_section(tmp_path):
+    """Search settings are query-time: the manifest keeps the build's sections and no [search] copy."""
+    import noderag
+    from noderag.search.config import SearchConfig
+
+    doc = tmp_path / "a.txt"
+    doc.write_text("Ada Lovelace worked with Charles Babbage in London. Babbage designed the Analytical Engine.",
+                   encoding="utf-8")
+    cfg = NodeRAGConfig().with_overrides({"search.vector_top_k": 3, "embed.spec": "hash:16"})
+    idx = noderag.build([doc], tmp_path / "idx", config=cfg, progress=False)
+    assert "search" not in idx.manifest["config"]
+    assert {"chunk", "decompose", "embed", "communities", "seed"} <= set(idx.manifest["config"])
+    assert idx.searcher().config == SearchConfig()  # queries use the current defaults

@@ -80,11 +80,11 @@ def _cli(capsys, *args: str) -> tuple[int, str, str]:
 
 
 def test_cli_query_readable_and_json(index, capsys):
-    code, out, err = _cli(capsys, "query", str(index.path), "Who grows pineapples in Hawaii?", "--passages", "2")
+    code, out, err = _cli(capsys, "query", str(index.root), "Who grows pineapples in Hawaii?", "--passages", "2")
     assert code == 0, err
     assert "Q: Who grows pineapples in Hawaii?" in out
     assert "p-pine" in out
-    code, out, err = _cli(capsys, "query", str(index.path), "Who grows pineapples in Hawaii?", "Who sang Hello Love?",
+    code, out, err = _cli(capsys, "query", str(index.root), "Who grows pineapples in Hawaii?", "Who sang Hello Love?",
                           "--json", "--top-k", "3")
     assert code == 0, err
     rows = [json.loads(line) for line in out.splitlines()]
@@ -94,7 +94,7 @@ def test_cli_query_readable_and_json(index, capsys):
 
 
 def test_cli_query_answer_without_llm_says_so(index, capsys):
-    code, out, err = _cli(capsys, "query", str(index.path), "Who sang Hello Love?", "--answer")
+    code, out, err = _cli(capsys, "query", str(index.root), "Who sang Hello Love?", "--answer")
     assert code != 0
     assert "only retrieval" in err
     assert "Q: Who sang Hello Love?" in out  # the retrieval is still printed
@@ -103,14 +103,14 @@ def test_cli_query_answer_without_llm_says_so(index, capsys):
 def test_cli_query_bad_input_is_a_clear_error(index, tmp_path, capsys):
     code, _, err = _cli(capsys, "query", str(tmp_path / "nope"), "anything")
     assert code != 0 and "nope" in err
-    code, _, err = _cli(capsys, "query", str(index.path), "   ")
+    code, _, err = _cli(capsys, "query", str(index.root), "   ")
     assert code != 0 and "non-empty" in err
-    code, _, err = _cli(capsys, "query", str(index.path), "q", "--top-k", "-1")
+    code, _, err = _cli(capsys, "query", str(index.root), "q", "--top-k", "-1")
     assert code != 0 and "vector_top_k" in err
 
 
 def test_cli_main_subprocess_entry_point(index):
-    out = subprocess.run([sys.executable, "-m", "noderag.cli", "query", str(index.path), "Who sang Hello Love?",
+    out = subprocess.run([sys.executable, "-m", "noderag.cli", "query", str(index.root), "Who sang Hello Love?",
                           "--json"], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["query"] == "Who sang Hello Love?"

@@ -177,7 +177,7 @@ def test_dir_bytes(tmp_path):
 
 def test_check_format_version():
     check_format_version(FORMAT_VERSION, where="x")
-    with pytest.raises(FormatVersionError, match=r"m\.json.*99.*reads format version 1"):
+    with pytest.raises(FormatVersionError, match=rf"m\.json.*99.*reads format version {FORMAT_VERSION}: rebuild"):
         check_format_version(99, where="m.json")
     for bad in (None, "1", True, 1.0):
         with pytest.raises(FormatVersionError):

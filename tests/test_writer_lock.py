@@ -24,9 +24,10 @@ def _corpus(path, prefix: str, n: int) -> None:
 
 
 def _sources(index_dir) -> set[str]:
-    import pyarrow.parquet as pq
+    from noderag.index.store import IndexStore
 
-    return set(pq.read_table(index_dir / "documents.parquet").column("source").to_pylist())
+    with IndexStore.open(index_dir) as store:
+        return set(store.documents.column("source").to_pylist())
 
 
 def test_second_writer_fails_at_once_naming_the_holder(tmp_path, capsys):
@@ -41,7 +42,7 @@ def test_second_writer_fails_at_once_naming_the_holder(tmp_path, capsys):
     assert rc == 1
     assert f"being written by pid {os.getpid()}" in err and "--wait" in err
     assert elapsed < 5
-    assert not (idx / "manifest.json").exists()  # nothing was read or written under someone else's lock
+    assert not (idx / "CURRENT").exists() and not (idx / "stages").exists()  # nothing was written under someone else's lock
 
 
 def test_wait_takes_the_lock_once_released(tmp_path):

@@ -13,7 +13,7 @@ __all__ = ["build", "Index"]
 
 
 class Index(IndexStore):
-    """An opened index: read-only arrays and tables plus :meth:`insert`.
+    """An opened index: read-only arrays and tables of one generation plus :meth:`insert` and :meth:`delete`.
 
     ``Index.open(dir)`` memory-maps a finished index. Retrieval methods
     (``retrieve``, ``retrieve_many``, ``answer``) come from ``noderag.search``.
@@ -30,9 +30,22 @@ class Index(IndexStore):
 
         if isinstance(docs_or_paths, (str, os.PathLike)):
             docs_or_paths = [docs_or_paths]
-        insert_documents(self.path, docs_or_paths, llm=llm, embedder=embedder, progress=progress,
+        insert_documents(self.root, docs_or_paths, llm=llm, embedder=embedder, progress=progress,
                          allow_failures=allow_failures, wait=wait)
-        return type(self).open(self.path)
+        return type(self).open(self.root)
+
+    def delete(self, doc_ids: Sequence[str] | str = (), *, all_from: Sequence[str | os.PathLike] = (), llm=None,
+               embedder=None, progress: bool = False, wait: float | None = None) -> "Index":
+        """Delete documents by source id (or every document of ``all_from`` paths); return the reopened index.
+
+        Unknown ids raise :class:`~noderag.index.delete.UnknownDocumentError` and change nothing.
+        This object keeps reading its own generation until it is closed.
+        """
+        from noderag.index.delete import delete_documents
+
+        delete_documents(self.root, doc_ids, all_from=all_from, llm=llm, embedder=embedder, progress=progress,
+                         wait=wait)
+        return type(self).open(self.root)
 
 
 def _attach_search() -> None:

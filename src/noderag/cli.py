@@ -1,4 +1,4 @@
-"""The ``noderag`` command: ``build``, ``stats`` (and ``query`` when the search package registers it)."""
+"""The ``noderag`` command: ``build``, ``delete``, ``stats``, ``query`` and ``demo``."""
 
 from __future__ import annotations
 
@@ -16,13 +16,14 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from noderag.graph.storage import FormatVersionError
     from noderag.index.augment import AugmentFailure
     from noderag.index.decompose.base import DecomposeFailure
+    from noderag.index.delete import UnknownDocumentError
     from noderag.index.ingest import IngestError
     from noderag.index.lock import IndexLockedError
     from noderag.index.pipeline import BuildError
     from noderag.index.store import IndexNotFoundError
 
     return (ConfigError, FormatVersionError, AugmentFailure, DecomposeFailure, IngestError, BuildError,
-            IndexNotFoundError, IndexLockedError, OSError)
+            IndexNotFoundError, IndexLockedError, UnknownDocumentError, OSError)
 
 
 def _fmt_bytes(n: float) -> str:
@@ -112,8 +113,33 @@ def _cmd_build(args: argparse.Namespace) -> int:
     log = (lambda msg: print(f"noderag: {msg}", file=sys.stderr)) if progress else None
     report = build_index(args.inputs, args.index, config, progress=progress,
                          allow_failures=args.allow_failures, log=log, wait=args.wait)
-    print(f"index {args.index}: {report.added_documents} new document(s), {report.duplicates} duplicate(s) skipped")
+    replaced = f", {report.deleted_documents} replaced" if report.deleted_documents else ""
+    print(f"index {args.index}: {report.added_documents} new document(s), {report.duplicates} duplicate(s) skipped"
+          f"{replaced}")
     print(format_summary(report.manifest))
+    return 0
+
+
+def _cmd_delete(args: argparse.Namespace) -> int:
+    from noderag.index.delete import delete_documents
+
+    progress = not args.no_progress
+    log = (lambda msg: print(f"noderag: {msg}", file=sys.stderr)) if progress else None
+    report = delete_documents(args.index, args.doc_ids, all_from=args.all_from or (), llm=args.llm,
+                              progress=progress, log=log, wait=args.wait)
+    print(f"index {args.index}: {report.deleted_documents} document(s) deleted, generation {report.generation}")
+    print(format_summary(report.manifest))
+    return 0
+
+
+def _cmd_gc(args: argparse.Namespace) -> int:
+    from noderag.index.generations import remove_old_generations
+    from noderag.index.store import check_layout
+
+    check_layout(Path(args.index))
+    removed, left = remove_old_generations(args.index, wait=args.wait)
+    print(f"index {args.index}: removed {len(removed)} old generation(s)"
+          + (f"; {len(left)} still open by a reader: {', '.join(map(str, left))}" if left else ""))
     return 0
 
 
@@ -123,10 +149,11 @@ def _cmd_stats(args: argparse.Namespace) -> int:
     store = IndexStore.open(args.index)
     if args.json:
         m = dict(store.manifest)
-        print(json.dumps({k: m[k] for k in ("counts", "stages", "tokens", "bytes_total", "bytes", "failures")
-                          if k in m}, indent=2, sort_keys=True))
+        print(json.dumps({"generation": store.generation,
+                          **{k: m[k] for k in ("counts", "stages", "tokens", "bytes_total", "bytes", "failures")
+                             if k in m}}, indent=2, sort_keys=True))
     else:
-        print(f"index {Path(args.index)}")
+        print(f"index {Path(args.index)} (generation {store.generation})")
         print(format_summary(store.manifest))
     return 0
 
@@ -154,6 +181,21 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--wait", type=float, metavar="SECONDS", default=None,
                    help="wait up to SECONDS for another writer of the index to finish (default: fail at once)")
     b.set_defaults(func=_cmd_build)
+    dl = sub.add_parser("delete", help="delete documents (by source id, or every document of some inputs)")
+    dl.add_argument("index", metavar="DIR", help="index directory")
+    dl.add_argument("doc_ids", nargs="*", metavar="DOC_ID", help="source ids: the JSONL 'id' or the file path")
+    dl.add_argument("--all-from", nargs="+", metavar="PATH",
+                    help="delete every document these files, folders or JSONL corpora would add")
+    dl.add_argument("--llm", metavar="SPEC", help="LLM backend (an LLM-built index recomputes its summaries)")
+    dl.add_argument("--no-progress", action="store_true", help="no progress bars")
+    dl.add_argument("--wait", type=float, metavar="SECONDS", default=None,
+                    help="wait up to SECONDS for another writer of the index to finish (default: fail at once)")
+    dl.set_defaults(func=_cmd_delete)
+    g = sub.add_parser("gc", help="remove the old generations that no reader holds open any more")
+    g.add_argument("index", metavar="DIR", help="index directory")
+    g.add_argument("--wait", type=float, metavar="SECONDS", default=None,
+                   help="wait up to SECONDS for another writer of the index to finish (default: fail at once)")
+    g.set_defaults(func=_cmd_gc)
     s = sub.add_parser("stats", help="print the summary of an index")
     s.add_argument("index", metavar="DIR")
     s.add_argument("--json", action="store_true", help="machine-readable output")

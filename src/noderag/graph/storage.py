@@ -19,8 +19,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-#: Version of the on-disk array layout written by this package.
-FORMAT_VERSION = 1
+#: Version of the on-disk index layout written by this package (2: generations, decompositions.parquet).
+FORMAT_VERSION = 2
 
 __all__ = [
     "FORMAT_VERSION",
@@ -46,7 +46,7 @@ def check_format_version(found: Any, *, where: str | os.PathLike, expected: int 
     if isinstance(found, bool) or not isinstance(found, int) or found != expected:
         raise FormatVersionError(
             f"{os.fspath(where)}: format version {found!r} is not supported; "
-            f"this noderag reads format version {expected}"
+            f"this noderag reads format version {expected}: rebuild the index with `noderag build`"
         )
 
 

@@ -108,10 +108,12 @@ def _t_key(source: str, text: str) -> int:
 
 
 def assemble_chunks(table: NodeTable, chunks: Sequence[ChunkRecord],
-                    decomps: Sequence[ChunkDecomposition]) -> EdgeList:
+                    decomps: Sequence[ChunkDecomposition], trace: list | None = None) -> EdgeList:
     """Add the T/S/N/R nodes of ``chunks`` (with their decompositions, same order) to ``table``.
 
     Returns the new structural edges: S-T (1), S-N (mention count), N-R (1 per statement).
+    ``trace``: when given, one ``(T id, [(S id, entities, relations), ...])`` per chunk is
+    appended, listing the units that created an S node (what ``decompositions.parquet`` keeps).
     """
     if len(chunks) != len(decomps):
         raise ValueError(f"got {len(chunks)} chunks but {len(decomps)} decompositions")
@@ -140,6 +142,9 @@ def assemble_chunks(table: NodeTable, chunks: Sequence[ChunkRecord],
         tid, _ = table.add(T, tkey, name=None, text=ch.text, doc_id=ch.doc_id, source_id=ch.source)
         table.chunk_ids[tid] = tid
         tkey_hex = f"{tkey:016x}"
+        made: list = []
+        if trace is not None:
+            trace.append((tid, made))
         for unit in dec.units:
             utext = unit.text.strip()
             if not utext:
@@ -148,6 +153,7 @@ def assemble_chunks(table: NodeTable, chunks: Sequence[ChunkRecord],
                                      doc_id=ch.doc_id, chunk_id=tid, source_id=ch.source)
             if not created:  # the same unit twice in one chunk: count once
                 continue
+            made.append((sid, tuple(unit.entities), tuple(tuple(r) for r in unit.relations)))
             src.append(sid)
             dst.append(tid)
             wts.append(1.0)

@@ -2,24 +2,29 @@
 
 from __future__ import annotations
 
-import os
 import resource
-import shutil
 import time
 from pathlib import Path
 from typing import Any
 
-from noderag.graph.storage import FORMAT_VERSION, atomic_write_json, dir_bytes, fsync_dir, read_json
+from noderag.graph.storage import FORMAT_VERSION, atomic_write_json, dir_bytes, read_json
 
-__all__ = ["MANIFEST", "StageLog", "read_manifest", "finish_pending_commit", "dir_sizes", "bytes_by_component", "FINAL_MARKER"]
+__all__ = ["MANIFEST", "StageLog", "read_manifest", "dir_sizes", "bytes_by_component"]
 
 MANIFEST = "manifest.json"
-FINAL_MARKER = ".complete"
 
 
 def read_manifest(root: Path) -> dict[str, Any] | None:
-    """The manifest of ``root`` or None when there is none."""
-    path = Path(root) / MANIFEST
+    """The manifest of the index in ``root`` (its current generation), or of the generation folder ``root``.
+
+    None when there is none. A reader that needs the files of that generation too should
+    use :class:`~noderag.index.store.IndexStore`, which pins it.
+    """
+    from .generations import current_generation, generation_path
+
+    root = Path(root)
+    gen = current_generation(root)
+    path = (generation_path(root, gen) if gen is not None else root) / MANIFEST
     if not path.is_file():
         return None
     data = read_json(path)
@@ -81,47 +86,11 @@ class StageLog:
         atomic_write_json(self.path, {"format_version": FORMAT_VERSION, "stages": self.stages})
 
 
-# files older index versions wrote that are now derived on load (removed when a newer build commits)
-OBSOLETE_FILES = ("node_key_order.npy", "base.parquet")
-
-
-def finish_pending_commit(root: Path) -> bool:
-    """Complete an interrupted final commit (move ``stages/final/*`` into ``root``, manifest last).
-
-    Returns True when a pending commit was found and completed.
-    """
-    root = Path(root)
-    final = root / "stages" / "final"
-    if not (final / FINAL_MARKER).is_file():
-        return False
-    trash = root / "stages" / "replaced"
-    trash.mkdir(parents=True, exist_ok=True)
-    entries = sorted(p.name for p in final.iterdir() if p.name not in (FINAL_MARKER, MANIFEST))
-    for name in entries:
-        src, dst = final / name, root / name
-        if src.is_dir():
-            if dst.exists():
-                old = trash / name
-                if old.exists():
-                    shutil.rmtree(old)
-                os.replace(dst, old)
-            os.replace(src, dst)
-        else:
-            os.replace(src, dst)
-    for name in OBSOLETE_FILES:
-        # written by older versions and no longer part of the index: a stale copy would not match
-        if name not in entries:
-            (root / name).unlink(missing_ok=True)
-    if (final / MANIFEST).is_file():
-        os.replace(final / MANIFEST, root / MANIFEST)
-    fsync_dir(root)
-    shutil.rmtree(root / "stages", ignore_errors=True)
-    return True
-
-
 def dir_sizes(root: Path) -> dict[str, int]:
-    """Bytes per file (relative POSIX paths, sorted) under ``root``, without the commit marker."""
-    return {name: size for name, size in dir_bytes(root).items() if name != FINAL_MARKER}
+    """Bytes per file (relative POSIX paths, sorted) under ``root``, without the readers' lock file."""
+    from .generations import READERS
+
+    return {name: size for name, size in dir_bytes(root).items() if name != READERS}
 
 
 def bytes_by_component(sizes: dict[str, int], node_arrays: str = "node arrays") -> dict[str, int]:

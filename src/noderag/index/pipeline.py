@@ -6,9 +6,11 @@ embed T/S -> attributes (A) -> communities (H/O) -> semantic kNN -> finalize.
 Persistence: everything of an unfinished run lives in ``INDEX/stages/`` (the
 chunk table, the decomposition journal appended per batch with fsync, embedding
 batches); graph stages are recomputed from those on a rerun (they are cheap and
-deterministic). The finished index is written to ``stages/final/`` and moved into
-place with the manifest last; an interrupted move is completed on the next run
-or open. While an insert runs, the previous index stays complete and openable.
+deterministic). The finished index is written to ``stages/final/`` and committed as
+a new generation (:mod:`noderag.index.generations`: one rename, one pointer switch).
+While a run goes, the previous generation stays complete, openable and untouched.
+A delete or a replacement re-assembles the surviving documents first
+(:mod:`noderag.index.delete`).
 
 What an insert recomputes: T/S/N/R nodes and decomposed edges are only added
 (nodes merged by key); name linking (S-N edges for known names), importance and
@@ -40,7 +42,9 @@ from .decompose.factory import make_decomposer
 from .ingest import Document, IngestError, ingest
 from .lock import WriterLock
 from .node_vectors import NodeVectors
-from .manifest import FINAL_MARKER, MANIFEST, StageLog, dir_sizes, finish_pending_commit, read_manifest
+from .decompositions import DECOMPOSITIONS, ChunkTrace, read_decompositions, write_decompositions
+from .generations import collect_garbage, commit_generation, current_generation, generation_path
+from .manifest import MANIFEST, StageLog, dir_sizes, read_manifest
 
 __all__ = ["BuildError", "build_index", "BuildReport"]
 
@@ -61,6 +65,8 @@ class BuildReport:
     added_documents: int
     duplicates: int
     manifest: dict[str, Any]
+    deleted_documents: int = 0
+    generation: int | None = None
 
 
 def _checkpoint(name: str) -> None:
@@ -103,34 +109,36 @@ class _NullBar:
 # ----------------------------------------------------------------------------- existing index state
 
 def _load_existing(root: Path):
-    """(NodeTable, docs list, base EdgeList, manifest) of the finished index in ``root``."""
+    """(NodeTable, docs list, chunk traces) of the finished generation folder ``root``."""
     import pyarrow.parquet as pq
 
-    manifest = read_manifest(root)
+    from noderag.graph.storage import load_npy
+
     from .store import read_nodes_file
 
     tab = read_nodes_file(root / "nodes.parquet")
     cols = {c: tab.column(c).to_pylist() for c in ("type", "name", "text", "doc_id", "chunk_id",
                                                    "source_id", "active")}
-    # keys live in node_keys.npy (older nodes.parquet files carry a copy)
-    cols["key"] = (tab.column("key").to_pylist() if "key" in tab.column_names
-                   else np.load(root / "node_keys.npy", allow_pickle=False).tolist())
+    cols["key"] = load_npy(root / "node_keys.npy", mmap=False, shape=(tab.num_rows,)).tolist()
     table = NodeTable(types=cols["type"], keys=cols["key"], names=cols["name"], texts=cols["text"],
                       doc_ids=cols["doc_id"], chunk_ids=cols["chunk_id"], source_ids=cols["source_id"],
                       active=cols["active"])
     table.index = {k: i for i, k in enumerate(table.keys)}
     dtab = pq.read_table(root / "documents.parquet").to_pylist()
-    base = EdgeList()
-    if (root / "base.parquet").is_file():  # written by older versions
-        btab = pq.read_table(root / "base.parquet")
-        base.add(btab.column("src").to_numpy(), btab.column("dst").to_numpy(), btab.column("w").to_numpy())
-    else:
-        from noderag.graph.hetero import HeteroGraph
+    return table, dtab, read_decompositions(root / DECOMPOSITIONS)
 
-        ltab = pq.read_table(root / LINKED)
-        base.add(*derive_base(HeteroGraph.load(root, mmap=True), ltab.column("src").to_numpy(),
-                              ltab.column("dst").to_numpy(), ltab.column("w").to_numpy()))
-    return table, dtab, base, manifest
+
+def _load_base(root: Path) -> EdgeList:
+    """The decomposed T/S/N/R edges of the generation folder ``root`` (its graph minus ``linked.parquet``)."""
+    import pyarrow.parquet as pq
+
+    from noderag.graph.hetero import HeteroGraph
+
+    ltab = pq.read_table(root / LINKED)
+    base = EdgeList()
+    base.add(*derive_base(HeteroGraph.load(root, mmap=True), ltab.column("src").to_numpy(),
+                          ltab.column("dst").to_numpy(), ltab.column("w").to_numpy()))
+    return base
 
 
 def derive_base(graph, link_src: np.ndarray, link_dst: np.ndarray,
@@ -270,8 +278,11 @@ def _cat(*lists: EdgeList) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def build_index(inputs: Sequence[str | os.PathLike], index_dir: str | os.PathLike, config=None, *,
                 llm=None, embedder=None, progress: bool = True, allow_failures: bool = False,
-                log=None, wait: float | None = None) -> BuildReport:
+                log=None, wait: float | None = None, delete=None) -> BuildReport:
     """Build a new index in ``index_dir`` or add the new documents of ``inputs`` to the one there.
+
+    A new document whose source id (JSONL ``id`` or file path) is already in the index with
+    other content replaces that document. Every run commits a new generation.
 
     Parameters
     ----------
@@ -290,6 +301,8 @@ def build_index(inputs: Sequence[str | os.PathLike], index_dir: str | os.PathLik
     wait : float, optional
         Seconds to wait for another writer of the same index to finish; by default a
         running writer makes this call raise :class:`~noderag.index.lock.IndexLockedError` at once.
+    delete : noderag.index.delete.Deletion, optional
+        Documents to delete in the same run (see :func:`noderag.index.delete.delete_documents`).
     """
     root = Path(index_dir)
     if root.exists() and not root.is_dir():
@@ -297,26 +310,40 @@ def build_index(inputs: Sequence[str | os.PathLike], index_dir: str | os.PathLik
     # the lock comes first: the existing index and the pending stages are read under it
     with WriterLock(root, wait=wait):
         return _build_locked(inputs, root, config, llm=llm, embedder=embedder, progress=progress,
-                             allow_failures=allow_failures, log=log)
+                             allow_failures=allow_failures, log=log, delete=delete)
 
 
 def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, allow_failures: bool,
-                  log) -> BuildReport:
+                  log, delete=None) -> BuildReport:
     """:func:`build_index` with the writer lock held."""
+    from .store import check_layout
+
     say = log or (lambda msg: None)
     if isinstance(inputs, (str, os.PathLike)):
         inputs = [inputs]
-    if finish_pending_commit(root):
-        say("completed an interrupted commit of the previous run")
+    check_layout(root)
+    if collect_garbage(root):
+        say("removed generations no reader holds any more")
     stages = root / "stages"
-    manifest_old = read_manifest(root)
-    existing = manifest_old is not None and manifest_old.get("state") == "complete"
-    if manifest_old is not None and existing is False and manifest_old.get("state") != "building":
-        raise BuildError(f"{root / MANIFEST}: unknown state {manifest_old.get('state')!r}")
-    if manifest_old is not None and manifest_old.get("format_version") != FORMAT_VERSION:
+    gen_old = current_generation(root)
+    gen_path = generation_path(root, gen_old) if gen_old is not None else None
+    manifest_old = read_manifest(gen_path) if gen_path is not None else None
+    existing = manifest_old is not None
+    if existing:
         from noderag.graph.storage import check_format_version
 
-        check_format_version(manifest_old.get("format_version"), where=root / MANIFEST)
+        check_format_version(manifest_old.get("format_version"), where=gen_path / MANIFEST)
+        if manifest_old.get("state") != "complete":
+            raise BuildError(f"{gen_path / MANIFEST}: unknown state {manifest_old.get('state')!r}")
+        run_path = stages / "run.json"
+        if run_path.is_file() and json.loads(run_path.read_text("utf-8")).get("run_id") == manifest_old.get("run_id"):
+            import shutil  # killed after its commit, before removing its stages: nothing is pending
+
+            shutil.rmtree(stages)
+    elif delete is not None:
+        from .store import IndexNotFoundError
+
+        raise IndexNotFoundError(f"{root}: no finished index to delete from")
     if config is not None and llm is not None and config.decompose.method != "llm":
         from dataclasses import replace
 
@@ -330,23 +357,37 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
 
     # ---- existing state
     if existing:
-        table, docs_rows, base, _ = _load_existing(root)
+        table, docs_rows, traces = _load_existing(gen_path)
     else:
-        table, docs_rows, base = NodeTable(), [], EdgeList()
-    old_n = len(table)
+        table, docs_rows, traces = NodeTable(), [], []
+    drop = delete.resolve(docs_rows) if delete is not None else []
 
     # ---- ingest
     t0 = time.perf_counter()
-    new_docs, dupes = ingest(inputs, known_hashes=[d["content_hash"] for d in docs_rows])
+    new_docs, dupes = (ingest(inputs, known_hashes=[d["content_hash"] for d in docs_rows]) if inputs or delete is None
+                       else ([], 0))
     t_ingest = time.perf_counter() - t0
-    if not new_docs and not stages.exists():
+    # a new document with the source id of an indexed one (other content) replaces it
+    new_sources = {d.source for d in new_docs}
+    replaced = [int(d["doc_id"]) for d in docs_rows if d["source"] in new_sources]
+    drop = sorted(set(drop) | set(replaced))
+    vec_src = np.arange(len(table), dtype=np.int64)  # old id of each node whose vector is reused
+    if drop:
+        from .delete import reassemble_survivors
+
+        table, docs_rows, base, traces, vec_src = reassemble_survivors(table, docs_rows, traces, set(drop))
+    else:
+        base = _load_base(gen_path) if existing else EdgeList()
+    old_n = len(table)
+    if not new_docs and not drop and not stages.exists():
         if existing:
             say("nothing new to add: every input document is already in the index")
-            return BuildReport(0, dupes, manifest_old)
+            return BuildReport(0, dupes, manifest_old, generation=gen_old)
         raise IngestError(f"no documents found in {', '.join(str(p) for p in inputs)} "
                           "(expected non-empty .txt, .md or .jsonl files)")
     run_id = _digest({"config": {k: config.to_dict()[k] for k in _BUILD_SECTIONS},
-                      "docs": [d.content_hash for d in new_docs], "base_nodes": old_n})
+                      "docs": [d.content_hash for d in new_docs], "base_nodes": old_n,
+                      "generation": gen_old, "drop": drop})
     stages.mkdir(exist_ok=True)
     run_path = stages / "run.json"
     if run_path.is_file():
@@ -357,10 +398,7 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
                 f"rerun it with the same inputs to resume, or delete {stages} to discard it")
         say("resuming the unfinished build")
     else:
-        atomic_write_json(run_path, {"run_id": run_id, "n_docs": len(new_docs)})
-    if not existing:
-        atomic_write_json(root / MANIFEST, {"format_version": FORMAT_VERSION, "state": "building",
-                                            "config": config.to_dict()})
+        atomic_write_json(run_path, {"run_id": run_id, "n_docs": len(new_docs), "drop": len(drop)})
     slog = StageLog(stages / "state.json", log=log)
     if not slog.done("ingest"):
         slog.start("ingest", already_s=t_ingest)
@@ -425,8 +463,10 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
         d = doc_of[did]
         crecs.append(ChunkRecord(cid, did, text, d.source, d.title))
         decs.append(records[cid] if records[cid].error is None else ChunkDecomposition(cid, [], None))
-    new_base = assemble_chunks(table, crecs, decs)
-    del crecs, decs, records  # the journal on disk keeps them; the graph needs only the table now
+    made: list = []
+    new_base = assemble_chunks(table, crecs, decs, trace=made)
+    traces = list(traces) + [ChunkTrace(c.doc_id, int(t), tuple(u)) for c, (t, u) in zip(crecs, made)]
+    del crecs, decs, records, made  # the journal on disk keeps them; the graph needs only the table now
     base.extend(new_base)
     # documents: chunk ids are T node ids
     doc_chunks: dict[int, list[int]] = {}
@@ -454,7 +494,7 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
         from .enrich import load_vectors
 
         old_ids = np.flatnonzero(np.isin(types[:old_n], (T, S)))
-        vec[old_ids] = load_vectors(root / "vectors.usearch", old_ids, dim)
+        vec[old_ids] = load_vectors(gen_path / "vectors.usearch", vec_src[old_ids], dim)
     new_ids = np.flatnonzero(np.isin(types, (T, S)) & (np.arange(n_ts) >= old_n))
     from .decompose.nlp import unit_prefix
     from .enrich import embed_late_resumable, embed_texts_resumable
@@ -586,11 +626,24 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
     mentions_all = _mentions(n, types, s3, d3, w3)
     write_nodes(final / "nodes.parquet", table, mentions_all)
     write_documents(final / "documents.parquet", docs_rows)
+    write_decompositions(final / DECOMPOSITIONS, traces)
     graph.save(final)
     _write_linked(final / LINKED, *link.arrays())
     vindex.save(final / "vectors.usearch")
     _checkpoint("finalize-files")
     slog.finish("finalize")
+    # every LLM call is done: close what we opened, and after a delete drop the cache entries
+    # this run did not use (before the commit, so a kill cannot leave them behind a finished delete)
+    if backend is not None and backend is not llm:
+        if isinstance(llm, str) or llm is None:
+            backend.close()
+        else:  # we only wrapped the caller's backend in a cache: close the cache, not their backend
+            backend.cache.close()
+    if drop:
+        from .delete import prune_llm_cache
+
+        used = getattr(backend, "used_keys", None)
+        prune_llm_cache(root / "llm_cache.sqlite", set(used) if used is not None else set())
 
     counts = {TYPE_NAMES[NodeType(t)]: int(np.sum(types == t)) for t in range(7)}
     edges_by_kind = _edge_kinds(types, s3, d3)
@@ -606,7 +659,7 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
     manifest = {
         "format_version": FORMAT_VERSION,
         "state": "complete",
-        "config": config.to_dict(),
+        "config": config.to_index_dict(),
         "embedder": {"name": getattr(emb, "name", config.embed.spec), "dim": dim},
         "counts": {
             "documents": len(docs_rows),
@@ -627,18 +680,19 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
         "bytes": sizes,
         "bytes_total": int(sum(sizes.values())),
         "runs": list((manifest_old or {}).get("runs", [])) + [
-            {"documents_added": len(new_docs), "duplicates": dupes, "chunks": len(chunk_rows)}],
+            {"documents_added": len(new_docs), "duplicates": dupes, "chunks": len(chunk_rows),
+             "documents_deleted": len(drop)}],
+        "run_id": run_id,
     }
     atomic_write_json(final / MANIFEST, manifest)
-    (final / FINAL_MARKER).write_bytes(b"")
     _checkpoint("commit")
-    finish_pending_commit(root)
-    if backend is not None and backend is not llm:
-        if isinstance(llm, str) or llm is None:
-            backend.close()
-        else:  # we only wrapped the caller's backend in a cache: close the cache, not their backend
-            backend.cache.close()
-    return BuildReport(len(new_docs), dupes, manifest)
+    gen_new = commit_generation(root, final, before_switch=lambda: _checkpoint("switch"))
+    _checkpoint("committed")  # a kill here leaves stages/ behind: the next writer sees its run_id committed
+    import shutil
+
+    shutil.rmtree(stages, ignore_errors=True)
+    collect_garbage(root)
+    return BuildReport(len(new_docs), dupes, manifest, deleted_documents=len(drop), generation=gen_new)
 
 
 def _write_linked(path: Path, src: np.ndarray, dst: np.ndarray, w: np.ndarray) -> None:

@@ -1,19 +1,22 @@
 """Index directory: writers of the node/document tables and the read-only :class:`IndexStore`.
 
-Layout (DESIGN §2)::
+An index directory holds generations (see :mod:`noderag.index.generations`): ``CURRENT``
+names the live folder ``generations/N``, which holds (DESIGN §2)::
 
     manifest.json        format version, config, stage states, counts, tokens, time, bytes
     nodes.parquet        id, type, name, text, doc_id, chunk_id, source_id, mentions, active
-                         (``IndexStore.nodes`` adds ``key`` from node_keys.npy; older files carry it;
+                         (``IndexStore.nodes`` adds ``key`` from node_keys.npy;
                          ``name`` is left out when it is the text of N/O nodes and null elsewhere)
     documents.parquet    doc_id, source, title, content_hash, chunk_ids
+    decompositions.parquet  per assembled chunk: doc_id, T node id, its units' S ids, entity and
+                         relation surface forms (what a delete re-assembles the survivors from)
     node_types.npy, node_keys.npy, graph/, semantic/   (HeteroGraph.save)
     linked.parquet       name-link S-N edges (src, dst, w); the decomposed T/S/N/R edges an insert
                          extends are the graph's T/S/N/R structural edges minus these
     vectors.usearch      HNSW index of T, S, A, H vectors, key = node id
-    llm_cache.sqlite     LLM request/response cache (LLM builds only)
 
-Opening memory-maps the arrays and never executes code from disk.
+``INDEX/llm_cache.sqlite`` (LLM builds and answers) is shared by the generations.
+Opening pins one generation, memory-maps its arrays, never writes and never executes code from disk.
 """
 
 from __future__ import annotations
@@ -47,6 +50,20 @@ _STORED_NODE_COLUMNS = tuple(c for c in NODE_COLUMNS if c != "key")
 
 class IndexNotFoundError(FileNotFoundError):
     """The directory holds no finished index."""
+
+
+def check_layout(root: Path) -> None:
+    """Refuse the flat single-folder layout of format version 1 with a clear 'rebuild it' error."""
+    from noderag.graph.storage import FORMAT_VERSION, FormatVersionError
+
+    from .generations import CURRENT, GENERATIONS, READERS
+
+    if root.parent.name == GENERATIONS and (root / READERS).is_file():
+        raise IndexNotFoundError(f"{root}: a generation folder; open the index directory {root.parent.parent} instead")
+    if not (root / CURRENT).exists() and (root / MANIFEST).is_file():
+        raise FormatVersionError(
+            f"{root}: an index in the flat layout of format version 1 (an earlier noderag); this noderag reads "
+            f"format version {FORMAT_VERSION} (generations): rebuild it with `noderag build` into a new directory")
 
 
 def _schema_nodes():
@@ -115,7 +132,7 @@ def read_nodes_file(path: str | os.PathLike):
     missing = [c for c in _STORED_NODE_COLUMNS if c not in tab.column_names]
     if missing:
         raise ValueError(f"{path}: missing column(s) {missing}")
-    return tab
+    return tab.select(list(_STORED_NODE_COLUMNS))
 
 
 def documents_table(docs: Sequence[dict]):
@@ -150,11 +167,20 @@ def write_documents(path: str | os.PathLike, docs: Sequence[dict]) -> Path:
 
 
 class IndexStore:
-    """A finished index opened read-only (arrays memory-mapped).
+    """One generation of a finished index opened read-only (arrays memory-mapped).
+
+    Opening resolves ``INDEX/CURRENT`` once and pins that generation (a shared lock, see
+    :mod:`noderag.index.generations`) until :meth:`close` or garbage collection: every lazy
+    load reads the same generation, whatever writers commit meanwhile. Opening never writes.
 
     Attributes
     ----------
+    root : Path
+        The index directory.
     path : Path
+        The pinned generation's folder (every file is read from here).
+    generation : int
+        The pinned generation's number.
     manifest : dict
     config : NodeRAGConfig
     graph : HeteroGraph
@@ -167,39 +193,52 @@ class IndexStore:
     """
 
     def __init__(self, path: str | os.PathLike) -> None:
-        self.path = Path(path)
-        if (self.path / "stages" / "final" / ".complete").is_file():
-            # a build was killed while moving its finished files into place: complete the move, but
-            # only when no writer is running (a live writer is completing it itself)
-            from .lock import IndexLockedError, WriterLock
-            from .manifest import finish_pending_commit
+        from .generations import pin, pin_finalizer
 
-            try:
-                with WriterLock(self.path):
-                    finish_pending_commit(self.path)
-            except IndexLockedError:
-                pass
+        self.root = Path(path)
+        check_layout(self.root)
+        p = pin(self.root)
+        if p is None:
+            if (self.root / "stages").is_dir():
+                raise IndexNotFoundError(
+                    f"{self.root}: index build is not finished; "
+                    "rerun `noderag build` with the same inputs to resume it")
+            raise IndexNotFoundError(f"{self.root}: not an index directory (no CURRENT generation pointer)")
+        self._pin = p
+        pin_finalizer(self, p)
+        self.path = p.path
+        self.generation = p.generation
         mpath = self.path / MANIFEST
-        if not mpath.is_file():
-            raise IndexNotFoundError(f"{self.path}: not an index directory (no {MANIFEST})")
-        manifest = read_json(mpath)
-        if not isinstance(manifest, dict):
-            raise ValueError(f"{mpath}: expected a JSON object")
-        check_format_version(manifest.get("format_version"), where=mpath)
-        if manifest.get("state") != "complete":
-            raise IndexNotFoundError(
-                f"{self.path}: index build is not finished (state {manifest.get('state')!r}); "
-                "rerun `noderag build` with the same inputs to resume it")
+        try:
+            manifest = read_json(mpath)
+            if not isinstance(manifest, dict):
+                raise ValueError(f"{mpath}: expected a JSON object")
+            check_format_version(manifest.get("format_version"), where=mpath)
+            if manifest.get("state") != "complete":
+                raise IndexNotFoundError(f"{mpath}: generation is not complete (state {manifest.get('state')!r})")
+        except BaseException:
+            p.close()
+            raise
         self.manifest: dict[str, Any] = manifest
 
     @classmethod
     def open(cls, path: str | os.PathLike) -> "IndexStore":
-        """Open the index in ``path`` (format version checked)."""
+        """Open the current generation of the index in ``path`` (format version checked)."""
         return cls(path)
+
+    def close(self) -> None:
+        """Release the pinned generation (a writer may then remove it); loaded arrays stay usable."""
+        self._pin.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def __repr__(self) -> str:
         counts = self.manifest.get("counts", {}).get("nodes", {})
-        return f"{type(self).__name__}({str(self.path)!r}, nodes={counts})"
+        return f"{type(self).__name__}({str(self.root)!r}, generation={self.generation}, nodes={counts})"
 
     def __len__(self) -> int:
         return int(self.graph.n)
@@ -220,14 +259,12 @@ class IndexStore:
     def nodes(self):
         path = self.path / "nodes.parquet"
         tab = read_nodes_file(path)
-        if "key" not in tab.column_names:  # stored once, in node_keys.npy
-            import pyarrow as pa
+        import pyarrow as pa
 
-            keys = np.asarray(self.graph.keys)
-            if keys.shape[0] != tab.num_rows:
-                raise ValueError(f"{path}: {tab.num_rows} rows but the graph has {keys.shape[0]} nodes")
-            tab = tab.add_column(NODE_COLUMNS.index("key"), pa.field("key", pa.uint64()), pa.array(keys))
-        return tab
+        keys = np.asarray(self.graph.keys)  # stored once, in node_keys.npy
+        if keys.shape[0] != tab.num_rows:
+            raise ValueError(f"{path}: {tab.num_rows} rows but the graph has {keys.shape[0]} nodes")
+        return tab.add_column(NODE_COLUMNS.index("key"), pa.field("key", pa.uint64()), pa.array(keys))
 
     @cached_property
     def documents(self):

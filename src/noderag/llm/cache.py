@@ -128,6 +128,8 @@ class CachedBackend:
         self.cache = cache
         self.model_id: str = backend.model_id
         self.ledger = backend.ledger
+        #: every cache key looked up through this wrapper (a delete keeps only these entries)
+        self.used_keys: set[str] = set()
 
     def generate(
         self, requests: Sequence[LLMRequest], *, on_result: ResultCallback | None = None
@@ -135,6 +137,7 @@ class CachedBackend:
         """Serve hits from the cache, call the backend for the rest, commit each success as it lands."""
         reqs = _check_requests(requests)
         keys = [cache_key(self.model_id, r) for r in reqs]
+        self.used_keys.update(keys)
         hits = self.cache.get_many(keys)
         results: list[LLMResult | None] = [None] * len(reqs)
         first_of: dict[str, int] = {}

@@ -33,7 +33,7 @@ def _resolve_llm(index: Any, llm: Any) -> Any:
 
         llm_config = getattr(index.config, "llm", None)
         opts = llm_config.backend_options() if hasattr(llm_config, "backend_options") else {}
-        cache[spec] = make_llm(spec, cache_path=index.path / "llm_cache.sqlite", **opts)
+        cache[spec] = make_llm(spec, cache_path=index.root / "llm_cache.sqlite", **opts)
     return cache[spec]
 
 

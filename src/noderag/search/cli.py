@@ -113,7 +113,7 @@ def run_query(args: argparse.Namespace, *, out: TextIO | None = None) -> int:
             try:
                 # the index's [llm] settings, then --llm-option on top
                 opts = {**store.config.llm.backend_options(), **parse_llm_options(getattr(args, "llm_option", None))}
-                llm = make_llm(spec, cache_path=store.path / "llm_cache.sqlite", **opts)
+                llm = make_llm(spec, cache_path=store.root / "llm_cache.sqlite", **opts)
             except (OptionError, ValueError, TypeError) as exc:
                 print(f"noderag query: error: {exc}", file=sys.stderr)
                 return 1

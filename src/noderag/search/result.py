@@ -66,6 +66,8 @@ class RetrievalResult:
     query_entities : list of str
     matched_names : list of int
         N/O node ids matched by name.
+    generation : int or None
+        The index generation every part of this result was read from.
     """
 
     query: str
@@ -79,6 +81,7 @@ class RetrievalResult:
     context_node_ids: list[int]
     query_entities: list[str] = field(default_factory=list)
     matched_names: list[int] = field(default_factory=list)
+    generation: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
@@ -94,6 +97,7 @@ class RetrievalResult:
             "context_node_ids": list(self.context_node_ids),
             "query_entities": list(self.query_entities),
             "matched_names": list(self.matched_names),
+            "generation": self.generation,
         }
 
 

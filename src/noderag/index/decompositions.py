@@ -1,0 +1,76 @@
+"""``decompositions.parquet``: what each assembled chunk contributed, so survivors can be re-assembled.
+
+One row per chunk in assembly order: its document, the T node it became (or merged into)
+and, per unit that created an S node, that S id with the unit's entity surface forms and
+relation triples. Texts are not stored twice: chunk and unit texts are the T and S node
+texts. Re-assembling the rows of the documents that survive a delete, in this order,
+gives exactly the T/S/N/R nodes (first-seen entity display names and relation texts
+included) and decomposed edges a fresh build of those documents gives.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+__all__ = ["DECOMPOSITIONS", "ChunkTrace", "read_decompositions", "write_decompositions"]
+
+DECOMPOSITIONS = "decompositions.parquet"
+
+
+@dataclass(frozen=True)
+class ChunkTrace:
+    """One assembled chunk: document id, T node id, and (S id, entity surfaces, relation triples) per new unit."""
+
+    doc_id: int
+    t: int
+    units: tuple[tuple[int, tuple[str, ...], tuple[tuple[str, str, str], ...]], ...]
+
+
+def _units_json(units) -> str:
+    return json.dumps([[int(s), list(e), [list(r) for r in rel]] for s, e, rel in units], ensure_ascii=False,
+                      separators=(",", ":"))
+
+
+def write_decompositions(path: str | os.PathLike, rows: Sequence[ChunkTrace]) -> Path:
+    """Write the chunk traces atomically (zstd Parquet)."""
+    import pyarrow as pa
+
+    from noderag.graph.storage import atomic_write_parquet
+
+    from .store import PARQUET_OPTIONS
+
+    tab = pa.Table.from_arrays([
+        pa.array([r.doc_id for r in rows], pa.int32()),
+        pa.array([r.t for r in rows], pa.int32()),
+        pa.array([_units_json(r.units) for r in rows], pa.string()),
+    ], names=["doc_id", "t", "units"])
+    return atomic_write_parquet(path, tab, **PARQUET_OPTIONS)
+
+
+def read_decompositions(path: str | os.PathLike) -> list[ChunkTrace]:
+    """The chunk traces of a generation; errors name the file and row."""
+    import pyarrow.parquet as pq
+
+    path = Path(path)
+    if not path.is_file():
+        from .store import IndexNotFoundError
+
+        raise IndexNotFoundError(f"{path}: missing")
+    tab = pq.read_table(path)
+    missing = [c for c in ("doc_id", "t", "units") if c not in tab.column_names]
+    if missing:
+        raise ValueError(f"{path}: missing column(s) {missing}")
+    out = []
+    for i, (d, t, u) in enumerate(zip(tab.column("doc_id").to_pylist(), tab.column("t").to_pylist(),
+                                      tab.column("units").to_pylist())):
+        try:
+            units = tuple((int(s), tuple(str(x) for x in e), tuple((str(a), str(r), str(b)) for a, r, b in rel))
+                          for s, e, rel in json.loads(u))
+        except (ValueError, TypeError) as exc:
+            raise ValueError(f"{path}: row {i}: malformed units ({exc})") from None
+        out.append(ChunkTrace(int(d), int(t), units))
+    return out

@@ -1,0 +1,233 @@
+"""Generations of an index: every build, insert or delete commits a new folder and switches one pointer.
+
+Layout::
+
+    INDEX/CURRENT                    the live generation's number (one line)
+    INDEX/generations/N/             one complete, immutable index (manifest.json, nodes.parquet, ...)
+    INDEX/generations/N/.readers     flock'ed shared by every reader that has generation N open
+    INDEX/.writer.lock               the writer lock (noderag.index.lock)
+    INDEX/stages/                    the unfinished work of a running (or killed) writer
+    INDEX/llm_cache.sqlite           the LLM response cache (shared by the generations)
+
+Commit (the writer, under the writer lock): the finished staging folder is fsynced and
+renamed to ``generations/N`` in one ``os.replace``, then ``CURRENT`` is replaced atomically
+(temp file, fsync, rename, fsync of the directory). A writer killed before the switch
+leaves ``CURRENT`` on the previous generation, which is untouched; the orphan folder is
+removed by the next writer.
+
+Readers (:func:`pin`) resolve ``CURRENT`` once and hold a shared ``flock`` on that
+generation's ``.readers`` file until they close, so every lazy load reads one generation.
+
+Removal rule: before and after every commit the writer removes each generation other than
+the current one whose ``.readers`` file it can lock exclusively without waiting, i.e. that
+no open reader pins (a reader that exits or is killed drops its lock with its process). A
+pinned generation stays on disk until a later writer finds it free. The folder is first
+renamed out of ``generations/`` under the exclusive lock, so a reader racing the removal
+sees the name gone and retries with the new ``CURRENT``. ``flock`` needs a local
+filesystem (NFS does not honour it reliably).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import weakref
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from noderag.graph.storage import atomic_write_bytes, fsync_dir
+
+__all__ = ["CURRENT", "GENERATIONS", "READERS", "Pin", "current_generation", "generation_path", "pin",
+           "commit_generation", "collect_garbage", "remove_old_generations", "fsync_tree"]
+
+CURRENT = "CURRENT"
+GENERATIONS = "generations"
+READERS = ".readers"
+_TRASH_PREFIX = ".trash-"
+
+
+def generation_path(root: str | os.PathLike, gen: int) -> Path:
+    """Folder of generation ``gen`` of the index in ``root``."""
+    return Path(root) / GENERATIONS / str(int(gen))
+
+
+def current_generation(root: str | os.PathLike) -> int | None:
+    """The number in ``root/CURRENT``, or None when the index has no committed generation."""
+    path = Path(root) / CURRENT
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    text = raw.decode("utf-8", "replace").strip()
+    if not text.isdigit():
+        raise ValueError(f"{path}: expected a generation number, found {text[:40]!r} (corrupt pointer)")
+    return int(text)
+
+
+def fsync_tree(folder: Path) -> None:
+    """Fsync every file and directory under ``folder`` (bottom-up), so a rename of it is durable with its content."""
+    for dirpath, _dirnames, filenames in os.walk(folder, topdown=False):
+        for name in filenames:
+            p = os.path.join(dirpath, name)
+            if os.path.islink(p):
+                continue
+            fd = os.open(p, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        fsync_dir(Path(dirpath))
+
+
+def _numbers(root: Path) -> list[int]:
+    gdir = root / GENERATIONS
+    if not gdir.is_dir():
+        return []
+    return sorted(int(p.name) for p in gdir.iterdir() if p.name.isdigit() and p.is_dir())
+
+
+def commit_generation(root: str | os.PathLike, staged: str | os.PathLike,
+                      before_switch: Callable[[], None] | None = None) -> int:
+    """Make the finished folder ``staged`` the next generation of ``root`` and point ``CURRENT`` at it.
+
+    Call with the writer lock held. Returns the new generation number: one more than the
+    current one and any folder left, so no number a reader may have pinned is used again
+    (only an orphan's, which no reader ever saw, after it was removed).
+    ``before_switch`` runs after the rename and before the pointer switch (fault injection).
+    """
+    root, staged = Path(root), Path(staged)
+    cur = current_generation(root)
+    gen = max(_numbers(root) + [cur or 0]) + 1
+    (staged / READERS).write_bytes(b"")
+    fsync_tree(staged)
+    gdir = root / GENERATIONS
+    gdir.mkdir(exist_ok=True)
+    dest = gdir / str(gen)
+    os.replace(staged, dest)
+    fsync_dir(gdir)
+    fsync_dir(staged.parent)
+    if before_switch is not None:
+        before_switch()
+    atomic_write_bytes(root / CURRENT, f"{gen}\n".encode("ascii"))
+    return gen
+
+
+def _try_remove(folder: Path, trash_name: str) -> bool:
+    """Remove a generation folder unless a reader pins it; True when removed."""
+    lock = folder / READERS
+    try:
+        fd = os.open(lock, os.O_RDONLY)
+    except FileNotFoundError:
+        fd = None  # a folder without its reader file (killed before it was written): nobody can pin it
+    try:
+        if fd is not None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return False
+        trash = folder.parent / trash_name
+        os.replace(folder, trash)  # readers that race us now find the name gone and retry
+    finally:
+        if fd is not None:
+            os.close(fd)
+    shutil.rmtree(trash, ignore_errors=True)
+    return True
+
+
+def collect_garbage(root: str | os.PathLike) -> list[int]:
+    """Remove every generation but the current one that no reader pins, and leftover trash; call as the writer.
+
+    Returns the numbers of the generations removed.
+    """
+    root = Path(root)
+    gdir = root / GENERATIONS
+    if not gdir.is_dir():
+        return []
+    cur = current_generation(root)
+    removed = []
+    for p in sorted(gdir.iterdir()):
+        if p.name.startswith(_TRASH_PREFIX):
+            shutil.rmtree(p, ignore_errors=True)
+    for n in _numbers(root):
+        if n != cur and _try_remove(gdir / str(n), f"{_TRASH_PREFIX}{n}"):
+            removed.append(n)
+    if removed:
+        fsync_dir(gdir)
+    return removed
+
+
+def remove_old_generations(root: str | os.PathLike, *, wait: float | None = None) -> tuple[list[int], list[int]]:
+    """Take the writer lock and remove the old generations no reader pins (``noderag gc``).
+
+    Returns (removed, still pinned). Useful after a delete when the old generation, which still
+    holds the deleted text, was pinned by a reader that has since closed.
+    """
+    from .lock import WriterLock
+
+    root = Path(root)
+    with WriterLock(root, wait=wait):
+        removed = collect_garbage(root)
+        cur = current_generation(root)
+        left = [n for n in _numbers(root) if n != cur]
+    return removed, left
+
+
+@dataclass
+class Pin:
+    """A reader's hold on one generation: ``path`` stays complete until :meth:`close` (or process exit)."""
+
+    root: Path
+    generation: int
+    path: Path
+    _fd: int | None = None
+
+    def close(self) -> None:
+        """Drop the shared lock (idempotent)."""
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
+
+    @property
+    def closed(self) -> bool:
+        return self._fd is None
+
+
+def pin(root: str | os.PathLike, *, attempts: int = 1000) -> Pin | None:
+    """Resolve ``CURRENT`` and hold a shared lock on that generation; None when there is none.
+
+    Retries when a writer removed the generation between reading the pointer and locking
+    (which needs ``CURRENT`` to have moved on, so the loop ends).
+    """
+    root = Path(root)
+    for _ in range(attempts):
+        gen = current_generation(root)
+        if gen is None:
+            return None
+        path = generation_path(root, gen)
+        lock = path / READERS
+        try:
+            fd = os.open(lock, os.O_RDONLY)
+        except FileNotFoundError:
+            if current_generation(root) == gen:
+                raise FileNotFoundError(f"{lock}: the current generation's reader file is missing (corrupt index)")
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH)  # a writer holds it exclusively only while renaming the folder away
+            same = os.fstat(fd).st_ino == os.stat(lock).st_ino
+        except FileNotFoundError:
+            same = False
+        except BaseException:
+            os.close(fd)
+            raise
+        if same:
+            p = Pin(root, gen, path, fd)
+            return p
+        os.close(fd)
+    raise RuntimeError(f"{root}: could not pin a generation after {attempts} attempts (writers switching too fast?)")
+
+
+def pin_finalizer(owner: object, p: Pin) -> None:
+    """Release ``p`` when ``owner`` is garbage-collected."""
+    weakref.finalize(owner, p.close)
