@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 
 import httpx
 import pytest
@@ -152,7 +153,7 @@ def test_node_details(client, store):
 
 def test_stats_health_page(client, store):
     h = client.get("/health").json()
-    assert h == {"status": "ok", "nodes": int(store.graph.n), "llm": False}
+    assert h == {"status": "ok", "nodes": int(store.graph.n), "llm": False, "generation": store.generation}
     s = client.get("/stats").json()
     assert s["counts"] == store.manifest["counts"] and s["llm"] is None and s["server"]["max_batch"] == 32
     page = client.get("/")
@@ -337,6 +338,36 @@ def test_answer_text_stream_decodes_any_split(answer, cuts):
     assert "".join(out) == answer and dec.done
 
 
+# ----------------------------------------------------------------------------- generations
+def test_a_new_generation_is_served_without_a_restart(index, tmp_path):
+    import shutil
+
+    import noderag
+
+    live = tmp_path / "live"
+    shutil.copytree(index, live)
+    doc = tmp_path / "new" / "13_quarrow_bell.md"
+    doc.parent.mkdir()
+    doc.write_text("# Quarrow Bell\nThe Quarrow Bell is a bronze bell cast in 1702 by the founder Edda Quarrow "
+                   "for the harbour chapel of Port Emmerich.\n", encoding="utf-8")
+    question = "Who cast the Quarrow Bell?"
+    with TestClient(create_app(live, settings=ServeSettings(reload_s=0.2))) as c:
+        gen0 = c.get("/health").json()["generation"]
+        before = c.post("/retrieve", json={"question": question}).json()["passages"]
+        assert not any(p.endswith("13_quarrow_bell.md") for p in before)
+        noderag.Index.open(live).insert([str(doc)])
+        deadline = time.monotonic() + 60
+        while c.get("/health").json()["generation"] == gen0:
+            assert time.monotonic() < deadline, "the server did not pick up the new generation within 60 s"
+            assert c.post("/retrieve", json={"question": QUESTION}).status_code == 200  # serving meanwhile
+            time.sleep(0.1)
+        after = c.post("/retrieve", json={"question": question, "explain": True}).json()
+        stats = c.get("/stats").json()
+    assert after["passages"][0].endswith("13_quarrow_bell.md")
+    assert stats["counts"]["documents"] == 13 and stats["server"]["generation_reloads"] == 1
+    assert stats["generation"] > gen0
+
+
 # ----------------------------------------------------------------------------- command line
 def test_serve_command_errors(tmp_path, index, capsys):
     assert main(["serve", str(tmp_path / "missing")]) == 1
@@ -362,10 +393,10 @@ def test_the_command_line_does_not_import_the_serve_extra():
 def test_worker_isolates_a_failing_job_and_stops_cleanly(store, pipeline):
     w = RetrievalWorker(Searcher(store), max_batch=4, pipeline=pipeline)
 
-    def bad(res):
+    def bad(res, ctx):
         raise ValueError("finish failed")
 
-    futs = [w.submit(QUESTION), w.submit(QUESTION, bad), w.submit(QUESTION, lambda r: r.query)]
+    futs = [w.submit(QUESTION), w.submit(QUESTION, bad), w.submit(QUESTION, lambda r, ctx: r.query)]
     res, timing = futs[0].result(30)
     assert res.query == QUESTION and timing.batch_size >= 1 and timing.retrieve_s > 0
     with pytest.raises(ValueError, match="finish failed"):

@@ -29,6 +29,7 @@ from .. import __version__
 from ..search import SearchConfig, Searcher
 from .models import (AnswerOut, AnswerRequest, ErrorOut, HealthOut, Limits, NodeOut, RetrievalOut,
                      RetrieveManyOut, RetrieveManyRequest, RetrieveRequest, StatsOut)
+from .reload import Generation, GenerationWatcher
 from .stream import answer_events, sse
 from .views import GraphView, NodeNotFound
 from .worker import RetrievalWorker, Timing
@@ -55,6 +56,9 @@ class ServeSettings:
         Most queued queries the worker embeds as one batch.
     retrieve_batch : int
         Most queries per ``retrieve_many`` call within a batch (each part answered when done).
+    reload_s : float or None
+        Check every ``reload_s`` seconds whether a writer committed a new index generation, and serve it
+        without a restart (None: keep the generation opened at start).
     pipeline : bool
         Embed the next batch while the current one retrieves (two worker threads; off by default: on the
         2-core machine of ``benchmarks/results/serve.md`` it gained no throughput and lengthened p99).
@@ -67,6 +71,7 @@ class ServeSettings:
     max_batch: int = 32
     retrieve_batch: int = 8
     pipeline: bool = False
+    reload_s: float | None = 1.0
     llm_spec: str | None = None
 
 
@@ -211,22 +216,41 @@ def create_app(index: Any, *, llm: Any = None, settings: ServeSettings | None = 
     settings = settings or ServeSettings()
     store = IndexStore.open(index) if isinstance(index, (str, os.PathLike)) else index
     searcher = Searcher(store, search_config, llm=llm, embedder=embedder)
-    searcher.retrieve_many(["warm-up question"])  # load the embedder and compile kernels now, not on a request
-    view = GraphView(store)
+    warm_vec = searcher.embed(["warm-up question"])  # load the embedding model now, not on a request
+    searcher.retrieve_many(["warm-up question"], query_vectors=warm_vec)  # and compile the kernels
+
+    def prepare(new_store: Any) -> Generation:
+        """Searcher and views of another generation; the embedding model is shared, not reloaded."""
+        s = Searcher(new_store, search_config, llm=llm, embedder=live[0].searcher.embedder)
+        s.retrieve_many(["warm-up question"], query_vectors=warm_vec)
+        return Generation(new_store, s, GraphView(new_store))
+
+    live = [Generation(store, searcher, GraphView(store))]  # the generation being served (swapped whole)
     worker = RetrievalWorker(searcher, max_batch=settings.max_batch, retrieve_batch=settings.retrieve_batch,
-                             pipeline=settings.pipeline)
+                             pipeline=settings.pipeline, context=live[0])
+
+    def swap(gen: Generation) -> None:
+        live[0] = gen
+        worker.swap(gen.searcher, gen)
+
+    watcher = None
+    if settings.reload_s and getattr(store, "root", None) is not None:
+        watcher = GenerationWatcher(store.root, lambda: live[0], prepare, swap, interval_s=settings.reload_s)
     counters = {"requests": 0, "errors": 0, "started": time.time()}
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         yield
+        if watcher is not None:
+            watcher.close()
         worker.close()
 
     app = FastAPI(title="noderag", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None,
                   description="Retrieval and answers over one NodeRAG index. Errors are "
                               "`{\"error\": message, \"field\": field}` with a 4xx status.")
     app.state.worker = worker
-    app.state.searcher = searcher
+    app.state.live = live
+    app.state.watcher = watcher
     app.state.settings = settings
     err_responses = {400: {"model": ErrorOut}, 401: {"model": ErrorOut}, 413: {"model": ErrorOut},
                      422: {"model": ErrorOut}}
@@ -260,9 +284,9 @@ def create_app(index: Any, *, llm: Any = None, settings: ServeSettings | None = 
         log.exception("unexpected error on %s %s", request.method, request.url.path)
         return _error(500, "internal error (logged on the server)")
 
-    def encode(k: int | None, explain: bool) -> Callable[[Any], tuple[Any, bytes]]:
-        def finish(res: Any) -> tuple[Any, bytes]:
-            return res, json.dumps(_result_dict(res, view, k, explain), ensure_ascii=False).encode()
+    def encode(k: int | None, explain: bool) -> Callable[[Any, Generation], tuple[Any, bytes]]:
+        def finish(res: Any, gen: Generation) -> tuple[Any, bytes]:  # gen: the generation that retrieved res
+            return res, json.dumps(_result_dict(res, gen.view, k, explain), ensure_ascii=False).encode()
         return finish
 
     def server_timing(t: Timing, total_s: float) -> dict[str, str]:
@@ -302,6 +326,7 @@ def create_app(index: Any, *, llm: Any = None, settings: ServeSettings | None = 
     async def answer(req: AnswerRequest) -> Response:
         """Retrieve, then answer with the configured LLM (400 when the server has none)."""
         counters["requests"] += 1
+        searcher = live[0].searcher
         if searcher.llm is None:
             counters["errors"] += 1
             return _error(400, "no LLM is configured on this server, so only retrieval is available: use POST "
@@ -332,7 +357,7 @@ def create_app(index: Any, *, llm: Any = None, settings: ServeSettings | None = 
         """One node: text, type, source passage and neighbours (first 50, by type)."""
         counters["requests"] += 1
         try:
-            return JSONResponse(view.node(node_id))
+            return JSONResponse(live[0].view.node(node_id))
         except NodeNotFound as exc:
             counters["errors"] += 1
             return _error(404, str(exc), "path.node_id")
@@ -340,14 +365,17 @@ def create_app(index: Any, *, llm: Any = None, settings: ServeSettings | None = 
     @app.get("/stats", response_model=StatsOut, responses=err_responses, tags=["index"])
     async def stats() -> JSONResponse:
         """Index counts and server counters."""
-        m = store.manifest
-        return JSONResponse({
+        gen = live[0]
+        searcher = gen.searcher
+        m = gen.store.manifest
+        return JSONResponse({"generation": gen.number,
             "counts": m.get("counts", {}), "bytes_total": m.get("bytes_total"),
             "llm": (settings.llm_spec or getattr(searcher.llm, "model_id", "configured"))
             if searcher.llm is not None else None,
             "server": {"requests": counters["requests"], "errors": counters["errors"], "batches": worker.batches,
                        "queries": worker.queries, "max_batch": worker.max_batch,
                        "retrieve_batch": worker.retrieve_batch, "pipeline": worker.pipeline,
+                       "generation_reloads": watcher.reloads if watcher is not None else None,
                        "uptime_s": round(time.time() - counters["started"], 1),
                        "limits": {"max_question_chars": Limits.max_question_chars,
                                   "max_questions": Limits.max_questions, "max_k": Limits.max_k,
@@ -357,7 +385,8 @@ def create_app(index: Any, *, llm: Any = None, settings: ServeSettings | None = 
     @app.get("/health", response_model=HealthOut, responses=err_responses, tags=["index"])
     async def health() -> dict:
         """Liveness: the index is open."""
-        return {"status": "ok", "nodes": view.n, "llm": searcher.llm is not None}
+        gen = live[0]
+        return {"status": "ok", "nodes": gen.view.n, "llm": gen.searcher.llm is not None, "generation": gen.number}
 
     @app.get("/", include_in_schema=False)
     async def page() -> Response:

@@ -144,6 +144,7 @@ class NodeOut(BaseModel):
 
 
 class StatsOut(BaseModel):
+    generation: int | None = Field(description="the index generation being served")
     counts: dict
     bytes_total: int | None = None
     llm: str | None
@@ -154,6 +155,7 @@ class HealthOut(BaseModel):
     status: Literal["ok"]
     nodes: int
     llm: bool
+    generation: int | None
 
 
 class ErrorOut(BaseModel):

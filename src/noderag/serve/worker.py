@@ -58,7 +58,7 @@ class Timing:
 @dataclass
 class _Job:
     query: str
-    finish: Callable[[Any], Any] | None
+    finish: Callable[[Any, Any], Any] | None
     future: Future
     t_enqueued: float = field(default_factory=time.perf_counter)
     queue_s: float = 0.0
@@ -81,17 +81,19 @@ class RetrievalWorker:
     """
 
     def __init__(self, searcher: Any, *, max_batch: int = 32, retrieve_batch: int = 8,
-                 pipeline: bool = False) -> None:
+                 pipeline: bool = False, context: Any = None) -> None:
         for name, v in (("max_batch", max_batch), ("retrieve_batch", retrieve_batch)):
             if not (isinstance(v, int) and not isinstance(v, bool) and v >= 1):
                 raise ValueError(f"{name} must be an int >= 1, got {v!r}")
-        self.searcher = searcher
+        #: The searcher and the context passed to ``finish`` (e.g. the views of the same index
+        #: generation); :meth:`swap` replaces both between batches.
+        self._current: tuple[Any, Any] = (searcher, context)
         self.max_batch = max_batch
         self.retrieve_batch = retrieve_batch
         self.pipeline = bool(pipeline)
         self._q: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         # embedded batches waiting for retrieval: at most one, so the embedder runs at most one batch ahead
-        self._embedded: queue.Queue[tuple[list[_Job], Any, float, float] | None] = queue.Queue(maxsize=1)
+        self._embedded: queue.Queue[tuple | None] = queue.Queue(maxsize=1)
         self._closed = False
         self.batches = 0
         self.queries = 0
@@ -102,11 +104,21 @@ class RetrievalWorker:
         for t in self._threads:
             t.start()
 
-    def submit(self, query: str, finish: Callable[[Any], Any] | None = None) -> Future:
-        """Queue one (validated) query; the future gets ``(finish(result) or result, Timing)``.
+    @property
+    def searcher(self) -> Any:
+        """The searcher the next batch will use."""
+        return self._current[0]
+
+    def swap(self, searcher: Any, context: Any = None) -> None:
+        """Use ``searcher`` (and ``context``) from the next batch on; batches already started finish as they began."""
+        self._current = (searcher, context)
+
+    def submit(self, query: str, finish: Callable[[Any, Any], Any] | None = None) -> Future:
+        """Queue one (validated) query; the future gets ``(finish(result, context) or result, Timing)``.
 
         ``finish`` runs on the worker right after retrieval (e.g. JSON encoding), so the event loop
-        only moves bytes; its exception becomes the future's exception.
+        only moves bytes; ``context`` is the one swapped in with the searcher that retrieved. Its
+        exception becomes the future's exception.
         """
         fut: Future = Future()
         if self._closed:
@@ -115,7 +127,7 @@ class RetrievalWorker:
         self._q.put(_Job(query, finish, fut))
         return fut
 
-    def submit_many(self, queries: Sequence[str], finish: Callable[[Any], Any] | None = None) -> list[Future]:
+    def submit_many(self, queries: Sequence[str], finish: Callable[[Any, Any], Any] | None = None) -> list[Future]:
         """Queue several queries at once (they land in the same batch when it has room)."""
         return [self.submit(q, finish) for q in queries]
 
@@ -163,7 +175,8 @@ class RetrievalWorker:
                 return
             self._retrieve(*item)
 
-    def _embed(self, batch: list[_Job]) -> tuple[list[_Job], Any, float, float] | None:
+    def _embed(self, batch: list[_Job]) -> tuple | None:
+        current = self._current  # one searcher (and context) for the whole batch
         start = time.perf_counter()
         live = [j for j in batch if j.future.set_running_or_notify_cancel()]
         if not live:
@@ -171,23 +184,26 @@ class RetrievalWorker:
         for j in live:
             j.queue_s = start - j.t_enqueued
         try:
-            vecs = self.searcher.embed([j.query for j in live])
+            vecs = current[0].embed([j.query for j in live])
         except Exception as exc:  # noqa: BLE001 - delivered to every waiting request, the worker lives on
             for j in live:
                 j.future.set_exception(exc)
             return None
-        return live, vecs, time.perf_counter() - start, time.perf_counter()
+        return current, live, vecs, time.perf_counter() - start, time.perf_counter()
 
-    def _retrieve(self, live: list[_Job], vecs: Any, embed_s: float, t_embedded: float) -> None:
+    def _retrieve(self, current: tuple[Any, Any], live: list[_Job], vecs: Any, embed_s: float,
+                  t_embedded: float) -> None:
         """Retrieve an embedded batch in sub-batches of ``retrieve_batch``, answering each as soon as it is done."""
         for at in range(0, len(live), self.retrieve_batch):
-            self._retrieve_part(live[at:at + self.retrieve_batch], vecs[at:at + self.retrieve_batch], embed_s,
-                                t_embedded)
+            self._retrieve_part(current, live[at:at + self.retrieve_batch], vecs[at:at + self.retrieve_batch],
+                                embed_s, t_embedded)
 
-    def _retrieve_part(self, live: list[_Job], vecs: Any, embed_s: float, t_embedded: float) -> None:
+    def _retrieve_part(self, current: tuple[Any, Any], live: list[_Job], vecs: Any, embed_s: float,
+                       t_embedded: float) -> None:
+        searcher, context = current
         t1 = time.perf_counter()
         try:
-            results = self.searcher.retrieve_many([j.query for j in live], query_vectors=vecs)
+            results = searcher.retrieve_many([j.query for j in live], query_vectors=vecs)
         except Exception as exc:  # noqa: BLE001
             for j in live:
                 j.future.set_exception(exc)
@@ -200,7 +216,7 @@ class RetrievalWorker:
                             batch_size=len(live))
             try:
                 f0 = time.perf_counter()
-                out = j.finish(res) if j.finish is not None else res
+                out = j.finish(res, context) if j.finish is not None else res
                 timing.finish_s = time.perf_counter() - f0
             except Exception as exc:  # noqa: BLE001
                 j.future.set_exception(exc)
