@@ -60,10 +60,17 @@ def build_or_open(corpus: Path, index_dir: Path) -> float | None:
 
     import noderag
 
+    from noderag.graph.storage import FormatVersionError
+    from noderag.index.store import IndexNotFoundError, IndexStore
+
     stamp = index_dir / "bench_corpus.sha256"
     digest = hashlib.sha256(corpus.read_bytes()).hexdigest()
-    if stamp.is_file() and stamp.read_text().strip() == digest and (index_dir / "manifest.json").is_file():
-        return None
+    if stamp.is_file() and stamp.read_text().strip() == digest:
+        try:
+            IndexStore.open(index_dir).close()
+            return None
+        except (IndexNotFoundError, FormatVersionError):  # unfinished, or an older format: rebuild
+            pass
     if index_dir.exists():
         shutil.rmtree(index_dir)
     t0 = time.perf_counter()
