@@ -69,16 +69,20 @@ def _pieces(text: str, level: int) -> list[str]:
     return out
 
 
-def _atoms(text: str, max_tokens: int, count, level: int = 0) -> list[tuple[str, int]]:
-    """Segments of ``text`` each of at most ``max_tokens`` tokens, split at the coarsest boundary."""
-    n = count(text)
+def _atoms(text: str, max_tokens: int, count, level: int = 0, n: int | None = None) -> list[tuple[str, int]]:
+    """Segments of ``text`` each of at most ``max_tokens`` tokens, split at the coarsest boundary.
+
+    ``n`` is the token count of ``text`` when the caller knows it (each level counts the text once).
+    """
+    if n is None:
+        n = count(text)
     if n <= max_tokens:
         return [(text, n)]
     if level > 3:  # a single "word" longer than the limit: cut between grapheme clusters
         return _hard_cut(text, max_tokens, count)
     parts = _pieces(text, level)
     if len(parts) <= 1:
-        return _atoms(text, max_tokens, count, level + 1)
+        return _atoms(text, max_tokens, count, level + 1, n)
     out: list[tuple[str, int]] = []
     for p in parts:
         out.extend(_atoms(p, max_tokens, count, level + 1))
@@ -144,9 +148,10 @@ def chunk_text(text: str, max_tokens: int = 1024, min_tokens: int = 64) -> list[
 
     if max_tokens < 1:
         raise ValueError(f"max_tokens must be >= 1, got {max_tokens!r}")
-    if count_tokens(text) <= max_tokens:
+    n = count_tokens(text)
+    if n <= max_tokens:
         return [text.strip()] if text.strip() else []
-    atoms = _atoms(text, max_tokens, count_tokens)
+    atoms = _atoms(text, max_tokens, count_tokens, 0, n)
     chunks: list[str] = []
     cur, cur_n = "", 0
     for piece, n in atoms:
