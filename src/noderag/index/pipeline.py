@@ -294,10 +294,21 @@ def build_index(inputs: Sequence[str | os.PathLike], index_dir: str | os.PathLik
     root = Path(index_dir)
     if root.exists() and not root.is_dir():
         raise BuildError(f"{root}: exists and is not a directory")
+    created = not root.exists()
     # the lock comes first: the existing index and the pending stages are read under it
     with WriterLock(root, wait=wait):
-        return _build_locked(inputs, root, config, llm=llm, embedder=embedder, progress=progress,
-                             allow_failures=allow_failures, log=log)
+        try:
+            return _build_locked(inputs, root, config, llm=llm, embedder=embedder, progress=progress,
+                                 allow_failures=allow_failures, log=log)
+        except BaseException:
+            if created:  # a failed first build leaves no empty index folder behind
+                from .cleanup import remove_if_nothing_built
+
+                try:
+                    remove_if_nothing_built(root)
+                except OSError:  # never mask the build's own error
+                    pass
+            raise
 
 
 def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, allow_failures: bool,
