@@ -640,6 +640,9 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
         "runs": list((manifest_old or {}).get("runs", [])) + [
             {"documents_added": len(new_docs), "duplicates": dupes, "chunks": len(chunk_rows)}],
     }
+    from .verify import CHECKSUMS, file_checksums
+
+    manifest[CHECKSUMS] = file_checksums(final, manifest)  # last: its manifest digest covers every entry above
     atomic_write_json(final / MANIFEST, manifest)
     (final / FINAL_MARKER).write_bytes(b"")
     _checkpoint("commit")

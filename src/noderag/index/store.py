@@ -166,7 +166,7 @@ class IndexStore:
     vectors : VectorIndex (view-loaded)
     """
 
-    def __init__(self, path: str | os.PathLike) -> None:
+    def __init__(self, path: str | os.PathLike, *, verify: str = "cheap") -> None:
         self.path = Path(path)
         if (self.path / "stages" / "final" / ".complete").is_file():
             # a build was killed while moving its finished files into place: complete the move, but
@@ -182,20 +182,28 @@ class IndexStore:
         mpath = self.path / MANIFEST
         if not mpath.is_file():
             raise IndexNotFoundError(f"{self.path}: not an index directory (no {MANIFEST})")
-        manifest = read_json(mpath)
+        from .verify import IndexDamagedError, reading, verify_index
+
+        with reading(self.path, MANIFEST):
+            manifest = read_json(mpath)
         if not isinstance(manifest, dict):
-            raise ValueError(f"{mpath}: expected a JSON object")
+            raise IndexDamagedError(self.path, MANIFEST, "damaged JSON", "not an object")
         check_format_version(manifest.get("format_version"), where=mpath)
         if manifest.get("state") != "complete":
             raise IndexNotFoundError(
                 f"{self.path}: index build is not finished (state {manifest.get('state')!r}); "
                 "rerun `noderag build` with the same inputs to resume it")
+        verify_index(self.path, verify, manifest=manifest)  # IndexDamagedError naming the file
         self.manifest: dict[str, Any] = manifest
 
     @classmethod
-    def open(cls, path: str | os.PathLike) -> "IndexStore":
-        """Open the index in ``path`` (format version checked)."""
-        return cls(path)
+    def open(cls, path: str | os.PathLike, *, verify: str = "cheap") -> "IndexStore":
+        """Open the index in ``path`` (format version checked).
+
+        ``verify``: "cheap" (default: sizes and headers, milliseconds), "full" (checksums and
+        structure, :func:`~noderag.index.verify.verify_index`) or "none".
+        """
+        return cls(path, verify=verify)
 
     def __repr__(self) -> str:
         counts = self.manifest.get("counts", {}).get("nodes", {})
@@ -214,12 +222,18 @@ class IndexStore:
     def graph(self):
         from noderag.graph.hetero import HeteroGraph
 
-        return HeteroGraph.load(self.path, mmap=True)
+        from .verify import reading
+
+        with reading(self.path, "graph/"):
+            return HeteroGraph.load(self.path, mmap=True)
 
     @cached_property
     def nodes(self):
+        from .verify import reading
+
         path = self.path / "nodes.parquet"
-        tab = read_nodes_file(path)
+        with reading(self.path, "nodes.parquet"):
+            tab = read_nodes_file(path)
         if "key" not in tab.column_names:  # stored once, in node_keys.npy
             import pyarrow as pa
 
@@ -233,7 +247,10 @@ class IndexStore:
     def documents(self):
         import pyarrow.parquet as pq
 
-        return pq.read_table(self.path / "documents.parquet", memory_map=True)
+        from .verify import reading
+
+        with reading(self.path, "documents.parquet"):
+            return pq.read_table(self.path / "documents.parquet", memory_map=True)
 
     def _np(self, name: str) -> np.ndarray:
         return self.nodes.column(name).to_numpy(zero_copy_only=False)
@@ -281,7 +298,10 @@ class IndexStore:
         path = self.path / "vectors.usearch"
         if not path.is_file():
             raise IndexNotFoundError(f"{path}: missing")
-        return VectorIndex.load(path, view=True)
+        from .verify import reading
+
+        with reading(self.path, "vectors.usearch"):
+            return VectorIndex.load(path, view=True)
 
     def embedder(self):
         """The embedder named in the index config (created on first call, then reused)."""
