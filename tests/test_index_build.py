@@ -110,6 +110,11 @@ def test_older_nodes_parquet_with_key_column(tmp_path, demo_index):
     keys = np.load(out / "node_keys.npy")
     assert "name" not in pq.read_table(out / "nodes.parquet").column_names  # derived: N/O text, else null
     pq.write_table(new, out / "nodes.parquet")  # the old layout: every column stored
+    # ... with the manifest such a build wrote: its size, and no checksums (they came later)
+    m = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
+    del m["checksums"]
+    m["bytes"]["nodes.parquet"] = (out / "nodes.parquet").stat().st_size
+    (out / "manifest.json").write_text(json.dumps(m), encoding="utf-8")
     old = IndexStore.open(out).nodes
     assert list(old.column_names) == list(NODE_COLUMNS)
     assert old.equals(new)

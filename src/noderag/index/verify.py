@@ -50,6 +50,7 @@ class IndexDamagedError(ValueError):
         self.root = str(root)
         self.file = file
         self.problem = problem
+        detail = " ".join("".join(c if c.isprintable() else " " for c in detail).split())  # one clean line
         extra = f" ({detail})" if detail else ""
         super().__init__(f"{root}: {problem} in {file}{extra}; the index is damaged: rebuild it or restore a copy")
 
