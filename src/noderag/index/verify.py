@@ -185,30 +185,35 @@ def _usearch_meta(root: Path, rel: str) -> dict[str, Any]:
     path = root / rel
     size = path.stat().st_size
     with open(path, "rb") as fh:
-        head = fh.read(8)
+        head = fh.read(16)
     if len(head) < 8:
         raise IndexDamagedError(root, rel, "damaged header", "shorter than its matrix header")
-    rows, cols = (int(x) for x in np.frombuffer(head, dtype="<u4"))
     try:
         meta = Index.metadata(str(path))
     except Exception as exc:  # usearch raises RuntimeError/ValueError on a damaged header
         raise IndexDamagedError(root, rel, "damaged header", f"{type(exc).__name__}: {exc}"[:200]) from None
     if not meta or not meta.get("matrix_included", False):
         raise IndexDamagedError(root, rel, "damaged header", "no usearch index header")
+    # the vectors come first: rows and bytes per row (two u32, or two u64 for huge matrices), then the rows
+    wide = bool(meta.get("matrix_uses_64_bit_dimensions", False))
+    header = 16 if wide else 8
+    if len(head) < header:
+        raise IndexDamagedError(root, rel, "damaged header", "shorter than its matrix header")
+    rows, row_bytes = (int(x) for x in np.frombuffer(head[:header], dtype="<u8" if wide else "<u4"))
     scalar = str(getattr(meta.get("kind_scalar"), "name", meta.get("kind_scalar"))).lower()
     width = _USEARCH_SCALAR_BYTES.get(scalar)
-    if rows != meta.get("count_present", -1) + meta.get("count_deleted", 0) or cols != meta.get("dimensions"):
+    dims = int(meta.get("dimensions", -1))
+    count = int(meta.get("count_present", -1)) + int(meta.get("count_deleted", 0))
+    if rows != count or (width is not None and row_bytes != int(np.ceil(dims * width))):
         raise IndexDamagedError(root, rel, "damaged header",
-                                f"matrix {rows} x {cols} but index header {meta.get('count_present')} x "
-                                f"{meta.get('dimensions')}")
-    if width is not None:
-        start = 8 + int(np.ceil(rows * cols * width))
-        with open(path, "rb") as fh:
-            fh.seek(start)
-            magic = fh.read(7)
-        if magic != b"usearch" or start >= size:
-            raise IndexDamagedError(root, rel, "damaged header", "the index header is not after the vectors")
-    return {"count": int(meta.get("count_present", 0)), "dim": int(cols), "scalar": scalar}
+                                f"matrix of {rows} rows x {row_bytes} bytes, index header {count} x {dims} {scalar}")
+    start = header + rows * row_bytes
+    with open(path, "rb") as fh:
+        fh.seek(start)
+        magic = fh.read(7)
+    if magic != b"usearch" or start >= size:
+        raise IndexDamagedError(root, rel, "damaged header", "the index header is not after the vectors")
+    return {"count": int(meta.get("count_present", 0)), "dim": dims, "scalar": scalar}
 
 
 def _json_file(root: Path, rel: str) -> Any:
