@@ -166,3 +166,16 @@ def test_cli_verify_and_stats(index_copy, capsys):
     assert main(["stats", str(index_copy)]) == 1
     err = capsys.readouterr().err
     assert "graph/indptr.npy" in err and len(err.strip().splitlines()) == 1
+
+
+def test_insert_refuses_a_damaged_index(index_copy, tmp_path):
+    path = index_copy / "graph" / "weights.npy"
+    b = bytearray(path.read_bytes())
+    b[-2] ^= 0x01  # a weight changed slightly: only the checksum sees it
+    path.write_bytes(bytes(b))
+    before = path.read_bytes()
+    new = tmp_path / "new.jsonl"
+    new.write_text(json.dumps({"id": "n1", "text": "Kessel Harbour was rebuilt in 1902."}) + "\n", encoding="utf-8")
+    with pytest.raises(IndexDamagedError, match=r"checksum mismatch in graph/weights\.npy"):
+        build_index([new], index_copy, progress=False)
+    assert path.read_bytes() == before and (index_copy / "manifest.json").is_file()

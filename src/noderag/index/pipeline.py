@@ -341,6 +341,9 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
 
     # ---- existing state
     if existing:
+        from .verify import verify_index
+
+        verify_index(root, "full", manifest=manifest_old)  # an insert must not build on damaged files
         table, docs_rows, base, _ = _load_existing(root)
     else:
         table, docs_rows, base = NodeTable(), [], EdgeList()
