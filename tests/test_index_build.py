@@ -386,3 +386,18 @@ def test_insert_with_other_config_is_refused(tmp_path, demo_index):
     shutil.copytree(demo_index, out)
     with pytest.raises(ConfigError, match="chunk"):
         build_index([demo_dir()], out, _config(**{"chunk.max_tokens": 200}), progress=False)
+
+
+def test_manifest_records_build_settings_but_no_search_section(tmp_path):
+    """Search settings are query-time: the manifest keeps the build's sections and no [search] copy."""
+    import noderag
+    from noderag.search.config import SearchConfig
+
+    doc = tmp_path / "a.txt"
+    doc.write_text("Ada Lovelace worked with Charles Babbage in London. Babbage designed the Analytical Engine.",
+                   encoding="utf-8")
+    cfg = NodeRAGConfig().with_overrides({"search.vector_top_k": 3, "embed.spec": "hash:16"})
+    idx = noderag.build([doc], tmp_path / "idx", config=cfg, progress=False)
+    assert "search" not in idx.manifest["config"]
+    assert {"chunk", "decompose", "embed", "communities", "seed"} <= set(idx.manifest["config"])
+    assert idx.searcher().config == SearchConfig()  # queries use the current defaults

@@ -99,7 +99,7 @@ def test_matches_dense_reference(data, rule, t, alpha):
 
 def test_hand_computed_path():
     csr = csr_from_coo(5, [0, 1, 2], [1, 2, 3])
-    res = shallow_ppr(csr, [0], node_types=[0, 1, 2, 0, 0], k_per_type=3, alpha=0.5, iterations=2)
+    res = shallow_ppr(csr, [0], node_types=[0, 1, 2, 0, 0], k_per_type=3, alpha=0.5, iterations=2, rule="restart")
     assert res.ids[0].tolist() == [0, -1, -1]
     assert res.ids[1].tolist() == [1, -1, -1]
     assert res.ids[2].tolist() == [2, -1, -1]
@@ -126,7 +126,7 @@ def test_ties_break_to_smaller_id():
     csr = csr_from_coo(n, np.zeros(n - 1, np.int64), np.arange(1, n))  # star, all leaves equal
     types = np.ones(n, np.uint8)
     types[0] = 0
-    perm_seed = shallow_ppr(csr, [0], node_types=types, k_per_type=[1, 4, 0, 0, 0, 0, 0], iterations=1)
+    perm_seed = shallow_ppr(csr, [0], node_types=types, k_per_type=[1, 4, 0, 0, 0, 0, 0], iterations=1, rule="restart")
     assert perm_seed.ids[1].tolist() == [1, 2, 3, 4]
     assert np.all(perm_seed.scores[1] == perm_seed.scores[1][0])
     assert perm_seed.ids[0].tolist() == [0, -1, -1, -1]
@@ -135,7 +135,7 @@ def test_ties_break_to_smaller_id():
 
 def test_zero_weight_seed_is_not_returned():
     csr = csr_from_coo(6, [0, 2, 4], [1, 3, 5])
-    res = shallow_ppr(csr, [0, 2], [1.0, 0.0], node_types=np.zeros(6, np.uint8), k_per_type=6, iterations=2)
+    res = shallow_ppr(csr, [0, 2], [1.0, 0.0], node_types=np.zeros(6, np.uint8), k_per_type=6, iterations=2, rule="restart")
     ids, scores = res.top(0)
     assert set(ids.tolist()) == {0, 1}
     assert np.all(scores > 0)
@@ -271,8 +271,8 @@ def test_epsilon_mode_skips_hub_and_reports_bound():
     dst = np.concatenate([[1, hub, 2], np.arange(2, 2002)])
     csr = csr_from_coo(n, src, dst)
     types = np.zeros(n, np.uint8)
-    exact = shallow_ppr(csr, [0, 1], node_types=types, k_per_type=n, iterations=2)
-    approx = shallow_ppr(csr, [0, 1], node_types=types, k_per_type=n, iterations=2, epsilon=1e-3)
+    exact = shallow_ppr(csr, [0, 1], node_types=types, k_per_type=n, iterations=2, rule="restart")
+    approx = shallow_ppr(csr, [0, 1], node_types=types, k_per_type=n, iterations=2, epsilon=1e-3, rule="restart")
     assert exact.error_bound == 0.0
     assert approx.error_bound == pytest.approx(0.5 * 0.125)  # alpha * the hub's mass after step 1
     assert approx.support_size < 10 < exact.support_size
@@ -285,7 +285,7 @@ def test_epsilon_mode_skips_hub_and_reports_bound():
     for v in (0, 1, 2):
         assert got[v] == pytest.approx(want[v], rel=1e-6)
     # Below the threshold the hub is expanded and the result is exact.
-    tight = shallow_ppr(csr, [0, 1], node_types=types, k_per_type=n, iterations=2, epsilon=1e-6)
+    tight = shallow_ppr(csr, [0, 1], node_types=types, k_per_type=n, iterations=2, epsilon=1e-6, rule="restart")
     assert tight.error_bound == 0.0
     np.testing.assert_array_equal(tight.ids, exact.ids)
 
@@ -301,11 +301,11 @@ def test_exact_mode_prunes_hub_rows_only_when_certified():
     op = PPROperator(csr, types)
     seeds, w = np.array([201, 1]), np.array([1.0, 1e-5])
     p = dense_ppr(csr, seeds, w, 0.5, 2, "restart")
-    small = op.query(seeds, w, k_per_type=5)
+    small = op.query(seeds, w, k_per_type=5, rule="restart")
     check_topk(small, p, types, np.full(N_TYPES, 5))
     assert small.error_bound == 0.0
     assert small.support_size < int((p > 0).sum())  # the hub's leaves were never touched
-    full = op.query(seeds, w, k_per_type=n)  # hub leaves reach the top-k: certification fails, rerun
+    full = op.query(seeds, w, k_per_type=n, rule="restart")  # hub leaves reach the top-k: certification fails, rerun
     check_topk(full, p, types, np.full(N_TYPES, n))
     assert full.support_size == int((p > 0).sum())
 
@@ -335,8 +335,8 @@ def test_epsilon_correction_for_a_long_candidate_row():
     types[0] = 2
     op = PPROperator(csr, types)
     assert op.mirrored
-    exact = op.query([2], k_per_type=n, iterations=2)
-    approx = op.query([2], k_per_type=n, iterations=2, epsilon=1e-2)
+    exact = op.query([2], k_per_type=n, iterations=2, rule="restart")
+    approx = op.query([2], k_per_type=n, iterations=2, epsilon=1e-2, rule="restart")
     assert approx.error_bound > 0
     want = dict(zip(*[x.tolist() for x in exact.top(1)]))
     ids, scores = approx.top(1)
@@ -354,8 +354,8 @@ def test_epsilon_mode_keeps_small_segments_of_a_hub():
     types[[5, 77, 300]] = 4
     types[304] = 0
     types[0] = 2
-    exact = shallow_ppr(csr, [304], node_types=types, k_per_type=5, iterations=2)
-    approx = shallow_ppr(csr, [304], node_types=types, k_per_type=5, iterations=2, epsilon=1e-2)
+    exact = shallow_ppr(csr, [304], node_types=types, k_per_type=5, iterations=2, rule="restart")
+    approx = shallow_ppr(csr, [304], node_types=types, k_per_type=5, iterations=2, epsilon=1e-2, rule="restart")
     assert approx.error_bound > 0
     np.testing.assert_array_equal(approx.ids[4], exact.ids[4])
     np.testing.assert_array_equal(approx.scores[4], exact.scores[4])

@@ -52,7 +52,7 @@ class ExactVectors:
         pos = {int(i): j for j, i in enumerate(self.ids)}
         return self.vecs[[pos[int(i)] for i in ids]]
 
-    def search(self, q, k, *, threads=0):
+    def search(self, q, k, *, threads=0, expansion=None):  # exact: the HNSW beam does not apply
         sims = np.atleast_2d(q) @ self.vecs.T
         k = min(k, len(self.ids))
         order = np.argsort(-sims, axis=1, kind="stable")[:, :k]

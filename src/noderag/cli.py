@@ -193,6 +193,11 @@ def _parser() -> argparse.ArgumentParser:
 
     add_demo_arguments(d)
     d.set_defaults(func=run_demo)
+    v = sub.add_parser("serve", help="serve an index over HTTP: JSON API and a web page (extra: noderag[serve])")
+    from noderag.serve.cli import add_serve_arguments, run_serve  # imports FastAPI only when run
+
+    add_serve_arguments(v)
+    v.set_defaults(func=run_serve)
     return p
 
 

@@ -465,6 +465,16 @@ class NodeRAGConfig:
             out[f.name] = v.to_dict() if hasattr(v, "to_dict") else (asdict(v) if is_dataclass(v) else v)
         return out
 
+    def to_index_dict(self) -> dict[str, Any]:
+        """What an index records of its configuration: everything but ``search``.
+
+        Search settings are query-time settings (the current defaults, a config file, flags); a
+        copy in the manifest would only suggest that queries read it.
+        """
+        out = self.to_dict()
+        out.pop("search", None)
+        return out
+
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> "NodeRAGConfig":
         """Build and validate from a nested mapping; unknown keys raise ``ConfigError`` naming them."""

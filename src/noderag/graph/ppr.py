@@ -73,6 +73,8 @@ __all__ = ["PPRResult", "PPROperator", "shallow_ppr", "shallow_ppr_batch", "RULE
            "MIN_SKIP_SEGMENT"]
 
 RULES = ("restart", "lazy")
+# the one default update rule, used by the kernels' wrappers and by search.rule (the reference NodeRAG's rule)
+DEFAULT_RULE = "lazy"
 #: Recommended ``epsilon`` for the bounded-error mode (top-50 per type equal to exact on
 #: the benchmark's synthetic NodeRAG graphs at 10^6 nodes).
 DEFAULT_EPSILON = 1e-6
@@ -264,7 +266,7 @@ class PPROperator:
         return bool(self._kernel.mirrored)
 
     def query(self, seeds, seed_weights=None, *, k_per_type, alpha: float = 0.5, iterations: int = 2,
-              rule: str = "restart", epsilon: float = 0.0) -> PPRResult:
+              rule: str = DEFAULT_RULE, epsilon: float = 0.0) -> PPRResult:
         """Run one query; see the module docstring for the semantics."""
         a, t, restart, eps = _params(alpha, iterations, rule, epsilon)
         k = self._k(k_per_type)
@@ -320,7 +322,7 @@ class PPROperator:
         return k
 
     def query_batch(self, seed_lists, weight_lists=None, *, k_per_type, alpha: float = 0.5, iterations: int = 2,
-                    rule: str = "restart", epsilon: float = 0.0, n_threads: int | None = None) -> list[PPRResult]:
+                    rule: str = DEFAULT_RULE, epsilon: float = 0.0, n_threads: int | None = None) -> list[PPRResult]:
         """Run many queries in one native call on ``n_threads`` threads (GIL released).
 
         The results equal those of one :meth:`query` per seed list.
@@ -375,7 +377,7 @@ def _operator(csr, node_types) -> PPROperator:
 
 
 def shallow_ppr(csr: CSR | PPROperator, seeds, seed_weights=None, *, node_types=None, k_per_type,
-                alpha: float = 0.5, iterations: int = 2, rule: str = "restart", epsilon: float = 0.0,
+                alpha: float = 0.5, iterations: int = 2, rule: str = DEFAULT_RULE, epsilon: float = 0.0,
                 n_threads: int | None = None) -> PPRResult:
     """Top-k nodes per type by shallow personalized PageRank from weighted seeds.
 
@@ -396,7 +398,7 @@ def shallow_ppr(csr: CSR | PPROperator, seeds, seed_weights=None, *, node_types=
         Damping: the share of mass propagated along edges per step.
     iterations : int, default=2
         Number of steps t (0 returns the seeds).
-    rule : {"restart", "lazy"}, default="restart"
+    rule : {"restart", "lazy"}, default=DEFAULT_RULE ("lazy")
     epsilon : float, default=0.0
         Threshold of the bounded-error mode (0: exact; ``DEFAULT_EPSILON`` is a good start).
     n_threads : int, default=None
@@ -408,7 +410,7 @@ def shallow_ppr(csr: CSR | PPROperator, seeds, seed_weights=None, *, node_types=
 
 
 def shallow_ppr_batch(csr: CSR | PPROperator, seed_lists, weight_lists=None, *, node_types=None, k_per_type,
-                      alpha: float = 0.5, iterations: int = 2, rule: str = "restart", epsilon: float = 0.0,
+                      alpha: float = 0.5, iterations: int = 2, rule: str = DEFAULT_RULE, epsilon: float = 0.0,
                       n_threads: int | None = None) -> list[PPRResult]:
     """Run :func:`shallow_ppr` for many seed lists in one native multi-threaded call.
 

@@ -191,8 +191,12 @@ class VectorIndex:
             out[:] = np.asarray(rows, dtype=np.float32).reshape(ids.shape[0], self.ndim)
         return out
 
-    def search(self, vectors, k: int, *, threads: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    def search(self, vectors, k: int, *, threads: int = 0,
+               expansion: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Approximate k nearest neighbours of each query row.
+
+        ``expansion`` sets the HNSW search beam (usearch ``expansion_search``) first; it stays set on
+        this index (a setting of the loaded index, shared by every caller of it).
 
         Returns
         -------
@@ -204,6 +208,11 @@ class VectorIndex:
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
             raise ValueError(f"k must be a positive integer, got {k!r}")
         k = int(k)
+        if expansion is not None:
+            if isinstance(expansion, bool) or not isinstance(expansion, (int, np.integer)) or expansion < 1:
+                raise ValueError(f"expansion must be a positive integer or None, got {expansion!r}")
+            if self._index.expansion_search != int(expansion):
+                self._index.expansion_search = int(expansion)
         queries = _as_vectors(vectors, self.ndim, name="vectors")
         q = queries.shape[0]
         out_ids = np.full((q, k), -1, np.int64)

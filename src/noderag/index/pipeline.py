@@ -374,7 +374,7 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
         atomic_write_json(run_path, {"run_id": run_id, "n_docs": len(new_docs)})
     if not existing:
         atomic_write_json(root / MANIFEST, {"format_version": FORMAT_VERSION, "state": "building",
-                                            "config": config.to_dict()})
+                                            "config": config.to_index_dict()})
     slog = StageLog(stages / "state.json", log=log)
     if not slog.done("ingest"):
         slog.start("ingest", already_s=t_ingest)
@@ -620,7 +620,7 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
     manifest = {
         "format_version": FORMAT_VERSION,
         "state": "complete",
-        "config": config.to_dict(),
+        "config": config.to_index_dict(),
         "embedder": {"name": getattr(emb, "name", config.embed.spec), "dim": dim},
         "counts": {
             "documents": len(docs_rows),

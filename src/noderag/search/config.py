@@ -7,7 +7,7 @@ from typing import Any, Mapping
 
 __all__ = ["SearchConfig", "QuotaConfig"]
 
-_RULES = ("restart", "lazy")
+from ..graph.ppr import DEFAULT_RULE, RULES as _RULES
 _ENTITY_SOURCES = ("nlp", "llm", "none")
 #: Renamed fields: old name -> new name (accepted when loading).
 _RENAMED = {"passage_entry_weight": "passage_dense_weight"}
@@ -42,6 +42,10 @@ class SearchConfig:
     ----------
     vector_top_k : int, default=10
         Entry points: nearest embedded nodes (T, S, A, H) of the query vector.
+    expansion_search : int, default=128
+        HNSW search beam (usearch's default is 64). With indexes built at ``embed.expansion_add``
+        64, a beam of 128 recovers the recall the cheaper build gives up, for ~0.05 ms a query
+        (benchmarks/bench_hnsw_leiden.py).
     vector_weight : float
         Personalisation mass given to the vector entry points (split by similarity).
     name_weight : float
@@ -77,6 +81,7 @@ class SearchConfig:
     """
 
     vector_top_k: int = 10
+    expansion_search: int = 128
     vector_weight: float = 1.0
     name_weight: float = 1.0
     max_name_matches: int = 8
@@ -87,7 +92,7 @@ class SearchConfig:
     use_ppr: bool = True
     alpha: float = 0.5
     iterations: int = 2
-    rule: str = "lazy"
+    rule: str = DEFAULT_RULE
     structural_weight: float = 1.0
     semantic_weight: float = 0.0
     ppr_candidates: int = 30
@@ -114,6 +119,7 @@ class SearchConfig:
                 raise ValueError(f"search.{name} must be a number >= 0, got {v!r}")
 
         _int("vector_top_k", 0)
+        _int("expansion_search", 1)
         _int("max_name_matches", 0)
         _int("iterations", 0)
         _int("ppr_candidates", 1)

@@ -64,7 +64,7 @@ class Searcher:
         Provides ``graph`` (HeteroGraph: ``types``, ``structural``, ``semantic``,
         ``combined(structural_weight, semantic_weight)``), ``nodes`` (pyarrow table with
         ``type``, ``name``, ``text``, ``doc_id``, ``chunk_id``, ``source_id``),
-        ``vectors`` (``search(vectors, k) -> (ids, distances)``, cosine distance), and
+        ``vectors`` (``search(vectors, k, threads=, expansion=) -> (ids, distances)``, cosine distance), and
         ``embedder()``.
     config : SearchConfig or None, default=None
         ``None`` uses the defaults.
@@ -238,7 +238,7 @@ class Searcher:
         k = cfg.vector_top_k
         if k > 0 and len(self.store.vectors) > 0:
             threads = 1 if len(queries) == 1 else (cfg.n_threads or 0)
-            ids, dist = self.store.vectors.search(vectors, k, threads=threads)
+            ids, dist = self.store.vectors.search(vectors, k, threads=threads, expansion=cfg.expansion_search)
             ids = np.asarray(ids, dtype=np.int64).reshape(len(queries), -1)
             sims = (1.0 - np.asarray(dist, dtype=np.float32)).reshape(len(queries), -1)
         else:

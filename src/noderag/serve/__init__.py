@@ -1,0 +1,18 @@
+"""``noderag serve``: an HTTP API and an offline web page over one opened index (optional extra ``serve``).
+
+The index opens once; retrieval runs on one worker thread that batches whatever requests queued while
+the previous batch ran (one embedding call, one multi-threaded PPR call), so 32 concurrent clients share
+the compiled kernels instead of contending for them. FastAPI and uvicorn are imported only here.
+"""
+
+from __future__ import annotations
+
+__all__ = ["create_app", "ServeSettings"]
+
+
+def __getattr__(name: str):  # lazy: importing noderag.serve must not need the extra until it is used
+    if name in __all__:
+        from . import app
+
+        return getattr(app, name)
+    raise AttributeError(name)
