@@ -34,8 +34,9 @@ __all__ = ["CHECKSUMS", "IndexDamagedError", "VerifyReport", "file_checksums", "
 CHECKSUMS = "checksums"
 VERIFY_LEVELS = ("none", "cheap", "full")
 _MANIFEST = "manifest.json"
-# files of an index folder that are not index content: the writer lock, and the LLM cache that queries append to
-_NOT_CONTENT = frozenset({".writer.lock", "llm_cache.sqlite", _MANIFEST})
+# files of an index folder that are not index content: the writer lock, a readers' lock file, and the
+# LLM cache that queries append to
+_NOT_CONTENT = frozenset({".writer.lock", ".readers", "llm_cache.sqlite", _MANIFEST})
 _BLOCK = 1 << 20
 # node type codes (graph.types.NodeType): T S N R A H O; the embedded ones are T, S, A, H
 _N_TYPES = 7
