@@ -65,6 +65,10 @@ def format_result(res: RetrievalResult, *, passages: int = 5, texts: dict[int, s
             lines += [f"A: (no answer: {answer.error})"]
         else:
             lines += [f"A: {answer.answer}", f"   cites nodes: {cites}"]
+    if not res.matched:
+        best = "none" if res.best_similarity is None else f"{res.best_similarity:.3f}"
+        lines.append(f"no confident match: no name matched and the best similarity {best} is below "
+                     f"search.min_similarity {res.min_similarity:g}; the results below are only the nearest nodes")
     if res.query_entities:
         lines.append("entities: " + ", ".join(res.query_entities)
                      + f"  ({len(res.matched_names)} name match{'es' if len(res.matched_names) != 1 else ''})")

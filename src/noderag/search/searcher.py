@@ -12,6 +12,7 @@ neighbourhood and a few hundred candidate nodes.
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
@@ -92,6 +93,7 @@ class Searcher:
         self.store = store
         self.llm = llm
         self._embedder = embedder
+        self._embedder_lock = threading.Lock()
         self._count_tokens = count_tokens
         self._extract = entity_extractor or default_entity_extractor()
         self._tok_cache: dict[int, int] = {}  # node id -> tokens of its context line
@@ -159,7 +161,9 @@ class Searcher:
     def embedder(self) -> Any:
         """The query embedder (the index's, unless one was passed)."""
         if self._embedder is None:
-            self._embedder = self.store.embedder()
+            with self._embedder_lock:  # threads share one embedder (loading a model is costly)
+                if self._embedder is None:
+                    self._embedder = self.store.embedder()
         return self._embedder
 
     # ------------------------------------------------------------ public API
@@ -527,8 +531,11 @@ class Searcher:
         priority = sorted(range(len(nodes)), key=lambda i: (_PRIORITY[nodes[i].origin], i))
         context, n_tok, ctx_ids = assemble_context([nodes[i] for i in priority], self.config.context_tokens,
                                                    self._count_tokens, self._line_tokens)
+        best = float(prep.entry_sims.max()) if prep.entry_sims.size else None
+        min_sim = float(self.config.min_similarity)
+        matched = bool(prep.name_ids.size) or (best is not None and best >= min_sim)
         return RetrievalResult(prep.query, nodes, passages, pscores, pnodes, docs, context, n_tok, ctx_ids,
-                               list(prep.entities), prep.name_ids.tolist())
+                               list(prep.entities), prep.name_ids.tolist(), best, min_sim, matched)
 
 
 _PRIORITY = {"entry": 0, "ppr": 1, "name": 1, "attribute": 2, "high_level": 3}
@@ -554,6 +561,12 @@ def default_entity_extractor() -> Callable[[str], list[str]]:
 def _check_query(query: Any, name: str) -> str:
     if not isinstance(query, str):
         raise TypeError(f"{name} must be a str, got {type(query).__name__}")
+    try:
+        query.encode("utf-8")
+    except UnicodeEncodeError as exc:  # lone surrogates: not Unicode text, and the tokenizer rejects them
+        bad = query[exc.start]
+        raise ValueError(f"{name} is not valid Unicode: lone surrogate U+{ord(bad):04X} at character {exc.start} "
+                         "(decode the input with errors='replace' or fix its encoding)") from None
     if not query.strip():
         raise ValueError(f"{name} must be a non-empty question")
     return query
