@@ -230,6 +230,13 @@ class IndexStore:
         return tab
 
     @cached_property
+    def query_index(self):
+        """The build-time query index (``query/``, memory-mapped), or None for an index without one."""
+        from .query_index import QueryIndex
+
+        return QueryIndex.load(self.path, n=int(self.graph.n))
+
+    @cached_property
     def documents(self):
         import pyarrow.parquet as pq
 

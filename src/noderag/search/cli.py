@@ -127,7 +127,6 @@ def run_query(args: argparse.Namespace, *, out: TextIO | None = None) -> int:
     except (TypeError, ValueError) as exc:
         print(f"noderag query: error: {exc}", file=sys.stderr)
         return 1
-    texts_col = store.nodes.column("text")
     status = 0
     for i, res in enumerate(results):
         answer = None
@@ -145,7 +144,7 @@ def run_query(args: argparse.Namespace, *, out: TextIO | None = None) -> int:
             out.write(json.dumps(obj, ensure_ascii=False) + "\n")
             continue
         ids = res.passage_node_ids[: args.passages]
-        texts = dict(zip(ids, texts_col.take(ids).to_pylist())) if ids else {}
+        texts = dict(zip(ids, searcher.node_texts(ids))) if ids else {}
         if i:
             out.write("\n")
         out.write(format_result(res, passages=args.passages, texts=texts, show_context=args.show_context,
