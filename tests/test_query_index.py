@@ -180,3 +180,14 @@ def test_insert_rewrites_the_query_index(tmp_path):
     memory = _without_query_index(index, tmp_path)
     q = ["Where does Publix operate stores?", "Who recorded Hello Love?"]
     assert _rows(index, q) == _rows(memory, q)
+
+
+def test_damaged_graph_is_still_caught_without_the_compiled_check(demo, tmp_path):
+    # the searcher maps the graph without HeteroGraph's numba pass; PPROperator's checks must catch damage
+    copy = tmp_path / "badgraph"
+    shutil.copytree(demo.path, copy)
+    ind = np.load(copy / "graph" / "indices.npy")
+    ind[len(ind) // 2] = int(demo.graph.n) + 5
+    np.save(copy / "graph" / "indices.npy", ind)
+    with pytest.raises(ValueError, match=r"indices must lie in"):
+        noderag.Index.open(copy).retrieve("Which river flows through the capital?")

@@ -234,7 +234,7 @@ class IndexStore:
         """The build-time query index (``query/``, memory-mapped), or None for an index without one."""
         from .query_index import QueryIndex
 
-        return QueryIndex.load(self.path, n=int(self.graph.n))
+        return QueryIndex.load(self.path)  # its node count is checked against the graph by the searcher
 
     @cached_property
     def documents(self):

@@ -17,6 +17,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -92,7 +93,7 @@ class Searcher:
         self._count_tokens = count_tokens
         self._extract = entity_extractor or default_entity_extractor()
         self._tok_cache: dict[int, int] = {}  # node id -> tokens of its context line
-        graph = store.graph
+        graph = _search_graph(store)
         self.types = np.ascontiguousarray(np.asarray(graph.types), dtype=np.uint8)
         self.n = int(self.types.shape[0])
         # plain ndarray views of the (memory-mapped) structural layer: cheap scalar indexing
@@ -509,6 +510,23 @@ class Searcher:
         matched = bool(prep.name_ids.size) or (best is not None and best >= min_sim)
         return RetrievalResult(prep.query, nodes, passages, pscores, pnodes, docs, context, n_tok, ctx_ids,
                                list(prep.entities), prep.name_ids.tolist(), best, min_sim, matched)
+
+
+def _search_graph(store: Any) -> Any:
+    """The store's graph; when not loaded yet, memory-mapped without the numba invariant pass.
+
+    The searcher validates the layer PPR runs on itself (``PPROperator``: numpy checks of indptr,
+    column ranges, weights and type codes, O(nnz)), so the graph's own compiled check would only
+    repeat it, and loading numba's kernel cache costs ~0.5 s at the first query after open.
+    """
+    if "graph" in getattr(store, "__dict__", {}) or not hasattr(store, "path"):
+        return store.graph
+    from ..graph.hetero import HeteroGraph
+
+    meta = Path(store.path) / "graph" / "meta.json"
+    if not meta.is_file():
+        return store.graph
+    return HeteroGraph.load(store.path, mmap=True, validate=False)
 
 
 _PRIORITY = {"entry": 0, "ppr": 1, "name": 1, "attribute": 2, "high_level": 3}
