@@ -80,6 +80,9 @@ class _NameMatching:
         """Names whose whole-word tokens joined by one space are ``phrase``."""
         raise NotImplementedError
 
+    def _phrase_js_many(self, phrases: list[str]) -> list[list[int]]:
+        return [self._phrase_js(p) for p in phrases]
+
     def _posting(self, tok: str) -> np.ndarray | None:
         """Sorted names containing the token ``tok`` (None: no name has it)."""
         raise NotImplementedError
@@ -90,6 +93,10 @@ class _NameMatching:
 
     def _name_seq(self, j: int) -> tuple:
         raise NotImplementedError
+
+    def _may_occur(self, words: list[str]) -> list[bool]:
+        """Per canonical query word: False only when no name phrase can contain it as a piece."""
+        return [True] * len(words)
 
     def exact(self, entity: str) -> list[int]:
         """Node ids whose canonical name equals the entity's (or its whole-word form)."""
@@ -136,17 +143,23 @@ class _NameMatching:
         toks = [canonical_name(w) for w in surface]
         spans: list[tuple[int, int, list[int]]] = []
         n_max = min(self.max_tokens, len(toks), MAX_PHRASE_WORDS)
+        possible = self._may_occur(toks)
+        todo: list[tuple[int, int]] = []
         for n in range(n_max, 0, -1):
             for s in range(len(toks) - n + 1):
+                if not all(possible[s:s + n]):
+                    continue
                 if not any(t not in STOPWORDS and (w[:1].isupper() or w[:1].isdigit())
                            for t, w in zip(toks[s:s + n], surface[s:s + n])):
                     continue
-                hits = self._phrase_js(" ".join(toks[s:s + n]))
-                if not hits:
-                    continue
-                if any(a <= s and s + n <= b for a, b, _ in spans):
-                    continue
-                spans.append((s, s + n, hits))
+                todo.append((s, n))
+        found = self._phrase_js_many([" ".join(toks[s:s + n]) for s, n in todo])
+        for (s, n), hits in zip(todo, found):  # longest spans first, as listed
+            if not hits:
+                continue
+            if any(a <= s and s + n <= b for a, b, _ in spans):
+                continue
+            spans.append((s, s + n, hits))
         spans.sort()
         out: list[tuple[int, str]] = []
         for s, e, hits in spans:
@@ -351,6 +364,17 @@ class MappedNames(_NameMatching):
 
     def _phrase_js(self, phrase: str) -> list[int]:
         lo, hi = self._range(self._phrase_hash, phrase)
+        return self._verify_phrase(phrase, lo, hi)
+
+    def _phrase_js_many(self, phrases: list[str]) -> list[list[int]]:
+        if not phrases:
+            return []
+        h = np.asarray([hash64(p) for p in phrases], dtype=np.uint64)  # one binary search for all
+        lo = np.searchsorted(self._phrase_hash, h, side="left").tolist()
+        hi = np.searchsorted(self._phrase_hash, h, side="right").tolist()
+        return [self._verify_phrase(p, a, b) if b > a else [] for p, a, b in zip(phrases, lo, hi)]
+
+    def _verify_phrase(self, phrase: str, lo: int, hi: int) -> list[int]:
         return [j for j in self._phrase_name[lo:hi].tolist()
                 if " ".join(self._str(self._tok_off, self._tok, t) for t in self._name_seq(j)) == phrase]
 
@@ -362,6 +386,16 @@ class MappedNames(_NameMatching):
 
     def _query_seq(self, toks: tuple[str, ...]) -> tuple:
         return tuple(self._tid(t) for t in toks)
+
+    def _may_occur(self, words: list[str]) -> list[bool]:
+        # a name phrase is its tokens joined by single spaces: a space-free piece of it is a known token
+        if not words:
+            return []
+        h = np.asarray([hash64(w) for w in words], dtype=np.uint64)
+        lo = np.searchsorted(self._tok_hash, h, side="left").tolist()
+        hi = np.searchsorted(self._tok_hash, h, side="right").tolist()
+        return [" " in w or any(self._str(self._tok_off, self._tok, p) == w for p in range(a, b))
+                for w, a, b in zip(words, lo, hi)]
 
     def _name_seq(self, j: int) -> tuple:
         return tuple(self._name_tok[int(self._name_tok_ptr[j]):int(self._name_tok_ptr[j + 1])].tolist())
