@@ -11,6 +11,7 @@ Layout (DESIGN §2)::
     linked.parquet       name-link S-N edges (src, dst, w); the decomposed T/S/N/R edges an insert
                          extends are the graph's T/S/N/R structural edges minus these
     vectors.usearch      HNSW index of T, S, A, H vectors, key = node id
+    query/               what a query needs, memory-mapped at open (noderag.index.query_index)
     llm_cache.sqlite     LLM request/response cache (LLM builds only)
 
 Opening memory-maps the arrays and never executes code from disk.

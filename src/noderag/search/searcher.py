@@ -25,7 +25,7 @@ import numpy as np
 from ..graph.types import N_TYPES, NodeType
 from .config import SearchConfig
 from .context import assemble_context
-from .entities import EntityMatcher, extract_query_entities
+from .entities import extract_query_entities
 from .result import AnswerResult, RetrievalResult, RetrievedNode
 
 __all__ = ["Searcher", "LLMNotConfiguredError"]
