@@ -5,8 +5,10 @@
 For each embedder, the first ``--questions`` MuSiQue questions and a fixed list of junk queries
 (punctuation, symbols, random letters, off-topic phrases) are embedded, and each query's best
 cosine similarity over the first ``--passages`` corpus passages (title + text) is taken: the
-``best_similarity`` a ``RetrievalResult`` reports, restricted to T nodes. Writes
-``OUT/query_similarity.json`` and ``.md`` (percentiles of the real questions, every junk value).
+``best_similarity`` a ``RetrievalResult`` reports, restricted to T nodes. With ``--index DIR --index-questions FILE`` the
+real questions of FILE and the junk queries are also retrieved on a built index, and the share the
+result marks ``matched`` (a name match or best entry-point similarity >= ``search.min_similarity``)
+is reported. Writes ``OUT/query_similarity.json`` and ``.md``.
 """
 
 from __future__ import annotations
@@ -34,11 +36,13 @@ def main(argv: list[str] | None = None) -> int:
     from noderag.embed import make_embedder
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--embed", nargs="+", default=["hash:384", "hash:64", "default"])
+    ap.add_argument("--embed", nargs="*", default=["hash:384", "hash:64", "default"])
     ap.add_argument("--data", type=Path, default=DATA)
     ap.add_argument("--passages", type=int, default=600)
     ap.add_argument("--questions", type=int, default=100)
     ap.add_argument("--out", type=Path, default=HERE / "results")
+    ap.add_argument("--index", type=Path, default=None, help="a built index to measure `matched` on")
+    ap.add_argument("--index-questions", type=Path, default=None, help="questions JSONL for --index")
     args = ap.parse_args(argv)
     with open(args.data / "corpus.jsonl", encoding="utf-8") as fh:
         corpus = [json.loads(line) for line in fh][: args.passages]
@@ -56,8 +60,25 @@ def main(argv: list[str] | None = None) -> int:
                      "junk": {q: round(float(v), 3) for q, v in zip(JUNK, junk)},
                      "junk_median": round(float(np.median(junk)), 3), "junk_max": round(float(junk.max()), 3)})
         print(json.dumps(rows[-1]), file=sys.stderr)
+    on_index = None
+    if args.index is not None:
+        import noderag
+
+        index = noderag.Index.open(args.index)
+        with open(args.index_questions, encoding="utf-8") as fh:
+            iq = [json.loads(line)["question"] for line in fh]
+        on_index = {"index": str(args.index), "embed": index.config.embed.spec,
+                    "min_similarity": index.searcher().config.min_similarity}
+        for name, group in (("real", iq), ("junk", JUNK)):
+            res = index.retrieve_many(group)
+            best = np.asarray([r.best_similarity or 0.0 for r in res])
+            on_index[name] = {"queries": len(res), "matched": round(float(np.mean([r.matched for r in res])), 3),
+                              "name_match": round(float(np.mean([bool(r.matched_names) for r in res])), 3),
+                              "best_similarity_p50": round(float(np.median(best)), 3),
+                              "unmatched": [r.query for r in res if not r.matched][:20]}
     args.out.mkdir(parents=True, exist_ok=True)
-    meta = {"data": str(args.data), "passages": len(texts), "questions": len(questions), "rows": rows}
+    meta = {"data": str(args.data), "passages": len(texts), "questions": len(questions), "rows": rows,
+            "on_index": on_index}
     (args.out / "query_similarity.json").write_text(json.dumps(meta, indent=1) + "\n")
     lines = ["# Best query-passage cosine similarity: real questions vs junk queries", "",
              f"MuSiQue, first {len(questions)} questions against the first {len(texts)} passages; "
@@ -71,6 +92,15 @@ def main(argv: list[str] | None = None) -> int:
     lines += ["", "Junk values per query:", ""]
     for r in rows:
         lines.append(f"- {r['embed']}: " + ", ".join(f"`{q}` {v}" for q, v in r["junk"].items()))
+    if on_index is not None:
+        lines += ["", f"Retrieval on a built index (`{on_index['index']}`, embedder `{on_index['embed']}`, "
+                      f"min_similarity {on_index['min_similarity']}): share of results marked `matched`.", "",
+                  "| queries | n | matched | by a name match | best similarity p50 | unmatched examples |",
+                  "|---|---:|---:|---:|---:|---|"]
+        for name in ("real", "junk"):
+            r = on_index[name]
+            lines.append(f"| {name} | {r['queries']} | {r['matched']:.1%} | {r['name_match']:.1%} | "
+                         f"{r['best_similarity_p50']} | " + ", ".join(f"`{q}`" for q in r["unmatched"][:8]) + " |")
     (args.out / "query_similarity.md").write_text("\n".join(lines) + "\n")
     return 0
 
