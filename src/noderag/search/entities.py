@@ -214,8 +214,8 @@ class EntityMatcher(_NameMatching):
         node_ids = np.asarray(node_ids, dtype=np.int64).ravel()
         if node_ids.shape[0] != len(names):
             raise ValueError(f"node_ids ({node_ids.shape[0]}) and names ({len(names)}) differ in length")
-        toks = [name_tokens(str(s)) if s is not None else () for s in names]
         canon = [canonical_name(str(s)) if s is not None else "" for s in names]
+        toks = [tuple(_WORD.findall(c)) for c in canon]  # = name_tokens(name), canonicalised once
         keep = [i for i, t in enumerate(toks) if t]
         # Name ids sorted by (token count, canonical name, node id): sorted posting lists
         # then list shorter (more specific) names first, deterministically.
