@@ -68,19 +68,19 @@ def display_texts(nodes: Any):
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    return pc.coalesce(nodes.column("text"), nodes.column("name"), pa.scalar("", pa.string())).combine_chunks()
+    return pc.coalesce(nodes.column("text"), nodes.column("name"), pa.scalar("", pa.string()))
 
 
 def _string_blob(arr) -> tuple[np.ndarray, np.ndarray]:
     """(int64 offsets, uint8 bytes) of a pyarrow string array without nulls, without a Python loop."""
     import pyarrow as pa
 
-    arr = arr.cast(pa.large_string())
+    arr = arr.cast(pa.large_string())  # int64 offsets before combining: texts may pass 2 GiB
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
     n = len(arr)
     _, off_buf, data_buf = arr.buffers()
-    if off_buf is None:
+    if off_buf is None or n == 0:
         return np.zeros(1, np.int64), np.zeros(0, np.uint8)
     off = np.frombuffer(off_buf, dtype=np.int64)[arr.offset:arr.offset + n + 1].copy()
     data = (np.frombuffer(data_buf, dtype=np.uint8)[int(off[0]):int(off[-1])].copy() if data_buf is not None
