@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from noderag.graph.storage import load_npy, read_json
+from noderag.graph.storage import atomic_save_npy, atomic_write_bytes, load_npy, read_json
 
 __all__ = ["QUERY_DIR", "QueryIndex", "write_query_index", "passage_labels", "document_labels", "display_texts"]
 
@@ -139,12 +139,11 @@ def write_query_index(index_dir: str | os.PathLike) -> Path:
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
-    for key in sorted(arrays):
-        with open(out / f"{key}.npy", "wb") as fh:
-            np.save(fh, np.ascontiguousarray(arrays[key]), allow_pickle=False)
+    for key in sorted(arrays):  # fsynced like every index file: the commit only renames folders
+        atomic_save_npy(out / f"{key}.npy", arrays[key])
     meta = {"format": _FORMAT, "n": int(n), "names": int(name_arrays["name_node"].shape[0]),
             "max_tokens": max_tokens}
-    (out / "meta.json").write_text(json.dumps(meta, sort_keys=True) + "\n", encoding="utf-8")
+    atomic_write_bytes(out / "meta.json", (json.dumps(meta, sort_keys=True) + "\n").encode("utf-8"))
     return out
 
 
