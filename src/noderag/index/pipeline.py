@@ -642,6 +642,9 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
     write_documents(final / "documents.parquet", docs_rows)
     write_decompositions(final / DECOMPOSITIONS, traces)
     graph.save(final)
+    from .query_index import write_query_index  # what a query would otherwise prepare in O(n) at open
+
+    write_query_index(final)
     _write_linked(final / LINKED, *link.arrays())
     vindex.save(final / "vectors.usearch")
     _checkpoint("finalize-files")

@@ -14,6 +14,7 @@ names the live folder ``generations/N``, which holds (DESIGN §2)::
     linked.parquet       name-link S-N edges (src, dst, w); the decomposed T/S/N/R edges an insert
                          extends are the graph's T/S/N/R structural edges minus these
     vectors.usearch      HNSW index of T, S, A, H vectors, key = node id
+    query/               what a query needs, memory-mapped at open (noderag.index.query_index)
 
 ``INDEX/llm_cache.sqlite`` (LLM builds and answers) is shared by the generations.
 Opening pins one generation, memory-maps its arrays, never writes and never executes code from disk.
@@ -279,6 +280,13 @@ class IndexStore:
         if keys.shape[0] != tab.num_rows:
             raise ValueError(f"{path}: {tab.num_rows} rows but the graph has {keys.shape[0]} nodes")
         return tab.add_column(NODE_COLUMNS.index("key"), pa.field("key", pa.uint64()), pa.array(keys))
+
+    @cached_property
+    def query_index(self):
+        """The build-time query index (``query/``, memory-mapped), or None for an index without one."""
+        from .query_index import QueryIndex
+
+        return QueryIndex.load(self.path)  # its node count is checked against the graph by the searcher
 
     @cached_property
     def documents(self):
