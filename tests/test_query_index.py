@@ -23,9 +23,9 @@ DEV = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "musique"
 def _without_query_index(index, tmp: Path):
     """A copy of the index without ``query/``: the searcher prepares everything in memory."""
     dst = tmp / "memory"
-    shutil.copytree(index.path, dst)
-    shutil.rmtree(dst / QUERY_DIR)
-    return noderag.Index.open(dst)
+    shutil.copytree(index.root, dst)
+    shutil.rmtree(dst / index.path.relative_to(index.root) / QUERY_DIR)
+    return noderag.Index.open(dst, verify="none")  # the manifest still lists the removed files
 
 
 @pytest.fixture(scope="module")
@@ -123,7 +123,7 @@ def test_hash_collisions_are_verified_not_trusted():
 
 
 def test_open_and_retrieve_never_read_the_node_table(demo):
-    fresh = noderag.Index.open(demo.path)
+    fresh = noderag.Index.open(demo.root)
     res = fresh.retrieve("Which river flows through the capital?")
     assert res.nodes and res.passages
     assert "nodes" not in fresh.__dict__ and "documents" not in fresh.__dict__  # cached_property never ran
@@ -185,9 +185,10 @@ def test_insert_rewrites_the_query_index(tmp_path):
 def test_damaged_graph_is_still_caught_without_the_compiled_check(demo, tmp_path):
     # the searcher maps the graph without HeteroGraph's numba pass; PPROperator's checks must catch damage
     copy = tmp_path / "badgraph"
-    shutil.copytree(demo.path, copy)
-    ind = np.load(copy / "graph" / "indices.npy")
+    shutil.copytree(demo.root, copy)
+    gen = copy / demo.path.relative_to(demo.root)
+    ind = np.load(gen / "graph" / "indices.npy")
     ind[len(ind) // 2] = int(demo.graph.n) + 5
-    np.save(copy / "graph" / "indices.npy", ind)
+    np.save(gen / "graph" / "indices.npy", ind)
     with pytest.raises(ValueError, match=r"indices must lie in"):
         noderag.Index.open(copy).retrieve("Which river flows through the capital?")

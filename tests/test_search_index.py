@@ -137,7 +137,7 @@ def test_lone_surrogate_query_is_a_clear_value_error(index):
 
 def test_cli_lone_surrogate_is_one_line_error(index, capsys):
     # an undecodable argv byte arrives as a lone surrogate (surrogateescape)
-    code, out, err = _cli(capsys, "query", str(index.path), "Who sang \udcff?")
+    code, out, err = _cli(capsys, "query", str(index.root), "Who sang \udcff?")
     assert code == 1
     assert err.strip().count("\n") == 0 and "lone surrogate U+DCFF" in err
     assert "Traceback" not in err
@@ -159,12 +159,12 @@ def test_matched_signal_on_real_and_junk_queries(index):
 
 
 def test_cli_says_no_confident_match(index, capsys):
-    code, out, err = _cli(capsys, "query", str(index.path), "?!?! ... ;;; ---")
+    code, out, err = _cli(capsys, "query", str(index.root), "?!?! ... ;;; ---")
     assert code == 0, err
     assert "no confident match" in out
-    code, out, err = _cli(capsys, "query", str(index.path), "Who sang Hello Love?")
+    code, out, err = _cli(capsys, "query", str(index.root), "Who sang Hello Love?")
     assert code == 0 and "no confident match" not in out
-    code, out, err = _cli(capsys, "query", str(index.path), "?!?! ... ;;; ---", "--json")
+    code, out, err = _cli(capsys, "query", str(index.root), "?!?! ... ;;; ---", "--json")
     row = json.loads(out)
     assert row["matched"] is False and "best_similarity" in row and row["min_similarity"] == 0.3
 
@@ -178,7 +178,7 @@ def test_eight_threads_prepare_the_searcher_once(index, monkeypatch):
 
     queries = ["Who sang Hello Love?", "Who grows pineapples in Hawaii?", "Where did Hank Snow die?",
                "Who founded the American Institute of Physics?"]
-    expected = [r.to_dict() for r in noderag.Index.open(index.path).retrieve_many(queries)]
+    expected = [r.to_dict() for r in noderag.Index.open(index.root).retrieve_many(queries)]
     calls = []
     original = searcher_mod.Searcher.__init__
 
@@ -188,7 +188,7 @@ def test_eight_threads_prepare_the_searcher_once(index, monkeypatch):
         original(self, *args, **kwargs)
 
     monkeypatch.setattr(searcher_mod.Searcher, "__init__", counting_init)
-    fresh = noderag.Index.open(index.path)
+    fresh = noderag.Index.open(index.root)
     barrier = threading.Barrier(8)
     results: dict[int, list] = {}
     errors: list[BaseException] = []
