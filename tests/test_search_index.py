@@ -210,3 +210,24 @@ def test_eight_threads_prepare_the_searcher_once(index, monkeypatch):
     assert len({id(s) for s in fresh.__dict__["_searchers"].values()}) == 1
     for i in range(8):
         assert results[i] == expected
+
+
+def test_index_surface_is_defined_in_its_class_body():
+    """One public Index class: its methods live in the class body (visible to type checkers), none attached."""
+    import ast
+    import inspect
+
+    import noderag.api
+
+    tree = ast.parse(inspect.getsource(noderag.api))
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Index")
+    own = {n.name for n in cls.body if isinstance(n, ast.FunctionDef)}
+    assert {"retrieve", "retrieve_many", "answer", "insert", "delete", "stats", "searcher"} <= own
+    assert callable(noderag.Index.open)  # inherited from the store: opening is the store's job
+    assert "attach" not in inspect.getsource(noderag.api)
+
+
+def test_index_stats(index):
+    s = index.stats()
+    assert s["generation"] == index.generation and s["path"] == str(index.root)
+    assert s["counts"]["nodes"]["text"] > 0 and s["bytes_total"] > 0 and "decompose" in s["stages"]

@@ -1,4 +1,4 @@
-"""Search methods attached to ``noderag.Index`` (``index.retrieve(q)`` and friends).
+"""The search functions behind ``noderag.Index`` (``index.retrieve(q)`` and friends).
 
 One :class:`~noderag.search.Searcher` is prepared per (index, search config, LLM)
 and cached on the index object, so repeated calls pay the O(n) setup once.
