@@ -201,9 +201,13 @@ def write_markdown(path: Path, out: dict) -> None:
     path.write_text("\n".join(lines), encoding="utf-8")
 
 
-def write_plot(path: Path, out: dict) -> None:
-    """Bar chart of recall@2/5/10 and all-gold@8 per method and ablation."""
-    import matplotlib
+def write_plot(path: Path, out: dict) -> bool:
+    """Bar chart of recall@2/5/10 and all-gold@8 per method and ablation; False without matplotlib."""
+    try:
+        import matplotlib
+    except ImportError:
+        print(f"matplotlib is not installed (pip install 'noderag[bench]'): {path.name} not written", file=sys.stderr)
+        return False
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -224,6 +228,7 @@ def write_plot(path: Path, out: dict) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+    return True
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -302,10 +307,10 @@ def main(argv: list[str] | None = None) -> int:
     out_path.parent.mkdir(parents=True, exist_ok=True)
     out_path.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
     write_markdown(out_path.with_suffix(".md"), out)
-    write_plot(out_path.with_suffix(".png"), out)
+    plotted = write_plot(out_path.with_suffix(".png"), out)
     for m, row in methods.items():
         print(f"{m:8s} {row}")
-    print(f"wrote {out_path}, {out_path.with_suffix('.md')}, {out_path.with_suffix('.png')}")
+    print(f"wrote {out_path}, {out_path.with_suffix('.md')}" + (f", {out_path.with_suffix('.png')}" if plotted else ""))
     return 0
 
 

@@ -49,7 +49,7 @@ def test_ingest_bad_inputs(tmp_path):
         ingest([])
     b = tmp_path / "bin.txt"
     b.write_bytes(b"abc\x00def")
-    with pytest.raises(IngestError, match=r"bin\.txt: looks like a binary file"):
+    with pytest.raises(IngestError, match=r"bin\.txt:1: NUL character at column 4: looks like a binary file"):
         ingest([b])
     u = tmp_path / "latin.txt"
     u.write_bytes("caf\u00e9\nna\u00efve".encode("latin-1"))

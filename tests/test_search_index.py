@@ -125,3 +125,109 @@ def test_demo_builds_and_retrieves(tmp_path, capsys):
         assert f"Q: {q['question']}" in out
     assert "supporting documents in the top 3" in out
     assert "questions retrieved in" in out
+
+
+# ------------------------------------------------------------------ odd queries (issue 14 item 6)
+def test_lone_surrogate_query_is_a_clear_value_error(index):
+    with pytest.raises(ValueError, match=r"not valid Unicode: lone surrogate U\+D800 at character 4"):
+        index.retrieve("Who \ud800 sang Hello Love?")
+    with pytest.raises(ValueError, match=r"queries\[1\] is not valid Unicode"):
+        index.retrieve_many(["Who sang Hello Love?", "bad \udcff"])
+
+
+def test_cli_lone_surrogate_is_one_line_error(index, capsys):
+    # an undecodable argv byte arrives as a lone surrogate (surrogateescape)
+    code, out, err = _cli(capsys, "query", str(index.root), "Who sang \udcff?")
+    assert code == 1
+    assert err.strip().count("\n") == 0 and "lone surrogate U+DCFF" in err
+    assert "Traceback" not in err
+
+
+def test_matched_signal_on_real_and_junk_queries(index):
+    real = index.retrieve("Who sang Hello Love?")
+    assert real.matched and real.matched_names
+    assert real.best_similarity is not None and real.min_similarity == SearchConfig().min_similarity
+    junk = index.retrieve("?!?! ... ;;; ---")
+    assert not junk.matched and not junk.matched_names
+    assert junk.best_similarity is not None and junk.best_similarity < junk.min_similarity
+    d = junk.to_dict()
+    assert d["matched"] is False and d["best_similarity"] == pytest.approx(junk.best_similarity, abs=1e-6)
+    # a threshold the real query's best similarity passes marks it matched without names too
+    cfg = SearchConfig(match_names_in_query=False, entity_source="none", min_similarity=-1.0)
+    res = index.searcher(cfg).retrieve("?!?! ... ;;; ---")
+    assert res.matched and not res.matched_names
+
+
+def test_cli_says_no_confident_match(index, capsys):
+    code, out, err = _cli(capsys, "query", str(index.root), "?!?! ... ;;; ---")
+    assert code == 0, err
+    assert "no confident match" in out
+    code, out, err = _cli(capsys, "query", str(index.root), "Who sang Hello Love?")
+    assert code == 0 and "no confident match" not in out
+    code, out, err = _cli(capsys, "query", str(index.root), "?!?! ... ;;; ---", "--json")
+    row = json.loads(out)
+    assert row["matched"] is False and "best_similarity" in row and row["min_similarity"] == 0.3
+
+
+# ------------------------------------------------------------------ one-time preparation (issue 11)
+def test_eight_threads_prepare_the_searcher_once(index, monkeypatch):
+    import threading
+    import time
+
+    from noderag.search import searcher as searcher_mod
+
+    queries = ["Who sang Hello Love?", "Who grows pineapples in Hawaii?", "Where did Hank Snow die?",
+               "Who founded the American Institute of Physics?"]
+    expected = [r.to_dict() for r in noderag.Index.open(index.root).retrieve_many(queries)]
+    calls = []
+    original = searcher_mod.Searcher.__init__
+
+    def counting_init(self, *args, **kwargs):
+        calls.append(threading.get_ident())
+        time.sleep(0.2)  # widen the race window: without the lock every thread would get here
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(searcher_mod.Searcher, "__init__", counting_init)
+    fresh = noderag.Index.open(index.root)
+    barrier = threading.Barrier(8)
+    results: dict[int, list] = {}
+    errors: list[BaseException] = []
+
+    def worker(i: int) -> None:
+        try:
+            barrier.wait()
+            results[i] = [fresh.retrieve(q).to_dict() for q in queries]
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert len(calls) == 1
+    assert len({id(s) for s in fresh.__dict__["_searchers"].values()}) == 1
+    for i in range(8):
+        assert results[i] == expected
+
+
+def test_index_surface_is_defined_in_its_class_body():
+    """One public Index class: its methods live in the class body (visible to type checkers), none attached."""
+    import ast
+    import inspect
+
+    import noderag.api
+
+    tree = ast.parse(inspect.getsource(noderag.api))
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Index")
+    own = {n.name for n in cls.body if isinstance(n, ast.FunctionDef)}
+    assert {"retrieve", "retrieve_many", "answer", "insert", "delete", "stats", "searcher"} <= own
+    assert callable(noderag.Index.open)  # inherited from the store: opening is the store's job
+    assert "attach" not in inspect.getsource(noderag.api)
+
+
+def test_index_stats(index):
+    s = index.stats()
+    assert s["generation"] == index.generation and s["path"] == str(index.root)
+    assert s["counts"]["nodes"]["text"] > 0 and s["bytes_total"] > 0 and "decompose" in s["stages"]

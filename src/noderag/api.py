@@ -1,11 +1,15 @@
-"""Python API: ``noderag.build(...)`` and ``noderag.Index`` (open, insert; search methods are added by
-``noderag.search``)."""
+"""Python API: ``noderag.build(...)`` and ``noderag.Index`` (open, retrieve, answer, insert, delete, stats).
+
+``Index`` composes the index store (``noderag.index``) and the search package (``noderag.search``);
+its methods are defined here, in the class body, and import search lazily so ``import noderag``
+stays cheap.
+"""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from noderag.index.store import IndexStore
 
@@ -13,11 +17,50 @@ __all__ = ["build", "Index"]
 
 
 class Index(IndexStore):
-    """An opened index: read-only arrays and tables of one generation plus :meth:`insert` and :meth:`delete`.
+    """An opened index: the read-only arrays and tables of one generation, search and the writers.
 
-    ``Index.open(dir)`` memory-maps a finished index. Retrieval methods
-    (``retrieve``, ``retrieve_many``, ``answer``) come from ``noderag.search``.
+    ``Index.open(dir)`` pins the current generation and memory-maps it; :meth:`retrieve`,
+    :meth:`retrieve_many` and :meth:`answer` query it through one prepared :meth:`searcher` per
+    search configuration; :meth:`insert` and :meth:`delete` write a new generation and return it
+    opened (this object keeps reading its own generation until it is closed).
     """
+
+    def searcher(self, config=None, *, llm=None):
+        """The (cached, thread-safely prepared) Searcher of this index for ``config`` (default: the defaults).
+
+        ``llm`` is a backend, a spec string, or None for the index config's ``llm.spec``.
+        """
+        from noderag.search.api import searcher
+
+        return searcher(self, config, llm=llm)
+
+    def retrieve(self, query: str, *, config=None):
+        """Retrieve nodes, ranked source passages and a budgeted context for one question."""
+        from noderag.search.api import retrieve
+
+        return retrieve(self, query, config=config)
+
+    def retrieve_many(self, queries: Sequence[str], *, config=None) -> list:
+        """Retrieve for many questions: one embedding batch and one multi-threaded PPR call."""
+        from noderag.search.api import retrieve_many
+
+        return retrieve_many(self, queries, config=config)
+
+    def answer(self, query: str, *, llm=None, config=None):
+        """Answer with one LLM call over the retrieved context, citing node ids.
+
+        Raises ``LLMNotConfiguredError`` (only retrieval is available) without an LLM.
+        """
+        from noderag.search.api import answer
+
+        return answer(self, query, llm=llm, config=config)
+
+    def stats(self) -> dict[str, Any]:
+        """Generation, counts, bytes, token use and per-stage times of this index (from its manifest)."""
+        m = self.manifest
+        return {"generation": self.generation, "path": str(self.root),
+                **{k: m[k] for k in ("format_version", "counts", "bytes_total", "tokens_total", "embedder", "stages")
+                   if k in m}}
 
     def insert(self, docs_or_paths: Sequence[str | os.PathLike] | str | os.PathLike, *, llm=None,
                embedder=None, progress: bool = False, allow_failures: bool = False,
@@ -48,15 +91,6 @@ class Index(IndexStore):
         return type(self).open(self.root)
 
 
-def _attach_search() -> None:
-    """Add the search helper's methods to :class:`Index` when ``noderag.search`` provides them."""
-    try:
-        from noderag.search import attach_to_index  # type: ignore[attr-defined]
-    except ImportError:
-        return
-    attach_to_index(Index)
-
-
 def build(inputs: Sequence[str | os.PathLike] | str | os.PathLike, index_dir: str | os.PathLike, *,
           config=None, llm=None, embed=None, progress: bool = True, allow_failures: bool = False) -> Index:
     """Build (or extend) the index in ``index_dir`` from ``inputs`` and open it.
@@ -83,5 +117,3 @@ def build(inputs: Sequence[str | os.PathLike] | str | os.PathLike, index_dir: st
                 allow_failures=allow_failures)
     return Index.open(Path(index_dir))
 
-
-_attach_search()

@@ -21,9 +21,14 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from noderag.index.lock import IndexLockedError
     from noderag.index.pipeline import BuildError
     from noderag.index.store import IndexNotFoundError
+    from noderag.index.verify import IndexDamagedError
+    from noderag.embed.openai import EmbeddingServerError
+    from noderag.llm.options import OptionError
+    from noderag.llm.types import LLMError
 
     return (ConfigError, FormatVersionError, AugmentFailure, DecomposeFailure, IngestError, BuildError,
-            IndexNotFoundError, IndexLockedError, UnknownDocumentError, OSError)
+            IndexNotFoundError, IndexLockedError, UnknownDocumentError, IndexDamagedError, LLMError,
+            EmbeddingServerError, OptionError, OSError)
 
 
 def _fmt_bytes(n: float) -> str:
@@ -158,11 +163,27 @@ def _cmd_stats(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_verify(args: argparse.Namespace) -> int:
+    from noderag.index.store import IndexStore
+    from noderag.index.verify import verify_index
+
+    store = IndexStore.open(args.index, verify="none")  # not an index, unfinished, other format: named errors
+    level = "cheap" if args.cheap else "full"
+    report = verify_index(store.path, level, manifest=store.manifest)
+    for w in report.warnings:
+        print(f"noderag: warning: {w}", file=sys.stderr)
+    what = "sizes and headers" if args.cheap else "checksums and structure"
+    print(f"index {args.index}: ok ({level} check of {report.files} files, {_fmt_bytes(report.bytes)}: {what}; "
+          f"{report.seconds:.2f} s)")
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     from noderag import __version__
 
     p = argparse.ArgumentParser(prog="noderag", description="NodeRAG heterograph indexing and retrieval.")
     p.add_argument("--version", action="version", version=f"noderag {__version__}")
+    p.add_argument("--debug", action="store_true", help="print the traceback of an error")
     sub = p.add_subparsers(dest="command", required=True)
     b = sub.add_parser("build", help="build an index (or add new documents to an existing one)")
     b.add_argument("inputs", nargs="+", metavar="INPUT", help=".txt/.md/.jsonl files or directories")
@@ -200,6 +221,10 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("index", metavar="DIR")
     s.add_argument("--json", action="store_true", help="machine-readable output")
     s.set_defaults(func=_cmd_stats)
+    v = sub.add_parser("verify", help="check an index's files (checksums and structure); exit 1 naming a damaged file")
+    v.add_argument("index", metavar="DIR")
+    v.add_argument("--cheap", action="store_true", help="sizes and headers only, as every open does")
+    v.set_defaults(func=_cmd_verify)
     q = sub.add_parser("query", help="retrieve (and optionally answer) for questions over an index")
     from noderag.search.cli import add_query_arguments, run_query  # the search package owns `query`
 
@@ -219,9 +244,17 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point; returns the exit status (user errors: message on stderr, status 1, no traceback)."""
+    """Entry point; returns the exit status.
+
+    Every failure is one line on stderr: expected ones (bad input, damaged index, missing file,
+    version mismatch, lock held, LLM errors) exit 1, usage errors 2, anything else is reported
+    as an internal error (exit 1). ``--debug`` adds the traceback.
+    """
     parser = _parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # usage error (2), --help or --version (0): argparse has printed why
+        return int(exc.code or 0) if not isinstance(exc.code, str) else 2
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
@@ -231,8 +264,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         msg = str(exc)
         if isinstance(exc, OSError) and exc.filename and str(exc.filename) not in msg:
             msg = f"{exc.filename}: {msg}"
-        print(f"noderag: error: {msg}", file=sys.stderr)
+        _fail(f"error: {msg}", args.debug)
         return 1
+    except Exception as exc:  # a bug: still one line unless --debug
+        _fail(f"internal error: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)", args.debug)
+        return 1
+
+
+def _fail(msg: str, debug: bool) -> None:
+    """Print ``noderag: MSG`` as one line on stderr (the traceback before it with ``--debug``)."""
+    if debug:
+        import traceback
+
+        traceback.print_exc(file=sys.stderr)
+    print("noderag: " + " ".join(part.strip() for part in msg.splitlines() if part.strip()), file=sys.stderr)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,10 +1,19 @@
-"""Chunk: token-based, boundary-aware splitting (paragraph > line > sentence > word)."""
+"""Chunk: token-based, boundary-aware splitting (paragraph > line > sentence > word > grapheme).
+
+Every cut falls between two grapheme clusters (user-perceived characters: a letter with its
+combining marks, an emoji ZWJ sequence, a flag), so no chunk starts with a detached accent and
+no character is split or lost. Chunk texts are slices of the source; nothing is re-decoded from
+tokens, so no U+FFFD can appear that was not in the source. Work is linear in the text length.
+"""
 
 from __future__ import annotations
 
+import bisect
 import re
 from dataclasses import dataclass
 from typing import Sequence
+
+import regex
 
 from .sentences import sentence_spans
 
@@ -23,6 +32,20 @@ class Chunk:
 
 _PARA = re.compile(r"\n[ \t]*\n+")
 _WORD = re.compile(r"\S+\s*")
+_GRAPHEME = regex.compile(r"\X")
+# characters that join the cluster before them (Unicode grapheme break rules GB9, GB9a)
+_JOINS_PREVIOUS = regex.compile(r"[\p{Grapheme_Cluster_Break=Extend}\p{Grapheme_Cluster_Break=ZWJ}"
+                                r"\p{Grapheme_Cluster_Break=SpacingMark}]")
+
+
+def _joins_previous(text: str, i: int) -> bool:
+    """True when ``text[i]`` continues the grapheme cluster of ``text[i - 1]`` (a combining mark, ZWJ...).
+
+    Exact for the cuts of :func:`_pieces`, which follow a newline, whitespace or sentence
+    punctuation: after those only GB9/GB9a can join the next character to the cluster.
+    """
+    return 0 < i < len(text) and not text[i].isascii() and text[i - 1] != "\n" \
+        and _JOINS_PREVIOUS.match(text, i) is not None
 
 
 def _pieces(text: str, level: int) -> list[str]:
@@ -38,7 +61,7 @@ def _pieces(text: str, level: int) -> list[str]:
         cuts = [m.end() for m in _WORD.finditer(text)][:-1]
     out, s = [], 0
     for c in cuts:
-        if c > s:
+        if c > s and not _joins_previous(text, c):
             out.append(text[s:c])
             s = c
     if s < len(text):
@@ -46,22 +69,71 @@ def _pieces(text: str, level: int) -> list[str]:
     return out
 
 
-def _atoms(text: str, max_tokens: int, count, level: int = 0) -> list[tuple[str, int]]:
-    """Segments of ``text`` each of at most ``max_tokens`` tokens, split at the coarsest boundary."""
-    n = count(text)
+def _atoms(text: str, max_tokens: int, count, level: int = 0, n: int | None = None) -> list[tuple[str, int]]:
+    """Segments of ``text`` each of at most ``max_tokens`` tokens, split at the coarsest boundary.
+
+    ``n`` is the token count of ``text`` when the caller knows it (each level counts the text once).
+    """
+    if n is None:
+        n = count(text)
     if n <= max_tokens:
         return [(text, n)]
-    if level > 3:  # a single "word" longer than the limit: hard cut by tokens
-        from noderag.tokenize import decode, encode
-
-        ids = encode(text)
-        return [(decode(ids[i:i + max_tokens]), len(ids[i:i + max_tokens])) for i in range(0, len(ids), max_tokens)]
+    if level > 3:  # a single "word" longer than the limit: cut between grapheme clusters
+        return _hard_cut(text, max_tokens, count)
     parts = _pieces(text, level)
     if len(parts) <= 1:
-        return _atoms(text, max_tokens, count, level + 1)
+        return _atoms(text, max_tokens, count, level + 1, n)
     out: list[tuple[str, int]] = []
     for p in parts:
         out.extend(_atoms(p, max_tokens, count, level + 1))
+    return out
+
+
+def _chars_in_bytes(text: str, nbytes: int) -> int:
+    """The number of whole characters of ``text`` in its first ``nbytes`` UTF-8 bytes."""
+    raw = text.encode("utf-8", errors="surrogatepass")
+    while 0 < nbytes < len(raw) and (raw[nbytes] & 0xC0) == 0x80:  # inside a character: back to its start
+        nbytes -= 1
+    return len(raw[:nbytes].decode("utf-8", errors="surrogatepass"))
+
+
+def _hard_cut(text: str, max_tokens: int, count) -> list[tuple[str, int]]:
+    """Consecutive slices of ``text`` of at most ``max_tokens`` tokens each, cut between grapheme clusters.
+
+    Each slice ends at the last cluster boundary before the token that would exceed the
+    limit (found from the token byte lengths of one encoded window), then its count is
+    checked exactly and it shrinks by a cluster while over. Windows are sized from the
+    previous slice, so the text is encoded about twice in all: linear time. A single
+    cluster longer than the limit (hundreds of stacked combining marks) is cut between
+    code points, the only case where a cut falls inside a cluster.
+    """
+    from noderag.tokenize import default_tokenizer
+
+    enc = default_tokenizer()._enc
+    out: list[tuple[str, int]] = []
+    s, n_text = 0, len(text)
+    width = 4 * max_tokens + 16
+    while s < n_text:
+        window = text[s:s + width]
+        ids = enc.encode_ordinary(window)
+        if len(ids) <= max_tokens:
+            if s + width >= n_text:  # the rest fits
+                out.append((window, len(ids)))
+                break
+            width *= 2
+            continue
+        c = _chars_in_bytes(window, sum(len(b) for b in enc.decode_tokens_bytes(ids[:max_tokens])))
+        ends = [m.end() for m in _GRAPHEME.finditer(window)]  # s is a cluster boundary: exact inside
+        k = bisect.bisect_right(ends, c) - 1  # the last cluster end <= c
+        e = ends[k] if k >= 0 else max(c, 1)
+        n = count(window[:e])
+        while n > max_tokens and e > 1:
+            k -= 1
+            e = ends[k] if k >= 0 else e - 1
+            n = count(window[:e])
+        out.append((window[:e], n))
+        s += e
+        width = 2 * e + 16
     return out
 
 
@@ -76,9 +148,10 @@ def chunk_text(text: str, max_tokens: int = 1024, min_tokens: int = 64) -> list[
 
     if max_tokens < 1:
         raise ValueError(f"max_tokens must be >= 1, got {max_tokens!r}")
-    if count_tokens(text) <= max_tokens:
+    n = count_tokens(text)
+    if n <= max_tokens:
         return [text.strip()] if text.strip() else []
-    atoms = _atoms(text, max_tokens, count_tokens)
+    atoms = _atoms(text, max_tokens, count_tokens, 0, n)
     chunks: list[str] = []
     cur, cur_n = "", 0
     for piece, n in atoms:

@@ -72,7 +72,13 @@ class WriterLock:
             while True:
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
+                    if self._still_linked(fd):
+                        break
+                    # the holder removed the folder of its failed first build (lock file included)
+                    # while we waited: this lock is on a dead file; lock the one at the path now
+                    os.close(fd)
+                    self.root.mkdir(parents=True, exist_ok=True)
+                    fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
                 except BlockingIOError:
                     if time.monotonic() >= deadline:
                         waited = f" (waited {self.wait:g} s)" if self.wait else ""
@@ -88,6 +94,13 @@ class WriterLock:
             raise
         self._fd = fd
         return self
+
+    def _still_linked(self, fd: int) -> bool:
+        """True when ``fd`` is the file now at :attr:`path` (not one unlinked since it was opened)."""
+        try:
+            return os.fstat(fd).st_ino == os.stat(self.path).st_ino
+        except FileNotFoundError:
+            return False
 
     def release(self) -> None:
         """Drop the lock (the file stays, emptied)."""

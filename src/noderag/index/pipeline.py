@@ -307,10 +307,21 @@ def build_index(inputs: Sequence[str | os.PathLike], index_dir: str | os.PathLik
     root = Path(index_dir)
     if root.exists() and not root.is_dir():
         raise BuildError(f"{root}: exists and is not a directory")
+    created = not root.exists()
     # the lock comes first: the existing index and the pending stages are read under it
     with WriterLock(root, wait=wait):
-        return _build_locked(inputs, root, config, llm=llm, embedder=embedder, progress=progress,
-                             allow_failures=allow_failures, log=log, delete=delete)
+        try:
+            return _build_locked(inputs, root, config, llm=llm, embedder=embedder, progress=progress,
+                                 allow_failures=allow_failures, log=log, delete=delete)
+        except BaseException:
+            if created:  # a failed first build leaves no empty index folder behind
+                from .cleanup import remove_if_nothing_built
+
+                try:
+                    remove_if_nothing_built(root)
+                except OSError:  # never mask the build's own error
+                    pass
+            raise
 
 
 def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, allow_failures: bool,
@@ -357,6 +368,9 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
 
     # ---- existing state
     if existing:
+        from .verify import verify_index
+
+        verify_index(gen_path, "full", manifest=manifest_old)  # an insert must not build on damaged files
         table, docs_rows, traces = _load_existing(gen_path)
     else:
         table, docs_rows, traces = NodeTable(), [], []
@@ -628,6 +642,9 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
     write_documents(final / "documents.parquet", docs_rows)
     write_decompositions(final / DECOMPOSITIONS, traces)
     graph.save(final)
+    from .query_index import write_query_index  # what a query would otherwise prepare in O(n) at open
+
+    write_query_index(final)
     _write_linked(final / LINKED, *link.arrays())
     vindex.save(final / "vectors.usearch")
     _checkpoint("finalize-files")
@@ -684,6 +701,9 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
              "documents_deleted": len(drop)}],
         "run_id": run_id,
     }
+    from .verify import CHECKSUMS, file_checksums
+
+    manifest[CHECKSUMS] = file_checksums(final, manifest)  # last: its manifest digest covers every entry above
     atomic_write_json(final / MANIFEST, manifest)
     _checkpoint("commit")
     gen_new = commit_generation(root, final, before_switch=lambda: _checkpoint("switch"))

@@ -16,23 +16,40 @@ jan feb mar apr jun jul aug sep sept oct nov dec u.s u.k u.n a.d b.c ca c op
 # A sentence end: terminal punctuation, optional closing quotes/brackets, then whitespace.
 _LATIN_END = re.compile(r"[.!?…]+[\"'”’)\]]*(?=\s+|$)")
 _CJK_END = re.compile(r"[。！？；]+[」』”’）]*")
-_WORD_BEFORE = re.compile(r"([\w.'’-]+)$")
+_WORD_PUNCT = frozenset(".'’-")
+_INITIALS = re.compile(r"(?:[A-Za-z]\.)+[A-Za-z]")
+
+
+def _word_before(text: str, dot: int) -> str:
+    """The run of word characters, dots, apostrophes and hyphens that ends at ``dot``.
+
+    Scans backwards from ``dot`` (``\\w`` is ``str.isalnum()`` or ``_``), so the cost is the
+    length of the run, not of the text before it: a sentence end is followed by whitespace,
+    which stops the next scan, so all scans of a line together are linear in its length.
+    """
+    i = dot
+    while i > 0:
+        ch = text[i - 1]
+        if ch.isalnum() or ch == "_" or ch in _WORD_PUNCT:
+            i -= 1
+        else:
+            break
+    return text[i:dot]
 
 
 def _is_abbrev(text: str, dot: int) -> bool:
     """True when the period at ``dot`` ends an abbreviation or an initial, not a sentence."""
     if text[dot] != ".":
         return False
-    m = _WORD_BEFORE.search(text, 0, dot)
-    if not m:
+    word = _word_before(text, dot)
+    if not word:
         return False
-    word = m.group(1)
     low = word.lower().rstrip(".")
     if low in _ABBREV:
         return True
     if len(word) == 1 and word.isalpha() and word.isupper():  # initial: "J. R. R. Tolkien"
         return True
-    if re.fullmatch(r"(?:[A-Za-z]\.)+[A-Za-z]", word):  # "U.S", "e.g"
+    if _INITIALS.fullmatch(word):  # "U.S", "e.g"
         return True
     return False
 

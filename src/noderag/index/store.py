@@ -14,6 +14,7 @@ names the live folder ``generations/N``, which holds (DESIGN §2)::
     linked.parquet       name-link S-N edges (src, dst, w); the decomposed T/S/N/R edges an insert
                          extends are the graph's T/S/N/R structural edges minus these
     vectors.usearch      HNSW index of T, S, A, H vectors, key = node id
+    query/               what a query needs, memory-mapped at open (noderag.index.query_index)
 
 ``INDEX/llm_cache.sqlite`` (LLM builds and answers) is shared by the generations.
 Opening pins one generation, memory-maps its arrays, never writes and never executes code from disk.
@@ -192,7 +193,7 @@ class IndexStore:
     vectors : VectorIndex (view-loaded)
     """
 
-    def __init__(self, path: str | os.PathLike) -> None:
+    def __init__(self, path: str | os.PathLike, *, verify: str = "cheap") -> None:
         from .generations import pin, pin_finalizer
 
         self.root = Path(path)
@@ -209,22 +210,30 @@ class IndexStore:
         self.path = p.path
         self.generation = p.generation
         mpath = self.path / MANIFEST
+        from .verify import IndexDamagedError, reading, verify_index
+
         try:
-            manifest = read_json(mpath)
+            with reading(self.path, MANIFEST):
+                manifest = read_json(mpath)
             if not isinstance(manifest, dict):
-                raise ValueError(f"{mpath}: expected a JSON object")
+                raise IndexDamagedError(self.path, MANIFEST, "damaged JSON", "not an object")
             check_format_version(manifest.get("format_version"), where=mpath)
             if manifest.get("state") != "complete":
                 raise IndexNotFoundError(f"{mpath}: generation is not complete (state {manifest.get('state')!r})")
+            verify_index(self.path, verify, manifest=manifest)  # IndexDamagedError naming the file
         except BaseException:
             p.close()
             raise
         self.manifest: dict[str, Any] = manifest
 
     @classmethod
-    def open(cls, path: str | os.PathLike) -> "IndexStore":
-        """Open the current generation of the index in ``path`` (format version checked)."""
-        return cls(path)
+    def open(cls, path: str | os.PathLike, *, verify: str = "cheap") -> "IndexStore":
+        """Open the current generation of the index in ``path`` (format version checked).
+
+        ``verify``: "cheap" (default: sizes and headers, milliseconds), "full" (checksums and
+        structure, :func:`~noderag.index.verify.verify_index`) or "none".
+        """
+        return cls(path, verify=verify)
 
     def close(self) -> None:
         """Release the pinned generation (a writer may then remove it); loaded arrays stay usable."""
@@ -253,12 +262,18 @@ class IndexStore:
     def graph(self):
         from noderag.graph.hetero import HeteroGraph
 
-        return HeteroGraph.load(self.path, mmap=True)
+        from .verify import reading
+
+        with reading(self.path, "graph/"):
+            return HeteroGraph.load(self.path, mmap=True)
 
     @cached_property
     def nodes(self):
+        from .verify import reading
+
         path = self.path / "nodes.parquet"
-        tab = read_nodes_file(path)
+        with reading(self.path, "nodes.parquet"):
+            tab = read_nodes_file(path)
         import pyarrow as pa
 
         keys = np.asarray(self.graph.keys)  # stored once, in node_keys.npy
@@ -267,10 +282,20 @@ class IndexStore:
         return tab.add_column(NODE_COLUMNS.index("key"), pa.field("key", pa.uint64()), pa.array(keys))
 
     @cached_property
+    def query_index(self):
+        """The build-time query index (``query/``, memory-mapped), or None for an index without one."""
+        from .query_index import QueryIndex
+
+        return QueryIndex.load(self.path)  # its node count is checked against the graph by the searcher
+
+    @cached_property
     def documents(self):
         import pyarrow.parquet as pq
 
-        return pq.read_table(self.path / "documents.parquet", memory_map=True)
+        from .verify import reading
+
+        with reading(self.path, "documents.parquet"):
+            return pq.read_table(self.path / "documents.parquet", memory_map=True)
 
     def _np(self, name: str) -> np.ndarray:
         return self.nodes.column(name).to_numpy(zero_copy_only=False)
@@ -318,7 +343,10 @@ class IndexStore:
         path = self.path / "vectors.usearch"
         if not path.is_file():
             raise IndexNotFoundError(f"{path}: missing")
-        return VectorIndex.load(path, view=True)
+        from .verify import reading
+
+        with reading(self.path, "vectors.usearch"):
+            return VectorIndex.load(path, view=True)
 
     def embedder(self):
         """The embedder named in the index config (created on first call, then reused)."""

@@ -65,6 +65,10 @@ def format_result(res: RetrievalResult, *, passages: int = 5, texts: dict[int, s
             lines += [f"A: (no answer: {answer.error})"]
         else:
             lines += [f"A: {answer.answer}", f"   cites nodes: {cites}"]
+    if not res.matched:
+        best = "none" if res.best_similarity is None else f"{res.best_similarity:.3f}"
+        lines.append(f"no confident match: no name matched and the best similarity {best} is below "
+                     f"search.min_similarity {res.min_similarity:g}; the results below are only the nearest nodes")
     if res.query_entities:
         lines.append("entities: " + ", ".join(res.query_entities)
                      + f"  ({len(res.matched_names)} name match{'es' if len(res.matched_names) != 1 else ''})")
@@ -123,7 +127,6 @@ def run_query(args: argparse.Namespace, *, out: TextIO | None = None) -> int:
     except (TypeError, ValueError) as exc:
         print(f"noderag query: error: {exc}", file=sys.stderr)
         return 1
-    texts_col = store.nodes.column("text")
     status = 0
     for i, res in enumerate(results):
         answer = None
@@ -141,7 +144,7 @@ def run_query(args: argparse.Namespace, *, out: TextIO | None = None) -> int:
             out.write(json.dumps(obj, ensure_ascii=False) + "\n")
             continue
         ids = res.passage_node_ids[: args.passages]
-        texts = dict(zip(ids, texts_col.take(ids).to_pylist())) if ids else {}
+        texts = dict(zip(ids, searcher.node_texts(ids))) if ids else {}
         if i:
             out.write("\n")
         out.write(format_result(res, passages=args.passages, texts=texts, show_context=args.show_context,

@@ -78,6 +78,13 @@ class SearchConfig:
         of the ``bridge_top`` best chunks get up to ``bridge_weight`` extra.
     context_tokens : int
         Token budget of the assembled context text.
+    min_similarity : float, default=0.3
+        A result is ``matched`` (confident) when a name matched or its best entry-point cosine
+        similarity reaches this. Measured on MuSiQue (benchmarks/results/query_similarity.md): real
+        questions' best similarity is >= 0.26 (median 0.38) with the default embedder and junk
+        queries 0.14-0.34 (median 0.2); with ``hash:384`` punctuation-only queries score 0.
+    n_threads : int or None
+        Threads of batched vector search and PPR (None: all cores).
     """
 
     vector_top_k: int = 10
@@ -104,6 +111,7 @@ class SearchConfig:
     bridge_weight: float = 0.4
     bridge_max_degree: int = 60
     context_tokens: int = 2500
+    min_similarity: float = 0.3
     n_threads: int | None = None
 
     def validate(self) -> "SearchConfig":
@@ -132,6 +140,9 @@ class SearchConfig:
             _nonneg(name)
         if isinstance(self.alpha, bool) or not isinstance(self.alpha, (int, float)) or not 0.0 <= self.alpha <= 1.0:
             raise ValueError(f"search.alpha must be in [0, 1], got {self.alpha!r}")
+        if (isinstance(self.min_similarity, bool) or not isinstance(self.min_similarity, (int, float))
+                or not -1.0 <= self.min_similarity <= 1.0):
+            raise ValueError(f"search.min_similarity must be a number in [-1, 1], got {self.min_similarity!r}")
         if self.rule not in _RULES:
             raise ValueError(f"search.rule must be one of {_RULES}, got {self.rule!r}")
         if self.entity_source not in _ENTITY_SOURCES:

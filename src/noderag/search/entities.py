@@ -9,10 +9,15 @@ Matching never scans the name list per query:
   contiguous phrase;
 * names occurring in the query text as whole-word phrases, through dict look-ups
   of the query's word n-grams (n up to the longest indexed name).
+
+``EntityMatcher`` builds these in memory (O(names) of Python work); ``noderag build`` also
+writes them as sorted hash arrays and CSR posting lists (:func:`name_index_arrays`), which
+:class:`MappedNames` memory-maps so that opening an index costs nothing per name.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
 from typing import Iterable, Sequence
@@ -21,7 +26,8 @@ import numpy as np
 
 from ..graph.keys import canonical_name
 
-__all__ = ["EntityMatcher", "NameMatch", "extract_query_entities", "name_tokens"]
+__all__ = ["EntityMatcher", "MappedNames", "NameMatch", "extract_query_entities", "hash64", "name_index_arrays",
+           "name_tokens"]
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 
@@ -52,49 +58,52 @@ class NameMatch:
     kind: str  # "exact" | "contains" | "in_query"
 
 
-class EntityMatcher:
-    """Hash-map and inverted-index matcher over the names of N and O nodes.
+class _NameMatching:
+    """Matching rules shared by the in-memory :class:`EntityMatcher` and the memory-mapped :class:`MappedNames`.
 
-    Parameters
-    ----------
-    node_ids : sequence of int
-        Node ids of the named nodes (entities and overviews).
-    names : sequence of str
-        Their display names / titles, aligned with ``node_ids``.
+    Subclasses provide the look-ups over names ``j`` (sorted by token count, canonical name, node id).
     """
 
-    def __init__(self, node_ids: Sequence[int], names: Sequence[str]) -> None:
-        node_ids = np.asarray(node_ids, dtype=np.int64).ravel()
-        if node_ids.shape[0] != len(names):
-            raise ValueError(f"node_ids ({node_ids.shape[0]}) and names ({len(names)}) differ in length")
-        toks = [name_tokens(str(s)) if s is not None else () for s in names]
-        canon = [canonical_name(str(s)) if s is not None else "" for s in names]
-        keep = [i for i, t in enumerate(toks) if t]
-        # Name ids sorted by (token count, canonical name, node id): sorted posting lists
-        # then list shorter (more specific) names first, deterministically.
-        keep.sort(key=lambda i: (len(toks[i]), canon[i], int(node_ids[i])))
-        self._node = node_ids[keep] if keep else np.zeros(0, np.int64)
-        self._tokens: list[tuple[str, ...]] = [toks[i] for i in keep]
-        self._exact: dict[str, list[int]] = {}
-        self._phrase: dict[str, list[int]] = {}
-        postings: dict[str, list[int]] = {}
-        for j, i in enumerate(keep):
-            self._exact.setdefault(canon[i], []).append(j)
-            self._phrase.setdefault(" ".join(toks[i]), []).append(j)
-            for tok in set(toks[i]):
-                postings.setdefault(tok, []).append(j)
-        self._postings = {tok: np.asarray(js, dtype=np.int64) for tok, js in postings.items()}
-        self.max_tokens = max((len(t) for t in self._tokens), default=0)
+    max_tokens: int = 0
 
-    def __len__(self) -> int:
-        return int(self._node.shape[0])
+    def __len__(self) -> int:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def _node_id(self, j: int) -> int:
+        raise NotImplementedError
+
+    def _exact_js(self, canon: str) -> list[int] | None:
+        """Names whose canonical form is ``canon`` (None: no such key)."""
+        raise NotImplementedError
+
+    def _phrase_js(self, phrase: str) -> list[int]:
+        """Names whose whole-word tokens joined by one space are ``phrase``."""
+        raise NotImplementedError
+
+    def _phrase_js_many(self, phrases: list[str]) -> list[list[int]]:
+        return [self._phrase_js(p) for p in phrases]
+
+    def _posting(self, tok: str) -> np.ndarray | None:
+        """Sorted names containing the token ``tok`` (None: no name has it)."""
+        raise NotImplementedError
+
+    def _query_seq(self, toks: tuple[str, ...]) -> tuple:
+        """The query tokens in the form :meth:`_name_seq` compares with (all known tokens)."""
+        raise NotImplementedError
+
+    def _name_seq(self, j: int) -> tuple:
+        raise NotImplementedError
+
+    def _may_occur(self, words: list[str]) -> list[bool]:
+        """Per canonical query word: False only when no name phrase can contain it as a piece."""
+        return [True] * len(words)
 
     def exact(self, entity: str) -> list[int]:
         """Node ids whose canonical name equals the entity's (or its whole-word form)."""
-        hits = self._exact.get(canonical_name(entity))
+        hits = self._exact_js(canonical_name(entity))
         if hits is None:
-            hits = self._phrase.get(" ".join(name_tokens(entity)), [])
-        return [int(self._node[j]) for j in hits]
+            hits = self._phrase_js(" ".join(name_tokens(entity)))
+        return [self._node_id(j) for j in hits]
 
     def containing(self, entity: str, limit: int) -> list[int]:
         """Node ids whose name contains the entity as a whole-word phrase, shortest names first."""
@@ -103,7 +112,7 @@ class EntityMatcher:
             return []
         lists = []
         for tok in set(toks):
-            posting = self._postings.get(tok)
+            posting = self._posting(tok)
             if posting is None:
                 return []
             lists.append(posting)
@@ -115,10 +124,11 @@ class EntityMatcher:
                 return []
         out: list[int] = []
         n = len(toks)
+        seq = self._query_seq(toks)
         for j in cand.tolist():
-            name = self._tokens[j]
-            if any(name[s:s + n] == toks for s in range(len(name) - n + 1)):
-                out.append(int(self._node[j]))
+            name = self._name_seq(j)
+            if any(name[s:s + n] == seq for s in range(len(name) - n + 1)):
+                out.append(self._node_id(j))
                 if len(out) >= limit:
                     break
         return out
@@ -133,22 +143,28 @@ class EntityMatcher:
         toks = [canonical_name(w) for w in surface]
         spans: list[tuple[int, int, list[int]]] = []
         n_max = min(self.max_tokens, len(toks), MAX_PHRASE_WORDS)
+        possible = self._may_occur(toks)
+        todo: list[tuple[int, int]] = []
         for n in range(n_max, 0, -1):
             for s in range(len(toks) - n + 1):
-                hits = self._phrase.get(" ".join(toks[s:s + n]))
-                if not hits:
+                if not all(possible[s:s + n]):
                     continue
                 if not any(t not in STOPWORDS and (w[:1].isupper() or w[:1].isdigit())
                            for t, w in zip(toks[s:s + n], surface[s:s + n])):
                     continue
-                if any(a <= s and s + n <= b for a, b, _ in spans):
-                    continue
-                spans.append((s, s + n, hits))
+                todo.append((s, n))
+        found = self._phrase_js_many([" ".join(toks[s:s + n]) for s, n in todo])
+        for (s, n), hits in zip(todo, found):  # longest spans first, as listed
+            if not hits:
+                continue
+            if any(a <= s and s + n <= b for a, b, _ in spans):
+                continue
+            spans.append((s, s + n, hits))
         spans.sort()
         out: list[tuple[int, str]] = []
         for s, e, hits in spans:
             phrase = " ".join(toks[s:e])
-            out.extend((int(self._node[j]), phrase) for j in hits)
+            out.extend((self._node_id(j), phrase) for j in hits)
         return out
 
     def match(self, entities: Iterable[str], query: str | None = None, *, limit: int = 8) -> list[NameMatch]:
@@ -177,6 +193,212 @@ class EntityMatcher:
                     seen.add(nid)
                     out.append(NameMatch(nid, phrase, "in_query"))
         return out
+
+
+class EntityMatcher(_NameMatching):
+    """Hash-map and inverted-index matcher over the names of N and O nodes, built in memory (O(names)).
+
+    An index written by ``noderag build`` carries the same structures as arrays
+    (:func:`name_index_arrays`, opened as :class:`MappedNames`); this class serves
+    indexes without them and is the reference the mapped form is tested against.
+
+    Parameters
+    ----------
+    node_ids : sequence of int
+        Node ids of the named nodes (entities and overviews).
+    names : sequence of str
+        Their display names / titles, aligned with ``node_ids``.
+    """
+
+    def __init__(self, node_ids: Sequence[int], names: Sequence[str]) -> None:
+        node_ids = np.asarray(node_ids, dtype=np.int64).ravel()
+        if node_ids.shape[0] != len(names):
+            raise ValueError(f"node_ids ({node_ids.shape[0]}) and names ({len(names)}) differ in length")
+        canon = [canonical_name(str(s)) if s is not None else "" for s in names]
+        toks = [tuple(_WORD.findall(c)) for c in canon]  # = name_tokens(name), canonicalised once
+        keep = [i for i, t in enumerate(toks) if t]
+        # Name ids sorted by (token count, canonical name, node id): sorted posting lists
+        # then list shorter (more specific) names first, deterministically.
+        keep.sort(key=lambda i: (len(toks[i]), canon[i], int(node_ids[i])))
+        self._node = node_ids[keep] if keep else np.zeros(0, np.int64)
+        self._tokens: list[tuple[str, ...]] = [toks[i] for i in keep]
+        self._canon: list[str] = [canon[i] for i in keep]
+        self._exact: dict[str, list[int]] = {}
+        self._phrase: dict[str, list[int]] = {}
+        postings: dict[str, list[int]] = {}
+        for j, i in enumerate(keep):
+            self._exact.setdefault(canon[i], []).append(j)
+            self._phrase.setdefault(" ".join(toks[i]), []).append(j)
+            for tok in set(toks[i]):
+                postings.setdefault(tok, []).append(j)
+        self._postings = {tok: np.asarray(js, dtype=np.int64) for tok, js in postings.items()}
+        self.max_tokens = max((len(t) for t in self._tokens), default=0)
+
+    def __len__(self) -> int:
+        return int(self._node.shape[0])
+
+    def _node_id(self, j: int) -> int:
+        return int(self._node[j])
+
+    def _exact_js(self, canon: str) -> list[int] | None:
+        return self._exact.get(canon)
+
+    def _phrase_js(self, phrase: str) -> list[int]:
+        return self._phrase.get(phrase, [])
+
+    def _posting(self, tok: str) -> np.ndarray | None:
+        return self._postings.get(tok)
+
+    def _query_seq(self, toks: tuple[str, ...]) -> tuple:
+        return toks
+
+    def _name_seq(self, j: int) -> tuple:
+        return self._tokens[j]
+
+
+# ----------------------------------------------------------------------------- array form
+def hash64(text: str) -> int:
+    """Stable 64-bit hash of a string (blake2b of its UTF-8 bytes), the key of the name index arrays."""
+    return int.from_bytes(hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "little")
+
+
+def _blob(strings: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """(int64 offsets of length len + 1, uint8 UTF-8 bytes) of a list of strings."""
+    data = [s.encode("utf-8", "surrogatepass") for s in strings]
+    off = np.zeros(len(data) + 1, np.int64)
+    if data:
+        np.cumsum([len(b) for b in data], out=off[1:])
+    return off, np.frombuffer(b"".join(data), dtype=np.uint8).copy()
+
+
+def _sorted_by_hash(keys: Sequence[str], values: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+    """(hashes sorted ascending, values in the same order; ties by value)."""
+    h = np.asarray([hash64(k) for k in keys], dtype=np.uint64)
+    v = np.asarray(values, dtype=np.int64)
+    order = np.lexsort((v, h))
+    return h[order], v[order]
+
+
+#: Array names of the name index (see :func:`name_index_arrays`).
+NAME_ARRAYS = ("name_node", "name_tok_ptr", "name_tok", "name_canon_off", "name_canon", "exact_hash", "exact_name",
+               "phrase_hash", "phrase_name", "tok_hash", "tok_off", "tok", "post_ptr", "post_name")
+
+
+def name_index_arrays(matcher: EntityMatcher) -> tuple[dict[str, np.ndarray], int]:
+    """The matcher's look-up structures as flat arrays (and its ``max_tokens``), for :class:`MappedNames`.
+
+    Names ``j`` keep the matcher's order. Tokens get ids in (hash, string) order; ``tok_off``/``tok``
+    hold their strings and ``post_ptr``/``post_name`` their sorted posting lists (CSR). ``name_tok``
+    (CSR by ``name_tok_ptr``) is each name's token-id sequence, ``name_canon`` its canonical form.
+    ``exact_hash``/``phrase_hash`` are the sorted hashes of the canonical names and token phrases,
+    with the names they point to in ``exact_name``/``phrase_name``. Every hash hit is verified
+    against the stored strings, so a collision cannot produce a false match.
+    """
+    m = matcher
+    vocab = sorted(m._postings, key=lambda t: (hash64(t), t))
+    tid = {t: i for i, t in enumerate(vocab)}
+    tok_off, tok = _blob(vocab)
+    tok_hash = np.asarray([hash64(t) for t in vocab], dtype=np.uint64)
+    post_ptr = np.zeros(len(vocab) + 1, np.int64)
+    if vocab:
+        np.cumsum([m._postings[t].shape[0] for t in vocab], out=post_ptr[1:])
+    post_name = (np.concatenate([m._postings[t] for t in vocab]) if vocab else np.zeros(0, np.int64))
+    seqs = [[tid[t] for t in toks] for toks in m._tokens]
+    name_tok_ptr = np.zeros(len(seqs) + 1, np.int64)
+    if seqs:
+        np.cumsum([len(s) for s in seqs], out=name_tok_ptr[1:])
+    name_tok = np.asarray([t for s in seqs for t in s], dtype=np.int32)
+    canon_off, canon = _blob(m._canon)
+    js = list(range(len(m._canon)))
+    exact_hash, exact_name = _sorted_by_hash(m._canon, js)
+    phrase_hash, phrase_name = _sorted_by_hash([" ".join(t) for t in m._tokens], js)
+    arrays = {"name_node": np.asarray(m._node, np.int64), "name_tok_ptr": name_tok_ptr, "name_tok": name_tok,
+              "name_canon_off": canon_off, "name_canon": canon, "exact_hash": exact_hash, "exact_name": exact_name,
+              "phrase_hash": phrase_hash, "phrase_name": phrase_name, "tok_hash": tok_hash, "tok_off": tok_off,
+              "tok": tok, "post_ptr": post_ptr, "post_name": post_name.astype(np.int64)}
+    return arrays, int(m.max_tokens)
+
+
+class MappedNames(_NameMatching):
+    """The name matcher over the arrays of :func:`name_index_arrays` (memory-mapped: O(1) to open).
+
+    Same results as :class:`EntityMatcher` over the same names; a look-up hashes the key, binary-searches
+    the sorted hashes and verifies the strings of the few hits.
+    """
+
+    def __init__(self, arrays: dict[str, np.ndarray], max_tokens: int) -> None:
+        missing = [k for k in NAME_ARRAYS if k not in arrays]
+        if missing:
+            raise ValueError(f"name index arrays missing: {missing}")
+        for k in NAME_ARRAYS:
+            setattr(self, "_" + k, arrays[k])
+        self.max_tokens = int(max_tokens)
+
+    def __len__(self) -> int:
+        return int(self._name_node.shape[0])
+
+    @staticmethod
+    def _range(hashes: np.ndarray, key: str) -> tuple[int, int]:
+        h = np.uint64(hash64(key))
+        return int(np.searchsorted(hashes, h, side="left")), int(np.searchsorted(hashes, h, side="right"))
+
+    @staticmethod
+    def _str(off: np.ndarray, data: np.ndarray, i: int) -> str:
+        return bytes(data[int(off[i]):int(off[i + 1])]).decode("utf-8", "surrogatepass")
+
+    def _tid(self, tok: str) -> int:
+        lo, hi = self._range(self._tok_hash, tok)
+        for p in range(lo, hi):
+            if self._str(self._tok_off, self._tok, p) == tok:
+                return p
+        return -1
+
+    def _node_id(self, j: int) -> int:
+        return int(self._name_node[j])
+
+    def _exact_js(self, canon: str) -> list[int] | None:
+        lo, hi = self._range(self._exact_hash, canon)
+        js = [j for j in self._exact_name[lo:hi].tolist()
+              if self._str(self._name_canon_off, self._name_canon, j) == canon]
+        return js or None
+
+    def _phrase_js(self, phrase: str) -> list[int]:
+        lo, hi = self._range(self._phrase_hash, phrase)
+        return self._verify_phrase(phrase, lo, hi)
+
+    def _phrase_js_many(self, phrases: list[str]) -> list[list[int]]:
+        if not phrases:
+            return []
+        h = np.asarray([hash64(p) for p in phrases], dtype=np.uint64)  # one binary search for all
+        lo = np.searchsorted(self._phrase_hash, h, side="left").tolist()
+        hi = np.searchsorted(self._phrase_hash, h, side="right").tolist()
+        return [self._verify_phrase(p, a, b) if b > a else [] for p, a, b in zip(phrases, lo, hi)]
+
+    def _verify_phrase(self, phrase: str, lo: int, hi: int) -> list[int]:
+        return [j for j in self._phrase_name[lo:hi].tolist()
+                if " ".join(self._str(self._tok_off, self._tok, t) for t in self._name_seq(j)) == phrase]
+
+    def _posting(self, tok: str) -> np.ndarray | None:
+        t = self._tid(tok)
+        if t < 0:
+            return None
+        return np.asarray(self._post_name[int(self._post_ptr[t]):int(self._post_ptr[t + 1])])
+
+    def _query_seq(self, toks: tuple[str, ...]) -> tuple:
+        return tuple(self._tid(t) for t in toks)
+
+    def _may_occur(self, words: list[str]) -> list[bool]:
+        # a name phrase is its tokens joined by single spaces: a space-free piece of it is a known token
+        if not words:
+            return []
+        h = np.asarray([hash64(w) for w in words], dtype=np.uint64)
+        lo = np.searchsorted(self._tok_hash, h, side="left").tolist()
+        hi = np.searchsorted(self._tok_hash, h, side="right").tolist()
+        return [" " in w or any(self._str(self._tok_off, self._tok, p) == w for p in range(a, b))
+                for w, a, b in zip(words, lo, hi)]
+
+    def _name_seq(self, j: int) -> tuple:
+        return tuple(self._name_tok[int(self._name_tok_ptr[j]):int(self._name_tok_ptr[j + 1])].tolist())
 
 
 _CAP_WORD = r"(?:[A-Z][\w'’.\-]*|\d[\d,.]*)"

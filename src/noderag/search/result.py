@@ -68,6 +68,14 @@ class RetrievalResult:
         N/O node ids matched by name.
     generation : int or None
         The index generation every part of this result was read from.
+    best_similarity : float or None
+        Best cosine similarity of the query vector with an entry point (None: no vector search).
+    min_similarity : float
+        The ``search.min_similarity`` the result was judged against.
+    matched : bool
+        Whether anything matched confidently: a name match, or ``best_similarity >= min_similarity``.
+        False means the nodes and passages are only the nearest ones, with no sign that they answer
+        the query (the CLI says "no confident match").
     """
 
     query: str
@@ -82,6 +90,9 @@ class RetrievalResult:
     query_entities: list[str] = field(default_factory=list)
     matched_names: list[int] = field(default_factory=list)
     generation: int | None = None
+    best_similarity: float | None = None
+    min_similarity: float = 0.0
+    matched: bool = True
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
@@ -98,6 +109,9 @@ class RetrievalResult:
             "query_entities": list(self.query_entities),
             "matched_names": list(self.matched_names),
             "generation": self.generation,
+            "matched": bool(self.matched),
+            "best_similarity": None if self.best_similarity is None else round(float(self.best_similarity), 6),
+            "min_similarity": float(self.min_similarity),
         }
 
 

@@ -5,15 +5,19 @@ personalisation weights -> native shallow PPR over the combined structural and
 semantic layers -> typed selection with quotas and N->A / O->H expansion ->
 ranked source passages -> context within a token budget.
 
-Everything that costs O(n) (combined operator, node-table columns, name indexes)
-is prepared once in ``Searcher.__init__``; a query touches only its seeds' t-hop
-neighbourhood and a few hundred candidate nodes.
+Node-table columns, passage labels and the name indexes are written at build time
+(``query/``, :mod:`noderag.index.query_index`) and memory-mapped, so ``Searcher.__init__``
+does no O(n) Python work on a built index (an index without them is prepared in memory,
+:class:`~noderag.search.tables.InMemoryTables`). A query touches only its seeds' t-hop
+neighbourhood, a few hundred candidate nodes and the texts of the nodes it returns.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -21,7 +25,7 @@ import numpy as np
 from ..graph.types import N_TYPES, NodeType
 from .config import SearchConfig
 from .context import assemble_context
-from .entities import EntityMatcher, extract_query_entities
+from .entities import extract_query_entities
 from .result import AnswerResult, RetrievalResult, RetrievedNode
 
 __all__ = ["Searcher", "LLMNotConfiguredError"]
@@ -46,13 +50,6 @@ class _Prepared:
     seeds: np.ndarray  # int32
     weights: np.ndarray  # float32
     vector: np.ndarray  # float32 (dim,), L2-normalised query vector
-
-
-def _column(table: Any, name: str) -> Any:
-    try:
-        return table.column(name)
-    except KeyError:
-        raise ValueError(f"the index node table has no column {name!r}; columns: {table.column_names}") from None
 
 
 class Searcher:
@@ -92,33 +89,35 @@ class Searcher:
         self.store = store
         self.llm = llm
         self._embedder = embedder
+        self._embedder_lock = threading.Lock()
         self._count_tokens = count_tokens
         self._extract = entity_extractor or default_entity_extractor()
         self._tok_cache: dict[int, int] = {}  # node id -> tokens of its context line
-        graph = store.graph
+        graph = _search_graph(store)
         self.types = np.ascontiguousarray(np.asarray(graph.types), dtype=np.uint8)
         self.n = int(self.types.shape[0])
         # plain ndarray views of the (memory-mapped) structural layer: cheap scalar indexing
         self._s_indptr = np.asarray(graph.structural.indptr)
         self._s_indices = np.asarray(graph.structural.indices)
-        self._degree = np.diff(self._s_indptr).astype(np.float64)
         self._operator = self._make_operator(graph)
-        nodes = store.nodes
-        if nodes.num_rows != self.n:
-            raise ValueError(f"node table has {nodes.num_rows} rows but the graph has {self.n} nodes")
-        self._text = _column(nodes, "text")
-        self._chunk = np.asarray(_column(nodes, "chunk_id").to_numpy(zero_copy_only=False), dtype=np.int64)
-        self._doc = np.asarray(_column(nodes, "doc_id").to_numpy(zero_copy_only=False), dtype=np.int64)
-        self._doc_labels = self._document_labels()
-        self._labels = self._passage_labels(nodes)
-        if "active" in nodes.column_names:
-            self._active = np.asarray(nodes.column("active").to_numpy(zero_copy_only=False), dtype=bool)
-        else:
-            self._active = np.ones(self.n, dtype=bool)
-        names = _column(nodes, "name").to_pylist()
-        named = np.flatnonzero(((self.types == _N) | (self.types == _O)) & self._active)
-        self.matcher = EntityMatcher(named, [names[i] for i in named.tolist()])
-        self._names = names
+        # per-node columns, texts, labels and names: memory-mapped from the build's query/ folder,
+        # else built in memory from the node table (O(n))
+        tables = getattr(store, "query_index", None)
+        if tables is None:
+            from .tables import InMemoryTables
+
+            tables = InMemoryTables(store, self.types)
+        elif tables.n != self.n:
+            raise ValueError(f"the query index has {tables.n} nodes but the graph has {self.n}")
+        self.tables = tables
+        self._chunk = tables.chunk
+        self._doc = tables.doc
+        self._active = tables.active
+        self.matcher = tables.names
+
+    def node_texts(self, ids) -> list[str]:
+        """Display texts of some nodes (text, else name), reading only those nodes' bytes."""
+        return self.tables.texts([int(i) for i in ids])
 
     # ------------------------------------------------------------------ setup
     def _make_operator(self, graph: Any) -> Any:
@@ -129,37 +128,13 @@ class Searcher:
         csr = graph.combined(structural_weight=cfg.structural_weight, semantic_weight=cfg.semantic_weight)
         return PPROperator(csr, self.types)
 
-    def _passage_labels(self, nodes: Any) -> list[str | None]:
-        """Label of every chunk's source passage: its ``source_id`` (JSONL ``id``), else its document's source."""
-        src = _column(nodes, "source_id").to_pylist()
-        labels: list[str | None] = [None] * self.n
-        for i in np.flatnonzero(self.types == _T).tolist():
-            if src[i] is not None:
-                labels[i] = src[i]
-            else:
-                d = int(self._doc[i])
-                labels[i] = self._doc_labels.get(d, f"doc:{d}")
-        return labels
-
-    def _document_labels(self) -> dict[int, str]:
-        docs = getattr(self.store, "documents", None)
-        if docs is None:
-            return {}
-        try:
-            ids = docs.column("doc_id").to_pylist()
-        except KeyError:
-            return {}
-        for col in ("source_id", "path", "source"):
-            if col in docs.column_names:
-                vals = docs.column(col).to_pylist()
-                return {int(i): str(v) for i, v in zip(ids, vals) if v is not None}
-        return {}
-
     @property
     def embedder(self) -> Any:
         """The query embedder (the index's, unless one was passed)."""
         if self._embedder is None:
-            self._embedder = self.store.embedder()
+            with self._embedder_lock:  # threads share one embedder (loading a model is costly)
+                if self._embedder is None:
+                    self._embedder = self.store.embedder()
         return self._embedder
 
     # ------------------------------------------------------------ public API
@@ -283,7 +258,7 @@ class Searcher:
         if names.size and cfg.name_weight > 0:
             w = np.ones(names.size) if rel is None else np.asarray(rel, np.float64)
             if cfg.name_degree_power > 0:
-                w = w * (1.0 + self._degree[names]) ** (-cfg.name_degree_power)
+                w = w * (1.0 + self._degrees(names)) ** (-cfg.name_degree_power)
             if w.sum() > 0:
                 parts_i.append(names)
                 parts_w.append(cfg.name_weight * w / w.sum())
@@ -331,6 +306,11 @@ class Searcher:
         return n
 
     # ------------------------------------------------------------ selection
+    def _degrees(self, ids: np.ndarray) -> np.ndarray:
+        """Structural degree of some nodes (float64), read from indptr: no O(n) array."""
+        ids = np.asarray(ids, dtype=np.int64)
+        return (self._s_indptr[ids + 1] - self._s_indptr[ids]).astype(np.float64)
+
     def _neighbours_of_type(self, node: int, node_type: int) -> np.ndarray:
         nb = self._s_indices[self._s_indptr[node]:self._s_indptr[node + 1]]
         return nb[(self.types[nb] == node_type) & self._active[nb]] if nb.size else nb
@@ -464,7 +444,7 @@ class Searcher:
         chunks_out: list[int] = []
         seen: set[str] = set()
         for c, s in ranked:
-            lab = self._labels[c] if 0 <= c < self.n else None
+            lab = self.tables.label(c) if 0 <= c < self.n else None
             if lab is None or lab in seen:
                 continue
             seen.add(lab)
@@ -496,7 +476,7 @@ class Searcher:
         for c in hop1:
             for s_node in self._neighbours_of_type(c, _S).tolist():
                 for n in self._neighbours_of_type(s_node, _N).tolist():
-                    d = self._degree[n]
+                    d = np.float64(self._s_indptr[n + 1] - self._s_indptr[n])
                     if d > maxdeg:
                         continue
                     w = 1.0 / np.log1p(d)
@@ -508,12 +488,10 @@ class Searcher:
     def _finish(self, prep: _Prepared, ppr: tuple[np.ndarray, np.ndarray] | None) -> RetrievalResult:
         picked = self._select(prep, ppr)
         ids = [p[0] for p in picked]
-        texts = self._text.take(np.asarray(ids, dtype=np.int64)).to_pylist() if ids else []
+        texts = self.tables.texts(ids)  # only the returned nodes' texts are read
         nodes = []
         for (nid, sc, origin), text in zip(picked, texts):
             t = NodeType(int(self.types[nid]))
-            if text is None:
-                text = self._names[nid] or ""
             nodes.append(RetrievedNode(nid, t, float(sc), text, origin))
         passages, pscores, pnodes = self._rank_passages(prep, ppr)
         docs: list[str] = []
@@ -523,12 +501,34 @@ class Searcher:
                 d = int(self._doc[n.id])
                 if d >= 0 and d not in seen_docs:
                     seen_docs.add(d)
-                    docs.append(self._doc_labels.get(d, f"doc:{d}"))
+                    docs.append(self.tables.doc_label(d))
         priority = sorted(range(len(nodes)), key=lambda i: (_PRIORITY[nodes[i].origin], i))
         context, n_tok, ctx_ids = assemble_context([nodes[i] for i in priority], self.config.context_tokens,
                                                    self._count_tokens, self._line_tokens)
+        best = float(prep.entry_sims.max()) if prep.entry_sims.size else None
+        min_sim = float(self.config.min_similarity)
+        matched = bool(prep.name_ids.size) or (best is not None and best >= min_sim)
         return RetrievalResult(prep.query, nodes, passages, pscores, pnodes, docs, context, n_tok, ctx_ids,
-                               list(prep.entities), prep.name_ids.tolist(), getattr(self.store, "generation", None))
+                               list(prep.entities), prep.name_ids.tolist(),
+                               generation=getattr(self.store, "generation", None), best_similarity=best,
+                               min_similarity=min_sim, matched=matched)
+
+
+def _search_graph(store: Any) -> Any:
+    """The store's graph; when not loaded yet, memory-mapped without the numba invariant pass.
+
+    The searcher validates the layer PPR runs on itself (``PPROperator``: numpy checks of indptr,
+    column ranges, weights and type codes, O(nnz)), so the graph's own compiled check would only
+    repeat it, and loading numba's kernel cache costs ~0.5 s at the first query after open.
+    """
+    if "graph" in getattr(store, "__dict__", {}) or not hasattr(store, "path"):
+        return store.graph
+    from ..graph.hetero import HeteroGraph
+
+    meta = Path(store.path) / "graph" / "meta.json"
+    if not meta.is_file():
+        return store.graph
+    return HeteroGraph.load(store.path, mmap=True, validate=False)
 
 
 _PRIORITY = {"entry": 0, "ppr": 1, "name": 1, "attribute": 2, "high_level": 3}
@@ -554,6 +554,12 @@ def default_entity_extractor() -> Callable[[str], list[str]]:
 def _check_query(query: Any, name: str) -> str:
     if not isinstance(query, str):
         raise TypeError(f"{name} must be a str, got {type(query).__name__}")
+    try:
+        query.encode("utf-8")
+    except UnicodeEncodeError as exc:  # lone surrogates: not Unicode text, and the tokenizer rejects them
+        bad = query[exc.start]
+        raise ValueError(f"{name} is not valid Unicode: lone surrogate U+{ord(bad):04X} at character {exc.start} "
+                         "(decode the input with errors='replace' or fix its encoding)") from None
     if not query.strip():
         raise ValueError(f"{name} must be a non-empty question")
     return query

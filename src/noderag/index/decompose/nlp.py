@@ -194,42 +194,51 @@ def extract_mentions(sent: str, *, dates: bool = True, numbers: bool = False) ->
     # priority: quotes, dates, numbers, then names; keep non-overlapping, longer first within a kind
     prio = {"quote": 0, "ner": 1, "date": 2, "number": 3, "name": 4}
     cands.sort(key=lambda m: (prio[m.kind], -(m.end - m.start), m.start))
+    return _non_overlapping(cands, len(sent))
+
+
+def _non_overlapping(cands: list[Mention], length: int) -> list[Mention]:
+    """The candidates, in order, that overlap none kept before them; sorted by position.
+
+    An occupancy map of the sentence makes this linear in the candidates' total length
+    (candidates of one kind never overlap each other, so that total is a few sentence lengths).
+    """
+    occupied = bytearray(length)
     taken: list[Mention] = []
     for m in cands:
-        if all(m.end <= t.start or m.start >= t.end for t in taken):
+        if occupied.find(1, m.start, m.end) < 0:
+            occupied[m.start:m.end] = b"\x01" * (m.end - m.start)
             taken.append(m)
     taken.sort(key=lambda m: m.start)
     return taken
 
 
-def _relation_text(between: str, max_words: int) -> str | None:
-    words = re.findall(r"[\w’'\-]+", between)
-    if not words or len(words) > max_words:
-        return None
-    return " ".join(words)
+_RELATION_WORD = re.compile(r"[\w’'\-]+")
 
 
 def sentence_relations(sent: str, mentions: list[Mention], max_words: int) -> list[tuple[str, str, str]]:
     """(source, relation, target) for adjacent mention pairs and (first mention, later mention) pairs."""
     rels: list[tuple[str, str, str]] = []
-    seen: set[tuple[int, int]] = set()
+    gaps = [_RELATION_WORD.findall(sent, mentions[k].end, mentions[k + 1].start) for k in range(len(mentions) - 1)]
     for i in range(len(mentions) - 1):
-        pairs = [(i, i + 1)]
+        _add_relation(rels, mentions[i], mentions[i + 1], gaps[i], max_words)
         if i == 0:
-            pairs += [(0, j) for j in range(2, len(mentions))]
-        for a, b in pairs:
-            if (a, b) in seen:
-                continue
-            seen.add((a, b))
-            ma, mb = mentions[a], mentions[b]
-            if ma.text.casefold() == mb.text.casefold():
-                continue
-            # the words between them, without the text of mentions in between
-            between = " ".join(sent[mentions[k].end:mentions[k + 1].start] for k in range(a, b))
-            rel = _relation_text(between, max_words)
-            if rel is not None:
-                rels.append((ma.text, rel, mb.text))
+            # (first mention, later mention): the words between them only grow with the distance,
+            # so the pairs stop at the first one over max_words (linear, not quadratic, per sentence)
+            words = list(gaps[0])
+            for j in range(2, len(mentions)):
+                words.extend(gaps[j - 1])
+                if len(words) > max_words:
+                    break
+                _add_relation(rels, mentions[0], mentions[j], words, max_words)
     return rels
+
+
+def _add_relation(rels: list, ma: Mention, mb: Mention, words: list[str], max_words: int) -> None:
+    """Append (ma, the words between, mb) unless both name the same thing or the words are none or too many."""
+    if ma.text.casefold() == mb.text.casefold() or not words or len(words) > max_words:
+        return
+    rels.append((ma.text, " ".join(words), mb.text))
 
 
 class NLPDecomposer:
@@ -334,11 +343,7 @@ class NLPDecomposer:
         extra = [Mention(e.start_char, e.end_char, e.text, "ner") for e in doc.ents
                  if e.label_ in ("PERSON", "ORG", "GPE", "LOC", "NORP", "FAC", "EVENT", "WORK_OF_ART", "PRODUCT", "LAW")]
         allm = sorted(extra + mentions, key=lambda m: (0 if m.kind == "ner" else 1, m.start))
-        taken: list[Mention] = []
-        for m in allm:
-            if all(m.end <= t.start or m.start >= t.end for t in taken):
-                taken.append(m)
-        return sorted(taken, key=lambda m: m.start)
+        return _non_overlapping(allm, len(sent))
 
     def decompose(self, chunks: Sequence[ChunkInput]) -> list[ChunkDecomposition]:
         """Decompose every chunk (one result per chunk, in order)."""

@@ -1,0 +1,250 @@
+"""Build-time query index: everything a query needs that costs O(n) to prepare, written once per build
+and memory-mapped at open, so a query touches only its seeds' neighbourhood and the texts it returns.
+
+Folder ``query/`` of an index directory (all ``.npy``; ``*_off`` are int64 offsets into a uint8 UTF-8 blob)::
+
+    meta.json                        format, n (nodes), names, max_tokens
+    text_off, text                   display text of every node (text, else name, else "")
+    chunk, doc                       int64 (n,): chunk_id / doc_id of every node
+    active                           bool (n,)
+    label_node, label_off, label     source-passage label of every T node (sorted node ids)
+    doclabel_id, doclabel_off, doclabel   label of every document with one (sorted doc ids)
+    name_*, exact_*, phrase_*, tok*, post_*   the name matcher (noderag.search.entities.name_index_arrays)
+
+Written by :func:`write_query_index` from the finished ``nodes.parquet`` and ``documents.parquet`` of a
+build or insert (deterministic: the same tables give byte-identical files); opened by
+:meth:`QueryIndex.load`. An index without the folder is served by the in-memory path of the searcher.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from noderag.graph.storage import atomic_save_npy, atomic_write_bytes, load_npy, read_json
+
+__all__ = ["QUERY_DIR", "QueryIndex", "write_query_index", "passage_labels", "document_labels", "display_texts"]
+
+QUERY_DIR = "query"
+_FORMAT = 1
+_T = 0
+_NAMED = (2, 6)  # N and O: matched by name
+
+
+def document_labels(documents: Any) -> dict[int, str]:
+    """doc_id -> label (the first of ``source_id``, ``path``, ``source`` the documents table has)."""
+    if documents is None:
+        return {}
+    try:
+        ids = documents.column("doc_id").to_pylist()
+    except KeyError:
+        return {}
+    for col in ("source_id", "path", "source"):
+        if col in documents.column_names:
+            vals = documents.column(col).to_pylist()
+            return {int(i): str(v) for i, v in zip(ids, vals) if v is not None}
+    return {}
+
+
+def passage_labels(types: np.ndarray, source_ids: list, doc_ids: np.ndarray, doc_labels: dict[int, str]
+                   ) -> dict[int, str]:
+    """Label of every chunk's source passage: its ``source_id`` (JSONL ``id``), else its document's label."""
+    out: dict[int, str] = {}
+    for i in np.flatnonzero(np.asarray(types) == _T).tolist():
+        if source_ids[i] is not None:
+            out[i] = source_ids[i]
+        else:
+            d = int(doc_ids[i])
+            out[i] = doc_labels.get(d, f"doc:{d}")
+    return out
+
+
+def display_texts(nodes: Any):
+    """The text column with nulls replaced by the name, then by "" (a pyarrow array)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    return pc.coalesce(nodes.column("text"), nodes.column("name"), pa.scalar("", pa.string()))
+
+
+def _string_blob(arr) -> tuple[np.ndarray, np.ndarray]:
+    """(int64 offsets, uint8 bytes) of a pyarrow string array without nulls, without a Python loop."""
+    import pyarrow as pa
+
+    arr = arr.cast(pa.large_string())  # int64 offsets before combining: texts may pass 2 GiB
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    n = len(arr)
+    _, off_buf, data_buf = arr.buffers()
+    if off_buf is None or n == 0:
+        return np.zeros(1, np.int64), np.zeros(0, np.uint8)
+    off = np.frombuffer(off_buf, dtype=np.int64)[arr.offset:arr.offset + n + 1].copy()
+    data = (np.frombuffer(data_buf, dtype=np.uint8)[int(off[0]):int(off[-1])].copy() if data_buf is not None
+            else np.zeros(0, np.uint8))
+    return off - off[0], data
+
+
+def _py_blob(strings: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    from noderag.search.entities import _blob
+
+    return _blob(strings)
+
+
+def write_query_index(index_dir: str | os.PathLike) -> Path:
+    """Write ``query/`` into ``index_dir`` from its ``nodes.parquet`` and ``documents.parquet``; returns the folder.
+
+    Called by the build (and insert) pipeline right after the finished files are written, so
+    every index opens without O(n) preparation. Replaces an existing ``query/`` folder.
+    """
+    import shutil
+
+    import pyarrow.parquet as pq
+
+    from noderag.search.entities import EntityMatcher, name_index_arrays
+
+    from .store import read_nodes_file
+
+    root = Path(index_dir)
+    nodes = read_nodes_file(root / "nodes.parquet")
+    docs_path = root / "documents.parquet"
+    documents = pq.read_table(docs_path) if docs_path.is_file() else None
+    n = nodes.num_rows
+    types = np.asarray(nodes.column("type").to_numpy(zero_copy_only=False), dtype=np.uint8)
+    chunk = np.asarray(nodes.column("chunk_id").to_numpy(zero_copy_only=False), dtype=np.int64)
+    doc = np.asarray(nodes.column("doc_id").to_numpy(zero_copy_only=False), dtype=np.int64)
+    active = np.asarray(nodes.column("active").to_numpy(zero_copy_only=False), dtype=bool)
+    arrays: dict[str, np.ndarray] = {"chunk": chunk, "doc": doc, "active": active}
+    arrays["text_off"], arrays["text"] = _string_blob(display_texts(nodes))
+    t_ids = np.flatnonzero(types == _T)
+    src = nodes.column("source_id").take(t_ids).to_pylist()
+    src_full: list = [None] * n
+    for i, v in zip(t_ids.tolist(), src):
+        src_full[i] = v
+    dl = document_labels(documents)
+    labels = passage_labels(types, src_full, doc, dl)
+    arrays["label_node"] = t_ids.astype(np.int64)
+    arrays["label_off"], arrays["label"] = _py_blob([labels[i] for i in t_ids.tolist()])
+    dids = sorted(dl)
+    arrays["doclabel_id"] = np.asarray(dids, dtype=np.int64)
+    arrays["doclabel_off"], arrays["doclabel"] = _py_blob([dl[d] for d in dids])
+    named = np.flatnonzero(np.isin(types, _NAMED) & active)
+    names = nodes.column("name").take(named).to_pylist()
+    name_arrays, max_tokens = name_index_arrays(EntityMatcher(named, names))
+    arrays.update(name_arrays)
+    out = root / QUERY_DIR
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    for key in sorted(arrays):  # fsynced like every index file: the commit only renames folders
+        atomic_save_npy(out / f"{key}.npy", arrays[key])
+    meta = {"format": _FORMAT, "n": int(n), "names": int(name_arrays["name_node"].shape[0]),
+            "max_tokens": max_tokens}
+    atomic_write_bytes(out / "meta.json", (json.dumps(meta, sort_keys=True) + "\n").encode("utf-8"))
+    return out
+
+
+class QueryIndex:
+    """The ``query/`` folder opened read-only (memory-mapped): per-node columns, texts, labels and names.
+
+    Attributes
+    ----------
+    n : int
+    chunk, doc : ndarray (n,) int64
+    active : ndarray (n,) bool
+    names : MappedNames
+    """
+
+    def __init__(self, folder: Path, meta: dict, arrays: dict[str, np.ndarray]) -> None:
+        from noderag.search.entities import MappedNames
+
+        self.folder = folder
+        self.n = int(meta["n"])
+        self._a = arrays
+        self.chunk = arrays["chunk"]
+        self.doc = arrays["doc"]
+        self.active = arrays["active"]
+        self.names = MappedNames(arrays, int(meta["max_tokens"]))
+
+    @classmethod
+    def load(cls, index_dir: str | os.PathLike, n: int | None = None) -> "QueryIndex | None":
+        """Open ``index_dir/query`` (None when the index has none); ``n``: expected node count."""
+        from noderag.search.entities import NAME_ARRAYS
+
+        folder = Path(index_dir) / QUERY_DIR
+        mpath = folder / "meta.json"
+        if not mpath.is_file():
+            return None
+        meta = read_json(mpath)
+        if not isinstance(meta, dict) or meta.get("format") != _FORMAT:
+            raise ValueError(f"{mpath}: unknown query index format {meta.get('format') if isinstance(meta, dict) else meta!r}")
+        for key in ("n", "names", "max_tokens"):
+            if isinstance(meta.get(key), bool) or not isinstance(meta.get(key), int) or meta[key] < 0:
+                raise ValueError(f"{mpath}: field {key!r} must be a non-negative integer, got {meta.get(key)!r}")
+        nn = meta["n"]
+        if n is not None and nn != n:
+            raise ValueError(f"{mpath}: written for {nn} nodes but the graph has {n}")
+        m = meta["names"]
+        shapes: dict[str, tuple[Any, tuple | None]] = {
+            "chunk": (np.int64, (nn,)), "doc": (np.int64, (nn,)), "active": (np.bool_, (nn,)),
+            "text_off": (np.int64, (nn + 1,)), "text": (np.uint8, None),
+            "label_node": (np.int64, None), "label_off": (np.int64, None), "label": (np.uint8, None),
+            "doclabel_id": (np.int64, None), "doclabel_off": (np.int64, None), "doclabel": (np.uint8, None),
+            "name_node": (np.int64, (m,)), "name_tok_ptr": (np.int64, (m + 1,)), "name_tok": (np.int32, None),
+            "name_canon_off": (np.int64, (m + 1,)), "name_canon": (np.uint8, None),
+            "exact_hash": (np.uint64, (m,)), "exact_name": (np.int64, (m,)),
+            "phrase_hash": (np.uint64, (m,)), "phrase_name": (np.int64, (m,)),
+            "tok_hash": (np.uint64, None), "tok_off": (np.int64, None), "tok": (np.uint8, None),
+            "post_ptr": (np.int64, None), "post_name": (np.int64, None),
+        }
+        assert set(NAME_ARRAYS) <= set(shapes)
+        arrays = {}
+        for key, (dtype, shape) in shapes.items():
+            # plain ndarray views of the maps: numpy.memmap's per-item __getitem__ costs ~4 us a look-up
+            arrays[key] = np.asarray(load_npy(folder / f"{key}.npy", True, dtype=dtype, ndim=1, shape=shape))
+        # cheap consistency checks (sizes only: O(1)), naming the file
+        for off, blob in (("text_off", "text"), ("label_off", "label"), ("doclabel_off", "doclabel"),
+                          ("name_canon_off", "name_canon"), ("tok_off", "tok")):
+            o = arrays[off]
+            if o.shape[0] < 1 or int(o[0]) != 0 or int(o[-1]) != arrays[blob].shape[0]:
+                raise ValueError(f"{folder / (off + '.npy')}: offsets do not span {blob}.npy "
+                                 f"({arrays[blob].shape[0]} bytes)")
+        if arrays["label_off"].shape[0] != arrays["label_node"].shape[0] + 1:
+            raise ValueError(f"{folder / 'label_off.npy'}: length must be len(label_node) + 1")
+        if arrays["doclabel_off"].shape[0] != arrays["doclabel_id"].shape[0] + 1:
+            raise ValueError(f"{folder / 'doclabel_off.npy'}: length must be len(doclabel_id) + 1")
+        v = arrays["tok_hash"].shape[0]
+        if arrays["tok_off"].shape[0] != v + 1 or arrays["post_ptr"].shape[0] != v + 1:
+            raise ValueError(f"{folder / 'tok_off.npy'}: tok_off and post_ptr must have len(tok_hash) + 1 entries")
+        if int(arrays["post_ptr"][-1]) != arrays["post_name"].shape[0] or \
+                int(arrays["name_tok_ptr"][-1]) != arrays["name_tok"].shape[0]:
+            raise ValueError(f"{folder / 'post_ptr.npy'}: CSR pointers do not span their arrays")
+        return cls(folder, meta, arrays)
+
+    @staticmethod
+    def _get(off: np.ndarray, data: np.ndarray, i: int) -> str:
+        return bytes(data[int(off[i]):int(off[i + 1])]).decode("utf-8", "surrogatepass")
+
+    def texts(self, ids) -> list[str]:
+        """Display texts of some nodes (reads only their bytes)."""
+        off, data = self._a["text_off"], self._a["text"]
+        return [self._get(off, data, int(i)) for i in ids]
+
+    def label(self, node: int) -> str | None:
+        """Source-passage label of a T node (None for other nodes and out-of-range ids)."""
+        ids = self._a["label_node"]
+        p = int(np.searchsorted(ids, node))
+        if p < ids.shape[0] and int(ids[p]) == node:
+            return self._get(self._a["label_off"], self._a["label"], p)
+        return None
+
+    def doc_label(self, doc: int) -> str:
+        """Label of a document (``doc:ID`` when it has none)."""
+        ids = self._a["doclabel_id"]
+        p = int(np.searchsorted(ids, doc))
+        if p < ids.shape[0] and int(ids[p]) == doc:
+            return self._get(self._a["doclabel_off"], self._a["doclabel"], p)
+        return f"doc:{doc}"

@@ -1,0 +1,450 @@
+"""Index integrity: blake2b checksums of every index file, recorded in the manifest, and two checks.
+
+``cheap`` (every open; reads headers and footers only, milliseconds): each recorded file
+exists with its recorded size; ``.npy`` headers parse and account for the file size; Parquet
+files carry their magic and a readable footer; the usearch file's matrix and index headers
+parse and its vector count and dimension match the manifest; JSON files parse.
+
+``full`` (``noderag verify``, ``Index.open(dir, verify="full")``): the cheap check, every file's
+checksum, the manifest's own digest, and the structural invariants: CSR ``indptr`` of n + 1
+entries from 0 to nnz, monotone; ``indices`` in [0, n); weights finite and >= 0; node types
+known; the node and document tables agree with the graph; the vector keys are exactly the
+embedded nodes (active T, S, A, H).
+
+Errors are :class:`IndexDamagedError`, one line naming the file: "damaged header in
+graph/indices.npy", never a raw parser error.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+__all__ = ["CHECKSUMS", "IndexDamagedError", "VerifyReport", "file_checksums", "manifest_digest", "reading",
+           "verify_index", "VERIFY_LEVELS"]
+
+CHECKSUMS = "checksums"
+VERIFY_LEVELS = ("none", "cheap", "full")
+_MANIFEST = "manifest.json"
+# files of an index folder that are not index content: the writer lock, a readers' lock file, and the
+# LLM cache that queries append to
+_NOT_CONTENT = frozenset({".writer.lock", ".readers", "llm_cache.sqlite", _MANIFEST})
+_BLOCK = 1 << 20
+# node type codes (graph.types.NodeType): T S N R A H O; the embedded ones are T, S, A, H
+_N_TYPES = 7
+_EMBEDDED_TYPES = (0, 1, 4, 5)
+_TYPE_NAMES = ("text", "semantic_unit", "entity", "relationship", "attribute", "high_level", "overview")
+
+
+class IndexDamagedError(ValueError):
+    """An index file is missing, truncated, altered or inconsistent; ``file`` is its path in the index."""
+
+    def __init__(self, root: str | os.PathLike, file: str, problem: str, detail: str = "") -> None:
+        self.root = str(root)
+        self.file = file
+        self.problem = problem
+        detail = " ".join("".join(c if c.isprintable() else " " for c in detail).split())  # one clean line
+        extra = f" ({detail})" if detail else ""
+        super().__init__(f"{root}: {problem} in {file}{extra}; the index is damaged: rebuild it or restore a copy")
+
+
+@contextmanager
+def reading(root: str | os.PathLike, rel: str):
+    """Turn a reader's raw error on the index file ``rel`` (pyarrow, numpy, usearch) into :class:`IndexDamagedError`."""
+    from noderag.graph.storage import FormatVersionError
+
+    try:
+        yield
+    except (IndexDamagedError, FileNotFoundError, FormatVersionError):
+        raise
+    except (ValueError, OSError, RuntimeError) as exc:  # ArrowInvalid is a ValueError, ArrowIOError an OSError
+        raise IndexDamagedError(root, rel, "unreadable data", f"{type(exc).__name__}: {exc}"[:200]) from None
+
+
+@dataclass
+class VerifyReport:
+    """What a check covered: level, files and bytes checked, seconds, warnings (one line each)."""
+
+    root: str
+    level: str
+    files: int = 0
+    bytes: int = 0
+    seconds: float = 0.0
+    warnings: list[str] = field(default_factory=list)
+
+
+def _blake2b_file(path: Path) -> str:
+    h = hashlib.blake2b(digest_size=16)
+    with open(path, "rb") as fh:
+        while block := fh.read(_BLOCK):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _json_default(obj: Any) -> Any:
+    from noderag.graph.storage import _json_default as convert  # the conversion the manifest writer uses
+
+    return convert(obj)
+
+
+def manifest_digest(manifest: dict[str, Any]) -> str:
+    """blake2b-128 of the manifest's content without its ``checksums`` entry (canonical JSON)."""
+    body = {k: v for k, v in manifest.items() if k != CHECKSUMS}
+    text = json.dumps(body, sort_keys=True, ensure_ascii=False, separators=(",", ":"), allow_nan=False,
+                      default=_json_default)
+    # a round trip first: numbers and tuples read back exactly as they will from the written file
+    text = json.dumps(json.loads(text), sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.blake2b(text.encode("utf-8"), digest_size=16).hexdigest()
+
+
+def _manifest_bytes(manifest: dict[str, Any]) -> bytes:
+    """The bytes :func:`~noderag.graph.storage.atomic_write_json` writes for ``manifest`` (its exact format)."""
+    text = json.dumps(manifest, sort_keys=True, ensure_ascii=False, indent=2, allow_nan=False)
+    return (text + "\n").encode("utf-8")
+
+
+def _content_files(root: Path) -> list[str]:
+    """Relative POSIX paths of the index files under ``root`` (not the manifest, lock or LLM cache)."""
+    out = []
+    for p in sorted(root.rglob("*")):
+        rel = p.relative_to(root).as_posix()
+        if p.is_file() and not p.is_symlink() and rel not in _NOT_CONTENT and not rel.startswith("stages/"):
+            out.append(rel)
+    return out
+
+
+def file_checksums(root: str | os.PathLike, manifest: dict[str, Any]) -> dict[str, Any]:
+    """The ``checksums`` entry of a manifest: blake2b-128 of every index file in ``root`` and of the manifest.
+
+    Call it last, with every other manifest entry set: the manifest digest covers them.
+    """
+    root = Path(root)
+    return {"algorithm": "blake2b-128",
+            "files": {rel: _blake2b_file(root / rel) for rel in _content_files(root)},
+            "manifest": manifest_digest(manifest)}
+
+
+# ----------------------------------------------------------------------------- cheap checks per file kind
+
+def _npy_header(root: Path, rel: str) -> tuple[np.dtype, tuple[int, ...], int]:
+    """(dtype, shape, data offset) of a ``.npy`` file, its size checked; IndexDamagedError when unreadable."""
+    from numpy.lib import format as npformat
+
+    path = root / rel
+    try:
+        with open(path, "rb") as fh:
+            version = npformat.read_magic(fh)
+            if version == (1, 0):
+                shape, fortran, dtype = npformat.read_array_header_1_0(fh)
+            elif version in ((2, 0), (3, 0)):
+                shape, fortran, dtype = npformat.read_array_header_2_0(fh)
+            else:
+                raise ValueError(f"unknown .npy version {version}")
+            offset = fh.tell()
+    except Exception as exc:  # numpy raises ValueError, SyntaxError, tokenize.TokenError... on a bad header
+        raise IndexDamagedError(root, rel, "damaged header", f"{type(exc).__name__}: {exc}"[:200]) from None
+    if dtype.hasobject or fortran:
+        raise IndexDamagedError(root, rel, "damaged header", f"dtype {dtype}, fortran_order {fortran}")
+    expected = offset + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    size = path.stat().st_size
+    if size != expected:
+        raise IndexDamagedError(root, rel, "wrong size", f"{size} bytes, the header says {expected}")
+    return dtype, tuple(int(s) for s in shape), offset
+
+
+def _parquet_meta(root: Path, rel: str):
+    import pyarrow.parquet as pq
+
+    path = root / rel
+    with open(path, "rb") as fh:
+        head = fh.read(4)
+        fh.seek(max(0, path.stat().st_size - 4))
+        tail = fh.read(4)
+    if head != b"PAR1" or tail != b"PAR1":
+        raise IndexDamagedError(root, rel, "damaged header or footer", "no PAR1 magic")
+    try:
+        return pq.read_metadata(path)
+    except Exception as exc:  # pyarrow.ArrowInvalid / OSError on a damaged footer
+        raise IndexDamagedError(root, rel, "damaged footer", f"{type(exc).__name__}: {exc}"[:200]) from None
+
+
+_USEARCH_SCALAR_BYTES = {"f64": 8.0, "f32": 4.0, "f16": 2.0, "bf16": 2.0, "i8": 1.0, "u8": 1.0, "b1": 0.125}
+
+
+def _usearch_meta(root: Path, rel: str) -> dict[str, Any]:
+    """Header facts of a usearch file: vector count and dimensions from the matrix and index headers."""
+    from usearch.index import Index
+
+    path = root / rel
+    size = path.stat().st_size
+    with open(path, "rb") as fh:
+        head = fh.read(16)
+    if len(head) < 8:
+        raise IndexDamagedError(root, rel, "damaged header", "shorter than its matrix header")
+    try:
+        meta = Index.metadata(str(path))
+    except Exception as exc:  # usearch raises RuntimeError/ValueError on a damaged header
+        raise IndexDamagedError(root, rel, "damaged header", f"{type(exc).__name__}: {exc}"[:200]) from None
+    if not meta or not meta.get("matrix_included", False):
+        raise IndexDamagedError(root, rel, "damaged header", "no usearch index header")
+    # the vectors come first: rows and bytes per row (two u32, or two u64 for huge matrices), then the rows
+    wide = bool(meta.get("matrix_uses_64_bit_dimensions", False))
+    header = 16 if wide else 8
+    if len(head) < header:
+        raise IndexDamagedError(root, rel, "damaged header", "shorter than its matrix header")
+    rows, row_bytes = (int(x) for x in np.frombuffer(head[:header], dtype="<u8" if wide else "<u4"))
+    scalar = str(getattr(meta.get("kind_scalar"), "name", meta.get("kind_scalar"))).lower()
+    width = _USEARCH_SCALAR_BYTES.get(scalar)
+    dims = int(meta.get("dimensions", -1))
+    count = int(meta.get("count_present", -1)) + int(meta.get("count_deleted", 0))
+    if rows != count or (width is not None and row_bytes != int(np.ceil(dims * width))):
+        raise IndexDamagedError(root, rel, "damaged header",
+                                f"matrix of {rows} rows x {row_bytes} bytes, index header {count} x {dims} {scalar}")
+    start = header + rows * row_bytes
+    with open(path, "rb") as fh:
+        fh.seek(start)
+        magic = fh.read(7)
+    if magic != b"usearch" or start >= size:
+        raise IndexDamagedError(root, rel, "damaged header", "the index header is not after the vectors")
+    return {"count": int(meta.get("count_present", 0)), "dim": dims, "scalar": scalar}
+
+
+def _json_file(root: Path, rel: str) -> Any:
+    try:
+        return json.loads((root / rel).read_bytes().decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise IndexDamagedError(root, rel, "damaged JSON", str(exc)[:200]) from None
+
+
+# ----------------------------------------------------------------------------- the checks
+
+def _read_manifest(root: Path) -> dict[str, Any]:
+    path = root / _MANIFEST
+    if not path.is_file():
+        raise IndexDamagedError(root, _MANIFEST, "missing file")
+    data = _json_file(root, _MANIFEST)
+    if not isinstance(data, dict):
+        raise IndexDamagedError(root, _MANIFEST, "damaged JSON", "not an object")
+    return data
+
+
+def _embedded_count(manifest: dict[str, Any]) -> int | None:
+    active = (manifest.get("counts") or {}).get("active_nodes")
+    if not isinstance(active, dict):
+        return None
+    return int(sum(int(active.get(_TYPE_NAMES[t], 0)) for t in _EMBEDDED_TYPES))
+
+
+def verify_index(root: str | os.PathLike, level: str = "full", *, manifest: dict[str, Any] | None = None,
+                 progress: Callable[[str], None] | None = None) -> VerifyReport:
+    """Check the index files in ``root`` (the folder with ``manifest.json``); raise :class:`IndexDamagedError`.
+
+    Parameters
+    ----------
+    root : index directory (its current generation is checked) or a generation folder
+    level : "cheap" or "full" (see the module docstring); "none" checks nothing
+    manifest : the parsed manifest when the caller has read it already
+    progress : callable(str), optional, told each file as it is checksummed
+    """
+    if level not in VERIFY_LEVELS:
+        raise ValueError(f"verify must be one of {VERIFY_LEVELS}, got {level!r}")
+    root = Path(root)
+    if (root / "CURRENT").is_file():  # an index directory: check the generation readers open
+        from .generations import current_generation, generation_path
+
+        gen = current_generation(root)
+        if gen is not None:
+            root = generation_path(root, gen)
+    t0 = time.perf_counter()
+    report = VerifyReport(str(root), level)
+    if level == "none":
+        return report
+    if manifest is None:
+        manifest = _read_manifest(root)
+    sums = manifest.get(CHECKSUMS)
+    sizes = manifest.get("bytes") or {}
+    if isinstance(sums, dict) and isinstance(sums.get("files"), dict):
+        files = sorted(sums["files"])
+    else:
+        sums = None
+        files = sorted(k for k in sizes if k not in _NOT_CONTENT)
+        report.warnings.append("no checksums recorded (built by an older noderag): sizes, headers and "
+                               "structure checked, not the bytes")
+    present = set(_content_files(root))
+    facts: dict[str, Any] = {}
+    for rel in files:
+        path = root / rel
+        if rel not in present:
+            raise IndexDamagedError(root, rel, "missing file")
+        size = path.stat().st_size
+        if rel in sizes and int(sizes[rel]) != size:
+            raise IndexDamagedError(root, rel, "wrong size", f"{size} bytes, the manifest says {int(sizes[rel])}")
+        report.files += 1
+        report.bytes += size
+        if rel.endswith(".npy"):
+            facts[rel] = _npy_header(root, rel)
+        elif rel.endswith(".parquet"):
+            facts[rel] = _parquet_meta(root, rel)
+        elif rel.endswith(".usearch"):
+            facts[rel] = _usearch_meta(root, rel)
+        elif rel.endswith(".json"):
+            facts[rel] = _json_file(root, rel)
+    _check_header_facts(root, manifest, facts)
+    if level == "full":
+        if sums is not None:
+            if manifest_digest(manifest) != sums.get("manifest"):
+                raise IndexDamagedError(root, _MANIFEST, "checksum mismatch", "its content differs from the build's")
+            if (root / _MANIFEST).read_bytes() != _manifest_bytes(manifest):
+                raise IndexDamagedError(root, _MANIFEST, "altered bytes", "not as the manifest writer wrote it")
+            for rel in files:
+                if progress is not None:
+                    progress(rel)
+                if _blake2b_file(root / rel) != sums["files"][rel]:
+                    raise IndexDamagedError(root, rel, "checksum mismatch")
+        _check_structure(root, manifest, facts)
+    report.seconds = time.perf_counter() - t0
+    return report
+
+
+def _check_header_facts(root: Path, manifest: dict[str, Any], facts: dict[str, Any]) -> None:
+    """Cheap cross-checks: array shapes against graph/meta.json, table rows and vector count against the graph."""
+    meta = facts.get("graph/meta.json")
+    if not isinstance(meta, dict):
+        return
+    n = meta.get("n")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise IndexDamagedError(root, "graph/meta.json", "damaged field", f"n = {n!r}")
+    for rel in ("node_types.npy", "node_keys.npy"):
+        if rel in facts and facts[rel][1] != (n,):
+            raise IndexDamagedError(root, rel, "wrong shape", f"{facts[rel][1]}, the graph has {n} nodes")
+    for layer, sub in (("structural", "graph"), ("semantic", "semantic")):
+        nnz = meta.get(f"{layer}_nnz")
+        if f"{sub}/indptr.npy" in facts and facts[f"{sub}/indptr.npy"][1] != (n + 1,):
+            raise IndexDamagedError(root, f"{sub}/indptr.npy", "wrong shape",
+                                    f"{facts[f'{sub}/indptr.npy'][1]}, expected ({n + 1},)")
+        for name in ("indices", "weights"):
+            rel = f"{sub}/{name}.npy"
+            if rel in facts and facts[rel][1] != (nnz,):
+                raise IndexDamagedError(root, rel, "wrong shape", f"{facts[rel][1]}, graph/meta.json says nnz = {nnz}")
+    if "nodes.parquet" in facts and facts["nodes.parquet"].num_rows != n:
+        raise IndexDamagedError(root, "nodes.parquet", "wrong row count",
+                                f"{facts['nodes.parquet'].num_rows} rows, the graph has {n} nodes")
+    vec = facts.get("vectors.usearch")
+    if vec is not None:
+        want = _embedded_count(manifest)
+        if want is not None and vec["count"] != want:
+            raise IndexDamagedError(root, "vectors.usearch", "wrong vector count",
+                                    f"{vec['count']} vectors, the manifest has {want} embedded nodes")
+        dim = (manifest.get("embedder") or {}).get("dim")
+        if isinstance(dim, int) and vec["dim"] != dim:
+            raise IndexDamagedError(root, "vectors.usearch", "wrong dimension", f"{vec['dim']}, the embedder has {dim}")
+
+
+def _array(root: Path, rel: str) -> np.ndarray:
+    from noderag.graph.storage import load_npy
+
+    try:
+        return load_npy(root / rel, mmap=True)
+    except (ValueError, OSError) as exc:
+        raise IndexDamagedError(root, rel, "unreadable array", str(exc)[:200]) from None
+
+
+def _check_structure(root: Path, manifest: dict[str, Any], facts: dict[str, Any]) -> None:
+    """The structural invariants of the graph, tables and vectors (vectorised, O(n + nnz))."""
+    meta = facts.get("graph/meta.json")
+    if not isinstance(meta, dict):
+        raise IndexDamagedError(root, "graph/meta.json", "missing file")
+    n = int(meta["n"])
+    types = _array(root, "node_types.npy")
+    if types.size and int(types.max()) >= _N_TYPES:
+        raise IndexDamagedError(root, "node_types.npy", "value out of range", f"type code {int(types.max())}")
+    for layer, sub in (("structural", "graph"), ("semantic", "semantic")):
+        nnz = int(meta.get(f"{layer}_nnz", 0))
+        indptr = _array(root, f"{sub}/indptr.npy").astype(np.int64)
+        if indptr.shape != (n + 1,) or indptr[0] != 0 or indptr[-1] != nnz:
+            raise IndexDamagedError(root, f"{sub}/indptr.npy", "invalid CSR offsets",
+                                    f"shape {indptr.shape}, from {int(indptr[0])} to {int(indptr[-1])}, nnz {nnz}")
+        if np.any(np.diff(indptr) < 0):
+            raise IndexDamagedError(root, f"{sub}/indptr.npy", "invalid CSR offsets", "not monotone")
+        indices = _array(root, f"{sub}/indices.npy")
+        if indices.size and (int(indices.min()) < 0 or int(indices.max()) >= n):
+            raise IndexDamagedError(root, f"{sub}/indices.npy", "node id out of range",
+                                    f"[{int(indices.min())}, {int(indices.max())}] with {n} nodes")
+        weights = _array(root, f"{sub}/weights.npy")
+        if weights.size and (not np.all(np.isfinite(weights)) or float(weights.min()) < 0):
+            raise IndexDamagedError(root, f"{sub}/weights.npy", "invalid weight", "not finite or negative")
+    try:
+        from noderag.graph.hetero import HeteroGraph
+
+        HeteroGraph.load(root, mmap=True, validate=True)  # sorted unique columns, no loops, symmetric
+    except ValueError as exc:
+        raise IndexDamagedError(root, "graph/", "invalid graph", str(exc)[:300]) from None
+    _check_tables(root, n, types)
+    _check_vectors(root, n, types)
+
+
+def _column(root: Path, rel: str, table, name: str) -> np.ndarray:
+    if name not in table.column_names:
+        raise IndexDamagedError(root, rel, "missing column", name)
+    return table.column(name).to_numpy(zero_copy_only=False)
+
+
+def _read_table(root: Path, rel: str, columns: list[str]):
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.read_table(root / rel, columns=[c for c in columns if c in pq.read_schema(root / rel).names])
+    except Exception as exc:  # pyarrow raises ArrowInvalid / OSError on damaged pages
+        raise IndexDamagedError(root, rel, "damaged data", f"{type(exc).__name__}: {exc}"[:200]) from None
+
+
+def _check_tables(root: Path, n: int, types: np.ndarray) -> None:
+    nodes = _read_table(root, "nodes.parquet", ["id", "type", "doc_id", "chunk_id", "active"])
+    if not np.array_equal(_column(root, "nodes.parquet", nodes, "id"), np.arange(n)):
+        raise IndexDamagedError(root, "nodes.parquet", "wrong node ids", "ids are not 0..n-1")
+    if not np.array_equal(_column(root, "nodes.parquet", nodes, "type"), np.asarray(types)):
+        raise IndexDamagedError(root, "nodes.parquet", "node types differ from node_types.npy")
+    docs = _read_table(root, "documents.parquet", ["doc_id", "chunk_ids"])
+    n_docs = docs.num_rows
+    doc_ids = _column(root, "nodes.parquet", nodes, "doc_id")
+    if doc_ids.size and (int(doc_ids.min()) < -1 or int(doc_ids.max()) >= max(n_docs, 1)):
+        raise IndexDamagedError(root, "nodes.parquet", "document id out of range", f"{n_docs} documents")
+    chunk_ids = _column(root, "nodes.parquet", nodes, "chunk_id")
+    if chunk_ids.size and (int(chunk_ids.min()) < -1 or int(chunk_ids.max()) >= n):
+        raise IndexDamagedError(root, "nodes.parquet", "chunk id out of range", f"{n} nodes")
+    flat = docs.column("chunk_ids").combine_chunks().flatten().to_numpy(zero_copy_only=False)
+    if flat.size and (int(flat.min()) < 0 or int(flat.max()) >= n or np.any(np.asarray(types)[flat] != 0)):
+        raise IndexDamagedError(root, "documents.parquet", "chunk id out of range", "not a text node id")
+    if (root / "linked.parquet").is_file():
+        linked = _read_table(root, "linked.parquet", ["src", "dst"])
+        for c in ("src", "dst"):
+            v = _column(root, "linked.parquet", linked, c)
+            if v.size and (int(v.min()) < 0 or int(v.max()) >= n):
+                raise IndexDamagedError(root, "linked.parquet", "node id out of range", c)
+
+
+def _check_vectors(root: Path, n: int, types: np.ndarray) -> None:
+    if not (root / "vectors.usearch").is_file():
+        return
+    import pyarrow.parquet as pq
+
+    from noderag.graph.vectors import VectorIndex
+
+    try:
+        vindex = VectorIndex.load(root / "vectors.usearch", view=True)
+        keys = np.sort(np.asarray(vindex._index.keys, dtype=np.int64))
+    except Exception as exc:  # usearch raises RuntimeError ("Out of memory!") on a damaged body
+        raise IndexDamagedError(root, "vectors.usearch", "unreadable vectors", f"{type(exc).__name__}: {exc}"[:200]) from None
+    active = pq.read_table(root / "nodes.parquet", columns=["active"]).column("active").to_numpy(zero_copy_only=False)
+    want = np.flatnonzero(np.isin(np.asarray(types), _EMBEDDED_TYPES) & active.astype(bool))
+    if not np.array_equal(keys, want):
+        raise IndexDamagedError(root, "vectors.usearch", "wrong vector keys",
+                                f"{keys.size} keys, {want.size} embedded nodes")

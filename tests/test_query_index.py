@@ -1,0 +1,194 @@
+"""The build-time query index (``query/``): same retrieval as the in-memory path, O(1) open, deterministic files."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import noderag
+from noderag.data import demo_dir, demo_questions
+from noderag.index.query_index import QUERY_DIR, QueryIndex, write_query_index
+from noderag.search import SearchConfig, Searcher
+from noderag.search.entities import EntityMatcher, MappedNames, name_index_arrays, name_tokens
+
+DEV = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "musique"
+
+
+def _without_query_index(index, tmp: Path):
+    """A copy of the index without ``query/``: the searcher prepares everything in memory."""
+    dst = tmp / "memory"
+    shutil.copytree(index.root, dst)
+    shutil.rmtree(dst / index.path.relative_to(index.root) / QUERY_DIR)
+    return noderag.Index.open(dst, verify="none")  # the manifest still lists the removed files
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    root = tmp_path_factory.mktemp("qidx")
+    return noderag.build([str(demo_dir())], str(root / "demo"), embed="hash:64", progress=False)
+
+
+@pytest.fixture(scope="module")
+def dev(tmp_path_factory):
+    """A 150-passage slice of the MuSiQue dev sample and its first 40 questions."""
+    if not (DEV / "corpus.jsonl").is_file():
+        pytest.skip(f"{DEV}: dev sample not present")
+    root = tmp_path_factory.mktemp("qdev")
+    corpus = root / "corpus.jsonl"
+    with open(DEV / "corpus.jsonl", encoding="utf-8") as fh:
+        corpus.write_text("".join(line for _, line in zip(range(150), fh)), encoding="utf-8")
+    with open(DEV / "questions.jsonl", encoding="utf-8") as fh:
+        questions = [json.loads(line)["question"] for _, line in zip(range(40), fh)]
+    return noderag.build([str(corpus)], str(root / "idx"), embed="hash:64", progress=False), questions
+
+
+def _rows(index, queries, config=None):
+    return [r.to_dict() for r in Searcher(index, config).retrieve_many(queries)]
+
+
+@pytest.mark.parametrize("config", [None, SearchConfig(name_degree_power=0.5, contains_weight=0.5),
+                                    SearchConfig(use_ppr=False)])
+def test_demo_retrieval_identical_to_in_memory_path(demo, tmp_path, config):
+    memory = _without_query_index(demo, tmp_path)
+    queries = [q["question"] for q in demo_questions()] + ["Which river?", "?!?"]
+    mapped = Searcher(demo, config)
+    assert mapped.tables is demo.query_index and mapped.tables is not None
+    ref = Searcher(memory, config)
+    assert ref.tables.__class__.__name__ == "InMemoryTables"
+    got = [r.to_dict() for r in mapped.retrieve_many(queries)]
+    want = [r.to_dict() for r in ref.retrieve_many(queries)]
+    assert [g["passages"] for g in got] == [w["passages"] for w in want]
+    assert got == want
+
+
+def test_dev_slice_retrieval_identical_to_in_memory_path(dev, tmp_path):
+    index, questions = dev
+    memory = _without_query_index(index, tmp_path)
+    got, want = _rows(index, questions), _rows(memory, questions)
+    assert sum(bool(g["matched_names"]) for g in got) >= 10  # the name index is exercised
+    for g, w in zip(got, want):
+        assert g["passages"] == w["passages"] and [n["id"] for n in g["nodes"]] == [n["id"] for n in w["nodes"]]
+    assert got == want
+
+
+def test_mapped_names_equal_in_memory_matcher(dev):
+    index, questions = dev
+    qi = index.query_index
+    types = np.asarray(index.types)
+    named = np.flatnonzero(np.isin(types, (2, 6)) & index.active)
+    names = [index.names[i] for i in named.tolist()]
+    ref = EntityMatcher(named, names)
+    mapped = qi.names
+    assert len(mapped) == len(ref) > 100
+    probes = set()
+    for nm in names[:400]:
+        toks = name_tokens(nm)
+        probes.update([nm, nm.upper(), " ".join(toks[:1]), " ".join(toks[1:]), " ".join(toks[:2]), f"{nm}s"])
+    probes.update(["", "zzzz qqqq", "the", "of the"])
+    for p in sorted(probes):
+        assert mapped.exact(p) == ref.exact(p), p
+        assert mapped.containing(p, 8) == ref.containing(p, 8), p
+    for q in questions + [" ".join(names[:30])]:
+        assert mapped.in_text(q) == ref.in_text(q), q
+        assert mapped.match([q[:20], *name_tokens(q)[:3]], q) == ref.match([q[:20], *name_tokens(q)[:3]], q)
+
+
+def test_hash_collisions_are_verified_not_trusted():
+    ref = EntityMatcher([10, 11, 12], ["Hank Snow", "Snow White", "Hello Love"])
+    arrays, max_tokens = name_index_arrays(ref)
+    # every name hash replaced by one value: look-ups must still find exactly the right names
+    for key in ("exact_hash", "phrase_hash"):
+        arrays[key] = np.zeros_like(arrays[key])
+    order = np.argsort(arrays["exact_name"], kind="stable")
+    arrays["exact_name"], arrays["phrase_name"] = arrays["exact_name"][order], arrays["phrase_name"][order]
+    import noderag.search.entities as ent
+
+    orig = ent.hash64
+    ent.hash64 = lambda text: 0
+    try:
+        mapped = MappedNames(arrays, max_tokens)
+        # the token vocabulary was hashed for real: only the name hashes collide here
+        ent.hash64 = lambda text: 0 if text.count(" ") or text in ("hank snow", "snow white", "hello love") else orig(text)
+        for q in ("Hank Snow", "Snow White", "hello love", "Snow", "Hank"):
+            assert mapped.exact(q) == ref.exact(q) and mapped.containing(q, 5) == ref.containing(q, 5)
+        assert mapped.in_text("Did Hank Snow sing Hello Love?") == ref.in_text("Did Hank Snow sing Hello Love?")
+    finally:
+        ent.hash64 = orig
+
+
+def test_open_and_retrieve_never_read_the_node_table(demo):
+    fresh = noderag.Index.open(demo.root)
+    res = fresh.retrieve("Which river flows through the capital?")
+    assert res.nodes and res.passages
+    assert "nodes" not in fresh.__dict__ and "documents" not in fresh.__dict__  # cached_property never ran
+    texts = fresh.searcher().node_texts([n.id for n in res.nodes])
+    assert texts == [n.text for n in res.nodes]
+    assert texts == [t if t is not None else (nm or "") for t, nm in
+                     zip(demo.nodes.column("text").take([n.id for n in res.nodes]).to_pylist(),
+                         demo.nodes.column("name").take([n.id for n in res.nodes]).to_pylist())]
+
+
+def test_query_index_files_are_deterministic_across_processes(demo, tmp_path):
+    copy = tmp_path / "copy"
+    shutil.copytree(demo.path, copy)
+    shutil.rmtree(copy / QUERY_DIR)
+    code = "import sys; from noderag.index.query_index import write_query_index; write_query_index(sys.argv[1])"
+    r = subprocess.run([sys.executable, "-c", code, str(copy)], capture_output=True, text=True, timeout=120,
+                       env={"PYTHONHASHSEED": "4242", "PATH": "/usr/bin:/bin"})
+    assert r.returncode == 0, r.stderr
+    a = sorted(p.relative_to(demo.path / QUERY_DIR) for p in (demo.path / QUERY_DIR).iterdir())
+    b = sorted(p.relative_to(copy / QUERY_DIR) for p in (copy / QUERY_DIR).iterdir())
+    assert a == b and len(a) > 20
+    for rel in a:
+        assert (demo.path / QUERY_DIR / rel).read_bytes() == (copy / QUERY_DIR / rel).read_bytes(), rel
+
+
+def test_damaged_query_index_is_a_clear_error(demo, tmp_path):
+    copy = tmp_path / "damaged"
+    shutil.copytree(demo.path, copy)
+    n = int(demo.graph.n)
+    off = np.load(copy / QUERY_DIR / "text_off.npy")
+    np.save(copy / QUERY_DIR / "text_off.npy", off[:-1])
+    with pytest.raises(ValueError, match=r"query/text_off\.npy: expected shape"):
+        QueryIndex.load(copy, n=n)
+    write_query_index(copy)
+    with pytest.raises(ValueError, match=r"query/meta\.json: written for"):
+        QueryIndex.load(copy, n=n + 1)
+    text = np.load(copy / QUERY_DIR / "text.npy")
+    np.save(copy / QUERY_DIR / "text.npy", text[:-3])
+    with pytest.raises(ValueError, match=r"query/text_off\.npy: offsets do not span text\.npy"):
+        QueryIndex.load(copy, n=n)
+
+
+def test_insert_rewrites_the_query_index(tmp_path):
+    first = tmp_path / "a.txt"
+    first.write_text("Hank Snow was a singer from Canada. Hank Snow recorded Hello Love.", encoding="utf-8")
+    second = tmp_path / "b.txt"
+    second.write_text("Publix is a supermarket chain in Florida. Publix operates stores in Georgia.",
+                      encoding="utf-8")
+    index = noderag.build([str(first)], str(tmp_path / "idx"), embed="hash:64", progress=False)
+    assert index.query_index.names.exact("Florida") == []
+    index = index.insert([str(second)])
+    assert index.query_index.n == int(index.graph.n)
+    assert index.query_index.names.exact("Florida")
+    memory = _without_query_index(index, tmp_path)
+    q = ["Where does Publix operate stores?", "Who recorded Hello Love?"]
+    assert _rows(index, q) == _rows(memory, q)
+
+
+def test_damaged_graph_is_still_caught_without_the_compiled_check(demo, tmp_path):
+    # the searcher maps the graph without HeteroGraph's numba pass; PPROperator's checks must catch damage
+    copy = tmp_path / "badgraph"
+    shutil.copytree(demo.root, copy)
+    gen = copy / demo.path.relative_to(demo.root)
+    ind = np.load(gen / "graph" / "indices.npy")
+    ind[len(ind) // 2] = int(demo.graph.n) + 5
+    np.save(gen / "graph" / "indices.npy", ind)
+    with pytest.raises(ValueError, match=r"indices must lie in"):
+        noderag.Index.open(copy).retrieve("Which river flows through the capital?")
