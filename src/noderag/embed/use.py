@@ -59,8 +59,8 @@ class USEEmbedder:
     n_threads : int or None, default=None
         Worker threads, each running the model on a slice of a batch with single-threaded BLAS
         (``None``: ``min(4, os.cpu_count())``). Multi-threaded BLAS on these small matrices was
-        7.5x slower on a busy 2-core machine (30 DRCD passages: 8.5 s vs 1.1 s); the vectors
-        do not depend on the split.
+        7.5x slower on a busy 2-core machine (30 DRCD passages: 8.5 s vs 1.1 s). Vectors are
+        identical between runs of one setting; another split changes them by float rounding (1e-7).
     verify : bool, default=True
         Check the sha256 of the weights, so a changed package cannot silently change the vectors
         of an index built with this name.
