@@ -87,7 +87,7 @@ def test_chinese_build_chooses_use_records_it_and_queries_use_it(tmp_path, use):
     assert vecs.dtype == "i8" and vecs.ndim == 512
     # int8 storage keeps each stored vector nearest to its own text; S vectors come from one model call
     # per unit (late units need token states, which USE has not)
-    nodes = pq.read_table(out / "nodes.parquet").to_pydict()
+    nodes = store.nodes.to_pydict()
     ts = [i for i, t in enumerate(nodes["type"]) if t in (T, S)]
     direct = use.embed([nodes["text"][i] for i in ts])
     stored = vecs.get(ts)
@@ -100,9 +100,9 @@ def test_chinese_build_chooses_use_records_it_and_queries_use_it(tmp_path, use):
     r = Searcher(store).retrieve("周树人的出生地是哪里？")
     assert r.passages[0] == "lu"
     assert Searcher(store).retrieve("国立台湾大学位于哪个区？").passages[0] == "tp"
-    # inserting with the default (auto) config keeps the index's embedder
+    # inserting with an "auto" config keeps the index's embedder
     more = _jsonl(tmp_path / "more.jsonl", [{"id": "du", "title": "杜甫", "text": "杜甫是唐代詩人，被稱為詩聖。杜甫曾住在成都草堂。"}])
-    build_index([more], out, NodeRAGConfig(), progress=False)
+    build_index([more], out, cfg, progress=False)  # cfg still says "auto"
     m2 = json.loads((out / "manifest.json").read_text("utf-8"))
     assert m2["config"]["embed"]["spec"] == "use" and m2["embedder"]["auto"]["documents"] == 4
     assert m2["counts"]["documents"] == 5
