@@ -31,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
+from noderag.lang import corpus_language
 from noderag.search import Searcher, SearchConfig
 from noderag.search.baselines import BM25Retriever, DenseRetriever, top_k_rows
 from noderag.search.metrics import percentile_ms, retrieval_metrics
@@ -277,6 +278,10 @@ def main(argv: list[str] | None = None) -> int:
     methods["dense"] = baseline_row("dense", dense.scores, qvecs, pids, gold, len(queries), ptokens, embed_s)
     bm25 = BM25Retriever(pids, ptexts)
     methods["bm25"] = baseline_row("bm25", bm25.scores, queries, pids, gold, len(queries), ptokens)
+    if corpus_language(ptexts).chinese:  # Chinese terms: bigrams above, segmenter words here
+        seg = BM25Retriever(pids, ptexts, cjk="segment")
+        methods["bm25_segmenter"] = baseline_row("bm25_segmenter", seg.scores, queries, pids, gold, len(queries),
+                                                 ptokens)
 
     ablations: dict[str, dict] = {}
     if not args.no_ablations:

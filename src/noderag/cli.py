@@ -192,7 +192,7 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--llm-option", action="append", metavar="KEY=VALUE", default=None,
                    help="LLM backend setting, repeatable (dialect, max_concurrency, timeout_s, max_retries, "
                         "temperature, api_key_env, ...; see [llm] in the README)")
-    b.add_argument("--embed", metavar="SPEC", help="embedding backend (default: config or 'default')")
+    b.add_argument("--embed", metavar="SPEC", help="embedding backend (default: config or 'auto': chosen by the corpus language)")
     b.add_argument("--config", metavar="FILE", help="TOML or YAML configuration file")
     b.add_argument("--seed", type=int, metavar="N", help="seed of every random algorithm")
     b.add_argument("--chunk-tokens", type=int, metavar="N", help="maximum tokens per chunk")

@@ -206,8 +206,11 @@ class EmbedConfig:
 
     Attributes
     ----------
-    spec : str, default="default"
-        Spec for ``noderag.embed.make_embedder``.
+    spec : str, default="auto"
+        Spec for ``noderag.embed.make_embedder``. ``auto`` chooses at build time from the corpus:
+        the English default (``default``, all-MiniLM-L6-v2) or, when a quarter or more of the
+        documents is Chinese, the multilingual ``use``; the index stores the resolved spec and its
+        queries use it (``noderag.embed.resolve_auto_spec``).
     batch_size : int, default=1024
         Texts per embedding call (one resumable batch file each).
     vector_dtype : {"i8", "f16", "f32"}, default="i8"
@@ -239,7 +242,7 @@ class EmbedConfig:
         ``{device = "cuda"}`` for ``st:``); an unknown one is an error at build time naming it.
     """
 
-    spec: str = "default"
+    spec: str = "auto"
     batch_size: int = 1024
     vector_dtype: str = "i8"
     connectivity: int = 12

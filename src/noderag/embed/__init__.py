@@ -6,7 +6,7 @@ Backends import their heavy dependencies only when constructed.
 from __future__ import annotations
 
 from .base import Embedder, check_texts, l2_normalize
-from .factory import EMBED_KINDS, make_embedder, parse_embed_spec
+from .factory import EMBED_KINDS, make_embedder, parse_embed_spec, resolve_auto_spec
 from .hashing import HashEmbedder
 
 __all__ = [
@@ -17,4 +17,5 @@ __all__ = [
     "l2_normalize",
     "make_embedder",
     "parse_embed_spec",
+    "resolve_auto_spec",
 ]

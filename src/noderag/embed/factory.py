@@ -1,18 +1,23 @@
-"""Build an embedder from a spec string (``default``, ``hash:DIM``, ``onnx:DIR``, ``st:NAME``, ``openai:MODEL@URL``, ``vllm:PATH``)."""
+"""Build an embedder from a spec string (``default``, ``use``, ``hash:DIM``, ``onnx:DIR``, ``st:NAME``,
+``openai:MODEL@URL``, ``vllm:PATH``); ``auto`` is resolved per corpus by :func:`resolve_auto_spec`."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from .base import Embedder
 
-__all__ = ["EMBED_KINDS", "make_embedder", "parse_embed_spec"]
+__all__ = ["AUTO_SPECS", "EMBED_KINDS", "make_embedder", "parse_embed_spec", "resolve_auto_spec"]
 
-EMBED_KINDS = ("default", "hash", "onnx", "st", "openai", "vllm")
+EMBED_KINDS = ("auto", "default", "use", "hash", "onnx", "st", "openai", "vllm")
+#: What ``auto`` resolves to: the English default, or the multilingual embedder for a corpus whose
+#: Chinese share reaches :data:`noderag.lang.detect.AUTO_ZH_DOC_SHARE`.
+AUTO_SPECS = {"en": "default", "multilingual": "use"}
 
 _EXAMPLES = (
-    "'default', 'hash:256', 'onnx:/dir/with/model.onnx+tokenizer.json', "
+    "'auto', 'default', 'use', 'hash:256', 'onnx:/dir/with/model.onnx+tokenizer.json', "
     "'st:sentence-transformers/all-MiniLM-L6-v2', 'openai:MODEL@http://127.0.0.1:8000/v1', "
     "'vllm:/path/to/model'"
 )
@@ -29,9 +34,9 @@ def parse_embed_spec(spec: str) -> tuple[str, str | None, str | None]:
         kind = "default"
     if kind not in EMBED_KINDS:
         raise ValueError(f"embedder spec {spec!r}: unknown backend {kind!r}; expected one of {EMBED_KINDS} (e.g. {_EXAMPLES})")
-    if kind == "default":
+    if kind in ("default", "use", "auto"):
         if rest:
-            raise ValueError(f"embedder spec {spec!r}: 'default' takes no argument")
+            raise ValueError(f"embedder spec {spec!r}: '{kind}' takes no argument")
         return kind, None, None
     if kind == "hash":
         if not rest:
@@ -57,16 +62,25 @@ def make_embedder(spec: str = "default", **overrides: Any) -> Embedder:
     """Return an embedder for ``spec``; ``overrides`` go to the backend (e.g. ``batch_size=64``).
 
     ``default`` is all-MiniLM-L6-v2 (int8 ONNX on onnxruntime, shipped by installed
-    packages, no download); ``hash[:DIM]`` is deterministic feature hashing (tests,
+    packages, no download); ``use`` is the multilingual Universal Sentence Encoder (pure
+    NumPy, shipped weights); ``auto`` is not an embedder but a build-time choice between
+    the two (:func:`resolve_auto_spec`), so it is an error here; ``hash[:DIM]`` is deterministic feature hashing (tests,
     lexical baseline); ``onnx:DIR`` loads ``DIR/model.onnx`` + ``DIR/tokenizer.json``;
     ``st:`` needs the ``st`` extra, ``vllm:`` the ``vllm`` extra and a GPU; ``openai:``
     takes unset model / URL / key from ``NODERAG_EMBED_*`` environment variables.
     """
     kind, arg, base_url = parse_embed_spec(spec)
+    if kind == "auto":
+        raise ValueError("embedder spec 'auto' is chosen per corpus when an index is built "
+                         "(noderag.embed.resolve_auto_spec); the index records the resolved spec")
     if kind == "default":
         from .onnx import minilm_embedder
 
         return minilm_embedder(**overrides)
+    if kind == "use":
+        from .use import USEEmbedder
+
+        return USEEmbedder(**overrides)
     if kind == "hash":
         from .hashing import HashEmbedder
 
@@ -95,3 +109,16 @@ def make_embedder(spec: str = "default", **overrides: Any) -> Embedder:
     from .vllm import VLLMEmbedConfig, VLLMEmbedder
 
     return VLLMEmbedder(VLLMEmbedConfig(model=arg or ""), **overrides)
+
+
+def resolve_auto_spec(texts: Iterable[str]) -> tuple[str, dict[str, Any]]:
+    """The embedder spec ``auto`` stands for on a corpus, and the language mix that chose it.
+
+    Returns ``(spec, info)``: ``"use"`` when at least a quarter of the documents is Chinese
+    (:func:`noderag.lang.corpus_language`), else ``"default"``; ``info`` is recorded in the manifest.
+    """
+    from noderag.lang import corpus_language
+
+    mix = corpus_language(texts)
+    spec = AUTO_SPECS["multilingual" if mix.multilingual else "en"]
+    return spec, {"spec": "auto", "resolved": spec, **mix.to_dict()}

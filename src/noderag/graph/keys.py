@@ -14,6 +14,7 @@ from typing import Iterable
 
 import numpy as np
 
+from ..lang.fold import fold_zh
 from .types import NodeType
 
 KEY_DTYPE = np.dtype("<u8")
@@ -25,8 +26,9 @@ _EDGE_CHARS = "".join(
 
 
 def canonical_name(text: str) -> str:
-    """NFKC, case-folded, whitespace collapsed, surrounding punctuation stripped."""
-    text = unicodedata.normalize("NFKC", text).casefold()
+    """NFKC, case-folded, Traditional Chinese folded to Simplified, whitespace collapsed, surrounding
+    punctuation stripped (so 臺灣, 台灣 and 台湾 are one name; the text as written is stored elsewhere)."""
+    text = fold_zh(unicodedata.normalize("NFKC", text).casefold())
     text = _WS.sub(" ", text).strip(_EDGE_CHARS)
     return text
 

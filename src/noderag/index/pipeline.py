@@ -231,6 +231,8 @@ def _resolve_config(config, existing_manifest):
     stored = NodeRAGConfig.from_dict(existing_manifest.get("config") or {})
     if config is not None:
         a, b = config.to_dict(), stored.to_dict()
+        if a["embed"]["spec"] == "auto":  # the index resolved "auto" when it was built
+            a["embed"]["spec"] = b["embed"]["spec"]
         diff = [k for k in _BUILD_SECTIONS if a.get(k) != b.get(k)]
         if diff:
             raise ConfigError(
@@ -399,6 +401,13 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
             return BuildReport(0, dupes, manifest_old, generation=gen_old)
         raise IngestError(f"no documents found in {', '.join(str(p) for p in inputs)} "
                           "(expected non-empty .txt, .md or .jsonl files)")
+    language = (manifest_old or {}).get("embedder", {}).get("auto") if existing else None
+    if config.embed.spec == "auto":  # a new index: choose the embedder from the corpus (noderag.lang)
+        from noderag.embed import resolve_auto_spec
+
+        spec, language = resolve_auto_spec(d.text for d in new_docs)
+        config = config.with_overrides({"embed.spec": spec})
+        say(f"embed.spec auto: {spec} ({language['chinese_documents']} of {language['documents']} documents Chinese)")
     run_id = _digest({"config": {k: config.to_dict()[k] for k in _BUILD_SECTIONS},
                       "docs": [d.content_hash for d in new_docs], "base_nodes": old_n,
                       "generation": gen_old, "drop": drop})
@@ -677,7 +686,8 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
         "format_version": FORMAT_VERSION,
         "state": "complete",
         "config": config.to_index_dict(),
-        "embedder": {"name": getattr(emb, "name", config.embed.spec), "dim": dim},
+        "embedder": {"name": getattr(emb, "name", config.embed.spec), "dim": dim,
+                     **({"auto": language} if language is not None else {})},
         "counts": {
             "documents": len(docs_rows),
             "chunks": counts["text"],

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Sequence
 
+from ..lang.detect import detect_language as _detect_language
 from .types import LLMRequest, Sampling
 
 __all__ = [
@@ -150,15 +151,9 @@ USER_TEMPLATES: dict[str, dict[str, str]] = {
 
 
 def detect_language(text: str) -> str:
-    """Return ``"zh"`` when at least 20% of the letters are CJK ideographs, else ``"en"``."""
-    cjk = letters = 0
-    for ch in text[:4000]:
-        if "\u4e00" <= ch <= "\u9fff" or "\u3400" <= ch <= "\u4dbf":
-            cjk += 1
-            letters += 1
-        elif ch.isalpha():
-            letters += 1
-    return "zh" if letters and cjk / letters >= 0.2 else "en"
+    """Return ``"zh"`` when at least 20% of the letters are CJK ideographs, else ``"en"``
+    (the rule of :func:`noderag.lang.detect_language`, which the ``nlp`` decomposer uses per chunk too)."""
+    return _detect_language(text)
 
 
 def _lang(lang: str, sample: str) -> str:

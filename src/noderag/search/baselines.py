@@ -2,20 +2,20 @@
 
 from __future__ import annotations
 
-import re
 from typing import Sequence
 
 import numpy as np
 import scipy.sparse as sp
 
+from ..lang.zh import lexical_tokens
+
 __all__ = ["BM25Retriever", "DenseRetriever", "top_k_rows", "bm25_tokens"]
 
-_TOKEN = re.compile(r"\w+", re.UNICODE)
 
-
-def bm25_tokens(text: str) -> list[str]:
-    """Lower-cased word tokens (no stemming, no stopword removal)."""
-    return _TOKEN.findall(text.lower())
+def bm25_tokens(text: str, cjk: str = "bigram") -> list[str]:
+    """Lower-cased word tokens (no stemming, no stopword removal); Chinese text (Traditional folded to
+    Simplified) as character bigrams, or segmenter words with ``cjk="segment"`` (noderag.lang.zh)."""
+    return lexical_tokens(text, cjk)
 
 
 def top_k_rows(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -45,19 +45,25 @@ class BM25Retriever:
         Passage texts (the benchmark passes ``title + "\\n" + text``).
     k1 : float, default=1.2
     b : float, default=0.75
+    cjk : {"bigram", "segment"}, default="bigram"
+        Terms of text with Han characters: overlapping character bigrams or segmenter words.
     """
 
-    def __init__(self, ids: Sequence[str], texts: Sequence[str], *, k1: float = 1.2, b: float = 0.75) -> None:
+    def __init__(self, ids: Sequence[str], texts: Sequence[str], *, k1: float = 1.2, b: float = 0.75,
+                 cjk: str = "bigram") -> None:
         if len(ids) != len(texts):
             raise ValueError(f"ids ({len(ids)}) and texts ({len(texts)}) differ in length")
         if not k1 >= 0 or not 0 <= b <= 1:
             raise ValueError(f"need k1 >= 0 and 0 <= b <= 1, got k1={k1!r}, b={b!r}")
+        if cjk not in ("bigram", "segment"):
+            raise ValueError(f"cjk must be 'bigram' or 'segment', got {cjk!r}")
+        self.cjk = cjk
         self.ids = list(ids)
         self.vocab: dict[str, int] = {}
         rows: list[int] = []
         cols: list[int] = []
         for d, text in enumerate(texts):
-            for tok in bm25_tokens(text):
+            for tok in bm25_tokens(text, cjk):
                 rows.append(d)
                 cols.append(self.vocab.setdefault(tok, len(self.vocab)))
         n_docs, n_terms = len(texts), len(self.vocab)
@@ -79,7 +85,7 @@ class BM25Retriever:
         rows: list[int] = []
         cols: list[int] = []
         for q, text in enumerate(queries):
-            for tok in set(bm25_tokens(text)):
+            for tok in set(bm25_tokens(text, self.cjk)):
                 col = self.vocab.get(tok)
                 if col is not None:
                     rows.append(q)

@@ -25,6 +25,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from ..graph.keys import canonical_name
+from ..lang.zh import is_han_token, match_tokens
 
 __all__ = ["EntityMatcher", "MappedNames", "NameMatch", "extract_query_entities", "hash64", "name_index_arrays",
            "name_tokens"]
@@ -46,7 +47,7 @@ _CONNECTORS = frozenset("of the de la le von van der del da di du and & for on i
 
 def name_tokens(text: str) -> tuple[str, ...]:
     """Whole-word tokens of a name in canonical form (NFKC, case-folded)."""
-    return tuple(_WORD.findall(canonical_name(text)))
+    return tuple(match_tokens(canonical_name(text)))  # CJK: one token per Han character (noderag.lang.zh)
 
 
 @dataclass(frozen=True)
@@ -139,7 +140,7 @@ class _NameMatching:
         A span qualifies when one of its non-stopword words is capitalised or starts
         with a digit in the original text. Spans inside a longer matched span are dropped.
         """
-        surface = _WORD.findall(text)
+        surface = match_tokens(text)  # CJK: one token per Han character, so names inside unspaced text match
         toks = [canonical_name(w) for w in surface]
         spans: list[tuple[int, int, list[int]]] = []
         n_max = min(self.max_tokens, len(toks), MAX_PHRASE_WORDS)
@@ -149,7 +150,7 @@ class _NameMatching:
             for s in range(len(toks) - n + 1):
                 if not all(possible[s:s + n]):
                     continue
-                if not any(t not in STOPWORDS and (w[:1].isupper() or w[:1].isdigit())
+                if not any(t not in STOPWORDS and (w[:1].isupper() or w[:1].isdigit() or is_han_token(w))
                            for t, w in zip(toks[s:s + n], surface[s:s + n])):
                     continue
                 todo.append((s, n))

@@ -4,7 +4,8 @@ Semantic units are sentences (short ones grouped with a neighbour). Entities com
 from capitalised multi-word names (with "of/the/de/von ..." connectors, a leading
 "The" dropped, possessives trimmed), quoted titles, years and full dates, the
 passage title, and optionally spaCy NER. Relationships link entity pairs that
-co-occur in a sentence, with the words between them as the relation text.
+co-occur in a sentence, with the words between them as the relation text. A Chinese chunk
+also gets segmenter entities and relations (:mod:`noderag.lang.zh`), a mixed sentence both kinds.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import re
 from dataclasses import dataclass
 from typing import Sequence
 
+from ...lang import zh as _zh
+from ...lang.detect import detect_language
 from ..sentences import sentence_spans
 from .base import ChunkDecomposition, ChunkInput, Unit
 
@@ -306,6 +309,7 @@ class NLPDecomposer:
         ntitle = _norm(title) if title else ""
         aliases = title_aliases(title) if title else []
         groups = self._units_of(text, title)
+        zh_chunk = detect_language(text) == "zh"  # noderag.lang: per chunk, by the share of Han letters
         # capitalised words seen inside sentences (not first word) vouch for sentence-initial ones
         vouched: set[str] = set()
         for group in groups:
@@ -323,8 +327,12 @@ class NLPDecomposer:
                 mentions = [m for m in mentions if m is not None]
                 if self._nlp is not None:
                     mentions = self._merge_ner(sent, mentions)
+                if zh_chunk:  # Chinese (or mixed) chunk: add segmenter entities, relate both kinds
+                    mentions = _zh.add_mentions(sent, mentions)
+                    rels.extend(_zh.sentence_relations(sent, mentions, cfg.max_relation_words))
+                else:
+                    rels.extend(sentence_relations(sent, mentions, cfg.max_relation_words))
                 ents.extend(m.text for m in mentions)
-                rels.extend(sentence_relations(sent, mentions, cfg.max_relation_words))
             utext = " ".join(" ".join(text[a:b].split()) for a, b in group)
             if title:
                 inside = ntitle in _norm(utext)
