@@ -4,8 +4,8 @@ Stages (DESIGN §3): ingest -> chunk -> decompose -> assemble (+ name linking) -
 embed T/S -> attributes (A) -> communities (H/O) -> semantic kNN -> finalize.
 
 Persistence: everything of an unfinished run lives in ``INDEX/stages/`` (the
-chunk table, the decomposition journal appended per batch with fsync, embedding
-batches); graph stages are recomputed from those on a rerun (they are cheap and
+chunk table, decomposition and T/S embedding results as Parquet shards written by
+the executor, local or Ray, one per batch; other embedding batches); graph stages are recomputed from those on a rerun (they are cheap and
 deterministic). The finished index is written to ``stages/final/`` and moved into
 place with the manifest last; an interrupted move is completed on the next run
 or open. While an insert runs, the previous index stays complete and openable.
@@ -35,8 +35,7 @@ from noderag.graph.storage import FORMAT_VERSION, atomic_write_json
 from noderag.graph.types import TYPE_NAMES, NodeType
 
 from .assemble import ChunkRecord, EdgeList, NodeTable, assemble_chunks, link_known_names
-from .decompose.base import ChunkDecomposition, ChunkInput, DecomposeFailure
-from .decompose.factory import make_decomposer
+from .decompose.base import ChunkDecomposition, DecomposeFailure
 from .ingest import Document, IngestError, ingest
 from .lock import WriterLock
 from .node_vectors import NodeVectors
@@ -170,44 +169,6 @@ def derive_base(graph, link_src: np.ndarray, link_dst: np.ndarray,
     return src, dst, w
 
 
-# ----------------------------------------------------------------------------- journal
-
-def _read_journal(path: Path) -> dict[int, ChunkDecomposition]:
-    """Records of a decomposition journal; a torn last line (killed mid-write) is cut off."""
-    out: dict[int, ChunkDecomposition] = {}
-    if not path.is_file():
-        return out
-    raw = path.read_bytes()
-    good = 0
-    pos = 0
-    while pos < len(raw):
-        nl = raw.find(b"\n", pos)
-        if nl < 0:
-            break
-        line = raw[pos:nl]
-        try:
-            rec = ChunkDecomposition.from_obj(json.loads(line.decode("utf-8")))
-        except (ValueError, KeyError, TypeError, UnicodeDecodeError):
-            break
-        out[rec.chunk_id] = rec
-        pos = nl + 1
-        good = pos
-    if good < len(raw):
-        with open(path, "r+b") as fh:
-            fh.truncate(good)
-            fh.flush()
-            os.fsync(fh.fileno())
-    return out
-
-
-def _append_journal(path: Path, records: Sequence[ChunkDecomposition]) -> None:
-    data = "".join(r.to_json() + "\n" for r in records).encode("utf-8")
-    with open(path, "ab") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-
-
 # ----------------------------------------------------------------------------- helpers
 
 def _digest(obj: Any) -> str:
@@ -220,7 +181,8 @@ def _resolve_config(config, existing_manifest):
 
     if existing_manifest is None:
         return (config or NodeRAGConfig()).validate()
-    stored = NodeRAGConfig.from_dict(existing_manifest.get("config") or {})
+    stored = NodeRAGConfig.from_dict({k: v for k, v in (existing_manifest.get("config") or {}).items()
+                                      if k != "executor"})
     if config is not None:
         a, b = config.to_dict(), stored.to_dict()
         diff = [k for k in _BUILD_SECTIONS if a.get(k) != b.get(k)]
@@ -228,9 +190,12 @@ def _resolve_config(config, existing_manifest):
             raise ConfigError(
                 f"the index was built with a different configuration ({', '.join(diff)} differ); "
                 "an insert uses the index's own configuration — pass no config or the same one")
-        # llm/search sections may change between runs
+        # llm/search/executor sections may change between runs
         stored.llm = config.llm
         stored.search = config.search
+        stored.executor = config.executor
+    else:  # where the last run executed is no setting of the index
+        stored.executor = type(stored.executor)()
     return stored.validate()
 
 
@@ -264,6 +229,133 @@ def _cat(*lists: EdgeList) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     for x in lists:
         e.extend(x)
     return e.arrays()
+
+
+# ----------------------------------------------------------------------------- sharded stages
+
+class _Executors:
+    """The run's executor (``config.executor``), connected on first use and closed after the embed stage."""
+
+    def __init__(self, config, say) -> None:
+        self.config, self.say, self._ex = config, say, None
+
+    def get(self):
+        if self._ex is None:
+            from .executor import make_executor
+
+            self._ex = make_executor(self.config.executor, log=self.say)
+        return self._ex
+
+    def close(self) -> None:
+        if self._ex is not None:
+            self._ex.close()
+            self._ex = None
+
+
+def _decompose_sharded(executor: _Executors, config, backend, llm, root: Path, chunk_rows, doc_of,
+                       bars) -> dict[int, ChunkDecomposition]:
+    """Decomposition records of every chunk, from Parquet shards under ``stages/decompose/pass-NNN``.
+
+    Pass 0 covers every chunk in shards of ``decompose.batch_size``; a rerun resumes an
+    unfinished pass (finished shards are reused) or runs one new pass over the chunks that
+    failed. Later passes override earlier ones.
+    """
+    from .executor import ShardStore
+    from .executor.stages import DecomposeStage, chunk_table, records_of
+
+    base = root / "stages" / "decompose"
+    bs = config.decompose.batch_size
+    records: dict[int, ChunkDecomposition] = {}
+    k = 0
+    while True:
+        todo = [c for c in chunk_rows if c[0] not in records or records[c[0]].error is not None]
+        if not todo:
+            break
+        plan = [todo[b:b + bs] for b in range(0, len(todo), bs)]
+        pdir = base / f"pass-{k:03d}"
+        existed = pdir.is_dir()
+        store = ShardStore(pdir, _digest([[c[0] for c in p] for p in plan]), len(plan))
+        done = store.done()
+        for i in sorted(done):
+            for rec in records_of(store.read(i)[0]):
+                records[rec.chunk_id] = rec
+        if existed and len(done) == len(plan):  # a finished earlier pass
+            k += 1
+            continue
+        ex = executor.get()
+        stage = DecomposeStage(config.decompose, config.seed, llm_spec=llm if isinstance(llm, str) else
+                               (config.llm.spec if llm is None else None), backend=backend)
+        if ex.remote:
+            stage = _remote_decompose_stage(ex, stage, config, root)
+        ledger = getattr(backend, "ledger", None)
+        with bars.bar(len(chunk_rows), "decompose") as bar:
+            bar.update(len(chunk_rows) - sum(len(plan[i]) for i in range(len(plan)) if i not in done))
+
+            def sink(i: int, out, meta: dict) -> None:
+                store.write(i, out, meta)
+                for rec in records_of(out):
+                    records[rec.chunk_id] = rec
+                if ex.remote and ledger is not None and meta.get("ledger"):
+                    from noderag.llm.accounting import TokenLedger
+
+                    ledger.merge(TokenLedger.from_dict(meta["ledger"]))
+                bar.update(out.num_rows)
+                _checkpoint("decompose-batch")
+
+            ex.run_stage(stage, {i: chunk_table([(cid, text, doc_of[did].title) for cid, did, text in plan[i]])
+                                 for i in range(len(plan)) if i not in done}, sink)
+        break
+    return records
+
+
+def _remote_decompose_stage(ex, stage, config, root: Path):
+    """The decompose stage for Ray workers: LLM built from its spec, the index's cache shared, concurrency split."""
+    if not stage.uses_llm:
+        return stage.remote()
+    opts = dict(config.llm.backend_options())
+    if stage.llm_spec and stage.llm_spec.split(":", 1)[0].lower() == "openai":
+        # bounded per worker and in total: executor.llm_concurrency requests in flight across the pool
+        n = ex.workers(stage.num_gpus)
+        opts["max_concurrency"] = max(1, int(config.executor.llm_concurrency) // n)
+    cache = ex.cache_actor(root / "llm_cache.sqlite") if config.llm.cache else None
+    return stage.remote(cache=cache, llm_options=opts)
+
+
+def _embed_sharded(executor: _Executors, config, emb, embedder_given: bool, texts: list[str], stage_dir: Path,
+                   bar) -> np.ndarray:
+    """Vectors of ``texts`` in shards of ``embed.batch_size`` (Parquet under ``stage_dir``, reused on a rerun)."""
+    from .enrich import _texts_digest
+    from .executor import ShardStore
+    from .executor.stages import EmbedStage, text_table, vectors_of
+
+    dim = int(emb.dim)
+    bs = config.embed.batch_size
+    out = np.zeros((len(texts), dim), dtype=np.float32)
+    if not texts:
+        return out
+    starts = list(range(0, len(texts), bs))
+    store = ShardStore(stage_dir, _texts_digest(getattr(emb, "name", type(emb).__name__), texts, bs), len(starts))
+    done = store.done()
+
+    def sink(i: int, tab, meta: dict) -> None:
+        store.write(i, tab, meta)
+        rows, v = vectors_of(tab, dim)
+        out[rows] = v
+        bar.update(len(rows))
+
+    for i in sorted(done):
+        rows, v = vectors_of(store.read(i)[0], dim)
+        out[rows] = v
+        bar.update(len(rows))
+    todo = {i: text_table(np.arange(starts[i], min(starts[i] + bs, len(texts))), texts[starts[i]:starts[i] + bs])
+            for i in range(len(starts)) if i not in done}
+    if todo:
+        ex = executor.get()
+        stage = EmbedStage(config.embed.spec, dict(config.embed.backend_options()), embedder=emb)
+        if ex.remote:
+            stage = stage.remote(embedder_given)
+        ex.run_stage(stage, todo, sink)
+    return out
 
 
 # ----------------------------------------------------------------------------- the build
@@ -393,24 +485,8 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
         from noderag.config import ConfigError
 
         raise ConfigError("decompose.method = 'llm' needs an LLM: pass llm=..., set llm.spec or use --llm SPEC")
-    journal = stages / "decomposed.jsonl"
-    records = _read_journal(journal)
-    todo = [c for c in chunk_rows if c[0] not in records or records[c[0]].error is not None]
-    slog.start("decompose")
-    if todo:
-        decomposer = make_decomposer(config.decompose, backend, config.seed)
-        bs = config.decompose.batch_size
-        with bars.bar(len(chunk_rows), "decompose") as bar:
-            bar.update(len(chunk_rows) - len(todo))
-            for b in range(0, len(todo), bs):
-                batch = todo[b:b + bs]
-                inp = [ChunkInput(cid, text, doc_of[did].title) for cid, did, text in batch]
-                out = decomposer.decompose(inp)
-                _append_journal(journal, out)
-                for rec in out:
-                    records[rec.chunk_id] = rec
-                bar.update(len(batch))
-                _checkpoint("decompose-batch")
+    executor = _Executors(config, say)
+    records = _decompose_sharded(executor, config, backend, llm, root, chunk_rows, doc_of, bars)
     src_of = {cid: doc_of[did].source for cid, did, _ in chunk_rows}
     failures = {cid: f"{src_of.get(cid, '?')}: {rec.error}" for cid, rec in sorted(records.items())
                 if rec.error is not None}
@@ -477,8 +553,9 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
                 unit_chunk, [unit_prefix(t) if t else None for t in titles], stages / "emb_ts",
                 batch_size=config.embed.batch_size, progress=bar)
         else:
-            vec[new_ids] = embed_texts_resumable(emb, [table.texts[i] for i in new_ids.tolist()],
-                                                 stages / "emb_ts", batch_size=config.embed.batch_size, progress=bar)
+            vec[new_ids] = _embed_sharded(executor, config, emb, embedder is not None,
+                                          [table.texts[i] for i in new_ids.tolist()], stages / "emb_ts", bar)
+    executor.close()
     slog.finish("embed", embedded=int(new_ids.size))
     _checkpoint("embed")
 
