@@ -362,7 +362,7 @@ def _embed_sharded(executor: _Executors, config, emb, embedder_given: bool, text
 
 def build_index(inputs: Sequence[str | os.PathLike], index_dir: str | os.PathLike, config=None, *,
                 llm=None, embedder=None, progress: bool = True, allow_failures: bool = False,
-                log=None, wait: float | None = None) -> BuildReport:
+                log=None, wait: float | None = None, executor=None) -> BuildReport:
     """Build a new index in ``index_dir`` or add the new documents of ``inputs`` to the one there.
 
     Parameters
@@ -382,6 +382,9 @@ def build_index(inputs: Sequence[str | os.PathLike], index_dir: str | os.PathLik
     wait : float, optional
         Seconds to wait for another writer of the same index to finish; by default a
         running writer makes this call raise :class:`~noderag.index.lock.IndexLockedError` at once.
+    executor : ExecutorConfig, optional
+        Where decomposition and T/S embedding run (default: ``config.executor``, local); it
+        does not change the index.
     """
     root = Path(index_dir)
     if root.exists() and not root.is_dir():
@@ -389,11 +392,11 @@ def build_index(inputs: Sequence[str | os.PathLike], index_dir: str | os.PathLik
     # the lock comes first: the existing index and the pending stages are read under it
     with WriterLock(root, wait=wait):
         return _build_locked(inputs, root, config, llm=llm, embedder=embedder, progress=progress,
-                             allow_failures=allow_failures, log=log)
+                             allow_failures=allow_failures, log=log, executor=executor)
 
 
 def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, allow_failures: bool,
-                  log) -> BuildReport:
+                  log, executor=None) -> BuildReport:
     """:func:`build_index` with the writer lock held."""
     say = log or (lambda msg: None)
     if isinstance(inputs, (str, os.PathLike)):
@@ -418,6 +421,10 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
         from dataclasses import replace
 
         config.decompose = replace(config.decompose, method="llm")
+    if executor is not None:
+        from dataclasses import replace
+
+        config = replace(config, executor=executor)
     bars = _Progress(progress)
 
     # ---- existing state
@@ -486,6 +493,7 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
 
         raise ConfigError("decompose.method = 'llm' needs an LLM: pass llm=..., set llm.spec or use --llm SPEC")
     executor = _Executors(config, say)
+    slog.start("decompose")
     records = _decompose_sharded(executor, config, backend, llm, root, chunk_rows, doc_of, bars)
     src_of = {cid: doc_of[did].source for cid, did, _ in chunk_rows}
     failures = {cid: f"{src_of.get(cid, '?')}: {rec.error}" for cid, rec in sorted(records.items())

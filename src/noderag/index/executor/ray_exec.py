@@ -164,9 +164,8 @@ class RayExecutor:
         n = min(self.workers(stage.num_gpus), len(tables))
         ds = ray.data.from_arrow(tables)
         ds = ds.map_batches(_StageWorker, fn_constructor_args=(stage,), batch_size=None, batch_format="pyarrow",
-                            zero_copy_batch=True, compute=ray.data.ActorPoolStrategy(size=n),
-                            num_cpus=0 if stage.num_gpus else 1, num_gpus=stage.num_gpus or None,
-                            max_restarts=-1, max_task_retries=-1)
+                            zero_copy_batch=True, concurrency=n,  # a fixed pool; Ray Data restarts killed actors
+                            num_cpus=0 if stage.num_gpus else 1, num_gpus=stage.num_gpus or None)
         got: dict[int, list] = {}
         for batch in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
             import pyarrow.compute as pc

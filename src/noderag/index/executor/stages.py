@@ -16,6 +16,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..decompose.base import ChunkDecomposition, ChunkInput
+from ..pipeline import BuildError
 
 __all__ = ["ExecutorError", "DecomposeStage", "EmbedStage", "decompose_batch", "embed_batch",
            "chunk_table", "text_table", "records_of", "vectors_of"]
@@ -24,7 +25,7 @@ __all__ = ["ExecutorError", "DecomposeStage", "EmbedStage", "decompose_batch", "
 BatchFn = Callable[[Any], "tuple[Any, dict[str, Any]]"]
 
 
-class ExecutorError(RuntimeError):
+class ExecutorError(BuildError):
     """The executor cannot run the stage (missing extra, unreachable cluster, unsupported backend)."""
 
 
