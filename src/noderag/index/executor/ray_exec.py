@@ -116,9 +116,15 @@ class RayExecutor:
         connect(config.address, config.connect_timeout_s, env)
         import ray.data
 
-        ctx = ray.data.DataContext.get_current()
-        ctx.enable_progress_bars = False
-        ctx.print_on_execution_start = False
+        import logging
+        import warnings
+
+        logging.getLogger("ray.data").setLevel(logging.WARNING)
+        with warnings.catch_warnings():  # Ray's own deprecation notices about its own defaults
+            warnings.simplefilter("ignore", DeprecationWarning)
+            ctx = ray.data.DataContext.get_current()
+            ctx.enable_progress_bars = False
+            ctx.print_on_execution_start = False
         res = ray.cluster_resources()
         self.cpus = int(res.get("CPU", 1))
         self.gpus = int(res.get("GPU", 0))
@@ -164,7 +170,7 @@ class RayExecutor:
         n = min(self.workers(stage.num_gpus), len(tables))
         ds = ray.data.from_arrow(tables)
         ds = ds.map_batches(_StageWorker, fn_constructor_args=(stage,), batch_size=None, batch_format="pyarrow",
-                            zero_copy_batch=True, concurrency=n,  # a fixed pool; Ray Data restarts killed actors
+                            zero_copy_batch=True, compute=ray.data.ActorPoolStrategy(size=n),  # Ray Data restarts killed actors
                             num_cpus=0 if stage.num_gpus else 1, num_gpus=stage.num_gpus or None)
         got: dict[int, list] = {}
         for batch in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
