@@ -263,3 +263,41 @@ def test_openai_server_through_ray_workers_shares_the_cache(cluster, llm_server,
     shutil.copy(a / "llm_cache.sqlite", c / "llm_cache.sqlite")
     build_index([corpus], c, cfg, progress=False, allow_failures=True)
     assert _snapshot(b) == _snapshot(a) == _snapshot(c)
+
+
+# ----------------------------------------------------------------------------- vllm on Ray: our validation loop
+
+def test_vllm_on_ray_validates_and_retries_invalid_items(cluster):
+    import ray
+
+    from noderag.index.decompose.base import ChunkInput
+    from noderag.index.decompose.llm import LLMDecomposer
+    from noderag.index.executor.ray_exec import connect
+    from noderag.index.executor.ray_llm import RayVLLMBackend, postprocess, preprocess
+    from noderag.llm.backends.vllm import VLLMConfig
+
+    connect(cluster.address)
+
+    def _fake_engine(row: dict) -> dict:
+        """CPU stand-in for Ray's vLLM stage: invalid JSON at seed 0, a valid decomposition after the retry."""
+        sp = row["sampling_params"]
+        assert sp["structured_outputs"]["json"]["type"] == "object"  # the schema reached the engine
+        text = row["messages"][-1]["content"]
+        ok = sp["seed"] != 0
+        reply = json.dumps({"units": [{"text": "Oda Lindqvist built the lighthouse.", "entities": ["Oda Lindqvist"],
+                                       "relations": []}]}) if ok else "{not json"
+        return {"idx": row["idx"], "generated_text": reply, "num_input_tokens": len(text.split()),
+                "num_generated_tokens": 9, "__inference_error__": ""}
+
+    def factory():
+        return lambda ds: ds.map(preprocess).map(_fake_engine).map(postprocess)
+
+    backend = RayVLLMBackend(VLLMConfig(model="m"), processor_factory=factory)
+    dec = LLMDecomposer(backend, NodeRAGConfig().decompose, seed=0)
+    out = dec.decompose([ChunkInput(0, "Oda Lindqvist built the lighthouse.", None),
+                         ChunkInput(1, "The ferry links Kessel with Port Emmerich.", None)])
+    assert [r.error for r in out] == [None, None]
+    assert out[0].units[0].entities == ["Oda Lindqvist"]
+    st = backend.ledger.to_dict()["decompose"]
+    assert backend.calls == 2 and st["requests"] == 2 and st["attempts"] == 4 and st["completion_tokens"] == 36
+    assert ray.is_initialized()

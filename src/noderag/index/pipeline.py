@@ -199,13 +199,19 @@ def _resolve_config(config, existing_manifest):
     return stored.validate()
 
 
-def _make_llm(llm, config, root: Path):
+def _make_llm(llm, config, root: Path, executor=None):
     if llm is None and config.llm.spec is None:
         return None
     if llm is None or isinstance(llm, str):
         from noderag.llm import make_llm
 
         spec = llm if isinstance(llm, str) else config.llm.spec
+        if config.executor.kind == "ray" and spec.strip().lower().startswith("vllm:") and executor is not None:
+            from .executor.ray_llm import make_ray_vllm  # every LLM stage on the cluster's GPUs (ray.data.llm)
+
+            return make_ray_vllm(spec, executor.get(),
+                                 cache_path=(root / "llm_cache.sqlite") if config.llm.cache else None,
+                                 **config.llm.backend_options())
         return make_llm(spec, cache_path=(root / "llm_cache.sqlite") if config.llm.cache else None,
                         **config.llm.backend_options())
     from noderag.llm import CachedBackend, LLMCache
@@ -283,6 +289,10 @@ def _decompose_sharded(executor: _Executors, config, backend, llm, root: Path, c
             k += 1
             continue
         ex = executor.get()
+        if _distributed(backend):  # the backend itself runs on the cluster (ray.data.llm): drive it from here
+            from .executor.local import LocalExecutor
+
+            ex = LocalExecutor()
         stage = DecomposeStage(config.decompose, config.seed, llm_spec=llm if isinstance(llm, str) else
                                (config.llm.spec if llm is None else None), backend=backend)
         if ex.remote:
@@ -306,6 +316,15 @@ def _decompose_sharded(executor: _Executors, config, backend, llm, root: Path, c
                                  for i in range(len(plan)) if i not in done}, sink)
         break
     return records
+
+
+def _distributed(backend) -> bool:
+    """True when ``backend`` (or one it wraps) sends its batches to the cluster itself."""
+    while backend is not None:
+        if getattr(backend, "distributed", False):
+            return True
+        backend = getattr(backend, "backend", None)
+    return False
 
 
 def _remote_decompose_stage(ex, stage, config, root: Path):
@@ -487,12 +506,12 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
     doc_of = {first_doc + i: d for i, d in enumerate(new_docs)}
 
     # ---- decompose (journal per batch)
-    backend = _make_llm(llm, config, root)
+    executor = _Executors(config, say)
+    backend = _make_llm(llm, config, root, executor)
     if config.decompose.method == "llm" and backend is None:
         from noderag.config import ConfigError
 
         raise ConfigError("decompose.method = 'llm' needs an LLM: pass llm=..., set llm.spec or use --llm SPEC")
-    executor = _Executors(config, say)
     slog.start("decompose")
     records = _decompose_sharded(executor, config, backend, llm, root, chunk_rows, doc_of, bars)
     src_of = {cid: doc_of[did].source for cid, did, _ in chunk_rows}
