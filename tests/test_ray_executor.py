@@ -242,7 +242,8 @@ def test_openai_server_through_ray_workers_shares_the_cache(cluster, llm_server,
     corpus.mkdir()
     (corpus / "a.txt").write_text("Oda Lindqvist built the Haldis Lighthouse on Skarn Island in 1887.", "utf-8")
     (corpus / "b.txt").write_text("The Grey Heron Line ferry links Kessel with Port Emmerich.", "utf-8")
-    cfg = NodeRAGConfig.from_dict({"decompose": {"batch_size": 1}, "communities": {"enabled": False},
+    cfg = NodeRAGConfig.from_dict({"decompose": {"batch_size": 1, "method": "llm"},
+                                   "communities": {"enabled": False},
                                    "llm": {"spec": f"openai:smollm2@{llm_server.url}"}})
     ex = ExecutorConfig(kind="ray", address=cluster.address, llm_concurrency=2)
     a = tmp_path / "a"
@@ -256,7 +257,8 @@ def test_openai_server_through_ray_workers_shares_the_cache(cluster, llm_server,
     shutil.copy(a / "llm_cache.sqlite", b / "llm_cache.sqlite")
     rep_b = build_index([corpus], b, cfg, progress=False, executor=ex, allow_failures=True)
     dec_b = rep_b.manifest["tokens"]["decompose"]
-    assert dec_b["cache_hits"] == dec_b["requests"] and dec_b["prompt_tokens"] == 0, dec_b
+    if not rep.manifest["failures"]["decompose"]:  # (failed calls are not cached)
+        assert dec_b["cache_hits"] == dec_b["requests"] and dec_b["prompt_tokens"] == 0, dec_b
     # ... and the local executor over the same cache gives the same index as the cluster
     c = tmp_path / "c"
     c.mkdir()

@@ -165,11 +165,15 @@ class EmbedStage:
         kind = self.spec.split(":", 1)[0].lower()
         return 1.0 if kind == "vllm" or str(self.options.get("device", "")).startswith("cuda") else 0.0
 
-    def remote(self, embedder_given: bool = False) -> "EmbedStage":
+    def remote(self, embedder_given: bool = False, cpus: int = 1) -> "EmbedStage":
+        """A copy for Ray workers; an ONNX embedder runs ``cpus`` threads (the CPUs Ray gave the worker)."""
         if embedder_given:
             raise ExecutorError("embedding on Ray needs an embedder spec (embed.spec / --embed SPEC): workers "
                                 "build their own embedder; a live embedder object cannot be shipped")
-        return replace(self, embedder=None)
+        opts = dict(self.options)
+        if self.spec.split(":", 1)[0].lower() in ("default", "onnx") and "n_threads" not in opts:
+            opts["n_threads"] = int(cpus)  # thread count never changes the vectors, only the speed
+        return replace(self, embedder=None, options=opts)
 
     def open(self) -> BatchFn:
         emb = self.embedder
