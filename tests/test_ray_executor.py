@@ -186,7 +186,7 @@ def _toml(tmp_path: Path) -> Path:
 
 def test_kill_9_of_a_worker_mid_stage_still_gives_the_identical_index(cluster, local_index, tmp_path):
     out = tmp_path / "ray"
-    proc = _cli_build(out, cluster.address, _toml(tmp_path), {"NODERAG_TEST_SHARD_DELAY_S": "0.7"})
+    proc = _cli_build(out, cluster.address, _toml(tmp_path), {"NODERAG_TEST_SHARD_DELAY_S": "1.5"})
     shards = out / "stages" / "decompose" / "pass-000"
     killed = None
     deadline = time.monotonic() + 240

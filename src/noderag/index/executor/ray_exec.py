@@ -24,6 +24,7 @@ __all__ = ["RayExecutor", "connect"]
 _SHARD = "__shard"
 _ROWS = "__rows"
 _META = "__meta"
+_CONNECTED: str | None = None  # the address this process's ray.init used
 
 
 def _check_reachable(address: str, timeout_s: float) -> None:
@@ -47,8 +48,11 @@ def _check_reachable(address: str, timeout_s: float) -> None:
 
 def connect(address: str | None, timeout_s: float = 20.0, env_vars: dict[str, str] | None = None) -> None:
     """``ray.init`` on ``address`` (``None``: a local instance) after a reachability check."""
+    global _CONNECTED
     if ray.is_initialized():
-        return
+        if address == _CONNECTED:
+            return
+        ray.shutdown()  # another cluster than the one this process is connected to
     if address not in (None, "auto", "local"):
         _check_reachable(address, timeout_s)
     kw: dict[str, Any] = {"ignore_reinit_error": True, "logging_level": "WARNING", "log_to_driver": False,
@@ -59,6 +63,7 @@ def connect(address: str | None, timeout_s: float = 20.0, env_vars: dict[str, st
         ray.init(address=None if address == "local" else address, **kw)
     except ConnectionError as exc:
         raise ExecutorError(f"cannot connect to the Ray cluster at {address}: {exc}") from None
+    _CONNECTED = address
 
 
 @ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=-1)
