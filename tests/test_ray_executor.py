@@ -243,7 +243,7 @@ def test_openai_server_through_ray_workers_shares_the_cache(cluster, llm_server,
     (corpus / "a.txt").write_text("Oda Lindqvist built the Haldis Lighthouse on Skarn Island in 1887.", "utf-8")
     (corpus / "b.txt").write_text("The Grey Heron Line ferry links Kessel with Port Emmerich.", "utf-8")
     cfg = NodeRAGConfig.from_dict({"decompose": {"batch_size": 1, "method": "llm"},
-                                   "communities": {"enabled": False},
+                                   "communities": {"enabled": False}, "attributes": {"summary_tokens": 16},
                                    "llm": {"spec": f"openai:smollm2@{llm_server.url}"}})
     ex = ExecutorConfig(kind="ray", address=cluster.address, llm_concurrency=2)
     a = tmp_path / "a"

@@ -435,15 +435,15 @@ class ExecutorConfig:
         Actor-pool size per stage (``None``: one per CPU of the cluster, one per GPU for GPU backends).
     llm_concurrency : int, default=8
         Total in-flight requests to an ``openai:`` server across all workers.
-    connect_timeout_s : float, default=20
-        Seconds to wait for the cluster before failing.
+    connect_timeout_s : float, default=15
+        Seconds to wait for a silent cluster address before failing (a refused connection fails after 5 s).
     """
 
     kind: str = "local"
     address: str | None = None
     workers: int | None = None
     llm_concurrency: int = 8
-    connect_timeout_s: float = 20.0
+    connect_timeout_s: float = 15.0
 
     def validate(self) -> None:
         _check(self.kind in ("local", "ray"), "executor.kind", self.kind, "'local' or 'ray'")

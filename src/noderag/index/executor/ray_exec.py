@@ -33,17 +33,21 @@ def _check_reachable(address: str, timeout_s: float) -> None:
     host, _, port = hostport.rpartition(":")
     if not host or not port.isdigit():
         raise ExecutorError(f"--ray-address {address!r}: expected auto, HOST:PORT or ray://HOST:PORT")
-    deadline = time.monotonic() + timeout_s
+    t0 = time.monotonic()
     err: Exception | None = None
-    while time.monotonic() < deadline:
+    while True:
         try:
             with socket.create_connection((host, int(port)), timeout=min(2.0, timeout_s)):
                 return
         except OSError as exc:
             err = exc
-            time.sleep(0.5)
-    raise ExecutorError(f"cannot reach the Ray cluster at {address} within {timeout_s:g} s ({err}); "
-                        "start one with `ray start --head` or check --ray-address")
+        waited = time.monotonic() - t0
+        # a refused connection is retried briefly (a head that is starting), a silent host until the timeout
+        if waited >= timeout_s or (isinstance(err, ConnectionRefusedError) and waited >= min(5.0, timeout_s)):
+            break
+        time.sleep(0.5)
+    raise ExecutorError(f"cannot reach the Ray cluster at {address} after {time.monotonic() - t0:.0f} s "
+                        f"({err}); start one with `ray start --head` or check --ray-address")
 
 
 def connect(address: str | None, timeout_s: float = 20.0, env_vars: dict[str, str] | None = None) -> None:
