@@ -9,12 +9,18 @@ CPU stand-in for the engine runs on the real cluster in ``test_ray_executor.py``
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
 pytestmark = [pytest.mark.ray, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 
-llm_mod = pytest.importorskip("ray.data.llm", reason="the ray extra is not installed")
+try:
+    import ray.data.llm as llm_mod
+except ImportError as exc:  # under CI (.ci/run installs the ray extra) a missing Ray fails
+    if os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no"):
+        raise
+    pytest.skip(f"the ray extra is not installed ({exc})", allow_module_level=True)
 
 from noderag.index.executor.ray_llm import (  # noqa: E402
     RayVLLMBackend, postprocess, preprocess, processor_config, raw_output, request_row)
