@@ -8,13 +8,14 @@ built from scratch three times in one run, nlp decomposition and the default emb
 * ``ray-2``: ``--executor ray`` with two workers.
 
 Ray runs on a cluster this script starts on 127.0.0.1 (``ray start --head`` plus one more node,
-1 CPU each, as in the tests) and stops afterwards. Reported per setup: the wall time of the
+1 CPU each, as in the tests) and stops afterwards. Each setup runs ``--repeats`` times, the setups
+interleaved (the machine is shared: a change of load then hits all of them); medians are reported. Reported per setup: the wall time of the
 decompose and embed stages (from the manifest; Ray's connect, dataset and actor start-up
 included), passages/s and corpus tokens/s over them, the Ray/local wall ratio and whether the
 index is byte-identical to the local one. The markdown adds a projection for N GPU workers from
 the measured per-worker figures, labelled as such.
 
-    python benchmarks/bench_distributed.py [--data DIR] [--passages N] [--out DIR] [--work DIR]
+    python benchmarks/bench_distributed.py [--data DIR] [--passages N] [--repeats K] [--out DIR] [--work DIR]
 
 Writes ``OUT/distributed.json`` and ``OUT/distributed.md`` (default ``benchmarks/results``).
 """
@@ -124,6 +125,7 @@ def main(argv=None) -> int:
     ap.add_argument("--passages", type=int, default=300, help="first N passages of the MuSiQue dev sample")
     ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
     ap.add_argument("--work", type=Path, default=REPO / ".benchcache" / "distributed")
+    ap.add_argument("--repeats", type=int, default=3, help="runs per setup, interleaved; medians reported")
     ap.add_argument("--render", action="store_true", help="only rewrite OUT/distributed.md from its JSON")
     args = ap.parse_args(argv)
     if args.render:
@@ -140,18 +142,25 @@ def main(argv=None) -> int:
     corpus.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), "utf-8")
     tokens = int(sum(count_tokens_batch([r["text"] for r in rows])))
     load0 = os.getloadavg()[0]
-    results = [run_setup("local", corpus, args.work, None)]
+    runs: dict[str, list[dict]] = {"local": [], "ray-1": [], "ray-2": []}
     cluster = LocalCluster()
     try:
-        for n in (1, 2):
-            results.append(run_setup(f"ray-{n}", corpus, args.work,
-                                     ExecutorConfig(kind="ray", address=cluster.address, workers=n)))
+        for _ in range(args.repeats):  # interleaved, so a load change on the shared machine hits every setup
+            runs["local"].append(run_setup("local", corpus, args.work, None))
+            for n in (1, 2):
+                runs[f"ray-{n}"].append(run_setup(f"ray-{n}", corpus, args.work,
+                                                  ExecutorConfig(kind="ray", address=cluster.address, workers=n)))
     finally:
         import ray
 
         if ray.is_initialized():
             ray.shutdown()
         cluster.stop()
+    results = []
+    for name, rs in runs.items():
+        med = sorted(rs, key=lambda r: r["decompose_embed_wall_s"])[len(rs) // 2]
+        results.append({**med, "runs_decompose_embed_wall_s": [r["decompose_embed_wall_s"] for r in rs],
+                        "identical_across_runs": len({r["digest"] for r in rs}) == 1})
     local = results[0]
     for r in results:
         w = r["decompose_embed_wall_s"]
@@ -159,7 +168,7 @@ def main(argv=None) -> int:
         r["tokens_per_s"] = round(tokens / w, 1)
         r["ratio_vs_local"] = round(w / local["decompose_embed_wall_s"], 3)
         r["identical_to_local"] = r["digest"] == local["digest"]
-    report = {"dataset": "musique", "passages": len(rows), "corpus_tokens": tokens,
+    report = {"dataset": "musique", "passages": len(rows), "corpus_tokens": tokens, "repeats": args.repeats,
               "embedded_texts": local["embedded"], "embedder": "default (all-MiniLM-L6-v2 int8 ONNX)",
               "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
                           "loadavg_1m_start": round(load0, 2), "loadavg_1m_end": round(os.getloadavg()[0], 2)},
@@ -181,18 +190,20 @@ def render(rep: dict) -> str:
         f"Machine: {rep['machine']['cpus']} CPUs shared with other sessions (load average "
         f"{rep['machine']['loadavg_1m_start']} at start, {rep['machine']['loadavg_1m_end']} at end). "
         "Ray: two nodes of 1 CPU on 127.0.0.1; wall = the decompose and embed stages of the manifest "
-        "(Ray's connect, dataset and actor start-up included). Command: "
-        "`python benchmarks/bench_distributed.py`.",
+        f"(Ray's connect, dataset and actor start-up included); median of {rep.get('repeats', 1)} interleaved "
+        "runs per setup. Command: `python benchmarks/bench_distributed.py`.",
         "",
         "## Measured",
         "",
-        "| setup | decompose s | embed s | decompose+embed s | passages/s | tokens/s | wall vs local | identical index |",
+        "| setup | decompose s | embed s | decompose+embed s (runs) | passages/s | tokens/s | wall vs local "
+        "| identical index |",
         "|---|---:|---:|---:|---:|---:|---:|---|",
     ]
     for name, r in res.items():
         lines.append(f"| {name} | {r['stage_wall_s']['decompose']:.2f} | {r['stage_wall_s']['embed']:.2f} | "
-                     f"{r['decompose_embed_wall_s']:.2f} | {r['passages_per_s']:.1f} | {r['tokens_per_s']:.0f} | "
-                     f"{r['ratio_vs_local']:.2f}x | {'yes' if r['identical_to_local'] else 'NO'} |")
+                     f"{r['decompose_embed_wall_s']:.2f} ({', '.join(f'{x:.1f}' for x in r.get('runs_decompose_embed_wall_s', []))}) | "
+                     f"{r['passages_per_s']:.1f} | {r['tokens_per_s']:.0f} | "
+                     f"{r['ratio_vs_local']:.2f}x | {'yes' if r['identical_to_local'] and r.get('identical_across_runs', True) else 'NO'} |")
     r1, r2, lo = res["ray-1"], res["ray-2"], res["local"]
     eff = r2["passages_per_s"] / (2 * r1["passages_per_s"])
     lines += [
