@@ -199,11 +199,11 @@ def test_resume_after_sigkills_is_identical(tmp_path, demo_index):
             IndexStore.open(out)
         assert current_generation(out) is None
         if point == "decompose-batch":
-            # one batch of three chunks was journalled; then a torn line as if killed mid-append
-            journal = out / "stages" / "decomposed.jsonl"
-            assert len(journal.read_text().splitlines()) == 3
-            with open(journal, "ab") as fh:
-                fh.write(b'{"chunk_id": 5, "units": [{"text": "half')
+            # one shard of three chunks was written; then a torn temp file as if killed mid-write
+            shards = out / "stages" / "decompose" / "pass-000"
+            parts = sorted(shards.glob("part-*.parquet"))
+            assert len(parts) == 1 and pq.read_table(parts[0]).num_rows == 3
+            (shards / ".part-000001.parquet.x.tmp").write_bytes(b"PAR1 torn")
             # a pending run is never mixed with other inputs
             with pytest.raises(BuildError, match="unfinished build with different inputs"):
                 _build([other], out)
@@ -336,8 +336,8 @@ def test_failed_write_loses_nothing(tmp_path, demo_index, monkeypatch):
     monkeypatch.setattr(store_mod, "atomic_write_parquet", no_space)
     with pytest.raises(OSError, match="No space left"):
         _build([demo_dir()], out)
-    journal = (out / "stages" / "decomposed.jsonl").read_text().splitlines()
-    assert len(journal) == 12  # every decomposed chunk survived the failure
+    shards = sorted((out / "stages" / "decompose" / "pass-000").glob("part-*.parquet"))
+    assert sum(pq.read_table(p).num_rows for p in shards) == 12  # every decomposed chunk survived the failure
     monkeypatch.undo()
     _build([demo_dir()], out)
     assert _snapshot(out) == _snapshot(demo_index)

@@ -116,8 +116,16 @@ def _cmd_build(args: argparse.Namespace) -> int:
         config = (config or NodeRAGConfig()).with_overrides(overrides)
     progress = not args.no_progress
     log = (lambda msg: print(f"noderag: {msg}", file=sys.stderr)) if progress else None
+    executor = None
+    if args.executor or args.ray_address:  # where decompose/embed run: no part of the index's configuration
+        from dataclasses import replace
+
+        ex = (config or NodeRAGConfig()).executor
+        executor = replace(ex, kind=args.executor or ("ray" if args.ray_address else ex.kind),
+                           address=args.ray_address or ex.address)
+        executor.validate()
     report = build_index(args.inputs, args.index, config, progress=progress,
-                         allow_failures=args.allow_failures, log=log, wait=args.wait)
+                         allow_failures=args.allow_failures, log=log, wait=args.wait, executor=executor)
     replaced = f", {report.deleted_documents} replaced" if report.deleted_documents else ""
     print(f"index {args.index}: {report.added_documents} new document(s), {report.duplicates} duplicate(s) skipped"
           f"{replaced}")
@@ -198,6 +206,10 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--chunk-tokens", type=int, metavar="N", help="maximum tokens per chunk")
     b.add_argument("--allow-failures", action="store_true",
                    help="finish even when some chunks fail to decompose (recorded in the manifest)")
+    b.add_argument("--executor", choices=("local", "ray"), default=None,
+                   help="where decomposition and embedding run (default: config [executor] or local)")
+    b.add_argument("--ray-address", metavar="ADDR", default=None,
+                   help="Ray cluster for --executor ray: auto, HOST:PORT or ray://HOST:PORT (needs noderag[ray])")
     b.add_argument("--no-progress", action="store_true", help="no progress bars")
     b.add_argument("--wait", type=float, metavar="SECONDS", default=None,
                    help="wait up to SECONDS for another writer of the index to finish (default: fail at once)")

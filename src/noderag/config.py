@@ -14,6 +14,7 @@ from typing import Any, Mapping
 
 __all__ = [
     "ChunkConfig",
+    "ExecutorConfig",
     "DecomposeConfig",
     "AttributeConfig",
     "CommunityConfig",
@@ -422,6 +423,43 @@ def _default_importance():
     return _importance_cls()()
 
 
+@dataclass
+class ExecutorConfig:
+    """Where decomposition and T/S embedding run (``local``: in this process; ``ray``: on a Ray cluster).
+
+    Not part of the index's identity: a Ray build equals the local build, so it may change between runs.
+
+    Attributes
+    ----------
+    kind : {"local", "ray"}, default="local"
+    address : str or None
+        Ray cluster: ``auto``, ``HOST:PORT`` or ``ray://HOST:PORT``; ``None`` starts a local Ray instance.
+    workers : int or None
+        Actor-pool size per stage (``None``: one per CPU of the cluster, one per GPU for GPU backends).
+    llm_concurrency : int, default=8
+        Total in-flight requests to an ``openai:`` server across all workers.
+    connect_timeout_s : float, default=15
+        Seconds to wait for a silent cluster address before failing (a refused connection fails after 5 s).
+    """
+
+    kind: str = "local"
+    address: str | None = None
+    workers: int | None = None
+    llm_concurrency: int = 8
+    connect_timeout_s: float = 15.0
+
+    def validate(self) -> None:
+        _check(self.kind in ("local", "ray"), "executor.kind", self.kind, "'local' or 'ray'")
+        _check(self.address is None or (isinstance(self.address, str) and self.address.strip() != ""),
+               "executor.address", self.address, "auto, HOST:PORT or ray://HOST:PORT")
+        _check(self.workers is None or (_is_int(self.workers) and self.workers >= 1), "executor.workers",
+               self.workers, "an int >= 1")
+        _check(_is_int(self.llm_concurrency) and self.llm_concurrency >= 1, "executor.llm_concurrency",
+               self.llm_concurrency, "an int >= 1")
+        _check(isinstance(self.connect_timeout_s, (int, float)) and not isinstance(self.connect_timeout_s, bool)
+               and self.connect_timeout_s > 0, "executor.connect_timeout_s", self.connect_timeout_s, "a number > 0")
+
+
 def _default_search():
     return _search_cls()()
 
@@ -439,12 +477,13 @@ class NodeRAGConfig:
     semantic: SemanticConfig = field(default_factory=SemanticConfig)
     llm: LLMConfig = field(default_factory=LLMConfig)
     search: Any = field(default_factory=_default_search)
+    executor: ExecutorConfig = field(default_factory=ExecutorConfig)
     seed: int = 0
 
     def validate(self) -> "NodeRAGConfig":
         """Check every section; raise ``ConfigError`` naming the bad value. Returns self."""
         _check(_is_int(self.seed) and self.seed >= 0, "seed", self.seed, "an int >= 0")
-        for name in ("chunk", "decompose", "attributes", "communities", "embed", "semantic", "llm"):
+        for name in ("chunk", "decompose", "attributes", "communities", "embed", "semantic", "llm", "executor"):
             getattr(self, name).validate()
         imp = self.importance
         _check(isinstance(imp, _importance_cls()), "importance", imp, "an ImportanceConfig")
@@ -489,7 +528,7 @@ class NodeRAGConfig:
         kwargs: dict[str, Any] = {}
         simple = {"chunk": ChunkConfig, "decompose": DecomposeConfig, "attributes": AttributeConfig,
                   "communities": CommunityConfig, "embed": EmbedConfig, "semantic": SemanticConfig,
-                  "llm": LLMConfig, "importance": _importance_cls()}
+                  "llm": LLMConfig, "importance": _importance_cls(), "executor": ExecutorConfig}
         for name, value in data.items():
             if name == "seed":
                 kwargs["seed"] = value

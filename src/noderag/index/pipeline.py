@@ -4,10 +4,11 @@ Stages (DESIGN §3): ingest -> chunk -> decompose -> assemble (+ name linking) -
 embed T/S -> attributes (A) -> communities (H/O) -> semantic kNN -> finalize.
 
 Persistence: everything of an unfinished run lives in ``INDEX/stages/`` (the
-chunk table, the decomposition journal appended per batch with fsync, embedding
-batches); graph stages are recomputed from those on a rerun (they are cheap and
-deterministic). The finished index is written to ``stages/final/`` and committed as
-a new generation (:mod:`noderag.index.generations`: one rename, one pointer switch).
+chunk table, decomposition and T/S embedding results as Parquet shards, one per
+batch, written by the executor, local or Ray; other embedding batches); graph
+stages are recomputed from those on a rerun (they are cheap and deterministic).
+The finished index is written to ``stages/final/`` and committed as a new
+generation (:mod:`noderag.index.generations`: one rename, one pointer switch).
 While a run goes, the previous generation stays complete, openable and untouched.
 A delete or a replacement re-assembles the surviving documents first
 (:mod:`noderag.index.delete`).
@@ -37,8 +38,7 @@ from noderag.graph.storage import FORMAT_VERSION, atomic_write_json
 from noderag.graph.types import TYPE_NAMES, NodeType
 
 from .assemble import ChunkRecord, EdgeList, NodeTable, assemble_chunks, link_known_names
-from .decompose.base import ChunkDecomposition, ChunkInput, DecomposeFailure
-from .decompose.factory import make_decomposer
+from .decompose.base import ChunkDecomposition, DecomposeFailure
 from .ingest import Document, IngestError, ingest
 from .lock import WriterLock
 from .node_vectors import NodeVectors
@@ -178,44 +178,6 @@ def derive_base(graph, link_src: np.ndarray, link_dst: np.ndarray,
     return src, dst, w
 
 
-# ----------------------------------------------------------------------------- journal
-
-def _read_journal(path: Path) -> dict[int, ChunkDecomposition]:
-    """Records of a decomposition journal; a torn last line (killed mid-write) is cut off."""
-    out: dict[int, ChunkDecomposition] = {}
-    if not path.is_file():
-        return out
-    raw = path.read_bytes()
-    good = 0
-    pos = 0
-    while pos < len(raw):
-        nl = raw.find(b"\n", pos)
-        if nl < 0:
-            break
-        line = raw[pos:nl]
-        try:
-            rec = ChunkDecomposition.from_obj(json.loads(line.decode("utf-8")))
-        except (ValueError, KeyError, TypeError, UnicodeDecodeError):
-            break
-        out[rec.chunk_id] = rec
-        pos = nl + 1
-        good = pos
-    if good < len(raw):
-        with open(path, "r+b") as fh:
-            fh.truncate(good)
-            fh.flush()
-            os.fsync(fh.fileno())
-    return out
-
-
-def _append_journal(path: Path, records: Sequence[ChunkDecomposition]) -> None:
-    data = "".join(r.to_json() + "\n" for r in records).encode("utf-8")
-    with open(path, "ab") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-
-
 # ----------------------------------------------------------------------------- helpers
 
 def _digest(obj: Any) -> str:
@@ -228,7 +190,8 @@ def _resolve_config(config, existing_manifest):
 
     if existing_manifest is None:
         return (config or NodeRAGConfig()).validate()
-    stored = NodeRAGConfig.from_dict(existing_manifest.get("config") or {})
+    stored = NodeRAGConfig.from_dict({k: v for k, v in (existing_manifest.get("config") or {}).items()
+                                      if k != "executor"})
     if config is not None:
         a, b = config.to_dict(), stored.to_dict()
         if a["embed"]["spec"] == "auto":  # the index resolved "auto" when it was built
@@ -238,19 +201,28 @@ def _resolve_config(config, existing_manifest):
             raise ConfigError(
                 f"the index was built with a different configuration ({', '.join(diff)} differ); "
                 "an insert uses the index's own configuration — pass no config or the same one")
-        # llm/search sections may change between runs
+        # llm/search/executor sections may change between runs
         stored.llm = config.llm
         stored.search = config.search
+        stored.executor = config.executor
+    else:  # where the last run executed is no setting of the index
+        stored.executor = type(stored.executor)()
     return stored.validate()
 
 
-def _make_llm(llm, config, root: Path):
+def _make_llm(llm, config, root: Path, executor=None):
     if llm is None and config.llm.spec is None:
         return None
     if llm is None or isinstance(llm, str):
         from noderag.llm import make_llm
 
         spec = llm if isinstance(llm, str) else config.llm.spec
+        if config.executor.kind == "ray" and spec.strip().lower().startswith("vllm:") and executor is not None:
+            from .executor.ray_llm import make_ray_vllm  # every LLM stage on the cluster's GPUs (ray.data.llm)
+
+            return make_ray_vllm(spec, executor.get(),
+                                 cache_path=(root / "llm_cache.sqlite") if config.llm.cache else None,
+                                 **config.llm.backend_options())
         return make_llm(spec, cache_path=(root / "llm_cache.sqlite") if config.llm.cache else None,
                         **config.llm.backend_options())
     from noderag.llm import CachedBackend, LLMCache
@@ -280,7 +252,7 @@ def _cat(*lists: EdgeList) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def build_index(inputs: Sequence[str | os.PathLike], index_dir: str | os.PathLike, config=None, *,
                 llm=None, embedder=None, progress: bool = True, allow_failures: bool = False,
-                log=None, wait: float | None = None, delete=None) -> BuildReport:
+                log=None, wait: float | None = None, delete=None, executor=None) -> BuildReport:
     """Build a new index in ``index_dir`` or add the new documents of ``inputs`` to the one there.
 
     A new document whose source id (JSONL ``id`` or file path) is already in the index with
@@ -305,6 +277,9 @@ def build_index(inputs: Sequence[str | os.PathLike], index_dir: str | os.PathLik
         running writer makes this call raise :class:`~noderag.index.lock.IndexLockedError` at once.
     delete : noderag.index.delete.Deletion, optional
         Documents to delete in the same run (see :func:`noderag.index.delete.delete_documents`).
+    executor : ExecutorConfig, optional
+        Where decomposition and T/S embedding run (default: ``config.executor``, local); it
+        does not change the index.
     """
     root = Path(index_dir)
     if root.exists() and not root.is_dir():
@@ -314,7 +289,7 @@ def build_index(inputs: Sequence[str | os.PathLike], index_dir: str | os.PathLik
     with WriterLock(root, wait=wait):
         try:
             return _build_locked(inputs, root, config, llm=llm, embedder=embedder, progress=progress,
-                                 allow_failures=allow_failures, log=log, delete=delete)
+                                 allow_failures=allow_failures, log=log, delete=delete, executor=executor)
         except BaseException:
             if created:  # a failed first build leaves no empty index folder behind
                 from .cleanup import remove_if_nothing_built
@@ -327,7 +302,7 @@ def build_index(inputs: Sequence[str | os.PathLike], index_dir: str | os.PathLik
 
 
 def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, allow_failures: bool,
-                  log, delete=None) -> BuildReport:
+                  log, delete=None, executor=None) -> BuildReport:
     """:func:`build_index` with the writer lock held."""
     from .store import check_layout
 
@@ -366,6 +341,10 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
         from dataclasses import replace
 
         config.decompose = replace(config.decompose, method="llm")
+    if executor is not None:
+        from dataclasses import replace
+
+        config = replace(config, executor=executor)
     bars = _Progress(progress)
 
     # ---- existing state
@@ -448,30 +427,17 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
     _checkpoint("chunk")
     doc_of = {first_doc + i: d for i, d in enumerate(new_docs)}
 
-    # ---- decompose (journal per batch)
-    backend = _make_llm(llm, config, root)
+    # ---- decompose (one Parquet shard per batch, by the executor)
+    from .executor.sharded import Executors, decompose_sharded, embed_sharded
+
+    executor = Executors(config, say)
+    backend = _make_llm(llm, config, root, executor)
     if config.decompose.method == "llm" and backend is None:
         from noderag.config import ConfigError
 
         raise ConfigError("decompose.method = 'llm' needs an LLM: pass llm=..., set llm.spec or use --llm SPEC")
-    journal = stages / "decomposed.jsonl"
-    records = _read_journal(journal)
-    todo = [c for c in chunk_rows if c[0] not in records or records[c[0]].error is not None]
     slog.start("decompose")
-    if todo:
-        decomposer = make_decomposer(config.decompose, backend, config.seed)
-        bs = config.decompose.batch_size
-        with bars.bar(len(chunk_rows), "decompose") as bar:
-            bar.update(len(chunk_rows) - len(todo))
-            for b in range(0, len(todo), bs):
-                batch = todo[b:b + bs]
-                inp = [ChunkInput(cid, text, doc_of[did].title) for cid, did, text in batch]
-                out = decomposer.decompose(inp)
-                _append_journal(journal, out)
-                for rec in out:
-                    records[rec.chunk_id] = rec
-                bar.update(len(batch))
-                _checkpoint("decompose-batch")
+    records = decompose_sharded(executor, config, backend, llm, root, chunk_rows, doc_of, bars)
     src_of = {cid: doc_of[did].source for cid, did, _ in chunk_rows}
     failures = {cid: f"{src_of.get(cid, '?')}: {rec.error}" for cid, rec in sorted(records.items())
                 if rec.error is not None}
@@ -489,7 +455,7 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
     made: list = []
     new_base = assemble_chunks(table, crecs, decs, trace=made)
     traces = list(traces) + [ChunkTrace(c.doc_id, int(t), tuple(u)) for c, (t, u) in zip(crecs, made)]
-    del crecs, decs, records, made  # the journal on disk keeps them; the graph needs only the table now
+    del crecs, decs, records, made  # the shards on disk keep them; the graph needs only the table now
     base.extend(new_base)
     # documents: chunk ids are T node ids
     doc_chunks: dict[int, list[int]] = {}
@@ -540,8 +506,9 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
                 unit_chunk, [unit_prefix(t) if t else None for t in titles], stages / "emb_ts",
                 batch_size=config.embed.batch_size, progress=bar)
         else:
-            vec[new_ids] = embed_texts_resumable(emb, [table.texts[i] for i in new_ids.tolist()],
-                                                 stages / "emb_ts", batch_size=config.embed.batch_size, progress=bar)
+            vec[new_ids] = embed_sharded(executor, config, emb, embedder is not None,
+                                          [table.texts[i] for i in new_ids.tolist()], stages / "emb_ts", bar)
+    executor.close()
     slog.finish("embed", embedded=int(new_ids.size))
     _checkpoint("embed")
 

@@ -1,0 +1,305 @@
+"""Builds on a real two-node Ray cluster on 127.0.0.1 (``--executor ray``) equal the local build.
+
+One cluster for the module: ``ray start --head`` plus a second ``ray start --address`` (1 CPU and a
+100 MB object store each, under a private temp dir and port), stopped afterwards; every process of
+it (found by its temp dir / GCS address and their descendants) is killed, and the teardown fails if
+one survives. Needs the ``ray`` extra (``.ci/run`` installs it); under ``CI`` a missing Ray fails.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from noderag.config import ExecutorConfig, NodeRAGConfig
+from noderag.data import demo_dir
+from noderag.index.pipeline import build_index
+
+pytestmark = [pytest.mark.ray, pytest.mark.filterwarnings("ignore::DeprecationWarning:ray.*")]
+
+CONFIG = {"decompose": {"batch_size": 2}, "embed": {"batch_size": 16}}
+_CI = os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def _require_ray() -> None:
+    try:
+        import ray  # noqa: F401
+        import ray.data  # noqa: F401
+    except ImportError as exc:
+        if _CI:
+            pytest.fail(f"CI is set but Ray is not installed ({exc}): pip install -e '.[ray]'")
+        pytest.skip(f"Ray not installed ({exc})")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _procs() -> dict[int, tuple[int, str]]:
+    """pid -> (parent pid, command line) of every process."""
+    out = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            cmd = Path(f"/proc/{d}/cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace")
+            ppid = int(Path(f"/proc/{d}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        out[int(d)] = (ppid, cmd)
+    return out
+
+
+def _cluster_pids(marks: list[str]) -> set[int]:
+    """Processes whose command line names our temp dir or GCS address, and all their descendants."""
+    procs = _procs()
+    found = {p for p, (_, cmd) in procs.items() if any(m in cmd for m in marks) and p != os.getpid()}
+    grew = True
+    while grew:
+        kids = {p for p, (pp, _) in procs.items() if pp in found and p not in found}
+        grew = bool(kids)
+        found |= kids
+    return found
+
+
+class Cluster:
+    def __init__(self) -> None:
+        self.tmp = tempfile.mkdtemp(prefix="nrray", dir="/tmp")  # short: Ray's socket paths must fit 107 chars
+        self.port = _free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        self.marks = [self.tmp, self.address]
+        self.env = dict(os.environ, RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0")
+        self.ray = str(Path(sys.executable).parent / "ray")
+        common = ["--num-cpus", "1", "--object-store-memory", "100000000", "--disable-usage-stats",
+                  "--node-ip-address", "127.0.0.1"]
+        self._run([self.ray, "start", "--head", "--port", str(self.port), "--temp-dir", self.tmp,
+                   "--include-dashboard=False", *common])
+        self._run([self.ray, "start", "--address", self.address, *common])
+
+    def _run(self, cmd: list[str]) -> None:
+        p = subprocess.run(cmd, env=self.env, capture_output=True, text=True, timeout=180)
+        if p.returncode != 0:
+            self.stop()
+            raise RuntimeError(f"{' '.join(cmd)} failed:\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
+
+    def workers(self) -> list[int]:
+        """pids of the Ray Data actors (map workers) of this cluster."""
+        procs = _procs()
+        return sorted(p for p in _cluster_pids(self.marks) if "MapWorker" in procs.get(p, (0, ""))[1])
+
+    def stop(self) -> list[int]:
+        """Kill every process of the cluster; returns the pids still alive afterwards."""
+        for _ in range(3):
+            pids = _cluster_pids(self.marks)
+            for p in pids:
+                try:
+                    os.kill(p, signal.SIGKILL)
+                except OSError:
+                    pass
+            time.sleep(0.5)
+        left = sorted(_cluster_pids(self.marks))
+        shutil.rmtree(self.tmp, ignore_errors=True)
+        return left
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    _require_ray()
+    old = {k: os.environ.get(k) for k in ("RAY_AUTH_MODE", "RAY_USAGE_STATS_ENABLED")}
+    os.environ.update(RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0")
+    c = Cluster()
+    try:
+        yield c
+    finally:
+        import ray
+
+        if ray.is_initialized():
+            ray.shutdown()
+        left = c.stop()
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        assert not left, f"Ray processes outlived the cluster: {left}"
+
+
+def _config() -> NodeRAGConfig:
+    return NodeRAGConfig.from_dict(CONFIG)
+
+
+@pytest.fixture(scope="module")
+def local_index(tmp_path_factory):
+    out = tmp_path_factory.mktemp("local") / "idx"
+    build_index([demo_dir()], out, _config(), progress=False)
+    return out
+
+
+def _snapshot(path: Path) -> dict:
+    snap = {}
+    for rel in ("node_types.npy", "node_keys.npy", "graph/indptr.npy", "graph/indices.npy", "graph/weights.npy",
+                "semantic/indptr.npy", "semantic/indices.npy", "semantic/weights.npy"):
+        snap[rel] = np.load(path / rel, allow_pickle=False).tobytes()
+    for name in ("nodes", "linked", "documents"):
+        snap[name] = pq.read_table(path / f"{name}.parquet").to_pydict()
+    snap["vectors"] = (path / "vectors.usearch").read_bytes()
+    snap["counts"] = json.loads((path / "manifest.json").read_text())["counts"]
+    return snap
+
+
+def test_cluster_build_equals_local_build(cluster, local_index, tmp_path):
+    out = tmp_path / "ray"
+    logs: list[str] = []
+    rep = build_index([demo_dir()], out, _config(), progress=False, log=logs.append,
+                      executor=ExecutorConfig(kind="ray", address=cluster.address))
+    assert any("ray: connected (2 CPUs" in m for m in logs), logs
+    assert rep.manifest["counts"]["chunks"] == 12
+    assert _snapshot(out) == _snapshot(local_index)
+
+
+def _cli_build(out: Path, address: str, cfg: Path, env_extra: dict | None = None, **kw) -> subprocess.Popen:
+    env = dict(os.environ, **(env_extra or {}))
+    return subprocess.Popen([sys.executable, "-m", "noderag.cli", "build", str(demo_dir()), "--index", str(out),
+                             "--config", str(cfg), "--executor", "ray", "--ray-address", address, "--no-progress"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+
+
+def _toml(tmp_path: Path) -> Path:
+    cfg = tmp_path / "cfg.toml"
+    cfg.write_text("[decompose]\nbatch_size = 2\n[embed]\nbatch_size = 16\n", encoding="utf-8")
+    return cfg
+
+
+def test_kill_9_of_a_worker_mid_stage_still_gives_the_identical_index(cluster, local_index, tmp_path):
+    out = tmp_path / "ray"
+    proc = _cli_build(out, cluster.address, _toml(tmp_path), {"NODERAG_TEST_SHARD_DELAY_S": "1.5"})
+    shards = out / "stages" / "decompose" / "pass-000"
+    killed = None
+    deadline = time.monotonic() + 240
+    while killed is None and time.monotonic() < deadline and proc.poll() is None:
+        workers = cluster.workers()
+        if workers and shards.is_dir() and list(shards.glob("part-*.parquet")):
+            os.kill(workers[0], signal.SIGKILL)
+            killed = workers[0]
+            break
+        time.sleep(0.1)
+    assert killed is not None, "no worker to kill before the build ended"
+    n_done = len(list(shards.glob("part-*.parquet")))
+    assert n_done < 6, "the stage had finished before the kill"
+    stdout, stderr = proc.communicate(timeout=600)
+    assert proc.returncode == 0, stderr[-3000:]
+    assert _snapshot(out) == _snapshot(local_index)
+
+
+def test_unreachable_address_fails_clearly_within_30_s(cluster, tmp_path):
+    port = _free_port()  # nothing listens there
+    t0 = time.monotonic()
+    proc = _cli_build(tmp_path / "idx", f"127.0.0.1:{port}", _toml(tmp_path))
+    _, stderr = proc.communicate(timeout=60)
+    wall = time.monotonic() - t0
+    assert proc.returncode == 1, stderr[-2000:]
+    assert f"cannot reach the Ray cluster at 127.0.0.1:{port}" in stderr and "ray start --head" in stderr
+    assert "Traceback" not in stderr
+    assert wall < 30, wall
+
+
+# ----------------------------------------------------------------------------- openai server through Ray
+
+@pytest.fixture(scope="module")
+def llm_server(tmp_path_factory):
+    from test_llm_server import Server, _requirements
+
+    path, why = _requirements()
+    if why is not None:
+        if _CI:
+            pytest.fail(f"CI is set but the real-server test cannot run: {why}")
+        pytest.skip(why)
+    s = Server(path, tmp_path_factory.mktemp("llama_server_ray") / "server.log")
+    try:
+        s.wait_ready()
+        yield s
+    finally:
+        s.stop()
+
+
+@pytest.mark.server
+def test_openai_server_through_ray_workers_shares_the_cache(cluster, llm_server, tmp_path):
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "a.txt").write_text("Oda Lindqvist built the Haldis Lighthouse on Skarn Island in 1887.", "utf-8")
+    (corpus / "b.txt").write_text("The Grey Heron Line ferry links Kessel with Port Emmerich.", "utf-8")
+    cfg = NodeRAGConfig.from_dict({"decompose": {"batch_size": 1, "method": "llm"},
+                                   "communities": {"enabled": False}, "attributes": {"summary_tokens": 16},
+                                   "llm": {"spec": f"openai:smollm2@{llm_server.url}"}})
+    ex = ExecutorConfig(kind="ray", address=cluster.address, llm_concurrency=2)
+    a = tmp_path / "a"
+    rep = build_index([corpus], a, cfg, progress=False, executor=ex, allow_failures=True)
+    dec = rep.manifest["tokens"]["decompose"]
+    # every chunk went to the server from a worker; the workers' ledgers reached the manifest
+    assert dec["requests"] >= 2 and dec["prompt_tokens"] > 0 and dec["cache_hits"] == 0, dec
+    # a second index with a copy of the first one's cache: the workers answer every call from it
+    b = tmp_path / "b"
+    b.mkdir()
+    shutil.copy(a / "llm_cache.sqlite", b / "llm_cache.sqlite")
+    rep_b = build_index([corpus], b, cfg, progress=False, executor=ex, allow_failures=True)
+    dec_b = rep_b.manifest["tokens"]["decompose"]
+    if not rep.manifest["failures"]["decompose"]:  # (failed calls are not cached)
+        assert dec_b["cache_hits"] == dec_b["requests"] and dec_b["prompt_tokens"] == 0, dec_b
+    # ... and the local executor over the same cache gives the same index as the cluster
+    c = tmp_path / "c"
+    c.mkdir()
+    shutil.copy(a / "llm_cache.sqlite", c / "llm_cache.sqlite")
+    build_index([corpus], c, cfg, progress=False, allow_failures=True)
+    assert _snapshot(b) == _snapshot(a) == _snapshot(c)
+
+
+# ----------------------------------------------------------------------------- vllm on Ray: our validation loop
+
+def test_vllm_on_ray_validates_and_retries_invalid_items(cluster):
+    import ray
+
+    from noderag.index.decompose.base import ChunkInput
+    from noderag.index.decompose.llm import LLMDecomposer
+    from noderag.index.executor.ray_exec import connect
+    from noderag.index.executor.ray_llm import RayVLLMBackend, postprocess, preprocess
+    from noderag.llm.backends.vllm import VLLMConfig
+
+    connect(cluster.address)
+
+    def _fake_engine(row: dict) -> dict:
+        """CPU stand-in for Ray's vLLM stage: invalid JSON at seed 0, a valid decomposition after the retry."""
+        sp = row["sampling_params"]
+        assert sp["structured_outputs"]["json"]["type"] == "object"  # the schema reached the engine
+        text = row["messages"][-1]["content"]
+        ok = sp["seed"] != 0
+        reply = json.dumps({"units": [{"text": "Oda Lindqvist built the lighthouse.", "entities": ["Oda Lindqvist"],
+                                       "relations": []}]}) if ok else "{not json"
+        return {"idx": row["idx"], "generated_text": reply, "num_input_tokens": len(text.split()),
+                "num_generated_tokens": 9, "__inference_error__": ""}
+
+    def factory():
+        return lambda ds: ds.map(preprocess).map(_fake_engine).map(postprocess)
+
+    backend = RayVLLMBackend(VLLMConfig(model="m"), processor_factory=factory)
+    dec = LLMDecomposer(backend, NodeRAGConfig().decompose, seed=0)
+    out = dec.decompose([ChunkInput(0, "Oda Lindqvist built the lighthouse.", None),
+                         ChunkInput(1, "The ferry links Kessel with Port Emmerich.", None)])
+    assert [r.error for r in out] == [None, None]
+    assert out[0].units[0].entities == ["Oda Lindqvist"]
+    st = backend.ledger.to_dict()["decompose"]
+    assert backend.calls == 2 and st["requests"] == 2 and st["attempts"] == 4 and st["completion_tokens"] == 36
+    assert ray.is_initialized()
