@@ -9,6 +9,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from noderag.index.generations import current_path
 from noderag.config import NodeRAGConfig
 from noderag.embed import make_embedder, parse_embed_spec, resolve_auto_spec
 from noderag.embed.use import USE_NAME, USEEmbedder
@@ -77,7 +78,7 @@ def test_chinese_build_chooses_use_records_it_and_queries_use_it(tmp_path, use):
     cfg = NodeRAGConfig().with_overrides({"embed.late_units": True, "embed.vector_dtype": "i8",
                                           "semantic.enabled": True})
     build_index([corpus], out, cfg, progress=False)
-    m = json.loads((out / "manifest.json").read_text("utf-8"))
+    m = json.loads((current_path(out) / "manifest.json").read_text("utf-8"))
     assert m["config"]["embed"]["spec"] == "use"
     assert m["embedder"] == {"name": USE_NAME, "dim": 512, "auto": {
         "spec": "auto", "resolved": "use", "documents": 4, "chinese_documents": 4, "zh_share": 1.0}}
@@ -103,12 +104,13 @@ def test_chinese_build_chooses_use_records_it_and_queries_use_it(tmp_path, use):
     # inserting with an "auto" config keeps the index's embedder
     more = _jsonl(tmp_path / "more.jsonl", [{"id": "du", "title": "杜甫", "text": "杜甫是唐代詩人，被稱為詩聖。杜甫曾住在成都草堂。"}])
     build_index([more], out, cfg, progress=False)  # cfg still says "auto"
-    m2 = json.loads((out / "manifest.json").read_text("utf-8"))
+    m2 = json.loads((current_path(out) / "manifest.json").read_text("utf-8"))
     assert m2["config"]["embed"]["spec"] == "use" and m2["embedder"]["auto"]["documents"] == 4
     assert m2["counts"]["documents"] == 5
 
 
 def _snapshot(path):
+    path = current_path(path)
     snap = {rel: np.load(path / rel, allow_pickle=False).tobytes()
             for rel in ("node_types.npy", "node_keys.npy", "graph/indptr.npy", "graph/indices.npy",
                         "graph/weights.npy")}
@@ -121,8 +123,8 @@ def test_english_auto_build_equals_the_default_build(tmp_path):
     corpus = _jsonl(tmp_path / "en.jsonl", EN_DOCS)
     build_index([corpus], tmp_path / "auto", NodeRAGConfig(), progress=False)
     build_index([corpus], tmp_path / "dflt", NodeRAGConfig().with_overrides({"embed.spec": "default"}), progress=False)
-    a = json.loads((tmp_path / "auto" / "manifest.json").read_text("utf-8"))
-    d = json.loads((tmp_path / "dflt" / "manifest.json").read_text("utf-8"))
+    a = json.loads((current_path(tmp_path / "auto") / "manifest.json").read_text("utf-8"))
+    d = json.loads((current_path(tmp_path / "dflt") / "manifest.json").read_text("utf-8"))
     assert a["config"] == d["config"] and a["config"]["embed"]["spec"] == "default"
     assert a["embedder"]["auto"]["resolved"] == "default" and "auto" not in d["embedder"]
     assert _snapshot(tmp_path / "auto") == _snapshot(tmp_path / "dflt")

@@ -150,6 +150,9 @@ def local_index(tmp_path_factory):
 
 
 def _snapshot(path: Path) -> dict:
+    from noderag.index.generations import current_path
+
+    path = current_path(path)
     snap = {}
     for rel in ("node_types.npy", "node_keys.npy", "graph/indptr.npy", "graph/indices.npy", "graph/weights.npy",
                 "semantic/indptr.npy", "semantic/indices.npy", "semantic/weights.npy"):

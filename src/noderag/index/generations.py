@@ -39,7 +39,7 @@ from typing import Callable
 
 from noderag.graph.storage import atomic_write_bytes, fsync_dir
 
-__all__ = ["CURRENT", "GENERATIONS", "READERS", "Pin", "current_generation", "generation_path", "pin",
+__all__ = ["CURRENT", "GENERATIONS", "READERS", "Pin", "current_generation", "current_path", "generation_path", "pin",
            "commit_generation", "collect_garbage", "remove_old_generations", "fsync_tree"]
 
 CURRENT = "CURRENT"
@@ -64,6 +64,14 @@ def current_generation(root: str | os.PathLike) -> int | None:
     if not text.isdigit():
         raise ValueError(f"{path}: expected a generation number, found {text[:40]!r} (corrupt pointer)")
     return int(text)
+
+
+def current_path(root: str | os.PathLike) -> Path:
+    """Folder of the current generation of the index in ``root`` (a peek for tools and tests: unpinned)."""
+    gen = current_generation(root)
+    if gen is None:
+        raise FileNotFoundError(f"{root}: no committed generation (no {CURRENT} pointer)")
+    return generation_path(root, gen)
 
 
 def fsync_tree(folder: Path) -> None:

@@ -30,7 +30,6 @@ from ..lang.zh import is_han_token, match_tokens
 __all__ = ["EntityMatcher", "MappedNames", "NameMatch", "extract_query_entities", "hash64", "name_index_arrays",
            "name_tokens"]
 
-_WORD = re.compile(r"\w+", re.UNICODE)
 
 # Words that never start or form a query entity on their own.
 STOPWORDS = frozenset(
@@ -216,7 +215,7 @@ class EntityMatcher(_NameMatching):
         if node_ids.shape[0] != len(names):
             raise ValueError(f"node_ids ({node_ids.shape[0]}) and names ({len(names)}) differ in length")
         canon = [canonical_name(str(s)) if s is not None else "" for s in names]
-        toks = [tuple(_WORD.findall(c)) for c in canon]  # = name_tokens(name), canonicalised once
+        toks = [tuple(match_tokens(c)) for c in canon]  # = name_tokens(name), canonicalised once
         keep = [i for i, t in enumerate(toks) if t]
         # Name ids sorted by (token count, canonical name, node id): sorted posting lists
         # then list shorter (more specific) names first, deterministically.
