@@ -231,3 +231,18 @@ def test_index_stats(index):
     s = index.stats()
     assert s["generation"] == index.generation and s["path"] == str(index.root)
     assert s["counts"]["nodes"]["text"] > 0 and s["bytes_total"] > 0 and "decompose" in s["stages"]
+
+
+def test_one_config_error_type_names_the_key():
+    """Every section, search and importance included, raises the one ConfigError naming its key."""
+    from noderag.config import ConfigError, NodeRAGConfig
+    from noderag.graph.importance import ImportanceConfig
+
+    with pytest.raises(ConfigError, match=r"^search\.alpha must be in \[0, 1\]"):
+        NodeRAGConfig().with_overrides({"search.alpha": 2.0})
+    with pytest.raises(ConfigError, match=r"^importance\.betweenness_pivots must be a positive integer"):
+        NodeRAGConfig().with_overrides({"importance.betweenness_pivots": 0})
+    with pytest.raises(ConfigError, match=r"^search\.expansion_search must be an int >= 1"):
+        SearchConfig(expansion_search=0).validate()
+    with pytest.raises(ConfigError):
+        ImportanceConfig(seed="x").validate()

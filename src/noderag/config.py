@@ -27,8 +27,7 @@ __all__ = [
 ]
 
 
-class ConfigError(ValueError):
-    """A configuration value or key is invalid; the message names it."""
+from noderag.errors import ConfigError  # noqa: E402  (one error type for every section, search included)
 
 
 def _check(cond: bool, name: str, value: Any, what: str) -> None:
@@ -488,15 +487,9 @@ class NodeRAGConfig:
         imp = self.importance
         _check(isinstance(imp, _importance_cls()), "importance", imp, "an ImportanceConfig")
         if hasattr(imp, "validate"):
-            try:
-                imp.validate()
-            except ValueError as exc:
-                raise ConfigError(f"importance: {exc}") from None
+            imp.validate()  # ConfigError naming importance.<field>
         _check(isinstance(self.search, _search_cls()), "search", self.search, "a SearchConfig")
-        try:
-            self.search.validate()
-        except ValueError as exc:
-            raise ConfigError(str(exc)) from None
+        self.search.validate()  # ConfigError naming search.<field>
         return self
 
     def to_dict(self) -> dict[str, Any]:

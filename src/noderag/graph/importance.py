@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..errors import ConfigError
 from .betweenness import betweenness
 from .csr import CSR, induced_csr, validate_csr
 from .kcore import core_numbers
@@ -68,20 +69,20 @@ class ImportanceConfig:
         self.validate()
 
     def validate(self) -> "ImportanceConfig":
-        """Raise ``ValueError`` naming the first bad field; return self."""
+        """Raise ``ConfigError`` (a ``ValueError``) naming the first bad field; return self."""
         for name in ("k_core", "betweenness_factor"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0):
-                raise ValueError(f"ImportanceConfig.{name} must be a non-negative integer or None, got {value!r}")
+                raise ConfigError(f"importance.{name} must be a non-negative integer or None, got {value!r}")
         if isinstance(self.betweenness_pivots, bool) or not isinstance(self.betweenness_pivots, (int, np.integer)) \
                 or self.betweenness_pivots < 1:
-            raise ValueError(f"ImportanceConfig.betweenness_pivots must be a positive integer, got {self.betweenness_pivots!r}")
+            raise ConfigError(f"importance.betweenness_pivots must be a positive integer, got {self.betweenness_pivots!r}")
         if isinstance(self.min_mentions, bool) or not isinstance(self.min_mentions, (int, np.integer)):
-            raise ValueError(f"ImportanceConfig.min_mentions must be an integer, got {self.min_mentions!r}")
+            raise ConfigError(f"importance.min_mentions must be an integer, got {self.min_mentions!r}")
         if not isinstance(self.weighted, bool):
-            raise ValueError(f"ImportanceConfig.weighted must be a bool, got {self.weighted!r}")
+            raise ConfigError(f"importance.weighted must be a bool, got {self.weighted!r}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)):
-            raise ValueError(f"ImportanceConfig.seed must be an integer, got {self.seed!r}")
+            raise ConfigError(f"importance.seed must be an integer, got {self.seed!r}")
         return self
 
 

@@ -7,6 +7,7 @@ from typing import Any, Mapping
 
 __all__ = ["SearchConfig", "QuotaConfig"]
 
+from ..errors import ConfigError
 from ..graph.ppr import DEFAULT_RULE, RULES as _RULES
 _ENTITY_SOURCES = ("nlp", "llm", "none")
 #: Renamed fields: old name -> new name (accepted when loading).
@@ -27,11 +28,11 @@ class QuotaConfig:
     others: int = 10
 
     def validate(self) -> None:
-        """Raise ``ValueError`` naming the bad quota."""
+        """Raise ``ConfigError`` (a ``ValueError``) naming the bad quota."""
         for f in fields(self):
             value = getattr(self, f.name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise ValueError(f"search.quotas.{f.name} must be an int >= 0, got {value!r}")
+                raise ConfigError(f"search.quotas.{f.name} must be an int >= 0, got {value!r}")
 
 
 @dataclass
@@ -115,16 +116,16 @@ class SearchConfig:
     n_threads: int | None = None
 
     def validate(self) -> "SearchConfig":
-        """Check every field; raise ``ValueError`` naming the field and its value. Returns self."""
+        """Check every field; raise ``ConfigError`` (a ``ValueError``) naming the field and its value. Returns self."""
         def _int(name: str, lo: int) -> None:
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < lo:
-                raise ValueError(f"search.{name} must be an int >= {lo}, got {v!r}")
+                raise ConfigError(f"search.{name} must be an int >= {lo}, got {v!r}")
 
         def _nonneg(name: str) -> None:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0:
-                raise ValueError(f"search.{name} must be a number >= 0, got {v!r}")
+                raise ConfigError(f"search.{name} must be a number >= 0, got {v!r}")
 
         _int("vector_top_k", 0)
         _int("expansion_search", 1)
@@ -139,18 +140,18 @@ class SearchConfig:
                      "passage_dense_weight", "passage_text_weight", "passage_unit_weight", "bridge_weight"):
             _nonneg(name)
         if isinstance(self.alpha, bool) or not isinstance(self.alpha, (int, float)) or not 0.0 <= self.alpha <= 1.0:
-            raise ValueError(f"search.alpha must be in [0, 1], got {self.alpha!r}")
+            raise ConfigError(f"search.alpha must be in [0, 1], got {self.alpha!r}")
         if (isinstance(self.min_similarity, bool) or not isinstance(self.min_similarity, (int, float))
                 or not -1.0 <= self.min_similarity <= 1.0):
-            raise ValueError(f"search.min_similarity must be a number in [-1, 1], got {self.min_similarity!r}")
+            raise ConfigError(f"search.min_similarity must be a number in [-1, 1], got {self.min_similarity!r}")
         if self.rule not in _RULES:
-            raise ValueError(f"search.rule must be one of {_RULES}, got {self.rule!r}")
+            raise ConfigError(f"search.rule must be one of {_RULES}, got {self.rule!r}")
         if self.entity_source not in _ENTITY_SOURCES:
-            raise ValueError(f"search.entity_source must be one of {_ENTITY_SOURCES}, got {self.entity_source!r}")
+            raise ConfigError(f"search.entity_source must be one of {_ENTITY_SOURCES}, got {self.entity_source!r}")
         if self.n_threads is not None and (not isinstance(self.n_threads, int) or self.n_threads < 1):
-            raise ValueError(f"search.n_threads must be None or an int >= 1, got {self.n_threads!r}")
+            raise ConfigError(f"search.n_threads must be None or an int >= 1, got {self.n_threads!r}")
         if not isinstance(self.quotas, QuotaConfig):
-            raise ValueError(f"search.quotas must be a QuotaConfig, got {type(self.quotas).__name__}")
+            raise ConfigError(f"search.quotas must be a QuotaConfig, got {type(self.quotas).__name__}")
         self.quotas.validate()
         return self
 
@@ -168,13 +169,13 @@ class SearchConfig:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
-            raise ValueError(f"unknown search config key(s) {unknown}; known: {sorted(known)}")
+            raise ConfigError(f"unknown search config key(s) {unknown}; known: {sorted(known)}")
         quotas = data.pop("quotas", None)
         if isinstance(quotas, Mapping):
             qknown = {f.name for f in fields(QuotaConfig)}
             qunknown = sorted(set(quotas) - qknown)
             if qunknown:
-                raise ValueError(f"unknown search.quotas key(s) {qunknown}; known: {sorted(qknown)}")
+                raise ConfigError(f"unknown search.quotas key(s) {qunknown}; known: {sorted(qknown)}")
             quotas = QuotaConfig(**quotas)
         elif quotas is None:
             quotas = QuotaConfig()
