@@ -18,9 +18,9 @@ from noderag.llm.types import LLMError
 
 def _gen(idx):
     """The current generation folder of the index in ``idx`` (where its files live)."""
-    from noderag.index.generations import current_generation, generation_path
+    from noderag.index.generations import current_path
 
-    return generation_path(idx, current_generation(idx))
+    return current_path(idx)
 
 
 def _run(capsys, *argv: str) -> tuple[int, str]:

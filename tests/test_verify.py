@@ -35,9 +35,9 @@ def index_copy(small_index, tmp_path):
 
 def _gen(root):
     """The current generation folder of the index in ``root`` (where its files live)."""
-    from noderag.index.generations import current_generation, generation_path
+    from noderag.index.generations import current_path
 
-    return generation_path(root, current_generation(root))
+    return current_path(root)
 
 
 def _files(root) -> list[str]:
