@@ -235,3 +235,63 @@ def test_wider_search_beam_does_not_lose_recall_and_is_validated():
     assert r_wide >= r_narrow + 0.2 and r_wide >= 0.9  # measured: 0.54 -> 0.97
     with pytest.raises(ValueError, match="expansion must be a positive integer"):
         index.search(x[:1], 3, expansion=0)
+
+
+# ----------------------------------------------------------------------------- shards
+
+def test_sharded_index_is_the_same_for_any_parallelism_and_across_adds(tmp_path):
+    """Shards built one thread each give byte-identical files whatever ``parallel`` is, and two
+    adds equal one (vector i of the index always goes to shard i % shards)."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((900, 16)).astype(np.float32)
+    ids = rng.permutation(5000)[:900]
+    blobs = []
+    for parallel, cut in ((1, 900), (3, 900), (2, 401)):
+        idx = VectorIndex(16, dtype="f32", shards=3, parallel=parallel)
+        idx.add(ids[:cut], x[:cut])
+        idx.add(ids[cut:], x[cut:])
+        assert len(idx) == 900 and idx.shards == 3
+        assert sorted(idx.keys().tolist()) == sorted(ids.tolist())
+        out = tmp_path / f"p{parallel}-{cut}"
+        idx.save(out / "vectors.usearch")
+        names = sorted(p.name for p in out.iterdir())
+        assert names == ["vectors.1.usearch", "vectors.2.usearch", "vectors.usearch"]
+        blobs.append([(out / n).read_bytes() for n in names])
+    assert blobs[0] == blobs[1] == blobs[2]
+
+
+def test_sharded_search_get_and_load_match_an_exact_search(tmp_path):
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((600, 12)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    ids = np.arange(600) * 7
+    idx = VectorIndex(12, dtype="f32", shards=4, parallel=2, expansion_add=200, expansion_search=200)
+    idx.add(ids, x)
+    q = rng.standard_normal((20, 12)).astype(np.float32)
+    got, dist = idx.search(q, 10)
+    truth = ids[np.argsort(-(q / np.linalg.norm(q, axis=1, keepdims=True)) @ x.T, axis=1)[:, :10]]
+    assert np.mean([len(set(a) & set(b)) / 10 for a, b in zip(got.tolist(), truth.tolist())]) >= 0.95
+    assert np.all(np.diff(dist, axis=1) >= 0)  # merged shards stay sorted by distance
+    np.testing.assert_allclose(idx.get(ids[[5, 300, 599]]), x[[5, 300, 599]], atol=1e-6)
+    assert idx.contains(np.array([7 * 5, 1, 7 * 599])).tolist() == [True, False, True]
+    with pytest.raises(ValueError, match="already in the index"):
+        idx.add(ids[:2], x[:2])
+    idx.save(tmp_path / "vectors.usearch")
+    back = VectorIndex.load(tmp_path / "vectors.usearch", view=True)
+    assert back.shards == 4 and len(back) == 600
+    got2, dist2 = back.search(q, 10)
+    np.testing.assert_array_equal(got2, got)
+    # k beyond the size pads like an unsharded index
+    small = VectorIndex(12, dtype="f32", shards=3)
+    small.add(ids[:4], x[:4])
+    got3, dist3 = small.search(q[:2], 6)
+    assert (got3[:, 4:] == -1).all() and np.isinf(dist3[:, 4:]).all()
+    assert sorted(got3[0, :4].tolist()) == sorted(ids[:4].tolist())
+
+
+def test_shard_count_rule():
+    from noderag.config import EmbedConfig
+
+    c = EmbedConfig()
+    assert [c.vector_shard_count(n) for n in (0, 65_535, 65_536, 524_288, 524_289, 10**8)] == [1, 1, 2, 2, 3, 8]
+    assert EmbedConfig(vector_shards=5).vector_shard_count(10) == 5

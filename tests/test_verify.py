@@ -187,3 +187,17 @@ def test_insert_refuses_a_damaged_index(index_copy, tmp_path):
     with pytest.raises(IndexDamagedError, match=r"checksum mismatch in graph/weights\.npy"):
         build_index([new], index_copy, progress=False)
     assert path.read_bytes() == before and (_gen(index_copy) / "manifest.json").is_file()
+
+
+def test_a_sharded_vector_index_verifies_and_a_missing_shard_is_named(tmp_path):
+    idx = tmp_path / "idx"
+    cfg = NodeRAGConfig().with_overrides({"embed.spec": "hash:32", "embed.vector_shards": 3})
+    build_index([demo_dir()], idx, cfg, progress=False)
+    root = _gen(idx)
+    assert {"vectors.usearch", "vectors.1.usearch", "vectors.2.usearch"} <= set(_files(root))
+    verify_index(idx, "full")
+    with Index.open(idx) as index:
+        assert index.retrieve("Who founded the company?").passages
+    (root / "vectors.2.usearch").unlink()
+    with pytest.raises(IndexDamagedError, match=r"vectors\.2\.usearch"):
+        verify_index(idx, "cheap")

@@ -222,6 +222,11 @@ class EmbedConfig:
         on one thread so that it is identical in every run, which makes insertion the
         costliest step of a large build; 64 halves it (issue 9). On 40k hash vectors,
         recall@10 against exact search: 0.852 at 64 vs 0.893 at 128.
+    vector_shards : int or "auto", default="auto"
+        HNSW graphs ``vectors.usearch`` is split into (``noderag.graph.vectors``): each is built by
+        one thread and the shards in parallel, so a build uses every core and the index is the same
+        for any thread count; a query searches every shard. ``auto``: one below 65,536 vectors,
+        else one per 262,144 vectors, at least 2 and at most 8 (``vector_shard_count``).
     extractive_mean : bool, default=True
         An extractive (nlp) A or H node, whose text is a few semantic units, gets the unit-norm
         mean of those units' vectors instead of a model call.
@@ -247,6 +252,7 @@ class EmbedConfig:
     vector_dtype: str = "i8"
     connectivity: int = 12
     expansion_add: int = 64
+    vector_shards: int | str = "auto"
     extractive_mean: bool = True
     late_units: bool = False
     timeout_s: float | None = None
@@ -266,6 +272,8 @@ class EmbedConfig:
                "an int >= 2")
         _check(_is_int(self.expansion_add) and self.expansion_add >= 1, "embed.expansion_add", self.expansion_add,
                "an int >= 1")
+        _check(self.vector_shards == "auto" or (_is_int(self.vector_shards) and 1 <= self.vector_shards <= 64),
+               "embed.vector_shards", self.vector_shards, "'auto' or an int from 1 to 64")
         _check(isinstance(self.extractive_mean, bool), "embed.extractive_mean", self.extractive_mean, "a bool")
         _check(isinstance(self.late_units, bool), "embed.late_units", self.late_units, "a bool")
         for name in ("timeout_s", "connect_timeout_s", "backoff_max_s"):
@@ -278,6 +286,14 @@ class EmbedConfig:
         _check(self.api_key_env is None or (isinstance(self.api_key_env, str) and bool(self.api_key_env)),
                "embed.api_key_env", self.api_key_env, "None or a non-empty str")
         _check(isinstance(self.options, dict), "embed.options", self.options, "a table")
+
+    def vector_shard_count(self, n_vectors: int) -> int:
+        """HNSW shards for ``n_vectors`` vectors (``vector_shards``, with ``auto`` resolved)."""
+        if self.vector_shards != "auto":
+            return int(self.vector_shards)
+        if n_vectors < 65_536:
+            return 1
+        return max(2, min(8, -(-int(n_vectors) // 262_144)))
 
     def backend_options(self) -> dict[str, Any]:
         """Keyword arguments for ``noderag.embed.make_embedder`` beyond the spec (set values only).

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import re
 import unicodedata
+from collections import Counter
 from collections.abc import Sequence
 
 import numpy as np
@@ -40,33 +41,26 @@ class HashEmbedder:
         self.seed = seed
         self.name = f"hash-{self.dim}-n{self.ngram_max}-s{seed}"
         self._salt = seed.to_bytes(8, "little")
-        self._buckets: dict[str, tuple[int, float]] = {}
+        self._buckets: dict[str, int] = {}
 
-    def _bucket(self, gram: str) -> tuple[int, float]:
-        """(column, sign) of one n-gram, memoised per embedder (corpora repeat their n-grams)."""
-        hit = self._buckets.get(gram)
-        if hit is None:
-            h = int.from_bytes(hashlib.blake2b(gram.encode(), digest_size=8, salt=self._salt).digest(), "little")
-            hit = (h % self.dim, 1.0 if (h >> 63) & 1 else -1.0)
-            if len(self._buckets) >= _MEMO_LIMIT:
-                self._buckets.clear()
-            self._buckets[gram] = hit
-        return hit
+    def _code(self, gram: str) -> int:
+        """Signed column of one n-gram: ``col + 1`` or ``-(col + 1)``, memoised (corpora repeat their n-grams)."""
+        h = int.from_bytes(hashlib.blake2b(gram.encode(), digest_size=8, salt=self._salt).digest(), "little")
+        code = h % self.dim + 1
+        if not (h >> 63) & 1:
+            code = -code
+        if len(self._buckets) >= _MEMO_LIMIT:
+            self._buckets.clear()
+        self._buckets[gram] = code
+        return code
 
-    def _features(self, text: str) -> tuple[np.ndarray, np.ndarray]:
+    def _grams(self, text: str) -> Counter:
+        """Word n-gram counts of ``text``, n = 1..ngram_max, in order of first appearance."""
         words = _WORD.findall(unicodedata.normalize("NFKC", text).casefold())
-        grams: dict[str, int] = {}
-        for n in range(1, self.ngram_max + 1):
-            for i in range(len(words) - n + 1):
-                g = " ".join(words[i : i + n])
-                grams[g] = grams.get(g, 0) + 1
-        if not grams:
-            return np.zeros(0, np.int64), np.zeros(0, np.float32)
-        buckets = [self._bucket(g) for g in grams]
-        cols = np.fromiter((c for c, _ in buckets), dtype=np.int64, count=len(buckets))
-        signs = np.fromiter((sg for _, sg in buckets), dtype=np.float64, count=len(buckets))
-        counts = np.fromiter(grams.values(), dtype=np.float64, count=len(grams))
-        return cols, (signs * (1.0 + np.log(counts))).astype(np.float32)
+        grams = Counter(words)
+        for n in range(2, self.ngram_max + 1):
+            grams.update(map(" ".join, zip(*(words[i:] for i in range(n)))))
+        return grams
 
     def embed(self, texts: Sequence[str], *, batch_size: int | None = None) -> np.ndarray:
         """Return float32 of shape (len(texts), dim), rows L2-normalised (``batch_size`` is unused)."""
@@ -74,9 +68,20 @@ class HashEmbedder:
         if batch_size is not None:
             check_batch_size(batch_size)
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        for row, text in enumerate(texts):
-            cols, vals = self._features(text)
-            np.add.at(out[row], cols, vals)
+        memo, code_of = self._buckets, self._code
+        codes: list[int] = []
+        counts: list[int] = []
+        sizes: list[int] = []
+        for text in texts:
+            grams = self._grams(text)
+            codes.extend([memo.get(g) or code_of(g) for g in grams])
+            counts.extend(grams.values())
+            sizes.append(len(grams))
+        if codes:
+            code = np.asarray(codes, dtype=np.int64)
+            vals = (np.where(code > 0, 1.0, -1.0) * (1.0 + np.log(np.asarray(counts, dtype=np.float64))))
+            flat = np.repeat(np.arange(len(texts), dtype=np.int64) * self.dim, sizes) + np.abs(code) - 1
+            np.add.at(out.reshape(-1), flat, vals.astype(np.float32))  # in n-gram order: the same sums every run
         return l2_normalize(out)
 
     def __repr__(self) -> str:

@@ -9,12 +9,20 @@ byte-identical across runs (checked with usearch 2.26), while a multi-threaded
 approximate search results — can differ between runs. ``VectorIndex`` therefore
 adds with one thread unless ``threads`` says otherwise. Search is a read-only
 operation per query and returns the same results for any thread count.
+
+Shards: a large index is split into ``shards`` HNSW graphs (vector ``i`` of an
+``add`` goes to shard ``i % shards``), each built by one thread, the shards in
+parallel. Every shard is the same in every run whatever the thread count, so the
+index stays reproducible while a build uses every core. A search asks each shard
+for ``k`` and merges by distance. Shard 0 is saved at the given path
+(``vectors.usearch``), shard ``j >= 1`` beside it (``vectors.j.usearch``).
 """
 
 from __future__ import annotations
 
 import os
 import secrets
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -82,6 +90,11 @@ class VectorIndex:
         HNSW parameters; ``None`` keeps usearch's defaults (16, 128, 64).
     threads : int, default=1
         Threads used by :meth:`add` (0 = all cores). One thread gives a reproducible index.
+    shards : int, default=1
+        HNSW graphs the vectors are spread over (see the module notes); with ``shards > 1``
+        each shard is built by one thread and up to ``parallel`` shards at once.
+    parallel : int, default=1
+        Shards built at the same time by :meth:`add` (never changes the index).
 
     Notes
     -----
@@ -100,6 +113,8 @@ class VectorIndex:
         expansion_search: int | None = None,
         *,
         threads: int = 1,
+        shards: int = 1,
+        parallel: int = 1,
     ):
         from usearch.index import Index
 
@@ -113,13 +128,25 @@ class VectorIndex:
                             ("expansion_search", expansion_search)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1):
                 raise ValueError(f"{name} must be a positive integer or None, got {value!r}")
+        for name, value in (("shards", shards), ("parallel", parallel)):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
         self.threads = _check_threads(threads)
+        self.parallel = int(parallel)
         self._view = False
         self._path: str | None = None
-        self._index = Index(
-            ndim=int(ndim), metric=metric, dtype=dtype, connectivity=connectivity,
-            expansion_add=expansion_add, expansion_search=expansion_search,
-        )
+        self._shards = [Index(ndim=int(ndim), metric=metric, dtype=dtype, connectivity=connectivity,
+                              expansion_add=expansion_add, expansion_search=expansion_search)
+                        for _ in range(int(shards))]
+
+    @property
+    def _index(self):
+        """The first shard (the one that carries the shared settings)."""
+        return self._shards[0]
+
+    @property
+    def shards(self) -> int:
+        return len(self._shards)
 
     # -- properties -----------------------------------------------------------------
     @property
@@ -140,11 +167,17 @@ class VectorIndex:
         return self._view
 
     def __len__(self) -> int:
-        return int(len(self._index))
+        return int(sum(len(x) for x in self._shards))
+
+    def keys(self) -> np.ndarray:
+        """Every key of the index (int64; shard by shard, each in insertion order)."""
+        parts = [np.asarray(x.keys, dtype=np.int64).reshape(-1) for x in self._shards]
+        return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
     def __repr__(self) -> str:
         return (f"VectorIndex(ndim={self.ndim}, metric={self.metric!r}, dtype={self.dtype!r}, "
-                f"size={len(self)}{', view=' + repr(self._path) if self._view else ''})")
+                f"size={len(self)}{f', shards={self.shards}' if self.shards > 1 else ''}"
+                f"{', view=' + repr(self._path) if self._view else ''})")
 
     # -- mutation ---------------------------------------------------------------------
     def add(self, ids, vectors, *, threads: int | None = None) -> None:
@@ -161,11 +194,24 @@ class VectorIndex:
         if uniq.size != ids.size:
             raise ValueError(f"ids must be distinct; repeated: {uniq[counts > 1][:5].tolist()}")
         if len(self):
-            present = np.asarray(self._index.contains(ids.astype(np.uint64)), dtype=bool).reshape(-1)
+            present = self.contains(ids)
             if present.any():
                 raise ValueError(f"ids already in the index: {ids[present][:5].tolist()}")
         n_threads = self.threads if threads is None else _check_threads(threads)
-        self._index.add(ids.astype(np.uint64), vectors, threads=n_threads)
+        keys = ids.astype(np.uint64)
+        if self.shards == 1:
+            self._index.add(keys, vectors, threads=n_threads)
+            return
+        p = self.shards
+        first = len(self)  # vector i of the index goes to shard i % p, across successive adds too
+
+        def add_shard(j: int) -> None:
+            rows = slice((j - first) % p, None, p)
+            if keys[rows].size:
+                self._shards[j].add(keys[rows], np.ascontiguousarray(vectors[rows]), threads=1)
+
+        with ThreadPoolExecutor(max_workers=min(self.parallel, p)) as pool:  # usearch releases the GIL
+            list(pool.map(add_shard, range(p)))
 
     # -- queries ----------------------------------------------------------------------
     def contains(self, ids) -> np.ndarray:
@@ -173,7 +219,12 @@ class VectorIndex:
         ids = _as_ids(ids)
         if ids.size == 0 or len(self) == 0:
             return np.zeros(ids.shape[0], bool)
-        return np.asarray(self._index.contains(ids.astype(np.uint64)), dtype=bool).reshape(-1)
+        keys = ids.astype(np.uint64)
+        out = np.zeros(ids.shape[0], bool)
+        for x in self._shards:
+            if len(x):
+                out |= np.asarray(x.contains(keys), dtype=bool).reshape(-1)
+        return out
 
     def get(self, ids) -> np.ndarray:
         """Stored vectors of ``ids`` as float32 of shape (len(ids), ndim) (after ``dtype`` rounding)."""
@@ -184,11 +235,16 @@ class VectorIndex:
         missing = ~self.contains(ids)
         if missing.any():
             raise ValueError(f"ids not in the index: {ids[missing][:5].tolist()}")
-        rows = self._index.get(ids.astype(np.uint64), dtype=np.float32)
-        if isinstance(rows, tuple):
-            out[:] = np.stack(rows)
-        else:
-            out[:] = np.asarray(rows, dtype=np.float32).reshape(ids.shape[0], self.ndim)
+        keys = ids.astype(np.uint64)
+        for x in self._shards:
+            here = np.asarray(x.contains(keys), dtype=bool).reshape(-1) if len(x) else np.zeros(ids.size, bool)
+            if not here.any():
+                continue
+            rows = x.get(keys[here], dtype=np.float32)
+            if isinstance(rows, tuple):
+                out[here] = np.stack(rows)
+            else:
+                out[here] = np.asarray(rows, dtype=np.float32).reshape(-1, self.ndim)
         return out
 
     def search(self, vectors, k: int, *, threads: int = 0,
@@ -211,77 +267,130 @@ class VectorIndex:
         if expansion is not None:
             if isinstance(expansion, bool) or not isinstance(expansion, (int, np.integer)) or expansion < 1:
                 raise ValueError(f"expansion must be a positive integer or None, got {expansion!r}")
-            if self._index.expansion_search != int(expansion):
-                self._index.expansion_search = int(expansion)
+            for x in self._shards:
+                if x.expansion_search != int(expansion):
+                    x.expansion_search = int(expansion)
         queries = _as_vectors(vectors, self.ndim, name="vectors")
         q = queries.shape[0]
         out_ids = np.full((q, k), -1, np.int64)
         out_dist = np.full((q, k), np.inf, np.float32)
         if q == 0 or len(self) == 0:
             return out_ids, out_dist
-        res = self._index.search(queries, k, threads=_check_threads(threads))
-        keys = np.asarray(res.keys).reshape(q, -1)
-        dist = np.asarray(res.distances, dtype=np.float32).reshape(q, -1)
-        if hasattr(res, "counts"):
-            counts = np.asarray(res.counts).reshape(q)
-        else:  # a single query comes back as ``Matches``, already trimmed to its count
-            counts = np.full(q, keys.shape[1])
-        width = min(k, keys.shape[1])
-        valid = np.arange(width)[None, :] < counts[:, None]
-        out_ids[:, :width] = np.where(valid, keys[:, :width].astype(np.int64), -1)
-        out_dist[:, :width] = np.where(valid, dist[:, :width], np.float32(np.inf))
+        threads = _check_threads(threads)
+        if self.shards > 1:
+            return _merge_nearest([_search_one(x, queries, k, threads) for x in self._shards if len(x)], k)
+        got_ids, got_dist = _search_one(self._index, queries, k, threads)
+        out_ids[:, :got_ids.shape[1]] = got_ids
+        out_dist[:, :got_ids.shape[1]] = got_dist
         return out_ids, out_dist
 
     # -- persistence ------------------------------------------------------------------
     def save(self, path) -> None:
-        """Write the index to ``path`` atomically (temporary name in the same folder, fsync, rename)."""
+        """Write the index to ``path`` (shard 0) and its siblings ``stem.j.suffix`` (shard j), each atomically."""
         target = Path(path)
         if target.is_dir():
             raise ValueError(f"path {str(target)!r} is a directory; give a file name such as vectors.usearch")
         target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
-        try:
-            self._index.save(str(tmp))
-            fd = os.open(tmp, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, target)
-        finally:
-            if tmp.exists():
-                tmp.unlink()
-        try:
-            dir_fd = os.open(target.parent, os.O_RDONLY)
-        except OSError:
-            return
-        try:
-            os.fsync(dir_fd)
-        except OSError:
-            pass
-        finally:
-            os.close(dir_fd)
+        for j, shard in enumerate(self._shards):
+            _save_one(shard, shard_path(target, j))
 
     @classmethod
     def load(cls, path, view: bool = True, *, threads: int = 1) -> "VectorIndex":
-        """Open a saved index; ``view=True`` memory-maps it read-only instead of loading it."""
-        from usearch.index import Index
-
+        """Open a saved index (and its shard siblings); ``view=True`` memory-maps it read-only instead of loading it."""
         target = Path(path)
         if not target.is_file():
             raise FileNotFoundError(f"no vector index file at {str(target)!r}")
-        try:
-            index = Index.restore(str(target), view=bool(view))
-        except (ValueError, RuntimeError) as exc:
-            raise ValueError(f"{str(target)!r} is not a usearch index file: {exc}") from exc
-        if index is None:
-            raise ValueError(f"{str(target)!r} is not a usearch index file")
+        shards = []
+        j = 0
+        while j == 0 or shard_path(target, j).is_file():
+            shards.append(_load_one(shard_path(target, j), view))
+            j += 1
+        first = shards[0]
+        for j, x in enumerate(shards[1:], 1):
+            if (x.ndim, str(x.metric), str(x.dtype)) != (first.ndim, str(first.metric), str(first.dtype)):
+                raise ValueError(f"{str(shard_path(target, j))!r}: shard settings differ from {str(target)!r}")
         obj = cls.__new__(cls)
         obj.threads = _check_threads(threads)
-        obj._index = index
+        obj.parallel = 1
+        obj._shards = shards
         obj._view = bool(view)
         obj._path = str(target)
         return obj
+
+
+def shard_path(path, j: int) -> Path:
+    """File of shard ``j`` of the index saved at ``path``: ``path`` itself for 0, ``stem.j.suffix`` after."""
+    path = Path(path)
+    return path if j == 0 else path.with_name(f"{path.stem}.{j}{path.suffix}")
+
+
+def _search_one(index, queries: np.ndarray, k: int, threads: int) -> tuple[np.ndarray, np.ndarray]:
+    """(ids, distances) of one usearch index, shape (q, min(k, found)), padded with -1 / +inf."""
+    q = queries.shape[0]
+    res = index.search(queries, k, threads=threads)
+    keys = np.asarray(res.keys).reshape(q, -1)
+    dist = np.asarray(res.distances, dtype=np.float32).reshape(q, -1)
+    if hasattr(res, "counts"):
+        counts = np.asarray(res.counts).reshape(q)
+    else:  # a single query comes back as ``Matches``, already trimmed to its count
+        counts = np.full(q, keys.shape[1])
+    width = min(k, keys.shape[1])
+    valid = np.arange(width)[None, :] < counts[:, None]
+    return (np.where(valid, keys[:, :width].astype(np.int64), -1),
+            np.where(valid, dist[:, :width], np.float32(np.inf)).astype(np.float32))
+
+
+def _merge_nearest(parts: list[tuple[np.ndarray, np.ndarray]], k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ``k`` nearest of several shards' results per query (ties: earlier shard, then its rank)."""
+    ids = np.concatenate([p[0] for p in parts], axis=1)
+    dist = np.concatenate([p[1] for p in parts], axis=1)
+    order = np.argsort(dist, axis=1, kind="stable")[:, :k]
+    ids, dist = np.take_along_axis(ids, order, 1), np.take_along_axis(dist, order, 1)
+    if ids.shape[1] < k:
+        pad = k - ids.shape[1]
+        ids = np.pad(ids, ((0, 0), (0, pad)), constant_values=-1)
+        dist = np.pad(dist, ((0, 0), (0, pad)), constant_values=np.inf)
+    return ids, dist.astype(np.float32)
+
+
+def _save_one(index, target: Path) -> None:
+    """Write one usearch index atomically (temporary name in the same folder, fsync, rename)."""
+    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
+    try:
+        index.save(str(tmp))
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, target)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    try:
+        dir_fd = os.open(target.parent, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(dir_fd)
+    except OSError:
+        pass
+    finally:
+        os.close(dir_fd)
+
+
+def _load_one(target: Path, view: bool):
+    from usearch.index import Index
+
+    if not target.is_file():
+        raise FileNotFoundError(f"no vector index file at {str(target)!r}")
+    try:
+        index = Index.restore(str(target), view=bool(view))
+    except (ValueError, RuntimeError) as exc:
+        raise ValueError(f"{str(target)!r} is not a usearch index file: {exc}") from exc
+    if index is None:
+        raise ValueError(f"{str(target)!r} is not a usearch index file")
+    return index
 
 
 def _metric_name(kind) -> str:

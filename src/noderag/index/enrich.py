@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import shutil
 from pathlib import Path
@@ -193,11 +194,15 @@ def embed_late_resumable(embedder, chunks: Sequence[str], units: Sequence[str], 
 
 
 def build_vector_index(ids: np.ndarray, vectors: np.ndarray, dim: int, dtype: str = "i8",
-                       connectivity: int | None = None, expansion_add: int | None = None):
-    """HNSW index of ``vectors`` keyed by node id, built with one thread (identical file every run)."""
+                       connectivity: int | None = None, expansion_add: int | None = None, shards: int = 1):
+    """HNSW index of ``vectors`` keyed by node id in ``shards`` shards, one thread each (identical files every run).
+
+    The shards are built in parallel on up to every core; that never changes them.
+    """
     from noderag.graph.vectors import VectorIndex
 
-    index = VectorIndex(dim, metric="cos", dtype=dtype, connectivity=connectivity, expansion_add=expansion_add)
+    index = VectorIndex(dim, metric="cos", dtype=dtype, connectivity=connectivity, expansion_add=expansion_add,
+                        shards=shards, parallel=max(1, min(shards, os.cpu_count() or 1)))
     if ids.size:
         index.add(np.asarray(ids, dtype=np.int64), np.asarray(vectors, dtype=np.float32), threads=1)
     return index

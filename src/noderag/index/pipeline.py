@@ -588,7 +588,7 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
     from .enrich import build_vector_index, semantic_layer
 
     vindex = build_vector_index(emb_ids, vec[emb_ids], dim, config.embed.vector_dtype, config.embed.connectivity,
-                                config.embed.expansion_add)
+                                config.embed.expansion_add, config.embed.vector_shard_count(emb_ids.size))
     if config.semantic.enabled:
         sem = semantic_layer(n, emb_ids, vec[emb_ids], config.semantic.k, index=vindex)
     else:

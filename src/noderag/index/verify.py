@@ -335,15 +335,27 @@ def _check_header_facts(root: Path, manifest: dict[str, Any], facts: dict[str, A
     if "nodes.parquet" in facts and facts["nodes.parquet"].num_rows != n:
         raise IndexDamagedError(root, "nodes.parquet", "wrong row count",
                                 f"{facts['nodes.parquet'].num_rows} rows, the graph has {n} nodes")
-    vec = facts.get("vectors.usearch")
-    if vec is not None:
+    shards = [facts[rel] for rel in _vector_shard_files(facts)]
+    if shards:
+        count = sum(v["count"] for v in shards)
         want = _embedded_count(manifest)
-        if want is not None and vec["count"] != want:
+        if want is not None and count != want:
             raise IndexDamagedError(root, "vectors.usearch", "wrong vector count",
-                                    f"{vec['count']} vectors, the manifest has {want} embedded nodes")
+                                    f"{count} vectors, the manifest has {want} embedded nodes")
         dim = (manifest.get("embedder") or {}).get("dim")
-        if isinstance(dim, int) and vec["dim"] != dim:
-            raise IndexDamagedError(root, "vectors.usearch", "wrong dimension", f"{vec['dim']}, the embedder has {dim}")
+        for rel in _vector_shard_files(facts):
+            if isinstance(dim, int) and facts[rel]["dim"] != dim:
+                raise IndexDamagedError(root, rel, "wrong dimension", f"{facts[rel]['dim']}, the embedder has {dim}")
+
+
+def _vector_shard_files(facts: dict[str, Any]) -> list[str]:
+    """``vectors.usearch`` and its shard siblings ``vectors.J.usearch`` present in ``facts``, in shard order."""
+    from noderag.graph.vectors import shard_path
+
+    out = []
+    while str(shard_path("vectors.usearch", len(out))) in facts:
+        out.append(str(shard_path("vectors.usearch", len(out))))
+    return out
 
 
 def _array(root: Path, rel: str) -> np.ndarray:
@@ -438,7 +450,7 @@ def _check_vectors(root: Path, n: int, types: np.ndarray) -> None:
 
     try:
         vindex = VectorIndex.load(root / "vectors.usearch", view=True)
-        keys = np.sort(np.asarray(vindex._index.keys, dtype=np.int64))
+        keys = np.sort(vindex.keys())
     except Exception as exc:  # usearch raises RuntimeError ("Out of memory!") on a damaged body
         raise IndexDamagedError(root, "vectors.usearch", "unreadable vectors", f"{type(exc).__name__}: {exc}"[:200]) from None
     active = pq.read_table(root / "nodes.parquet", columns=["active"]).column("active").to_numpy(zero_copy_only=False)
