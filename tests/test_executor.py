@@ -40,3 +40,38 @@ def test_ray_executor_without_ray_names_the_install_command(tmp_path):
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert p.returncode == 1, p.stderr[-2000:]
     assert "pip install 'noderag[ray]'" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_local_worker_processes_give_the_in_process_index(tmp_path, monkeypatch):
+    """nlp decomposition and the hash embedder in 2 spawned worker processes: the same index as in-process."""
+    import pyarrow.parquet as pq
+
+    from noderag.config import NodeRAGConfig
+    from noderag.data import demo_dir
+    from noderag.index.executor import stages
+    from noderag.index.generations import current_path
+    from noderag.index.pipeline import build_index
+
+    from noderag.index.executor.local import LocalExecutor
+
+    calls = []
+    real = LocalExecutor._run_in_processes
+
+    def spy(stage, shards, sink, n):
+        calls.append((type(stage).__name__, n))
+        return real(stage, shards, sink, n)
+
+    monkeypatch.setattr(stages.DecomposeStage, "process_min_rows", 0)
+    monkeypatch.setattr(stages.EmbedStage, "process_min_rows", 0)
+    monkeypatch.setattr(LocalExecutor, "_run_in_processes", staticmethod(spy))
+    out = {}
+    for workers in (1, 2):
+        cfg = NodeRAGConfig().with_overrides({"embed.spec": "hash:64", "decompose.batch_size": 2,
+                                              "embed.batch_size": 16, "executor.workers": workers})
+        build_index([demo_dir()], tmp_path / f"w{workers}", cfg, progress=False)
+        root = current_path(tmp_path / f"w{workers}")
+        out[workers] = {rel: (root / rel).read_bytes() for rel in
+                        ("node_keys.npy", "graph/indices.npy", "graph/weights.npy", "vectors.usearch")}
+        out[workers]["nodes"] = pq.read_table(root / "nodes.parquet").to_pydict()
+    assert calls == [("DecomposeStage", 2), ("EmbedStage", 2)]  # only the workers=2 build used processes
+    assert out[1] == out[2]

@@ -21,7 +21,7 @@ def make_executor(config, *, log=None):
     if config.kind == "local":
         from .local import LocalExecutor
 
-        return LocalExecutor()
+        return LocalExecutor(config.workers)
     if config.kind == "ray":
         try:
             import ray  # noqa: F401

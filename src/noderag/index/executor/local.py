@@ -1,26 +1,84 @@
-"""The default executor: every shard in this process, one after another (no extra dependencies)."""
+"""The default executor: every shard on this machine, in this process or in a pool of worker processes.
+
+A stage whose batch function is pure CPU work on a spec the workers can rebuild (``nlp``
+decomposition, the ``hash`` embedder) runs in up to ``workers`` processes when there is
+enough of it to repay their start-up (``stage.process_copy()``, ``stage.process_min_rows``).
+Each shard's result is the same wherever it ran, and ``sink`` receives the shards in index
+order either way, so the index never depends on the worker count. Other stages (an LLM or
+an embedder object of the caller, a multi-threaded model) run in-process.
+"""
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
 from typing import Any, Callable
 
 __all__ = ["LocalExecutor"]
 
+#: The batch function of this worker process's stage, opened once by ``_open_in_worker``.
+_worker_fn: list = []
+
+
+def _open_in_worker(stage) -> None:
+    _worker_fn[:] = [stage.open()]
+
+
+def _run_in_worker(table):
+    return _worker_fn[0](table)
+
 
 class LocalExecutor:
-    """Run a stage's batch function in-process over the shards, handing each result to ``sink`` at once."""
+    """Run a stage's batch function over the shards on this machine, handing each result to ``sink`` in order.
+
+    Parameters
+    ----------
+    workers : int or None
+        Worker processes for the stages that can use them (``None``: one per CPU; 1: in-process only).
+    """
 
     name = "local"
     remote = False
+
+    def __init__(self, workers: int | None = None) -> None:
+        self.workers = int(workers) if workers else (os.cpu_count() or 1)
 
     def run_stage(self, stage, shards: dict[int, Any], sink: Callable[[int, Any, dict], None]) -> None:
         """``shards``: shard index -> input table; ``sink(i, table, meta)`` persists shard ``i``."""
         if not shards:
             return
+        copy = stage.process_copy() if hasattr(stage, "process_copy") else None
+        rows = sum(int(getattr(t, "num_rows", 0)) for t in shards.values())
+        n = min(self.workers, len(shards))
+        if copy is not None and n > 1 and rows >= getattr(stage, "process_min_rows", 0):
+            self._run_in_processes(copy, shards, sink, n)
+            return
         fn = stage.open()
         for i in sorted(shards):
             out, meta = fn(shards[i])
             sink(i, out, meta)
+
+    @staticmethod
+    def _run_in_processes(stage, shards: dict[int, Any], sink, n: int) -> None:
+        """Shards on ``n`` spawned workers (a clean interpreter each: no inherited threads or locks)."""
+        order = sorted(shards)
+        ahead = 2 * n  # shards in flight: bounds the results waiting in memory
+        with ProcessPoolExecutor(max_workers=n, mp_context=get_context("spawn"),
+                                 initializer=_open_in_worker, initargs=(stage,)) as pool:
+            pending = {}
+            nxt = 0
+            try:
+                for i in order:
+                    while nxt < len(order) and len(pending) < ahead:
+                        pending[order[nxt]] = pool.submit(_run_in_worker, shards[order[nxt]])
+                        nxt += 1
+                    out, meta = pending.pop(i).result()
+                    sink(i, out, meta)
+            except BaseException:
+                for f in pending.values():
+                    f.cancel()
+                raise
 
     def close(self) -> None:
         pass

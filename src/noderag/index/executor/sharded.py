@@ -155,7 +155,8 @@ def embed_sharded(executor: Executors, config, emb, embedder_given: bool, texts:
             for i in range(len(starts)) if i not in done}
     if todo:
         ex = executor.get()
-        stage = EmbedStage(config.embed.spec, dict(config.embed.backend_options()), embedder=emb)
+        stage = EmbedStage(config.embed.spec, dict(config.embed.backend_options()), embedder=emb,
+                           embedder_given=embedder_given)
         if ex.remote:
             stage = stage.remote(embedder_given)
         ex.run_stage(stage, todo, sink)

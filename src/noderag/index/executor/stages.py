@@ -126,6 +126,13 @@ class DecomposeStage:
         return replace(self, backend=None, cache=cache,
                        llm_options=dict(self.llm_options if llm_options is None else llm_options))
 
+    #: Chunks below which worker processes cost more than they save (their start-up is ~1 s).
+    process_min_rows = 4096
+
+    def process_copy(self) -> "DecomposeStage | None":
+        """A copy for the local executor's worker processes: rule-based decomposition only (an LLM stays here)."""
+        return None if self.uses_llm else replace(self, backend=None, cache=None)
+
     def open(self) -> BatchFn:
         from ..decompose.factory import make_decomposer
 
@@ -158,6 +165,17 @@ class EmbedStage:
     options: dict[str, Any] = field(default_factory=dict)
     embedder: Any = None  # live embedder (local executor only)
     name: str = "embed"
+    embedder_given: bool = False  # the caller passed the embedder object: workers cannot rebuild it
+
+    #: Texts below which worker processes cost more than they save.
+    process_min_rows = 32768
+
+    def process_copy(self) -> "EmbedStage | None":
+        """A copy for the local executor's worker processes: the single-threaded ``hash`` embedder only
+        (a model embedder already uses every core, and would load once per worker)."""
+        if self.embedder_given or self.spec.split(":", 1)[0].lower() != "hash":
+            return None
+        return replace(self, embedder=None)
 
     @property
     def num_gpus(self) -> float:
