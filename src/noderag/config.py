@@ -225,7 +225,7 @@ class EmbedConfig:
     vector_shards : int or "auto", default="auto"
         HNSW graphs ``vectors.usearch`` is split into (``noderag.graph.vectors``): each is built by
         one thread and the shards in parallel, so a build uses every core and the index is the same
-        for any thread count; a query searches every shard. ``auto``: one below 65,536 vectors,
+        for any thread count; a query searches every shard. ``auto``: one below 32,768 vectors,
         else one per 262,144 vectors, at least 2 and at most 8 (``vector_shard_count``).
     extractive_mean : bool, default=True
         An extractive (nlp) A or H node, whose text is a few semantic units, gets the unit-norm
@@ -291,7 +291,7 @@ class EmbedConfig:
         """HNSW shards for ``n_vectors`` vectors (``vector_shards``, with ``auto`` resolved)."""
         if self.vector_shards != "auto":
             return int(self.vector_shards)
-        if n_vectors < 65_536:
+        if n_vectors < 32_768:
             return 1
         return max(2, min(8, -(-int(n_vectors) // 262_144)))
 

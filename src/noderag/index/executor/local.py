@@ -1,8 +1,8 @@
 """The default executor: every shard on this machine, in this process or in a pool of worker processes.
 
 A stage whose batch function is pure CPU work on a spec the workers can rebuild (``nlp``
-decomposition, the ``hash`` embedder) runs in up to ``workers`` processes when there is
-enough of it to repay their start-up (``stage.process_copy()``, ``stage.process_min_rows``).
+decomposition, the ``hash`` embedder) runs in up to ``workers`` forked processes when there
+is enough of it to repay them (``stage.process_copy()``, ``stage.process_min_rows``).
 Each shard's result is the same wherever it ran, and ``sink`` receives the shards in index
 order either way, so the index never depends on the worker count. Other stages (an LLM or
 an embedder object of the caller, a multi-threaded model) run in-process.
@@ -10,9 +10,9 @@ an embedder object of the caller, a multi-threaded model) run in-process.
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 from concurrent.futures import ProcessPoolExecutor
-from multiprocessing import get_context
 from typing import Any, Callable
 
 __all__ = ["LocalExecutor"]
@@ -51,7 +51,8 @@ class LocalExecutor:
         copy = stage.process_copy() if hasattr(stage, "process_copy") else None
         rows = sum(int(getattr(t, "num_rows", 0)) for t in shards.values())
         n = min(self.workers, len(shards))
-        if copy is not None and n > 1 and rows >= getattr(stage, "process_min_rows", 0):
+        if (copy is not None and n > 1 and rows >= getattr(stage, "process_min_rows", 0)
+                and "fork" in multiprocessing.get_all_start_methods()):
             self._run_in_processes(copy, shards, sink, n)
             return
         fn = stage.open()
@@ -61,10 +62,16 @@ class LocalExecutor:
 
     @staticmethod
     def _run_in_processes(stage, shards: dict[int, Any], sink, n: int) -> None:
-        """Shards on ``n`` spawned workers (a clean interpreter each: no inherited threads or locks)."""
+        """Shards on ``n`` forked workers.
+
+        Fork, not spawn: a spawned worker re-imports the caller's ``__main__``, which breaks a
+        plain script that calls ``build_index`` without an ``if __name__ == "__main__"`` guard.
+        A forked worker only runs the stage's pure-Python batch function, and touches no lock
+        that another thread of this process could hold.
+        """
         order = sorted(shards)
         ahead = 2 * n  # shards in flight: bounds the results waiting in memory
-        with ProcessPoolExecutor(max_workers=n, mp_context=get_context("spawn"),
+        with ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("fork"),
                                  initializer=_open_in_worker, initargs=(stage,)) as pool:
             pending = {}
             nxt = 0

@@ -126,8 +126,8 @@ class DecomposeStage:
         return replace(self, backend=None, cache=cache,
                        llm_options=dict(self.llm_options if llm_options is None else llm_options))
 
-    #: Chunks below which worker processes cost more than they save (their start-up is ~1 s).
-    process_min_rows = 4096
+    #: Chunks below which worker processes cost more than they save.
+    process_min_rows = 2048
 
     def process_copy(self) -> "DecomposeStage | None":
         """A copy for the local executor's worker processes: rule-based decomposition only (an LLM stays here)."""
@@ -168,7 +168,7 @@ class EmbedStage:
     embedder_given: bool = False  # the caller passed the embedder object: workers cannot rebuild it
 
     #: Texts below which worker processes cost more than they save.
-    process_min_rows = 32768
+    process_min_rows = 16384
 
     def process_copy(self) -> "EmbedStage | None":
         """A copy for the local executor's worker processes: the single-threaded ``hash`` embedder only
