@@ -246,10 +246,15 @@ def test_sharded_index_is_the_same_for_any_parallelism_and_across_adds(tmp_path)
     x = rng.standard_normal((900, 16)).astype(np.float32)
     ids = rng.permutation(5000)[:900]
     blobs = []
-    for parallel, cut in ((1, 900), (3, 900), (2, 401)):
+    for parallel, cut, background in ((1, 900, False), (3, 900, False), (2, 401, False), (2, 250, True)):
         idx = VectorIndex(16, dtype="f32", shards=3, parallel=parallel)
-        idx.add(ids[:cut], x[:cut])
-        idx.add(ids[cut:], x[cut:])
+        if background:  # queued adds, the caller going on meanwhile: the same shards
+            idx.add_in_background(ids[:cut], x[:cut])
+            idx.add_in_background(ids[cut:], x[cut:])
+            idx.wait()
+        else:
+            idx.add(ids[:cut], x[:cut])
+            idx.add(ids[cut:], x[cut:])
         assert len(idx) == 900 and idx.shards == 3
         assert sorted(idx.keys().tolist()) == sorted(ids.tolist())
         out = tmp_path / f"p{parallel}-{cut}"
@@ -257,7 +262,18 @@ def test_sharded_index_is_the_same_for_any_parallelism_and_across_adds(tmp_path)
         names = sorted(p.name for p in out.iterdir())
         assert names == ["vectors.1.usearch", "vectors.2.usearch", "vectors.usearch"]
         blobs.append([(out / n).read_bytes() for n in names])
-    assert blobs[0] == blobs[1] == blobs[2]
+    assert blobs[0] == blobs[1] == blobs[2] == blobs[3]
+
+
+def test_background_add_reports_a_failure_on_wait():
+    idx = VectorIndex(8, dtype="f32", shards=2)
+    idx.add_in_background(np.arange(4), np.ones((4, 8), np.float32))
+    idx.wait()
+    idx.add_in_background(np.arange(4), np.ones((4, 8), np.float32))  # the same keys again
+    with pytest.raises(Exception):
+        idx.wait()
+    with pytest.raises(ValueError, match="distinct"):
+        idx.add_in_background(np.array([1, 1]), np.ones((2, 8), np.float32))
 
 
 def test_sharded_search_get_and_load_match_an_exact_search(tmp_path):

@@ -225,8 +225,8 @@ class EmbedConfig:
     vector_shards : int or "auto", default="auto"
         HNSW graphs ``vectors.usearch`` is split into (``noderag.graph.vectors``): each is built by
         one thread and the shards in parallel, so a build uses every core and the index is the same
-        for any thread count; a query searches every shard. ``auto``: one below 32,768 vectors,
-        else one per 262,144 vectors, at least 2 and at most 8 (``vector_shard_count``).
+        for any thread count; a query searches every shard. ``auto``: one below 32,768 T and S
+        vectors, else one per 262,144, at least 2 and at most 8 (``vector_shard_count``).
     extractive_mean : bool, default=True
         An extractive (nlp) A or H node, whose text is a few semantic units, gets the unit-norm
         mean of those units' vectors instead of a model call.
@@ -288,7 +288,7 @@ class EmbedConfig:
         _check(isinstance(self.options, dict), "embed.options", self.options, "a table")
 
     def vector_shard_count(self, n_vectors: int) -> int:
-        """HNSW shards for ``n_vectors`` vectors (``vector_shards``, with ``auto`` resolved)."""
+        """HNSW shards for an index of ``n_vectors`` T and S vectors (``vector_shards``, ``auto`` resolved)."""
         if self.vector_shards != "auto":
             return int(self.vector_shards)
         if n_vectors < 32_768:

@@ -133,6 +133,9 @@ class VectorIndex:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
         self.threads = _check_threads(threads)
         self.parallel = int(parallel)
+        self._added = 0  # vectors added or queued: where the next add starts in the shard rotation
+        self._pending: list = []
+        self._lanes: list | None = None
         self._view = False
         self._path: str | None = None
         self._shards = [Index(ndim=int(ndim), metric=metric, dtype=dtype, connectivity=connectivity,
@@ -198,20 +201,66 @@ class VectorIndex:
             if present.any():
                 raise ValueError(f"ids already in the index: {ids[present][:5].tolist()}")
         n_threads = self.threads if threads is None else _check_threads(threads)
-        keys = ids.astype(np.uint64)
-        if self.shards == 1:
-            self._index.add(keys, vectors, threads=n_threads)
+        if self.shards == 1 and not self._pending:
+            self._index.add(ids.astype(np.uint64), vectors, threads=n_threads)
+            self._added += ids.size
             return
-        p = self.shards
-        first = len(self)  # vector i of the index goes to shard i % p, across successive adds too
+        self._submit(ids, vectors)
+        self.wait()
 
-        def add_shard(j: int) -> None:
+    def add_in_background(self, ids, vectors) -> None:
+        """Start adding ``vectors`` under the new, distinct node ``ids`` and return at once.
+
+        Each shard takes its rows in call order on its own thread (at most ``parallel``
+        shards run at a time), so the index equals one built by :meth:`add` calls in the same
+        order. Call :meth:`wait` before using the index. Ids are not checked against the
+        pending adds: they must be new.
+        """
+        if self._view:
+            raise ValueError(f"index viewed from {self._path!r} is read-only; load it with view=False to add")
+        ids = _as_ids(ids)
+        vectors = _as_vectors(vectors, self.ndim)
+        if vectors.shape[0] != ids.shape[0]:
+            raise ValueError(f"vectors has {vectors.shape[0]} rows but ids has {ids.shape[0]} entries")
+        if np.unique(ids).size != ids.size:
+            raise ValueError("ids must be distinct")
+        self._submit(ids, vectors)
+
+    def _submit(self, ids: np.ndarray, vectors: np.ndarray) -> None:
+        """Queue each shard's rows (vector ``i`` of the index goes to shard ``i % shards``)."""
+        import threading
+
+        if self._lanes is None:
+            self._lanes = [ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"hnsw-shard-{j}")
+                           for j in range(self.shards)]
+            self._gate = threading.BoundedSemaphore(max(1, min(self.parallel, self.shards)))
+        p, first = self.shards, self._added
+        keys = ids.astype(np.uint64)
+        for j in range(p):
             rows = slice((j - first) % p, None, p)
             if keys[rows].size:
-                self._shards[j].add(keys[rows], np.ascontiguousarray(vectors[rows]), threads=1)
+                self._pending.append(self._lanes[j].submit(self._add_shard, j, keys[rows].copy(),
+                                                           np.ascontiguousarray(vectors[rows])))
+        self._added += ids.size
 
-        with ThreadPoolExecutor(max_workers=min(self.parallel, p)) as pool:  # usearch releases the GIL
-            list(pool.map(add_shard, range(p)))
+    def _add_shard(self, j: int, keys: np.ndarray, vectors: np.ndarray) -> None:
+        with self._gate:  # usearch releases the GIL: shards build in parallel, one thread each
+            self._shards[j].add(keys, vectors, threads=1)
+
+    def wait(self) -> "VectorIndex":
+        """Finish every pending background add (re-raising the first failure); returns the index."""
+        pending, self._pending = self._pending, []
+        lanes, self._lanes = self._lanes, None
+        try:
+            for f in pending:
+                f.result()
+        except BaseException:
+            for lane in lanes or ():
+                lane.shutdown(wait=False, cancel_futures=True)
+            raise
+        for lane in lanes or ():
+            lane.shutdown(wait=True)
+        return self
 
     # -- queries ----------------------------------------------------------------------
     def contains(self, ids) -> np.ndarray:
@@ -313,6 +362,8 @@ class VectorIndex:
         obj.threads = _check_threads(threads)
         obj.parallel = 1
         obj._shards = shards
+        obj._added = sum(len(x) for x in shards)
+        obj._pending, obj._lanes = [], None
         obj._view = bool(view)
         obj._path = str(target)
         return obj

@@ -13,7 +13,7 @@ import numpy as np
 
 from noderag.graph.storage import atomic_save_npy, atomic_write_json, load_npy, read_json
 
-__all__ = ["embed_late_resumable", "embed_texts_resumable", "unit_spans", "semantic_layer", "load_vectors", "build_vector_index"]
+__all__ = ["embed_late_resumable", "embed_texts_resumable", "unit_spans", "semantic_layer", "load_vectors", "start_vector_index"]
 
 
 def _texts_digest(name: str, texts: Sequence[str], batch_size: int, mode: str = "") -> str:
@@ -193,18 +193,20 @@ def embed_late_resumable(embedder, chunks: Sequence[str], units: Sequence[str], 
     return chunk_vecs, unit_vecs, late
 
 
-def build_vector_index(ids: np.ndarray, vectors: np.ndarray, dim: int, dtype: str = "i8",
-                       connectivity: int | None = None, expansion_add: int | None = None, shards: int = 1):
-    """HNSW index of ``vectors`` keyed by node id in ``shards`` shards, one thread each (identical files every run).
+def start_vector_index(ids: np.ndarray, vectors: np.ndarray, dim: int, embed_config):
+    """An HNSW index keyed by node id whose first ``vectors`` are being added in the background.
 
-    The shards are built in parallel on up to every core; that never changes them.
+    ``embed_config.vector_shard_count(len(ids))`` shards, each built by one thread, up to every
+    core at once: identical files every run. Add the rest with ``add_in_background``; call
+    ``wait()`` before using it.
     """
     from noderag.graph.vectors import VectorIndex
 
-    index = VectorIndex(dim, metric="cos", dtype=dtype, connectivity=connectivity, expansion_add=expansion_add,
-                        shards=shards, parallel=max(1, min(shards, os.cpu_count() or 1)))
-    if ids.size:
-        index.add(np.asarray(ids, dtype=np.int64), np.asarray(vectors, dtype=np.float32), threads=1)
+    shards = embed_config.vector_shard_count(int(ids.size))
+    index = VectorIndex(dim, metric="cos", dtype=embed_config.vector_dtype, connectivity=embed_config.connectivity,
+                        expansion_add=embed_config.expansion_add, shards=shards,
+                        parallel=max(1, min(shards, os.cpu_count() or 1)))
+    index.add_in_background(np.asarray(ids, dtype=np.int64), np.asarray(vectors, dtype=np.float32))
     return index
 
 

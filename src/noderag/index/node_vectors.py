@@ -2,7 +2,7 @@
 
 A build needs vectors only for T, S, A and H nodes (a minority of the graph);
 a dense ``(n_nodes, dim)`` array held 1.5 KB per node for every entity and
-relationship too. Rows are appended as ids are first assigned (capacity doubles),
+relationship too. Rows are appended as ids are first assigned (capacity grows by a quarter),
 and an int32 map takes node id -> row.
 """
 
@@ -46,7 +46,9 @@ class NodeVectors:
             fresh = fresh[np.argsort(first, kind="stable")]
             need = self._used + fresh.size
             if need > self._data.shape[0]:
-                data = np.zeros((max(need, 2 * self._data.shape[0], 1024), self.dim), dtype=np.float32)
+                # a quarter more, not double: the first assignment is most of a build's vectors
+                data = np.zeros((max(need, self._data.shape[0] + self._data.shape[0] // 4, 1024), self.dim),
+                                dtype=np.float32)
                 data[: self._used] = self._data[: self._used]
                 self._data = data
             self._row[fresh] = np.arange(self._used, need, dtype=np.int32)

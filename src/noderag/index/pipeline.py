@@ -511,6 +511,11 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
     executor.close()
     slog.finish("embed", embedded=int(new_ids.size))
     _checkpoint("embed")
+    # the HNSW shards of the T/S vectors build on the other cores while A, H and the files are made
+    from .enrich import start_vector_index
+
+    ts_ids = np.flatnonzero(np.isin(types, (T, S)) & np.asarray(table.active, dtype=bool))
+    vindex = start_vector_index(ts_ids, vec[ts_ids], dim, config.embed)
 
     # ---- attributes
     from noderag.graph.importance import important_entities
@@ -584,13 +589,13 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
     n = len(table)
     types = table.types_array()
     active = np.asarray(table.active, dtype=bool)
-    emb_ids = np.flatnonzero(np.isin(types, (T, S, A, H)) & active)
-    from .enrich import build_vector_index, semantic_layer
-
-    vindex = build_vector_index(emb_ids, vec[emb_ids], dim, config.embed.vector_dtype, config.embed.connectivity,
-                                config.embed.expansion_add, config.embed.vector_shard_count(emb_ids.size))
+    ah_ids = np.flatnonzero(np.isin(types, (A, H)) & active)
+    vindex.add_in_background(ah_ids, vec[ah_ids])  # after the T/S rows: vector order is T/S, then A/H, by id
     if config.semantic.enabled:
-        sem = semantic_layer(n, emb_ids, vec[emb_ids], config.semantic.k, index=vindex)
+        from .enrich import semantic_layer
+
+        emb_ids = np.flatnonzero(np.isin(types, (T, S, A, H)) & active)
+        sem = semantic_layer(n, emb_ids, vec[emb_ids], config.semantic.k, index=vindex.wait())
     else:
         from noderag.graph.csr import CSR
 
@@ -622,7 +627,7 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
 
     write_query_index(final)
     _write_linked(final / LINKED, *link.arrays())
-    vindex.save(final / "vectors.usearch")
+    vindex.wait().save(final / "vectors.usearch")
     _checkpoint("finalize-files")
     slog.finish("finalize")
     # every LLM call is done: close what we opened, and after a delete drop the cache entries
