@@ -82,3 +82,37 @@ def test_link_is_independent_of_insertion_order():
         return sorted(zip(k[np.r_[s, ls]].tolist(), k[np.r_[d, ld]].tolist(), np.r_[w, lw].tolist()))
 
     assert view(a, ea) == view(b, eb)
+
+
+def test_link_in_worker_processes_equals_in_process(monkeypatch):
+    """Name matching split over forked workers (batches of one unit here) gives the in-process edges."""
+    from noderag.index import assemble
+
+    table = NodeTable()
+    recs, decs = _chunks()
+    edges = assemble_chunks(table, recs, decs)
+    for copy in range(1, 4):  # the same chunks from other sources: more units
+        edges.extend(assemble_chunks(table, [ChunkRecord(10 * copy + r.chunk_id, r.doc_id, r.text, f"{r.source}-{copy}",
+                                                         None) for r in recs],
+                                     [ChunkDecomposition(10 * copy + d.chunk_id, d.units) for d in decs]))
+    src, dst, w = edges.arrays()
+    one = link_known_names(table, src, dst, w).arrays()
+    monkeypatch.setattr(assemble, "LINK_BATCH", 1)
+    assert int(np.sum(table.types_array() == S)) >= 4  # enough batches for the worker path
+    assert one[0].size >= 4
+    two = link_known_names(table, src, dst, w, workers=2).arrays()
+    for a, b in zip(one, two):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_fork_map_keeps_order_and_shares_without_pickling():
+    from noderag.index.executor.local import fork_map
+
+    shared = {"offset": 100, "blob": object()}  # an object() cannot be pickled: it must arrive by fork
+    got = list(fork_map(_add_offset, [(i,) for i in range(9)], 2, shared=shared))
+    assert got == [100 + i for i in range(9)]
+    assert list(fork_map(divmod, [(7, 2), (9, 4)], 2)) == [(3, 1), (2, 1)]
+
+
+def _add_offset(shared, i):
+    return shared["offset"] + i

@@ -200,10 +200,12 @@ def _entity(table: NodeTable, surface: str) -> int | None:
 
 
 _WORD = re.compile(r"\w+")
+#: Units per batch of the name matching (batches run in worker processes when there are 4 or more).
+LINK_BATCH = 8192
 
 
 def link_known_names(table: NodeTable, base_src: np.ndarray, base_dst: np.ndarray,
-                     base_w: np.ndarray) -> EdgeList:
+                     base_w: np.ndarray, workers: int | None = 1) -> EdgeList:
     """S-N edges for every known entity name occurring as a whole-word phrase in a unit.
 
     Matching is case-insensitive on word tokens, but a match must start with an
@@ -227,12 +229,32 @@ def link_known_names(table: NodeTable, base_src: np.ndarray, base_dst: np.ndarra
         by_len = by_first.setdefault(toks[0], {}).setdefault(len(toks), {})
         by_len.setdefault(toks, nid)  # ids ascend: identical token tuples keep the lowest id
     trie = {first: sorted(by_len.items(), reverse=True) for first, by_len in by_first.items()}
+    s_ids = np.flatnonzero(types == S)
+    step = LINK_BATCH  # worker processes (``workers``) only for several batches
+    batches = [(s_ids[b:b + step],) for b in range(0, s_ids.size, step)]
+    from .executor.local import fork_map
+
+    parts = list(fork_map(_match_names, batches, workers if len(batches) >= 4 else 1,
+                          shared=(trie, table.texts)))
+    del n
+    f_src = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, np.int64)
+    f_dst = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0, np.int64)
+    cnt = np.concatenate([p[2] for p in parts]) if parts else np.zeros(0, np.int64)
+    extra = np.asarray(cnt, dtype=np.float64) - _pair_weights(types, base_src, base_dst, base_w, f_src, f_dst)
+    keep = extra > 0
+    edges = EdgeList()
+    edges.add(f_src[keep], f_dst[keep], extra[keep])
+    return edges
+
+
+def _match_names(shared, s_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(unit, entity, count) of the known names found in the units ``s_ids`` (``shared``: trie, node texts)."""
+    trie, texts = shared
     src: list[int] = []
     dst: list[int] = []
     cnt: list[int] = []
-    s_ids = np.flatnonzero(types == S).tolist()
-    for sid in s_ids:
-        text = table.texts[sid]
+    for sid in s_ids.tolist():
+        text = texts[sid]
         words = list(_WORD.finditer(text))
         low = [m.group(0).casefold() for m in words]
         found: dict[int, int] = {}
@@ -252,14 +274,7 @@ def link_known_names(table: NodeTable, base_src: np.ndarray, base_dst: np.ndarra
             src.append(sid)
             dst.append(nid)
             cnt.append(found[nid])
-    del n
-    f_src = np.asarray(src, dtype=np.int64)
-    f_dst = np.asarray(dst, dtype=np.int64)
-    extra = np.asarray(cnt, dtype=np.float64) - _pair_weights(types, base_src, base_dst, base_w, f_src, f_dst)
-    keep = extra > 0
-    edges = EdgeList()
-    edges.add(f_src[keep], f_dst[keep], extra[keep])
-    return edges
+    return np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64), np.asarray(cnt, dtype=np.int64)
 
 
 def _pair_weights(types: np.ndarray, base_src: np.ndarray, base_dst: np.ndarray, base_w: np.ndarray,

@@ -176,6 +176,11 @@ def chunk_text(text: str, max_tokens: int = 1024, min_tokens: int = 64) -> list[
     return [c.strip() for c in fixed if c.strip()]
 
 
+def chunk_texts(texts: Sequence[str], max_tokens: int, min_tokens: int) -> list[list[str]]:
+    """``chunk_text`` of each text (one batch of a parallel chunk stage)."""
+    return [chunk_text(t, max_tokens, min_tokens) for t in texts]
+
+
 def chunk_documents(texts: Sequence[str], *, first_doc_id: int = 0, first_chunk_id: int = 0,
                     max_tokens: int = 1024, min_tokens: int = 64) -> list[Chunk]:
     """Chunk every document text; ids continue from ``first_doc_id`` / ``first_chunk_id``."""

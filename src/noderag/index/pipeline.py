@@ -408,7 +408,8 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
     _checkpoint("ingest")
 
     # ---- chunk
-    from .chunk import chunk_text
+    from .chunk import chunk_texts
+    from .executor.local import fork_map
 
     first_doc = len(docs_rows)
     chunks_path = stages / "chunks.json"
@@ -417,11 +418,19 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
     else:
         slog.start("chunk")
         chunk_rows = []
+        texts = [d.text for d in new_docs]
+        step = 2048  # documents per batch; worker processes only for a corpus that repays them
+        batches = [(texts[b:b + step], config.chunk.max_tokens, config.chunk.min_tokens)
+                   for b in range(0, len(texts), step)]
         with bars.bar(len(new_docs), "chunk") as bar:
-            for i, d in enumerate(new_docs):
-                for piece in chunk_text(d.text, config.chunk.max_tokens, config.chunk.min_tokens):
-                    chunk_rows.append([len(chunk_rows), first_doc + i, piece])
-                bar.update(1)
+            i = 0
+            for pieces in fork_map(chunk_texts, batches, config.executor.workers if len(texts) >= 8192 else 1):
+                for doc_pieces in pieces:
+                    for piece in doc_pieces:
+                        chunk_rows.append([len(chunk_rows), first_doc + i, piece])
+                    i += 1
+                bar.update(len(pieces))
+        del texts, batches
         atomic_write_json(chunks_path, chunk_rows)
         slog.finish("chunk", chunks=len(chunk_rows))
     _checkpoint("chunk")
@@ -466,7 +475,8 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
         docs_rows.append({"doc_id": did, "source": d.source, "title": d.title, "content_hash": d.content_hash,
                           "chunk_ids": doc_chunks.get(did, [])})
     bsrc, bdst, bw = base.arrays()
-    link = link_known_names(table, bsrc, bdst, bw) if config.decompose.link_known_names else EdgeList()
+    link = (link_known_names(table, bsrc, bdst, bw, workers=config.executor.workers)
+            if config.decompose.link_known_names else EdgeList())
     slog.finish("assemble")
     _checkpoint("assemble")
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 import multiprocessing
 import os
 from concurrent.futures import ProcessPoolExecutor
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
-__all__ = ["LocalExecutor"]
+__all__ = ["LocalExecutor", "fork_map"]
 
 #: The batch function of this worker process's stage, opened once by ``_open_in_worker``.
 _worker_fn: list = []
@@ -27,6 +27,44 @@ def _open_in_worker(stage) -> None:
 
 def _run_in_worker(table):
     return _worker_fn[0](table)
+
+
+def can_fork() -> bool:
+    return "fork" in multiprocessing.get_all_start_methods()
+
+
+def _keep_shared(shared) -> None:
+    _worker_shared[:] = [shared]
+
+
+def _call_with_shared(fn, *args):
+    return fn(_worker_shared[0], *args)
+
+
+#: What ``fork_map``'s workers inherit (never pickled: fork copies the parent's memory).
+_worker_shared: list = []
+
+
+def fork_map(fn: Callable, batches: list, workers: int | None = None, *, shared: Any = None) -> Iterator:
+    """Yield ``fn(*args)`` (``fn(shared, *args)`` when ``shared`` is given) for each of ``batches``, in order,
+    computed by up to ``workers`` forked processes (``None``: one per CPU).
+
+    For a driver-side stage that is pure CPU work over independent batches: ``fn`` must be a
+    module-level function; ``shared`` (a large read-only structure) reaches the workers by
+    fork, not by pickling. With one batch, one worker or no ``fork`` on the platform, it runs
+    in-process.
+    """
+    n = min(int(workers) if workers else (os.cpu_count() or 1), len(batches))
+    if n <= 1 or not can_fork():
+        for args in batches:
+            yield fn(shared, *args) if shared is not None else fn(*args)
+        return
+    with ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("fork"),
+                             initializer=_keep_shared, initargs=(shared,)) as pool:
+        if shared is None:
+            yield from pool.map(fn, *zip(*batches))
+        else:
+            yield from pool.map(_call_with_shared, [fn] * len(batches), *zip(*batches))
 
 
 class LocalExecutor:
@@ -52,7 +90,7 @@ class LocalExecutor:
         rows = sum(int(getattr(t, "num_rows", 0)) for t in shards.values())
         n = min(self.workers, len(shards))
         if (copy is not None and n > 1 and rows >= getattr(stage, "process_min_rows", 0)
-                and "fork" in multiprocessing.get_all_start_methods()):
+                and can_fork()):
             self._run_in_processes(copy, shards, sink, n)
             return
         fn = stage.open()

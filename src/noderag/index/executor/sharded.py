@@ -56,6 +56,8 @@ def decompose_sharded(executor: Executors, config, backend, llm, root: Path, chu
 
     base = root / "stages" / "decompose"
     bs = config.decompose.batch_size
+    if config.decompose.method != "llm":  # rule-based: no call to resume, so at most ~256 shards
+        bs = max(bs, -(-len(chunk_rows) // 256))
     records: dict[int, ChunkDecomposition] = {}
     k = 0
     while True:
