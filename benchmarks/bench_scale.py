@@ -10,10 +10,11 @@ N-passage corpus under ``--work`` (default ``.benchcache/scale``); then
   --embed SPEC --no-progress`` (nlp mode; default ``hash:384`` so that only the
   pipeline is measured). Wall time is timed around the child; CPU seconds and peak
   RSS come from ``os.wait4`` on the child (its ``ru_utime + ru_stime`` and
-  ``ru_maxrss``, which cover the waited-for processes it started too); the RSS of
-  the child's whole process tree is also polled from ``/proc`` every 0.2 s (for
-  concurrent workers, and for the ``--max-rss-gb`` guard). The build peak is the
-  larger of the two. Per-stage wall seconds are the manifest's
+  ``ru_maxrss``, which cover the waited-for processes it started too, as a maximum
+  over them); the memory of the child's whole process tree is also polled from
+  ``/proc`` every 0.2 s as the sum of each process's PSS (forked workers share pages
+  with their parent; for concurrent workers, and for the ``--max-rss-gb`` guard).
+  The build peak is the larger of the two. Per-stage wall seconds are the manifest's
   ``stages.*.time_s`` and per-stage CPU its ``stages.*.cpu_s`` where the pipeline
   records it (else null);
 - a second fresh process (``scale_query.py``) opens the index and queries it with
@@ -65,14 +66,20 @@ POLL_S = 0.2
 
 # ----------------------------------------------------------------------------- child processes
 def _proc_rss(pid: int) -> int:
-    """Resident bytes of ``pid`` (0 when it is gone)."""
-    try:
-        with open(f"/proc/{pid}/status", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError):
-        pass
+    """Proportional resident bytes (PSS) of ``pid``, 0 when it is gone.
+
+    PSS, not RSS: forked workers share their parent's pages copy-on-write, and summing
+    their RSS would count those pages once per process. Falls back to VmRSS without
+    ``smaps_rollup``.
+    """
+    for path, field in ((f"/proc/{pid}/smaps_rollup", "Pss:"), (f"/proc/{pid}/status", "VmRSS:")):
+        try:
+            with open(path, encoding="ascii") as fh:
+                for line in fh:
+                    if line.startswith(field):
+                        return int(line.split()[1]) * 1024
+        except (OSError, ValueError):
+            continue
     return 0
 
 
@@ -108,7 +115,7 @@ def run_child(cmd: list[str], log: Path, max_seconds: float | None, max_rss_byte
             if max_seconds is not None and elapsed > max_seconds:
                 reason = f"exceeded --max-seconds {max_seconds:g} (killed after {elapsed:.1f} s)"
             elif max_rss_bytes is not None and peak_tree > max_rss_bytes:
-                reason = f"exceeded --max-rss-gb {max_rss_bytes / 1e9:g} (tree RSS {peak_tree / 1e9:.2f} GB)"
+                reason = f"exceeded --max-rss-gb {max_rss_bytes / 1e9:g} (tree PSS {peak_tree / 1e9:.2f} GB)"
             if reason:
                 os.killpg(proc.pid, signal.SIGKILL)
                 _, status, ru = os.wait4(proc.pid, 0)
@@ -295,8 +302,8 @@ def to_markdown(res: dict) -> str:
               "(`benchmarks/scale_corpus.py`).", "",
               f"Command: `{res['command']}`", "",
               "Build and query each run in a fresh child process. Build CPU and `maxrss` from `os.wait4` on the "
-              "child; the build peak RSS is the larger of that and the child's process-tree RSS polled from "
-              f"/proc every {POLL_S} s. Query latency is per query without the query embedding (best of "
+              "child; the build peak RSS is the larger of that and the child's process-tree memory (sum of PSS, "
+              f"so pages forked workers share with the build are counted once) polled from /proc every {POLL_S} s. Query latency is per query without the query embedding (best of "
               f"{res['repeats']}); batch q/s is one `retrieve_many` over the question set. GB = 10^9 bytes.", ""]
     sizes = res["sizes"]
     cols = [f"{s['passages']:,}" for s in sizes]

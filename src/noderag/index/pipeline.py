@@ -521,11 +521,6 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
     executor.close()
     slog.finish("embed", embedded=int(new_ids.size))
     _checkpoint("embed")
-    # the HNSW shards of the T/S vectors build on the other cores while A, H and the files are made
-    from .enrich import start_vector_index
-
-    ts_ids = np.flatnonzero(np.isin(types, (T, S)) & np.asarray(table.active, dtype=bool))
-    vindex = start_vector_index(ts_ids, vec[ts_ids], dim, config.embed)
 
     # ---- attributes
     from noderag.graph.importance import important_entities
@@ -599,13 +594,20 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
     n = len(table)
     types = table.types_array()
     active = np.asarray(table.active, dtype=bool)
+    # HNSW shards, built in parallel: vector order T/S, then A/H, each by id. (Building them in the
+    # background from the embed stage on was slower on 2 cores: the threads slowed each other.)
+    from .enrich import start_vector_index
+
+    ts_ids = np.flatnonzero(np.isin(types, (T, S)) & active)
+    vindex = start_vector_index(ts_ids, vec[ts_ids], dim, config.embed)
     ah_ids = np.flatnonzero(np.isin(types, (A, H)) & active)
-    vindex.add_in_background(ah_ids, vec[ah_ids])  # after the T/S rows: vector order is T/S, then A/H, by id
+    vindex.add_in_background(ah_ids, vec[ah_ids])
+    vindex.wait()
     if config.semantic.enabled:
         from .enrich import semantic_layer
 
         emb_ids = np.flatnonzero(np.isin(types, (T, S, A, H)) & active)
-        sem = semantic_layer(n, emb_ids, vec[emb_ids], config.semantic.k, index=vindex.wait())
+        sem = semantic_layer(n, emb_ids, vec[emb_ids], config.semantic.k, index=vindex)
     else:
         from noderag.graph.csr import CSR
 
@@ -637,7 +639,7 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
 
     write_query_index(final)
     _write_linked(final / LINKED, *link.arrays())
-    vindex.wait().save(final / "vectors.usearch")
+    vindex.save(final / "vectors.usearch")
     _checkpoint("finalize-files")
     slog.finish("finalize")
     # every LLM call is done: close what we opened, and after a delete drop the cache entries
