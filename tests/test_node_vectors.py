@@ -38,3 +38,16 @@ def test_unassigned_ids_and_bad_shapes_are_errors():
         vec[[1, 2]] = np.ones((2, 3))
     assert vec[[]].shape == (0, 2)
     assert vec.nbytes < 6 * 1024 * 2 * 4 + 64  # rows for the assigned ids only (plus initial capacity)
+
+
+def test_view_is_a_view_for_consecutive_rows_and_a_copy_otherwise():
+    vec = NodeVectors(3)
+    ids = np.array([10, 11, 12, 40])
+    vec[ids] = np.arange(12, dtype=np.float32).reshape(4, 3)
+    v = vec.view(ids)
+    assert np.shares_memory(v, vec._data)
+    np.testing.assert_array_equal(v, vec[ids])
+    w = vec.view(np.array([40, 10]))  # rows out of order: a copy with the same values
+    assert not np.shares_memory(w, vec._data)
+    np.testing.assert_array_equal(w, vec[np.array([40, 10])])
+    assert vec.view(np.array([], dtype=np.int64)).shape == (0, 3)

@@ -32,6 +32,7 @@ from .csr import CSR, csr_from_coo
 __all__ = ["VectorIndex", "knn_search", "knn_csr"]
 
 _METRICS = ("cos", "ip", "l2sq")
+_ADD_BLOCK = 16384  # rows per usearch add of a background shard build
 _DTYPES = ("f32", "f16", "bf16", "i8", "f64")
 
 
@@ -237,15 +238,19 @@ class VectorIndex:
         p, first = self.shards, self._added
         keys = ids.astype(np.uint64)
         for j in range(p):
-            rows = slice((j - first) % p, None, p)
-            if keys[rows].size:
-                self._pending.append(self._lanes[j].submit(self._add_shard, j, keys[rows].copy(),
-                                                           np.ascontiguousarray(vectors[rows])))
+            rows = np.arange((j - first) % p, ids.size, p)
+            if rows.size:
+                self._pending.append(self._lanes[j].submit(self._add_shard, j, keys[rows], vectors, rows))
         self._added += ids.size
 
-    def _add_shard(self, j: int, keys: np.ndarray, vectors: np.ndarray) -> None:
+    def _add_shard(self, j: int, keys: np.ndarray, vectors: np.ndarray, rows: np.ndarray) -> None:
+        """Add ``vectors[rows]`` to shard ``j`` in blocks (copied one at a time: one block in memory per shard).
+
+        One thread adds them in order, so the blocks give the graph one call would."""
         with self._gate:  # usearch releases the GIL: shards build in parallel, one thread each
-            self._shards[j].add(keys, vectors, threads=1)
+            for b in range(0, rows.size, _ADD_BLOCK):
+                part = rows[b:b + _ADD_BLOCK]
+                self._shards[j].add(keys[b:b + _ADD_BLOCK], np.ascontiguousarray(vectors[part]), threads=1)
 
     def wait(self) -> "VectorIndex":
         """Finish every pending background add (re-raising the first failure); returns the index."""

@@ -599,9 +599,9 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
     from .enrich import start_vector_index
 
     ts_ids = np.flatnonzero(np.isin(types, (T, S)) & active)
-    vindex = start_vector_index(ts_ids, vec[ts_ids], dim, config.embed)
+    vindex = start_vector_index(ts_ids, vec.view(ts_ids), dim, config.embed)
     ah_ids = np.flatnonzero(np.isin(types, (A, H)) & active)
-    vindex.add_in_background(ah_ids, vec[ah_ids])
+    vindex.add_in_background(ah_ids, vec.view(ah_ids))
     vindex.wait()
     if config.semantic.enabled:
         from .enrich import semantic_layer
@@ -612,6 +612,7 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
         from noderag.graph.csr import CSR
 
         sem = CSR.empty(n)
+    del vec  # the vectors live in the index now: the finalize peak need not hold them twice
     slog.finish("semantic", edges=int(sem.nnz // 2))
     _checkpoint("semantic")
 
