@@ -387,3 +387,23 @@ def test_manifest_records_build_settings_but_no_search_section(tmp_path):
     assert "search" not in idx.manifest["config"]
     assert {"chunk", "decompose", "embed", "communities", "seed"} <= set(idx.manifest["config"])
     assert idx.searcher().config == SearchConfig()  # queries use the current defaults
+
+
+def test_semantic_layer_is_built_when_the_search_config_weights_it(tmp_path):
+    """Off by default; a new index whose search config weights it gets it; an index without it refuses the weight."""
+    from noderag import Index
+    from noderag.errors import ConfigError
+
+    plain = tmp_path / "plain"
+    _build([demo_dir()], plain, config=_config(**{"semantic.enabled": False}))
+    assert json.loads((_live(plain) / "manifest.json").read_text())["counts"]["edges"]["semantic"] == 0
+    weighted = tmp_path / "weighted"
+    _build([demo_dir()], weighted, config=_config(**{"semantic.enabled": False, "search.semantic_weight": 0.5}))
+    m = json.loads((_live(weighted) / "manifest.json").read_text())
+    assert m["config"]["semantic"]["enabled"] is True and m["counts"]["edges"]["semantic"] > 0
+    from noderag.search.config import SearchConfig
+
+    with Index.open(plain) as index:
+        with pytest.raises(ConfigError, match="semantic.enabled = true"):
+            index.retrieve("Who sails to Kessel?", config=SearchConfig(semantic_weight=0.5))
+        assert index.retrieve("Who sails to Kessel?").passages is not None

@@ -345,6 +345,17 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
         from dataclasses import replace
 
         config = replace(config, executor=executor)
+    if config.search.semantic_weight > 0 and not config.semantic.enabled:
+        if existing:
+            from noderag.config import ConfigError
+
+            raise ConfigError(f"search.semantic_weight = {config.search.semantic_weight} needs the semantic kNN "
+                              "layer, which this index was built without (semantic.enabled = false): rebuild it "
+                              "with semantic.enabled = true, or search with search.semantic_weight = 0")
+        from dataclasses import replace  # a new index: the search settings ask for the layer, so build it
+
+        config = replace(config, semantic=replace(config.semantic, enabled=True))
+        say("semantic.enabled: building the semantic kNN layer, which search.semantic_weight > 0 uses")
     bars = _Progress(progress)
 
     # ---- existing state

@@ -125,6 +125,14 @@ class Searcher:
         from ..graph.ppr import PPROperator
 
         cfg = self.config
+        if cfg.semantic_weight > 0 and graph.semantic.nnz == 0:
+            built = ((getattr(self.store, "manifest", None) or {}).get("config") or {}).get("semantic") or {}
+            if built.get("enabled") is False:
+                from ..errors import ConfigError
+
+                raise ConfigError(f"search.semantic_weight = {cfg.semantic_weight} needs the semantic kNN layer, "
+                                  "which this index was built without: rebuild it with semantic.enabled = true "
+                                  "(or search with search.semantic_weight = 0)")
         csr = graph.combined(structural_weight=cfg.structural_weight, semantic_weight=cfg.semantic_weight)
         return PPROperator(csr, self.types)
 
