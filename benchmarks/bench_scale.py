@@ -12,8 +12,8 @@ N-passage corpus under ``--work`` (default ``.benchcache/scale``); then
   RSS come from ``os.wait4`` on the child (its ``ru_utime + ru_stime`` and
   ``ru_maxrss``, which cover the waited-for processes it started too, as a maximum
   over them); the memory of the child's whole process tree is also polled from
-  ``/proc`` every 0.2 s as the sum of each process's PSS (forked workers share pages
-  with their parent; for concurrent workers, and for the ``--max-rss-gb`` guard).
+  ``/proc`` every 0.2 s (RSS of a lone process; the sum of PSS while forked workers,
+  which share pages with their parent, run; for the ``--max-rss-gb`` guard too).
   The build peak is the larger of the two. Per-stage wall seconds are the manifest's
   ``stages.*.time_s`` and per-stage CPU its ``stages.*.cpu_s`` where the pipeline
   records it (else null);
@@ -65,14 +65,22 @@ POLL_S = 0.2
 
 
 # ----------------------------------------------------------------------------- child processes
-def _proc_rss(pid: int) -> int:
-    """Proportional resident bytes (PSS) of ``pid``, 0 when it is gone.
+def _tree_memory(pids: list[int]) -> int:
+    """Resident bytes of a process tree: RSS of a lone process, else the sum of PSS.
 
-    PSS, not RSS: forked workers share their parent's pages copy-on-write, and summing
-    their RSS would count those pages once per process. Falls back to VmRSS without
-    ``smaps_rollup``.
+    PSS, not RSS, for several processes: forked workers share their parent's pages
+    copy-on-write, and summing their RSS would count those pages once per process.
+    (PSS only then: reading ``smaps_rollup`` of a multi-GB process costs milliseconds.)
     """
-    for path, field in ((f"/proc/{pid}/smaps_rollup", "Pss:"), (f"/proc/{pid}/status", "VmRSS:")):
+    if len(pids) == 1:
+        return _proc_rss(pids[0])
+    return sum(_proc_rss(p, pss=True) for p in pids)
+
+
+def _proc_rss(pid: int, pss: bool = False) -> int:
+    """Resident bytes (``pss``: proportional, from ``smaps_rollup``) of ``pid``; 0 when it is gone."""
+    sources = ((f"/proc/{pid}/smaps_rollup", "Pss:"),) if pss else ()
+    for path, field in sources + ((f"/proc/{pid}/status", "VmRSS:"),):
         try:
             with open(path, encoding="ascii") as fh:
                 for line in fh:
@@ -110,7 +118,7 @@ def run_child(cmd: list[str], log: Path, max_seconds: float | None, max_rss_byte
             if pid == proc.pid:
                 status, ru = st, usage
                 break
-            peak_tree = max(peak_tree, sum(_proc_rss(p) for p in _tree_pids(proc.pid)))
+            peak_tree = max(peak_tree, _tree_memory(_tree_pids(proc.pid)))
             elapsed = time.perf_counter() - t0
             if max_seconds is not None and elapsed > max_seconds:
                 reason = f"exceeded --max-seconds {max_seconds:g} (killed after {elapsed:.1f} s)"

@@ -13,7 +13,8 @@ names the live folder ``generations/N``, which holds (DESIGN §2)::
     node_types.npy, node_keys.npy, graph/, semantic/   (HeteroGraph.save)
     linked.parquet       name-link S-N edges (src, dst, w); the decomposed T/S/N/R edges an insert
                          extends are the graph's T/S/N/R structural edges minus these
-    vectors.usearch      HNSW index of T, S, A, H vectors, key = node id
+    vectors.usearch      HNSW index of T, S, A, H vectors, key = node id; a large index is sharded
+                         (``embed.vector_shards``): shard j >= 1 in vectors.j.usearch
     query/               what a query needs, memory-mapped at open (noderag.index.query_index)
 
 ``INDEX/llm_cache.sqlite`` (LLM builds and answers) is shared by the generations.
