@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-__all__ = ["DECOMPOSITIONS", "ChunkTrace", "read_decompositions", "write_decompositions"]
+__all__ = ["DECOMPOSITIONS", "ChunkTrace", "read_decompositions", "traces_table", "write_decompositions"]
 
 DECOMPOSITIONS = "decompositions.parquet"
 
@@ -35,19 +35,26 @@ def _units_json(units) -> str:
                       separators=(",", ":"))
 
 
-def write_decompositions(path: str | os.PathLike, rows: Sequence[ChunkTrace]) -> Path:
-    """Write the chunk traces atomically (zstd Parquet)."""
+def traces_table(rows: Sequence[ChunkTrace]):
+    """The chunk traces as the Arrow table of ``decompositions.parquet`` (compact: a build keeps this, not the tuples)."""
+    import pyarrow as pa
+
+    return pa.Table.from_arrays([
+        pa.array([r.doc_id for r in rows], pa.int32()),
+        pa.array([r.t for r in rows], pa.int32()),
+        pa.array([_units_json(r.units) for r in rows], pa.string()),
+    ], names=["doc_id", "t", "units"])
+
+
+def write_decompositions(path: str | os.PathLike, rows) -> Path:
+    """Write the chunk traces (``ChunkTrace`` rows or their :func:`traces_table`) atomically (zstd Parquet)."""
     import pyarrow as pa
 
     from noderag.graph.storage import atomic_write_parquet
 
     from .store import PARQUET_OPTIONS
 
-    tab = pa.Table.from_arrays([
-        pa.array([r.doc_id for r in rows], pa.int32()),
-        pa.array([r.t for r in rows], pa.int32()),
-        pa.array([_units_json(r.units) for r in rows], pa.string()),
-    ], names=["doc_id", "t", "units"])
+    tab = rows if isinstance(rows, pa.Table) else traces_table(rows)
     return atomic_write_parquet(path, tab, **PARQUET_OPTIONS)
 
 

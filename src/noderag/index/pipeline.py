@@ -42,7 +42,7 @@ from .decompose.base import ChunkDecomposition, DecomposeFailure
 from .ingest import Document, IngestError, ingest
 from .lock import WriterLock
 from .node_vectors import NodeVectors
-from .decompositions import DECOMPOSITIONS, ChunkTrace, read_decompositions, write_decompositions
+from .decompositions import DECOMPOSITIONS, ChunkTrace, read_decompositions, traces_table, write_decompositions
 from .generations import collect_garbage, commit_generation, current_generation, generation_path
 from .manifest import MANIFEST, StageLog, dir_sizes, read_manifest
 
@@ -466,6 +466,8 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
         raise DecomposeFailure(failures)
 
     # ---- assemble + link
+    import pyarrow as pa
+
     slog.start("assemble")
     crecs, decs = [], []
     for cid, did, text in chunk_rows:
@@ -474,7 +476,8 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
         decs.append(records[cid] if records[cid].error is None else ChunkDecomposition(cid, [], None))
     made: list = []
     new_base = assemble_chunks(table, crecs, decs, trace=made)
-    traces = list(traces) + [ChunkTrace(c.doc_id, int(t), tuple(u)) for c, (t, u) in zip(crecs, made)]
+    traces = pa.concat_tables([traces_table(traces),
+                               traces_table([ChunkTrace(c.doc_id, int(t), tuple(u)) for c, (t, u) in zip(crecs, made)])])
     del crecs, decs, records, made  # the shards on disk keep them; the graph needs only the table now
     base.extend(new_base)
     # documents: chunk ids are T node ids
