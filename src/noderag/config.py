@@ -226,7 +226,8 @@ class EmbedConfig:
         HNSW graphs ``vectors.usearch`` is split into (``noderag.graph.vectors``): each is built by
         one thread and the shards in parallel, so a build uses every core and the index is the same
         for any thread count; a query searches every shard. ``auto``: one below 32,768 T and S
-        vectors, else one per 262,144, at least 2 and at most 8 (``vector_shard_count``).
+        vectors, else one per 131,072, at least 2 and at most 8 (``vector_shard_count``). On 195k
+        hash vectors, 2/4/8 shards: build 59/37/27 CPU s, recall@10 at a beam of 128 0.91/0.88/0.79.
     extractive_mean : bool, default=True
         An extractive (nlp) A or H node, whose text is a few semantic units, gets the unit-norm
         mean of those units' vectors instead of a model call.
@@ -293,7 +294,7 @@ class EmbedConfig:
             return int(self.vector_shards)
         if n_vectors < 32_768:
             return 1
-        return max(2, min(8, -(-int(n_vectors) // 262_144)))
+        return max(2, min(8, -(-int(n_vectors) // 131_072)))
 
     def backend_options(self) -> dict[str, Any]:
         """Keyword arguments for ``noderag.embed.make_embedder`` beyond the spec (set values only).

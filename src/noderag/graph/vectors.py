@@ -306,7 +306,8 @@ class VectorIndex:
         """Approximate k nearest neighbours of each query row.
 
         ``expansion`` sets the HNSW search beam (usearch ``expansion_search``) first; it stays set on
-        this index (a setting of the loaded index, shared by every caller of it).
+        this index (a setting of the loaded index, shared by every caller of it). A sharded index
+        gives each shard ``ceil(expansion / shards)`` (at least ``k``).
 
         Returns
         -------
@@ -321,9 +322,12 @@ class VectorIndex:
         if expansion is not None:
             if isinstance(expansion, bool) or not isinstance(expansion, (int, np.integer)) or expansion < 1:
                 raise ValueError(f"expansion must be a positive integer or None, got {expansion!r}")
+            # each of P shards searches with a beam of expansion / P (at least k): about the work, and
+            # the candidates, of one unsharded search with the full beam
+            beam = max(k, -(-int(expansion) // self.shards)) if self.shards > 1 else int(expansion)
             for x in self._shards:
-                if x.expansion_search != int(expansion):
-                    x.expansion_search = int(expansion)
+                if x.expansion_search != beam:
+                    x.expansion_search = beam
         queries = _as_vectors(vectors, self.ndim, name="vectors")
         q = queries.shape[0]
         out_ids = np.full((q, k), -1, np.int64)
