@@ -69,6 +69,12 @@ class NodeTable:
         self.active.append(True)
         return nid, True
 
+    def keep_index_for(self, types: Sequence[int]) -> None:
+        """Keep only the keys of nodes of ``types`` in the key -> id map (node keys carry their type, so
+        the nodes still to be added, e.g. A/H/O after assemble, merge exactly as before; frees the rest)."""
+        wanted = set(int(t) for t in types)
+        self.index = {k: i for i, (t, k) in enumerate(zip(self.types, self.keys)) if t in wanted}
+
     def types_array(self) -> np.ndarray:
         """Type codes, uint8 of shape (n,)."""
         return np.asarray(self.types, dtype=np.uint8)

@@ -491,6 +491,7 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
     bsrc, bdst, bw = base.arrays()
     link = (link_known_names(table, bsrc, bdst, bw, workers=config.executor.workers)
             if config.decompose.link_known_names else EdgeList())
+    table.keep_index_for((A, H, O))  # only A/H/O nodes are added from here on
     slog.finish("assemble")
     _checkpoint("assemble")
 
