@@ -273,6 +273,7 @@ def _pair_sums(src, dst, w) -> dict:
 
 def test_base_edges_derived_from_graph(tmp_path, monkeypatch):
     # the decomposed edges an insert extends are not stored: graph T/S/N/R edges minus linked.parquet
+    import noderag.index.build_stages as stages
     import noderag.index.pipeline as pl
 
     made = []
@@ -283,8 +284,8 @@ def test_base_edges_derived_from_graph(tmp_path, monkeypatch):
         made.append(e)
         return e
 
-    assemble = pl.assemble_chunks
-    monkeypatch.setattr(pl, "assemble_chunks", recording)
+    assemble = stages.assemble_chunks
+    monkeypatch.setattr(stages, "assemble_chunks", recording)
     out = tmp_path / "idx"
     _build([demo_dir()], out)
     assert len(made) == 1
@@ -407,3 +408,25 @@ def test_semantic_layer_is_built_when_the_search_config_weights_it(tmp_path):
         with pytest.raises(ConfigError, match="semantic.enabled = true"):
             index.retrieve("Who sails to Kessel?", config=SearchConfig(semantic_weight=0.5))
         assert index.retrieve("Who sails to Kessel?").passages is not None
+
+
+def test_a_failed_build_closes_the_backend_it_opened(tmp_path, monkeypatch):
+    """The driver closes the LLM backend it made in ``finally``: also when a stage fails."""
+    import noderag.index.build_stages as stages
+    import noderag.index.pipeline as pl
+
+    closed = []
+
+    class Opened:
+        def close(self):
+            closed.append(True)
+
+    monkeypatch.setattr(pl, "_make_llm", lambda llm, config, root, executor=None: Opened())
+
+    def broken(*a, **k):
+        raise RuntimeError("communities broke")
+
+    monkeypatch.setattr(stages, "communities_stage", broken)
+    with pytest.raises(RuntimeError, match="communities broke"):
+        _build([demo_dir()], tmp_path / "idx")
+    assert closed == [True]

@@ -1,7 +1,10 @@
-"""Stage orchestration of a build or incremental insert, resumable after a kill at any point.
+"""The build driver: a build or incremental insert as a list of stage calls, resumable after a kill at any point.
 
-Stages (DESIGN §3): ingest -> chunk -> decompose -> assemble (+ name linking) ->
-embed T/S -> attributes (A) -> communities (H/O) -> semantic kNN -> finalize.
+Stages (DESIGN §3, the functions of :mod:`noderag.index.build_stages`): ingest -> chunk ->
+decompose -> assemble (+ name linking) -> embed T/S -> attributes (A) -> communities (H/O) ->
+vector index (+ semantic kNN) -> finalize. This module owns what is around them: the writer
+lock, the existing generation, journalling and resume, timing, progress, closing backends
+(also on failure), the manifest and the commit.
 
 Persistence: everything of an unfinished run lives in ``INDEX/stages/`` (the
 chunk table, decomposition and T/S embedding results as Parquet shards, one per
@@ -37,12 +40,11 @@ import numpy as np
 from noderag.graph.storage import FORMAT_VERSION, atomic_write_json
 from noderag.graph.types import TYPE_NAMES, NodeType
 
-from .assemble import ChunkRecord, EdgeList, NodeTable, assemble_chunks, link_known_names
-from .decompose.base import ChunkDecomposition, DecomposeFailure
+from .assemble import EdgeList, NodeTable
+from .decompose.base import DecomposeFailure
 from .ingest import Document, IngestError, ingest
 from .lock import WriterLock
-from .node_vectors import NodeVectors
-from .decompositions import DECOMPOSITIONS, ChunkTrace, read_decompositions, traces_table, write_decompositions
+from .decompositions import DECOMPOSITIONS, read_decompositions
 from .generations import collect_garbage, commit_generation, current_generation, generation_path
 from .manifest import MANIFEST, StageLog, dir_sizes, read_manifest
 
@@ -233,21 +235,6 @@ def _make_llm(llm, config, root: Path, executor=None):
     return llm
 
 
-def _mentions(n: int, types: np.ndarray, src: np.ndarray, dst: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """Mention count per entity: the sum of its S-N edge weights."""
-    sn = (types[src] == S) & (types[dst] == N)
-    ns = (types[src] == N) & (types[dst] == S)
-    out = np.bincount(dst[sn], weights=w[sn], minlength=n) + np.bincount(src[ns], weights=w[ns], minlength=n)
-    return np.rint(out).astype(np.int32)
-
-
-def _cat(*lists: EdgeList) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    e = EdgeList()
-    for x in lists:
-        e.extend(x)
-    return e.arrays()
-
-
 # ----------------------------------------------------------------------------- the build
 
 def build_index(inputs: Sequence[str | os.PathLike], index_dir: str | os.PathLike, config=None, *,
@@ -419,8 +406,8 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
     _checkpoint("ingest")
 
     # ---- chunk
-    from .chunk import chunk_texts
-    from .executor.local import fork_map
+    from .build_stages import (assemble_stage, attributes_stage, cat_edges, chunk_stage, communities_stage,
+                               decompose_stage, embed_stage, files_stage, mention_counts, vector_stage)
 
     first_doc = len(docs_rows)
     chunks_path = stages / "chunks.json"
@@ -428,243 +415,98 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
         chunk_rows = json.loads(chunks_path.read_text("utf-8"))
     else:
         slog.start("chunk")
-        chunk_rows = []
-        texts = [d.text for d in new_docs]
-        step = 2048  # documents per batch; worker processes only for a corpus that repays them
-        batches = [(texts[b:b + step], config.chunk.max_tokens, config.chunk.min_tokens)
-                   for b in range(0, len(texts), step)]
-        with bars.bar(len(new_docs), "chunk") as bar:
-            i = 0
-            for pieces in fork_map(chunk_texts, batches, config.executor.workers if len(texts) >= 8192 else 1):
-                for doc_pieces in pieces:
-                    for piece in doc_pieces:
-                        chunk_rows.append([len(chunk_rows), first_doc + i, piece])
-                    i += 1
-                bar.update(len(pieces))
-        del texts, batches
+        chunk_rows = chunk_stage(new_docs, first_doc, config, bars)
         atomic_write_json(chunks_path, chunk_rows)
         slog.finish("chunk", chunks=len(chunk_rows))
     _checkpoint("chunk")
     doc_of = {first_doc + i: d for i, d in enumerate(new_docs)}
 
-    # ---- decompose (one Parquet shard per batch, by the executor)
-    from .executor.sharded import Executors, decompose_sharded, embed_sharded
+    from .executor.sharded import Executors
 
     executor = Executors(config, say)
     backend = _make_llm(llm, config, root, executor)
-    if config.decompose.method == "llm" and backend is None:
-        from noderag.config import ConfigError
+    try:
+        # ---- decompose (one Parquet shard per batch, by the executor)
+        if config.decompose.method == "llm" and backend is None:
+            from noderag.config import ConfigError
 
-        raise ConfigError("decompose.method = 'llm' needs an LLM: pass llm=..., set llm.spec or use --llm SPEC")
-    slog.start("decompose")
-    records = decompose_sharded(executor, config, backend, llm, root, chunk_rows, doc_of, bars)
-    src_of = {cid: doc_of[did].source for cid, did, _ in chunk_rows}
-    failures = {cid: f"{src_of.get(cid, '?')}: {rec.error}" for cid, rec in sorted(records.items())
-                if rec.error is not None}
-    slog.finish("decompose", chunks=len(chunk_rows), failures=len(failures))
-    if failures and not allow_failures:
-        raise DecomposeFailure(failures)
+            raise ConfigError("decompose.method = 'llm' needs an LLM: pass llm=..., set llm.spec or use --llm SPEC")
+        slog.start("decompose")
+        records, failures = decompose_stage(executor, config, backend, llm, root, chunk_rows, doc_of, bars)
+        slog.finish("decompose", chunks=len(chunk_rows), failures=len(failures))
+        if failures and not allow_failures:
+            raise DecomposeFailure(failures)
 
-    # ---- assemble + link
-    import pyarrow as pa
+        # ---- assemble + link
+        slog.start("assemble")
+        traces, link = assemble_stage(table, base, traces, chunk_rows, doc_of, records, docs_rows, config)
+        del records  # the shards on disk keep them; the graph needs only the table now
+        slog.finish("assemble")
+        _checkpoint("assemble")
 
-    slog.start("assemble")
-    crecs, decs = [], []
-    for cid, did, text in chunk_rows:
-        d = doc_of[did]
-        crecs.append(ChunkRecord(cid, did, text, d.source, d.title))
-        decs.append(records[cid] if records[cid].error is None else ChunkDecomposition(cid, [], None))
-    made: list = []
-    new_base = assemble_chunks(table, crecs, decs, trace=made)
-    traces = pa.concat_tables([traces_table(traces),
-                               traces_table([ChunkTrace(c.doc_id, int(t), tuple(u)) for c, (t, u) in zip(crecs, made)])])
-    del crecs, decs, records, made  # the shards on disk keep them; the graph needs only the table now
-    base.extend(new_base)
-    # documents: chunk ids are T node ids
-    doc_chunks: dict[int, list[int]] = {}
-    for i in range(old_n, len(table)):
-        if table.types[i] == T:
-            doc_chunks.setdefault(table.doc_ids[i], []).append(i)
-    for did, d in doc_of.items():
-        docs_rows.append({"doc_id": did, "source": d.source, "title": d.title, "content_hash": d.content_hash,
-                          "chunk_ids": doc_chunks.get(did, [])})
-    bsrc, bdst, bw = base.arrays()
-    link = (link_known_names(table, bsrc, bdst, bw, workers=config.executor.workers)
-            if config.decompose.link_known_names else EdgeList())
-    table.keep_index_for((A, H, O))  # only A/H/O nodes are added from here on
-    slog.finish("assemble")
-    _checkpoint("assemble")
+        # ---- embed T/S
+        from noderag.embed import make_embedder
 
-    # ---- embed T/S
-    from noderag.embed import make_embedder
+        emb = embedder if embedder is not None else make_embedder(config.embed.spec, **config.embed.backend_options())
+        dim = int(emb.dim)
+        slog.start("embed")
+        vec = embed_stage(table, old_n, emb, executor, config, stages, bars, doc_of, embedder is not None,
+                          old_vectors=(gen_path / "vectors.usearch", vec_src) if existing else None)
+        executor.close()
+        slog.finish("embed", embedded=int(np.isin(table.types_array()[old_n:], (T, S)).sum()))
+        _checkpoint("embed")
 
-    emb = embedder if embedder is not None else make_embedder(config.embed.spec, **config.embed.backend_options())
-    dim = int(emb.dim)
-    n_ts = len(table)
-    types = table.types_array()
-    vec = NodeVectors(dim)  # rows for the embedded nodes only
-    slog.start("embed")
-    if existing:
-        from .enrich import load_vectors
+        # ---- attributes
+        slog.start("attributes")
+        attrs = attributes_stage(table, base, link, vec, emb, backend, config, stages, bars)
+        slog.finish("attributes", important=int(attrs.important.size), failures=len(attrs.failures))
+        _checkpoint("attributes")
 
-        old_ids = np.flatnonzero(np.isin(types[:old_n], (T, S)))
-        vec[old_ids] = load_vectors(gen_path / "vectors.usearch", vec_src[old_ids], dim)
-    new_ids = np.flatnonzero(np.isin(types, (T, S)) & (np.arange(n_ts) >= old_n))
-    from .decompose.nlp import unit_prefix
-    from .enrich import embed_late_resumable, embed_texts_resumable
+        # ---- communities
+        slog.start("communities")
+        comm = communities_stage(table, base, link, attrs, vec, emb, backend, config, stages, bars)
+        slog.finish("communities", communities=comm.count, high_level=len(comm.h_ids), failures=len(comm.failures))
+        _checkpoint("communities")
 
-    with bars.bar(int(new_ids.size), "embed T/S") as bar:
-        if config.embed.late_units and callable(getattr(emb, "embed_with_spans", None)):
-            new_t = new_ids[types[new_ids] == T]
-            new_s = new_ids[types[new_ids] == S]
-            pos_of_t = {int(t): k for k, t in enumerate(new_t.tolist())}
-            in_new_chunk = np.array([table.chunk_ids[s] in pos_of_t for s in new_s.tolist()], dtype=bool)
-            if not in_new_chunk.all():  # a new unit of an existing chunk: no forward pass of its chunk to reuse
-                rest = new_s[~in_new_chunk]
-                vec[rest] = embed_texts_resumable(emb, [table.texts[i] for i in rest.tolist()], stages / "emb_s",
-                                                  batch_size=config.embed.batch_size, progress=bar)
-                new_s = new_s[in_new_chunk]
-            unit_chunk = np.array([pos_of_t[table.chunk_ids[s]] for s in new_s.tolist()], dtype=np.int64)
-            titles = [getattr(doc_of.get(table.doc_ids[t]), "title", None) for t in new_t.tolist()]
-            vec[new_t], vec[new_s], _ = embed_late_resumable(
-                emb, [table.texts[i] for i in new_t.tolist()], [table.texts[i] for i in new_s.tolist()],
-                unit_chunk, [unit_prefix(t) if t else None for t in titles], stages / "emb_ts",
-                batch_size=config.embed.batch_size, progress=bar)
-        else:
-            vec[new_ids] = embed_sharded(executor, config, emb, embedder is not None,
-                                          [table.texts[i] for i in new_ids.tolist()], stages / "emb_ts", bar)
-    executor.close()
-    slog.finish("embed", embedded=int(new_ids.size))
-    _checkpoint("embed")
+        # ---- vector index (+ semantic layer)
+        slog.start("semantic")
+        vindex, sem = vector_stage(table, vec, config)
+        del vec  # the vectors live in the index now: the finalize peak need not hold them twice
+        slog.finish("semantic", edges=int(sem.nnz // 2))
+        _checkpoint("semantic")
 
-    # ---- attributes
-    from noderag.graph.importance import important_entities
+        # ---- finalize
+        slog.start("finalize")
+        from noderag.graph.hetero import HeteroGraph
 
-    from .augment import add_attributes, add_communities, retire_unproduced, subgraph_csr
-
-    slog.start("attributes")
-    n0 = len(table)
-    s1, d1, w1 = _cat(base, link)
-    mentions = _mentions(n0, types, s1, d1, w1)
-    snr = subgraph_csr(n0, types, s1, d1, w1, (S, N, R))
-    important = important_entities(snr, types, mentions, config.importance,
-                                   nodes=np.flatnonzero(np.isin(types, (S, N, R))))
-    a_ids, a_edges, a_fail, a_sources = add_attributes(table, snr, mentions, important, config.attributes,
-                                                       llm=backend, seed=config.seed)
-    types = table.types_array()
-    a_arr = np.asarray(a_ids, dtype=np.int64)
-    if config.embed.extractive_mean and a_ids and all(a in a_sources for a in a_ids):
-        from .augment import mean_vectors
-
-        vec[a_arr] = mean_vectors([a_sources[a] for a in a_ids], lambda ids: vec[ids])
-    else:
-        with bars.bar(int(a_arr.size), "embed A") as bar:
-            vec[a_arr] = embed_texts_resumable(emb, [table.texts[i] for i in a_ids], stages / "emb_a",
-                                               batch_size=config.embed.batch_size, progress=bar)
-    slog.finish("attributes", important=int(important.size), failures=len(a_fail))
-    _checkpoint("attributes")
-
-    # ---- communities
-    slog.start("communities")
-    h_ids: list[int] = []
-    o_ids: list[int] = []
-    h_edges = EdgeList()
-    c_fail: dict[str, str] = {}
-    n_comm = 0
-    if config.communities.enabled:
-        from noderag.graph.communities import leiden
-
-        s2, d2, w2 = _cat(base, link, a_edges)
-        n1 = len(table)
-        snra = subgraph_csr(n1, types, s2, d2, w2, (S, N, R, A))
-        membership = np.asarray(leiden(snra, resolution=config.communities.resolution,
-                                       objective=config.communities.objective, seed=config.seed,
-                                       n_iterations=config.communities.iterations,
-                                       engine=config.communities.engine))
-        n_comm = int(membership.max()) + 1 if membership.size else 0
-        sn = subgraph_csr(n1, types, s1, d1, w1, (S, N))
-        counter = {"n": 0}
-
-        def vectors_of(ids: np.ndarray) -> np.ndarray:
-            return vec[np.asarray(ids, dtype=np.int64)]
-
-        def embed_h(texts: list[str]) -> np.ndarray:
-            counter["n"] += 1
-            with bars.bar(len(texts), "embed H") as bar:
-                return embed_texts_resumable(emb, texts, stages / f"emb_h{counter['n']}",
-                                             batch_size=config.embed.batch_size, progress=bar)
-
-        h_ids, o_ids, h_edges, c_fail, hv = add_communities(
-            table, snra, membership, sn, config.communities, vectors_of=vectors_of, embed_texts=embed_h,
-            llm=backend, seed=config.seed, mean_of_units=config.embed.extractive_mean)
+        n = len(table)
         types = table.types_array()
-        if h_ids:
-            vec[np.asarray(h_ids, dtype=np.int64)] = hv
-    retired = retire_unproduced(table, set(a_ids) | set(h_ids) | set(o_ids))
-    slog.finish("communities", communities=n_comm, high_level=len(h_ids), failures=len(c_fail))
-    _checkpoint("communities")
+        active = np.asarray(table.active, dtype=bool)
+        s3, d3, w3 = cat_edges(base, link, attrs.edges, comm.edges)
+        graph = HeteroGraph.from_coo(types, table.keys_array(), s3, d3, w3)
+        graph.set_layer("semantic", sem)
+        final = stages / "final"
+        if final.exists():
+            import shutil
 
-    # ---- semantic layer
-    slog.start("semantic")
-    n = len(table)
-    types = table.types_array()
-    active = np.asarray(table.active, dtype=bool)
-    # HNSW shards, built in parallel: vector order T/S, then A/H, each by id. (Building them in the
-    # background from the embed stage on was slower on 2 cores: the threads slowed each other.)
-    from .enrich import start_vector_index
-
-    ts_ids = np.flatnonzero(np.isin(types, (T, S)) & active)
-    vindex = start_vector_index(ts_ids, vec.view(ts_ids), dim, config.embed)
-    ah_ids = np.flatnonzero(np.isin(types, (A, H)) & active)
-    vindex.add_in_background(ah_ids, vec.view(ah_ids))
-    vindex.wait()
-    if config.semantic.enabled:
-        from .enrich import semantic_layer
-
-        emb_ids = np.flatnonzero(np.isin(types, (T, S, A, H)) & active)
-        sem = semantic_layer(n, emb_ids, vec[emb_ids], config.semantic.k, index=vindex)
-    else:
-        from noderag.graph.csr import CSR
-
-        sem = CSR.empty(n)
-    del vec  # the vectors live in the index now: the finalize peak need not hold them twice
-    slog.finish("semantic", edges=int(sem.nnz // 2))
-    _checkpoint("semantic")
-
-    # ---- finalize
-    slog.start("finalize")
-    from noderag.graph.hetero import HeteroGraph
-
-    from .store import write_documents, write_nodes
-
-    s3, d3, w3 = _cat(base, link, a_edges, h_edges)
-    graph = HeteroGraph.from_coo(types, table.keys_array(), s3, d3, w3)
-    graph.set_layer("semantic", sem)
-    final = stages / "final"
-    if final.exists():
-        import shutil
-
-        shutil.rmtree(final)
-    final.mkdir(parents=True)
-    mentions_all = _mentions(n, types, s3, d3, w3)
-    write_nodes(final / "nodes.parquet", table, mentions_all)
-    write_documents(final / "documents.parquet", docs_rows)
-    write_decompositions(final / DECOMPOSITIONS, traces)
-    graph.save(final)
-    from .query_index import write_query_index  # what a query would otherwise prepare in O(n) at open
-
-    write_query_index(final)
-    _write_linked(final / LINKED, *link.arrays())
-    vindex.save(final / "vectors.usearch")
-    _checkpoint("finalize-files")
-    slog.finish("finalize")
-    # every LLM call is done: close what we opened, and after a delete drop the cache entries
-    # this run did not use (before the commit, so a kill cannot leave them behind a finished delete)
-    if backend is not None and backend is not llm:
-        if isinstance(llm, str) or llm is None:
-            backend.close()
-        else:  # we only wrapped the caller's backend in a cache: close the cache, not their backend
-            backend.cache.close()
+            shutil.rmtree(final)
+        final.mkdir(parents=True)
+        files_stage(final, table, graph, mention_counts(n, types, s3, d3, w3), docs_rows, traces, link, vindex,
+                    lambda *edges: _write_linked(final / LINKED, *edges))
+        _checkpoint("finalize-files")
+        slog.finish("finalize")
+    finally:
+        # every LLM call is done (or the run failed): close what we opened, never the caller's backend
+        executor.close()
+        if backend is not None and backend is not llm:
+            if isinstance(llm, str) or llm is None:
+                backend.close()
+            else:  # we only wrapped the caller's backend in a cache: close the cache, not their backend
+                backend.cache.close()
+    # after a delete, drop the cache entries this run did not use (before the commit, so a kill cannot
+    # leave them behind a finished delete)
+    a_fail, c_fail, n_comm, retired, important = (attrs.failures, comm.failures, comm.count, comm.retired,
+                                                  attrs.important)
     if drop:
         from .delete import prune_llm_cache
 

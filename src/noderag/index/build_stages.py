@@ -1,0 +1,305 @@
+"""The stages of a build as functions from their inputs to their artifacts (DESIGN §3).
+
+chunk -> decompose -> assemble (+ name links) -> embed T/S -> attributes (A) ->
+communities (H/O) -> vector index (+ semantic kNN layer) -> files. The driver,
+:func:`noderag.index.pipeline.build_index`, owns what is around them: the writer
+lock, journalling and resume (``stages/``), timing, progress, closing backends,
+the manifest and the commit. Each function here only computes; the ones whose
+work is per chunk (decompose, embed) run on the executor and keep resumable
+shards under ``stages/``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from noderag.graph.types import NodeType
+
+from .assemble import ChunkRecord, EdgeList, NodeTable, assemble_chunks, link_known_names
+from .decompose.base import ChunkDecomposition
+from .decompositions import ChunkTrace, traces_table
+from .node_vectors import NodeVectors
+
+__all__ = ["chunk_stage", "decompose_stage", "assemble_stage", "embed_stage", "attributes_stage",
+           "communities_stage", "vector_stage", "Attributes", "Communities"]
+
+T, S, N, R, A, H, O = (int(t) for t in NodeType)
+
+
+def cat_edges(*lists: EdgeList) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(src, dst, w) of several edge lists, concatenated."""
+    e = EdgeList()
+    for x in lists:
+        e.extend(x)
+    return e.arrays()
+
+
+def mention_counts(n: int, types: np.ndarray, src: np.ndarray, dst: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Mention count per entity: the sum of its S-N edge weights."""
+    sn = (types[src] == S) & (types[dst] == N)
+    ns = (types[src] == N) & (types[dst] == S)
+    out = np.bincount(dst[sn], weights=w[sn], minlength=n) + np.bincount(src[ns], weights=w[ns], minlength=n)
+    return np.rint(out).astype(np.int32)
+
+
+# ----------------------------------------------------------------------------- chunk
+
+def chunk_stage(docs: list, first_doc: int, config, bars, *, min_docs_for_workers: int = 8192) -> list[list]:
+    """``[chunk id, doc id, text]`` rows of the documents ``docs`` (doc ids from ``first_doc``).
+
+    Large corpora are chunked by forked worker processes (``executor.workers``); rows come
+    back in document order either way.
+    """
+    from .chunk import chunk_texts
+    from .executor.local import fork_map
+
+    rows: list[list] = []
+    texts = [d.text for d in docs]
+    step = 2048  # documents per batch
+    batches = [(texts[b:b + step], config.chunk.max_tokens, config.chunk.min_tokens)
+               for b in range(0, len(texts), step)]
+    workers = config.executor.workers if len(texts) >= min_docs_for_workers else 1
+    with bars.bar(len(docs), "chunk") as bar:
+        i = 0
+        for pieces in fork_map(chunk_texts, batches, workers):
+            for doc_pieces in pieces:
+                for piece in doc_pieces:
+                    rows.append([len(rows), first_doc + i, piece])
+                i += 1
+            bar.update(len(pieces))
+    return rows
+
+
+# ----------------------------------------------------------------------------- decompose
+
+def decompose_stage(executor, config, backend, llm, root: Path, chunk_rows, doc_of, bars):
+    """(records by chunk id, failures ``{chunk id: "source: error"}``) of every chunk, from resumable shards."""
+    from .executor.sharded import decompose_sharded
+
+    records = decompose_sharded(executor, config, backend, llm, root, chunk_rows, doc_of, bars)
+    src_of = {cid: doc_of[did].source for cid, did, _ in chunk_rows}
+    failures = {cid: f"{src_of.get(cid, '?')}: {rec.error}" for cid, rec in sorted(records.items())
+                if rec.error is not None}
+    return records, failures
+
+
+# ----------------------------------------------------------------------------- assemble
+
+def assemble_stage(table: NodeTable, base: EdgeList, traces, chunk_rows, doc_of, records, docs_rows: list,
+                   config):
+    """Add the chunks' T/S/N/R nodes to ``table`` and their edges to ``base``; append the documents' rows.
+
+    Returns (chunk traces as an Arrow table, name-link edges). A failed chunk becomes its T node
+    alone. Afterwards the table keeps only A/H/O keys in its key map (the only nodes still added).
+    """
+    import pyarrow as pa
+
+    old_n = len(table)
+    crecs, decs = [], []
+    for cid, did, text in chunk_rows:
+        d = doc_of[did]
+        crecs.append(ChunkRecord(cid, did, text, d.source, d.title))
+        decs.append(records[cid] if records[cid].error is None else ChunkDecomposition(cid, [], None))
+    made: list = []
+    base.extend(assemble_chunks(table, crecs, decs, trace=made))
+    traces = pa.concat_tables([traces_table(traces),
+                               traces_table([ChunkTrace(c.doc_id, int(t), tuple(u)) for c, (t, u) in zip(crecs, made)])])
+    del crecs, decs, made
+    doc_chunks: dict[int, list[int]] = {}  # chunk ids are T node ids
+    for i in range(old_n, len(table)):
+        if table.types[i] == T:
+            doc_chunks.setdefault(table.doc_ids[i], []).append(i)
+    for did, d in doc_of.items():
+        docs_rows.append({"doc_id": did, "source": d.source, "title": d.title, "content_hash": d.content_hash,
+                          "chunk_ids": doc_chunks.get(did, [])})
+    bsrc, bdst, bw = base.arrays()
+    link = (link_known_names(table, bsrc, bdst, bw, workers=config.executor.workers)
+            if config.decompose.link_known_names else EdgeList())
+    table.keep_index_for((A, H, O))
+    return traces, link
+
+
+# ----------------------------------------------------------------------------- embed T/S
+
+def embed_stage(table: NodeTable, old_n: int, emb, executor, config, stages: Path, bars, doc_of,
+                embedder_given: bool, old_vectors: tuple[Path, np.ndarray] | None = None) -> NodeVectors:
+    """Vectors of every T/S node: the new ones embedded (resumable shards), the old ones read from
+    ``old_vectors`` = (the previous generation's vectors.usearch, old id of each node)."""
+    from .decompose.nlp import unit_prefix
+    from .enrich import embed_late_resumable, embed_texts_resumable, load_vectors
+    from .executor.sharded import embed_sharded
+
+    dim = int(emb.dim)
+    n_ts = len(table)
+    types = table.types_array()
+    vec = NodeVectors(dim)  # rows for the embedded nodes only
+    if old_vectors is not None:
+        path, vec_src = old_vectors
+        old_ids = np.flatnonzero(np.isin(types[:old_n], (T, S)))
+        vec[old_ids] = load_vectors(path, vec_src[old_ids], dim)
+    new_ids = np.flatnonzero(np.isin(types, (T, S)) & (np.arange(n_ts) >= old_n))
+    with bars.bar(int(new_ids.size), "embed T/S") as bar:
+        if config.embed.late_units and callable(getattr(emb, "embed_with_spans", None)):
+            new_t = new_ids[types[new_ids] == T]
+            new_s = new_ids[types[new_ids] == S]
+            pos_of_t = {int(t): k for k, t in enumerate(new_t.tolist())}
+            in_new_chunk = np.array([table.chunk_ids[s] in pos_of_t for s in new_s.tolist()], dtype=bool)
+            if not in_new_chunk.all():  # a new unit of an existing chunk: no forward pass of its chunk to reuse
+                rest = new_s[~in_new_chunk]
+                vec[rest] = embed_texts_resumable(emb, [table.texts[i] for i in rest.tolist()], stages / "emb_s",
+                                                  batch_size=config.embed.batch_size, progress=bar)
+                new_s = new_s[in_new_chunk]
+            unit_chunk = np.array([pos_of_t[table.chunk_ids[s]] for s in new_s.tolist()], dtype=np.int64)
+            titles = [getattr(doc_of.get(table.doc_ids[t]), "title", None) for t in new_t.tolist()]
+            vec[new_t], vec[new_s], _ = embed_late_resumable(
+                emb, [table.texts[i] for i in new_t.tolist()], [table.texts[i] for i in new_s.tolist()],
+                unit_chunk, [unit_prefix(t) if t else None for t in titles], stages / "emb_ts",
+                batch_size=config.embed.batch_size, progress=bar)
+        else:
+            vec[new_ids] = embed_sharded(executor, config, emb, embedder_given,
+                                          [table.texts[i] for i in new_ids.tolist()], stages / "emb_ts", bar)
+    return vec
+
+
+# ----------------------------------------------------------------------------- attributes
+
+@dataclass
+class Attributes:
+    """What the attributes stage made: A node ids and edges, failures, the important entities."""
+
+    ids: list[int]
+    edges: EdgeList
+    failures: dict
+    important: np.ndarray
+
+
+def attributes_stage(table: NodeTable, base: EdgeList, link: EdgeList, vec: NodeVectors, emb, backend, config,
+                     stages: Path, bars) -> Attributes:
+    """Important entities (k-core, betweenness, mentions) and their A nodes, with A vectors in ``vec``."""
+    from noderag.graph.importance import important_entities
+
+    from .augment import add_attributes, mean_vectors, subgraph_csr
+    from .enrich import embed_texts_resumable
+
+    n0 = len(table)
+    types = table.types_array()
+    s1, d1, w1 = cat_edges(base, link)
+    mentions = mention_counts(n0, types, s1, d1, w1)
+    snr = subgraph_csr(n0, types, s1, d1, w1, (S, N, R))
+    important = important_entities(snr, types, mentions, config.importance,
+                                   nodes=np.flatnonzero(np.isin(types, (S, N, R))))
+    a_ids, a_edges, a_fail, a_sources = add_attributes(table, snr, mentions, important, config.attributes,
+                                                       llm=backend, seed=config.seed)
+    a_arr = np.asarray(a_ids, dtype=np.int64)
+    if config.embed.extractive_mean and a_ids and all(a in a_sources for a in a_ids):
+        vec[a_arr] = mean_vectors([a_sources[a] for a in a_ids], lambda ids: vec[ids])
+    else:
+        with bars.bar(int(a_arr.size), "embed A") as bar:
+            vec[a_arr] = embed_texts_resumable(emb, [table.texts[i] for i in a_ids], stages / "emb_a",
+                                               batch_size=config.embed.batch_size, progress=bar)
+    return Attributes(a_ids, a_edges, a_fail, important)
+
+
+# ----------------------------------------------------------------------------- communities
+
+@dataclass
+class Communities:
+    """What the communities stage made: H and O node ids, their edges, failures, community count."""
+
+    h_ids: list[int] = field(default_factory=list)
+    o_ids: list[int] = field(default_factory=list)
+    edges: EdgeList = field(default_factory=EdgeList)
+    failures: dict = field(default_factory=dict)
+    count: int = 0
+    retired: int = 0
+
+
+def communities_stage(table: NodeTable, base: EdgeList, link: EdgeList, attrs: Attributes, vec: NodeVectors,
+                      emb, backend, config, stages: Path, bars) -> Communities:
+    """Leiden communities of the S/N/R/A graph and their H/O nodes (H vectors in ``vec``); then every
+    A/H/O node this run did not produce is retired."""
+    from .augment import add_communities, retire_unproduced, subgraph_csr
+
+    out = Communities()
+    if config.communities.enabled:
+        from noderag.graph.communities import leiden
+
+        from .enrich import embed_texts_resumable
+
+        types = table.types_array()
+        s1, d1, w1 = cat_edges(base, link)
+        s2, d2, w2 = cat_edges(base, link, attrs.edges)
+        n1 = len(table)
+        snra = subgraph_csr(n1, types, s2, d2, w2, (S, N, R, A))
+        membership = np.asarray(leiden(snra, resolution=config.communities.resolution,
+                                       objective=config.communities.objective, seed=config.seed,
+                                       n_iterations=config.communities.iterations,
+                                       engine=config.communities.engine))
+        out.count = int(membership.max()) + 1 if membership.size else 0
+        sn = subgraph_csr(n1, types, s1, d1, w1, (S, N))
+        counter = {"n": 0}
+
+        def vectors_of(ids: np.ndarray) -> np.ndarray:
+            return vec[np.asarray(ids, dtype=np.int64)]
+
+        def embed_h(texts: list[str]) -> np.ndarray:
+            counter["n"] += 1
+            with bars.bar(len(texts), "embed H") as bar:
+                return embed_texts_resumable(emb, texts, stages / f"emb_h{counter['n']}",
+                                             batch_size=config.embed.batch_size, progress=bar)
+
+        out.h_ids, out.o_ids, out.edges, out.failures, hv = add_communities(
+            table, snra, membership, sn, config.communities, vectors_of=vectors_of, embed_texts=embed_h,
+            llm=backend, seed=config.seed, mean_of_units=config.embed.extractive_mean)
+        if out.h_ids:
+            vec[np.asarray(out.h_ids, dtype=np.int64)] = hv
+    out.retired = retire_unproduced(table, set(attrs.ids) | set(out.h_ids) | set(out.o_ids))
+    return out
+
+
+# ----------------------------------------------------------------------------- vectors
+
+def vector_stage(table: NodeTable, vec: NodeVectors, config) -> tuple[Any, Any]:
+    """(HNSW vector index of the active T/S/A/H nodes, semantic kNN layer CSR — empty unless enabled).
+
+    The shards build in parallel: vector order T/S, then A/H, each by id. (Building them in the
+    background from the embed stage on was slower on 2 cores: the threads slowed each other.)
+    """
+    from .enrich import start_vector_index
+
+    n = len(table)
+    types = table.types_array()
+    active = np.asarray(table.active, dtype=bool)
+    ts_ids = np.flatnonzero(np.isin(types, (T, S)) & active)
+    vindex = start_vector_index(ts_ids, vec.view(ts_ids), vec.dim, config.embed)
+    ah_ids = np.flatnonzero(np.isin(types, (A, H)) & active)
+    vindex.add_in_background(ah_ids, vec.view(ah_ids))
+    vindex.wait()
+    if config.semantic.enabled:
+        from .enrich import semantic_layer
+
+        emb_ids = np.flatnonzero(np.isin(types, (T, S, A, H)) & active)
+        return vindex, semantic_layer(n, emb_ids, vec[emb_ids], config.semantic.k, index=vindex)
+    from noderag.graph.csr import CSR
+
+    return vindex, CSR.empty(n)
+
+
+def files_stage(final: Path, table: NodeTable, graph, mentions: np.ndarray, docs_rows: list, traces, link: EdgeList,
+                vindex, write_linked: Callable) -> None:
+    """Write every file of the finished index into ``final`` (a fresh folder)."""
+    from .decompositions import DECOMPOSITIONS, write_decompositions
+    from .query_index import write_query_index  # what a query would otherwise prepare in O(n) at open
+    from .store import write_documents, write_nodes
+
+    write_nodes(final / "nodes.parquet", table, mentions)
+    write_documents(final / "documents.parquet", docs_rows)
+    write_decompositions(final / DECOMPOSITIONS, traces)
+    graph.save(final)
+    write_query_index(final)
+    write_linked(*link.arrays())
+    vindex.save(final / "vectors.usearch")
