@@ -424,9 +424,9 @@ def test_a_failed_build_closes_the_backend_it_opened(tmp_path, monkeypatch):
     monkeypatch.setattr(pl, "_make_llm", lambda llm, config, root, executor=None: Opened())
 
     def broken(*a, **k):
-        raise RuntimeError("communities broke")
+        raise RuntimeError("assemble broke")
 
-    monkeypatch.setattr(stages, "communities_stage", broken)
-    with pytest.raises(RuntimeError, match="communities broke"):
+    monkeypatch.setattr(stages, "assemble_stage", broken)
+    with pytest.raises(RuntimeError, match="assemble broke"):
         _build([demo_dir()], tmp_path / "idx")
     assert closed == [True]
