@@ -286,19 +286,24 @@ class VectorIndex:
         out = np.zeros((ids.shape[0], self.ndim), np.float32)
         if ids.size == 0:
             return out
-        missing = ~self.contains(ids)
-        if missing.any():
-            raise ValueError(f"ids not in the index: {ids[missing][:5].tolist()}")
         keys = ids.astype(np.uint64)
+        todo = np.arange(ids.size)  # positions not found yet: each shard is asked for what is left
         for x in self._shards:
-            here = np.asarray(x.contains(keys), dtype=bool).reshape(-1) if len(x) else np.zeros(ids.size, bool)
-            if not here.any():
+            if todo.size == 0:
+                break
+            if not len(x):
                 continue
-            rows = x.get(keys[here], dtype=np.float32)
-            if isinstance(rows, tuple):
-                out[here] = np.stack(rows)
+            rows = x.get(keys[todo], dtype=np.float32)
+            if isinstance(rows, tuple):  # some keys missing from this shard: None in their places
+                hit = np.fromiter((r is not None for r in rows), dtype=bool, count=todo.size)
+                if hit.any():
+                    out[todo[hit]] = np.stack([r for r in rows if r is not None])
             else:
-                out[here] = np.asarray(rows, dtype=np.float32).reshape(-1, self.ndim)
+                hit = np.ones(todo.size, bool)
+                out[todo] = np.asarray(rows, dtype=np.float32).reshape(todo.size, self.ndim)
+            todo = todo[~hit]
+        if todo.size:
+            raise ValueError(f"ids not in the index: {ids[todo][:5].tolist()}")
         return out
 
     def search(self, vectors, k: int, *, threads: int = 0,
