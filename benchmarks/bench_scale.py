@@ -249,6 +249,16 @@ def loglog_slope(xs: list[float], ys: list[float]) -> float | None:
     return round(float(np.polyfit(lx, ly, 1)[0]), 4)
 
 
+def projected_peak_rss(sizes: list[dict], n: int) -> float | None:
+    """Build peak RSS of ``n`` passages from a least-squares line (bytes = a + b * passages) through the
+    sizes that built; None with fewer than two. Linear, not log-log: per-node memory does not shrink."""
+    pts = [(s["passages"], s["build"]["peak_rss_bytes"]) for s in sizes if s.get("ok")]
+    if len({x for x, _ in pts}) < 2:
+        return None
+    b, a = np.polyfit([p[0] for p in pts], [p[1] for p in pts], 1)
+    return float(a + b * n)
+
+
 def fits(sizes: list[dict]) -> dict:
     ok = [s for s in sizes if s.get("ok")]
     xs = [s["passages"] for s in ok]
@@ -450,6 +460,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-seconds", type=float, default=None, help="kill a child process after this long")
     ap.add_argument("--max-rss-gb", type=float, default=None, help="kill a child whose process tree exceeds this")
     ap.add_argument("--keep-going", action="store_true", help="try larger sizes after a size failed")
+    ap.add_argument("--no-project", dest="project", action="store_false",
+                    help="try a size even when the memory fit of the smaller ones projects it past --max-rss-gb")
     ap.add_argument("--keep-index", action="store_true", help="keep each index in --work (default: remove)")
     ap.add_argument("--repeats", type=int, default=3, help="single-query timing runs (best of)")
     ap.add_argument("--model-embed", default="default", help="embedder of the throughput figures")
@@ -466,7 +478,8 @@ def main(argv: list[str] | None = None) -> int:
         "git_revision": _git_revision(), "command": "python benchmarks/bench_scale.py " + " ".join(
             sys.argv[1:] if argv is None else argv),
         "embed": args.embed, "sources": args.sources, "repeats": args.repeats, "note": args.note,
-        "rss_method": "build: max(os.wait4 ru_maxrss, /proc process-tree VmRSS polled every 0.2 s); "
+        "rss_method": "build: max(os.wait4 ru_maxrss, /proc process-tree memory polled every 0.2 s: RSS of a "
+                      "lone process, the sum of PSS while forked workers run); "
                       "query: getrusage(RUSAGE_SELF).ru_maxrss in the query process",
         "sizes": [],
     }
@@ -475,6 +488,16 @@ def main(argv: list[str] | None = None) -> int:
         if stop:
             res["sizes"].append({"passages": n, "ok": False, "failed_in": "skipped",
                                  "reason": "not tried: a smaller size failed (use --keep-going)"})
+            continue
+        projected = projected_peak_rss(res["sizes"], n)
+        if args.max_rss_bytes is not None and args.project and projected is not None and projected > args.max_rss_bytes:
+            res["sizes"].append({"passages": n, "ok": False, "failed_in": "skipped", "projected_peak_rss_bytes":
+                                 int(projected), "reason": (
+                                     f"not tried: projected build peak RSS {projected / 1e9:.1f} GB (linear fit of "
+                                     f"the measured sizes) exceeds --max-rss-gb {args.max_rss_bytes / 1e9:g} "
+                                     "(--no-project tries it anyway)")})
+            print(f"== {n:,} passages: {res['sizes'][-1]['reason']}", file=sys.stderr, flush=True)
+            stop = not args.keep_going
             continue
         rec = bench_size(n, args, work)
         res["sizes"].append(rec)

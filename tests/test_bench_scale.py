@@ -120,3 +120,11 @@ def test_tiny_end_to_end_run(tmp_path):
         assert not (out / "scale.png").exists()
     else:
         assert (out / "scale.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_projected_peak_rss_is_a_linear_fit_of_the_sizes_that_built():
+    sizes = [{"passages": 10, "ok": True, "build": {"peak_rss_bytes": 1000 + 10 * 50}},
+             {"passages": 100, "ok": True, "build": {"peak_rss_bytes": 1000 + 100 * 50}},
+             {"passages": 1000, "ok": False, "build": {"peak_rss_bytes": 10**9}}]
+    assert abs(bench_scale.projected_peak_rss(sizes, 10_000) - (1000 + 10_000 * 50)) < 1e-3
+    assert bench_scale.projected_peak_rss(sizes[:1], 10_000) is None
