@@ -101,7 +101,9 @@ def leiden(
     if sub_nodes.size == 0:
         return membership
 
-    graph = ig.Graph(n=int(sub_nodes.size), edges=edges, edge_attrs={"weight": weights})
+    graph = ig.Graph(n=int(sub_nodes.size))  # add_edges takes the array ~4x faster than the constructor
+    graph.add_edges(edges)
+    graph.es["weight"] = weights
     if engine == "igraph":
         membership[sub_nodes] = _by_size(_igraph_leiden(graph, resolution, int(seed), int(n_iterations)))
         return membership
