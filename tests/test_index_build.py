@@ -430,3 +430,11 @@ def test_a_failed_build_closes_the_backend_it_opened(tmp_path, monkeypatch):
     with pytest.raises(RuntimeError, match="assemble broke"):
         _build([demo_dir()], tmp_path / "idx")
     assert closed == [True]
+
+
+def test_identical_for_any_batch_sizes_and_worker_count(tmp_path, demo_index):
+    """Batch sizes and the local worker count change how the work is cut, never the index."""
+    out = tmp_path / "other-cuts"
+    _build([demo_dir()], out, config=_config(**{"decompose.batch_size": 7, "embed.batch_size": 5,
+                                                 "executor.workers": 2}))
+    assert _snapshot(out) == _snapshot(demo_index)
