@@ -124,10 +124,10 @@ def test_concurrent_requests_are_batched(store):
     assert worker.queries == len(qs) and worker.batches < len(qs)
     timings = [_timing(out[i]) for i in range(len(qs))]
     parts = [t["batch"] for t in timings]
-    assert max(parts) <= worker.retrieve_batch == 4 and max(parts) > 1  # batched, in parts of at most 4
+    assert max(parts) <= worker.retrieve_batch == 2 and max(parts) > 1  # batched, in parts of at most 2
     assert max(t["embed_batch"] for t in timings) <= worker.max_batch == 4
     for t in timings:  # every component is on the server's clock and they add up to at most the total
-        assert t["search"] > 0 and t["embed"] > 0 and t["serialise"] > 0
+        assert t["search"] > 0 and t["embed"] > 0 and t["serialise"] > 0 and 0 < t["search_cpu"]
         parts_sum = t["queue"] + t["embed"] + t["handoff"] + t["search"] + t["serialise"]
         assert parts_sum <= t["total"] + 0.01
 

@@ -68,7 +68,7 @@ class ServeSettings:
     api_key: str | None = None
     max_body_bytes: int = Limits.max_body_bytes
     max_batch: int = 4
-    retrieve_batch: int = 4
+    retrieve_batch: int = 2
     max_pending: int | None = None
     reload_s: float | None = 1.0
     llm_spec: str | None = None
@@ -292,11 +292,12 @@ def create_app(index: Any, *, llm: Any = None, settings: ServeSettings | None = 
         """Per-request components on the server's clock (ms): the W3C ``Server-Timing`` header.
 
         queue: waiting for the embedder; embed: its embedding call; handoff: waiting for the search
-        stage; search: its ``retrieve_many`` part; serialise: its JSON encoding; total: the endpoint's
+        stage; search: its ``retrieve_many`` part (search_cpu: the search thread's CPU time in it); serialise: its JSON encoding; total: the endpoint's
         whole time (the rest is request hand-over to and from the event loop).
         """
         return {"Server-Timing": f"queue;dur={t.queue_s * 1e3:.3f}, embed;dur={t.embed_s * 1e3:.3f}, "
                                  f"handoff;dur={t.handoff_s * 1e3:.3f}, search;dur={t.search_s * 1e3:.3f}, "
+                                 f"search_cpu;dur={t.search_cpu_s * 1e3:.3f}, "
                                  f"serialise;dur={t.serialise_s * 1e3:.3f}, total;dur={total_s * 1e3:.3f}, "
                                  f"batch;desc=\"{t.batch_size}\", embed_batch;desc=\"{t.embed_batch_size}\""}
 

@@ -28,9 +28,9 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
                         help="TOML/YAML file whose [search] table overrides the search defaults")
     parser.add_argument("--max-batch", type=int, default=4, metavar="N",
                         help="most queued questions embedded in one call (default 4)")
-    parser.add_argument("--retrieve-batch", type=int, default=4, metavar="N",
+    parser.add_argument("--retrieve-batch", type=int, default=2, metavar="N",
                         help="most embedded questions per retrieval call; each part is answered when done "
-                             "(default 4)")
+                             "(default 2)")
     parser.add_argument("--max-pending", type=int, default=None, metavar="N",
                         help="the embedder waits while N embedded questions wait for retrieval, so under "
                              "overload requests queue before the embedder (default: --retrieve-batch)")

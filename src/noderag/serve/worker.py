@@ -43,6 +43,9 @@ class Timing:
         From its embedding's end until its search starts (earlier embedded questions being searched).
     search_s : float
         Its part's ``retrieve_many`` call (entry points, PPR, selection, passages, context).
+    search_cpu_s : float
+        CPU time of the search thread in that call (less than ``search_s`` by the time the thread waited
+        for a core or the GIL; kernels' helper threads are not counted).
     serialise_s : float
         Its own ``finish`` callback on the worker (subgraph, JSON encoding).
     batch_size : int
@@ -55,6 +58,7 @@ class Timing:
     embed_s: float = 0.0
     handoff_s: float = 0.0
     search_s: float = 0.0
+    search_cpu_s: float = 0.0
     serialise_s: float = 0.0
     batch_size: int = 0
     embed_batch_size: int = 0
@@ -88,8 +92,9 @@ class RetrievalWorker:
         search thread only).
     max_batch : int, default=4
         Most questions per embedding call.
-    retrieve_batch : int, default=4
-        Most questions per ``retrieve_many`` call; each part is answered when it is done.
+    retrieve_batch : int, default=2
+        Most questions per ``retrieve_many`` call; each part is answered when it is done (small parts keep
+        the time after the embedding short; larger ones retrieve more cheaply per question).
     max_pending : int or None, default=None
         The embedder waits while this many embedded questions wait for the search stage; ``None`` uses
         ``retrieve_batch``.
@@ -97,7 +102,7 @@ class RetrievalWorker:
         Passed to ``finish`` with each result (e.g. the views of the same index generation).
     """
 
-    def __init__(self, searcher: Any, *, max_batch: int = 4, retrieve_batch: int = 4,
+    def __init__(self, searcher: Any, *, max_batch: int = 4, retrieve_batch: int = 2,
                  max_pending: int | None = None, context: Any = None) -> None:
         self.max_batch = _positive_int("max_batch", max_batch)
         self.retrieve_batch = _positive_int("retrieve_batch", retrieve_batch)
@@ -219,19 +224,20 @@ class RetrievalWorker:
         import numpy as np
 
         searcher, context = part[0].current
-        t1 = time.perf_counter()
+        t1, c1 = time.perf_counter(), time.thread_time()
         try:
             results = searcher.retrieve_many([j.query for j in part], query_vectors=np.stack([j.vec for j in part]))
         except Exception as exc:  # noqa: BLE001
             for j in part:
                 j.future.set_exception(exc)
             return
-        t2 = time.perf_counter()
+        t2, c2 = time.perf_counter(), time.thread_time()
         self.batches += 1
         self.queries += len(part)
         for j, res in zip(part, results):
             timing = j.timing
             timing.handoff_s, timing.search_s, timing.batch_size = t1 - j.t_embedded, t2 - t1, len(part)
+            timing.search_cpu_s = c2 - c1
             try:
                 f0 = time.perf_counter()
                 out = j.finish(res, context) if j.finish is not None else res
