@@ -125,7 +125,7 @@ def test_concurrent_requests_are_batched(store):
     timings = [_timing(out[i]) for i in range(len(qs))]
     parts = [t["batch"] for t in timings]
     assert max(parts) <= worker.retrieve_batch == 2 and max(parts) > 1  # batched, in parts of at most 2
-    assert max(t["embed_batch"] for t in timings) <= worker.max_batch == 4
+    assert max(t["embed_batch"] for t in timings) <= worker.max_batch == 2
     for t in timings:  # every component is on the server's clock and they add up to at most the total
         assert t["search"] > 0 and t["embed"] > 0 and t["serialise"] > 0 and 0 < t["search_cpu"]
         parts_sum = t["queue"] + t["embed"] + t["handoff"] + t["search"] + t["serialise"]
@@ -197,7 +197,7 @@ def test_stats_health_page(client, store):
     h = client.get("/health").json()
     assert h == {"status": "ok", "nodes": int(store.graph.n), "llm": False, "generation": store.generation}
     s = client.get("/stats").json()
-    assert s["counts"] == store.manifest["counts"] and s["llm"] is None and s["server"]["max_batch"] == 4
+    assert s["counts"] == store.manifest["counts"] and s["llm"] is None and s["server"]["max_batch"] == 2
     page = client.get("/")
     assert page.status_code == 200 and "text/html" in page.headers["content-type"]
     assert "/static/app.js" in page.text and "http" not in page.text.replace("http-equiv", "")

@@ -67,7 +67,7 @@ class ServeSettings:
 
     api_key: str | None = None
     max_body_bytes: int = Limits.max_body_bytes
-    max_batch: int = 4
+    max_batch: int = 2
     retrieve_batch: int = 2
     max_pending: int | None = None
     reload_s: float | None = 1.0

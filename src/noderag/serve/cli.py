@@ -26,8 +26,8 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"require this key on every request but the page's files (or set ${API_KEY_ENV})")
     parser.add_argument("--config", metavar="FILE", default=None,
                         help="TOML/YAML file whose [search] table overrides the search defaults")
-    parser.add_argument("--max-batch", type=int, default=4, metavar="N",
-                        help="most queued questions embedded in one call (default 4)")
+    parser.add_argument("--max-batch", type=int, default=2, metavar="N",
+                        help="most queued questions embedded in one call (default 2)")
     parser.add_argument("--retrieve-batch", type=int, default=2, metavar="N",
                         help="most embedded questions per retrieval call; each part is answered when done "
                              "(default 2)")

@@ -90,8 +90,9 @@ class RetrievalWorker:
     searcher : Searcher
         The prepared searcher (its ``embed`` runs on the embedding thread only, ``retrieve_many`` on the
         search thread only).
-    max_batch : int, default=4
-        Most questions per embedding call.
+    max_batch : int, default=2
+        Most questions per embedding call (the ONNX embedder runs one question per run, ``n_threads`` runs
+        in parallel, so a call of 2 keeps two cores busy; larger calls only make the hand-off wait longer).
     retrieve_batch : int, default=2
         Most questions per ``retrieve_many`` call; each part is answered when it is done (small parts keep
         the time after the embedding short; larger ones retrieve more cheaply per question).
@@ -102,7 +103,7 @@ class RetrievalWorker:
         Passed to ``finish`` with each result (e.g. the views of the same index generation).
     """
 
-    def __init__(self, searcher: Any, *, max_batch: int = 4, retrieve_batch: int = 2,
+    def __init__(self, searcher: Any, *, max_batch: int = 2, retrieve_batch: int = 2,
                  max_pending: int | None = None, context: Any = None) -> None:
         self.max_batch = _positive_int("max_batch", max_batch)
         self.retrieve_batch = _positive_int("retrieve_batch", retrieve_batch)
