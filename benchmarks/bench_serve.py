@@ -224,6 +224,7 @@ async def load(port: int, queries: list[str], *, clients: int, n_queries: int, m
     comp = {c: [x.get(c, 0.0) for x in st]
             for c in ("queue", "embed", "handoff", "search", "search_cpu", "serialise", "total")}
     comp["search_off_cpu"] = [x.get("search", 0.0) - x.get("search_cpu", 0.0) for x in st]
+    calm = [x.get("search", 0.0) for x in st if x.get("search_preempted", -1) == 0]  # the OS never took its core
     # the rest of the endpoint's time: validation, hand-over to the worker and back to the event loop
     comp["other"] = [x.get("total", 0.0) - sum(x.get(c, 0.0) for c in ("queue", "embed", "handoff", "search",
                                                                       "serialise")) for x in st]
@@ -242,6 +243,9 @@ async def load(port: int, queries: list[str], *, clients: int, n_queries: int, m
         row[f"{c}_p50_ms"], row[f"{c}_p99_ms"] = pct(v, 50), pct(v, 99)
     row.update({
         "batch_size_mean": round(float(np.mean([x.get("batch", 0) for x in st])), 1) if st else None,
+        "search_preempted_share": round(sum(x.get("search_preempted", -1) > 0 for x in st) / len(st), 3)
+        if st else None,
+        "search_not_preempted_p99_ms": pct(calm, 99),
         "embed_batch_size_mean": round(float(np.mean([x.get("embed_batch", 0) for x in st])), 1) if st else None,
         "passage_mismatches_vs_retrieve_many": mismatches if check is not None else None,
     })
@@ -305,7 +309,7 @@ def write_markdown(path: Path, out: dict) -> None:
             "server_total_minus_embed_call_p50_ms", "server_total_minus_embed_call_p99_ms"]
     comp_cols = [f"{c}_{p}_ms" for c in ("queue", "embed", "handoff", "search", "search_cpu", "search_off_cpu",
                                          "serialise", "other") for p in ("p50", "p99")]
-    comp_cols += ["embed_batch_size_mean", "batch_size_mean", "passage_mismatches_vs_retrieve_many"]
+    comp_cols += ["search_preempted_share", "search_not_preempted_p99_ms", "embed_batch_size_mean", "batch_size_mean", "passage_mismatches_vs_retrieve_many"]
     lines = [f"# Serving load test: {out['dataset']}", "",
              f"{out['n_questions']} questions cycled, {out['clients']} concurrent clients (one keep-alive connection "
              f"each) on loopback, `POST /retrieve` with k=10; {out['machine']}. Load average at the start: "
@@ -508,8 +512,10 @@ def main(argv: list[str] | None = None) -> int:
                 f"{main_run['server_excl_embedding_p99_ms']} ms p99 (p50 {main_run['server_excl_embedding_p50_ms']} "
                 "ms) for total - queue - embed, i.e. counting the wait for the embedder as part of the query "
                 f"embedding; its parts at p99: handoff {main_run['handoff_p99_ms']}, search "
-                f"{main_run['search_p99_ms']} (of which the search thread was on a CPU {main_run['search_cpu_p99_ms']} "
-                f"and off it {main_run['search_off_cpu_p99_ms']}), serialise {main_run['serialise_p99_ms']}, other "
+                f"{main_run['search_p99_ms']} (p99 of the search thread's CPU time {main_run['search_cpu_p99_ms']}, of its "
+                f"time off a CPU {main_run['search_off_cpu_p99_ms']}; the OS preempted it during "
+                f"{round(100 * main_run['search_preempted_share'], 1)}% of the requests' searches, and the others "
+                f"took {main_run['search_not_preempted_p99_ms']} ms p99), serialise {main_run['serialise_p99_ms']}, other "
                 f"{main_run['other_p99_ms']} ms. Not excluding the wait for the embedder (total - embedding "
                 f"call): {main_run['server_total_minus_embed_call_p99_ms']} ms p99, which cannot be small with 32 "
                 f"closed-loop clients at capacity: at {main_run['qps']} q/s they keep about 32 / q/s = "

@@ -292,14 +292,16 @@ def create_app(index: Any, *, llm: Any = None, settings: ServeSettings | None = 
         """Per-request components on the server's clock (ms): the W3C ``Server-Timing`` header.
 
         queue: waiting for the embedder; embed: its embedding call; handoff: waiting for the search
-        stage; search: its ``retrieve_many`` part (search_cpu: the search thread's CPU time in it); serialise: its JSON encoding; total: the endpoint's
+        stage; search: its ``retrieve_many`` part (search_cpu: the search thread's CPU time in it, search_preempted: times the OS
+        took its core meanwhile); serialise: its JSON encoding; total: the endpoint's
         whole time (the rest is request hand-over to and from the event loop).
         """
         return {"Server-Timing": f"queue;dur={t.queue_s * 1e3:.3f}, embed;dur={t.embed_s * 1e3:.3f}, "
                                  f"handoff;dur={t.handoff_s * 1e3:.3f}, search;dur={t.search_s * 1e3:.3f}, "
                                  f"search_cpu;dur={t.search_cpu_s * 1e3:.3f}, "
                                  f"serialise;dur={t.serialise_s * 1e3:.3f}, total;dur={total_s * 1e3:.3f}, "
-                                 f"batch;desc=\"{t.batch_size}\", embed_batch;desc=\"{t.embed_batch_size}\""}
+                                 f"batch;desc=\"{t.batch_size}\", embed_batch;desc=\"{t.embed_batch_size}\", "
+                                 f"search_preempted;desc=\"{t.search_preempted}\""}
 
     async def run_one(question: str, k: int | None, explain: bool) -> tuple[Any, bytes, Timing]:
         (res, body), timing = await asyncio.wrap_future(worker.submit(question, encode(k, explain)))

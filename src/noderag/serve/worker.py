@@ -21,6 +21,16 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
+import numpy as np
+
+try:
+    import resource
+
+    _RUSAGE_THREAD = getattr(resource, "RUSAGE_THREAD", None)
+except ImportError:  # not on Windows
+    resource = None
+    _RUSAGE_THREAD = None
+
 __all__ = ["Timing", "RetrievalWorker", "WorkerStopped"]
 
 
@@ -44,8 +54,11 @@ class Timing:
     search_s : float
         Its part's ``retrieve_many`` call (entry points, PPR, selection, passages, context).
     search_cpu_s : float
-        CPU time of the search thread in that call (less than ``search_s`` by the time the thread waited
-        for a core or the GIL; kernels' helper threads are not counted).
+        CPU time of the search thread in that call (less than ``search_s`` by the time the thread did not
+        run: waiting for a core, the GIL or kernels' helper threads, whose CPU time is not counted).
+    search_preempted : int
+        Times the OS took a core from the search thread during that call (involuntary context switches,
+        Linux; -1 where not measured): the machine's other work, not the server's own waits.
     serialise_s : float
         Its own ``finish`` callback on the worker (subgraph, JSON encoding).
     batch_size : int
@@ -59,6 +72,7 @@ class Timing:
     handoff_s: float = 0.0
     search_s: float = 0.0
     search_cpu_s: float = 0.0
+    search_preempted: int = -1
     serialise_s: float = 0.0
     batch_size: int = 0
     embed_batch_size: int = 0
@@ -74,6 +88,13 @@ class _Job:
     current: tuple[Any, Any] | None = None  # (searcher, context) that embedded it; it is searched by the same
     vec: Any = None
     t_embedded: float = 0.0
+
+
+def _involuntary_switches() -> int:
+    """The calling thread's involuntary context switches so far (-1 where the OS does not count them)."""
+    if _RUSAGE_THREAD is None:
+        return -1
+    return resource.getrusage(_RUSAGE_THREAD).ru_nivcsw
 
 
 def _positive_int(name: str, v: Any) -> int:
@@ -222,23 +243,22 @@ class RetrievalWorker:
             self._search(part)
 
     def _search(self, part: list[_Job]) -> None:
-        import numpy as np
-
         searcher, context = part[0].current
-        t1, c1 = time.perf_counter(), time.thread_time()
+        t1, c1, n1 = time.perf_counter(), time.thread_time(), _involuntary_switches()
         try:
             results = searcher.retrieve_many([j.query for j in part], query_vectors=np.stack([j.vec for j in part]))
         except Exception as exc:  # noqa: BLE001
             for j in part:
                 j.future.set_exception(exc)
             return
-        t2, c2 = time.perf_counter(), time.thread_time()
+        t2, c2, n2 = time.perf_counter(), time.thread_time(), _involuntary_switches()
         self.batches += 1
         self.queries += len(part)
         for j, res in zip(part, results):
             timing = j.timing
             timing.handoff_s, timing.search_s, timing.batch_size = t1 - j.t_embedded, t2 - t1, len(part)
             timing.search_cpu_s = c2 - c1
+            timing.search_preempted = n2 - n1 if n1 >= 0 else -1
             try:
                 f0 = time.perf_counter()
                 out = j.finish(res, context) if j.finish is not None else res
