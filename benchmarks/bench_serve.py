@@ -336,12 +336,13 @@ def write_markdown(path: Path, out: dict) -> None:
              "search + serialise + other). *server_total_minus_embed_call* = total - embed (it keeps the wait "
              "for the embedder). *client* = end-to-end latency on the client's clock (send to last byte).", "",
              "Runs: *default* is the default server: an embedding thread embeds up to 2 queued questions per "
-             "call (`--max-batch 2`, one per ONNX thread) and pauses while 2 embedded questions wait for the search stage "
+             "call (`--max-batch 2`) on one ONNX thread (`--embed-threads 1`) and pauses while 2 embedded questions wait for the search stage "
              "(`--max-pending`, default `--retrieve-batch`), so under overload the queue forms in front of the "
              "embedder; a search thread retrieves the embedded questions in `retrieve_many` parts of 2 "
              "(`--retrieve-batch 2`) and answers each part when it is done. *parts_of_8* = `--retrieve-batch 8`; "
-             "*big_batches* = embedding calls of up to 32, parts of 8 and no back-pressure (`--max-pending 32`, "
-             "close to the previous server); *unbatched* = one question per call in both stages; "
+             "*embed_threads_2* = two parallel ONNX runs per embedding call (`--embed-threads 2`); "
+             "*big_batches* = embedding calls of up to 32 on two ONNX threads, parts of 8 and no back-pressure "
+             "(`--max-pending 32`, close to the previous server); *unbatched* = one question per call in both stages; "
              "*default_paced_half_load* = the default server with the same 32 connections sending at half the "
              "default run's throughput (open loop: request i leaves at i / rate s), so requests rarely queue; "
              "*insert_during_load* = the default server while another process inserts documents into the "
@@ -392,7 +393,9 @@ def main(argv: list[str] | None = None) -> int:
     runs: dict[str, dict] = {}
     rm_runs = [rm_before]
     for name, extra in (("default", []), ("parts_of_8", ["--retrieve-batch", "8"]),
-                        ("big_batches", ["--max-batch", "32", "--retrieve-batch", "8", "--max-pending", "32"]),
+                        ("embed_threads_2", ["--embed-threads", "2"]),
+                        ("big_batches", ["--max-batch", "32", "--retrieve-batch", "8", "--max-pending", "32",
+                                         "--embed-threads", "2"]),
                         ("unbatched", ["--max-batch", "1", "--retrieve-batch", "1", "--max-pending", "1"])):
         srv = Server(base, *extra)
         try:

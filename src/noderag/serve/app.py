@@ -58,6 +58,11 @@ class ServeSettings:
         Most embedded queries per ``retrieve_many`` call (each part answered when done).
     max_pending : int or None
         The embedder waits while this many embedded queries wait for the search stage (None: ``retrieve_batch``).
+    embed_threads : int or None
+        Parallel ONNX runs of the query embedder (None: the embedder's own default, all cores up to 8). 1 by
+        default: the embedding stage keeps to one core and the search stage and the event loop have the
+        rest (with 2 on the 2-core machine the search thread was preempted in 99.7% of its calls,
+        ``benchmarks/results/serve.md``).
     reload_s : float or None
         Check every ``reload_s`` seconds whether a writer committed a new index generation, and serve it
         without a restart (None: keep the generation opened at start).
@@ -70,6 +75,7 @@ class ServeSettings:
     max_batch: int = 2
     retrieve_batch: int = 2
     max_pending: int | None = None
+    embed_threads: int | None = 1
     reload_s: float | None = 1.0
     llm_spec: str | None = None
 
@@ -215,6 +221,9 @@ def create_app(index: Any, *, llm: Any = None, settings: ServeSettings | None = 
     settings = settings or ServeSettings()
     store = IndexStore.open(index) if isinstance(index, (str, os.PathLike)) else index
     searcher = Searcher(store, search_config, llm=llm, embedder=embedder)
+    emb = searcher.embedder
+    if settings.embed_threads is not None and hasattr(emb, "n_threads"):
+        emb.n_threads = settings.embed_threads  # the embedding stage's share of the cores
     warm_vec = searcher.embed(["warm-up question"])  # load the embedding model now, not on a request
     searcher.retrieve_many(["warm-up question"], query_vectors=warm_vec)  # and compile the kernels
 

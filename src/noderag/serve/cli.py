@@ -34,6 +34,9 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-pending", type=int, default=None, metavar="N",
                         help="the embedder waits while N embedded questions wait for retrieval, so under "
                              "overload requests queue before the embedder (default: --retrieve-batch)")
+    parser.add_argument("--embed-threads", type=int, default=1, metavar="N",
+                        help="parallel query-embedding runs (default 1: embedding keeps to one core, retrieval and "
+                             "responses have the others)")
     parser.add_argument("--access-log", action="store_true", help="log every request on stderr")
 
 
@@ -62,7 +65,7 @@ def run_serve(args: argparse.Namespace) -> int:
         print(f"noderag serve: error: --port must be 0..65535, got {args.port}", file=sys.stderr)
         return 1
     for flag, v in (("--max-batch", args.max_batch), ("--retrieve-batch", args.retrieve_batch),
-                    ("--max-pending", args.max_pending)):
+                    ("--max-pending", args.max_pending), ("--embed-threads", args.embed_threads)):
         if v is not None and v < 1:
             print(f"noderag serve: error: {flag} must be >= 1, got {v}", file=sys.stderr)
             return 1
@@ -89,7 +92,7 @@ def run_serve(args: argparse.Namespace) -> int:
         print(f"noderag serve: warning: listening on {args.host} without --api-key: anyone who can reach it "
               "can query the index", file=sys.stderr)
     settings = ServeSettings(api_key=api_key, max_batch=args.max_batch, retrieve_batch=args.retrieve_batch,
-                             max_pending=args.max_pending,
+                             max_pending=args.max_pending, embed_threads=args.embed_threads,
                              llm_spec=spec if llm else None)
     app = create_app(store, llm=llm, settings=settings, search_config=config)
     family = socket.AF_INET6 if ":" in args.host else socket.AF_INET

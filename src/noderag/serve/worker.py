@@ -112,8 +112,8 @@ class RetrievalWorker:
         The prepared searcher (its ``embed`` runs on the embedding thread only, ``retrieve_many`` on the
         search thread only).
     max_batch : int, default=2
-        Most questions per embedding call (the ONNX embedder runs one question per run, ``n_threads`` runs
-        in parallel, so a call of 2 keeps two cores busy; larger calls only make the hand-off wait longer).
+        Most questions per embedding call (the ONNX embedder runs one question per run, so larger calls
+        save little and make the hand-off wait longer).
     retrieve_batch : int, default=2
         Most questions per ``retrieve_many`` call; each part is answered when it is done (small parts keep
         the time after the embedding short; larger ones retrieve more cheaply per question).
