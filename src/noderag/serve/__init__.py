@@ -1,8 +1,9 @@
 """``noderag serve``: an HTTP API and an offline web page over one opened index (optional extra ``serve``).
 
-The index opens once; retrieval runs on one worker thread that batches whatever requests queued while
-the previous batch ran (one embedding call, one multi-threaded PPR call), so 32 concurrent clients share
-the compiled kernels instead of contending for them. FastAPI and uvicorn are imported only here.
+The index opens once; one thread embeds queued questions (a few per call) and one thread retrieves the
+embedded ones in small ``retrieve_many`` parts, so 32 concurrent clients share the compiled kernels
+instead of contending for them, and under overload they queue in front of the embedder. FastAPI and
+uvicorn are imported only here.
 """
 
 from __future__ import annotations

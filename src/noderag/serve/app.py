@@ -53,24 +53,29 @@ class ServeSettings:
     max_body_bytes : int
         Larger request bodies get a 413 without being read.
     max_batch : int
-        Most queued queries the worker embeds as one batch.
+        Most queued queries the worker embeds in one call.
     retrieve_batch : int
-        Most queries per ``retrieve_many`` call within a batch (each part answered when done).
+        Most embedded queries per ``retrieve_many`` call (each part answered when done).
+    max_pending : int or None
+        The embedder waits while this many embedded queries wait for the search stage (None: ``retrieve_batch``).
+    embed_threads : int or None
+        Parallel ONNX runs of the query embedder (None: the embedder's own default, all cores up to 8). 1 by
+        default: the embedding stage keeps to one core and the search stage and the event loop have the
+        rest (with 2 on the 2-core machine the search thread was preempted in 99.7% of its calls,
+        ``benchmarks/results/serve.md``).
     reload_s : float or None
         Check every ``reload_s`` seconds whether a writer committed a new index generation, and serve it
         without a restart (None: keep the generation opened at start).
-    pipeline : bool
-        Embed the next batch while the current one retrieves (two worker threads; off by default: on the
-        2-core machine of ``benchmarks/results/serve.md`` it gained no throughput and lengthened p99).
     llm_spec : str or None
         Shown by ``/stats`` (the backend itself is passed to :func:`create_app`).
     """
 
     api_key: str | None = None
     max_body_bytes: int = Limits.max_body_bytes
-    max_batch: int = 32
-    retrieve_batch: int = 8
-    pipeline: bool = False
+    max_batch: int = 2
+    retrieve_batch: int = 2
+    max_pending: int | None = None
+    embed_threads: int | None = 1
     reload_s: float | None = 1.0
     llm_spec: str | None = None
 
@@ -216,6 +221,9 @@ def create_app(index: Any, *, llm: Any = None, settings: ServeSettings | None = 
     settings = settings or ServeSettings()
     store = IndexStore.open(index) if isinstance(index, (str, os.PathLike)) else index
     searcher = Searcher(store, search_config, llm=llm, embedder=embedder)
+    emb = searcher.embedder
+    if settings.embed_threads is not None and hasattr(emb, "n_threads"):
+        emb.n_threads = settings.embed_threads  # the embedding stage's share of the cores
     warm_vec = searcher.embed(["warm-up question"])  # load the embedding model now, not on a request
     searcher.retrieve_many(["warm-up question"], query_vectors=warm_vec)  # and compile the kernels
 
@@ -227,7 +235,7 @@ def create_app(index: Any, *, llm: Any = None, settings: ServeSettings | None = 
 
     live = [Generation(store, searcher, GraphView(store))]  # the generation being served (swapped whole)
     worker = RetrievalWorker(searcher, max_batch=settings.max_batch, retrieve_batch=settings.retrieve_batch,
-                             pipeline=settings.pipeline, context=live[0])
+                             max_pending=settings.max_pending, context=live[0])
 
     def swap(gen: Generation) -> None:
         live[0] = gen
@@ -290,10 +298,19 @@ def create_app(index: Any, *, llm: Any = None, settings: ServeSettings | None = 
         return finish
 
     def server_timing(t: Timing, total_s: float) -> dict[str, str]:
+        """Per-request components on the server's clock (ms): the W3C ``Server-Timing`` header.
+
+        queue: waiting for the embedder; embed: its embedding call; handoff: waiting for the search
+        stage; search: its ``retrieve_many`` part (search_cpu: the search thread's CPU time in it, search_preempted: times the OS
+        took its core meanwhile); serialise: its JSON encoding; total: the endpoint's
+        whole time (the rest is request hand-over to and from the event loop).
+        """
         return {"Server-Timing": f"queue;dur={t.queue_s * 1e3:.3f}, embed;dur={t.embed_s * 1e3:.3f}, "
-                                 f"handoff;dur={t.handoff_s * 1e3:.3f}, retrieve;dur={t.retrieve_s * 1e3:.3f}, "
-                                 f"finish;dur={t.finish_s * 1e3:.3f}, "
-                                 f"total;dur={total_s * 1e3:.3f}, batch;desc=\"{t.batch_size}\""}
+                                 f"handoff;dur={t.handoff_s * 1e3:.3f}, search;dur={t.search_s * 1e3:.3f}, "
+                                 f"search_cpu;dur={t.search_cpu_s * 1e3:.3f}, "
+                                 f"serialise;dur={t.serialise_s * 1e3:.3f}, total;dur={total_s * 1e3:.3f}, "
+                                 f"batch;desc=\"{t.batch_size}\", embed_batch;desc=\"{t.embed_batch_size}\", "
+                                 f"search_preempted;desc=\"{t.search_preempted}\""}
 
     async def run_one(question: str, k: int | None, explain: bool) -> tuple[Any, bytes, Timing]:
         (res, body), timing = await asyncio.wrap_future(worker.submit(question, encode(k, explain)))
@@ -374,7 +391,8 @@ def create_app(index: Any, *, llm: Any = None, settings: ServeSettings | None = 
             if searcher.llm is not None else None,
             "server": {"requests": counters["requests"], "errors": counters["errors"], "batches": worker.batches,
                        "queries": worker.queries, "max_batch": worker.max_batch,
-                       "retrieve_batch": worker.retrieve_batch, "pipeline": worker.pipeline,
+                       "retrieve_batch": worker.retrieve_batch, "max_pending": worker.max_pending,
+                       "embed_batches": worker.embed_batches,
                        "generation_reloads": watcher.reloads if watcher is not None else None,
                        "uptime_s": round(time.time() - counters["started"], 1),
                        "limits": {"max_question_chars": Limits.max_question_chars,

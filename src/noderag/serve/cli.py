@@ -26,14 +26,17 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"require this key on every request but the page's files (or set ${API_KEY_ENV})")
     parser.add_argument("--config", metavar="FILE", default=None,
                         help="TOML/YAML file whose [search] table overrides the search defaults")
-    parser.add_argument("--max-batch", type=int, default=32, metavar="N",
-                        help="most queued questions embedded as one batch (default 32)")
-    parser.add_argument("--retrieve-batch", type=int, default=8, metavar="N",
-                        help="most questions per retrieval call within a batch; each part is answered when done "
-                             "(default 8)")
-    parser.add_argument("--pipeline", action="store_true",
-                        help="embed the next batch on a second thread while the current one retrieves (default: "
-                             "one worker thread embeds and retrieves each batch in turn)")
+    parser.add_argument("--max-batch", type=int, default=2, metavar="N",
+                        help="most queued questions embedded in one call (default 2)")
+    parser.add_argument("--retrieve-batch", type=int, default=2, metavar="N",
+                        help="most embedded questions per retrieval call; each part is answered when done "
+                             "(default 2)")
+    parser.add_argument("--max-pending", type=int, default=None, metavar="N",
+                        help="the embedder waits while N embedded questions wait for retrieval, so under "
+                             "overload requests queue before the embedder (default: --retrieve-batch)")
+    parser.add_argument("--embed-threads", type=int, default=1, metavar="N",
+                        help="parallel query-embedding runs (default 1: embedding keeps to one core, retrieval and "
+                             "responses have the others)")
     parser.add_argument("--access-log", action="store_true", help="log every request on stderr")
 
 
@@ -61,8 +64,9 @@ def run_serve(args: argparse.Namespace) -> int:
     if not (0 <= args.port <= 65535):
         print(f"noderag serve: error: --port must be 0..65535, got {args.port}", file=sys.stderr)
         return 1
-    for flag, v in (("--max-batch", args.max_batch), ("--retrieve-batch", args.retrieve_batch)):
-        if v < 1:
+    for flag, v in (("--max-batch", args.max_batch), ("--retrieve-batch", args.retrieve_batch),
+                    ("--max-pending", args.max_pending), ("--embed-threads", args.embed_threads)):
+        if v is not None and v < 1:
             print(f"noderag serve: error: {flag} must be >= 1, got {v}", file=sys.stderr)
             return 1
     store = IndexStore.open(args.index)
@@ -88,7 +92,7 @@ def run_serve(args: argparse.Namespace) -> int:
         print(f"noderag serve: warning: listening on {args.host} without --api-key: anyone who can reach it "
               "can query the index", file=sys.stderr)
     settings = ServeSettings(api_key=api_key, max_batch=args.max_batch, retrieve_batch=args.retrieve_batch,
-                             pipeline=args.pipeline,
+                             max_pending=args.max_pending, embed_threads=args.embed_threads,
                              llm_spec=spec if llm else None)
     app = create_app(store, llm=llm, settings=settings, search_config=config)
     family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
