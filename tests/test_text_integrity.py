@@ -134,15 +134,22 @@ def test_text_processing_is_linear_in_length():
     small, large = _one_line(1 << 20), _one_line(4 << 20, seed=1)
     assert "\n" not in large
     count_tokens("warm up")
-    # best of 5 each, the sizes interleaved, so a burst of noise on the shared machine hits both alike
-    best = {name: [float("inf"), float("inf")] for name in stages}
-    for _ in range(5):
-        for name, fn in stages.items():
-            best[name][0] = min(best[name][0], _best_time(fn, small, 1))
-            best[name][1] = min(best[name][1], _best_time(fn, large, 1))
-    ratios = {name: large_s / small_s for name, (small_s, large_s) in best.items()}
     # quadratic work would give ~16; sentences and chunking measure 4.0-4.2. The nlp decomposer measures
     # 4.0-4.65 on this machine (per-chunk sorts of its mentions are n log n: 4 x log(4n)/log(n) ~ 4.5 here),
     # so it gets a 5.0 bound: the issue's 4.5 is at its noise edge (said in the closing note of issue 14).
     limits = {"sentences": 4.5, "chunk": 4.5, "nlp": 5.0}
+    # best of 5 each, the sizes interleaved, so a burst of noise on the shared machine hits both alike; a stage
+    # over its bound is measured again (up to 3 rounds: CI once saw sentences at 5.8 under load), which a linear
+    # stage passes at once and a quadratic one (~16) never does
+    best = {name: [float("inf"), float("inf")] for name in stages}
+    ratios: dict[str, float] = {}
+    for _round in range(3):
+        pending = [name for name in stages if ratios.get(name, float("inf")) > limits[name]]
+        if not pending:
+            break
+        for _ in range(5):
+            for name in pending:
+                best[name][0] = min(best[name][0], _best_time(stages[name], small, 1))
+                best[name][1] = min(best[name][1], _best_time(stages[name], large, 1))
+        ratios = {name: large_s / small_s for name, (small_s, large_s) in best.items()}
     assert all(ratios[name] <= limits[name] for name in ratios), ratios
