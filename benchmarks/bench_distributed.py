@@ -93,6 +93,9 @@ class LocalCluster:
 
 def _digest(index: Path) -> str:
     """One hash over the files that must be identical between equivalent builds."""
+    from noderag.index.generations import current_path
+
+    index = current_path(index)  # the index's live generation folder
     h = hashlib.blake2b(digest_size=16)
     for rel in ("node_types.npy", "node_keys.npy", "graph/indptr.npy", "graph/indices.npy", "graph/weights.npy",
                 "vectors.usearch", "nodes.parquet", "linked.parquet", "documents.parquet"):

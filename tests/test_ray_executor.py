@@ -99,7 +99,7 @@ class Cluster:
     def workers(self) -> list[int]:
         """pids of the Ray Data actors (map workers) of this cluster."""
         procs = _procs()
-        return sorted(p for p in _cluster_pids(self.marks) if "MapWorker" in procs.get(p, (0, ""))[1])
+        return sorted(p for p in _cluster_pids(self.marks) if any(m in procs.get(p, (0, ""))[1] for m in ("MapWorker", "MapBatches(")))
 
     def stop(self) -> list[int]:
         """Kill every process of the cluster; returns the pids still alive afterwards."""
