@@ -86,8 +86,9 @@ class Cluster:
         self.ray = str(Path(sys.executable).parent / "ray")
         common = ["--num-cpus", "1", "--object-store-memory", "100000000", "--disable-usage-stats",
                   "--node-ip-address", "127.0.0.1"]
+        self.client_port = _free_port()  # the Ray Client server (ray://) on the head
         self._run([self.ray, "start", "--head", "--port", str(self.port), "--temp-dir", self.tmp,
-                   "--include-dashboard=False", *common])
+                   "--ray-client-server-port", str(self.client_port), "--include-dashboard=False", *common])
         self._run([self.ray, "start", "--address", self.address, *common])
 
     def _run(self, cmd: list[str]) -> None:
@@ -171,6 +172,21 @@ def test_cluster_build_equals_local_build(cluster, local_index, tmp_path):
                       executor=ExecutorConfig(kind="ray", address=cluster.address))
     assert any("ray: connected (2 CPUs" in m for m in logs), logs
     assert rep.manifest["counts"]["chunks"] == 12
+    assert _snapshot(out) == _snapshot(local_index)
+
+
+def test_ray_client_address_builds_the_local_index(cluster, local_index, tmp_path):
+    """``ray://HOST:PORT``: the driver is a Ray Client; Ray Data runs in a cluster-side actor, shards land here."""
+    out = tmp_path / "ray-client"
+    logs: list[str] = []
+    try:
+        build_index([demo_dir()], out, _config(), progress=False, log=logs.append,
+                    executor=ExecutorConfig(kind="ray", address=f"ray://127.0.0.1:{cluster.client_port}"))
+    finally:
+        import ray
+
+        ray.shutdown()  # leave no client connection to the next test
+    assert any("ray: connected (2 CPUs" in m for m in logs), logs
     assert _snapshot(out) == _snapshot(local_index)
 
 

@@ -148,6 +148,42 @@ class _StageWorker:
         return _apply(self.fn, batch)
 
 
+def _dataset(stage, tables: list, n: int):
+    """The stage over ``tables`` (one block each) as a Ray Data dataset on ``n`` workers."""
+    import ray.data
+
+    ds = ray.data.from_arrow(tables)
+    if stage.num_gpus:
+        return ds.map_batches(_StageWorker, fn_constructor_args=(stage,), batch_size=None, batch_format="pyarrow",
+                              zero_copy_batch=True, compute=ray.data.ActorPoolStrategy(size=n),
+                              num_gpus=stage.num_gpus, num_cpus=0)  # Ray Data restarts killed actors
+    return ds.map_batches(_run_pieces, fn_kwargs={"stage": stage}, batch_size=None, batch_format="pyarrow",
+                          zero_copy_batch=True, compute=ray.data.TaskPoolStrategy(size=n),
+                          num_cpus=1)  # Ray Data retries the task of a worker that died
+
+
+@ray.remote(num_cpus=0, max_restarts=0)
+class _DatasetRunner:
+    """Runs a stage's dataset on the cluster for a Ray Client (``ray://``) driver, which cannot run Ray Data
+    itself (its streaming executor needs a core worker); the driver pulls the result batches one by one."""
+
+    def __init__(self, stage, tables: list, n: int) -> None:
+        self.it = iter(_dataset(stage, tables, n).iter_batches(batch_size=None, batch_format="pyarrow"))
+
+    def next(self):
+        return next(self.it, None)
+
+
+def _client_batches(stage, tables: list, n: int):
+    """Result batches of the stage run by a :class:`_DatasetRunner` (Ray Client drivers)."""
+    runner = _DatasetRunner.remote(stage, tables, n)
+    try:
+        while (batch := ray.get(runner.next.remote())) is not None:
+            yield batch
+    finally:
+        ray.kill(runner)
+
+
 def _split(table, parts: int) -> list:
     """``table`` in ``parts`` contiguous slices of near-equal size (the first ones one row longer)."""
     n = table.num_rows
@@ -250,19 +286,15 @@ class RayExecutor:
                 tables.append(t.append_column(_SHARD, pa.array([i] * m, pa.int64()))
                               .append_column(_PIECE, pa.array([k] * m, pa.int64()))
                               .append_column(_ROWS, pa.array([m] * m, pa.int64())))
-        ds = ray.data.from_arrow(tables)
-        if stage.num_gpus:
-            ds = ds.map_batches(_StageWorker, fn_constructor_args=(stage,), batch_size=None, batch_format="pyarrow",
-                                zero_copy_batch=True, compute=ray.data.ActorPoolStrategy(size=n),
-                                num_gpus=stage.num_gpus, num_cpus=0)  # Ray Data restarts killed actors
+        if ray.util.client.ray.is_connected():  # ray://: Ray Data runs in a cluster-side actor, batches come back
+            batches = _client_batches(stage, tables, n)
         else:
-            ds = ds.map_batches(_run_pieces, fn_kwargs={"stage": stage}, batch_size=None, batch_format="pyarrow",
-                                zero_copy_batch=True, concurrency=n, num_cpus=1)  # Ray Data retries a dead worker's task
+            batches = _dataset(stage, tables, n).iter_batches(batch_size=None, batch_format="pyarrow")
         import pyarrow.compute as pc
 
         got: dict[int, dict[int, list]] = {}  # shard -> piece -> its output tables so far
         done: dict[int, set[int]] = {}  # shard -> its complete pieces
-        for batch in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
+        for batch in batches:
             shard_col, piece_col = batch.column(_SHARD), batch.column(_PIECE)
             for s, k in sorted({(a, b) for a, b in zip(shard_col.to_pylist(), piece_col.to_pylist())}):
                 part = batch.filter(pc.and_(pc.equal(shard_col, s), pc.equal(piece_col, k)))
