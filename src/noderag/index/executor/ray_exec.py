@@ -12,6 +12,7 @@ by the rerun. Imported only for ``--executor ray``.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 import math
 import os
@@ -162,6 +163,18 @@ def _dataset(stage, tables: list, n: int):
                           num_cpus=1)  # Ray Data retries the task of a worker that died
 
 
+@ray.remote(num_cpus=0, scheduling_strategy="SPREAD")
+def _warm() -> int:
+    """Start one of the job's worker processes and import what the stages need; Ray Data's tasks reuse it."""
+    import pyarrow.compute  # noqa: F401
+
+    import noderag.embed  # noqa: F401
+    import noderag.index.decompose.factory  # noqa: F401
+    import noderag.index.executor.stages  # noqa: F401
+
+    return os.getpid()
+
+
 @ray.remote(num_cpus=0, max_restarts=0)
 class _DatasetRunner:
     """Runs a stage's dataset on the cluster for a Ray Client (``ray://``) driver, which cannot run Ray Data
@@ -207,8 +220,15 @@ class RayExecutor:
         self.config = config
         self.say = log or (lambda msg: None)
         env = {k: v for k, v in os.environ.items() if k.startswith("NODERAG_TEST_")}
+        t0 = time.perf_counter()
         connect(config.address, config.connect_timeout_s, env)
-        import ray.data
+        self.connect_s = time.perf_counter() - t0  # ray.init (0 when this process was already connected)
+        res = ray.cluster_resources()
+        self.cpus = int(res.get("CPU", 1))
+        self.gpus = int(res.get("GPU", 0))
+        # start this job's worker processes now, while the driver sets up Ray Data and plans the stage
+        self._warm = [_warm.remote() for _ in range(min(self.cpus, int(config.workers or self.cpus)))]
+        importlib.import_module("ray.data")  # (an `import ray.data` here would make `ray` local to __init__)
 
         import logging
         import warnings
@@ -219,11 +239,8 @@ class RayExecutor:
             ctx = ray.data.DataContext.get_current()
             ctx.enable_progress_bars = False
             ctx.print_on_execution_start = False
-        res = ray.cluster_resources()
-        self.cpus = int(res.get("CPU", 1))
-        self.gpus = int(res.get("GPU", 0))
         self._cache_actor = None
-        self.say(f"ray: connected ({self.cpus} CPUs, {self.gpus} GPUs)")
+        self.say(f"ray: connected ({self.cpus} CPUs, {self.gpus} GPUs) in {self.connect_s:.2f} s")
 
     def workers(self, num_gpus: float) -> int:
         """Actor-pool size: ``executor.workers`` or one per CPU (per GPU for GPU stages)."""
