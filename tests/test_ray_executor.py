@@ -190,6 +190,30 @@ def test_ray_client_address_builds_the_local_index(cluster, local_index, tmp_pat
     assert _snapshot(out) == _snapshot(local_index)
 
 
+def test_only_row_independent_stages_are_split_and_pieces_reassemble_in_order():
+    _require_ray()
+    import math
+
+    import pyarrow as pa
+
+    from noderag.index.executor.ray_exec import RayExecutor
+    from noderag.index.executor.stages import DecomposeStage, EmbedStage, text_table
+
+    ex = RayExecutor.__new__(RayExecutor)  # pieces() needs no connection
+    texts = [f"text {i}" for i in range(1367)]
+    shards = {0: text_table(np.arange(1024), texts[:1024]), 1: text_table(np.arange(1024, 1367), texts[1024:])}
+    split = ex.pieces(EmbedStage("default"), shards, 2)  # the MuSiQue sample's 1024 + 343 texts on 2 workers
+    for i, t in shards.items():
+        assert pa.concat_tables(split[i]).equals(t)
+    sizes = [p.num_rows for ps in split.values() for p in ps]
+    assert len(sizes) >= 2 * ex.PIECES_PER_WORKER and max(sizes) <= math.ceil(1367 / (2 * ex.PIECES_PER_WORKER))
+    # a batch-dependent embedder (ONNX at batch size 8, sentence-transformers) and decomposition keep whole shards
+    for stage in (EmbedStage("default", {"batch_size": 8}), EmbedStage("st:some/model"),
+                  DecomposeStage(NodeRAGConfig().decompose)):
+        assert {i: len(ps) for i, ps in ex.pieces(stage, shards, 2).items()} == {0: 1, 1: 1}
+    assert EmbedStage("hash:64").row_independent and EmbedStage("onnx:/m", {"batch_size": 1}).row_independent
+
+
 def _cli_build(out: Path, address: str, cfg: Path, env_extra: dict | None = None, **kw) -> subprocess.Popen:
     env = dict(os.environ, **(env_extra or {}))
     return subprocess.Popen([sys.executable, "-m", "noderag.cli", "build", str(demo_dir()), "--index", str(out),
