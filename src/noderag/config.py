@@ -434,7 +434,7 @@ class ExecutorConfig:
     address : str or None
         Ray cluster: ``auto``, ``HOST:PORT`` or ``ray://HOST:PORT``; ``None`` starts a local Ray instance.
     workers : int or None
-        Actor-pool size per stage (``None``: one per CPU of the cluster, one per GPU for GPU backends).
+        Workers per stage (``None``: one per CPU of the cluster, one per GPU for GPU backends).
     llm_concurrency : int, default=8
         Total in-flight requests to an ``openai:`` server across all workers.
     connect_timeout_s : float, default=15
