@@ -86,8 +86,9 @@ class Cluster:
         self.ray = str(Path(sys.executable).parent / "ray")
         common = ["--num-cpus", "1", "--object-store-memory", "100000000", "--disable-usage-stats",
                   "--node-ip-address", "127.0.0.1"]
+        self.client_port = _free_port()  # the Ray Client server (ray://) on the head
         self._run([self.ray, "start", "--head", "--port", str(self.port), "--temp-dir", self.tmp,
-                   "--include-dashboard=False", *common])
+                   "--ray-client-server-port", str(self.client_port), "--include-dashboard=False", *common])
         self._run([self.ray, "start", "--address", self.address, *common])
 
     def _run(self, cmd: list[str]) -> None:
@@ -99,7 +100,7 @@ class Cluster:
     def workers(self) -> list[int]:
         """pids of the Ray Data actors (map workers) of this cluster."""
         procs = _procs()
-        return sorted(p for p in _cluster_pids(self.marks) if "MapWorker" in procs.get(p, (0, ""))[1])
+        return sorted(p for p in _cluster_pids(self.marks) if any(m in procs.get(p, (0, ""))[1] for m in ("MapWorker", "MapBatches(")))
 
     def stop(self) -> list[int]:
         """Kill every process of the cluster; returns the pids still alive afterwards."""
@@ -172,6 +173,45 @@ def test_cluster_build_equals_local_build(cluster, local_index, tmp_path):
     assert any("ray: connected (2 CPUs" in m for m in logs), logs
     assert rep.manifest["counts"]["chunks"] == 12
     assert _snapshot(out) == _snapshot(local_index)
+
+
+def test_ray_client_address_builds_the_local_index(cluster, local_index, tmp_path):
+    """``ray://HOST:PORT``: the driver is a Ray Client; Ray Data runs in a cluster-side actor, shards land here."""
+    out = tmp_path / "ray-client"
+    logs: list[str] = []
+    try:
+        build_index([demo_dir()], out, _config(), progress=False, log=logs.append,
+                    executor=ExecutorConfig(kind="ray", address=f"ray://127.0.0.1:{cluster.client_port}"))
+    finally:
+        import ray
+
+        ray.shutdown()  # leave no client connection to the next test
+    assert any("ray: connected (2 CPUs" in m for m in logs), logs
+    assert _snapshot(out) == _snapshot(local_index)
+
+
+def test_only_row_independent_stages_are_split_and_pieces_reassemble_in_order():
+    _require_ray()
+    import math
+
+    import pyarrow as pa
+
+    from noderag.index.executor.ray_exec import RayExecutor
+    from noderag.index.executor.stages import DecomposeStage, EmbedStage, text_table
+
+    ex = RayExecutor.__new__(RayExecutor)  # pieces() needs no connection
+    texts = [f"text {i}" for i in range(1367)]
+    shards = {0: text_table(np.arange(1024), texts[:1024]), 1: text_table(np.arange(1024, 1367), texts[1024:])}
+    split = ex.pieces(EmbedStage("default"), shards, 2)  # the MuSiQue sample's 1024 + 343 texts on 2 workers
+    for i, t in shards.items():
+        assert pa.concat_tables(split[i]).equals(t)
+    sizes = [p.num_rows for ps in split.values() for p in ps]
+    assert len(sizes) >= 2 * ex.PIECES_PER_WORKER and max(sizes) <= math.ceil(1367 / (2 * ex.PIECES_PER_WORKER))
+    # a batch-dependent embedder (ONNX at batch size 8, sentence-transformers) and decomposition keep whole shards
+    for stage in (EmbedStage("default", {"batch_size": 8}), EmbedStage("st:some/model"),
+                  DecomposeStage(NodeRAGConfig().decompose)):
+        assert {i: len(ps) for i, ps in ex.pieces(stage, shards, 2).items()} == {0: 1, 1: 1}
+    assert EmbedStage("hash:64").row_independent and EmbedStage("onnx:/m", {"batch_size": 1}).row_independent
 
 
 def _cli_build(out: Path, address: str, cfg: Path, env_extra: dict | None = None, **kw) -> subprocess.Popen:

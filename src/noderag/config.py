@@ -451,10 +451,9 @@ class ExecutorConfig:
     address : str or None
         Ray cluster: ``auto``, ``HOST:PORT`` or ``ray://HOST:PORT``; ``None`` starts a local Ray instance.
     workers : int or None
-        Ray: actor-pool size per stage (``None``: one per CPU of the cluster, one per GPU for GPU
-        backends). Local: worker processes for the CPU-bound stages (``nlp`` decomposition, the
-        ``hash`` embedder) of a large build (``None``: one per CPU; 1: in-process only). Never
-        changes the index.
+        Ray: workers per stage (``None``: one per CPU of the cluster, one per GPU for GPU backends).
+        Local: worker processes for the CPU-bound stages (``nlp`` decomposition, the ``hash``
+        embedder) of a large build (``None``: one per CPU; 1: in-process only). Never changes the index.
     llm_concurrency : int, default=8
         Total in-flight requests to an ``openai:`` server across all workers.
     connect_timeout_s : float, default=15

@@ -178,6 +178,13 @@ class EmbedStage:
         return replace(self, embedder=None)
 
     @property
+    def row_independent(self) -> bool:
+        """True when a text's vector does not depend on the other texts of its call, so an executor may
+        split a shard: the hashing embedder, and the ONNX embedders at their default batch size of 1."""
+        kind = self.spec.split(":", 1)[0].lower()
+        return kind == "hash" or (kind in ("default", "minilm", "onnx") and int(self.options.get("batch_size", 1)) == 1)
+
+    @property
     def num_gpus(self) -> float:
         """GPUs per worker: the in-process vllm embedder, or a model placed on ``device = cuda...``."""
         kind = self.spec.split(":", 1)[0].lower()
