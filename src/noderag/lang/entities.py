@@ -15,7 +15,7 @@ from functools import lru_cache
 
 from .fold import fold_zh
 
-__all__ = ["CONNECT", "STOP", "TOKEN", "Mention", "canonical_name", "canonical_token", "extract_mentions",
+__all__ = ["CONNECT", "LEAD", "STOP", "TOKEN", "Mention", "canonical_name", "canonical_token", "extract_mentions",
            "non_overlapping", "query_entities", "same_name"]
 
 _WS = re.compile(r"\s+")
@@ -65,8 +65,8 @@ january february march april may june july august september october november dec
 monday tuesday wednesday thursday friday saturday sunday
 """.split())
 
-# Stop words that are stripped from the front of a multi-word name ("The Beatles", "In Paris").
-_LEAD = frozenset("""
+#: Stop words that are stripped from the front of a multi-word name ("The Beatles", "In Paris").
+LEAD = frozenset("""
 a an the and or but nor so yet for of in on at to by with from into onto upon about above after
 against along among around as before behind below during since through under until unlike via within
 without despite following according he she it they we i you his her its their our my your this that
@@ -139,7 +139,7 @@ def _name_mentions(sent: str) -> list[Mention]:
         span = toks[i:last_cap + 1]
         # drop leading stop words / articles ("The Beatles" -> "Beatles", "In Paris" -> "Paris")
         k = 0
-        while k < len(span) and (span[k][2].lower() in _LEAD or span[k][2].lower() in CONNECT):
+        while k < len(span) and (span[k][2].lower() in LEAD or span[k][2].lower() in CONNECT):
             k += 1
         span = span[k:]
         if len(span) == 1 and span[0][2].lower().rstrip(".") in STOP:
