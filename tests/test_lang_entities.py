@@ -17,7 +17,7 @@ from noderag.config import DecomposeConfig
 from noderag.graph.types import NodeType
 from noderag.index.decompose.base import ChunkInput
 from noderag.lang import entities as ent
-from noderag.lang.entities import canonical_name, extract_mentions, query_entities
+from noderag.lang.entities import canonical_name, extract_mentions
 from noderag.search.entities import EntityMatcher, extract_query_entities
 
 # Words that exercise the rules: names, connectors, leading articles and stop words, possessives,
@@ -41,6 +41,8 @@ def _joined(words: list[str]) -> str:
 
 
 _texts = st.lists(st.sampled_from(_VOCAB), min_size=1, max_size=24).map(_joined)
+# Without Han letters: a Chinese chunk adds the segmenter's mentions (the zh extra), tested in test_lang_zh.
+_latin_texts = st.lists(st.sampled_from([w for w in _VOCAB if w != "臺灣"]), min_size=1, max_size=24).map(_joined)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -62,7 +64,6 @@ def test_a_mention_indexed_from_a_text_is_matched_in_a_query_to_the_same_key(tex
         return
     ids = np.arange(len(names))
     matcher = EntityMatcher(ids, names)
-    assert query_entities(text) == extract_query_entities(text)
     hits = {h.node_id for h in matcher.match(extract_query_entities(text), text)}
     for m in mentions:
         same = {j for j in range(len(names)) if canonical_name(names[j]) == canonical_name(m.text)}
@@ -72,12 +73,12 @@ def test_a_mention_indexed_from_a_text_is_matched_in_a_query_to_the_same_key(tex
             continue  # "Bank's" (from "Bank's's"): a possessive is trimmed again in any other context
         q = f'Who wrote "{m.text}"?' if m.kind == "quote" else f"What do we know about {m.text}?"
         matched = matcher.match(extract_query_entities(q), q)
-        keys_found = {canonical_name(names[h.node_id]) for h in matched if h.kind in ("exact", "in_query")}
+        keys_found = {canonical_name(names[h.node_id]) for h in matched}
         assert canonical_name(m.text) in keys_found, (q, m, matched)
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.lists(_texts, min_size=1, max_size=4))
+@given(st.lists(_latin_texts, min_size=1, max_size=4))
 def test_decomposer_entities_are_query_entities(sentences):
     """The ``nlp`` decomposer's unit entities (title excluded) are matched exactly from the unit text."""
     text = " ".join(s.rstrip(".?!") + "." for s in sentences)
@@ -90,8 +91,7 @@ def test_decomposer_entities_are_query_entities(sentences):
         matched = matcher.match(extract_query_entities(unit.text), unit.text)
         found = {canonical_name(unit.entities[h.node_id]) for h in matched}
         for e in unit.entities:
-            if not text.startswith(e) or canonical_name(e) in found:  # sentence-initial trims (_unvouched_start)
-                assert canonical_name(e) in found or any(canonical_name(e) in f for f in found), (unit.text, e)
+            assert canonical_name(e) in found, (unit.text, e, matched)
 
 
 def test_one_canonical_function_everywhere():

@@ -23,6 +23,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from ..index.sentences import sentence_spans  # a pure helper: the decomposer's sentence split
 from ..lang.entities import STOP, canonical_name, query_entities
 from ..lang.zh import is_han_token, match_tokens
 
@@ -127,8 +128,9 @@ class _NameMatching:
     def in_text(self, text: str) -> list[tuple[int, str]]:
         """(node id, phrase) for every name found as a whole-word phrase in ``text``.
 
-        A span qualifies when one of its words outside :data:`noderag.lang.entities.STOP` is capitalised or starts
-        with a digit in the original text. Spans inside a longer matched span are dropped.
+        A span qualifies when one of its words outside :data:`noderag.lang.entities.STOP` is capitalised
+        (or starts with a digit, or is a Han character) in the original text, or when all of its two or
+        more words are. Spans inside a longer matched span are dropped.
         """
         surface = match_tokens(text)  # CJK: one token per Han character, so names inside unspaced text match
         toks = [canonical_name(w) for w in surface]
@@ -140,9 +142,9 @@ class _NameMatching:
             for s in range(len(toks) - n + 1):
                 if not all(possible[s:s + n]):
                     continue
-                if not any(t not in STOP and (w[:1].isupper() or w[:1].isdigit() or is_han_token(w))
-                           for t, w in zip(toks[s:s + n], surface[s:s + n])):
-                    continue
+                caps = [w[:1].isupper() or w[:1].isdigit() or is_han_token(w) for w in surface[s:s + n]]
+                if not any(c and t not in STOP for c, t in zip(caps, toks[s:s + n])) and not (n > 1 and all(caps)):
+                    continue  # the decomposer's rule: a lone stop word is no name, "March March" is
                 todo.append((s, n))
         found = self._phrase_js_many([" ".join(toks[s:s + n]) for s, n in todo])
         for (s, n), hits in zip(todo, found):  # longest spans first, as listed
@@ -393,6 +395,15 @@ class MappedNames(_NameMatching):
 
 
 def extract_query_entities(query: str) -> list[str]:
-    """Rule-based query entities: the index's own mention rules (:func:`noderag.lang.entities.query_entities`),
-    so a name the ``nlp`` decomposer extracted from a text is found again in a query containing that text."""
-    return query_entities(query)
+    """Rule-based query entities: the index's own mention rules (:func:`noderag.lang.entities.query_entities`)
+    per sentence, as the ``nlp`` decomposer applies them, so a name it extracted from a text is found again
+    in a query containing that text. Order of first appearance, one per canonical name."""
+    seen: set[str] = set()
+    out: list[str] = []
+    for a, b in sentence_spans(query):
+        for ent in query_entities(query[a:b]):
+            key = canonical_name(ent)
+            if key not in seen:
+                seen.add(key)
+                out.append(ent)
+    return out

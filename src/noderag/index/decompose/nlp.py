@@ -41,8 +41,8 @@ def _unvouched_start(m: Mention, vouched: set[str], ntitle: str) -> Mention | No
         rest = words[1:] if k == 1 else []
     else:
         rest = words[k:]
-    # what is left obeys the name rules: no leading article or connector, no lone stop word ("Bank In" -> none)
-    while rest and (rest[0].casefold() in LEAD or rest[0].casefold() in CONNECT):
+    # what is left obeys the name rules: no leading article, connector or "&", no lone stop word ("Bank In")
+    while rest and (rest[0].casefold() in LEAD or rest[0].casefold() in CONNECT or not any(c.isalnum() for c in rest[0])):
         rest = rest[1:]
     if len(rest) == 1 and rest[0].casefold().rstrip(".") in STOP:
         rest = []
