@@ -42,7 +42,7 @@ def _unvouched_start(m: Mention, vouched: set[str], ntitle: str) -> Mention | No
     else:
         rest = words[k:]
     # what is left obeys the name rules: no leading article, connector or "&", no lone stop word ("Bank In")
-    while rest and (rest[0].casefold() in LEAD or rest[0].casefold() in CONNECT or not any(c.isalnum() for c in rest[0])):
+    while rest and (rest[0].strip("-&").casefold() in LEAD | CONNECT | {""}):
         rest = rest[1:]
     if len(rest) == 1 and rest[0].casefold().rstrip(".") in STOP:
         rest = []
