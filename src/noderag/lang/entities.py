@@ -154,8 +154,7 @@ def _name_mentions(sent: str) -> list[Mention]:
             if m:
                 text = text[:m.start()]
                 b = a + len(text)
-            if (len(text) >= 2 and not text.isdigit() and any(ch.isalpha() for ch in text)
-                    and (len(span) > 1 or text.lower().rstrip(".") not in STOP)):  # "It's" -> no "It"
+            if len(text) >= 2 and not text.isdigit() and any(ch.isalpha() for ch in text):
                 out.append(Mention(a, b, text, "name"))
         i = last_cap + 1
     return out
