@@ -15,7 +15,7 @@ from typing import Sequence
 
 from ...lang import zh as _zh
 from ...lang.detect import detect_language
-from ...lang.entities import CONNECT, STOP, TOKEN, Mention, canonical_name, extract_mentions, non_overlapping
+from ...lang.entities import CONNECT, TOKEN, Mention, canonical_name, extract_mentions, non_overlapping
 from ..sentences import sentence_spans
 from .base import ChunkDecomposition, ChunkInput, Unit
 
@@ -41,11 +41,6 @@ def _unvouched_start(m: Mention, vouched: set[str], ntitle: str) -> Mention | No
         rest = words[1:] if k == 1 else []
     else:
         rest = words[k:]
-    # no leading "-" or "&" piece, and no lone stop word left ("Bank In", "Bank & The" give no name)
-    while rest and not rest[0].strip("-&"):
-        rest = rest[1:]
-    if len(rest) == 1 and rest[0].strip("-&").casefold().rstrip(".") in STOP:
-        rest = []
     if not rest:
         return None
     text = " ".join(rest)
