@@ -1,4 +1,4 @@
-"""Stable content keys and canonical entity names.
+"""Stable content keys (names are canonicalised by :func:`noderag.lang.entities.canonical_name`).
 
 A node's key is the first 8 bytes (little-endian uint64) of blake2b over its
 type code and canonical text: identical in every process and on every machine,
@@ -8,29 +8,16 @@ independent of ``PYTHONHASHSEED``.
 from __future__ import annotations
 
 import hashlib
-import re
-import unicodedata
 from typing import Iterable
 
 import numpy as np
 
-from ..lang.fold import fold_zh
+from ..lang.entities import canonical_name  # re-exported: the one canonical form of names
 from .types import NodeType
 
+__all__ = ["KEY_DTYPE", "canonical_name", "node_key", "node_keys"]
+
 KEY_DTYPE = np.dtype("<u8")
-_WS = re.compile(r"\s+")
-# Punctuation (Unicode category P*) and symbols trimmed from both ends of a name.
-_EDGE_CHARS = "".join(
-    chr(c) for c in range(0x20, 0x3000) if unicodedata.category(chr(c))[0] in "PSZ"
-) + "\u3000\u3001\u3002\uff0c\uff0e\uff1a\uff1b\uff01\uff1f\u300c\u300d\u300e\u300f\uff08\uff09"
-
-
-def canonical_name(text: str) -> str:
-    """NFKC, case-folded, Traditional Chinese folded to Simplified, whitespace collapsed, surrounding
-    punctuation stripped (so 臺灣, 台灣 and 台湾 are one name; the text as written is stored elsewhere)."""
-    text = fold_zh(unicodedata.normalize("NFKC", text).casefold())
-    text = _WS.sub(" ", text).strip(_EDGE_CHARS)
-    return text
 
 
 def node_key(node_type: NodeType | int, canonical_text: str) -> int:

@@ -13,7 +13,8 @@ from typing import Sequence
 
 import numpy as np
 
-from noderag.graph.keys import canonical_name, node_key
+from noderag.graph.keys import node_key
+from noderag.lang.entities import canonical_name, canonical_token
 from noderag.graph.types import NodeType
 
 from .decompose.base import ChunkDecomposition
@@ -229,7 +230,7 @@ def link_known_names(table: NodeTable, base_src: np.ndarray, base_dst: np.ndarra
     by_first: dict[str, dict[int, dict[tuple[str, ...], int]]] = {}
     for nid in ent_ids.tolist():
         name = table.names[nid] or ""
-        toks = tuple(t.casefold() for t in _WORD.findall(name))
+        toks = tuple(canonical_token(t) for t in _WORD.findall(name))
         if not toks or not any(ch.isalpha() for ch in name) or (len(toks) == 1 and len(toks[0]) < 3):
             continue
         by_len = by_first.setdefault(toks[0], {}).setdefault(len(toks), {})
@@ -262,7 +263,7 @@ def _match_names(shared, s_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.
     for sid in s_ids.tolist():
         text = texts[sid]
         words = list(_WORD.finditer(text))
-        low = [m.group(0).casefold() for m in words]
+        low = [canonical_token(m.group(0)) for m in words]
         found: dict[int, int] = {}
         i = 0
         while i < len(words):

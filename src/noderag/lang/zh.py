@@ -19,6 +19,7 @@ from functools import lru_cache
 from typing import Sequence
 
 from .detect import HAN, has_han
+from .entities import canonical_name
 from .fold import fold_zh
 
 __all__ = [
@@ -170,7 +171,7 @@ def sentence_relations(sent: str, mentions: Sequence, max_words: int) -> list[tu
                 continue
             seen.add((a, b))
             ma, mb = mentions[a], mentions[b]
-            if fold_zh(ma.text.casefold()) == fold_zh(mb.text.casefold()):
+            if canonical_name(ma.text) == canonical_name(mb.text):
                 continue
             between = " ".join(sent[mentions[k].end:mentions[k + 1].start] for k in range(a, b))
             rel = _relation_text(between, max_words)

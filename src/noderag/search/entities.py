@@ -18,30 +18,22 @@ writes them as sorted hash arrays and CSR posting lists (:func:`name_index_array
 from __future__ import annotations
 
 import hashlib
-import re
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 import numpy as np
 
-from ..graph.keys import canonical_name
+from ..index.sentences import sentence_spans  # a pure helper: the decomposer's sentence split
+from ..lang.entities import STOP, canonical_name, query_entities
 from ..lang.zh import is_han_token, match_tokens
 
 __all__ = ["EntityMatcher", "MappedNames", "NameMatch", "extract_query_entities", "hash64", "name_index_arrays",
            "name_tokens"]
 
 
-# Words that never start or form a query entity on their own.
-STOPWORDS = frozenset(
-    """a an and are as at be been but by did do does for from had has have he her his how i if in
-    into is it its of on or she that the their them they this those to was were what when where which
-    who whom whose why will with would you your than then there these also after before during
-    between about over under most more first last many much same other another one two three""".split()
-)
 #: Longest name (in words) looked up as a phrase of the query text; longer names match through
 #: the extracted query entities (exact / containment).
 MAX_PHRASE_WORDS = 8
-_CONNECTORS = frozenset("of the de la le von van der del da di du and & for on in at y".split())
 
 
 def name_tokens(text: str) -> tuple[str, ...]:
@@ -136,8 +128,9 @@ class _NameMatching:
     def in_text(self, text: str) -> list[tuple[int, str]]:
         """(node id, phrase) for every name found as a whole-word phrase in ``text``.
 
-        A span qualifies when one of its non-stopword words is capitalised or starts
-        with a digit in the original text. Spans inside a longer matched span are dropped.
+        A span qualifies when one of its words outside :data:`noderag.lang.entities.STOP` is capitalised
+        (or starts with a digit, or is a Han character) in the original text, or when all of its two or
+        more words are. Spans inside a longer matched span are dropped.
         """
         surface = match_tokens(text)  # CJK: one token per Han character, so names inside unspaced text match
         toks = [canonical_name(w) for w in surface]
@@ -149,9 +142,9 @@ class _NameMatching:
             for s in range(len(toks) - n + 1):
                 if not all(possible[s:s + n]):
                     continue
-                if not any(t not in STOPWORDS and (w[:1].isupper() or w[:1].isdigit() or is_han_token(w))
-                           for t, w in zip(toks[s:s + n], surface[s:s + n])):
-                    continue
+                caps = [w[:1].isupper() or w[:1].isdigit() or is_han_token(w) for w in surface[s:s + n]]
+                if not any(c and t not in STOP for c, t in zip(caps, toks[s:s + n])) and not (n > 1 and all(caps)):
+                    continue  # the decomposer's rule: a lone stop word is no name, "March March" is
                 todo.append((s, n))
         found = self._phrase_js_many([" ".join(toks[s:s + n]) for s, n in todo])
         for (s, n), hits in zip(todo, found):  # longest spans first, as listed
@@ -401,38 +394,16 @@ class MappedNames(_NameMatching):
         return tuple(self._name_tok[int(self._name_tok_ptr[j]):int(self._name_tok_ptr[j + 1])].tolist())
 
 
-_CAP_WORD = r"(?:[A-Z][\w'’.\-]*|\d[\d,.]*)"
-_NAME_RE = re.compile(
-    rf"{_CAP_WORD}(?:\s+(?:(?:of|the|de|la|le|von|van|der|del|da|di|du|y)\s+)*{_CAP_WORD})*"
-)
-_QUOTED_RE = re.compile(r"[\"“”‘'«]([^\"“”’'»]{2,80})[\"“”’'»]")
-
-
 def extract_query_entities(query: str) -> list[str]:
-    """Rule-based query entities: quoted titles, capitalised multi-word names, numbers and years.
-
-    A leading question word or stopword is dropped from a name ("Who", "The"); the
-    possessive "'s" is removed. Order of first appearance, duplicates removed.
-    """
-    found: list[str] = []
-    for m in _QUOTED_RE.finditer(query):
-        found.append(m.group(1).strip())
-    for m in _NAME_RE.finditer(query):
-        words = m.group(0).split()
-        while words and (words[0].lower() in STOPWORDS or words[0].lower() in _CONNECTORS):
-            words.pop(0)
-        while words and words[-1].lower() in _CONNECTORS:
-            words.pop()
-        if not words:
-            continue
-        phrase = re.sub(r"(?:'s|’s|')$", "", " ".join(words)).strip(" .,;:")
-        if phrase and phrase.lower() not in STOPWORDS:
-            found.append(phrase)
+    """Rule-based query entities: the index's own mention rules (:func:`noderag.lang.entities.query_entities`)
+    per sentence, as the ``nlp`` decomposer applies them, so a name it extracted from a text is found again
+    in a query containing that text. Order of first appearance, one per canonical name."""
     seen: set[str] = set()
     out: list[str] = []
-    for ent in found:
-        key = canonical_name(ent)
-        if key and key not in seen:
-            seen.add(key)
-            out.append(ent)
+    for a, b in sentence_spans(query):
+        for ent in query_entities(query[a:b]):
+            key = canonical_name(ent)
+            if key not in seen:
+                seen.add(key)
+                out.append(ent)
     return out

@@ -544,19 +544,7 @@ _PRIORITY = {"entry": 0, "ppr": 1, "name": 1, "attribute": 2, "high_level": 3}
 
 def default_entity_extractor() -> Callable[[str], list[str]]:
     """The build's rule-based mention extractor (same rules as the index's entity names)."""
-    try:
-        from ..index.decompose.nlp import extract_mentions
-    except ImportError:  # pragma: no cover - the index package ships with noderag
-        return extract_query_entities
-
-    def extract(query: str) -> list[str]:
-        out: list[str] = []
-        for m in extract_mentions(query, dates=True, numbers=False):
-            if m.text not in out:
-                out.append(m.text)
-        return out
-
-    return extract
+    return extract_query_entities
 
 
 def _check_query(query: Any, name: str) -> str:

@@ -11,127 +11,15 @@ also gets segmenter entities and relations (:mod:`noderag.lang.zh`), a mixed sen
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Sequence
 
 from ...lang import zh as _zh
 from ...lang.detect import detect_language
+from ...lang.entities import CONNECT, TOKEN, Mention, canonical_name, extract_mentions, non_overlapping
 from ..sentences import sentence_spans
 from .base import ChunkDecomposition, ChunkInput, Unit
 
-__all__ = ["NLPDecomposer", "extract_mentions", "Mention", "unit_prefix"]
-
-# Capitalised words that start sentences or clauses but are not names on their own.
-_STOP = frozenset("""
-a an the and or but nor so yet for of in on at to by with from into onto upon about above after
-against along among around as before behind below beneath beside besides between beyond
-during except inside near off over past since through throughout till toward towards under
-until unlike up via within without despite following according regarding concerning
-he she it they we i you his her its their our my your him them us me one ones this that these
-those there here who whom whose which what when where why how while although though because
-if unless whether however therefore thus hence also then later meanwhile moreover furthermore
-nevertheless instead otherwise indeed still today yesterday tomorrow now once again soon
-all any both each either every few many more most much neither no none other others several
-some such another same first second third last next new old early late many
-is was are were be been being has have had do does did will would shall should may might can
-could must not yes oh mr mrs ms dr st
-january february march april may june july august september october november december
-monday tuesday wednesday thursday friday saturday sunday
-""".split())
-
-# Stop words that are stripped from the front of a multi-word name ("The Beatles", "In Paris").
-_LEAD = frozenset("""
-a an the and or but nor so yet for of in on at to by with from into onto upon about above after
-against along among around as before behind below during since through under until unlike via within
-without despite following according he she it they we i you his her its their our my your this that
-these those there here who which what when where why how while although though because if unless
-however therefore thus also then later meanwhile moreover furthermore nevertheless instead today
-all any both each either every few many most some several another is was are were
-""".split())
-
-# Lower-case words allowed inside a capitalised name ("Bank of England", "Ludwig van Beethoven").
-_CONNECT = frozenset("of the de du des la le von van der den di da del dos das y for upon al el bin ibn zu et".split())
-# "for" joins a name only after these heads ("Institute for Advanced Study", not "Kessel for Port Emmerich").
-_FOR_HEADS = frozenset("""institute institution centre center society association council committee foundation
-school college academy museum office department ministry league union fund commission organization organisation
-agency board party movement alliance campaign coalition federation trust prize award medal secretary minister
-bureau court hospital network""".split())
-_MONTHS = ("January|February|March|April|May|June|July|August|September|October|November|December|"
-           "Jan\\.|Feb\\.|Mar\\.|Apr\\.|Jun\\.|Jul\\.|Aug\\.|Sep\\.|Sept\\.|Oct\\.|Nov\\.|Dec\\.")
-_DATE = re.compile(
-    rf"\b(?:\d{{1,2}}\s+(?:{_MONTHS})\s+\d{{3,4}}"
-    rf"|(?:{_MONTHS})\s+\d{{1,2}},?\s+\d{{3,4}}"
-    rf"|(?:{_MONTHS})\s+\d{{4}}"
-    r"|(?<![\d.,])(?:1[0-9]{3}|20[0-9]{2})(?:s\b)?(?![\d.,]\d))"
-)
-_NUMBER = re.compile(
-    r"(?<![\w.])\d+(?:[.,]\d+)*(?:\s+(?:million|billion|thousand|percent|per cent|km|kilometres|kilometers|"
-    r"miles|metres|meters|feet|people|inhabitants|residents|votes|copies|seats|episodes))\b"
-)
-_QUOTED = re.compile(r"[\"“«]([^\"“”«»\n]{2,80})[\"”»]")
-_TOKEN = re.compile(r"[^\W_](?:[\w&]|[’'.\-](?=\w))*\.?")
-_POSSESSIVE = re.compile(r"(?:['’]s|['’])$")
-
-
-@dataclass(frozen=True)
-class Mention:
-    """One entity mention: character span inside the sentence and its surface text."""
-
-    start: int
-    end: int
-    text: str
-    kind: str  # "name" | "quote" | "date" | "number" | "ner"
-
-
-def _name_mentions(sent: str) -> list[Mention]:
-    toks = [(m.start(), m.end(), m.group(0)) for m in _TOKEN.finditer(sent)]
-    out: list[Mention] = []
-    i, n = 0, len(toks)
-    while i < n:
-        s, e, t = toks[i]
-        if not t[0].isupper():
-            i += 1
-            continue
-        # grow the name: capitalised tokens, connectors between them, numerals after a word
-        j = i + 1
-        last_cap = i
-        while j < n:
-            s2, e2, t2 = toks[j]
-            gap = sent[toks[j - 1][1]:s2]
-            if gap.strip() not in ("", "-", "&"):  # punctuation breaks a name
-                break
-            if t2[0].isupper():
-                last_cap = j
-                j += 1
-            elif t2.lower() in _CONNECT and (t2.lower() != "for" or toks[j - 1][2].lower() in _FOR_HEADS):
-                j += 1
-            elif t2[0].isdigit() and len(t2) <= 4 and j == last_cap + 1 and not re.fullmatch(r"1[0-9]{3}|20[0-9]{2}", t2):
-                last_cap = j
-                j += 1
-            else:
-                break
-        span = toks[i:last_cap + 1]
-        # drop leading stop words / articles ("The Beatles" -> "Beatles", "In Paris" -> "Paris")
-        k = 0
-        while k < len(span) and (span[k][2].lower() in _LEAD or span[k][2].lower() in _CONNECT):
-            k += 1
-        span = span[k:]
-        if len(span) == 1 and span[0][2].lower().rstrip(".") in _STOP:
-            span = []
-        if span:
-            a, b = span[0][0], span[-1][1]
-            text = sent[a:b]
-            if text.endswith(".") and not re.search(r"\b[A-Z]\.$", text):
-                text = text[:-1]
-                b -= 1
-            m = _POSSESSIVE.search(text)
-            if m:
-                text = text[:m.start()]
-                b = a + len(text)
-            if len(text) >= 2 and not text.isdigit() and any(ch.isalpha() for ch in text):
-                out.append(Mention(a, b, text, "name"))
-        i = last_cap + 1
-    return out
+__all__ = ["NLPDecomposer", "extract_mentions", "Mention", "unit_prefix"]  # the mention rules: noderag.lang.entities
 
 
 def _unvouched_start(m: Mention, vouched: set[str], ntitle: str) -> Mention | None:
@@ -147,7 +35,7 @@ def _unvouched_start(m: Mention, vouched: set[str], ntitle: str) -> Mention | No
     if words[0].casefold() in vouched:
         return m
     k = 1
-    while k < len(words) and words[k].casefold() in _CONNECT:
+    while k < len(words) and words[k].casefold() in CONNECT:
         k += 1
     if k == 1 or k >= len(words):  # no connector after the first word: "Ferries Grey" is rare; drop the word
         rest = words[1:] if k == 1 else []
@@ -176,44 +64,9 @@ def title_aliases(title: str) -> list[str]:
 
 
 def _norm(text: str) -> str:
-    """Case-folded text without punctuation or spaces (for containment tests)."""
+    """Case-folded text without punctuation or spaces: "does this unit text contain the title" tests,
+    not a name key (names are keyed by :func:`noderag.lang.entities.canonical_name`)."""
     return re.sub(r"[\W_]+", "", text.casefold())
-
-
-def extract_mentions(sent: str, *, dates: bool = True, numbers: bool = False) -> list[Mention]:
-    """Entity mentions of one sentence, non-overlapping, ordered by position."""
-    cands: list[Mention] = []
-    for m in _QUOTED.finditer(sent):
-        inner = m.group(1).strip()
-        if 1 <= len(inner.split()) <= 12 and any(ch.isalpha() for ch in inner):
-            cands.append(Mention(m.start(1), m.end(1), inner, "quote"))
-    if dates:
-        for m in _DATE.finditer(sent):
-            cands.append(Mention(m.start(), m.end(), m.group(0), "date"))
-    if numbers:
-        for m in _NUMBER.finditer(sent):
-            cands.append(Mention(m.start(), m.end(), m.group(0), "number"))
-    cands.extend(_name_mentions(sent))
-    # priority: quotes, dates, numbers, then names; keep non-overlapping, longer first within a kind
-    prio = {"quote": 0, "ner": 1, "date": 2, "number": 3, "name": 4}
-    cands.sort(key=lambda m: (prio[m.kind], -(m.end - m.start), m.start))
-    return _non_overlapping(cands, len(sent))
-
-
-def _non_overlapping(cands: list[Mention], length: int) -> list[Mention]:
-    """The candidates, in order, that overlap none kept before them; sorted by position.
-
-    An occupancy map of the sentence makes this linear in the candidates' total length
-    (candidates of one kind never overlap each other, so that total is a few sentence lengths).
-    """
-    occupied = bytearray(length)
-    taken: list[Mention] = []
-    for m in cands:
-        if occupied.find(1, m.start, m.end) < 0:
-            occupied[m.start:m.end] = b"\x01" * (m.end - m.start)
-            taken.append(m)
-    taken.sort(key=lambda m: m.start)
-    return taken
 
 
 _RELATION_WORD = re.compile(r"[\w’'\-]+")
@@ -239,7 +92,7 @@ def sentence_relations(sent: str, mentions: list[Mention], max_words: int) -> li
 
 def _add_relation(rels: list, ma: Mention, mb: Mention, words: list[str], max_words: int) -> None:
     """Append (ma, the words between, mb) unless both name the same thing or the words are none or too many."""
-    if ma.text.casefold() == mb.text.casefold() or not words or len(words) > max_words:
+    if canonical_name(ma.text) == canonical_name(mb.text) or not words or len(words) > max_words:
         return
     rels.append((ma.text, " ".join(words), mb.text))
 
@@ -314,7 +167,7 @@ class NLPDecomposer:
         vouched: set[str] = set()
         for group in groups:
             for a, b in group:
-                toks = _TOKEN.findall(text, a, b)
+                toks = TOKEN.findall(text, a, b)
                 vouched.update(t.casefold() for t in toks[1:] if t[0].isupper())
         units: list[Unit] = []
         for group in groups:
@@ -351,7 +204,7 @@ class NLPDecomposer:
         extra = [Mention(e.start_char, e.end_char, e.text, "ner") for e in doc.ents
                  if e.label_ in ("PERSON", "ORG", "GPE", "LOC", "NORP", "FAC", "EVENT", "WORK_OF_ART", "PRODUCT", "LAW")]
         allm = sorted(extra + mentions, key=lambda m: (0 if m.kind == "ner" else 1, m.start))
-        return _non_overlapping(allm, len(sent))
+        return non_overlapping(allm, len(sent))
 
     def decompose(self, chunks: Sequence[ChunkInput]) -> list[ChunkDecomposition]:
         """Decompose every chunk (one result per chunk, in order)."""
