@@ -134,6 +134,17 @@ def test_open_and_retrieve_never_read_the_node_table(demo):
                          demo.nodes.column("name").take([n.id for n in res.nodes]).to_pylist())]
 
 
+def test_open_and_retrieve_load_no_build_time_modules(demo):
+    """Opening and querying an index loads neither Numba (build kernels: ~0.6 s) nor the LLM stack (jsonschema)."""
+    code = ("import sys, noderag; ix = noderag.Index.open(sys.argv[1]); "
+            "r = ix.retrieve('Which river flows through the capital?'); assert r.passages; "
+            "print(sorted(m for m in ('numba', 'jsonschema', 'noderag.llm.base', 'noderag.graph._hetero_kernels') "
+            "if m in sys.modules))")
+    r = subprocess.run([sys.executable, "-c", code, str(demo.root)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[]", r.stdout
+
+
 def test_query_index_files_are_deterministic_across_processes(demo, tmp_path):
     copy = tmp_path / "copy"
     shutil.copytree(demo.path, copy)

@@ -96,6 +96,10 @@ def test_custom_bpe_file_and_hash_check(tmp_path):
     bad.write_text("YQ== 0\nnot-a-pair\n")
     with pytest.raises(ValueError, match=r"bad.tiktoken:2"):
         Tokenizer(bad)
+    for line in ("Y*== 1", "YQ==YQ== 1", "YQ== one"):  # not base64 (strict), data after padding, a bad rank
+        bad.write_text(f"YQ== 0\n{line}\n")
+        with pytest.raises(ValueError, match=r"bad.tiktoken:2: cannot parse"):
+            Tokenizer(bad)
 
 
 def test_loads_from_installed_package_without_network_or_cache(tmp_path):

@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import Iterable
 
 import numpy as np
-from numba import njit
 
 from .csr import CSR, INDEX_DTYPE, INDPTR_DTYPE, WEIGHT_DTYPE, csr_from_coo, validate_csr
 from .keys import KEY_DTYPE
@@ -50,115 +49,6 @@ _ID_DTYPE = np.dtype(np.int32)
 _MAX_NODES = int(np.iinfo(np.int32).max)
 
 
-# --------------------------------------------------------------------------- kernels
-
-
-@njit(cache=True)
-def _merge_csr_kernel(ia, ja, wa, sa, ib, jb, wb, sb):  # pragma: no cover - compiled
-    """Row-wise merge of two CSRs with sorted columns: ``sa * A + sb * B`` in O(nnz)."""
-    n = ia.shape[0] - 1
-    indptr = np.zeros(n + 1, np.int64)
-    for r in range(n):
-        p = ia[r]
-        pe = ia[r + 1]
-        q = ib[r]
-        qe = ib[r + 1]
-        c = 0
-        while p < pe and q < qe:
-            if ja[p] < jb[q]:
-                p += 1
-            elif ja[p] > jb[q]:
-                q += 1
-            else:
-                p += 1
-                q += 1
-            c += 1
-        indptr[r + 1] = indptr[r] + c + (pe - p) + (qe - q)
-    nnz = indptr[n]
-    indices = np.empty(nnz, np.int32)
-    weights = np.empty(nnz, np.float32)
-    for r in range(n):
-        p = ia[r]
-        pe = ia[r + 1]
-        q = ib[r]
-        qe = ib[r + 1]
-        k = indptr[r]
-        while p < pe and q < qe:
-            if ja[p] < jb[q]:
-                indices[k] = ja[p]
-                weights[k] = sa * np.float64(wa[p])
-                p += 1
-            elif ja[p] > jb[q]:
-                indices[k] = jb[q]
-                weights[k] = sb * np.float64(wb[q])
-                q += 1
-            else:
-                indices[k] = ja[p]
-                weights[k] = sa * np.float64(wa[p]) + sb * np.float64(wb[q])
-                p += 1
-                q += 1
-            k += 1
-        while p < pe:
-            indices[k] = ja[p]
-            weights[k] = sa * np.float64(wa[p])
-            p += 1
-            k += 1
-        while q < qe:
-            indices[k] = jb[q]
-            weights[k] = sb * np.float64(wb[q])
-            q += 1
-            k += 1
-    return indptr, indices, weights
-
-
-@njit(cache=True)
-def _csr_invariants_kernel(indptr, indices, weights, n):  # pragma: no cover - compiled
-    """One pass over a CSR: 0 if valid, else (code, position) of the first violation."""
-    if indptr[0] != 0:
-        return 1, 0
-    for i in range(n):
-        if indptr[i + 1] < indptr[i]:
-            return 1, i + 1
-    for k in range(indices.shape[0]):
-        v = indices[k]
-        if v < 0 or v >= n:
-            return 2, k
-    for k in range(weights.shape[0]):
-        x = weights[k]
-        if not (x >= 0 and x < np.inf):
-            return 3, k
-    return 0, 0
-
-
-@njit(cache=True)
-def _layer_structure_kernel(indptr, indices, weights):  # pragma: no cover - compiled
-    """Check sorted unique columns, no self-loops and symmetry (binary search per entry).
-
-    Returns (0, 0, 0) or (code, row, col): 1 unsorted/duplicate, 2 self-loop, 3 asymmetric.
-    """
-    n = indptr.shape[0] - 1
-    for r in range(n):
-        s = indptr[r]
-        e = indptr[r + 1]
-        for k in range(s, e):
-            c = indices[k]
-            if k > s and indices[k - 1] >= c:
-                return 1, r, c
-            if c == r:
-                return 2, r, c
-            lo = indptr[c]
-            hi = indptr[c + 1]
-            while lo < hi:
-                mid = (lo + hi) // 2
-                if indices[mid] < r:
-                    lo = mid + 1
-                else:
-                    hi = mid
-            if lo == indptr[c + 1] or indices[lo] != r or weights[lo] != weights[k]:
-                return 3, r, c
-    return 0, 0, 0
-
-
 def merge_csr(a: CSR, b: CSR, a_weight: float = 1.0, b_weight: float = 1.0) -> CSR:
     """Return ``a_weight * a + b_weight * b`` for two CSRs of equal ``n`` with sorted columns.
 
@@ -167,7 +57,9 @@ def merge_csr(a: CSR, b: CSR, a_weight: float = 1.0, b_weight: float = 1.0) -> C
     """
     if a.n != b.n:
         raise ValueError(f"cannot merge CSRs of different sizes: {a.n} and {b.n} nodes")
-    indptr, indices, weights = _merge_csr_kernel(
+    from ._hetero_kernels import merge_csr_kernel  # Numba: loaded on first use, not by opening an index
+
+    indptr, indices, weights = merge_csr_kernel(
         np.asarray(a.indptr), np.asarray(a.indices), np.asarray(a.weights), float(a_weight),
         np.asarray(b.indptr), np.asarray(b.indices), np.asarray(b.weights), float(b_weight),
     )
@@ -175,6 +67,21 @@ def merge_csr(a: CSR, b: CSR, a_weight: float = 1.0, b_weight: float = 1.0) -> C
 
 
 # --------------------------------------------------------------------------- helpers
+
+
+def _csr_invariants(indptr: np.ndarray, indices: np.ndarray, weights: np.ndarray, n: int) -> tuple[int, int]:
+    """(0, 0) if a loaded CSR is safe to walk, else (code, position) of the first violation: 1 indptr
+    decreasing, 2 a column id outside [0, n), 3 a weight negative or not finite. NumPy reductions, so
+    opening an index does not load Numba; a position is searched for only when a check fails."""
+    if indptr[0] != 0:
+        return 1, 0
+    if indptr.size > 1 and not bool(np.all(indptr[1:] >= indptr[:-1])):
+        return 1, int(np.flatnonzero(indptr[1:] < indptr[:-1])[0]) + 1
+    if indices.size and (int(indices.min()) < 0 or int(indices.max()) >= n):
+        return 2, int(np.flatnonzero((indices < 0) | (indices >= n))[0])
+    if weights.size and not (weights.min() >= 0 and weights.max() < np.inf):  # NaN fails both comparisons
+        return 3, int(np.flatnonzero(~(np.isfinite(weights) & (weights >= 0)))[0])
+    return 0, 0
 
 
 def _readonly(arr: np.ndarray) -> np.ndarray:
@@ -306,7 +213,9 @@ def _check_layer(csr: CSR, n: int, name: str) -> CSR:
     csr = validate_csr(csr.indptr, csr.indices, csr.weights, n=n, name=name)
     if csr.nnz == 0:
         return csr
-    code, r, c = _layer_structure_kernel(csr.indptr, csr.indices, csr.weights)
+    from ._hetero_kernels import layer_structure_kernel
+
+    code, r, c = layer_structure_kernel(csr.indptr, csr.indices, csr.weights)
     if code == 1:
         raise ValueError(f"{name} must have strictly increasing column ids within each row "
                          f"(sorted, no duplicates); row {r} breaks at column {c}")
@@ -886,7 +795,7 @@ class HeteroGraph:
                 raise ValueError(f"{sub / 'indptr.npy'}: indptr must start at 0 and end at nnz = {nnz}, "
                                  f"found {int(indptr[0])} .. {int(indptr[-1])}")
             if validate:
-                code, pos = _csr_invariants_kernel(np.asarray(indptr), np.asarray(indices), np.asarray(weights), n)
+                code, pos = _csr_invariants(np.asarray(indptr), np.asarray(indices), np.asarray(weights), n)
                 if code:
                     what = {1: "indptr.npy: indptr must be non-decreasing",
                             2: f"indices.npy: column ids must lie in [0, {n})",
