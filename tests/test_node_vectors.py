@@ -51,3 +51,28 @@ def test_view_is_a_view_for_consecutive_rows_and_a_copy_otherwise():
     assert not np.shares_memory(w, vec._data)
     np.testing.assert_array_equal(w, vec[np.array([40, 10])])
     assert vec.view(np.array([], dtype=np.int64)).shape == (0, 3)
+
+
+def test_float16_storage_rounds_like_numpy_and_reads_float32():
+    rng = np.random.default_rng(3)
+    vec = NodeVectors(4, np.float16)
+    vals = rng.standard_normal((5, 4)).astype(np.float32)
+    vec[[7, 2, 9, 4, 0]] = vals
+    got = vec[[7, 2, 9, 4, 0]]
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got, vals.astype(np.float16).astype(np.float32))
+    assert vec.nbytes < 1024 * 4 * 2 + 64
+    with pytest.raises(ValueError, match="float32 or float16"):
+        NodeVectors(4, np.int8)
+
+
+def test_slots_are_writable_rows_of_new_ids():
+    vec = NodeVectors(2, np.float16)
+    vec[[3]] = np.ones((1, 2))
+    rows = vec.slots(np.array([10, 5, 8]))
+    rows[:] = np.arange(6).reshape(3, 2)
+    np.testing.assert_array_equal(vec[[5, 10, 8, 3]], [[2, 3], [0, 1], [4, 5], [1, 1]])
+    with pytest.raises(ValueError, match="new, distinct"):
+        vec.slots(np.array([3]))
+    with pytest.raises(ValueError, match="new, distinct"):
+        vec.slots(np.array([20, 20]))

@@ -62,11 +62,17 @@ def _as_vectors(vectors, ndim: int, name: str = "vectors") -> np.ndarray:
         raise ValueError(f"{name} must have {ndim} columns (the index ndim), got {arr.shape[1]}")
     if not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)):
         raise ValueError(f"{name} must be a real-valued array, got dtype {arr.dtype}")
-    arr = np.ascontiguousarray(arr, dtype=np.float32)
-    if arr.size and not np.all(np.isfinite(arr)):
-        bad = int(np.flatnonzero(~np.all(np.isfinite(arr), axis=1))[0])
-        raise ValueError(f"{name} must be finite; row {bad} is not")
+    # float16 stays float16 (a build's vectors; converted block by block when added)
+    arr = np.ascontiguousarray(arr, dtype=np.float16 if arr.dtype == np.float16 else np.float32)
+    for b in range(0, arr.shape[0], _CHECK_BLOCK):  # in blocks: no (n, ndim) mask of the whole array
+        part = arr[b:b + _CHECK_BLOCK]
+        if not np.all(np.isfinite(part)):
+            bad = b + int(np.flatnonzero(~np.all(np.isfinite(part), axis=1))[0])
+            raise ValueError(f"{name} must be finite; row {bad} is not")
     return arr
+
+
+_CHECK_BLOCK = 65536
 
 
 def _check_threads(threads, name: str = "threads") -> int:
@@ -203,7 +209,7 @@ class VectorIndex:
                 raise ValueError(f"ids already in the index: {ids[present][:5].tolist()}")
         n_threads = self.threads if threads is None else _check_threads(threads)
         if self.shards == 1 and not self._pending:
-            self._index.add(ids.astype(np.uint64), vectors, threads=n_threads)
+            self._index.add(ids.astype(np.uint64), vectors.astype(np.float32, copy=False), threads=n_threads)
             self._added += ids.size
             return
         self._submit(ids, vectors)
@@ -250,7 +256,8 @@ class VectorIndex:
         with self._gate:  # usearch releases the GIL: shards build in parallel, one thread each
             for b in range(0, rows.size, _ADD_BLOCK):
                 part = rows[b:b + _ADD_BLOCK]
-                self._shards[j].add(keys[b:b + _ADD_BLOCK], np.ascontiguousarray(vectors[part]), threads=1)
+                self._shards[j].add(keys[b:b + _ADD_BLOCK], np.ascontiguousarray(vectors[part], dtype=np.float32),
+                                    threads=1)
 
     def wait(self) -> "VectorIndex":
         """Finish every pending background add (re-raising the first failure); returns the index."""
@@ -333,7 +340,7 @@ class VectorIndex:
             for x in self._shards:
                 if x.expansion_search != beam:
                     x.expansion_search = beam
-        queries = _as_vectors(vectors, self.ndim, name="vectors")
+        queries = _as_vectors(vectors, self.ndim, name="vectors").astype(np.float32, copy=False)
         q = queries.shape[0]
         out_ids = np.full((q, k), -1, np.int64)
         out_dist = np.full((q, k), np.inf, np.float32)
@@ -481,7 +488,7 @@ def _check_knn_inputs(ids, vectors, k):
     arr = np.asarray(vectors)
     if arr.ndim != 2 or arr.shape[0] != ids.shape[0]:
         raise ValueError(f"vectors must have shape ({ids.shape[0]}, d) matching ids, got {arr.shape}")
-    return ids, _as_vectors(arr, arr.shape[1])
+    return ids, _as_vectors(arr, arr.shape[1]).astype(np.float32, copy=False)
 
 
 def knn_search(

@@ -8,6 +8,7 @@ are merged. Edges are collected as COO arrays and turned into CSR vectorised.
 from __future__ import annotations
 
 import re
+from array import array
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -124,9 +125,9 @@ def assemble_chunks(table: NodeTable, chunks: Sequence[ChunkRecord],
     """
     if len(chunks) != len(decomps):
         raise ValueError(f"got {len(chunks)} chunks but {len(decomps)} decompositions")
-    src: list[int] = []
-    dst: list[int] = []
-    wts: list[float] = []
+    src = array("i")  # typed buffers: lists of int/float objects held ~100 B per edge
+    dst = array("i")
+    wts = array("f")
     entity_of: dict[str, int | None] = {}  # surface form -> entity id (canonicalising and hashing once)
     canon_of: dict[str, str] = {}
 
@@ -191,7 +192,7 @@ def assemble_chunks(table: NodeTable, chunks: Sequence[ChunkRecord],
                 dst.extend((rid, rid))
                 wts.extend((1.0, 1.0))
     edges = EdgeList()
-    edges.add(src, dst, wts)
+    edges.add(np.frombuffer(src, np.int32), np.frombuffer(dst, np.int32), np.frombuffer(wts, np.float32))
     return edges
 
 

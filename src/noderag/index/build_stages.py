@@ -77,42 +77,49 @@ def chunk_stage(docs: list, first_doc: int, config, bars, *, min_docs_for_worker
 # ----------------------------------------------------------------------------- decompose
 
 def decompose_stage(executor, config, backend, llm, root: Path, chunk_rows, doc_of, bars):
-    """(records by chunk id, failures ``{chunk id: "source: error"}``) of every chunk, from resumable shards."""
+    """(records of every chunk, left in their shards on disk; failures ``{chunk id: "source: error"}``)."""
     from .executor.sharded import decompose_sharded
 
     records = decompose_sharded(executor, config, backend, llm, root, chunk_rows, doc_of, bars)
-    src_of = {cid: doc_of[did].source for cid, did, _ in chunk_rows}
-    failures = {cid: f"{src_of.get(cid, '?')}: {rec.error}" for cid, rec in sorted(records.items())
-                if rec.error is not None}
+    src_of = {cid: doc_of[did].source for cid, did, _ in chunk_rows if cid in records.errors}
+    failures = {cid: f"{src_of.get(cid, '?')}: {err}" for cid, err in sorted(records.errors.items())}
     return records, failures
 
 
 # ----------------------------------------------------------------------------- assemble
 
+#: Chunks assembled per group: their records and traces are the only per-chunk objects alive at once.
+ASSEMBLE_GROUP = 4096
+
+
 def assemble_stage(table: NodeTable, base: EdgeList, traces, chunk_rows, doc_of, records, docs_rows: list,
                    config):
     """Add the chunks' T/S/N/R nodes to ``table`` and their edges to ``base``; append the documents' rows.
 
-    Returns (chunk traces as an Arrow table, name-link edges). A failed chunk becomes its T node
-    alone. Afterwards the table keeps only A/H/O keys in its key map (the only nodes still added).
+    ``records``: the decompose stage's :class:`~noderag.index.executor.sharded.DecomposedRecords`, read in
+    chunk order one group at a time. Returns (chunk traces as an Arrow table, name-link edges). A failed
+    chunk becomes its T node alone. Afterwards the table keeps only A/H/O keys in its key map (the only
+    nodes still added).
     """
     import pyarrow as pa
 
     old_n = len(table)
-    crecs, decs = [], []
-    for cid, did, text in chunk_rows:
-        d = doc_of[did]
-        crecs.append(ChunkRecord(cid, did, text, d.source, d.title))
-        decs.append(records[cid] if records[cid].error is None else ChunkDecomposition(cid, [], None))
-    made: list = []
-    base.extend(assemble_chunks(table, crecs, decs, trace=made))
-    traces = pa.concat_tables([traces_table(traces),
-                               traces_table([ChunkTrace(c.doc_id, int(t), tuple(u)) for c, (t, u) in zip(crecs, made)])])
-    del crecs, decs, made
+    parts = [traces_table(traces)]
+    for g in range(0, len(chunk_rows), ASSEMBLE_GROUP):
+        crecs, decs = [], []
+        for cid, did, text in chunk_rows[g:g + ASSEMBLE_GROUP]:
+            d = doc_of[did]
+            crecs.append(ChunkRecord(cid, did, text, d.source, d.title))
+            decs.append(ChunkDecomposition(cid, [], None) if cid in records.errors else records.get(cid))
+        made: list = []
+        base.extend(assemble_chunks(table, crecs, decs, trace=made))
+        parts.append(traces_table([ChunkTrace(c.doc_id, int(t), tuple(u)) for c, (t, u) in zip(crecs, made)]))
+        del crecs, decs, made
+    traces = pa.concat_tables(parts)
     doc_chunks: dict[int, list[int]] = {}  # chunk ids are T node ids
-    for i in range(old_n, len(table)):
-        if table.types[i] == T:
-            doc_chunks.setdefault(table.doc_ids[i], []).append(i)
+    types = table.types_array()
+    for i in (old_n + np.flatnonzero(types[old_n:] == T)).tolist():
+        doc_chunks.setdefault(table.doc_ids[i], []).append(i)
     for did, d in doc_of.items():
         docs_rows.append({"doc_id": did, "source": d.source, "title": d.title, "content_hash": d.content_hash,
                           "chunk_ids": doc_chunks.get(did, [])})
@@ -136,7 +143,8 @@ def embed_stage(table: NodeTable, old_n: int, emb, executor, config, stages: Pat
     dim = int(emb.dim)
     n_ts = len(table)
     types = table.types_array()
-    vec = NodeVectors(dim)  # rows for the embedded nodes only
+    # rows for the embedded nodes only; float16 unless the index keeps float32 vectors
+    vec = NodeVectors(dim, np.float32 if config.embed.vector_dtype == "f32" else np.float16)
     if old_vectors is not None:
         path, vec_src = old_vectors
         old_ids = np.flatnonzero(np.isin(types[:old_n], (T, S)))
@@ -160,8 +168,8 @@ def embed_stage(table: NodeTable, old_n: int, emb, executor, config, stages: Pat
                 unit_chunk, [unit_prefix(t) if t else None for t in titles], stages / "emb_ts",
                 batch_size=config.embed.batch_size, progress=bar)
         else:
-            vec[new_ids] = embed_sharded(executor, config, emb, embedder_given,
-                                          [table.texts[i] for i in new_ids.tolist()], stages / "emb_ts", bar)
+            embed_sharded(executor, config, emb, embedder_given, [table.texts[i] for i in new_ids.tolist()],
+                          stages / "emb_ts", bar, out=vec.slots(new_ids))
     return vec
 
 

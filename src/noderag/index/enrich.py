@@ -206,7 +206,7 @@ def start_vector_index(ids: np.ndarray, vectors: np.ndarray, dim: int, embed_con
     index = VectorIndex(dim, metric="cos", dtype=embed_config.vector_dtype, connectivity=embed_config.connectivity,
                         expansion_add=embed_config.expansion_add, shards=shards,
                         parallel=max(1, min(shards, os.cpu_count() or 1)))
-    index.add_in_background(np.asarray(ids, dtype=np.int64), np.asarray(vectors, dtype=np.float32))
+    index.add_in_background(np.asarray(ids, dtype=np.int64), vectors)  # float16 or float32
     return index
 
 

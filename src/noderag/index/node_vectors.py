@@ -14,15 +14,20 @@ __all__ = ["NodeVectors"]
 
 
 class NodeVectors:
-    """float32 vectors of some node ids: ``vec[ids] = values`` assigns, ``vec[ids]`` reads (a copy).
+    """Vectors of some node ids: ``vec[ids] = values`` assigns, ``vec[ids]`` reads (a float32 copy).
 
-    Reading an id that was never assigned raises ``KeyError`` naming it.
+    ``dtype`` is the storage type: a build keeps float16 (half the memory; the index stores int8 or
+    float16 anyway, and means of float16 vectors are taken in float32). Reading an id that was never
+    assigned raises ``KeyError`` naming it.
     """
 
-    def __init__(self, dim: int) -> None:
+    def __init__(self, dim: int, dtype=np.float32) -> None:
         self.dim = int(dim)
+        self.dtype = np.dtype(dtype)
+        if self.dtype not in (np.dtype(np.float32), np.dtype(np.float16)):
+            raise ValueError(f"dtype must be float32 or float16, got {self.dtype}")
         self._row = np.full(0, -1, dtype=np.int32)
-        self._data = np.zeros((0, self.dim), dtype=np.float32)
+        self._data = np.zeros((0, self.dim), dtype=self.dtype)
         self._used = 0
 
     def __len__(self) -> int:
@@ -48,7 +53,7 @@ class NodeVectors:
             if need > self._data.shape[0]:
                 # a quarter more, not double: the first assignment is most of a build's vectors
                 data = np.zeros((max(need, self._data.shape[0] + self._data.shape[0] // 4, 1024), self.dim),
-                                dtype=np.float32)
+                                dtype=self.dtype)
                 data[: self._used] = self._data[: self._used]
                 self._data = data
             self._row[fresh] = np.arange(self._used, need, dtype=np.int32)
@@ -66,6 +71,20 @@ class NodeVectors:
         rows = self._rows_for(ids)  # may reallocate self._data: look it up after
         self._data[rows] = values
 
+    def slots(self, ids) -> np.ndarray:
+        """Writable rows for the new, distinct ``ids`` (in order): fill them in place, without a second copy
+        of the vectors (the embed stage writes its shards straight into them)."""
+        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+        if ids.size == 0:
+            return np.zeros((0, self.dim), dtype=self.dtype)
+        if ids.min() < 0:
+            raise ValueError(f"node ids must be >= 0, got {int(ids.min())}")
+        known = self._row[ids[ids < self._row.size]]
+        if (known >= 0).any() or np.unique(ids).size != ids.size:
+            raise ValueError("slots() takes new, distinct ids")
+        rows = self._rows_for(ids)
+        return self._data[rows[0]:rows[-1] + 1]
+
     def __getitem__(self, ids) -> np.ndarray:
         ids = np.asarray(ids, dtype=np.int64).reshape(-1)
         if ids.size == 0:
@@ -74,14 +93,15 @@ class NodeVectors:
         rows = np.where(inside, self._row[np.where(inside, ids, 0)], -1)
         if (rows < 0).any():
             raise KeyError(f"no vector assigned to node id(s) {ids[rows < 0][:5].tolist()}")
-        return self._data[rows]
+        return self._data[rows].astype(np.float32, copy=False)
 
     def view(self, ids) -> np.ndarray:
         """``self[ids]`` without a copy when their rows are consecutive and in order (the usual case for
-        the vectors of one stage); a copy otherwise. Read-only use: a later assignment may move the rows."""
+        the vectors of one stage), in the storage dtype; a float32 copy otherwise. Read-only use: a later
+        assignment may move the rows."""
         ids = np.asarray(ids, dtype=np.int64).reshape(-1)
         if ids.size == 0:
-            return np.zeros((0, self.dim), dtype=np.float32)
+            return np.zeros((0, self.dim), dtype=self.dtype)
         inside = ids < self._row.size
         rows = np.where(inside, self._row[np.where(inside, ids, 0)], -1)
         if (rows >= 0).all() and rows[-1] - rows[0] == ids.size - 1 and (ids.size == 1 or (np.diff(rows) == 1).all()):

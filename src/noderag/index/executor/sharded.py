@@ -10,7 +10,7 @@ import numpy as np
 
 from ..decompose.base import ChunkDecomposition
 
-__all__ = ["Executors", "decompose_sharded", "embed_sharded"]
+__all__ = ["Executors", "DecomposedRecords", "decompose_sharded", "embed_sharded"]
 
 
 def _plan_digest(plan) -> str:
@@ -43,35 +43,87 @@ class Executors:
             self._ex = None
 
 
+class DecomposedRecords:
+    """Every chunk's decomposition record, left in its Parquet shard and read back one shard at a time.
+
+    Parsed records of a whole corpus held ~8 KB per chunk (0.8 GB at 10^5 passages); this keeps
+    only where each chunk's latest record lives and the failed chunks' errors. Reading chunks in
+    id order (as assemble does) reads each shard once.
+    """
+
+    def __init__(self) -> None:
+        self._stores: list = []  # ShardStore per pass
+        self._where: dict[int, tuple[int, int]] = {}  # chunk id -> (pass, shard) of its latest record
+        self.errors: dict[int, str] = {}  # chunk id -> error of its latest record
+        self._open: dict[int, tuple[int, dict[int, str]]] = {}  # pass -> (shard, {chunk id: record JSON})
+
+    def __len__(self) -> int:
+        return len(self._where)
+
+    def __contains__(self, chunk_id: int) -> bool:
+        return chunk_id in self._where
+
+    def add_pass(self, store) -> int:
+        self._stores.append(store)
+        return len(self._stores) - 1
+
+    def note(self, k: int, i: int, table) -> int:
+        """Record that shard ``i`` of pass ``k`` (its result ``table``) holds the latest records of its chunks."""
+        ids = table.column("chunk_id").to_pylist()
+        for cid, rec in zip(ids, table.column("record").to_pylist()):
+            self._where[cid] = (k, i)
+            err = None if rec.endswith(_NO_ERROR) else json.loads(rec).get("error")
+            if err is None:
+                self.errors.pop(cid, None)
+            else:
+                self.errors[cid] = str(err)
+        self._open.pop(k, None)
+        return len(ids)
+
+    def get(self, chunk_id: int) -> ChunkDecomposition:
+        """The latest record of ``chunk_id`` (reads its shard unless it is the one open for that pass)."""
+        k, i = self._where[chunk_id]
+        shard, recs = self._open.get(k, (-1, {}))
+        if shard != i:
+            tab = self._stores[k].read(i)[0]
+            recs = dict(zip(tab.column("chunk_id").to_pylist(), tab.column("record").to_pylist()))
+            self._open[k] = (i, recs)
+        return ChunkDecomposition.from_obj(json.loads(recs[chunk_id]))
+
+
+#: How a record without an error ends (``ChunkDecomposition.to_json``: compact separators, ``error`` last).
+_NO_ERROR = '"error":null}'
+
+
 def decompose_sharded(executor: Executors, config, backend, llm, root: Path, chunk_rows, doc_of,
-                       bars) -> dict[int, ChunkDecomposition]:
-    """Decomposition records of every chunk, from Parquet shards under ``stages/decompose/pass-NNN``.
+                       bars) -> DecomposedRecords:
+    """Decomposition records of every chunk, in Parquet shards under ``stages/decompose/pass-NNN``.
 
     Pass 0 covers every chunk in shards of ``decompose.batch_size``; a rerun resumes an
     unfinished pass (finished shards are reused) or runs one new pass over the chunks that
     failed. Later passes override earlier ones.
     """
     from .shards import ShardStore
-    from .stages import DecomposeStage, chunk_table, records_of
+    from .stages import DecomposeStage, chunk_table
 
     base = root / "stages" / "decompose"
     bs = config.decompose.batch_size
     if config.decompose.method != "llm":  # rule-based: no call to resume, so at most ~256 shards
         bs = max(bs, -(-len(chunk_rows) // 256))
-    records: dict[int, ChunkDecomposition] = {}
+    records = DecomposedRecords()
     k = 0
     while True:
-        todo = [c for c in chunk_rows if c[0] not in records or records[c[0]].error is not None]
+        todo = [c for c in chunk_rows if c[0] not in records or c[0] in records.errors]
         if not todo:
             break
         plan = [todo[b:b + bs] for b in range(0, len(todo), bs)]
         pdir = base / f"pass-{k:03d}"
         existed = pdir.is_dir()
         store = ShardStore(pdir, _plan_digest(plan), len(plan))
+        assert records.add_pass(store) == k
         done = store.done()
         for i in sorted(done):
-            for rec in records_of(store.read(i)[0]):
-                records[rec.chunk_id] = rec
+            records.note(k, i, store.read(i)[0])
         if existed and len(done) == len(plan):  # a finished earlier pass
             k += 1
             continue
@@ -90,8 +142,7 @@ def decompose_sharded(executor: Executors, config, backend, llm, root: Path, chu
 
             def sink(i: int, out, meta: dict) -> None:
                 store.write(i, out, meta)
-                for rec in records_of(out):
-                    records[rec.chunk_id] = rec
+                records.note(k, i, out)
                 if ex.remote and ledger is not None and meta.get("ledger"):
                     from noderag.llm.accounting import TokenLedger
 
@@ -128,15 +179,21 @@ def _remote_decompose_stage(ex, stage, config, root: Path):
 
 
 def embed_sharded(executor: Executors, config, emb, embedder_given: bool, texts: list[str], stage_dir: Path,
-                   bar) -> np.ndarray:
-    """Vectors of ``texts`` in shards of ``embed.batch_size`` (Parquet under ``stage_dir``, reused on a rerun)."""
+                   bar, out: np.ndarray | None = None) -> np.ndarray:
+    """Vectors of ``texts`` in shards of ``embed.batch_size`` (Parquet under ``stage_dir``, reused on a rerun).
+
+    ``out``: a ``(len(texts), dim)`` array to fill (float16 rounds the vectors); by default a new float32 one.
+    """
     from ..enrich import _texts_digest
     from .shards import ShardStore
     from .stages import EmbedStage, text_table, vectors_of
 
     dim = int(emb.dim)
     bs = config.embed.batch_size
-    out = np.zeros((len(texts), dim), dtype=np.float32)
+    if out is None:
+        out = np.zeros((len(texts), dim), dtype=np.float32)
+    elif out.shape != (len(texts), dim):
+        raise ValueError(f"out has shape {out.shape}, expected ({len(texts)}, {dim})")
     if not texts:
         return out
     starts = list(range(0, len(texts), bs))
