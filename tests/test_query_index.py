@@ -10,12 +10,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import noderag
 from noderag.data import demo_dir, demo_questions
 from noderag.index.query_index import QUERY_DIR, QueryIndex, write_query_index
 from noderag.search import SearchConfig, Searcher
-from noderag.search.entities import EntityMatcher, MappedNames, name_index_arrays, name_tokens
+from noderag.search.entities import EntityMatcher, MappedNames, name_arrays, name_index_arrays, name_tokens
 
 DEV = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "musique"
 
@@ -203,3 +205,22 @@ def test_damaged_graph_is_still_caught_without_the_compiled_check(demo, tmp_path
     np.save(gen / "graph" / "indices.npy", ind)
     with pytest.raises(ValueError, match=r"indices must lie in"):
         noderag.Index.open(copy).retrieve("Which river flows through the capital?")
+
+
+_NAME_WORDS = ["Paris", "paris", "Bank", "of", "the", "St.", "Jean-Luc", "台北", "市", "March", "&", "42", "O'Neil",
+               "New", "York", "", "  ", "İstanbul", "ß", "Straße"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.one_of(st.none(), st.lists(st.sampled_from(_NAME_WORDS), max_size=4).map(" ".join),
+                          st.text(max_size=12)), max_size=40),
+       st.randoms(use_true_random=False))
+def test_name_arrays_equal_the_matcher_arrays(names, rnd):
+    """The lean builder of the query index's name arrays gives exactly the arrays of the in-memory matcher."""
+    ids = list(range(1000, 1000 + len(names)))
+    rnd.shuffle(ids)  # node ids in any order: ties between equal names break by node id
+    ref, ref_max = name_index_arrays(EntityMatcher(ids, names))
+    got, got_max = name_arrays(ids, names)
+    assert got_max == ref_max and set(got) == set(ref)
+    for key in ref:
+        assert got[key].dtype == ref[key].dtype and np.array_equal(got[key], ref[key]), key

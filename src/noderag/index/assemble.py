@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from array import array
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -38,17 +38,28 @@ class ChunkRecord:
 
 @dataclass
 class NodeTable:
-    """The node table as growing Python columns plus a key -> id map (never reuses ids)."""
+    """The node table as growing columns plus a key -> id map (never reuses ids).
 
-    types: list[int] = field(default_factory=list)
-    keys: list[int] = field(default_factory=list)
+    Numeric columns are typed buffers (``array``/``bytearray``: 1-8 bytes a node, where lists of
+    int objects held 8-36); texts and names stay Python strings, shared with their sources.
+    """
+
+    types: Any = field(default_factory=list)
+    keys: Any = field(default_factory=list)
     names: list[str | None] = field(default_factory=list)
     texts: list[str] = field(default_factory=list)
-    doc_ids: list[int] = field(default_factory=list)
-    chunk_ids: list[int] = field(default_factory=list)
+    doc_ids: Any = field(default_factory=list)
+    chunk_ids: Any = field(default_factory=list)
     source_ids: list[str | None] = field(default_factory=list)
-    active: list[bool] = field(default_factory=list)
+    active: Any = field(default_factory=list)
     index: dict[int, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.types = array("B", self.types)
+        self.keys = array("Q", self.keys)
+        self.doc_ids = array("q", self.doc_ids)
+        self.chunk_ids = array("q", self.chunk_ids)
+        self.active = bytearray(1 if a else 0 for a in self.active)
 
     def __len__(self) -> int:
         return len(self.types)
@@ -78,12 +89,16 @@ class NodeTable:
         self.index = {k: i for i, (t, k) in enumerate(zip(self.types, self.keys)) if t in wanted}
 
     def types_array(self) -> np.ndarray:
-        """Type codes, uint8 of shape (n,)."""
-        return np.asarray(self.types, dtype=np.uint8)
+        """Type codes, uint8 of shape (n,) (a copy)."""
+        return np.frombuffer(self.types, dtype=np.uint8).copy()
 
     def keys_array(self) -> np.ndarray:
-        """Keys, uint64 of shape (n,)."""
-        return np.asarray(self.keys, dtype=np.uint64)
+        """Keys, uint64 of shape (n,) (a copy)."""
+        return np.frombuffer(self.keys, dtype=np.uint64).copy()
+
+    def active_array(self) -> np.ndarray:
+        """Active flags, bool of shape (n,) (a copy)."""
+        return np.frombuffer(self.active, dtype=np.uint8).astype(bool)
 
 
 @dataclass

@@ -72,20 +72,33 @@ def display_texts(nodes: Any):
 
 
 def _string_blob(arr) -> tuple[np.ndarray, np.ndarray]:
-    """(int64 offsets, uint8 bytes) of a pyarrow string array without nulls, without a Python loop."""
+    """(int64 offsets, uint8 bytes) of a pyarrow string array (or chunked array) without nulls.
+
+    No Python loop, and one copy of the bytes: each chunk's data is copied into the blob directly.
+    """
     import pyarrow as pa
 
-    arr = arr.cast(pa.large_string())  # int64 offsets before combining: texts may pass 2 GiB
-    if isinstance(arr, pa.ChunkedArray):
-        arr = arr.combine_chunks()
-    n = len(arr)
-    _, off_buf, data_buf = arr.buffers()
-    if off_buf is None or n == 0:
-        return np.zeros(1, np.int64), np.zeros(0, np.uint8)
-    off = np.frombuffer(off_buf, dtype=np.int64)[arr.offset:arr.offset + n + 1].copy()
-    data = (np.frombuffer(data_buf, dtype=np.uint8)[int(off[0]):int(off[-1])].copy() if data_buf is not None
-            else np.zeros(0, np.uint8))
-    return off - off[0], data
+    chunks = arr.chunks if isinstance(arr, pa.ChunkedArray) else [arr]
+    parts = []
+    for c in chunks:
+        if len(c) == 0:
+            continue
+        wide = pa.types.is_large_string(c.type) or pa.types.is_large_binary(c.type)
+        _, off_buf, data_buf = c.buffers()
+        off = np.frombuffer(off_buf, dtype=np.int64 if wide else np.int32)[c.offset:c.offset + len(c) + 1]
+        parts.append((off.astype(np.int64), data_buf))
+    n = sum(p[0].size - 1 for p in parts)
+    offsets = np.zeros(n + 1, np.int64)
+    blob = np.empty(sum(int(o[-1] - o[0]) for o, _ in parts), np.uint8)
+    at, pos = 0, 1
+    for off, data_buf in parts:
+        size = int(off[-1] - off[0])
+        if size:
+            blob[at:at + size] = np.frombuffer(data_buf, dtype=np.uint8)[int(off[0]):int(off[-1])]
+        offsets[pos:pos + off.size - 1] = off[1:] - off[0] + at
+        at += size
+        pos += off.size - 1
+    return offsets, blob
 
 
 def _py_blob(strings: list[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -98,27 +111,46 @@ def write_query_index(index_dir: str | os.PathLike) -> Path:
     """Write ``query/`` into ``index_dir`` from its ``nodes.parquet`` and ``documents.parquet``; returns the folder.
 
     Called by the build (and insert) pipeline right after the finished files are written, so
-    every index opens without O(n) preparation. Replaces an existing ``query/`` folder.
+    every index opens without O(n) preparation. Replaces an existing ``query/`` folder. Each
+    array is written as soon as it is made and the node table is dropped before the name index
+    is built, so the peak stays near one copy of the texts.
     """
     import shutil
 
     import pyarrow.parquet as pq
 
-    from noderag.search.entities import EntityMatcher, name_index_arrays
+    from noderag.search.entities import name_arrays
 
     from .store import read_nodes_file
 
     root = Path(index_dir)
-    nodes = read_nodes_file(root / "nodes.parquet")
+    out = root / QUERY_DIR
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+
+    def save(key: str, arr: np.ndarray) -> None:  # fsynced like every index file: the commit only renames folders
+        atomic_save_npy(out / f"{key}.npy", arr)
+
+    nodes_path = root / "nodes.parquet"
+    nodes = read_nodes_file(nodes_path, columns=("type", "doc_id", "chunk_id", "active", "source_id"))
     docs_path = root / "documents.parquet"
     documents = pq.read_table(docs_path) if docs_path.is_file() else None
     n = nodes.num_rows
     types = np.asarray(nodes.column("type").to_numpy(zero_copy_only=False), dtype=np.uint8)
-    chunk = np.asarray(nodes.column("chunk_id").to_numpy(zero_copy_only=False), dtype=np.int64)
     doc = np.asarray(nodes.column("doc_id").to_numpy(zero_copy_only=False), dtype=np.int64)
     active = np.asarray(nodes.column("active").to_numpy(zero_copy_only=False), dtype=bool)
-    arrays: dict[str, np.ndarray] = {"chunk": chunk, "doc": doc, "active": active}
-    arrays["text_off"], arrays["text"] = _string_blob(display_texts(nodes))
+    save("chunk", np.asarray(nodes.column("chunk_id").to_numpy(zero_copy_only=False), dtype=np.int64))
+    save("doc", doc)
+    save("active", active)
+    shown = read_nodes_file(nodes_path, columns=("text",)).column("text")  # one column of texts at a time
+    if shown.null_count:
+        shown = display_texts(read_nodes_file(nodes_path, columns=("text", "name")))
+    text_off, text = _string_blob(shown)
+    del shown
+    save("text_off", text_off)
+    save("text", text)
+    del text_off, text
     t_ids = np.flatnonzero(types == _T)
     src = nodes.column("source_id").take(t_ids).to_pylist()
     src_full: list = [None] * n
@@ -126,22 +158,23 @@ def write_query_index(index_dir: str | os.PathLike) -> Path:
         src_full[i] = v
     dl = document_labels(documents)
     labels = passage_labels(types, src_full, doc, dl)
-    arrays["label_node"] = t_ids.astype(np.int64)
-    arrays["label_off"], arrays["label"] = _py_blob([labels[i] for i in t_ids.tolist()])
+    del src, src_full
+    save("label_node", t_ids.astype(np.int64))
+    for key, arr in zip(("label_off", "label"), _py_blob([labels[i] for i in t_ids.tolist()])):
+        save(key, arr)
+    del labels
     dids = sorted(dl)
-    arrays["doclabel_id"] = np.asarray(dids, dtype=np.int64)
-    arrays["doclabel_off"], arrays["doclabel"] = _py_blob([dl[d] for d in dids])
+    save("doclabel_id", np.asarray(dids, dtype=np.int64))
+    for key, arr in zip(("doclabel_off", "doclabel"), _py_blob([dl[d] for d in dids])):
+        save(key, arr)
+    del nodes
     named = np.flatnonzero(np.isin(types, _NAMED) & active)
-    names = nodes.column("name").take(named).to_pylist()
-    name_arrays, max_tokens = name_index_arrays(EntityMatcher(named, names))
-    arrays.update(name_arrays)
-    out = root / QUERY_DIR
-    if out.exists():
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
-    for key in sorted(arrays):  # fsynced like every index file: the commit only renames folders
-        atomic_save_npy(out / f"{key}.npy", arrays[key])
-    meta = {"format": _FORMAT, "n": int(n), "names": int(name_arrays["name_node"].shape[0]),
+    names = read_nodes_file(nodes_path, columns=("name",)).column("name").take(named).to_pylist()
+    name_index, max_tokens = name_arrays(named, names)
+    del names
+    for key in sorted(name_index):
+        save(key, name_index[key])
+    meta = {"format": _FORMAT, "n": int(n), "names": int(name_index["name_node"].shape[0]),
             "max_tokens": max_tokens}
     atomic_write_bytes(out / "meta.json", (json.dumps(meta, sort_keys=True) + "\n").encode("utf-8"))
     return out

@@ -113,8 +113,11 @@ def nodes_table(table, mentions: np.ndarray):
     return tab
 
 
-def read_nodes_file(path: str | os.PathLike):
-    """``nodes.parquet`` as a pyarrow Table with its ``name`` column (restored when left out); no key added."""
+def read_nodes_file(path: str | os.PathLike, columns: Sequence[str] | None = None):
+    """``nodes.parquet`` as a pyarrow Table with its ``name`` column (restored when left out); no key added.
+
+    ``columns``: read only these (a derived ``name`` reads ``text`` and ``type`` to restore it).
+    """
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
@@ -122,8 +125,16 @@ def read_nodes_file(path: str | os.PathLike):
     path = Path(path)
     if not path.is_file():
         raise IndexNotFoundError(f"{path}: missing")
-    tab = pq.read_table(path, memory_map=True)
-    if "name" not in tab.column_names and "text" in tab.column_names and "type" in tab.column_names:
+    want = list(_STORED_NODE_COLUMNS) if columns is None else list(columns)
+    read = None
+    if columns is not None:
+        stored = pq.read_schema(path).names
+        read = [c for c in want if c in stored]
+        if "name" in want and "name" not in stored:
+            read += [c for c in ("text", "type") if c not in read and c in stored]
+    tab = pq.read_table(path, memory_map=True, columns=read)
+    if "name" in want and "name" not in tab.column_names and "text" in tab.column_names \
+            and "type" in tab.column_names:
         meta = tab.schema.metadata or {}
         if meta.get(_NAME_META) != _NAME_META_VALUE:
             raise ValueError(f"{path}: no name column and no {_NAME_META.decode()} metadata saying how to derive it")
@@ -131,10 +142,10 @@ def read_nodes_file(path: str | os.PathLike):
                           tab.column("text"), pa.scalar(None, pa.string()))
         tab = tab.add_column(tab.column_names.index("text"), pa.field("name", pa.string()), name)
         tab = tab.replace_schema_metadata(None)
-    missing = [c for c in _STORED_NODE_COLUMNS if c not in tab.column_names]
+    missing = [c for c in want if c not in tab.column_names]
     if missing:
         raise ValueError(f"{path}: missing column(s) {missing}")
-    return tab.select(list(_STORED_NODE_COLUMNS))
+    return tab.select(want)
 
 
 def documents_table(docs: Sequence[dict]):

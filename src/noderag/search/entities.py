@@ -27,7 +27,7 @@ from ..index.sentences import sentence_spans  # a pure helper: the decomposer's 
 from ..lang.entities import STOP, canonical_name, query_entities
 from ..lang.zh import is_han_token, match_tokens
 
-__all__ = ["EntityMatcher", "MappedNames", "NameMatch", "extract_query_entities", "hash64", "name_index_arrays",
+__all__ = ["EntityMatcher", "MappedNames", "NameMatch", "extract_query_entities", "hash64", "name_arrays", "name_index_arrays",
            "name_tokens"]
 
 
@@ -310,6 +310,96 @@ def name_index_arrays(matcher: EntityMatcher) -> tuple[dict[str, np.ndarray], in
               "phrase_hash": phrase_hash, "phrase_name": phrase_name, "tok_hash": tok_hash, "tok_off": tok_off,
               "tok": tok, "post_ptr": post_ptr, "post_name": post_name.astype(np.int64)}
     return arrays, int(m.max_tokens)
+
+
+def _string_ranks(strings: list[str]) -> np.ndarray:
+    """Rank of each string in sorted order (equal strings share a rank), for ``np.lexsort`` keys."""
+    order = sorted(range(len(strings)), key=strings.__getitem__)
+    ranks = np.zeros(len(strings), np.int64)
+    r, prev = -1, None
+    for q in order:
+        s = strings[q]
+        if s != prev:
+            r, prev = r + 1, s
+        ranks[q] = r
+    return ranks
+
+
+def name_arrays(node_ids: Sequence[int], names: Sequence[str | None]) -> tuple[dict[str, np.ndarray], int]:
+    """``name_index_arrays(EntityMatcher(node_ids, names))`` without building the matcher.
+
+    The same arrays, made from flat integer buffers: the matcher's per-name tuples, dicts and one
+    posting array per token held ~1 KB a name (0.6 GB for 680k names) just to be flattened.
+    """
+    from array import array
+
+    node_ids = np.asarray(node_ids, dtype=np.int64).ravel()
+    if node_ids.shape[0] != len(names):
+        raise ValueError(f"node_ids ({node_ids.shape[0]}) and names ({len(names)}) differ in length")
+    first_id: dict[str, int] = {}  # token -> id in order of first sight
+    canon: list[str] = []
+    phrase: list[str] = []
+    flat = array("i")  # every kept name's token ids, name after name (input order)
+    lens = array("i")
+    keep = array("q")  # input positions of the names with tokens
+    for i, name in enumerate(names):
+        c = canonical_name(str(name)) if name is not None else ""
+        toks = match_tokens(c)
+        if not toks:
+            continue
+        keep.append(i)
+        canon.append(c)
+        phrase.append(" ".join(toks))
+        lens.append(len(toks))
+        for t in toks:
+            k = first_id.get(t)
+            if k is None:
+                k = first_id[t] = len(first_id)
+            flat.append(k)
+    kept_nodes = node_ids[np.frombuffer(keep, dtype=np.int64)] if keep else np.zeros(0, np.int64)
+    ln = np.frombuffer(lens, dtype=np.int32).astype(np.int64) if lens else np.zeros(0, np.int64)
+    # name order j: by (token count, canonical name, node id), as the matcher sorts them
+    order_a = np.lexsort((kept_nodes, _string_ranks(canon), ln)).astype(np.int64)
+    order = order_a.tolist()
+    vocab = list(first_id)
+    del first_id
+    vocab_hash = np.asarray([hash64(t) for t in vocab], dtype=np.uint64)
+    by_hash_a = np.lexsort((_string_ranks(vocab), vocab_hash)).astype(np.int64)  # by (hash, token)
+    by_hash = by_hash_a.tolist()
+    rank = np.zeros(len(vocab), np.int32)
+    rank[by_hash_a] = np.arange(len(vocab), dtype=np.int32)
+    starts = np.zeros(ln.size + 1, np.int64)
+    np.cumsum(ln, out=starts[1:])
+    new_len = ln[order_a]
+    name_tok_ptr = np.zeros(ln.size + 1, np.int64)
+    np.cumsum(new_len, out=name_tok_ptr[1:])
+    gather = np.repeat(starts[:-1][order_a] - name_tok_ptr[:-1], new_len) + np.arange(int(name_tok_ptr[-1]))
+    flat_a = np.frombuffer(flat, dtype=np.int32) if flat else np.zeros(0, np.int32)
+    name_tok = rank[flat_a[gather]].astype(np.int32)
+    # postings: the names of each token, once per name, ascending (CSR by token id)
+    name_of = np.repeat(np.arange(ln.size, dtype=np.int64), new_len)
+    pairs = np.sort(name_tok.astype(np.int64) * max(ln.size, 1) + name_of)
+    pairs = pairs[np.concatenate(([True], pairs[1:] != pairs[:-1]))] if pairs.size else pairs
+    post_tok = pairs // max(ln.size, 1)
+    post_ptr = np.zeros(len(vocab) + 1, np.int64)
+    np.cumsum(np.bincount(post_tok, minlength=len(vocab)), out=post_ptr[1:])
+    vocab_sorted = [vocab[k] for k in by_hash]
+    tok_off, tok = _blob(vocab_sorted)
+    tok_hash = vocab_hash[by_hash_a]
+    canon_j = [canon[q] for q in order]
+    del canon
+    js = list(range(len(canon_j)))
+    canon_off, canon_blob = _blob(canon_j)
+    exact_hash, exact_name = _sorted_by_hash(canon_j, js)
+    del canon_j
+    phrase_hash, phrase_name = _sorted_by_hash([phrase[q] for q in order], js)
+    del phrase
+    arrays = {"name_node": kept_nodes[order_a], "name_tok_ptr": name_tok_ptr, "name_tok": name_tok,
+              "name_canon_off": canon_off, "name_canon": canon_blob, "exact_hash": exact_hash,
+              "exact_name": exact_name, "phrase_hash": phrase_hash, "phrase_name": phrase_name,
+              "tok_hash": tok_hash, "tok_off": tok_off, "tok": tok, "post_ptr": post_ptr,
+              "post_name": (pairs % max(ln.size, 1)).astype(np.int64)}
+    return arrays, int(ln.max()) if ln.size else 0
 
 
 class MappedNames(_NameMatching):
