@@ -221,6 +221,7 @@ def add_communities(table: NodeTable, graph: CSR, membership: np.ndarray, snr_sn
                     title = el.get("title") if isinstance(el.get("title"), str) else ""
                     elements.append((ci, " ".join(el["description"].split()), " ".join(title.split()), None))
     h_ids: list[int] = []
+    h_seen: set[int] = set()
     o_ids: list[int] = []
     src, dst, wts = [], [], []
     new_h: list[int] = []
@@ -229,8 +230,9 @@ def add_communities(table: NodeTable, graph: CSR, membership: np.ndarray, snr_sn
         hkey = node_key(H, desc)
         hid, created = table.add(H, hkey, name=None, text=desc)
         table.active[hid] = True
-        if hid in h_ids:
+        if hid in h_seen:
             continue
+        h_seen.add(hid)
         h_ids.append(hid)
         new_h.append(ci)
         h_reps.append(reps)

@@ -25,6 +25,9 @@ _EDGE_CHARS = "".join(
 ) + "\u3000\u3001\u3002\uff0c\uff0e\uff1a\uff1b\uff01\uff1f\u300c\u300d\u300e\u300f\uff08\uff09"
 
 
+_EDGE_SET = frozenset(_EDGE_CHARS)
+
+
 def canonical_name(text: str) -> str:
     """NFKC, case-folded, Traditional Chinese folded to Simplified, whitespace collapsed, surrounding
     punctuation stripped (so 臺灣, 台灣 and 台湾 are one name; the text as written is stored elsewhere).
@@ -32,7 +35,9 @@ def canonical_name(text: str) -> str:
     The one normalisation of names: node keys, name links at build time and query matching all use it.
     """
     text = fold_zh(unicodedata.normalize("NFKC", text).casefold())
-    text = _WS.sub(" ", text).strip(_EDGE_CHARS)
+    text = _WS.sub(" ", text)
+    if text and (text[0] in _EDGE_SET or text[-1] in _EDGE_SET):  # strip() rebuilds its char set per call
+        text = text.strip(_EDGE_CHARS)
     return text
 
 
