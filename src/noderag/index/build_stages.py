@@ -297,17 +297,15 @@ def vector_stage(table: NodeTable, vec: NodeVectors, config) -> tuple[Any, Any]:
     return vindex, CSR.empty(n)
 
 
-def files_stage(final: Path, table: NodeTable, graph, mentions: np.ndarray, docs_rows: list, traces, link: EdgeList,
-                vindex, write_linked: Callable) -> None:
-    """Write every file of the finished index into ``final`` (a fresh folder)."""
-    from .decompositions import DECOMPOSITIONS, write_decompositions
+def files_stage(final: Path, table: NodeTable, graph, mentions: np.ndarray, docs_rows: list, link: EdgeList,
+                write_linked: Callable) -> None:
+    """Write the node, document, graph, query-index and name-link files of the finished index into ``final``
+    (the chunk traces and the vector index were written when their stages ended)."""
     from .query_index import write_query_index  # what a query would otherwise prepare in O(n) at open
     from .store import write_documents, write_nodes
 
     write_nodes(final / "nodes.parquet", table, mentions)
     write_documents(final / "documents.parquet", docs_rows)
-    write_decompositions(final / DECOMPOSITIONS, traces)
     graph.save(final)
     write_query_index(final)
     write_linked(*link.arrays())
-    vindex.save(final / "vectors.usearch")

@@ -438,7 +438,12 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
         atomic_write_json(chunks_path, chunk_rows)
         slog.finish("chunk", chunks=len(chunk_rows))
     _checkpoint("chunk")
-    doc_of = {first_doc + i: d for i, d in enumerate(new_docs)}
+    from dataclasses import replace as _replace
+
+    n_new = len(new_docs)
+    # the documents' texts live on in their chunks: keep the rest of each document only
+    doc_of = {first_doc + i: _replace(d, text="") for i, d in enumerate(new_docs)}
+    del new_docs
 
     from .executor.sharded import Executors
 
@@ -457,9 +462,19 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
             raise DecomposeFailure(failures)
 
         # ---- assemble + link
+        final = stages / "final"  # the finished files; each is written as soon as it is final
+        if final.exists():
+            import shutil
+
+            shutil.rmtree(final)
+        final.mkdir(parents=True)
         slog.start("assemble")
         traces, link = assemble_stage(table, base, traces, chunk_rows, doc_of, records, docs_rows, config)
         del records  # the shards on disk keep them; the graph needs only the table now
+        from .decompositions import write_decompositions
+
+        write_decompositions(final / DECOMPOSITIONS, traces)
+        del traces
         slog.finish("assemble")
         _checkpoint("assemble")
 
@@ -491,6 +506,8 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
         slog.start("semantic")
         vindex, sem = vector_stage(table, vec, config)
         del vec  # the vectors live in the index now: the finalize peak need not hold them twice
+        vindex.save(final / "vectors.usearch")
+        del vindex
         slog.finish("semantic", edges=int(sem.nnz // 2))
         _checkpoint("semantic")
 
@@ -504,13 +521,7 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
         s3, d3, w3 = cat_edges(base, link, attrs.edges, comm.edges)
         graph = HeteroGraph.from_coo(types, table.keys_array(), s3, d3, w3)
         graph.set_layer("semantic", sem)
-        final = stages / "final"
-        if final.exists():
-            import shutil
-
-            shutil.rmtree(final)
-        final.mkdir(parents=True)
-        files_stage(final, table, graph, mention_counts(n, types, s3, d3, w3), docs_rows, traces, link, vindex,
+        files_stage(final, table, graph, mention_counts(n, types, s3, d3, w3), docs_rows, link,
                     lambda *edges: _write_linked(final / LINKED, *edges))
         _checkpoint("finalize-files")
         slog.finish("finalize")
@@ -568,7 +579,7 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
         "bytes": sizes,
         "bytes_total": int(sum(sizes.values())),
         "runs": list((manifest_old or {}).get("runs", [])) + [
-            {"documents_added": len(new_docs), "duplicates": dupes, "chunks": len(chunk_rows),
+            {"documents_added": n_new, "duplicates": dupes, "chunks": len(chunk_rows),
              "documents_deleted": len(drop)}],
         "run_id": run_id,
     }
@@ -583,7 +594,7 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
 
     shutil.rmtree(stages, ignore_errors=True)
     collect_garbage(root)
-    return BuildReport(len(new_docs), dupes, manifest, deleted_documents=len(drop), generation=gen_new)
+    return BuildReport(n_new, dupes, manifest, deleted_documents=len(drop), generation=gen_new)
 
 
 def _write_linked(path: Path, src: np.ndarray, dst: np.ndarray, w: np.ndarray) -> None:
