@@ -76,3 +76,14 @@ def test_slots_are_writable_rows_of_new_ids():
         vec.slots(np.array([3]))
     with pytest.raises(ValueError, match="new, distinct"):
         vec.slots(np.array([20, 20]))
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.integers(-2**40, 2**40), max_size=60))
+def test_distinct_equals_numpy_unique(values):
+    from noderag.graph.arrays import distinct
+
+    x = np.asarray(values, dtype=np.int64)
+    got = distinct(x)
+    assert got.dtype == x.dtype
+    np.testing.assert_array_equal(got, np.unique(x))

@@ -311,3 +311,32 @@ def test_shard_count_rule():
     c = EmbedConfig()
     assert [c.vector_shard_count(n) for n in (0, 32_767, 32_768, 262_144, 262_145, 10**8)] == [1, 1, 2, 2, 3, 8]
     assert EmbedConfig(vector_shards=5).vector_shard_count(10) == 5
+
+
+def test_widened_and_float16_background_builds_equal_one_add(tmp_path):
+    """Started on one thread, widened while building, fed float16 rows: the same shard files as one add of
+    the float32 values of those rows (a build starts its vector shards early and widens them later)."""
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((3000, 16)).astype(np.float16)
+    ids = np.arange(3000) * 3
+    ref = VectorIndex(16, dtype="i8", shards=3, parallel=3)
+    ref.add(ids[:2500], x[:2500].astype(np.float32))
+    ref.add(ids[2500:], x[2500:].astype(np.float32))
+    idx = VectorIndex(16, dtype="i8", shards=3, parallel=1)
+    idx.add_in_background(ids[:2500], x[:2500])
+    idx.widen(3)
+    idx.add_in_background(ids[2500:], x[2500:])
+    idx.wait()
+    blobs = []
+    for k, index in enumerate((ref, idx)):
+        index.save(tmp_path / f"{k}" / "vectors.usearch")
+        blobs.append([p.read_bytes() for p in sorted((tmp_path / f"{k}").iterdir())])
+    assert blobs[0] == blobs[1] and len(blobs[0]) == 3
+
+
+def test_cancel_stops_background_adds():
+    idx = VectorIndex(8, dtype="f32", shards=2, parallel=1)
+    idx.add_in_background(np.arange(40000), np.ones((40000, 8), np.float32))
+    idx.cancel()
+    assert len(idx) < 40000  # stopped at a block boundary: never finished
+    idx.cancel()  # twice is harmless

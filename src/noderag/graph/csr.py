@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .arrays import distinct
+
 INDPTR_DTYPE = np.dtype(np.int64)
 INDEX_DTYPE = np.dtype(np.int32)
 WEIGHT_DTYPE = np.dtype(np.float32)
@@ -143,7 +145,7 @@ def induced_csr(csr: CSR, nodes) -> tuple[CSR, np.ndarray]:
     members = np.asarray(nodes)
     if members.ndim != 1 or not (np.issubdtype(members.dtype, np.integer) or members.size == 0):
         raise ValueError(f"nodes must be a 1-D array of integer ids, got shape {members.shape} dtype {members.dtype}")
-    members = np.unique(members.astype(np.int64))
+    members = distinct(members.astype(np.int64))
     if members.size and (members[0] < 0 or members[-1] >= n):
         bad = members[0] if members[0] < 0 else members[-1]
         raise ValueError(f"nodes must lie in [0, {n}), found {bad}")

@@ -29,6 +29,7 @@ from typing import Iterable
 
 import numpy as np
 
+from .arrays import distinct
 from .csr import CSR, INDEX_DTYPE, INDPTR_DTYPE, WEIGHT_DTYPE, csr_from_coo, validate_csr
 from .keys import KEY_DTYPE
 from .storage import (
@@ -646,7 +647,7 @@ class HeteroGraph:
             node_ids = np.flatnonzero(arr)
         else:
             node_ids = _as_ids(arr.reshape(-1) if arr.ndim == 0 else arr, n, "nodes")
-            if node_ids.size and np.unique(node_ids).size != node_ids.size:
+            if node_ids.size and distinct(node_ids).size != node_ids.size:
                 raise ValueError("nodes must not contain duplicate ids")
         k = node_ids.shape[0]
         local = np.full(n, -1, np.int64)

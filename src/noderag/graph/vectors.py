@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .arrays import distinct
 from .csr import CSR, csr_from_coo
 
 __all__ = ["VectorIndex", "knn_search", "knn_csr"]
@@ -143,6 +144,9 @@ class VectorIndex:
         self._added = 0  # vectors added or queued: where the next add starts in the shard rotation
         self._pending: list = []
         self._lanes: list | None = None
+        self._gate = None
+        self._permits = 0
+        self._cancelled = False
         self._view = False
         self._path: str | None = None
         self._shards = [Index(ndim=int(ndim), metric=metric, dtype=dtype, connectivity=connectivity,
@@ -229,7 +233,7 @@ class VectorIndex:
         vectors = _as_vectors(vectors, self.ndim)
         if vectors.shape[0] != ids.shape[0]:
             raise ValueError(f"vectors has {vectors.shape[0]} rows but ids has {ids.shape[0]} entries")
-        if np.unique(ids).size != ids.size:
+        if distinct(ids).size != ids.size:
             raise ValueError("ids must be distinct")
         self._submit(ids, vectors)
 
@@ -240,7 +244,8 @@ class VectorIndex:
         if self._lanes is None:
             self._lanes = [ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"hnsw-shard-{j}")
                            for j in range(self.shards)]
-            self._gate = threading.BoundedSemaphore(max(1, min(self.parallel, self.shards)))
+            self._gate = threading.Semaphore(max(1, min(self.parallel, self.shards)))
+            self._permits = max(1, min(self.parallel, self.shards))
         p, first = self.shards, self._added
         keys = ids.astype(np.uint64)
         for j in range(p):
@@ -255,9 +260,36 @@ class VectorIndex:
         One thread adds them in order, so the blocks give the graph one call would."""
         with self._gate:  # usearch releases the GIL: shards build in parallel, one thread each
             for b in range(0, rows.size, _ADD_BLOCK):
+                if self._cancelled:
+                    return
                 part = rows[b:b + _ADD_BLOCK]
                 self._shards[j].add(keys[b:b + _ADD_BLOCK], np.ascontiguousarray(vectors[part], dtype=np.float32),
                                     threads=1)
+
+    def cancel(self) -> None:
+        """Stop pending background adds at the next block and drop the threads (a failed build's clean-up);
+        the index is then incomplete and must not be used."""
+        self._cancelled = True
+        if self._gate is not None:
+            for _ in range(self.shards):  # waiting shards may start, see the flag and return
+                self._gate.release()
+        pending, self._pending = self._pending, []
+        lanes, self._lanes = self._lanes, None
+        for lane in lanes or ():
+            lane.shutdown(wait=True, cancel_futures=True)
+        del pending
+
+    def widen(self, parallel: int) -> None:
+        """Let up to ``parallel`` shards build at once from now on (only ever raises it; never changes the index).
+
+        A build starts its vector shards on one thread while single-threaded stages run, then widens.
+        """
+        self.parallel = max(self.parallel, int(parallel))
+        if self._lanes is not None:
+            want = max(1, min(self.parallel, self.shards))
+            while self._permits < want:
+                self._permits += 1
+                self._gate.release()
 
     def wait(self) -> "VectorIndex":
         """Finish every pending background add (re-raising the first failure); returns the index."""
@@ -483,7 +515,7 @@ def _check_knn_inputs(ids, vectors, k):
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
         raise ValueError(f"k must be a positive integer, got {k!r}")
     ids = _as_ids(ids)
-    if np.unique(ids).size != ids.size:
+    if distinct(ids).size != ids.size:
         raise ValueError("ids must be distinct")
     arr = np.asarray(vectors)
     if arr.ndim != 2 or arr.shape[0] != ids.shape[0]:

@@ -11,6 +11,7 @@ shards under ``stages/``.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -25,7 +26,7 @@ from .decompositions import ChunkTrace, traces_table
 from .node_vectors import NodeVectors
 
 __all__ = ["chunk_stage", "decompose_stage", "assemble_stage", "embed_stage", "attributes_stage",
-           "communities_stage", "vector_stage", "Attributes", "Communities"]
+           "communities_stage", "start_vector_stage", "vector_stage", "Attributes", "Communities"]
 
 T, S, N, R, A, H, O = (int(t) for t in NodeType)
 
@@ -271,19 +272,31 @@ def communities_stage(table: NodeTable, base: EdgeList, link: EdgeList, attrs: A
 
 # ----------------------------------------------------------------------------- vectors
 
-def vector_stage(table: NodeTable, vec: NodeVectors, config) -> tuple[Any, Any]:
-    """(HNSW vector index of the active T/S/A/H nodes, semantic kNN layer CSR — empty unless enabled).
+def start_vector_stage(table: NodeTable, vec: NodeVectors, config):
+    """Start the HNSW vector index of the T/S nodes on one background thread, right after the embed stage.
 
-    The shards build in parallel: vector order T/S, then A/H, each by id. (Building them in the
-    background from the embed stage on was slower on 2 cores: the threads slowed each other.)
+    The attributes and communities stages run single-threaded in Python meanwhile, so a core would
+    idle; :func:`vector_stage` widens it to every core. Each shard is built by one thread in a fixed
+    order, so when it runs never changes the index.
     """
     from .enrich import start_vector_index
 
+    types = table.types_array()
+    ts_ids = np.flatnonzero(np.isin(types, (T, S)) & table.active_array())
+    return start_vector_index(ts_ids, vec.view(ts_ids), vec.dim, config.embed, parallel=1)
+
+
+def vector_stage(table: NodeTable, vec: NodeVectors, config, vindex) -> tuple[Any, Any]:
+    """(HNSW vector index of the active T/S/A/H nodes, semantic kNN layer CSR — empty unless enabled).
+
+    ``vindex``: the T/S index :func:`start_vector_stage` started. The shards build in parallel: vector
+    order T/S, then A/H, each by id. (Building them from the embed stage on was slower on 2 cores:
+    the embedding workers and the shard threads slowed each other.)
+    """
     n = len(table)
     types = table.types_array()
-    active = np.asarray(table.active, dtype=bool)
-    ts_ids = np.flatnonzero(np.isin(types, (T, S)) & active)
-    vindex = start_vector_index(ts_ids, vec.view(ts_ids), vec.dim, config.embed)
+    active = table.active_array()
+    vindex.widen(os.cpu_count() or 1)
     ah_ids = np.flatnonzero(np.isin(types, (A, H)) & active)
     vindex.add_in_background(ah_ids, vec.view(ah_ids))
     vindex.wait()

@@ -193,19 +193,19 @@ def embed_late_resumable(embedder, chunks: Sequence[str], units: Sequence[str], 
     return chunk_vecs, unit_vecs, late
 
 
-def start_vector_index(ids: np.ndarray, vectors: np.ndarray, dim: int, embed_config):
+def start_vector_index(ids: np.ndarray, vectors: np.ndarray, dim: int, embed_config, parallel: int | None = None):
     """An HNSW index keyed by node id whose first ``vectors`` are being added in the background.
 
-    ``embed_config.vector_shard_count(len(ids))`` shards, each built by one thread, up to every
-    core at once: identical files every run. Add the rest with ``add_in_background``; call
-    ``wait()`` before using it.
+    ``embed_config.vector_shard_count(len(ids))`` shards, each built by one thread, up to ``parallel``
+    (default: every core) at once: identical files every run. Add the rest with ``add_in_background``;
+    call ``wait()`` before using it.
     """
     from noderag.graph.vectors import VectorIndex
 
     shards = embed_config.vector_shard_count(int(ids.size))
     index = VectorIndex(dim, metric="cos", dtype=embed_config.vector_dtype, connectivity=embed_config.connectivity,
                         expansion_add=embed_config.expansion_add, shards=shards,
-                        parallel=max(1, min(shards, os.cpu_count() or 1)))
+                        parallel=parallel or max(1, min(shards, os.cpu_count() or 1)))
     index.add_in_background(np.asarray(ids, dtype=np.int64), vectors)  # float16 or float32
     return index
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from noderag.graph.arrays import distinct
+
 __all__ = ["NodeVectors"]
 
 
@@ -71,6 +73,15 @@ class NodeVectors:
         rows = self._rows_for(ids)  # may reallocate self._data: look it up after
         self._data[rows] = values
 
+    def reserve(self, rows: int) -> None:
+        """Make room for ``rows`` more vectors now, so that views taken before they are assigned stay the
+        live rows (a later growth would copy them, and a view would keep the old copy alive too)."""
+        need = self._used + int(rows)
+        if need > self._data.shape[0]:
+            data = np.zeros((need, self.dim), dtype=self.dtype)
+            data[: self._used] = self._data[: self._used]
+            self._data = data
+
     def slots(self, ids) -> np.ndarray:
         """Writable rows for the new, distinct ``ids`` (in order): fill them in place, without a second copy
         of the vectors (the embed stage writes its shards straight into them)."""
@@ -80,7 +91,7 @@ class NodeVectors:
         if ids.min() < 0:
             raise ValueError(f"node ids must be >= 0, got {int(ids.min())}")
         known = self._row[ids[ids < self._row.size]]
-        if (known >= 0).any() or np.unique(ids).size != ids.size:
+        if (known >= 0).any() or distinct(ids).size != ids.size:
             raise ValueError("slots() takes new, distinct ids")
         rows = self._rows_for(ids)
         return self._data[rows[0]:rows[-1] + 1]

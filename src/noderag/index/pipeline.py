@@ -426,7 +426,8 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
 
     # ---- chunk
     from .build_stages import (assemble_stage, attributes_stage, cat_edges, chunk_stage, communities_stage,
-                               decompose_stage, embed_stage, files_stage, mention_counts, vector_stage)
+                               decompose_stage, embed_stage, files_stage, mention_counts, start_vector_stage,
+                               vector_stage)
 
     first_doc = len(docs_rows)
     chunks_path = stages / "chunks.json"
@@ -449,6 +450,7 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
 
     executor = Executors(config, say)
     backend = _make_llm(llm, config, root, executor)
+    vindex = None
     try:
         # ---- decompose (one Parquet shard per batch, by the executor)
         if config.decompose.method == "llm" and backend is None:
@@ -489,6 +491,8 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
         executor.close()
         slog.finish("embed", embedded=int(np.isin(table.types_array()[old_n:], (T, S)).sum()))
         _checkpoint("embed")
+        vec.reserve(1024 + len(vec) // 20)  # A and H vectors: the T/S rows must not move under the index build
+        vindex = start_vector_stage(table, vec, config)
 
         # ---- attributes
         slog.start("attributes")
@@ -504,10 +508,10 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
 
         # ---- vector index (+ semantic layer)
         slog.start("semantic")
-        vindex, sem = vector_stage(table, vec, config)
+        vindex, sem = vector_stage(table, vec, config, vindex)
         del vec  # the vectors live in the index now: the finalize peak need not hold them twice
         vindex.save(final / "vectors.usearch")
-        del vindex
+        vindex = None  # saved: release it before the finalize peak
         slog.finish("semantic", edges=int(sem.nnz // 2))
         _checkpoint("semantic")
 
@@ -525,6 +529,10 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
                     lambda *edges: _write_linked(final / LINKED, *edges))
         _checkpoint("finalize-files")
         slog.finish("finalize")
+    except BaseException:
+        if vindex is not None:  # a failed run: stop building vector shards nobody will use
+            vindex.cancel()
+        raise
     finally:
         # every LLM call is done (or the run failed): close what we opened, never the caller's backend
         executor.close()
@@ -619,7 +627,9 @@ def _edge_kinds(types: np.ndarray, src: np.ndarray, dst: np.ndarray) -> dict[str
     lo = np.minimum(src, dst).astype(np.int64)
     hi = np.maximum(src, dst).astype(np.int64)
     keep = lo != hi
-    code = np.unique(lo[keep] * (1 << 31) + hi[keep])
+    from noderag.graph.arrays import distinct
+
+    code = distinct(lo[keep] * (1 << 31) + hi[keep])
     lo_u = code >> 31
     hi_u = code & ((1 << 31) - 1)
     ta = np.minimum(types[lo_u], types[hi_u])

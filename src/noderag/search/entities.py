@@ -378,8 +378,9 @@ def name_arrays(node_ids: Sequence[int], names: Sequence[str | None]) -> tuple[d
     name_tok = rank[flat_a[gather]].astype(np.int32)
     # postings: the names of each token, once per name, ascending (CSR by token id)
     name_of = np.repeat(np.arange(ln.size, dtype=np.int64), new_len)
-    pairs = np.sort(name_tok.astype(np.int64) * max(ln.size, 1) + name_of)
-    pairs = pairs[np.concatenate(([True], pairs[1:] != pairs[:-1]))] if pairs.size else pairs
+    from noderag.graph.arrays import distinct
+
+    pairs = distinct(name_tok.astype(np.int64) * max(ln.size, 1) + name_of)
     post_tok = pairs // max(ln.size, 1)
     post_ptr = np.zeros(len(vocab) + 1, np.int64)
     np.cumsum(np.bincount(post_tok, minlength=len(vocab)), out=post_ptr[1:])
