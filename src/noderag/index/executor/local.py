@@ -10,11 +10,9 @@ an embedder object of the caller, a multi-threaded model) run in-process.
 
 from __future__ import annotations
 
-import gc
 import multiprocessing
 import os
 from concurrent.futures import ProcessPoolExecutor
-from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
 __all__ = ["LocalExecutor", "fork_map"]
@@ -61,27 +59,12 @@ def fork_map(fn: Callable, batches: list, workers: int | None = None, *, shared:
         for args in batches:
             yield fn(shared, *args) if shared is not None else fn(*args)
         return
-    with _frozen_heap(), ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("fork"),
-                                             initializer=_keep_shared, initargs=(shared,)) as pool:
+    with ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("fork"),
+                             initializer=_keep_shared, initargs=(shared,)) as pool:
         if shared is None:
             yield from pool.map(fn, *zip(*batches))
         else:
             yield from pool.map(_call_with_shared, [fn] * len(batches), *zip(*batches))
-
-
-@contextmanager
-def _frozen_heap():
-    """Keep the garbage collector of forked workers off the parent's objects while a pool runs.
-
-    A collection in a child writes to the header of every object it traverses, copying each page
-    of the parent's heap it touches into the child (``gc.freeze``: the CPython docs' advice for fork
-    without exec). A build forks with the node table of millions of objects alive.
-    """
-    gc.freeze()
-    try:
-        yield
-    finally:
-        gc.unfreeze()
 
 
 class LocalExecutor:
@@ -126,8 +109,8 @@ class LocalExecutor:
         """
         order = sorted(shards)
         ahead = 2 * n  # shards in flight: bounds the results waiting in memory
-        with _frozen_heap(), ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("fork"),
-                                                 initializer=_open_in_worker, initargs=(stage,)) as pool:
+        with ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("fork"),
+                                 initializer=_open_in_worker, initargs=(stage,)) as pool:
             pending = {}
             nxt = 0
             try:
