@@ -139,7 +139,7 @@ def test_store_opens_memory_mapped(demo_index):
     assert m["state"] == "complete" and sum(m["counts"]["nodes"].values()) == n
     assert m["tokens"] == {} and m["bytes_total"] == sum(m["bytes"].values()) > 0
     assert set(m["stages"]) == {"ingest", "chunk", "decompose", "assemble", "embed", "attributes",
-                                "communities", "semantic", "finalize"}
+                                "communities", "tables", "semantic", "finalize"}
     for st in m["stages"].values():  # wall and CPU time and the peak RSS so far, per stage
         assert st["time_s"] >= 0 and st["cpu_s"] >= 0 and st["peak_rss_mb"] > 10
     peaks = [m["stages"][k]["peak_rss_mb"] for k in ("chunk", "assemble", "communities", "finalize")]

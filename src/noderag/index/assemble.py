@@ -88,6 +88,11 @@ class NodeTable:
         wanted = set(int(t) for t in types)
         self.index = {k: i for i, (t, k) in enumerate(zip(self.types, self.keys)) if t in wanted}
 
+    def release_strings(self) -> None:
+        """Drop the texts, names and source ids (written out already): a build's later stages need only
+        the typed columns. Reading a text afterwards raises ``TypeError``."""
+        self.texts = self.names = self.source_ids = None  # type: ignore[assignment]
+
     def types_array(self) -> np.ndarray:
         """Type codes, uint8 of shape (n,) (a copy)."""
         return np.frombuffer(self.types, dtype=np.uint8).copy()

@@ -26,7 +26,8 @@ from .decompositions import ChunkTrace, traces_table
 from .node_vectors import NodeVectors
 
 __all__ = ["chunk_stage", "decompose_stage", "assemble_stage", "embed_stage", "attributes_stage",
-           "communities_stage", "start_vector_stage", "vector_stage", "Attributes", "Communities"]
+           "communities_stage", "tables_stage", "start_vector_stage", "vector_stage", "files_stage", "Attributes",
+           "Communities"]
 
 T, S, N, R, A, H, O = (int(t) for t in NodeType)
 
@@ -310,15 +311,24 @@ def vector_stage(table: NodeTable, vec: NodeVectors, config, vindex) -> tuple[An
     return vindex, CSR.empty(n)
 
 
-def files_stage(final: Path, table: NodeTable, graph, mentions: np.ndarray, docs_rows: list, link: EdgeList,
-                write_linked: Callable) -> None:
-    """Write the node, document, graph, query-index and name-link files of the finished index into ``final``
-    (the chunk traces and the vector index were written when their stages ended)."""
+def tables_stage(final: Path, table: NodeTable, mentions: np.ndarray, docs_rows: list) -> None:
+    """Write ``nodes.parquet``, ``documents.parquet`` and the query index into ``final``, then release the
+    table's texts, names and source ids (the files hold them; the later stages need only its typed columns).
+
+    Runs once every node exists (after the communities stage), before the vector stage: the peak of
+    the vector and graph stages no longer holds millions of Python strings.
+    """
     from .query_index import write_query_index  # what a query would otherwise prepare in O(n) at open
     from .store import write_documents, write_nodes
 
     write_nodes(final / "nodes.parquet", table, mentions)
     write_documents(final / "documents.parquet", docs_rows)
-    graph.save(final)
+    table.release_strings()
     write_query_index(final)
+
+
+def files_stage(final: Path, graph, link: EdgeList, write_linked: Callable) -> None:
+    """Write the graph and name-link files of the finished index into ``final`` (the node tables, chunk
+    traces and vector index were written when their stages ended)."""
+    graph.save(final)
     write_linked(*link.arrays())

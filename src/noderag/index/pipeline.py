@@ -427,7 +427,7 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
     # ---- chunk
     from .build_stages import (assemble_stage, attributes_stage, cat_edges, chunk_stage, communities_stage,
                                decompose_stage, embed_stage, files_stage, mention_counts, start_vector_stage,
-                               vector_stage)
+                               tables_stage, vector_stage)
 
     first_doc = len(docs_rows)
     chunks_path = stages / "chunks.json"
@@ -506,6 +506,15 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
         slog.finish("communities", communities=comm.count, high_level=len(comm.h_ids), failures=len(comm.failures))
         _checkpoint("communities")
 
+        # ---- node tables: final now; written before the vector stage so that the texts can go
+        slog.start("tables")
+        n = len(table)
+        types = table.types_array()
+        active = table.active_array()
+        s3, d3, w3 = cat_edges(base, link, attrs.edges, comm.edges)
+        tables_stage(final, table, mention_counts(n, types, s3, d3, w3), docs_rows)
+        slog.finish("tables")
+
         # ---- vector index (+ semantic layer)
         slog.start("semantic")
         vindex, sem = vector_stage(table, vec, config, vindex)
@@ -519,14 +528,9 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
         slog.start("finalize")
         from noderag.graph.hetero import HeteroGraph
 
-        n = len(table)
-        types = table.types_array()
-        active = np.asarray(table.active, dtype=bool)
-        s3, d3, w3 = cat_edges(base, link, attrs.edges, comm.edges)
         graph = HeteroGraph.from_coo(types, table.keys_array(), s3, d3, w3)
         graph.set_layer("semantic", sem)
-        files_stage(final, table, graph, mention_counts(n, types, s3, d3, w3), docs_rows, link,
-                    lambda *edges: _write_linked(final / LINKED, *edges))
+        files_stage(final, graph, link, lambda *edges: _write_linked(final / LINKED, *edges))
         _checkpoint("finalize-files")
         slog.finish("finalize")
     except BaseException:
