@@ -312,23 +312,21 @@ def vector_stage(table: NodeTable, vec: NodeVectors, config, vindex) -> tuple[An
 
 
 def tables_stage(final: Path, table: NodeTable, mentions: np.ndarray, docs_rows: list) -> None:
-    """Write ``nodes.parquet``, ``documents.parquet`` and the query index into ``final``, then release the
-    table's texts, names and source ids (the files hold them; the later stages need only its typed columns).
+    """Write ``nodes.parquet`` and ``documents.parquet`` into ``final``, then release the table's texts,
+    names and source ids (the file holds them; the later stages need only its typed columns).
 
     Runs once every node exists (after the communities stage), before the vector stage: the peak of
     the vector and graph stages no longer holds millions of Python strings.
     """
-    from .query_index import write_query_index  # what a query would otherwise prepare in O(n) at open
     from .store import write_documents, write_nodes
 
     write_nodes(final / "nodes.parquet", table, mentions)
     write_documents(final / "documents.parquet", docs_rows)
     table.release_strings()
-    write_query_index(final)
 
 
 def files_stage(final: Path, graph, link: EdgeList, write_linked: Callable) -> None:
     """Write the graph and name-link files of the finished index into ``final`` (the node tables, chunk
-    traces and vector index were written when their stages ended)."""
+    traces, vector index and query index were written before)."""
     graph.save(final)
     write_linked(*link.arrays())

@@ -528,6 +528,10 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
         slog.start("finalize")
         from noderag.graph.hetero import HeteroGraph
 
+        from .query_index import write_query_index  # what a query would otherwise prepare in O(n) at open
+
+        # after the vector stage and before the graph: its copy of the texts overlaps neither
+        write_query_index(final)
         graph = HeteroGraph.from_coo(types, table.keys_array(), s3, d3, w3)
         graph.set_layer("semantic", sem)
         files_stage(final, graph, link, lambda *edges: _write_linked(final / LINKED, *edges))
