@@ -244,8 +244,8 @@ class VectorIndex:
         if self._lanes is None:
             self._lanes = [ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"hnsw-shard-{j}")
                            for j in range(self.shards)]
-            self._gate = threading.Semaphore(max(1, min(self.parallel, self.shards)))
             self._permits = max(1, min(self.parallel, self.shards))
+            self._gate = threading.Semaphore(self._permits)
         p, first = self.shards, self._added
         keys = ids.astype(np.uint64)
         for j in range(p):
@@ -273,11 +273,10 @@ class VectorIndex:
         if self._gate is not None:
             for _ in range(self.shards):  # waiting shards may start, see the flag and return
                 self._gate.release()
-        pending, self._pending = self._pending, []
+        self._pending = []
         lanes, self._lanes = self._lanes, None
         for lane in lanes or ():
             lane.shutdown(wait=True, cancel_futures=True)
-        del pending
 
     def widen(self, parallel: int) -> None:
         """Let up to ``parallel`` shards build at once from now on (only ever raises it; never changes the index).

@@ -54,10 +54,7 @@ class NodeVectors:
             need = self._used + fresh.size
             if need > self._data.shape[0]:
                 # a quarter more, not double: the first assignment is most of a build's vectors
-                data = np.zeros((max(need, self._data.shape[0] + self._data.shape[0] // 4, 1024), self.dim),
-                                dtype=self.dtype)
-                data[: self._used] = self._data[: self._used]
-                self._data = data
+                self._grow(max(need, self._data.shape[0] + self._data.shape[0] // 4, 1024))
             self._row[fresh] = np.arange(self._used, need, dtype=np.int32)
             self._used = need
             rows = self._row[ids]
@@ -78,9 +75,13 @@ class NodeVectors:
         live rows (a later growth would copy them, and a view would keep the old copy alive too)."""
         need = self._used + int(rows)
         if need > self._data.shape[0]:
-            data = np.zeros((need, self.dim), dtype=self.dtype)
-            data[: self._used] = self._data[: self._used]
-            self._data = data
+            self._grow(need)
+
+    def _grow(self, capacity: int) -> None:
+        """Move the used rows into a new array of ``capacity`` rows."""
+        data = np.zeros((capacity, self.dim), dtype=self.dtype)
+        data[: self._used] = self._data[: self._used]
+        self._data = data
 
     def slots(self, ids) -> np.ndarray:
         """Writable rows for the new, distinct ``ids`` (in order): fill them in place, without a second copy

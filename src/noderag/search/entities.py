@@ -23,6 +23,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from ..graph.arrays import distinct
 from ..index.sentences import sentence_spans  # a pure helper: the decomposer's sentence split
 from ..lang.entities import STOP, canonical_name, query_entities
 from ..lang.zh import is_han_token, match_tokens
@@ -378,8 +379,6 @@ def name_arrays(node_ids: Sequence[int], names: Sequence[str | None]) -> tuple[d
     name_tok = rank[flat_a[gather]].astype(np.int32)
     # postings: the names of each token, once per name, ascending (CSR by token id)
     name_of = np.repeat(np.arange(ln.size, dtype=np.int64), new_len)
-    from noderag.graph.arrays import distinct
-
     pairs = distinct(name_tok.astype(np.int64) * max(ln.size, 1) + name_of)
     post_tok = pairs // max(ln.size, 1)
     post_ptr = np.zeros(len(vocab) + 1, np.int64)
