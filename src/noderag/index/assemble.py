@@ -19,6 +19,7 @@ from noderag.lang.entities import canonical_name, canonical_token
 from noderag.graph.types import NodeType
 
 from .decompose.base import ChunkDecomposition
+from .text_column import DerivedNames, TextColumn
 
 __all__ = ["NodeTable", "EdgeList", "assemble_chunks", "link_known_names", "ChunkRecord"]
 
@@ -41,13 +42,14 @@ class NodeTable:
     """The node table as growing columns plus a key -> id map (never reuses ids).
 
     Numeric columns are typed buffers (``array``/``bytearray``: 1-8 bytes a node, where lists of
-    int objects held 8-36); texts and names stay Python strings, shared with their sources.
+    int objects held 8-36); texts live in one UTF-8 buffer (:class:`TextColumn`) and names are
+    derived from them (:class:`DerivedNames`: an N/O name is its text, others are None).
     """
 
     types: Any = field(default_factory=list)
     keys: Any = field(default_factory=list)
-    names: list[str | None] = field(default_factory=list)
-    texts: list[str] = field(default_factory=list)
+    names: Any = field(default_factory=list)
+    texts: Any = field(default_factory=list)
     doc_ids: Any = field(default_factory=list)
     chunk_ids: Any = field(default_factory=list)
     source_ids: list[str | None] = field(default_factory=list)
@@ -60,6 +62,14 @@ class NodeTable:
         self.doc_ids = array("q", self.doc_ids)
         self.chunk_ids = array("q", self.chunk_ids)
         self.active = bytearray(1 if a else 0 for a in self.active)
+        names = list(self.names)
+        self.texts = TextColumn(self.texts)
+        if len(names) != len(self.texts) or len(self.texts) != len(self.types):
+            raise ValueError(f"node table columns differ in length: {len(self.types)} types, "
+                             f"{len(names)} names, {len(self.texts)} texts")
+        self.names = DerivedNames(self.types, self.texts)
+        for i, (t, name) in enumerate(zip(self.types, names)):
+            self.names.note(i, t, self.texts[i], name)
 
     def __len__(self) -> int:
         return len(self.types)
@@ -74,8 +84,8 @@ class NodeTable:
         self.index[key] = nid
         self.types.append(ntype)
         self.keys.append(key)
-        self.names.append(name)
         self.texts.append(text)
+        self.names.note(nid, ntype, text, name)
         self.doc_ids.append(doc_id)
         self.chunk_ids.append(chunk_id)
         self.source_ids.append(source_id)

@@ -52,9 +52,10 @@ class StageLog:
     ``peak_rss_mb`` is the process's peak so far when the stage finished (monotone).
     """
 
-    def __init__(self, path: Path, log=None) -> None:
+    def __init__(self, path: Path, log=None, on_finish=None) -> None:
         self.path = Path(path)
         self.log = log
+        self.on_finish = on_finish  # called after each finished stage (the build returns freed memory)
         data = read_json(self.path) if self.path.is_file() else {}
         self.stages: dict[str, dict[str, Any]] = dict(data.get("stages", {})) if isinstance(data, dict) else {}
         self._t0: dict[str, tuple[float, float]] = {}
@@ -78,6 +79,8 @@ class StageLog:
                              "cpu_s": round(float(prev.get("cpu_s", 0.0)) + cpu, 4),
                              "peak_rss_mb": round(peak_rss_mb(), 1), **info}
         self.save()
+        if self.on_finish is not None:
+            self.on_finish()
         if self.log is not None:
             extra = ", ".join(f"{k} {v}" for k, v in info.items())
             self.log(f"{name:<12} done in {elapsed:.2f} s" + (f" ({extra})" if extra else ""))

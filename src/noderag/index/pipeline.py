@@ -274,7 +274,9 @@ def build_index(inputs: Sequence[str | os.PathLike], index_dir: str | os.PathLik
         raise BuildError(f"{root}: exists and is not a directory")
     created = not root.exists()
     # the lock comes first: the existing index and the pending stages are read under it
-    with WriterLock(root, wait=wait), _arrow_memory_returned():
+    from . import heap
+
+    with WriterLock(root, wait=wait), _arrow_memory_returned(), heap.large_blocks_mapped():
         try:
             return _build_locked(inputs, root, config, llm=llm, embedder=embedder, progress=progress,
                                  allow_failures=allow_failures, log=log, delete=delete, executor=executor)
@@ -418,7 +420,9 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
         say("resuming the unfinished build")
     else:
         atomic_write_json(run_path, {"run_id": run_id, "n_docs": len(new_docs), "drop": len(drop)})
-    slog = StageLog(stages / "state.json", log=log)
+    from .heap import trim
+
+    slog = StageLog(stages / "state.json", log=log, on_finish=trim)  # each stage's freed memory goes back
     if not slog.done("ingest"):
         slog.start("ingest", already_s=t_ingest)
         slog.finish("ingest", documents=len(new_docs), duplicates=dupes)
@@ -473,6 +477,8 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
         slog.start("assemble")
         traces, link = assemble_stage(table, base, traces, chunk_rows, doc_of, records, docs_rows, config)
         del records  # the shards on disk keep them; the graph needs only the table now
+        n_chunks = len(chunk_rows)
+        del chunk_rows  # the table holds the chunk texts now
         from .decompositions import write_decompositions
 
         write_decompositions(final / DECOMPOSITIONS, traces)
@@ -595,7 +601,7 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
         "bytes": sizes,
         "bytes_total": int(sum(sizes.values())),
         "runs": list((manifest_old or {}).get("runs", [])) + [
-            {"documents_added": n_new, "duplicates": dupes, "chunks": len(chunk_rows),
+            {"documents_added": n_new, "duplicates": dupes, "chunks": n_chunks,
              "documents_deleted": len(drop)}],
         "run_id": run_id,
     }

@@ -79,7 +79,7 @@ def _schema_nodes():
 
 
 # type codes (N, O) whose name is their text; the metadata flag marks a file without a name column
-_NAME_IS_TEXT = (2, 6)
+from .text_column import NAME_IS_TEXT as _NAME_IS_TEXT  # noqa: E402
 _NAME_META = b"noderag.name"
 _NAME_META_VALUE = b"text of types 2,6, else null"
 
@@ -94,14 +94,14 @@ def nodes_table(table, mentions: np.ndarray):
 
     n = len(table)
     types = table.types_array()
-    from_text = np.isin(types, _NAME_IS_TEXT).tolist()
-    derived = all((nm == tx) if ft else (nm is None) for nm, tx, ft in zip(table.names, table.texts, from_text))
+    derived = not table.names.exceptions
+    texts = table.texts.to_arrow()
     schema = _schema_nodes()
     tab = pa.Table.from_arrays([
         pa.array(np.arange(n, dtype=np.int32)),
         pa.array(types),
-        pa.array(table.names, type=pa.string()),
-        pa.array(table.texts, type=pa.string()),
+        pa.nulls(n, pa.string()) if derived else pa.array(list(table.names), type=pa.string()),
+        texts,
         pa.array(np.asarray(table.doc_ids, dtype=np.int32)),
         pa.array(np.asarray(table.chunk_ids, dtype=np.int32)),
         pa.array(table.source_ids, type=pa.string()),

@@ -1,0 +1,58 @@
+"""The node table's compact string columns against plain Python lists."""
+
+from array import array
+
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from noderag.index import text_column
+from noderag.index.text_column import DerivedNames, TextColumn
+
+_texts = st.lists(st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=12), max_size=40)
+
+
+@settings(max_examples=150, deadline=None)
+@given(_texts, st.data())
+def test_text_column_reads_back_what_was_appended(texts, data):
+    col = TextColumn(texts)
+    ref = list(texts)
+    assert len(col) == len(ref) and list(col) == ref and col == ref
+    if ref:
+        for _ in range(3):  # replace a few texts, as an insert that reactivates an A/H node does
+            i = data.draw(st.integers(-len(ref), len(ref) - 1))
+            new = data.draw(st.text(max_size=5, alphabet="abcé漢"))
+            col[i] = new
+            ref[i] = new
+        assert [col[i] for i in range(len(ref))] == ref and [col[-1]] == ref[-1:]
+    assert col.to_arrow().to_pylist() == ref
+
+
+def test_to_arrow_splits_into_chunks_without_changing_the_texts(monkeypatch):
+    monkeypatch.setattr(text_column, "ARROW_CHUNK_ROWS", 3)
+    texts = ["a", "", "bé", "漢字", "x" * 10, "y", "z"]
+    col = TextColumn(texts)
+    col[4] = "changed"
+    arr = col.to_arrow()
+    assert arr.num_chunks == 3 and arr.type == pa.string()
+    assert arr.to_pylist() == texts[:4] + ["changed"] + texts[5:]
+
+
+def test_text_column_index_errors_name_the_range():
+    col = TextColumn(["a"])
+    with pytest.raises(IndexError, match="text index 1 out of range for 1 texts"):
+        col[1]
+    with pytest.raises(IndexError):
+        col[-2] = "b"
+
+
+def test_derived_names_store_only_what_the_rule_does_not_give():
+    types = array("B", [2, 1, 6, 2, 3])  # N, S, O, N, R
+    texts = TextColumn(["Kessel", "Kessel is a town.", "Towns", "skarn", "a b c"])
+    names = DerivedNames(types, texts)
+    for i, name in enumerate(["Kessel", None, "Towns", "Skarn", None]):
+        names.note(i, types[i], texts[i], name)
+    assert list(names) == ["Kessel", None, "Towns", "Skarn", None]
+    assert names.exceptions == {3: "Skarn"}
+    assert names[-1] is None and len(names) == 5
