@@ -429,7 +429,7 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
     _checkpoint("ingest")
 
     # ---- chunk
-    from .build_stages import (assemble_stage, attributes_stage, cat_edges, chunk_stage, communities_stage,
+    from .build_stages import (Assembly, assemble_stage, attributes_stage, cat_edges, chunk_stage, communities_stage,
                                decompose_stage, embed_stage, files_stage, mention_counts, start_vector_stage,
                                tables_stage, vector_stage)
 
@@ -462,8 +462,13 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
 
             raise ConfigError("decompose.method = 'llm' needs an LLM: pass llm=..., set llm.spec or use --llm SPEC")
         slog.start("decompose")
-        records, failures = decompose_stage(executor, config, backend, llm, root, chunk_rows, doc_of, bars)
-        slog.finish("decompose", chunks=len(chunk_rows), failures=len(failures))
+        # chunks are assembled in the main process as their records arrive, while the workers decompose
+        assembly = Assembly(table, base, traces, chunk_rows, doc_of, docs_rows, config)
+        del traces
+        records, failures = decompose_stage(executor, config, backend, llm, root, chunk_rows, doc_of, bars,
+                                            assembly=assembly)
+        slog.finish("decompose", chunks=len(chunk_rows), failures=len(failures),
+                    assembled_meanwhile=assembly.pos, assemble_s=round(assembly.busy_s, 2))
         if failures and not allow_failures:
             raise DecomposeFailure(failures)
 
@@ -475,7 +480,8 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
             shutil.rmtree(final)
         final.mkdir(parents=True)
         slog.start("assemble")
-        traces, link = assemble_stage(table, base, traces, chunk_rows, doc_of, records, docs_rows, config)
+        traces, link = assemble_stage(assembly, records)
+        del assembly
         del records  # the shards on disk keep them; the graph needs only the table now
         n_chunks = len(chunk_rows)
         del chunk_rows  # the table holds the chunk texts now

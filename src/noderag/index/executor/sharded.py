@@ -70,14 +70,15 @@ class DecomposedRecords:
     def note(self, k: int, i: int, table) -> int:
         """Record that shard ``i`` of pass ``k`` (its result ``table``) holds the latest records of its chunks."""
         ids = table.column("chunk_id").to_pylist()
-        for cid, rec in zip(ids, table.column("record").to_pylist()):
+        recs = table.column("record").to_pylist()
+        for cid, rec in zip(ids, recs):
             self._where[cid] = (k, i)
             err = None if rec.endswith(_NO_ERROR) else json.loads(rec).get("error")
             if err is None:
                 self.errors.pop(cid, None)
             else:
                 self.errors[cid] = str(err)
-        self._open.pop(k, None)
+        self._open[k] = (i, dict(zip(ids, recs)))  # an assembly fed as shards arrive reads this one next
         return len(ids)
 
     def get(self, chunk_id: int) -> ChunkDecomposition:
@@ -96,12 +97,17 @@ _NO_ERROR = '"error":null}'
 
 
 def decompose_sharded(executor: Executors, config, backend, llm, root: Path, chunk_rows, doc_of,
-                       bars) -> DecomposedRecords:
+                       bars, on_records=None) -> DecomposedRecords:
     """Decomposition records of every chunk, in Parquet shards under ``stages/decompose/pass-NNN``.
 
     Pass 0 covers every chunk in shards of ``decompose.batch_size``; a rerun resumes an
     unfinished pass (finished shards are reused) or runs one new pass over the chunks that
     failed. Later passes override earlier ones.
+
+    ``on_records(records)``: called whenever more shards of pass 0 are noted (in shard order, so
+    the chunks noted form a growing prefix of ``chunk_rows``) while this run computes pass 0. Its
+    records are then final for the run; a later pass would override some, so it is never called
+    for one.
     """
     from .shards import ShardStore
     from .stages import DecomposeStage, chunk_table
@@ -127,6 +133,9 @@ def decompose_sharded(executor: Executors, config, backend, llm, root: Path, chu
         if existed and len(done) == len(plan):  # a finished earlier pass
             k += 1
             continue
+        streaming = on_records is not None and k == 0
+        if streaming and done:
+            on_records(records)
         ex = executor.get()
         if _distributed(backend):  # the backend itself runs on the cluster (ray.data.llm): drive it from here
             from .local import LocalExecutor
@@ -143,6 +152,8 @@ def decompose_sharded(executor: Executors, config, backend, llm, root: Path, chu
             def sink(i: int, out, meta: dict) -> None:
                 store.write(i, out, meta)
                 records.note(k, i, out)
+                if streaming:
+                    on_records(records)
                 if ex.remote and ledger is not None and meta.get("ledger"):
                     from noderag.llm.accounting import TokenLedger
 
