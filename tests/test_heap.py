@@ -47,3 +47,30 @@ def _freed_by_del(threshold: int) -> int:
 def test_large_blocks_mapped_gives_large_arrays_their_own_mapping():
     assert _freed_by_del(1 << 20) < 100e6  # below the threshold: heap blocks, kept by free()
     assert _freed_by_del(256 * 1024) > 400e6  # above it: each its own mapping, unmapped at once
+
+
+def test_collector_paused_defers_cycles_and_restores_the_collector():
+    import gc
+    import weakref
+
+    class Node:
+        pass
+
+    assert gc.isenabled()
+    with heap.collector_paused():
+        assert not gc.isenabled()
+        a, b = Node(), Node()
+        a.other, b.other = b, a  # a cycle: only the collector frees it
+        ref = weakref.ref(a)
+        del a, b
+        for _ in range(3):
+            [Node() for _ in range(1000)]  # allocations that would trigger an automatic collection
+        assert ref() is not None
+    assert gc.isenabled() and ref() is None
+    gc.disable()
+    try:
+        with heap.collector_paused():
+            pass
+        assert not gc.isenabled()  # a caller's paused collector stays paused
+    finally:
+        gc.enable()

@@ -133,3 +133,18 @@ def test_link_known_names_uses_the_canonical_form():
     edges = assemble.link_known_names(table, empty, empty, np.zeros(0))
     src, dst, _ = edges.arrays()
     assert {(int(a), int(b)) for a, b in zip(src, dst)} == {(sid, n1), (sid, n2)}
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.text(alphabet=st.sampled_from(list("aZ09_ -.\t\n\x1c'’Ⅻ臺ｶ\xa0"))), st.text()))
+def test_canonical_name_fast_paths_equal_the_full_normalisation(text):
+    """The ASCII and single-word shortcuts of ``canonical_name`` change no result."""
+    import unicodedata
+
+    from noderag.lang.fold import fold_zh
+
+    full = _WS_REF.sub(" ", fold_zh(unicodedata.normalize("NFKC", text).casefold())).strip(ent._EDGE_CHARS)
+    assert canonical_name(text) == full
+
+
+_WS_REF = __import__("re").compile(r"\s+")

@@ -56,3 +56,21 @@ def test_derived_names_store_only_what_the_rule_does_not_give():
     assert list(names) == ["Kessel", None, "Towns", "Skarn", None]
     assert names.exceptions == {3: "Skarn"}
     assert names[-1] is None and len(names) == 5
+
+
+@settings(max_examples=100, deadline=None)
+@given(_texts.filter(bool), st.data())
+def test_take_gathers_like_indexing(texts, data):
+    col = TextColumn(texts)
+    types = array("B", data.draw(st.lists(st.sampled_from([1, 2, 6]), min_size=len(texts), max_size=len(texts))))
+    names = DerivedNames(types, col)
+    for i, t in enumerate(types):
+        names.note(i, t, texts[i], data.draw(st.sampled_from([None, texts[i], "other"])))
+    if data.draw(st.booleans()):
+        col[0] = "replaced"
+    ids = data.draw(st.lists(st.integers(-len(texts), len(texts) - 1), max_size=20))
+    assert col.take(ids) == [col[i] for i in ids]
+    pos = [i % len(texts) for i in ids]
+    assert names.take(pos) == [names[i] for i in pos]
+    with pytest.raises(IndexError, match="text ids must lie in"):
+        col.take([len(texts)])

@@ -103,10 +103,13 @@ def leiden(
 
     graph = ig.Graph(n=int(sub_nodes.size))  # add_edges takes the array ~4x faster than the constructor
     graph.add_edges(edges)
-    graph.es["weight"] = weights
+    del edges
     if engine == "igraph":
-        membership[sub_nodes] = _by_size(_igraph_leiden(graph, resolution, int(seed), int(n_iterations)))
+        # weights passed as a list, not stored as an edge attribute (one Python float per edge kept alive)
+        membership[sub_nodes] = _by_size(_igraph_leiden(graph, weights.tolist(), resolution, int(seed),
+                                                        int(n_iterations)))
         return membership
+    graph.es["weight"] = weights
     if objective == "modularity":
         partition = leidenalg.find_partition(
             graph, leidenalg.ModularityVertexPartition, weights="weight",
@@ -121,14 +124,14 @@ def leiden(
     return membership
 
 
-def _igraph_leiden(graph, resolution: float, seed: int, n_iterations: int) -> np.ndarray:
+def _igraph_leiden(graph, weights: list, resolution: float, seed: int, n_iterations: int) -> np.ndarray:
     """igraph's Leiden on the modularity objective (``resolution`` = RB's gamma) with a seeded private RNG."""
     import igraph as ig
 
     with _IGRAPH_RNG:
         ig.set_random_number_generator(random.Random(seed))
         try:
-            parts = graph.community_leiden(objective_function="modularity", weights="weight",
+            parts = graph.community_leiden(objective_function="modularity", weights=weights,
                                            resolution=resolution, n_iterations=n_iterations)
         finally:
             ig.set_random_number_generator(random)

@@ -238,6 +238,23 @@ def _entity(table: NodeTable, surface: str) -> int | None:
 
 
 _WORD = re.compile(r"\w+")
+_ASCII_LETTER = re.compile(r"[A-Za-z]")
+
+
+def _canon_tok(tok: str) -> str:
+    """:func:`canonical_token` of a word token, the common case inline: an ASCII letters-and-digits
+    word is its lower case (nothing to normalise, fold or strip; ~5x faster than the cached call)."""
+    return tok.lower() if tok.isascii() and tok.isalnum() else canonical_token(tok)
+
+
+def _first(item):
+    return item[0]
+
+
+def _has_letter(name: str) -> bool:
+    if name.isascii():
+        return _ASCII_LETTER.search(name) is not None
+    return any(ch.isalpha() for ch in name)
 #: Units per batch of the name matching (batches run in worker processes when there are 4 or more).
 LINK_BATCH = 8192
 
@@ -259,14 +276,15 @@ def link_known_names(table: NodeTable, base_src: np.ndarray, base_dst: np.ndarra
     # first token -> [(length, {token tuple: lowest id})], longest first: a lookup per distinct
     # length, never a scan over every name that starts with a common word
     by_first: dict[str, dict[int, dict[tuple[str, ...], int]]] = {}
-    for nid in ent_ids.tolist():
-        name = table.names[nid] or ""
-        toks = tuple(canonical_token(t) for t in _WORD.findall(name))
-        if not toks or not any(ch.isalpha() for ch in name) or (len(toks) == 1 and len(toks[0]) < 3):
+    for nid, name in zip(ent_ids.tolist(), table.names.take(ent_ids)):
+        name = name or ""
+        toks = tuple(map(_canon_tok, _WORD.findall(name)))
+        if not toks or not _has_letter(name) or (len(toks) == 1 and len(toks[0]) < 3):
             continue
         by_len = by_first.setdefault(toks[0], {}).setdefault(len(toks), {})
         by_len.setdefault(toks, nid)  # ids ascend: identical token tuples keep the lowest id
-    trie = {first: sorted(by_len.items(), reverse=True) for first, by_len in by_first.items()}
+    trie = {first: (sorted(by_len.items(), key=_first, reverse=True) if len(by_len) > 1 else list(by_len.items()))
+            for first, by_len in by_first.items()}
     s_ids = np.flatnonzero(types == S)
     step = LINK_BATCH  # worker processes (``workers``) only for several batches
     batches = [(s_ids[b:b + step],) for b in range(0, s_ids.size, step)]
@@ -292,15 +310,14 @@ def _match_names(shared, s_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.
     dst: list[int] = []
     cnt: list[int] = []
     for sid in s_ids.tolist():
-        text = texts[sid]
-        words = list(_WORD.finditer(text))
-        low = [canonical_token(m.group(0)) for m in words]
+        words = _WORD.findall(texts[sid])
+        low = list(map(_canon_tok, words))
         found: dict[int, int] = {}
         i = 0
         while i < len(words):
             cands = trie.get(low[i])
             step = 1
-            if cands and (text[words[i].start()].isupper() or text[words[i].start()].isdigit()):
+            if cands and (words[i][0].isupper() or words[i][0].isdigit()):  # the match's first character
                 for k, names in cands:
                     nid = names.get(tuple(low[i:i + k]))
                     if nid is not None:

@@ -211,7 +211,7 @@ def embed_stage(table: NodeTable, old_n: int, emb, executor, config, stages: Pat
                 unit_chunk, [unit_prefix(t) if t else None for t in titles], stages / "emb_ts",
                 batch_size=config.embed.batch_size, progress=bar)
         else:
-            embed_sharded(executor, config, emb, embedder_given, [table.texts[i] for i in new_ids.tolist()],
+            embed_sharded(executor, config, emb, embedder_given, table.texts.take(new_ids),
                           stages / "emb_ts", bar, out=vec.slots(new_ids))
     return vec
 
@@ -241,6 +241,7 @@ def attributes_stage(table: NodeTable, base: EdgeList, link: EdgeList, vec: Node
     s1, d1, w1 = cat_edges(base, link)
     mentions = mention_counts(n0, types, s1, d1, w1)
     snr = subgraph_csr(n0, types, s1, d1, w1, (S, N, R))
+    del s1, d1, w1
     important = important_entities(snr, types, mentions, config.importance,
                                    nodes=np.flatnonzero(np.isin(types, (S, N, R))))
     a_ids, a_edges, a_fail, a_sources = add_attributes(table, snr, mentions, important, config.attributes,
@@ -282,16 +283,14 @@ def communities_stage(table: NodeTable, base: EdgeList, link: EdgeList, attrs: A
         from .enrich import embed_texts_resumable
 
         types = table.types_array()
-        s1, d1, w1 = cat_edges(base, link)
-        s2, d2, w2 = cat_edges(base, link, attrs.edges)
         n1 = len(table)
-        snra = subgraph_csr(n1, types, s2, d2, w2, (S, N, R, A))
+        snra = subgraph_csr(n1, types, *cat_edges(base, link, attrs.edges), (S, N, R, A))
         membership = np.asarray(leiden(snra, resolution=config.communities.resolution,
                                        objective=config.communities.objective, seed=config.seed,
                                        n_iterations=config.communities.iterations,
                                        engine=config.communities.engine))
         out.count = int(membership.max()) + 1 if membership.size else 0
-        sn = subgraph_csr(n1, types, s1, d1, w1, (S, N))
+        sn = subgraph_csr(n1, types, *cat_edges(base, link), (S, N))  # after Leiden: not held at its peak
         counter = {"n": 0}
 
         def vectors_of(ids: np.ndarray) -> np.ndarray:

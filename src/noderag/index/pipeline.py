@@ -276,7 +276,7 @@ def build_index(inputs: Sequence[str | os.PathLike], index_dir: str | os.PathLik
     # the lock comes first: the existing index and the pending stages are read under it
     from . import heap
 
-    with WriterLock(root, wait=wait), _arrow_memory_returned(), heap.large_blocks_mapped():
+    with WriterLock(root, wait=wait), _arrow_memory_returned(), heap.large_blocks_mapped(), heap.collector_paused():
         try:
             return _build_locked(inputs, root, config, llm=llm, embedder=embedder, progress=progress,
                                  allow_failures=allow_failures, log=log, delete=delete, executor=executor)
@@ -420,9 +420,9 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
         say("resuming the unfinished build")
     else:
         atomic_write_json(run_path, {"run_id": run_id, "n_docs": len(new_docs), "drop": len(drop)})
-    from .heap import trim
+    from .heap import release
 
-    slog = StageLog(stages / "state.json", log=log, on_finish=trim)  # each stage's freed memory goes back
+    slog = StageLog(stages / "state.json", log=log, on_finish=release)  # each stage's freed memory goes back
     if not slog.done("ingest"):
         slog.start("ingest", already_s=t_ingest)
         slog.finish("ingest", documents=len(new_docs), duplicates=dupes)

@@ -71,6 +71,26 @@ class TextColumn:
             return len(self) == len(other) and all(a == b for a, b in zip(self, other))
         return NotImplemented
 
+    def take(self, ids) -> list[str]:
+        """The texts of ``ids`` (ints, any order) as a list: one Arrow gather, ~10x faster than indexing."""
+        import numpy as np
+        import pyarrow as pa
+
+        ids = np.asarray(ids, dtype=np.int64)
+        n = len(self._ends)
+        if ids.size and (ids.min() < -n or ids.max() >= n):
+            raise IndexError(f"text ids must lie in [{-n}, {n}), got {int(ids.min())}..{int(ids.max())}")
+        ids = np.where(ids < 0, ids + n, ids)
+        offsets = np.zeros(n + 1, dtype=np.int64)
+        offsets[1:] = np.frombuffer(self._ends, dtype=np.int64)
+        arr = pa.LargeStringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(self._data))
+        out = arr.take(pa.array(ids)).to_pylist()
+        if self._replaced:
+            for k, i in enumerate(ids.tolist()):
+                if i in self._replaced:
+                    out[k] = self._replaced[i]
+        return out
+
     def nbytes(self) -> int:
         """Bytes held by the buffer and the offsets."""
         return len(self._data) + self._ends.itemsize * len(self._ends)
@@ -148,3 +168,18 @@ class DerivedNames:
     def __iter__(self) -> Iterator[str | None]:
         for i in range(len(self._types)):
             yield self[i]
+
+    def take(self, ids) -> list[str | None]:
+        """The names of ``ids`` as a list (the texts gathered at once, see :meth:`TextColumn.take`)."""
+        import numpy as np
+
+        ids = np.asarray(ids, dtype=np.int64)
+        types = np.frombuffer(self._types, dtype=np.uint8)[ids] if len(self._types) else np.zeros(0, np.uint8)
+        named = np.isin(types, NAME_IS_TEXT)
+        texts = iter(self._texts.take(ids[named]))
+        out = [next(texts) if t else None for t in named.tolist()]
+        if self.exceptions:
+            for k, i in enumerate(ids.tolist()):
+                if i in self.exceptions:
+                    out[k] = self.exceptions[i]
+        return out
