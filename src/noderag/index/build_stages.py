@@ -314,41 +314,45 @@ def communities_stage(table: NodeTable, base: EdgeList, link: EdgeList, attrs: A
 # ----------------------------------------------------------------------------- vectors
 
 def start_vector_stage(table: NodeTable, vec: NodeVectors, config):
-    """Start the HNSW vector index of the T/S nodes on one background thread, right after the embed stage.
+    """Start the HNSW vector index of the T/S nodes right after the embed stage, one shard at a time.
 
-    The attributes and communities stages run single-threaded in Python meanwhile, so a core would
-    idle; :func:`vector_stage` widens it to every core. Each shard is built by one thread in a fixed
-    order, so when it runs never changes the index.
+    It builds in a child process (:mod:`noderag.index.vector_process`) while the attributes and
+    communities stages run single-threaded in Python here; :func:`vector_stage` widens it to every
+    core. Each shard is built by one thread in a fixed order, so when it runs never changes the index.
     """
-    from .enrich import start_vector_index
+    from .vector_process import start_vector_build
 
     types = table.types_array()
     ts_ids = np.flatnonzero(np.isin(types, (T, S)) & table.active_array())
-    return start_vector_index(ts_ids, vec.view(ts_ids), vec.dim, config.embed, parallel=1)
+    return start_vector_build(ts_ids, vec.view(ts_ids), vec.dim, config.embed, parallel=1)
 
 
-def vector_stage(table: NodeTable, vec: NodeVectors, config, vindex) -> tuple[Any, Any]:
-    """(HNSW vector index of the active T/S/A/H nodes, semantic kNN layer CSR — empty unless enabled).
+def vector_stage(table: NodeTable, vec: NodeVectors, config, build, path: Path) -> tuple[bool, Any]:
+    """Queue the A/H vectors on the index ``build`` (:func:`start_vector_stage`) and widen it to every core.
 
-    ``vindex``: the T/S index :func:`start_vector_stage` started. The shards build in parallel: vector
-    order T/S, then A/H, each by id. (Building them from the embed stage on was slower on 2 cores:
-    the embedding workers and the shard threads slowed each other.)
+    Returns (whether the index is saved at ``path`` already, semantic kNN layer CSR). The layer is
+    empty unless enabled; it needs the finished index, so then the index is saved here. Otherwise
+    the shards finish while the driver writes the other files (``build.finish(path)`` afterwards).
+    Vector order: T/S, then A/H, each by id.
     """
     n = len(table)
     types = table.types_array()
     active = table.active_array()
-    vindex.widen(os.cpu_count() or 1)
+    build.widen(os.cpu_count() or 1)
     ah_ids = np.flatnonzero(np.isin(types, (A, H)) & active)
-    vindex.add_in_background(ah_ids, vec.view(ah_ids))
-    vindex.wait()
+    build.add(ah_ids, vec.view(ah_ids))
     if config.semantic.enabled:
+        from noderag.graph.vectors import VectorIndex
+
         from .enrich import semantic_layer
 
+        build.finish(path)
         emb_ids = np.flatnonzero(np.isin(types, (T, S, A, H)) & active)
-        return vindex, semantic_layer(n, emb_ids, vec[emb_ids], config.semantic.k, index=vindex)
+        return True, semantic_layer(n, emb_ids, vec[emb_ids], config.semantic.k,
+                                    index=VectorIndex.load(path, view=True, threads=os.cpu_count() or 1))
     from noderag.graph.csr import CSR
 
-    return vindex, CSR.empty(n)
+    return False, CSR.empty(n)
 
 
 def tables_stage(final: Path, table: NodeTable, mentions: np.ndarray, docs_rows: list) -> None:

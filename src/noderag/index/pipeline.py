@@ -454,7 +454,7 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
 
     executor = Executors(config, say)
     backend = _make_llm(llm, config, root, executor)
-    vindex = None
+    vbuild = None
     try:
         # ---- decompose (one Parquet shard per batch, by the executor)
         if config.decompose.method == "llm" and backend is None:
@@ -504,7 +504,7 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
         slog.finish("embed", embedded=int(np.isin(table.types_array()[old_n:], (T, S)).sum()))
         _checkpoint("embed")
         vec.reserve(1024 + len(vec) // 20)  # A and H vectors: the T/S rows must not move under the index build
-        vindex = start_vector_stage(table, vec, config)
+        vbuild = start_vector_stage(table, vec, config)
 
         # ---- attributes
         slog.start("attributes")
@@ -529,10 +529,8 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
 
         # ---- vector index (+ semantic layer)
         slog.start("semantic")
-        vindex, sem = vector_stage(table, vec, config, vindex)
+        saved, sem = vector_stage(table, vec, config, vbuild, final / "vectors.usearch")
         del vec  # the vectors live in the index now: the finalize peak need not hold them twice
-        vindex.save(final / "vectors.usearch")
-        vindex = None  # saved: release it before the finalize peak
         slog.finish("semantic", edges=int(sem.nnz // 2))
         _checkpoint("semantic")
 
@@ -547,11 +545,14 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
         graph = HeteroGraph.from_coo(types, table.keys_array(), s3, d3, w3)
         graph.set_layer("semantic", sem)
         files_stage(final, graph, link, lambda *edges: _write_linked(final / LINKED, *edges))
+        if not saved:  # the vector shards finished while the files above were written
+            vbuild.finish(final / "vectors.usearch")
+        vbuild = None
         _checkpoint("finalize-files")
         slog.finish("finalize")
     except BaseException:
-        if vindex is not None:  # a failed run: stop building vector shards nobody will use
-            vindex.cancel()
+        if vbuild is not None:  # a failed run: stop building vector shards nobody will use
+            vbuild.cancel()
         raise
     finally:
         # every LLM call is done (or the run failed): close what we opened, never the caller's backend
