@@ -313,18 +313,22 @@ def communities_stage(table: NodeTable, base: EdgeList, link: EdgeList, attrs: A
 
 # ----------------------------------------------------------------------------- vectors
 
-def start_vector_stage(table: NodeTable, vec: NodeVectors, config):
+def start_vector_stage(table: NodeTable, vec: NodeVectors, config, work: Path):
     """Start the HNSW vector index of the T/S nodes right after the embed stage, one shard at a time.
 
-    It builds in a child process (:mod:`noderag.index.vector_process`) while the attributes and
-    communities stages run single-threaded in Python here; :func:`vector_stage` widens it to every
-    core. Each shard is built by one thread in a fixed order, so when it runs never changes the index.
+    It builds in a worker process (:mod:`noderag.index.vector_process`) that maps the vectors from
+    a file under ``work`` (``vec`` moves its storage there) while the attributes and communities
+    stages run single-threaded in Python here; :func:`vector_stage` widens it to every core. Each
+    shard is built by one thread in a fixed order, so when it runs never changes the index.
     """
     from .vector_process import start_vector_build
 
+    work.mkdir(parents=True, exist_ok=True)
+    vec.share_file(work / "build_vectors.npy")
     types = table.types_array()
     ts_ids = np.flatnonzero(np.isin(types, (T, S)) & table.active_array())
-    return start_vector_build(ts_ids, vec.view(ts_ids), vec.dim, config.embed, parallel=1)
+    return start_vector_build(ts_ids, vec.rows_of(ts_ids), work / "build_vectors.npy", vec.dim, config.embed, work,
+                              parallel=1)
 
 
 def vector_stage(table: NodeTable, vec: NodeVectors, config, build, path: Path) -> tuple[bool, Any]:

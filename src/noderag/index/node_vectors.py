@@ -83,6 +83,29 @@ class NodeVectors:
         data[: self._used] = self._data[: self._used]
         self._data = data
 
+    def share_file(self, path) -> None:
+        """Move the storage into the ``.npy`` file ``path`` (its present capacity), mapped read-write.
+
+        Another process can then map the same rows (``np.load(path, mmap_mode="r")``) instead of
+        holding a copy: both map one set of page-cache pages. Rows assigned later stay in the file
+        while they fit; a growth past the capacity moves the storage back into memory.
+        """
+        data = np.lib.format.open_memmap(path, mode="w+", dtype=self.dtype, shape=self._data.shape)
+        step = 1 << 16
+        for b in range(0, self._used, step):
+            data[b:min(self._used, b + step)] = self._data[b:min(self._used, b + step)]
+        data.flush()
+        self._data = data
+
+    def rows_of(self, ids) -> np.ndarray:
+        """Storage rows of the assigned ``ids`` (int64); ``KeyError`` for an id never assigned."""
+        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+        inside = ids < self._row.size
+        rows = np.where(inside, self._row[np.where(inside, ids, 0)], -1).astype(np.int64)
+        if (rows < 0).any():
+            raise KeyError(f"no vector assigned to node id(s) {ids[rows < 0][:5].tolist()}")
+        return rows
+
     def slots(self, ids) -> np.ndarray:
         """Writable rows for the new, distinct ``ids`` (in order): fill them in place, without a second copy
         of the vectors (the embed stage writes its shards straight into them)."""

@@ -503,8 +503,8 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
         executor.close()
         slog.finish("embed", embedded=int(np.isin(table.types_array()[old_n:], (T, S)).sum()))
         _checkpoint("embed")
-        vec.reserve(1024 + len(vec) // 20)  # A and H vectors: the T/S rows must not move under the index build
-        vbuild = start_vector_stage(table, vec, config)
+        vec.reserve(1024 + len(vec) // 20)  # room for the A and H vectors in the file shared with the index build
+        vbuild = start_vector_stage(table, vec, config, stages / "vectors")
 
         # ---- attributes
         slog.start("attributes")

@@ -1,19 +1,25 @@
-"""The build's HNSW vector index, built beside the build: in a forked child process where it can.
+"""The build's HNSW vector index, built beside the build in a process of its own.
 
 usearch's ``add`` takes the GIL back for every vector, so a shard built on a thread of the build's
 own process crawls while the main thread runs Python: 10,000 vectors took 1.2 s alone and 55 s
-beside a busy Python loop. At 10^5 passages the attributes and communities stages let the shard
-thread run ~45% of the time. A child process has an interpreter of its own. It is forked after
-the embed stage: the T/S vectors reach it by fork (no copy), the A/H vectors later through a pipe,
-and it writes ``vectors.usearch`` itself. The shards are added in the same order either way, so
-the files are identical. Where ``fork`` is missing the index is built on threads in-process.
+beside a busy Python loop, and at 10^5 passages the attributes and communities stages let the
+shard thread run less than half the time. A separate interpreter has a GIL of its own.
+
+It is a fresh interpreter (``python -m noderag.index.vector_worker``), not a fork: a forked child
+keeps the build's whole heap as it was, and every page the build writes afterwards is copied
+(at 10^5 passages the build's tree peaked 0.6 GB higher). The vectors are shared through a file
+both processes map (:meth:`NodeVectors.share_file`); the A/H vectors go through small files.
+Requests are JSON lines on the worker's stdin, replies JSON lines on its stdout; the worker ends
+when its stdin closes, so a killed build leaves no worker writing into its staging folder. The
+shards are added in the same order as in-process, so the files are identical.
 """
 
 from __future__ import annotations
 
+import json
 import os
-import signal
-import traceback
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -21,125 +27,77 @@ import numpy as np
 __all__ = ["VectorBuild", "start_vector_build"]
 
 
-def start_vector_build(ids: np.ndarray, vectors: np.ndarray, dim: int, embed_config, parallel: int = 1):
-    """Start the HNSW index of ``vectors`` under node ``ids`` (:class:`VectorBuild`; in-process without fork)."""
-    from .executor.local import can_fork
-
-    if can_fork():
-        return VectorBuild(ids, vectors, dim, embed_config, parallel)
-    return _ThreadedBuild(ids, vectors, dim, embed_config, parallel)
-
-
-def _die_with_parent(parent: int) -> None:
-    """Ask Linux to SIGKILL this process when the build that forked it dies (a killed build leaves no
-    orphan writing into its staging folder); elsewhere the pipe closing ends it."""
-    try:
-        import ctypes
-
-        ctypes.CDLL(None).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-    if os.getppid() != parent:  # the parent died before the request took effect
-        os._exit(1)
-
-
-def _serve(conn, parent: int, ids, vectors, dim: int, embed_config, parallel: int) -> None:
-    """The child: build, then take ``widen``/``add``/``finish`` requests until the index is saved."""
-    _die_with_parent(parent)
-    from .enrich import start_vector_index
-
-    try:
-        index = start_vector_index(ids, vectors, dim, embed_config, parallel=parallel)
-        del ids, vectors
-        while True:
-            msg = conn.recv()
-            if msg[0] == "widen":
-                index.widen(int(msg[1]))
-            elif msg[0] == "add":
-                index.add_in_background(msg[1], msg[2])
-            elif msg[0] == "finish":
-                index.wait()
-                index.save(Path(msg[1]))
-                conn.send(("ok",))
-                return
-            else:
-                raise ValueError(f"unknown request {msg[0]!r}")
-    except EOFError:  # the build went away
-        return
-    except BaseException:
-        conn.send(("error", traceback.format_exc()))
+def start_vector_build(ids: np.ndarray, rows: np.ndarray, vectors_file: Path, dim: int, embed_config, work: Path,
+                       parallel: int = 1) -> "VectorBuild":
+    """Start the HNSW index of the vectors at ``rows`` of ``vectors_file`` (a ``.npy``) under node ``ids``."""
+    return VectorBuild(ids, rows, vectors_file, dim, embed_config, work, parallel)
 
 
 class VectorBuild:
-    """A child process building the index: :meth:`widen`, :meth:`add`, then :meth:`finish` (or :meth:`cancel`)."""
+    """A worker process building the index: :meth:`widen`, :meth:`add`, then :meth:`finish` (or :meth:`cancel`)."""
 
-    def __init__(self, ids, vectors, dim: int, embed_config, parallel: int = 1) -> None:
-        import multiprocessing
+    def __init__(self, ids, rows, vectors_file, dim: int, embed_config, work, parallel: int = 1) -> None:
+        from dataclasses import asdict
 
-        ctx = multiprocessing.get_context("fork")
-        self._conn, child = ctx.Pipe()
-        self._proc = ctx.Process(target=_serve, args=(child, os.getpid(), np.asarray(ids, dtype=np.int64), vectors,
-                                                      int(dim), embed_config, int(parallel)),
-                                 name="noderag-vectors", daemon=True)
-        self._proc.start()
-        child.close()
+        self.work = Path(work)
+        self.work.mkdir(parents=True, exist_ok=True)
+        self._adds = 0
+        np.save(self.work / "ts_ids.npy", np.asarray(ids, dtype=np.int64))
+        np.save(self.work / "ts_rows.npy", np.asarray(rows, dtype=np.int64))
+        env = dict(os.environ)
+        src = str(Path(__file__).resolve().parents[2])  # the worker imports this very noderag
+        env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        self._proc = subprocess.Popen([sys.executable, "-m", "noderag.index.vector_worker"], stdin=subprocess.PIPE,
+                                      stdout=subprocess.PIPE, text=True, env=env)
+        self._send({"op": "start", "ids": str(self.work / "ts_ids.npy"), "rows": str(self.work / "ts_rows.npy"),
+                    "vectors": str(vectors_file), "dim": int(dim), "embed": asdict(embed_config),
+                    "parallel": int(parallel)})
 
     def widen(self, parallel: int) -> None:
         """Let up to ``parallel`` shards build at once from now on."""
-        self._send(("widen", int(parallel)))
+        self._send({"op": "widen", "parallel": int(parallel)})
 
     def add(self, ids, vectors) -> None:
-        """Queue more vectors (copied to the child now, so the caller may free them)."""
-        self._send(("add", np.asarray(ids, dtype=np.int64), np.ascontiguousarray(vectors)))
+        """Queue more vectors (written to a file now, so the caller may free them)."""
+        k = self._adds
+        self._adds += 1
+        np.save(self.work / f"add{k}_ids.npy", np.asarray(ids, dtype=np.int64))
+        np.save(self.work / f"add{k}_vectors.npy", np.ascontiguousarray(vectors))
+        self._send({"op": "add", "ids": str(self.work / f"add{k}_ids.npy"),
+                    "vectors": str(self.work / f"add{k}_vectors.npy")})
 
     def finish(self, path) -> Path:
         """Wait for every shard and write the index to ``path`` (and its shard siblings); returns ``path``."""
-        self._send(("finish", str(path)))
+        self._send({"op": "finish", "path": str(path)})
+        line = self._proc.stdout.readline()
+        self._close()
         try:
-            reply = self._conn.recv()
-        except EOFError:
-            reply = ("error", f"the vector index process ended (exit code {self._wait()}) before saving it")
-        self._wait()
-        if reply[0] != "ok":
-            raise RuntimeError(f"building the vector index failed:\n{reply[1]}")
+            reply = json.loads(line) if line else {"error": f"the vector index process ended (exit code "
+                                                            f"{self._proc.returncode}) before saving the index"}
+        except json.JSONDecodeError:
+            reply = {"error": f"unreadable reply {line[:200]!r}"}
+        if not reply.get("ok"):
+            raise RuntimeError(f"building the vector index failed:\n{reply.get('error')}")
         return Path(path)
 
     def cancel(self) -> None:
-        """Stop the child at once (a failed build's clean-up)."""
-        if self._proc.is_alive():
+        """Stop the worker at once (a failed build's clean-up)."""
+        if self._proc.poll() is None:
             self._proc.kill()
-        self._wait()
+        self._close()
 
-    def _send(self, msg) -> None:
+    def _send(self, msg: dict) -> None:
         try:
-            self._conn.send(msg)
-        except (BrokenPipeError, ConnectionResetError, EOFError):
-            code = self._wait()
-            raise RuntimeError(f"the vector index process ended early (exit code {code})") from None
+            self._proc.stdin.write(json.dumps(msg) + "\n")
+            self._proc.stdin.flush()
+        except (BrokenPipeError, OSError, ValueError):
+            self._close()
+            raise RuntimeError(f"the vector index process ended early (exit code {self._proc.returncode})") from None
 
-    def _wait(self):
-        self._proc.join()
-        self._conn.close()
-        return self._proc.exitcode
-
-
-class _ThreadedBuild:
-    """:class:`VectorBuild`'s interface over an in-process, threaded index (no ``fork`` on this platform)."""
-
-    def __init__(self, ids, vectors, dim: int, embed_config, parallel: int = 1) -> None:
-        from .enrich import start_vector_index
-
-        self._index = start_vector_index(ids, vectors, dim, embed_config, parallel=parallel)
-
-    def widen(self, parallel: int) -> None:
-        self._index.widen(parallel)
-
-    def add(self, ids, vectors) -> None:
-        self._index.add_in_background(ids, np.array(vectors))  # a copy: the caller may free its rows
-
-    def finish(self, path) -> Path:
-        self._index.wait().save(Path(path))
-        return Path(path)
-
-    def cancel(self) -> None:
-        self._index.cancel()
+    def _close(self) -> None:
+        for stream in (self._proc.stdin, self._proc.stdout):
+            try:
+                stream.close()
+            except (BrokenPipeError, OSError):
+                pass
+        self._proc.wait()
