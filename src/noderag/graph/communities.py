@@ -105,9 +105,9 @@ def leiden(
     graph.add_edges(edges)
     del edges
     if engine == "igraph":
-        # weights passed as a list, not stored as an edge attribute (one Python float per edge kept alive)
-        membership[sub_nodes] = _by_size(_igraph_leiden(graph, weights.tolist(), resolution, int(seed),
-                                                        int(n_iterations)))
+        # weights passed as the array itself: an edge attribute (or a list) holds one Python float per
+        # edge during the call (~120 MB at 10^5 passages); the same membership either way
+        membership[sub_nodes] = _by_size(_igraph_leiden(graph, weights, resolution, int(seed), int(n_iterations)))
         return membership
     graph.es["weight"] = weights
     if objective == "modularity":
@@ -124,7 +124,7 @@ def leiden(
     return membership
 
 
-def _igraph_leiden(graph, weights: list, resolution: float, seed: int, n_iterations: int) -> np.ndarray:
+def _igraph_leiden(graph, weights, resolution: float, seed: int, n_iterations: int) -> np.ndarray:
     """igraph's Leiden on the modularity objective (``resolution`` = RB's gamma) with a seeded private RNG."""
     import igraph as ig
 
