@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from array import array
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any, Sequence
 
 import numpy as np
@@ -241,16 +242,6 @@ _WORD = re.compile(r"\w+")
 _ASCII_LETTER = re.compile(r"[A-Za-z]")
 
 
-def _canon_tok(tok: str) -> str:
-    """:func:`canonical_token` of a word token, the common case inline: an ASCII letters-and-digits
-    word is its lower case (nothing to normalise, fold or strip; ~5x faster than the cached call)."""
-    return tok.lower() if tok.isascii() and tok.isalnum() else canonical_token(tok)
-
-
-def _first(item):
-    return item[0]
-
-
 def _has_letter(name: str) -> bool:
     if name.isascii():
         return _ASCII_LETTER.search(name) is not None
@@ -278,13 +269,12 @@ def link_known_names(table: NodeTable, base_src: np.ndarray, base_dst: np.ndarra
     by_first: dict[str, dict[int, dict[tuple[str, ...], int]]] = {}
     for nid, name in zip(ent_ids.tolist(), table.names.take(ent_ids)):
         name = name or ""
-        toks = tuple(map(_canon_tok, _WORD.findall(name)))
+        toks = tuple(map(canonical_token, _WORD.findall(name)))
         if not toks or not _has_letter(name) or (len(toks) == 1 and len(toks[0]) < 3):
             continue
         by_len = by_first.setdefault(toks[0], {}).setdefault(len(toks), {})
         by_len.setdefault(toks, nid)  # ids ascend: identical token tuples keep the lowest id
-    trie = {first: (sorted(by_len.items(), key=_first, reverse=True) if len(by_len) > 1 else list(by_len.items()))
-            for first, by_len in by_first.items()}
+    trie = {first: sorted(by_len.items(), key=itemgetter(0), reverse=True) for first, by_len in by_first.items()}
     s_ids = np.flatnonzero(types == S)
     step = LINK_BATCH  # worker processes (``workers``) only for several batches
     batches = [(s_ids[b:b + step],) for b in range(0, s_ids.size, step)]
@@ -311,7 +301,7 @@ def _match_names(shared, s_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.
     cnt: list[int] = []
     for sid in s_ids.tolist():
         words = _WORD.findall(texts[sid])
-        low = list(map(_canon_tok, words))
+        low = list(map(canonical_token, words))
         found: dict[int, int] = {}
         i = 0
         while i < len(words):

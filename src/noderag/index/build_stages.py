@@ -321,14 +321,14 @@ def start_vector_stage(table: NodeTable, vec: NodeVectors, config, work: Path):
     stages run single-threaded in Python here; :func:`vector_stage` widens it to every core. Each
     shard is built by one thread in a fixed order, so when it runs never changes the index.
     """
-    from .vector_process import start_vector_build
+    from .vector_process import VectorBuild
 
     work.mkdir(parents=True, exist_ok=True)
     vec.share_file(work / "build_vectors.npy")
     types = table.types_array()
     ts_ids = np.flatnonzero(np.isin(types, (T, S)) & table.active_array())
-    return start_vector_build(ts_ids, vec.rows_of(ts_ids), work / "build_vectors.npy", vec.dim, config.embed, work,
-                              parallel=1)
+    return VectorBuild(ts_ids, vec.rows_of(ts_ids), work / "build_vectors.npy", vec.dim, config.embed, work,
+                       parallel=1)
 
 
 def vector_stage(table: NodeTable, vec: NodeVectors, config, build, path: Path) -> tuple[bool, Any]:

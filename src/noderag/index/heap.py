@@ -55,7 +55,7 @@ def large_blocks_mapped(threshold: int = 4 << 20):
     Afterwards the threshold is glibc's default again, held fixed (glibc's own adjustment of it
     stays off once it has been set).
     """
-    if _LIBC is None or threshold <= 0:
+    if _LIBC is None:
         yield
         return
     _LIBC.mallopt(_M_MMAP_THRESHOLD, int(threshold))

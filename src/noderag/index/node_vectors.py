@@ -124,11 +124,7 @@ class NodeVectors:
         ids = np.asarray(ids, dtype=np.int64).reshape(-1)
         if ids.size == 0:
             return np.zeros((0, self.dim), dtype=np.float32)
-        inside = ids < self._row.size
-        rows = np.where(inside, self._row[np.where(inside, ids, 0)], -1)
-        if (rows < 0).any():
-            raise KeyError(f"no vector assigned to node id(s) {ids[rows < 0][:5].tolist()}")
-        return self._data[rows].astype(np.float32, copy=False)
+        return self._data[self.rows_of(ids)].astype(np.float32, copy=False)
 
     def view(self, ids) -> np.ndarray:
         """``self[ids]`` without a copy when their rows are consecutive and in order (the usual case for
@@ -137,8 +133,7 @@ class NodeVectors:
         ids = np.asarray(ids, dtype=np.int64).reshape(-1)
         if ids.size == 0:
             return np.zeros((0, self.dim), dtype=self.dtype)
-        inside = ids < self._row.size
-        rows = np.where(inside, self._row[np.where(inside, ids, 0)], -1)
-        if (rows >= 0).all() and rows[-1] - rows[0] == ids.size - 1 and (ids.size == 1 or (np.diff(rows) == 1).all()):
+        rows = self.rows_of(ids)
+        if rows[-1] - rows[0] == ids.size - 1 and (ids.size == 1 or (np.diff(rows) == 1).all()):
             return self._data[rows[0]:rows[-1] + 1]
-        return self[ids]
+        return self._data[rows].astype(np.float32, copy=False)

@@ -32,6 +32,8 @@ import numpy as np
 
 from noderag.graph.storage import atomic_write_parquet, check_format_version, read_json
 
+from .text_column import NAME_IS_TEXT as _NAME_IS_TEXT
+
 __all__ = [
     "IndexStore",
     "IndexNotFoundError",
@@ -78,8 +80,7 @@ def _schema_nodes():
     ])
 
 
-# type codes (N, O) whose name is their text; the metadata flag marks a file without a name column
-from .text_column import NAME_IS_TEXT as _NAME_IS_TEXT  # noqa: E402
+# the metadata flag marks a file without a name column (N/O names are their texts: _NAME_IS_TEXT)
 _NAME_META = b"noderag.name"
 _NAME_META_VALUE = b"text of types 2,6, else null"
 
@@ -95,13 +96,12 @@ def nodes_table(table, mentions: np.ndarray):
     n = len(table)
     types = table.types_array()
     derived = not table.names.exceptions
-    texts = table.texts.to_arrow()
     schema = _schema_nodes()
     tab = pa.Table.from_arrays([
         pa.array(np.arange(n, dtype=np.int32)),
         pa.array(types),
         pa.nulls(n, pa.string()) if derived else pa.array(list(table.names), type=pa.string()),
-        texts,
+        table.texts.to_arrow(),
         pa.array(np.asarray(table.doc_ids, dtype=np.int32)),
         pa.array(np.asarray(table.chunk_ids, dtype=np.int32)),
         pa.array(table.source_ids, type=pa.string()),

@@ -65,9 +65,7 @@ class TextColumn:
             yield self[i]
 
     def __eq__(self, other) -> bool:
-        if isinstance(other, TextColumn):
-            return len(self) == len(other) and all(a == b for a, b in zip(self, other))
-        if isinstance(other, list):
+        if isinstance(other, (TextColumn, list)):
             return len(self) == len(other) and all(a == b for a, b in zip(self, other))
         return NotImplemented
 

@@ -24,17 +24,12 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["VectorBuild", "start_vector_build"]
-
-
-def start_vector_build(ids: np.ndarray, rows: np.ndarray, vectors_file: Path, dim: int, embed_config, work: Path,
-                       parallel: int = 1) -> "VectorBuild":
-    """Start the HNSW index of the vectors at ``rows`` of ``vectors_file`` (a ``.npy``) under node ``ids``."""
-    return VectorBuild(ids, rows, vectors_file, dim, embed_config, work, parallel)
+__all__ = ["VectorBuild"]
 
 
 class VectorBuild:
-    """A worker process building the index: :meth:`widen`, :meth:`add`, then :meth:`finish` (or :meth:`cancel`)."""
+    """A worker process building the HNSW index of the vectors at ``rows`` of ``vectors_file`` (a ``.npy``)
+    under node ``ids``: :meth:`widen`, :meth:`add`, then :meth:`finish` (or :meth:`cancel`)."""
 
     def __init__(self, ids, rows, vectors_file, dim: int, embed_config, work, parallel: int = 1) -> None:
         from dataclasses import asdict

@@ -45,9 +45,14 @@ def canonical_name(text: str) -> str:
     return text
 
 
-@lru_cache(maxsize=1 << 16)
 def canonical_token(token: str) -> str:
-    """:func:`canonical_name` of one word token, cached (unit texts repeat their words)."""
+    """:func:`canonical_name` of one word token: an ASCII letters-and-digits word is its lower case
+    (nothing to normalise, fold or strip; ~5x faster than the cached call), others are cached."""
+    return token.lower() if token.isascii() and token.isalnum() else _canonical_token_cached(token)
+
+
+@lru_cache(maxsize=1 << 16)
+def _canonical_token_cached(token: str) -> str:
     return canonical_name(token)
 
 
