@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
+from hypothesis import given, note, settings
+from hypothesis import strategies as st
 
 from noderag.graph.keys import canonical_name, node_key
 from noderag.graph.types import NodeType
@@ -105,6 +107,62 @@ def test_link_in_worker_processes_equals_in_process(monkeypatch):
         np.testing.assert_array_equal(a, b)
 
 
+_VOCAB = ["Ada", "ada", "Bay", "bay", "Cole", "Dun", "Ely", "42", "of", "The", "Ōno", "Zürich"]
+
+
+def _reference_links(names: dict[int, str], units: dict[int, str]) -> dict[tuple[int, int], int]:
+    """Known-name occurrences by brute force: at each word that starts upper case or with a digit, the
+    longest name whose canonical tokens follow (lowest id among equal ones), then skip past it."""
+    import re
+
+    from noderag.lang.entities import canonical_token
+
+    word = re.compile(r"\w+")
+    usable = {}
+    for nid in sorted(names):
+        toks = tuple(canonical_token(t) for t in word.findall(names[nid]))
+        if toks and any(ch.isalpha() for ch in names[nid]) and not (len(toks) == 1 and len(toks[0]) < 3):
+            usable.setdefault(toks, nid)
+    out: dict[tuple[int, int], int] = {}
+    for sid, text in units.items():
+        words = word.findall(text)
+        low = [canonical_token(w) for w in words]
+        i = 0
+        while i < len(words):
+            hits = [(len(t), nid) for t, nid in usable.items() if tuple(low[i:i + len(t)]) == t]
+            if hits and (words[i][0].isupper() or words[i][0].isdigit()):
+                k, nid = max(hits, key=lambda h: (h[0], -h[1]))
+                out[(sid, nid)] = out.get((sid, nid), 0) + 1
+                i += k
+            else:
+                i += 1
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.sampled_from(_VOCAB), min_size=1, max_size=3), min_size=1, max_size=8),
+       st.lists(st.lists(st.one_of(st.sampled_from(_VOCAB + [",", "."]), st.integers(0, 7)), max_size=10),
+                min_size=1, max_size=5))
+def test_link_known_names_equals_brute_force(name_words, unit_pieces):
+    """The name index (NUL-joined token keys, lengths per first token) finds what a scan over every name
+    finds, on random names that share first tokens, prefixes and case-folded forms."""
+    table = NodeTable()
+    names, units = {}, {}
+    for i, ws in enumerate(name_words):
+        name = " ".join(ws)
+        nid, created = table.add(N, node_key(N, f"{i}"), name=name, text=name)
+        names[nid] = name
+    for i, pieces in enumerate(unit_pieces):  # an integer piece: the words of that name (modulo their count)
+        text = " ".join(p if isinstance(p, str) else " ".join(name_words[p % len(name_words)]) for p in pieces)
+        sid, _ = table.add(S, node_key(S, f"{i}"), name=None, text=text)
+        units[sid] = text
+    empty = np.zeros(0, np.int32)
+    ls, ld, lw = link_known_names(table, empty, empty, np.zeros(0, np.float32)).arrays()
+    got = {(int(a), int(b)): int(x) for a, b, x in zip(ls, ld, lw)}
+    assert got == _reference_links(names, units)
+    note(f"links {got}")
+
+
 def test_fork_map_keeps_order_and_shares_without_pickling():
     from noderag.index.executor.local import fork_map
 
@@ -123,7 +181,7 @@ def test_assembly_fed_in_any_cuts_equals_one_pass():
     traces and name links of assembling every chunk at once, wherever the cuts fall."""
     from types import SimpleNamespace
 
-    from hypothesis import given, settings
+    from hypothesis import given, note, settings
     from hypothesis import strategies as st
 
     from noderag.config import NodeRAGConfig
@@ -172,7 +230,7 @@ def test_assembly_fed_in_any_cuts_equals_one_pass():
 def test_column_sums_equal_scipy_column_indexing():
     """The community titles' mention weights: the sparse gather equals scipy's ``m[:, cols].sum(axis=0)``."""
     import scipy.sparse as sp
-    from hypothesis import given, settings
+    from hypothesis import given, note, settings
     from hypothesis import strategies as st
 
     from noderag.index.augment import _column_sums

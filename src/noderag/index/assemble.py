@@ -10,7 +10,6 @@ from __future__ import annotations
 import re
 from array import array
 from dataclasses import dataclass, field
-from operator import itemgetter
 from typing import Any, Sequence
 
 import numpy as np
@@ -262,27 +261,15 @@ def link_known_names(table: NodeTable, base_src: np.ndarray, base_dst: np.ndarra
     result depends only on all units and all names, never on insertion history.
     """
     types = table.types_array()
-    n = len(types)
     ent_ids = np.flatnonzero((types == N) & np.asarray(table.active, dtype=bool))
-    # first token -> [(length, {token tuple: lowest id})], longest first: a lookup per distinct
-    # length, never a scan over every name that starts with a common word
-    by_first: dict[str, dict[int, dict[tuple[str, ...], int]]] = {}
-    for nid, name in zip(ent_ids.tolist(), table.names.take(ent_ids)):
-        name = name or ""
-        toks = tuple(map(canonical_token, _WORD.findall(name)))
-        if not toks or not _has_letter(name) or (len(toks) == 1 and len(toks[0]) < 3):
-            continue
-        by_len = by_first.setdefault(toks[0], {}).setdefault(len(toks), {})
-        by_len.setdefault(toks, nid)  # ids ascend: identical token tuples keep the lowest id
-    trie = {first: sorted(by_len.items(), key=itemgetter(0), reverse=True) for first, by_len in by_first.items()}
+    known = _KnownNames(table.names, ent_ids)
     s_ids = np.flatnonzero(types == S)
     step = LINK_BATCH  # worker processes (``workers``) only for several batches
     batches = [(s_ids[b:b + step],) for b in range(0, s_ids.size, step)]
     from .executor.local import fork_map
 
     parts = list(fork_map(_match_names, batches, workers if len(batches) >= 4 else 1,
-                          shared=(trie, table.texts)))
-    del n
+                          shared=(known, table.texts)))
     f_src = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, np.int64)
     f_dst = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0, np.int64)
     cnt = np.concatenate([p[2] for p in parts]) if parts else np.zeros(0, np.int64)
@@ -293,9 +280,40 @@ def link_known_names(table: NodeTable, base_src: np.ndarray, base_dst: np.ndarra
     return edges
 
 
+class _KnownNames:
+    """The entity names to look for, as matching keys, built on first use.
+
+    A key is a name's canonical tokens joined by NUL (no token holds one); ``lengths`` lists, per
+    first token, the token counts of its names longest first, so a position costs one lookup per
+    distinct length, never a scan over every name that starts with a common word. With worker
+    processes each builds its own on first use: building them here would leave the main process's
+    small-object arenas fragmented by a million short-lived strings for the rest of the build.
+    """
+
+    def __init__(self, names, ent_ids: np.ndarray) -> None:
+        self._names, self._ent_ids = names, ent_ids
+        self._built: tuple[dict[str, int], dict[str, tuple[int, ...]]] | None = None
+
+    def keys(self) -> tuple[dict[str, int], dict[str, tuple[int, ...]]]:
+        """(name key -> lowest entity id, first token -> name lengths in tokens, descending)."""
+        if self._built is None:
+            ids: dict[str, int] = {}
+            lengths: dict[str, set[int]] = {}
+            for nid, name in zip(self._ent_ids.tolist(), self._names.take(self._ent_ids)):
+                name = name or ""
+                toks = list(map(canonical_token, _WORD.findall(name)))
+                if not toks or not _has_letter(name) or (len(toks) == 1 and len(toks[0]) < 3):
+                    continue
+                ids.setdefault("\x00".join(toks), nid)  # ids ascend: identical token lists keep the lowest id
+                lengths.setdefault(toks[0], set()).add(len(toks))
+            self._built = ids, {first: tuple(sorted(ks, reverse=True)) for first, ks in lengths.items()}
+        return self._built
+
+
 def _match_names(shared, s_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(unit, entity, count) of the known names found in the units ``s_ids`` (``shared``: trie, node texts)."""
-    trie, texts = shared
+    """(unit, entity, count) of the known names found in the units ``s_ids`` (``shared``: names, node texts)."""
+    known, texts = shared
+    ids, lengths = known.keys()
     src: list[int] = []
     dst: list[int] = []
     cnt: list[int] = []
@@ -305,11 +323,11 @@ def _match_names(shared, s_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.
         found: dict[int, int] = {}
         i = 0
         while i < len(words):
-            cands = trie.get(low[i])
+            cands = lengths.get(low[i])
             step = 1
             if cands and (words[i][0].isupper() or words[i][0].isdigit()):  # the match's first character
-                for k, names in cands:
-                    nid = names.get(tuple(low[i:i + k]))
+                for k in cands:
+                    nid = ids.get(low[i] if k == 1 else "\x00".join(low[i:i + k]))
                     if nid is not None:
                         found[nid] = found.get(nid, 0) + 1
                         step = k
