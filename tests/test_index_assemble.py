@@ -246,3 +246,31 @@ def test_column_sums_equal_scipy_column_indexing():
         assert np.array_equal(_column_sums(m, cols), want)
 
     check()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 300), st.integers(1, 40), st.integers(1, 64), st.integers(0, 2 ** 31 - 1))
+def test_block_mean_and_sims_equal_the_whole_array(n, dim, block, seed):
+    """A community's centroid read in blocks is ``mean(axis=0)`` bit for bit, and its similarities do not
+    depend on the block size (each row's dot product is computed alone)."""
+    import noderag.index.augment as augment
+
+    rng = np.random.default_rng(seed)
+    vectors = rng.standard_normal((n + 7, dim)).astype(np.float16).astype(np.float32)
+    ids = rng.permutation(n + 7)[:n]
+
+    def vectors_of(part):
+        return vectors[part]
+
+    whole_mean = vectors[ids].mean(axis=0)
+    whole_sims = augment._block_sims(ids, vectors_of, whole_mean)  # one block: VECTOR_BLOCK is large
+    old = augment.VECTOR_BLOCK
+    augment.VECTOR_BLOCK = block
+    try:
+        mean = augment._block_mean(ids, vectors_of)
+        sims = augment._block_sims(ids, vectors_of, mean)
+    finally:
+        augment.VECTOR_BLOCK = old
+    assert mean.dtype == np.float32 and np.array_equal(mean, whole_mean)
+    assert np.array_equal(sims, whole_sims)
+    np.testing.assert_allclose(sims, vectors[ids] @ whole_mean, rtol=1e-5, atol=1e-5)

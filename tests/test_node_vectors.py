@@ -1,5 +1,7 @@
 """NodeVectors: sparse-by-id vector rows against a dense reference array."""
 
+import sys
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -87,3 +89,85 @@ def test_distinct_equals_numpy_unique(values):
     got = distinct(x)
     assert got.dtype == x.dtype
     np.testing.assert_array_equal(got, np.unique(x))
+
+
+def _resident_kb(path) -> int:
+    """Resident KiB of this process's mappings of ``path`` (from /proc/self/smaps)."""
+    total, current = 0, None
+    with open("/proc/self/smaps", encoding="ascii", errors="replace") as fh:
+        for line in fh:
+            parts = line.split()
+            if "-" in parts[0] and not parts[0].endswith(":"):
+                current = parts[5] if len(parts) > 5 else None
+            elif parts[0] == "Rss:" and current == str(path):
+                total += int(parts[1])
+    return total
+
+
+linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="madvise and /proc are Linux")
+
+
+@linux_only
+def test_drop_resident_only_touches_shared_file_mappings(tmp_path):
+    """A shared file mapping leaves the resident set and reads back the same data; memory of any other kind
+    (an ordinary array, a copy-on-write mapping with a private change) is left exactly as it was."""
+    from noderag.graph.arrays import drop_resident
+
+    path = tmp_path / "m.npy"
+    data = np.arange(2_000_000, dtype=np.float32).reshape(-1, 4)
+    mapped = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=data.shape)
+    mapped[:] = data
+    before = _resident_kb(path)
+    assert before > 7000
+    assert drop_resident(mapped[1000:400_000:3])  # a strided view: the pages under its extent go
+    assert 0 < _resident_kb(path) < before
+    assert drop_resident(mapped)
+    assert _resident_kb(path) == 0
+    np.testing.assert_array_equal(mapped, data)  # read back from the page cache / file
+    plain = data.copy()
+    assert not drop_resident(plain)
+    np.testing.assert_array_equal(plain, data)
+    private = np.load(path, mmap_mode="c")
+    private[0] = -1.0
+    assert not drop_resident(private)
+    assert float(private[0, 0]) == -1.0
+
+
+@linux_only
+def test_file_backed_vectors_hold_only_what_is_read(tmp_path):
+    """``share_file`` then ``drop_resident``: the rows stay readable and assignable while the process keeps
+    none of the file's pages resident afterwards."""
+    vec = NodeVectors(64, np.float16)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((20_000, 64)).astype(np.float32)
+    vec.reserve(20_100)
+    vec.share_file(tmp_path / "v.npy")
+    vec[np.arange(20_000)] = x
+    assert _resident_kb(tmp_path / "v.npy") > 1000
+    vec.drop_resident()
+    assert _resident_kb(tmp_path / "v.npy") == 0
+    np.testing.assert_allclose(vec[np.arange(0, 20_000, 7)], x[::7].astype(np.float16).astype(np.float32))
+    vec[np.array([20_050])] = x[:1]
+    assert vec.file == tmp_path / "v.npy"
+    vec.drop_resident()
+    np.testing.assert_array_equal(vec[np.array([20_050])], x[:1].astype(np.float16).astype(np.float32))
+
+
+@linux_only
+def test_scattered_reads_keep_a_bounded_window_of_the_file(tmp_path, monkeypatch):
+    """Reads of file-backed rows drop the file's pages every ``_RESIDENT_ROWS`` rows: reading every row
+    one at a time never holds more than that many times the 64 KiB the kernel maps around a fault."""
+    from noderag.index import node_vectors
+
+    monkeypatch.setattr(node_vectors, "_RESIDENT_ROWS", 64)
+    vec = NodeVectors(512, np.float32)  # 2 KiB rows: two per page
+    vec.reserve(4000)
+    vec.share_file(tmp_path / "v.npy")
+    x = np.random.default_rng(1).standard_normal((4000, 512)).astype(np.float32)
+    vec[np.arange(4000)] = x
+    vec.drop_resident()
+    most = 0
+    for i in np.random.default_rng(2).permutation(4000)[:300]:
+        np.testing.assert_array_equal(vec[np.array([i])][0], x[i])
+        most = max(most, _resident_kb(tmp_path / "v.npy"))
+    assert 0 < most <= 64 * 64 + 64

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .arrays import distinct
+from .arrays import distinct, drop_resident
 from .csr import CSR, csr_from_coo
 
 __all__ = ["VectorIndex", "knn_search", "knn_csr"]
@@ -248,16 +248,19 @@ class VectorIndex:
             self._gate = threading.Semaphore(self._permits)
         p, first = self.shards, self._added
         keys = ids.astype(np.uint64)
+        mapped = drop_resident(vectors)  # a file mapping (the build's vector worker): read back block by block
         for j in range(p):
             rows = np.arange((j - first) % p, ids.size, p)
             if rows.size:
-                self._pending.append(self._lanes[j].submit(self._add_shard, j, keys[rows], vectors, rows))
+                self._pending.append(self._lanes[j].submit(self._add_shard, j, keys[rows], vectors, rows, mapped))
         self._added += ids.size
 
-    def _add_shard(self, j: int, keys: np.ndarray, vectors: np.ndarray, rows: np.ndarray) -> None:
+    def _add_shard(self, j: int, keys: np.ndarray, vectors: np.ndarray, rows: np.ndarray, mapped: bool) -> None:
         """Add ``vectors[rows]`` to shard ``j`` in blocks (copied one at a time: one block in memory per shard).
 
-        One thread adds them in order, so the blocks give the graph one call would."""
+        One thread adds them in order, so the blocks give the graph one call would. When ``vectors`` is
+        a file mapping (``mapped``), the pages a block read leave the resident set after it: the index
+        holds its own copy, so the process need not keep the file's pages too."""
         with self._gate:  # usearch releases the GIL: shards build in parallel, one thread each
             for b in range(0, rows.size, _ADD_BLOCK):
                 if self._cancelled:
@@ -265,6 +268,8 @@ class VectorIndex:
                 part = rows[b:b + _ADD_BLOCK]
                 self._shards[j].add(keys[b:b + _ADD_BLOCK], np.ascontiguousarray(vectors[part], dtype=np.float32),
                                     threads=1)
+                if mapped:
+                    drop_resident(vectors[int(part[0]):int(part[-1]) + 1])
 
     def cancel(self) -> None:
         """Stop pending background adds at the next block and drop the threads (a failed build's clean-up);

@@ -159,6 +159,34 @@ def _column_sums(rows, cols: np.ndarray) -> np.ndarray:
     return np.bincount(pos[hit], weights=np.asarray(rows.data, dtype=np.float64)[hit], minlength=cols.size)
 
 
+#: Vectors read at a time for a community's centroid and similarities (the largest communities hold
+#: 10^5 units at 10^5 passages: reading them at once took a 150 MB float32 copy).
+VECTOR_BLOCK = 8192
+
+
+def _block_mean(ids: np.ndarray, vectors_of: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+    """``vectors_of(ids).mean(axis=0)``, bit for bit, reading ``VECTOR_BLOCK`` vectors at a time (the float32
+    sum runs row after row into one accumulator, as NumPy's reduction over the first axis does)."""
+    acc = None
+    for b in range(0, ids.size, VECTOR_BLOCK):
+        block = vectors_of(ids[b:b + VECTOR_BLOCK])
+        acc = block.sum(axis=0) if acc is None else np.add.reduce(np.concatenate((acc[None], block)), axis=0)
+    return acc / ids.size
+
+
+def _block_sims(ids: np.ndarray, vectors_of: Callable[[np.ndarray], np.ndarray], v: np.ndarray) -> np.ndarray:
+    """Dot product of each vector of ``ids`` with ``v``, ``VECTOR_BLOCK`` vectors at a time.
+
+    ``einsum``, not ``@``: BLAS's matrix-vector product rounds a row differently with the row count
+    and its thread count (1 and 2 OpenBLAS threads gave other bits), so ties in the ranking could
+    depend on the machine; einsum computes each row alone.
+    """
+    if ids.size == 0:
+        return np.zeros(0, np.float32)
+    return np.concatenate([np.einsum("ij,j->i", vectors_of(ids[b:b + VECTOR_BLOCK]), v)
+                           for b in range(0, ids.size, VECTOR_BLOCK)])
+
+
 def _community_lists(membership: np.ndarray, members_mask: np.ndarray) -> list[np.ndarray]:
     """Member id arrays per community label (labels ascending), only nodes in ``members_mask``."""
     ids = np.flatnonzero(members_mask & (membership >= 0))
@@ -197,9 +225,7 @@ def add_communities(table: NodeTable, graph: CSR, membership: np.ndarray, snr_sn
         sn_matrix = snr_sn.to_scipy()  # once: building it per community cost 3 s at 10^5 passages
         for ci, g in enumerate(groups):
             su = g[types[g] == S]
-            vecs = vectors_of(su)
-            centroid = vecs.mean(axis=0)
-            sims = vecs @ centroid
+            sims = _block_sims(su, vectors_of, _block_mean(su, vectors_of))
             order = np.lexsort((su, -sims))
             rep_ids = su[order][:3].tolist()
             desc, k = _budget_join_count([table.texts[i] for i in rep_ids], config.summary_tokens)
@@ -266,7 +292,7 @@ def add_communities(table: NodeTable, graph: CSR, membership: np.ndarray, snr_sn
             cand = g[np.isin(types[g], (S, A))]
             if cand.size == 0:
                 continue
-            sims = vectors_of(cand) @ h_vec
+            sims = _block_sims(cand, vectors_of, h_vec)
             top = cand[np.lexsort((cand, -sims))][: config.links]
             src.extend([hid] * top.size)
             dst.extend(top.tolist())

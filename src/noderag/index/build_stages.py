@@ -176,9 +176,13 @@ def assemble_stage(assembly: Assembly, records):
 # ----------------------------------------------------------------------------- embed T/S
 
 def embed_stage(table: NodeTable, old_n: int, emb, executor, config, stages: Path, bars, doc_of,
-                embedder_given: bool, old_vectors: tuple[Path, np.ndarray] | None = None) -> NodeVectors:
+                embedder_given: bool, old_vectors: tuple[Path, np.ndarray] | None = None,
+                vectors_file: Path | None = None) -> NodeVectors:
     """Vectors of every T/S node: the new ones embedded (resumable shards), the old ones read from
-    ``old_vectors`` = (the previous generation's vectors.usearch, old id of each node)."""
+    ``old_vectors`` = (the previous generation's vectors.usearch, old id of each node).
+
+    ``vectors_file``: keep them in this ``.npy`` file (room for the A and H vectors included), which
+    the vector index worker maps too; the build then holds only the rows it is using in memory."""
     from .decompose.nlp import unit_prefix
     from .enrich import embed_late_resumable, embed_texts_resumable, load_vectors
     from .executor.sharded import embed_sharded
@@ -188,6 +192,11 @@ def embed_stage(table: NodeTable, old_n: int, emb, executor, config, stages: Pat
     types = table.types_array()
     # rows for the embedded nodes only; float16 unless the index keeps float32 vectors
     vec = NodeVectors(dim, np.float32 if config.embed.vector_dtype == "f32" else np.float16)
+    n_vec = int(np.isin(types, (T, S)).sum())
+    vec.reserve(n_vec + 1024 + n_vec // 20)  # untouched pages until written; room for the A and H vectors
+    if vectors_file is not None:
+        vectors_file.parent.mkdir(parents=True, exist_ok=True)
+        vec.share_file(vectors_file)
     if old_vectors is not None:
         path, vec_src = old_vectors
         old_ids = np.flatnonzero(np.isin(types[:old_n], (T, S)))
@@ -253,6 +262,7 @@ def attributes_stage(table: NodeTable, base: EdgeList, link: EdgeList, vec: Node
         with bars.bar(int(a_arr.size), "embed A") as bar:
             vec[a_arr] = embed_texts_resumable(emb, [table.texts[i] for i in a_ids], stages / "emb_a",
                                                batch_size=config.embed.batch_size, progress=bar)
+    vec.drop_resident()  # the unit vectors read for the means
     return Attributes(a_ids, a_edges, a_fail, important)
 
 
@@ -307,6 +317,7 @@ def communities_stage(table: NodeTable, base: EdgeList, link: EdgeList, attrs: A
             llm=backend, seed=config.seed, mean_of_units=config.embed.extractive_mean)
         if out.h_ids:
             vec[np.asarray(out.h_ids, dtype=np.int64)] = hv
+        vec.drop_resident()  # the member vectors read for the H nodes
     out.retired = retire_unproduced(table, set(attrs.ids) | set(out.h_ids) | set(out.o_ids))
     return out
 
@@ -323,11 +334,12 @@ def start_vector_stage(table: NodeTable, vec: NodeVectors, config, work: Path):
     """
     from .vector_process import VectorBuild
 
-    work.mkdir(parents=True, exist_ok=True)
-    vec.share_file(work / "build_vectors.npy")
+    if vec.file is None:  # embed_stage was not given a file: move the vectors into one now
+        work.mkdir(parents=True, exist_ok=True)
+        vec.share_file(work / "build_vectors.npy")
     types = table.types_array()
     ts_ids = np.flatnonzero(np.isin(types, (T, S)) & table.active_array())
-    return VectorBuild(ts_ids, vec.rows_of(ts_ids), work / "build_vectors.npy", vec.dim, config.embed, work,
+    return VectorBuild(ts_ids, vec.rows_of(ts_ids), vec.file, vec.dim, config.embed, work,
                        parallel=1)
 
 

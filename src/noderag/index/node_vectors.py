@@ -8,11 +8,17 @@ and an int32 map takes node id -> row.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
-from noderag.graph.arrays import distinct
+from noderag.graph.arrays import distinct, drop_resident
 
 __all__ = ["NodeVectors"]
+
+#: Rows a file-backed store reads before it drops the file's pages again. A read maps up to 64 KiB (the
+#: kernel maps the cached pages around a faulting one too), so this bounds the window at 64 MiB.
+_RESIDENT_ROWS = 1024
 
 
 class NodeVectors:
@@ -31,6 +37,8 @@ class NodeVectors:
         self._row = np.full(0, -1, dtype=np.int32)
         self._data = np.zeros((0, self.dim), dtype=self.dtype)
         self._used = 0
+        self.file = None  # the .npy file the storage lives in (share_file), else None
+        self._reads = 0  # rows read from the file since its pages were last dropped
 
     def __len__(self) -> int:
         return self._used
@@ -82,6 +90,7 @@ class NodeVectors:
         data = np.zeros((capacity, self.dim), dtype=self.dtype)
         data[: self._used] = self._data[: self._used]
         self._data = data
+        self.file = None
 
     def share_file(self, path) -> None:
         """Move the storage into the ``.npy`` file ``path`` (its present capacity), mapped read-write.
@@ -96,6 +105,14 @@ class NodeVectors:
             data[b:min(self._used, b + step)] = self._data[b:min(self._used, b + step)]
         data.flush()
         self._data = data
+        self.file = Path(path)
+        self.drop_resident()
+
+    def drop_resident(self) -> None:
+        """Let the file-backed rows leave this process's resident memory (read back from the file when next
+        used): a build reads only some of them per stage. A no-op for storage in memory."""
+        if self.file is not None:
+            drop_resident(self._data)
 
     def rows_of(self, ids) -> np.ndarray:
         """Storage rows of the assigned ``ids`` (int64); ``KeyError`` for an id never assigned."""
@@ -124,7 +141,18 @@ class NodeVectors:
         ids = np.asarray(ids, dtype=np.int64).reshape(-1)
         if ids.size == 0:
             return np.zeros((0, self.dim), dtype=np.float32)
-        return self._data[self.rows_of(ids)].astype(np.float32, copy=False)
+        out = self._data[self.rows_of(ids)].astype(np.float32, copy=False)
+        self._note_reads(ids.size)
+        return out
+
+    def _note_reads(self, rows: int) -> None:
+        """Drop the file's pages after every ``_RESIDENT_ROWS`` rows read, so that scattered reads (the
+        members of each community) never hold more than that many pages of the file at once."""
+        if self.file is not None:
+            self._reads += rows
+            if self._reads >= _RESIDENT_ROWS:
+                self._reads = 0
+                self.drop_resident()
 
     def view(self, ids) -> np.ndarray:
         """``self[ids]`` without a copy when their rows are consecutive and in order (the usual case for

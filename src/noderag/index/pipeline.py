@@ -499,11 +499,11 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
         dim = int(emb.dim)
         slog.start("embed")
         vec = embed_stage(table, old_n, emb, executor, config, stages, bars, doc_of, embedder is not None,
-                          old_vectors=(gen_path / "vectors.usearch", vec_src) if existing else None)
+                          old_vectors=(gen_path / "vectors.usearch", vec_src) if existing else None,
+                          vectors_file=stages / "vectors" / "build_vectors.npy")
         executor.close()
         slog.finish("embed", embedded=int(np.isin(table.types_array()[old_n:], (T, S)).sum()))
         _checkpoint("embed")
-        vec.reserve(1024 + len(vec) // 20)  # room for the A and H vectors in the file shared with the index build
         vbuild = start_vector_stage(table, vec, config, stages / "vectors")
 
         # ---- attributes

@@ -195,6 +195,8 @@ def embed_sharded(executor: Executors, config, emb, embedder_given: bool, texts:
 
     ``out``: a ``(len(texts), dim)`` array to fill (float16 rounds the vectors); by default a new float32 one.
     """
+    from noderag.graph.arrays import drop_resident
+
     from ..enrich import _texts_digest
     from .shards import ShardStore
     from .stages import EmbedStage, text_table, vectors_of
@@ -211,16 +213,18 @@ def embed_sharded(executor: Executors, config, emb, embedder_given: bool, texts:
     store = ShardStore(stage_dir, _texts_digest(getattr(emb, "name", type(emb).__name__), texts, bs), len(starts))
     done = store.done()
 
-    def sink(i: int, tab, meta: dict) -> None:
-        store.write(i, tab, meta)
-        rows, v = vectors_of(tab, dim)
+    def put(rows: np.ndarray, v: np.ndarray) -> None:
         out[rows] = v
+        if rows.size:  # a file-backed ``out`` keeps only the file's copy (a no-op for memory)
+            drop_resident(out[int(rows.min()):int(rows.max()) + 1])
         bar.update(len(rows))
 
+    def sink(i: int, tab, meta: dict) -> None:
+        store.write(i, tab, meta)
+        put(*vectors_of(tab, dim))
+
     for i in sorted(done):
-        rows, v = vectors_of(store.read(i)[0], dim)
-        out[rows] = v
-        bar.update(len(rows))
+        put(*vectors_of(store.read(i)[0], dim))
     todo = {i: text_table(np.arange(starts[i], min(starts[i] + bs, len(texts))), texts[starts[i]:starts[i] + bs])
             for i in range(len(starts)) if i not in done}
     if todo:
