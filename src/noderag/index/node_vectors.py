@@ -8,6 +8,8 @@ and an int32 map takes node id -> row.
 
 from __future__ import annotations
 
+import os
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -16,9 +18,6 @@ from noderag.graph.arrays import distinct, drop_resident
 
 __all__ = ["NodeVectors"]
 
-#: Rows a file-backed store reads before it drops the file's pages again. A read maps up to 64 KiB (the
-#: kernel maps the cached pages around a faulting one too), so this bounds the window at 64 MiB.
-_RESIDENT_ROWS = 1024
 
 
 class NodeVectors:
@@ -38,7 +37,7 @@ class NodeVectors:
         self._data = np.zeros((0, self.dim), dtype=self.dtype)
         self._used = 0
         self.file = None  # the .npy file the storage lives in (share_file), else None
-        self._reads = 0  # rows read from the file since its pages were last dropped
+        self._reader = None  # (file descriptor, its finalizer, header bytes) for reads from the file
 
     def __len__(self) -> int:
         return self._used
@@ -91,6 +90,9 @@ class NodeVectors:
         data[: self._used] = self._data[: self._used]
         self._data = data
         self.file = None
+        if self._reader is not None:
+            self._reader[1]()  # closes the descriptor
+            self._reader = None
 
     def share_file(self, path) -> None:
         """Move the storage into the ``.npy`` file ``path`` (its present capacity), mapped read-write.
@@ -106,6 +108,9 @@ class NodeVectors:
         data.flush()
         self._data = data
         self.file = Path(path)
+        if hasattr(os, "preadv"):
+            fd = os.open(path, os.O_RDONLY)
+            self._reader = (fd, weakref.finalize(self, os.close, fd), int(data.offset))
         self.drop_resident()
 
     def drop_resident(self) -> None:
@@ -141,18 +146,31 @@ class NodeVectors:
         ids = np.asarray(ids, dtype=np.int64).reshape(-1)
         if ids.size == 0:
             return np.zeros((0, self.dim), dtype=np.float32)
-        out = self._data[self.rows_of(ids)].astype(np.float32, copy=False)
-        self._note_reads(ids.size)
-        return out
+        return self._read(self.rows_of(ids)).astype(np.float32, copy=False)
 
-    def _note_reads(self, rows: int) -> None:
-        """Drop the file's pages after every ``_RESIDENT_ROWS`` rows read, so that scattered reads (the
-        members of each community) never hold more than that many pages of the file at once."""
-        if self.file is not None:
-            self._reads += rows
-            if self._reads >= _RESIDENT_ROWS:
-                self._reads = 0
-                self.drop_resident()
+    def _read(self, rows: np.ndarray) -> np.ndarray:
+        """``self._data[rows]``; from a file by ``preadv`` of each run of consecutive rows, not through the
+        mapping: scattered reads through it map the page-cache pages around every row read (on this
+        kernel 1,000 random rows of a 300 MB file left 270 MB resident), and ``read`` maps none."""
+        if self._reader is None:
+            return self._data[rows]
+        fd, _, header = self._reader
+        order = np.argsort(rows, kind="stable")
+        ordered = rows[order]
+        out = np.empty((rows.size, self.dim), dtype=self.dtype)
+        cuts = np.flatnonzero(np.diff(ordered) != 1) + 1
+        row_bytes = self.dim * self.dtype.itemsize
+        for a, b in zip(np.r_[0, cuts].tolist(), np.r_[cuts, rows.size].tolist()):
+            target = memoryview(out[a:b]).cast("B")
+            offset = header + int(ordered[a]) * row_bytes
+            while target.nbytes:
+                got = os.preadv(fd, [target], offset)
+                if got <= 0:
+                    raise OSError(f"{self.file}: short read at byte {offset}")
+                target, offset = target[got:], offset + got
+        result = np.empty_like(out)
+        result[order] = out
+        return result
 
     def view(self, ids) -> np.ndarray:
         """``self[ids]`` without a copy when their rows are consecutive and in order (the usual case for
@@ -164,4 +182,4 @@ class NodeVectors:
         rows = self.rows_of(ids)
         if rows[-1] - rows[0] == ids.size - 1 and (ids.size == 1 or (np.diff(rows) == 1).all()):
             return self._data[rows[0]:rows[-1] + 1]
-        return self._data[rows].astype(np.float32, copy=False)
+        return self._read(rows).astype(np.float32, copy=False)
