@@ -1,7 +1,7 @@
 """Scale benchmark (issue 9): build and query corpora of 10^4..10^6 passages, fit how time and memory grow.
 
     python benchmarks/bench_scale.py --passages 10000,100000,1000000 [--embed SPEC] [--out DIR] [--work DIR]
-                                     [--max-seconds S] [--max-rss-gb G] [--embed-sample N]
+                                     [--max-seconds S] [--max-rss-gb G] [--embed-sample N] [--paired A,B]
 
 For each size N (ascending), ``scale_corpus.generate`` writes (or reuses) the
 N-passage corpus under ``--work`` (default ``.benchcache/scale``); then
@@ -21,6 +21,12 @@ N-passage corpus under ``--work`` (default ``.benchcache/scale``); then
   the size's question set: ``Index.open`` and first-``retrieve`` times, p50/p95 per
   query without the query embedding and batch q/s (``bench_retrieval``'s timing),
   and that process's peak RSS.
+
+After the sizes, the indexes of the two ``--paired`` sizes (default 10^4 and 10^5, the
+p50-ratio target's pair) are opened together in one more process (``scale_query.py
+--paired``) and their queries timed interleaved, so that both p50s see the same machine load:
+on a shared machine the two query runs above lie minutes apart, and their ratio moved between
+1.04 and 1.71 over three runs of the same code. The target uses this paired ratio.
 
 A size that fails (non-zero exit, a signal such as the OOM killer's SIGKILL, or
 one of the guards) is recorded with its reason, exit code/signal and elapsed time,
@@ -152,7 +158,8 @@ def run_child(cmd: list[str], log: Path, max_seconds: float | None, max_rss_byte
 def bench_size(n: int, args, work: Path) -> dict:
     """Generate, build and query the ``n``-passage corpus; the size's record."""
     sc = generate(n, work, data=args.data, sources=args.sources, seed=args.seed)
-    rec: dict = {"passages": n, "corpus": str(sc.corpus), "corpus_bytes": sc.corpus.stat().st_size,
+    rec: dict = {"passages": n, "corpus": str(sc.corpus), "questions": str(sc.questions),
+                 "corpus_bytes": sc.corpus.stat().st_size,
                  "corpus_reused": sc.reused, "question_copy": sc.question_copy, "n_questions": sc.n_questions,
                  "loadavg_1m_start": round(os.getloadavg()[0], 2)}
     index = work / f"index-{n}"
@@ -196,9 +203,35 @@ def bench_size(n: int, args, work: Path) -> dict:
         rec.update(ok=False, failed_in="query", reason=q["reason"])
         return rec
     rec["ok"] = True
-    if not args.keep_index:
+    if not args.keep_index and n not in args.paired:  # the paired sizes' indexes go after the paired run
         shutil.rmtree(index)
     return rec
+
+
+#: The sizes whose query p50s are also timed side by side in one process (the p50-ratio target's pair).
+PAIRED = (10_000, 100_000)
+
+
+def bench_paired(sizes: list[dict], args, work: Path) -> dict | None:
+    """Query the indexes of the ``--paired`` sizes interleaved in one process (``scale_query.py --paired``):
+    their p50s under the same machine load, and the ratio; None when either size did not build."""
+    by = {s["passages"]: s for s in sizes if s.get("ok")}
+    if not all(n in by for n in args.paired):
+        return None
+    (a, qa), (b, qb) = ((work / f"index-{n}", by[n]["questions"]) for n in args.paired)
+    print(f"== paired query timing: {args.paired[0]:,} and {args.paired[1]:,} passages in one process",
+          file=sys.stderr, flush=True)
+    cmd = [sys.executable, str(HERE / "scale_query.py"), str(a), qa, "--repeats", str(args.repeats),
+           "--paired", str(b), qb]
+    q = run_child(cmd, work / "query-paired.log", args.max_seconds, args.max_rss_bytes)
+    stdout = q.pop("stdout").strip().splitlines()
+    if q["ok"]:
+        try:
+            q.update(json.loads(stdout[-1]))
+        except (IndexError, json.JSONDecodeError):
+            q.update(ok=False, reason=f"paired query process printed no JSON result (see {work / 'query-paired.log'})")
+    q["passages"] = list(args.paired)
+    return q
 
 
 # ----------------------------------------------------------------------------- embedder figures
@@ -273,8 +306,9 @@ def fits(sizes: list[dict]) -> dict:
     }
 
 
-def targets(sizes: list[dict], fit: dict) -> list[dict]:
-    """Issue 9's targets: pass, fail or not measured (the size did not run)."""
+def targets(sizes: list[dict], fit: dict, paired: dict | None = None) -> list[dict]:
+    """Issue 9's targets: pass, fail or not measured (the size did not run). The p50 ratio is the paired
+    run's (both indexes timed interleaved in one process) when there is one, else the two query runs'."""
     by = {s["passages"]: s for s in sizes}
     s4, s5, s6 = by.get(10_000), by.get(100_000), by.get(1_000_000)
     ok5 = s5 is not None and s5.get("ok")
@@ -299,8 +333,13 @@ def targets(sizes: list[dict], fit: dict) -> list[dict]:
     rows.append(row("query p50 without embedding <= 5 ms at 10^5", ok5, s5 and s5.get("query", {}).get("p50_ms"),
                     ok5 and s5["query"]["p50_ms"] <= 5.0))
     both = ok5 and s4 is not None and s4.get("ok")
-    ratio = round(s5["query"]["p50_ms"] / s4["query"]["p50_ms"], 3) if both else None
-    rows.append(row("p50 at 10^5 <= 1.3 x p50 at 10^4", both, ratio, both and ratio <= 1.3))
+    if paired is not None and paired.get("ok") and tuple(paired["passages"]) == PAIRED:
+        ratio = paired["p50_ratio"][1]
+        name = "p50 at 10^5 <= 1.3 x p50 at 10^4 (timed side by side in one process)"
+    else:
+        ratio = round(s5["query"]["p50_ms"] / s4["query"]["p50_ms"], 3) if both else None
+        name = "p50 at 10^5 <= 1.3 x p50 at 10^4"
+    rows.append(row(name, both, ratio, both and ratio <= 1.3))
     return rows
 
 
@@ -366,6 +405,21 @@ def to_markdown(res: dict) -> str:
             return f"{w} / {v['cpu_s']:.2f}" if v.get("cpu_s") is not None else w
 
         lines += _table("stage", cols, [(k, [st(s, k) for s in sizes]) for k in stages])
+    pq = res.get("paired_query")
+    if pq:
+        lines += ["## Query p50 side by side (" + " and ".join(f"{n:,}" for n in pq["passages"]) + " passages)", ""]
+        if pq.get("ok"):
+            lines += ["Both indexes opened in one process and their queries timed interleaved (query i of one, "
+                      "then of the other; best of the repeats per query), so that machine load affects both alike.",
+                      ""]
+            lines += _table("", [f"{n:,}" for n in pq["passages"]], [
+                ("query p50 (ms, no embedding)", [f"{x:.2f}" for x in pq["p50_ms"]]),
+                ("query p95 (ms, no embedding)", [f"{x:.2f}" for x in pq["p95_ms"]]),
+                ("query p50 CPU (ms)", [f"{x:.2f}" for x in pq["p50_cpu_ms"]]),
+                ("p50 ratio to the first", [f"{x:.3f}" for x in pq["p50_ratio"]]),
+                ("p50 CPU ratio to the first", [f"{x:.3f}" for x in pq["p50_cpu_ratio"]])])
+        else:
+            lines += [f"FAILED: {pq.get('reason')}", ""]
     f = res["fits"]
     lines += ["## Log-log fits (least squares over the sizes that ran: " + ", ".join(f"{x:,}" for x in f["sizes"])
               + ")", ""]
@@ -464,12 +518,17 @@ def main(argv: list[str] | None = None) -> int:
                     help="try a size even when the memory fit of the smaller ones projects it past --max-rss-gb")
     ap.add_argument("--keep-index", action="store_true", help="keep each index in --work (default: remove)")
     ap.add_argument("--repeats", type=int, default=3, help="single-query timing runs (best of)")
+    ap.add_argument("--paired", type=_sizes, default=list(PAIRED),
+                    help="two sizes whose queries are also timed interleaved in one process (default 10000,100000)")
     ap.add_argument("--model-embed", default="default", help="embedder of the throughput figures")
     ap.add_argument("--embed-sample", type=int, default=2000, help="passages for the embedder figures (0: skip)")
     ap.add_argument("--note", default=None, help="a line printed at the top of scale.md")
     # exit status: 0 when every size ran, 2 when one failed or was skipped (its reason is in the outputs)
     args = ap.parse_args(argv)
     args.max_rss_bytes = int(args.max_rss_gb * 1e9) if args.max_rss_gb else None
+    if len(args.paired) != 2:
+        ap.error(f"--paired takes two sizes, got {args.paired}")
+    args.paired = tuple(args.paired)
     work = args.work.resolve()
     work.mkdir(parents=True, exist_ok=True)
     res: dict = {
@@ -504,12 +563,18 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(rec, indent=1), file=sys.stderr, flush=True)
         if not rec["ok"] and not args.keep_going:
             stop = True
+    paired = bench_paired(res["sizes"], args, work)
+    if paired is not None:
+        res["paired_query"] = paired
+    if not args.keep_index:
+        for n in args.paired:
+            shutil.rmtree(work / f"index-{n}", ignore_errors=True)
     res["fits"] = fits(res["sizes"])
     built = [s for s in res["sizes"] if "corpus" in s]
     if args.embed_sample > 0 and built:
         print(f"== embedder figures ({args.model_embed}, {args.embed_sample} passages)", file=sys.stderr, flush=True)
         res["embedder"] = embedder_figures(args.model_embed, Path(built[-1]["corpus"]), args.embed_sample)
-    res["targets"] = targets(res["sizes"], res["fits"])
+    res["targets"] = targets(res["sizes"], res["fits"], res.get("paired_query"))
     res["driver_peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     out = args.out
     out.mkdir(parents=True, exist_ok=True)

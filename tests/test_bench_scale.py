@@ -93,7 +93,7 @@ def test_loglog_slope():
 def test_tiny_end_to_end_run(tmp_path):
     out = tmp_path / "out"
     rc = bench_scale.main(["--passages", "200,400", "--embed", "hash:64", "--work", str(tmp_path / "work"),
-                           "--out", str(out), "--embed-sample", "40", "--repeats", "1"])
+                           "--out", str(out), "--embed-sample", "40", "--repeats", "1", "--paired", "200,400"])
     assert rc == 0
     res = json.loads((out / "scale.json").read_text("utf-8"))
     assert [s["passages"] for s in res["sizes"]] == [200, 400]
@@ -109,6 +109,11 @@ def test_tiny_end_to_end_run(tmp_path):
         assert 0 < q["p50_ms"] <= q["p95_ms"] and q["batch_qps"] > 0 and q["peak_rss_bytes"] > 50e6
         assert q["open_plus_first_retrieve_s"] == pytest.approx(q["open_s"] + q["first_retrieve_s"], abs=1e-3)
         assert not (tmp_path / "work" / f"index-{s['passages']}").exists()
+    pq = res["paired_query"]  # both indexes timed interleaved in one process, then removed
+    assert pq["ok"] and pq["passages"] == [200, 400] and pq["n_questions"] == [s["n_questions"] for s in res["sizes"]]
+    assert all(x > 0 for x in pq["p50_ms"] + pq["p50_cpu_ms"]) and pq["p50_ratio"][0] == 1.0
+    assert pq["p50_ratio"][1] == pytest.approx(pq["p50_ms"][1] / pq["p50_ms"][0], rel=1e-2)
+    assert "## Query p50 side by side" in (out / "scale.md").read_text("utf-8")
     assert isinstance(res["fits"]["build_wall_slope"], float) and isinstance(res["fits"]["build_peak_rss_slope"], float)
     assert res["embedder"]["sample_passages"] == 40 and res["embedder"]["texts_per_s"] > 0
     assert {t["status"] for t in res["targets"]} == {"not measured"}
