@@ -8,7 +8,7 @@ import sys
 
 import numpy as np
 
-__all__ = ["distinct", "drop_resident"]
+__all__ = ["distinct", "drop_resident", "intersect_sorted"]
 
 
 def distinct(values: np.ndarray) -> np.ndarray:
@@ -21,6 +21,18 @@ def distinct(values: np.ndarray) -> np.ndarray:
     if out.size > 1:
         out = out[np.concatenate(([True], out[1:] != out[:-1]))]
     return out
+
+
+
+def intersect_sorted(small: np.ndarray, large: np.ndarray) -> np.ndarray:
+    """Values of ``small`` also in ``large``, both sorted and without repeats (``np.intersect1d`` with
+    ``assume_unique``, same result): a binary search of each of ``small`` in ``large``, O(a log b) where
+    intersect1d sorts both together, O((a + b) log(a + b)). Name postings grow with the corpus, while
+    the shortest list a query intersects with them stays short."""
+    if small.size == 0 or large.size == 0:
+        return small[:0]
+    pos = np.minimum(np.searchsorted(large, small), large.size - 1)
+    return small[large[pos] == small]
 
 
 _MADV_DONTNEED = 4  # Linux: unmap the pages; a shared file mapping reads them back from the file on access

@@ -336,14 +336,12 @@ class VectorIndex:
                 break
             if not len(x):
                 continue
-            rows = x.get(keys[todo], dtype=np.float32)
-            if isinstance(rows, tuple):  # some keys missing from this shard: None in their places
-                hit = np.fromiter((r is not None for r in rows), dtype=bool, count=todo.size)
-                if hit.any():
-                    out[todo[hit]] = np.stack([r for r in rows if r is not None])
-            else:
-                hit = np.ones(todo.size, bool)
-                out[todo] = np.asarray(rows, dtype=np.float32).reshape(todo.size, self.ndim)
+            # which keys this shard holds first: a get of missing keys answers a tuple with a Python
+            # object per key, the common case of a sharded index
+            hit = np.asarray(x.contains(keys[todo]), dtype=bool).reshape(-1)
+            if hit.any():
+                rows = x.get(keys[todo[hit]], dtype=np.float32)
+                out[todo[hit]] = np.asarray(rows, dtype=np.float32).reshape(-1, self.ndim)
             todo = todo[~hit]
         if todo.size:
             raise ValueError(f"ids not in the index: {ids[todo][:5].tolist()}")

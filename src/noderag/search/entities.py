@@ -23,7 +23,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from ..graph.arrays import distinct
+from ..graph.arrays import distinct, intersect_sorted
 from ..index.sentences import sentence_spans  # a pure helper: the decomposer's sentence split
 from ..lang.entities import STOP, canonical_name, query_entities
 from ..lang.zh import is_han_token, match_tokens
@@ -112,7 +112,7 @@ class _NameMatching:
         lists.sort(key=len)
         cand = lists[0]
         for other in lists[1:]:
-            cand = np.intersect1d(cand, other, assume_unique=True)
+            cand = intersect_sorted(cand, other)
             if cand.size == 0:
                 return []
         out: list[int] = []
