@@ -154,6 +154,20 @@ def run_child(cmd: list[str], log: Path, max_seconds: float | None, max_rss_byte
     return res
 
 
+def run_query_child(query_args: list[str], log: Path, args) -> dict:
+    """Run ``scale_query.py QUERY_ARGS --repeats R`` as a child (:func:`run_child`) and merge the JSON line it
+    prints last into its record (not ok, with a reason, when there is none)."""
+    cmd = [sys.executable, str(HERE / "scale_query.py"), *query_args, "--repeats", str(args.repeats)]
+    q = run_child(cmd, log, args.max_seconds, args.max_rss_bytes)
+    stdout = q.pop("stdout").strip().splitlines()
+    if q["ok"]:
+        try:
+            q.update(json.loads(stdout[-1]))
+        except (IndexError, json.JSONDecodeError):
+            q.update(ok=False, reason=f"the query process printed no JSON result (see {log})")
+    return q
+
+
 # ----------------------------------------------------------------------------- one size
 def bench_size(n: int, args, work: Path) -> dict:
     """Generate, build and query the ``n``-passage corpus; the size's record."""
@@ -189,14 +203,7 @@ def bench_size(n: int, args, work: Path) -> dict:
     )
     print(f"   built in {b['wall_s']:.1f} s, {nodes:,} nodes, peak RSS {b['peak_rss_bytes'] / 1e9:.2f} GB; querying",
           file=sys.stderr, flush=True)
-    cmd = [sys.executable, str(HERE / "scale_query.py"), str(index), str(sc.questions), "--repeats", str(args.repeats)]
-    q = run_child(cmd, work / f"query-{n}.log", args.max_seconds, args.max_rss_bytes)
-    stdout = q.pop("stdout").strip().splitlines()
-    if q["ok"]:
-        try:
-            q.update(json.loads(stdout[-1]))
-        except (IndexError, json.JSONDecodeError):
-            q.update(ok=False, reason=f"query process printed no JSON result (see {work / f'query-{n}.log'})")
+    q = run_query_child([str(index), str(sc.questions)], work / f"query-{n}.log", args)
     rec["query"] = q
     rec["loadavg_1m_end"] = round(os.getloadavg()[0], 2)
     if not q["ok"]:
@@ -221,15 +228,7 @@ def bench_paired(sizes: list[dict], args, work: Path) -> dict | None:
     (a, qa), (b, qb) = ((work / f"index-{n}", by[n]["questions"]) for n in args.paired)
     print(f"== paired query timing: {args.paired[0]:,} and {args.paired[1]:,} passages in one process",
           file=sys.stderr, flush=True)
-    cmd = [sys.executable, str(HERE / "scale_query.py"), str(a), qa, "--repeats", str(args.repeats),
-           "--paired", str(b), qb]
-    q = run_child(cmd, work / "query-paired.log", args.max_seconds, args.max_rss_bytes)
-    stdout = q.pop("stdout").strip().splitlines()
-    if q["ok"]:
-        try:
-            q.update(json.loads(stdout[-1]))
-        except (IndexError, json.JSONDecodeError):
-            q.update(ok=False, reason=f"paired query process printed no JSON result (see {work / 'query-paired.log'})")
+    q = run_query_child([str(a), qa, "--paired", str(b), qb], work / "query-paired.log", args)
     q["passages"] = list(args.paired)
     return q
 

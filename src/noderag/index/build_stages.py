@@ -327,16 +327,14 @@ def communities_stage(table: NodeTable, base: EdgeList, link: EdgeList, attrs: A
 def start_vector_stage(table: NodeTable, vec: NodeVectors, config, work: Path):
     """Start the HNSW vector index of the T/S nodes right after the embed stage, one shard at a time.
 
-    It builds in a worker process (:mod:`noderag.index.vector_process`) that maps the vectors from
-    a file under ``work`` (``vec`` moves its storage there) while the attributes and communities
-    stages run single-threaded in Python here; :func:`vector_stage` widens it to every core. Each
-    shard is built by one thread in a fixed order, so when it runs never changes the index.
+    It builds in a worker process (:mod:`noderag.index.vector_process`, its files under ``work``)
+    that maps the vectors from ``vec``'s file (``embed_stage``'s ``vectors_file``) while the
+    attributes and communities stages run single-threaded in Python here; :func:`vector_stage`
+    widens it to every core. Each shard is built by one thread in a fixed order, so when it runs
+    never changes the index.
     """
     from .vector_process import VectorBuild
 
-    if vec.file is None:  # embed_stage was not given a file: move the vectors into one now
-        work.mkdir(parents=True, exist_ok=True)
-        vec.share_file(work / "build_vectors.npy")
     types = table.types_array()
     ts_ids = np.flatnonzero(np.isin(types, (T, S)) & table.active_array())
     return VectorBuild(ts_ids, vec.rows_of(ts_ids), vec.file, vec.dim, config.embed, work,

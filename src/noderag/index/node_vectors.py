@@ -19,7 +19,6 @@ from noderag.graph.arrays import distinct, drop_resident
 __all__ = ["NodeVectors"]
 
 
-
 class NodeVectors:
     """Vectors of some node ids: ``vec[ids] = values`` assigns, ``vec[ids]`` reads (a float32 copy).
 

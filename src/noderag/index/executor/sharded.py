@@ -213,9 +213,11 @@ def embed_sharded(executor: Executors, config, emb, embedder_given: bool, texts:
     store = ShardStore(stage_dir, _texts_digest(getattr(emb, "name", type(emb).__name__), texts, bs), len(starts))
     done = store.done()
 
+    mapped = drop_resident(out)  # a file-backed ``out`` (the build's vectors) keeps only the file's copy
+
     def put(rows: np.ndarray, v: np.ndarray) -> None:
         out[rows] = v
-        if rows.size:  # a file-backed ``out`` keeps only the file's copy (a no-op for memory)
+        if mapped and rows.size:
             drop_resident(out[int(rows.min()):int(rows.max()) + 1])
         bar.update(len(rows))
 
