@@ -309,7 +309,7 @@ def test_shard_count_rule():
     from noderag.config import EmbedConfig
 
     c = EmbedConfig()
-    assert [c.vector_shard_count(n) for n in (0, 32_767, 32_768, 262_144, 262_145, 10**8)] == [1, 1, 2, 2, 3, 8]
+    assert [c.vector_shard_count(n) for n in (0, 32_767, 32_768, 524_288, 524_289, 10**8)] == [1, 1, 2, 2, 3, 8]
     assert EmbedConfig(vector_shards=5).vector_shard_count(10) == 5
 
 
