@@ -173,7 +173,22 @@ def chunk_text(text: str, max_tokens: int = 1024, min_tokens: int = 64) -> list[
         merged = fixed[-2] + fixed[-1]
         if count_tokens(merged) <= max_tokens:
             fixed[-2:] = [merged]
-    return [c.strip() for c in fixed if c.strip()]
+    return [s for c in fixed for s in _stripped_within(c, max_tokens, count_tokens)]
+
+
+def _stripped_within(chunk: str, max_tokens: int, count) -> list[str]:
+    """``chunk`` (within the limit, or one cluster) stripped, and cut again if stripping put it over.
+
+    BPE is not monotonic: " 👍🏽中" is 6 tokens and "👍🏽中" 7, so the stripped text is counted
+    again whenever stripping removed something.
+    """
+    text = chunk.strip()
+    if not text or len(text) == len(chunk) or count(text) <= max_tokens:
+        return [text] if text else []
+    parts = [a for a, _ in _atoms(text, max_tokens, count, 3)]
+    if len(parts) == 1:  # one cluster over the limit: nothing smaller to cut
+        return [text]
+    return [s for p in parts for s in _stripped_within(p, max_tokens, count)]
 
 
 def chunk_texts(texts: Sequence[str], max_tokens: int, min_tokens: int) -> list[list[str]]:
