@@ -20,11 +20,13 @@ __all__ = ["KEY_DTYPE", "canonical_name", "node_key", "node_keys"]
 KEY_DTYPE = np.dtype("<u8")
 
 
+#: The one-byte prefix of each type code (building it per call was half of a key's cost).
+_TYPE_BYTE = tuple(bytes([t]) for t in range(256))
+
+
 def node_key(node_type: NodeType | int, canonical_text: str) -> int:
     """64-bit stable key of one node (as a Python int)."""
-    digest = hashlib.blake2b(
-        bytes([int(node_type)]) + canonical_text.encode("utf-8"), digest_size=8
-    ).digest()
+    digest = hashlib.blake2b(_TYPE_BYTE[node_type] + canonical_text.encode("utf-8"), digest_size=8).digest()
     return int.from_bytes(digest, "little")
 
 

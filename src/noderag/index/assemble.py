@@ -160,12 +160,19 @@ def assemble_chunks(table: NodeTable, chunks: Sequence[ChunkRecord],
     wts = array("f")
     entity_of: dict[str, int | None] = {}  # surface form -> entity id (canonicalising and hashing once)
     canon_of: dict[str, str] = {}
+    name_of: dict[int, str] = {}  # entity id -> name (a relation's text names both ends; the column decodes)
 
     def entity(surface: str) -> int | None:
         nid = entity_of.get(surface, -1)
         if nid == -1:
             nid = entity_of[surface] = _entity(table, surface)
         return nid
+
+    def name(nid: int) -> str:
+        got = name_of.get(nid)
+        if got is None:
+            got = name_of[nid] = table.names[nid]
+        return got
 
     def canon(text: str) -> str:
         c = canon_of.get(text)
@@ -216,7 +223,7 @@ def assemble_chunks(table: NodeTable, chunks: Sequence[ChunkRecord],
                 if a is None or b is None or a == b or not crel:
                     continue
                 ca, cb = canon(s_surf), canon(t_surf)
-                rtext = f"{table.names[a]} {' '.join(rel.split())} {table.names[b]}"
+                rtext = f"{name(a)} {' '.join(rel.split())} {name(b)}"
                 rid, _ = table.add(R, node_key(R, f"{ca}\x1f{crel}\x1f{cb}"), name=None, text=rtext)
                 src.extend((a, b))
                 dst.extend((rid, rid))
