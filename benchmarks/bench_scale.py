@@ -169,6 +169,15 @@ def run_query_child(query_args: list[str], log: Path, args) -> dict:
 
 
 # ----------------------------------------------------------------------------- one size
+#: Times the pipeline reports inside a stage (``stages.<name>.<part>`` of the manifest), shown in scale.md.
+_INNER_TIMES = ("assemble_s", "leiden_s", "query_index_s", "graph_files_s", "vector_wait_s")
+
+
+def _stage_details(entry: dict) -> dict:
+    """A manifest stage entry's own figures (counts, inner times, peak RSS), without its state and times."""
+    return {k: v for k, v in entry.items() if k not in ("state", "time_s", "cpu_s") and isinstance(v, (int, float))}
+
+
 def bench_size(n: int, args, work: Path) -> dict:
     """Generate, build and query the ``n``-passage corpus; the size's record."""
     sc = generate(n, work, data=args.data, sources=args.sources, seed=args.seed)
@@ -196,7 +205,8 @@ def bench_size(n: int, args, work: Path) -> dict:
         edges=int(edges.get("structural", 0)) + int(edges.get("semantic", 0)),
         edges_structural=int(edges.get("structural", 0)), edges_semantic=int(edges.get("semantic", 0)),
         embedded=int(m["stages"].get("embed", {}).get("embedded", 0)),
-        stages={k: {"wall_s": v.get("time_s"), "cpu_s": v.get("cpu_s")} for k, v in m["stages"].items()},
+        stages={k: {"wall_s": v.get("time_s"), "cpu_s": v.get("cpu_s"), **_stage_details(v)}
+                for k, v in m["stages"].items()},
         index_bytes=int(m["bytes_total"]),
         build_passages_per_s=round(n / b["wall_s"], 1),
         build_bytes_per_node=round(b["peak_rss_bytes"] / nodes, 1),
@@ -404,6 +414,18 @@ def to_markdown(res: dict) -> str:
             return f"{w} / {v['cpu_s']:.2f}" if v.get("cpu_s") is not None else w
 
         lines += _table("stage", cols, [(k, [st(s, k) for s in sizes]) for k in stages])
+        inner = [(k, d) for k in stages for d in _INNER_TIMES
+                 if any(d in ((s.get("stages") or {}).get(k) or {}) for s in sizes)]
+        if inner:
+            lines += ["Inside the stages (wall s): the main process's assembly while the workers decompose, "
+                      "the Leiden call, and finalize's parts (the query index, the graph and other files, "
+                      "then the wait for the vector shards still building).", ""]
+            lines += _table("stage: part", cols, [(f"{k}: {d}", [str((s.get("stages") or {}).get(k, {}).get(d, ""))
+                                                                for s in sizes]) for k, d in inner])
+            peak = [(k, [str((s.get("stages") or {}).get(k, {}).get("peak_rss_mb", "")) for s in sizes])
+                    for k in stages]
+            lines += ["Main process peak RSS when each stage finished (MB; monotone, the build's own record):", ""]
+            lines += _table("stage", cols, peak)
     pq = res.get("paired_query")
     if pq:
         lines += ["## Query p50 side by side (" + " and ".join(f"{n:,}" for n in pq["passages"]) + " passages)", ""]

@@ -515,7 +515,8 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
         # ---- communities
         slog.start("communities")
         comm = communities_stage(table, base, link, attrs, vec, emb, backend, config, stages, bars)
-        slog.finish("communities", communities=comm.count, high_level=len(comm.h_ids), failures=len(comm.failures))
+        slog.finish("communities", communities=comm.count, high_level=len(comm.h_ids), failures=len(comm.failures),
+                    leiden_s=round(comm.leiden_s, 2))
         _checkpoint("communities")
 
         # ---- node tables: final now; written before the vector stage so that the texts can go
@@ -540,16 +541,22 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
 
         from .query_index import write_query_index  # what a query would otherwise prepare in O(n) at open
 
+        parts = {}  # wall seconds of each part, in the stage report
+        t0 = time.perf_counter()
         # after the vector stage and before the graph: its copy of the texts overlaps neither
         write_query_index(final)
+        t1 = time.perf_counter()
         graph = HeteroGraph.from_coo(types, table.keys_array(), s3, d3, w3)
         graph.set_layer("semantic", sem)
         files_stage(final, graph, link, lambda *edges: _write_linked(final / LINKED, *edges))
+        t2 = time.perf_counter()
+        parts.update(query_index_s=round(t1 - t0, 2), graph_files_s=round(t2 - t1, 2))
         if not saved:  # the vector shards finished while the files above were written
             vbuild.finish(final / "vectors.usearch")
+            parts["vector_wait_s"] = round(time.perf_counter() - t2, 2)
         vbuild = None
         _checkpoint("finalize-files")
-        slog.finish("finalize")
+        slog.finish("finalize", **parts)
     except BaseException:
         if vbuild is not None:  # a failed run: stop building vector shards nobody will use
             vbuild.cancel()
