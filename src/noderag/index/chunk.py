@@ -150,7 +150,7 @@ def chunk_text(text: str, max_tokens: int = 1024, min_tokens: int = 64) -> list[
         raise ValueError(f"max_tokens must be >= 1, got {max_tokens!r}")
     n = count_tokens(text)
     if n <= max_tokens:
-        return [text.strip()] if text.strip() else []
+        return _stripped_within(text, max_tokens, count_tokens)
     atoms = _atoms(text, max_tokens, count_tokens, 0, n)
     chunks: list[str] = []
     cur, cur_n = "", 0
