@@ -3,8 +3,10 @@
     python benchmarks/bench_scale.py --passages 10000,100000,1000000 [--embed SPEC] [--out DIR] [--work DIR]
                                      [--max-seconds S] [--max-rss-gb G] [--embed-sample N] [--paired A,B]
 
-For each size N (ascending), ``scale_corpus.generate`` writes (or reuses) the
-N-passage corpus under ``--work`` (default ``.benchcache/scale``); then
+First an untimed build of a ``--warmup``-passage corpus (default 1,000) fills the Numba
+cache, so that a run from a fresh checkout does not charge the kernels' one-time compile
+(~7 s) to the first size. Then for each size N (ascending), ``scale_corpus.generate``
+writes (or reuses) the N-passage corpus under ``--work`` (default ``.benchcache/scale``); then
 
 - a fresh child process builds it: ``python -m noderag.cli build CORPUS --index DIR
   --embed SPEC --no-progress`` (nlp mode; default ``hash:384`` so that only the
@@ -176,6 +178,20 @@ _INNER_TIMES = ("assemble_s", "leiden_s", "query_index_s", "graph_files_s", "vec
 def _stage_details(entry: dict) -> dict:
     """A manifest stage entry's own figures (counts, inner times, peak RSS), without its state and times."""
     return {k: v for k, v in entry.items() if k not in ("state", "time_s", "cpu_s") and isinstance(v, (int, float))}
+
+
+def warm_up(args, work: Path) -> dict:
+    """Build a small corpus once, untimed, before the sizes: the first build from a fresh checkout compiles
+    the Numba kernels into their cache (~7 s, all of it in the first size's figures otherwise)."""
+    sc = generate(args.warmup, work, data=args.data, sources=args.sources, seed=args.seed)
+    index = work / "index-warmup"
+    shutil.rmtree(index, ignore_errors=True)
+    print(f"== warm-up build ({args.warmup:,} passages, not timed as a size)", file=sys.stderr, flush=True)
+    cmd = [sys.executable, "-m", "noderag.cli", "build", str(sc.corpus), "--index", str(index),
+           "--embed", args.embed, "--no-progress"]
+    b = run_child(cmd, work / "build-warmup.log", args.max_seconds, args.max_rss_bytes)
+    shutil.rmtree(index, ignore_errors=True)
+    return {"passages": args.warmup, "wall_s": b["wall_s"], "ok": b["ok"]}
 
 
 def bench_size(n: int, args, work: Path) -> dict:
@@ -370,7 +386,9 @@ def to_markdown(res: dict) -> str:
               "Build and query each run in a fresh child process. Build CPU and `maxrss` from `os.wait4` on the "
               "child; the build peak RSS is the larger of that and the child's process-tree memory (sum of PSS, "
               f"so pages forked workers share with the build are counted once) polled from /proc every {POLL_S} s. Query latency is per query without the query embedding (best of "
-              f"{res['repeats']}); batch q/s is one `retrieve_many` over the question set. GB = 10^9 bytes.", ""]
+              f"{res['repeats']}); batch q/s is one `retrieve_many` over the question set. GB = 10^9 bytes."
+              + (f" An untimed {res['warmup']['passages']:,}-passage build ran first ({res['warmup']['wall_s']:.1f} s), "
+                 "so no size pays the Numba kernels' one-time compile." if res.get("warmup") else ""), ""]
     sizes = res["sizes"]
     cols = [f"{s['passages']:,}" for s in sizes]
 
@@ -544,6 +562,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model-embed", default="default", help="embedder of the throughput figures")
     ap.add_argument("--embed-sample", type=int, default=2000, help="passages for the embedder figures (0: skip)")
     ap.add_argument("--note", default=None, help="a line printed at the top of scale.md")
+    ap.add_argument("--warmup", type=int, default=1000,
+                    help="passages of an untimed build first, which fills the Numba cache (0: none)")
     # exit status: 0 when every size ran, 2 when one failed or was skipped (its reason is in the outputs)
     args = ap.parse_args(argv)
     args.max_rss_bytes = int(args.max_rss_gb * 1e9) if args.max_rss_gb else None
@@ -563,6 +583,8 @@ def main(argv: list[str] | None = None) -> int:
                       "query: getrusage(RUSAGE_SELF).ru_maxrss in the query process",
         "sizes": [],
     }
+    if args.warmup > 0:
+        res["warmup"] = warm_up(args, work)
     stop = False
     for n in args.passages:
         if stop:

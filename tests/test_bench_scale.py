@@ -93,9 +93,11 @@ def test_loglog_slope():
 def test_tiny_end_to_end_run(tmp_path):
     out = tmp_path / "out"
     rc = bench_scale.main(["--passages", "200,400", "--embed", "hash:64", "--work", str(tmp_path / "work"),
-                           "--out", str(out), "--embed-sample", "40", "--repeats", "1", "--paired", "200,400"])
+                           "--out", str(out), "--embed-sample", "40", "--repeats", "1", "--paired", "200,400", "--warmup", "100"])
     assert rc == 0
     res = json.loads((out / "scale.json").read_text("utf-8"))
+    assert res["warmup"]["ok"] and res["warmup"]["passages"] == 100
+    assert not (tmp_path / "work" / "index-warmup").exists()
     assert [s["passages"] for s in res["sizes"]] == [200, 400]
     for s in res["sizes"]:
         assert s["ok"] and s["nodes"] > s["passages"] and s["edges"] > 0
