@@ -432,18 +432,18 @@ def to_markdown(res: dict) -> str:
             return f"{w} / {v['cpu_s']:.2f}" if v.get("cpu_s") is not None else w
 
         lines += _table("stage", cols, [(k, [st(s, k) for s in sizes]) for k in stages])
-        inner = [(k, d) for k in stages for d in _INNER_TIMES
-                 if any(d in ((s.get("stages") or {}).get(k) or {}) for s in sizes)]
+        def figure(s, k, name):
+            return ((s.get("stages") or {}).get(k) or {}).get(name, "")
+
+        inner = [(k, d) for k in stages for d in _INNER_TIMES if any(figure(s, k, d) != "" for s in sizes)]
         if inner:
             lines += ["Inside the stages (wall s): the main process's assembly while the workers decompose, "
                       "the Leiden call, and finalize's parts (the query index, the graph and other files, "
                       "then the wait for the vector shards still building).", ""]
-            lines += _table("stage: part", cols, [(f"{k}: {d}", [str((s.get("stages") or {}).get(k, {}).get(d, ""))
-                                                                for s in sizes]) for k, d in inner])
-            peak = [(k, [str((s.get("stages") or {}).get(k, {}).get("peak_rss_mb", "")) for s in sizes])
-                    for k in stages]
+            lines += _table("stage: part", cols, [(f"{k}: {d}", [str(figure(s, k, d)) for s in sizes])
+                                                  for k, d in inner])
             lines += ["Main process peak RSS when each stage finished (MB; monotone, the build's own record):", ""]
-            lines += _table("stage", cols, peak)
+            lines += _table("stage", cols, [(k, [str(figure(s, k, "peak_rss_mb")) for s in sizes]) for k in stages])
     pq = res.get("paired_query")
     if pq:
         lines += ["## Query p50 side by side (" + " and ".join(f"{n:,}" for n in pq["passages"]) + " passages)", ""]

@@ -541,7 +541,6 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
 
         from .query_index import write_query_index  # what a query would otherwise prepare in O(n) at open
 
-        parts = {}  # wall seconds of each part, in the stage report
         t0 = time.perf_counter()
         # after the vector stage and before the graph: its copy of the texts overlaps neither
         write_query_index(final)
@@ -550,7 +549,7 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
         graph.set_layer("semantic", sem)
         files_stage(final, graph, link, lambda *edges: _write_linked(final / LINKED, *edges))
         t2 = time.perf_counter()
-        parts.update(query_index_s=round(t1 - t0, 2), graph_files_s=round(t2 - t1, 2))
+        parts = {"query_index_s": round(t1 - t0, 2), "graph_files_s": round(t2 - t1, 2)}  # in the stage report
         if not saved:  # the vector shards finished while the files above were written
             vbuild.finish(final / "vectors.usearch")
             parts["vector_wait_s"] = round(time.perf_counter() - t2, 2)
