@@ -414,6 +414,8 @@ def to_markdown(res: dict) -> str:
         ("query p95 (ms, no embedding)", lambda s: f"{s['query']['p95_ms']:.2f}"),
         ("batch q/s", lambda s: f"{s['query']['batch_qps']:.1f}"),
         ("query process peak RSS (GB)", lambda s: _gb(s["query"]["peak_rss_bytes"])),
+        ("... at the end: private / index pages (GB)", lambda s: f"{_gb(s['query']['end_rss_anon_bytes'])} / "
+         f"{_gb(s['query']['end_rss_file_bytes'])}" if "end_rss_anon_bytes" in s["query"] else ""),
         ("questions (recall@10, sanity)", lambda s: f"{s['query']['n_questions']} ({s['query']['recall@10']:.3f})"),
         ("load average start/end", lambda s: f"{s['loadavg_1m_start']}/{s.get('loadavg_1m_end', '')}"),
     ]

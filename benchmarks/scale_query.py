@@ -6,7 +6,9 @@ after opening, through the public API: searcher setup, query embedding with the
 index's embedder, retrieval), then the rows of ``bench_retrieval.time_noderag`` /
 ``noderag_row`` over the question set (p50/p95 ms per query without the query
 embedding, best of 3; batch q/s of ``retrieve_many``; recall as a sanity check),
-and ``peak_rss_bytes`` of this process (``getrusage(RUSAGE_SELF).ru_maxrss``).
+and ``peak_rss_bytes`` of this process (``getrusage(RUSAGE_SELF).ru_maxrss``), with its resident memory at
+the end split into private (``end_rss_anon_bytes``) and file-backed (``end_rss_file_bytes``: pages of the
+memory-mapped index, which the peak counts too).
 
 With ``--paired INDEX2 QUESTIONS2`` it instead opens both indexes in this one process and times
 their queries interleaved (query i of the first, query i of the second, ...; best of the
@@ -59,7 +61,22 @@ def measure(index_dir: Path, questions_path: Path, repeats: int = 3) -> dict:
     return {"import_s": round(_IMPORT_S, 4), "open_s": round(open_s, 4), "first_retrieve_s": round(first_s, 4),
             "open_plus_first_retrieve_s": round(open_s + first_s, 4), "n_questions": len(queries),
             "query_embed_s": round(embed_s, 4), "repeats": repeats, **row,
-            "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+            "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, **rss_parts()}
+
+
+def rss_parts() -> dict:
+    """This process's resident memory now, split: private (anonymous) and file-backed (mostly the index's
+    memory-mapped files, page cache the kernel can reclaim). Empty where /proc/self/status is missing."""
+    out = {}
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                key, _, value = line.partition(":")
+                if key in ("RssAnon", "RssFile"):
+                    out["end_rss_anon_bytes" if key == "RssAnon" else "end_rss_file_bytes"] = int(value.split()[0]) * 1024
+    except OSError:
+        pass
+    return out
 
 
 def measure_paired(pairs: list[tuple[Path, Path]], repeats: int = 3) -> dict:

@@ -110,6 +110,8 @@ def test_tiny_end_to_end_run(tmp_path):
         assert q["ok"] and q["n_questions"] == s["n_questions"] > 0
         assert 0 < q["p50_ms"] <= q["p95_ms"] and q["batch_qps"] > 0 and q["peak_rss_bytes"] > 50e6
         assert q["open_plus_first_retrieve_s"] == pytest.approx(q["open_s"] + q["first_retrieve_s"], abs=1e-3)
+        assert q["end_rss_anon_bytes"] > 20e6 and q["end_rss_file_bytes"] > 0  # Linux: /proc/self/status
+        assert q["end_rss_anon_bytes"] + q["end_rss_file_bytes"] <= q["peak_rss_bytes"] * 1.05
         assert not (tmp_path / "work" / f"index-{s['passages']}").exists()
     pq = res["paired_query"]  # both indexes timed interleaved in one process, then removed
     assert pq["ok"] and pq["passages"] == [200, 400] and pq["n_questions"] == [s["n_questions"] for s in res["sizes"]]
