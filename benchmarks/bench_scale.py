@@ -180,6 +180,12 @@ def _stage_details(entry: dict) -> dict:
     return {k: v for k, v in entry.items() if k not in ("state", "time_s", "cpu_s") and isinstance(v, (int, float))}
 
 
+def build_command(corpus: Path, index: Path, args) -> list[str]:
+    """The build child's command line: an nlp-mode build of ``corpus`` into ``index`` with ``--embed``."""
+    return [sys.executable, "-m", "noderag.cli", "build", str(corpus), "--index", str(index),
+            "--embed", args.embed, "--no-progress"]
+
+
 def warm_up(args, work: Path) -> dict:
     """Build a small corpus once, untimed, before the sizes: the first build from a fresh checkout compiles
     the Numba kernels into their cache (~7 s, all of it in the first size's figures otherwise)."""
@@ -187,9 +193,8 @@ def warm_up(args, work: Path) -> dict:
     index = work / "index-warmup"
     shutil.rmtree(index, ignore_errors=True)
     print(f"== warm-up build ({args.warmup:,} passages, not timed as a size)", file=sys.stderr, flush=True)
-    cmd = [sys.executable, "-m", "noderag.cli", "build", str(sc.corpus), "--index", str(index),
-           "--embed", args.embed, "--no-progress"]
-    b = run_child(cmd, work / "build-warmup.log", args.max_seconds, args.max_rss_bytes)
+    b = run_child(build_command(sc.corpus, index, args), work / "build-warmup.log", args.max_seconds,
+                  args.max_rss_bytes)
     shutil.rmtree(index, ignore_errors=True)
     return {"passages": args.warmup, "wall_s": b["wall_s"], "ok": b["ok"]}
 
@@ -205,9 +210,8 @@ def bench_size(n: int, args, work: Path) -> dict:
     if index.exists():
         shutil.rmtree(index)
     print(f"== {n:,} passages: building ({sc.corpus})", file=sys.stderr, flush=True)
-    cmd = [sys.executable, "-m", "noderag.cli", "build", str(sc.corpus), "--index", str(index),
-           "--embed", args.embed, "--no-progress"]
-    b = run_child(cmd, work / f"build-{n}.log", args.max_seconds, args.max_rss_bytes)
+    b = run_child(build_command(sc.corpus, index, args), work / f"build-{n}.log", args.max_seconds,
+                  args.max_rss_bytes)
     b.pop("stdout")
     rec["build"] = b
     if not b["ok"]:

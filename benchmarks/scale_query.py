@@ -67,13 +67,14 @@ def measure(index_dir: Path, questions_path: Path, repeats: int = 3) -> dict:
 def rss_parts() -> dict:
     """This process's resident memory now, split: private (anonymous) and file-backed (mostly the index's
     memory-mapped files, page cache the kernel can reclaim). Empty where /proc/self/status is missing."""
+    names = {"RssAnon": "end_rss_anon_bytes", "RssFile": "end_rss_file_bytes"}
     out = {}
     try:
         with open("/proc/self/status") as fh:
             for line in fh:
                 key, _, value = line.partition(":")
-                if key in ("RssAnon", "RssFile"):
-                    out["end_rss_anon_bytes" if key == "RssAnon" else "end_rss_file_bytes"] = int(value.split()[0]) * 1024
+                if key in names:
+                    out[names[key]] = int(value.split()[0]) * 1024  # the file gives kB
     except OSError:
         pass
     return out

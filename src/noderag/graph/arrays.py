@@ -23,7 +23,6 @@ def distinct(values: np.ndarray) -> np.ndarray:
     return out
 
 
-
 def intersect_sorted(small: np.ndarray, large: np.ndarray) -> np.ndarray:
     """Values of ``small`` also in ``large``, both sorted and without repeats (``np.intersect1d`` with
     ``assume_unique``, same result): a binary search of each of ``small`` in ``large``, O(a log b) where
