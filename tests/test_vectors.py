@@ -340,3 +340,50 @@ def test_cancel_stops_background_adds():
     idx.cancel()
     assert len(idx) < 40000  # stopped at a block boundary: never finished
     idx.cancel()  # twice is harmless
+
+
+def test_shards_on_one_thread_take_turns_block_by_block(monkeypatch):
+    """With fewer permits than shards, each shard adds one block and then queues behind the others, so
+    the shards come equally far before the build widens (a shard built whole first left one core idle
+    while the other finished alone)."""
+    import noderag.graph.vectors as vectors
+
+    monkeypatch.setattr(vectors, "_ADD_BLOCK", 100)
+    idx = VectorIndex(8, dtype="f32", shards=2, parallel=1)
+    order: list[int] = []
+    for j, shard in enumerate(idx._shards):
+        def add(keys, vecs, *, threads, _add=shard.add, _j=j):
+            order.append(_j)
+            return _add(keys, vecs, threads=threads)
+        shard.add = add
+    rng = np.random.default_rng(2)
+    idx.add_in_background(np.arange(1200), rng.standard_normal((1200, 8)).astype(np.float32))
+    idx.wait()
+    assert len(idx) == 1200 and len(order) == 12
+    assert order == [0, 1] * 6
+
+
+def test_turn_gate_admits_waiters_in_arrival_order():
+    import threading
+    import time
+
+    from noderag.graph.vectors import _TurnGate
+
+    gate = _TurnGate(0)
+    admitted: list[int] = []
+
+    def enter(k):
+        with gate:
+            admitted.append(k)
+
+    threads = []
+    for k in range(4):
+        threads.append(threading.Thread(target=enter, args=(k,)))
+        threads[-1].start()
+        deadline = time.monotonic() + 10
+        while len(gate._queue) < k + 1 and time.monotonic() < deadline:  # queued before the next arrives
+            time.sleep(0.001)
+    gate.release(1)  # one permit, handed on as each waiter leaves
+    for t in threads:
+        t.join(10)
+    assert admitted == [0, 1, 2, 3]

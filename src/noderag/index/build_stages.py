@@ -331,9 +331,9 @@ def start_vector_stage(table: NodeTable, vec: NodeVectors, config, work: Path):
 
     It builds in a worker process (:mod:`noderag.index.vector_process`, its files under ``work``)
     that maps the vectors from ``vec``'s file (``embed_stage``'s ``vectors_file``) while the
-    attributes and communities stages run single-threaded in Python here; :func:`vector_stage`
-    widens it to every core. Each shard is built by one thread in a fixed order, so when it runs
-    never changes the index.
+    attributes, communities and finalize stages run single-threaded in Python here, the shards
+    taking turns block by block; ``build.finish`` widens it to every core once this process only
+    waits. Each shard is built by one thread in a fixed order, so when it runs never changes the index.
     """
     from .vector_process import VectorBuild
 
@@ -344,7 +344,7 @@ def start_vector_stage(table: NodeTable, vec: NodeVectors, config, work: Path):
 
 
 def vector_stage(table: NodeTable, vec: NodeVectors, config, build, path: Path) -> tuple[bool, Any]:
-    """Queue the A/H vectors on the index ``build`` (:func:`start_vector_stage`) and widen it to every core.
+    """Queue the A/H vectors on the index ``build`` (:func:`start_vector_stage`).
 
     Returns (whether the index is saved at ``path`` already, semantic kNN layer CSR). The layer is
     empty unless enabled; it needs the finished index, so then the index is saved here. Otherwise
@@ -354,7 +354,6 @@ def vector_stage(table: NodeTable, vec: NodeVectors, config, build, path: Path) 
     n = len(table)
     types = table.types_array()
     active = table.active_array()
-    build.widen(os.cpu_count() or 1)
     ah_ids = np.flatnonzero(np.isin(types, (A, H)) & active)
     build.add(ah_ids, vec.view(ah_ids))
     if config.semantic.enabled:

@@ -62,7 +62,9 @@ class VectorBuild:
                     "vectors": str(self.work / f"add{k}_vectors.npy")})
 
     def finish(self, path) -> Path:
-        """Wait for every shard and write the index to ``path`` (and its shard siblings); returns ``path``."""
+        """Build on every core, wait for every shard and write the index to ``path`` (and its shard
+        siblings); returns ``path``. The caller only waits from here on, so its core is free."""
+        self.widen(os.cpu_count() or 1)
         self._send({"op": "finish", "path": str(path)})
         line = self._proc.stdout.readline()
         self._close()
