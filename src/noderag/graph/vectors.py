@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import threading
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -432,8 +433,6 @@ class _TurnGate:
     thread looping over its blocks would keep the gate; here it queues behind the others."""
 
     def __init__(self, permits: int) -> None:
-        import threading
-
         self._cond = threading.Condition()
         self._permits = permits
         self._queue: deque = deque()
