@@ -346,20 +346,30 @@ def test_shards_on_one_thread_take_turns_block_by_block(monkeypatch):
     """With fewer permits than shards, each shard adds one block and then queues behind the others, so
     the shards come equally far before the build widens (a shard built whole first left one core idle
     while the other finished alone)."""
+    import time
+
     import noderag.graph.vectors as vectors
 
     monkeypatch.setattr(vectors, "_ADD_BLOCK", 100)
     idx = VectorIndex(8, dtype="f32", shards=2, parallel=1)
     order: list[int] = []
+    left = [6, 6]  # blocks per shard
+
     for j, shard in enumerate(idx._shards):
         def add(keys, vecs, *, threads, _add=shard.add, _j=j):
+            # start a block only once the other shard (if it has blocks left) waits at the gate, so that
+            # the order does not depend on how fast the threads get scheduled
+            deadline = time.monotonic() + 10
+            while left[1 - _j] and not idx._gate._queue and time.monotonic() < deadline:
+                time.sleep(0.001)
             order.append(_j)
+            left[_j] -= 1
             return _add(keys, vecs, threads=threads)
         shard.add = add
     rng = np.random.default_rng(2)
     idx.add_in_background(np.arange(1200), rng.standard_normal((1200, 8)).astype(np.float32))
     idx.wait()
-    assert len(idx) == 1200 and len(order) == 12
+    assert len(idx) == 1200
     assert order == [0, 1] * 6
 
 
