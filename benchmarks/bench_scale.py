@@ -274,6 +274,7 @@ def build_wall(s: dict) -> float:
 
 
 def build_cpu(s: dict) -> float:
+    """A size's build CPU seconds: the median of its builds when it was built more than once."""
     return s.get("build_cpu_median_s", s["build"]["cpu_s"])
 
 

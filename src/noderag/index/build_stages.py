@@ -327,7 +327,7 @@ def communities_stage(table: NodeTable, base: EdgeList, link: EdgeList, attrs: A
 # ----------------------------------------------------------------------------- vectors
 
 def start_vector_stage(table: NodeTable, vec: NodeVectors, config, work: Path):
-    """Start the HNSW vector index of the T/S nodes right after the embed stage, one shard at a time.
+    """Start the HNSW vector index of the T/S nodes right after the embed stage, on one core.
 
     It builds in a worker process (:mod:`noderag.index.vector_process`, its files under ``work``)
     that maps the vectors from ``vec``'s file (``embed_stage``'s ``vectors_file``) while the
