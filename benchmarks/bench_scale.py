@@ -186,16 +186,20 @@ def build_command(corpus: Path, index: Path, args) -> list[str]:
             "--embed", args.embed, "--no-progress"]
 
 
+def build_and_discard(corpus: Path, index: Path, log: Path, args) -> dict:
+    """Build ``corpus`` into ``index`` in a child process for its figures only; the index is removed."""
+    shutil.rmtree(index, ignore_errors=True)
+    b = run_child(build_command(corpus, index, args), log, args.max_seconds, args.max_rss_bytes)
+    shutil.rmtree(index, ignore_errors=True)
+    return b
+
+
 def warm_up(args, work: Path) -> dict:
     """Build a small corpus once, untimed, before the sizes: the first build from a fresh checkout compiles
     the Numba kernels into their cache (~7 s, all of it in the first size's figures otherwise)."""
     sc = generate(args.warmup, work, data=args.data, sources=args.sources, seed=args.seed)
-    index = work / "index-warmup"
-    shutil.rmtree(index, ignore_errors=True)
     print(f"== warm-up build ({args.warmup:,} passages, not timed as a size)", file=sys.stderr, flush=True)
-    b = run_child(build_command(sc.corpus, index, args), work / "build-warmup.log", args.max_seconds,
-                  args.max_rss_bytes)
-    shutil.rmtree(index, ignore_errors=True)
+    b = build_and_discard(sc.corpus, work / "index-warmup", work / "build-warmup.log", args)
     return {"passages": args.warmup, "wall_s": b["wall_s"], "ok": b["ok"]}
 
 
@@ -253,29 +257,30 @@ def repeat_builds(sizes: list[dict], args, work: Path) -> None:
     for r in range(2, args.build_repeats + 1):
         for rec in ok:
             n = rec["passages"]
-            index = work / f"index-{n}-repeat"
-            shutil.rmtree(index, ignore_errors=True)
             print(f"== {n:,} passages: build {r} of {args.build_repeats}", file=sys.stderr, flush=True)
-            b = run_child(build_command(Path(rec["corpus"]), index, args), work / f"build-{n}-repeat{r}.log",
-                          args.max_seconds, args.max_rss_bytes)
-            shutil.rmtree(index, ignore_errors=True)
+            b = build_and_discard(Path(rec["corpus"]), work / f"index-{n}-repeat", work / f"build-{n}-repeat{r}.log",
+                                  args)
             rec.setdefault("build_repeats", []).append(
                 {"wall_s": b["wall_s"], "cpu_s": b["cpu_s"], "ok": b["ok"], "reason": b["reason"]})
     for rec in ok:
         runs = [rec["build"]] + [b for b in rec.get("build_repeats", []) if b["ok"]]
         if len(runs) > 1:
-            rec["build_wall_median_s"] = round(float(np.median([b["wall_s"] for b in runs])), 3)
-            rec["build_cpu_median_s"] = round(float(np.median([b["cpu_s"] for b in runs])), 3)
+            for kind in ("wall", "cpu"):
+                rec[f"build_{kind}_median_s"] = round(float(np.median([b[f"{kind}_s"] for b in runs])), 3)
 
 
-def build_wall(s: dict) -> float:
-    """A size's build wall seconds: the median of its builds when it was built more than once."""
-    return s.get("build_wall_median_s", s["build"]["wall_s"])
+def build_seconds(s: dict, kind: str) -> float:
+    """A size's build ``kind`` ("wall" or "cpu") seconds: the median of its builds when it was built
+    more than once, else its one build's."""
+    return s.get(f"build_{kind}_median_s", s["build"][f"{kind}_s"])
 
 
-def build_cpu(s: dict) -> float:
-    """A size's build CPU seconds: the median of its builds when it was built more than once."""
-    return s.get("build_cpu_median_s", s["build"]["cpu_s"])
+def every_build(s: dict, kind: str) -> str:
+    """The markdown cell of a size's builds: each one's ``kind`` seconds, then their median."""
+    if not s.get("build_repeats"):
+        return ""
+    each = ", ".join(f"{b[f'{kind}_s']:.1f}" if b["ok"] else "failed" for b in [s["build"]] + s["build_repeats"])
+    return f"{each} ({s[f'build_{kind}_median_s']:.1f})"
 
 
 #: The sizes whose query p50s are also timed side by side in one process (the p50-ratio target's pair).
@@ -360,11 +365,11 @@ def fits(sizes: list[dict]) -> dict:
     big = [s for s in ok if s["passages"] >= 10_000]
     return {
         "sizes": xs,
-        "build_wall_slope": loglog_slope(xs, [build_wall(s) for s in ok]),
-        "build_cpu_slope": loglog_slope(xs, [build_cpu(s) for s in ok]),
+        "build_wall_slope": loglog_slope(xs, [build_seconds(s, "wall") for s in ok]),
+        "build_cpu_slope": loglog_slope(xs, [build_seconds(s, "cpu") for s in ok]),
         "build_peak_rss_slope": loglog_slope(xs, [s["build"]["peak_rss_bytes"] for s in ok]),
         "query_p50_slope": loglog_slope(xs, [s["query"]["p50_ms"] for s in ok]),
-        "build_wall_slope_from_1e4": loglog_slope([s["passages"] for s in big], [build_wall(s) for s in big]),
+        "build_wall_slope_from_1e4": loglog_slope([s["passages"] for s in big], [build_seconds(s, "wall") for s in big]),
     }
 
 
@@ -443,12 +448,8 @@ def to_markdown(res: dict) -> str:
         ("nodes", lambda s: f"{s['nodes']:,}"), ("edges (structural + semantic)", lambda s: f"{s['edges']:,}"),
         ("build wall (s)", lambda s: f"{s['build']['wall_s']:.1f}"),
         ("build CPU (s)", lambda s: f"{s['build']['cpu_s']:.1f}"),
-        ("build wall, every build (s; median)", lambda s: ", ".join(
-            f"{b['wall_s']:.1f}" if b["ok"] else "failed" for b in [s["build"]] + s["build_repeats"])
-         + f" ({s['build_wall_median_s']:.1f})" if s.get("build_repeats") else ""),
-        ("build CPU, every build (s; median)", lambda s: ", ".join(
-            f"{b['cpu_s']:.1f}" for b in [s["build"]] + s["build_repeats"] if b["ok"])
-         + f" ({s['build_cpu_median_s']:.1f})" if s.get("build_repeats") else ""),
+        ("build wall, every build (s; median)", lambda s: every_build(s, "wall")),
+        ("build CPU, every build (s; median)", lambda s: every_build(s, "cpu")),
         ("build passages/s", lambda s: f"{s['build_passages_per_s']:.0f}"),
         ("build peak RSS (GB)", lambda s: _gb(s["build"]["peak_rss_bytes"])),
         ("build peak RSS bytes per node", lambda s: f"{s['build_bytes_per_node']:,.0f}"),
@@ -465,7 +466,8 @@ def to_markdown(res: dict) -> str:
         ("questions (recall@10, sanity)", lambda s: f"{s['query']['n_questions']} ({s['query']['recall@10']:.3f})"),
         ("load average start/end", lambda s: f"{s['loadavg_1m_start']}/{s.get('loadavg_1m_end', '')}"),
     ]
-    lines += _table("", cols, [(label, [cell(s, f) for s in sizes]) for label, f in rows])
+    table = [(label, [cell(s, f) for s in sizes]) for label, f in rows]
+    lines += _table("", cols, [(label, vals) for label, vals in table if any(vals)])  # no row of empty cells
     stages = list(dict.fromkeys(k for s in sizes for k in (s.get("stages") or {})))
     if stages:
         has_cpu = any(v.get("cpu_s") is not None for s in sizes for v in (s.get("stages") or {}).values())
