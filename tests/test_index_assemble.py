@@ -204,8 +204,10 @@ def test_assembly_fed_in_any_cuts_equals_one_pass():
         def __contains__(self, cid):
             return cid in self.ids
 
-        def get(self, cid):
-            return by_id[cid]
+        def plan(self, cid, source, text):
+            from noderag.index.assembly_plan import plan_chunks
+
+            return plan_chunks([source], [text], [by_id[cid]]), 0
 
     def run(cuts):
         table, base, docs = NodeTable(), EdgeList(), []

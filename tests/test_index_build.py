@@ -284,8 +284,8 @@ def test_base_edges_derived_from_graph(tmp_path, monkeypatch):
         made.append(e)
         return e
 
-    assemble = stages.assemble_chunks
-    monkeypatch.setattr(stages, "assemble_chunks", recording)
+    assemble = stages.assemble_planned
+    monkeypatch.setattr(stages, "assemble_planned", recording)
     out = tmp_path / "idx"
     _build([demo_dir()], out)
     assert made  # one call per run of chunks whose records had arrived

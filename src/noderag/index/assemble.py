@@ -14,14 +14,14 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from noderag.graph.keys import node_key
-from noderag.lang.entities import canonical_name, canonical_token
+from noderag.lang.entities import canonical_token
 from noderag.graph.types import NodeType
 
+from .assembly_plan import PlannedChunks, plan_chunks
 from .decompose.base import ChunkDecomposition
 from .text_column import DerivedNames, TextColumn
 
-__all__ = ["NodeTable", "EdgeList", "assemble_chunks", "link_known_names", "ChunkRecord"]
+__all__ = ["NodeTable", "EdgeList", "assemble_chunks", "assemble_planned", "link_known_names", "ChunkRecord"]
 
 T, S, N, R = int(NodeType.T), int(NodeType.S), int(NodeType.N), int(NodeType.R)
 
@@ -141,10 +141,6 @@ class EdgeList:
         return np.concatenate(self.src), np.concatenate(self.dst), np.concatenate(self.w)
 
 
-def _t_key(source: str, text: str) -> int:
-    return node_key(T, f"{source}\x00{text}")
-
-
 def assemble_chunks(table: NodeTable, chunks: Sequence[ChunkRecord],
                     decomps: Sequence[ChunkDecomposition], trace: list | None = None) -> EdgeList:
     """Add the T/S/N/R nodes of ``chunks`` (with their decompositions, same order) to ``table``.
@@ -155,18 +151,31 @@ def assemble_chunks(table: NodeTable, chunks: Sequence[ChunkRecord],
     """
     if len(chunks) != len(decomps):
         raise ValueError(f"got {len(chunks)} chunks but {len(decomps)} decompositions")
+    for ch, dec in zip(chunks, decomps):
+        if dec.chunk_id != ch.chunk_id:
+            raise ValueError(f"decomposition for chunk {dec.chunk_id} paired with chunk {ch.chunk_id}")
+    plan = plan_chunks([c.source for c in chunks], [c.text for c in chunks], decomps)
+    made: list | None = [] if trace is not None else None
+    edges = assemble_planned(table, chunks, [(plan, c) for c in range(len(chunks))], made)
+    if trace is not None:
+        for (tid, units), dec in zip(made, decomps):
+            picked = [(sid, dec.units[plan.u_index[u]]) for sid, u in units]
+            trace.append((tid, [(sid, tuple(x.entities), tuple(tuple(r) for r in x.relations)) for sid, x in picked]))
+    return edges
+
+
+def assemble_planned(table: NodeTable, chunks: Sequence[ChunkRecord], plans: Sequence[tuple[PlannedChunks, int]],
+                     trace: list | None = None) -> EdgeList:
+    """:func:`assemble_chunks` from the chunks' plans (``(plans, position)`` per chunk, same order).
+
+    ``trace``: when given, one ``(T id, [(S id, unit position in its plans), ...])`` per chunk is
+    appended, listing the units that created an S node.
+    """
     src = array("i")  # typed buffers: lists of int/float objects held ~100 B per edge
     dst = array("i")
     wts = array("f")
-    entity_of: dict[str, int | None] = {}  # surface form -> entity id (canonicalising and hashing once)
-    canon_of: dict[str, str] = {}
     name_of: dict[int, str] = {}  # entity id -> name (a relation's text names both ends; the column decodes)
-
-    def entity(surface: str) -> int | None:
-        nid = entity_of.get(surface, -1)
-        if nid == -1:
-            nid = entity_of[surface] = _entity(table, surface)
-        return nid
+    add = table.add
 
     def name(nid: int) -> str:
         got = name_of.get(nid)
@@ -174,74 +183,48 @@ def assemble_chunks(table: NodeTable, chunks: Sequence[ChunkRecord],
             got = name_of[nid] = table.names[nid]
         return got
 
-    def canon(text: str) -> str:
-        c = canon_of.get(text)
-        if c is None:
-            c = canon_of[text] = canonical_name(text)
-        return c
-
-    for ch, dec in zip(chunks, decomps):
-        if dec.chunk_id != ch.chunk_id:
-            raise ValueError(f"decomposition for chunk {dec.chunk_id} paired with chunk {ch.chunk_id}")
-        tkey = _t_key(ch.source, ch.text)
-        tid, _ = table.add(T, tkey, name=None, text=ch.text, doc_id=ch.doc_id, source_id=ch.source)
+    for ch, (p, c) in zip(chunks, plans):
+        tid, _ = add(T, p.tkey[c], name=None, text=ch.text, doc_id=ch.doc_id, source_id=ch.source)
         table.chunk_ids[tid] = tid
-        tkey_hex = f"{tkey:016x}"
         made: list = []
         if trace is not None:
             trace.append((tid, made))
-        for unit in dec.units:
-            utext = unit.text.strip()
-            if not utext:
-                continue
-            sid, created = table.add(S, node_key(S, f"{tkey_hex}\x00{utext}"), name=None, text=utext,
-                                     doc_id=ch.doc_id, chunk_id=tid, source_id=ch.source)
+        for u in range(p.unit_start[c], p.unit_start[c + 1]):
+            sid, created = add(S, p.u_key[u], name=None, text=p.u_text[u], doc_id=ch.doc_id, chunk_id=tid,
+                               source_id=ch.source)
             if not created:  # the same unit twice in one chunk: count once
                 continue
-            made.append((sid, tuple(unit.entities), tuple(tuple(r) for r in unit.relations)))
+            made.append((sid, u))
             src.append(sid)
             dst.append(tid)
             wts.append(1.0)
-            counts: dict[int, int] = {}
-            order: list[int] = []
-            for surface in unit.entities:
-                nid = entity(surface)
-                if nid is None:
-                    continue
-                if nid not in counts:
-                    counts[nid] = 0
-                    order.append(nid)
-                counts[nid] += 1
-            for nid in order:
+            first, end = p.touch_start[u], p.touch_start[u + 1]
+            nids: list[int] = []  # entity id per touch position, resolved in touch order
+            while first + len(nids) < end and p.e_count[first + len(nids)]:  # the mentions come first
+                t = first + len(nids)
+                nid, _ = add(N, p.e_key[t], name=p.e_name[t], text=p.e_name[t])
+                nids.append(nid)
                 src.append(sid)
                 dst.append(nid)
-                wts.append(float(counts[nid]))
-            for s_surf, rel, t_surf in unit.relations:
-                a = entity(s_surf)
-                b = entity(t_surf)
-                crel = canon(rel)
-                if a is None or b is None or a == b or not crel:
+                wts.append(float(p.e_count[t]))
+            for r in range(p.rel_start[u], p.rel_start[u + 1]):
+                ends = []
+                for k in (p.r_a[r], p.r_b[r]):
+                    if k == len(nids):  # a relation's end not touched before: the entity may be new
+                        t = first + k
+                        nids.append(add(N, p.e_key[t], name=p.e_name[t], text=p.e_name[t])[0])
+                    ends.append(nids[k] if k >= 0 else -1)
+                words = p.r_text[r]
+                if words is None:
                     continue
-                ca, cb = canon(s_surf), canon(t_surf)
-                rtext = f"{name(a)} {' '.join(rel.split())} {name(b)}"
-                rid, _ = table.add(R, node_key(R, f"{ca}\x1f{crel}\x1f{cb}"), name=None, text=rtext)
+                a, b = ends
+                rid, _ = add(R, p.r_key[r], name=None, text=f"{name(a)} {words} {name(b)}")
                 src.extend((a, b))
                 dst.extend((rid, rid))
                 wts.extend((1.0, 1.0))
     edges = EdgeList()
     edges.add(np.frombuffer(src, np.int32), np.frombuffer(dst, np.int32), np.frombuffer(wts, np.float32))
     return edges
-
-
-def _entity(table: NodeTable, surface: str) -> int | None:
-    """Id of the entity with this surface form (created on first sight), None for an empty name."""
-    surface = " ".join(surface.split())
-    canon = canonical_name(surface)
-    if not canon:
-        return None
-    display = surface.strip(" \t.,;:!?\"'“”‘’()[]{}")
-    nid, _ = table.add(N, node_key(N, canon), name=display or surface, text=display or surface)
-    return nid
 
 
 _WORD = re.compile(r"\w+")

@@ -21,9 +21,8 @@ import numpy as np
 
 from noderag.graph.types import NodeType
 
-from .assemble import ChunkRecord, EdgeList, NodeTable, assemble_chunks, link_known_names
-from .decompose.base import ChunkDecomposition
-from .decompositions import ChunkTrace, traces_table
+from .assemble import ChunkRecord, EdgeList, NodeTable, assemble_planned, link_known_names
+from .decompositions import traces_columns, traces_table
 from .node_vectors import NodeVectors
 
 __all__ = ["chunk_stage", "decompose_stage", "Assembly", "assemble_stage", "embed_stage", "attributes_stage",
@@ -130,14 +129,16 @@ class Assembly:
         self.busy_s += time.perf_counter() - t0
 
     def _assemble(self, rows, records) -> None:
-        crecs, decs = [], []
+        crecs, plans = [], []
         for cid, did, text in rows:
             d = self.doc_of[did]
             crecs.append(ChunkRecord(cid, did, text, d.source, d.title))
-            decs.append(ChunkDecomposition(cid, [], None) if cid in records.errors else records.get(cid))
+            plans.append(records.plan(cid, d.source, text))
         made: list = []
-        self.base.extend(assemble_chunks(self.table, crecs, decs, trace=made))
-        self.parts.append(traces_table([ChunkTrace(c.doc_id, int(t), tuple(u)) for c, (t, u) in zip(crecs, made)]))
+        self.base.extend(assemble_planned(self.table, crecs, plans, trace=made))
+        units = ["[" + ",".join(f"[{sid},{p.u_trace[u]}" for sid, u in created) + "]"
+                 for (p, _), (_, created) in zip(plans, made)]
+        self.parts.append(traces_columns([c.doc_id for c in crecs], [t for t, _ in made], units))
 
 
 def assemble_stage(assembly: Assembly, records):

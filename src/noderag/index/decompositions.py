@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-__all__ = ["DECOMPOSITIONS", "ChunkTrace", "read_decompositions", "traces_table", "write_decompositions"]
+__all__ = ["DECOMPOSITIONS", "ChunkTrace", "read_decompositions", "traces_columns", "traces_table",
+           "write_decompositions"]
 
 DECOMPOSITIONS = "decompositions.parquet"
 
@@ -37,13 +38,16 @@ def _units_json(units) -> str:
 
 def traces_table(rows: Sequence[ChunkTrace]):
     """The chunk traces as the Arrow table of ``decompositions.parquet`` (compact: a build keeps this, not the tuples)."""
+    return traces_columns([r.doc_id for r in rows], [r.t for r in rows], [_units_json(r.units) for r in rows])
+
+
+def traces_columns(doc_ids: Sequence[int], ts: Sequence[int], units_json: Sequence[str]):
+    """The Arrow table of ``decompositions.parquet`` from its columns (``units`` already JSON, as
+    :func:`traces_table` writes it)."""
     import pyarrow as pa
 
-    return pa.Table.from_arrays([
-        pa.array([r.doc_id for r in rows], pa.int32()),
-        pa.array([r.t for r in rows], pa.int32()),
-        pa.array([_units_json(r.units) for r in rows], pa.string()),
-    ], names=["doc_id", "t", "units"])
+    return pa.Table.from_arrays([pa.array(doc_ids, pa.int32()), pa.array(ts, pa.int32()),
+                                 pa.array(units_json, pa.string())], names=["doc_id", "t", "units"])
 
 
 def write_decompositions(path: str | os.PathLike, rows) -> Path:

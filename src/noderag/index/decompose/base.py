@@ -54,6 +54,11 @@ class ChunkDecomposition:
             "error": self.error,
         }, ensure_ascii=False, separators=(",", ":"))
 
+    def recorded_units(self) -> list[Unit]:
+        """The units as :meth:`from_obj` reads them back from :meth:`to_json` (strings, triples only)."""
+        return [Unit(str(u.text), [str(e) for e in u.entities], [tuple(str(x) for x in r) for r in u.relations
+                                                                  if len(r) == 3]) for u in self.units]
+
     @classmethod
     def from_obj(cls, obj: Any) -> "ChunkDecomposition":
         """Parse one journal record (a dict); raises ``ValueError`` on a malformed one."""

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..assembly_plan import PlannedChunks, plan_chunks, planned_from_table
 from ..decompose.base import ChunkDecomposition
 
 __all__ = ["Executors", "DecomposedRecords", "decompose_sharded", "embed_sharded"]
@@ -55,7 +56,7 @@ class DecomposedRecords:
         self._stores: list = []  # ShardStore per pass
         self._where: dict[int, tuple[int, int]] = {}  # chunk id -> (pass, shard) of its latest record
         self.errors: dict[int, str] = {}  # chunk id -> error of its latest record
-        self._open: dict[int, tuple[int, dict[int, str]]] = {}  # pass -> (shard, {chunk id: record JSON})
+        self._open: dict[int, _OpenShard] = {}  # pass -> the shard of its records read last
 
     def __len__(self) -> int:
         return len(self._where)
@@ -78,18 +79,40 @@ class DecomposedRecords:
                 self.errors.pop(cid, None)
             else:
                 self.errors[cid] = str(err)
-        self._open[k] = (i, dict(zip(ids, recs)))  # an assembly fed as shards arrive reads this one next
-        return len(ids)
+        self._open[k] = _OpenShard(i, ids, recs, planned_from_table(table))  # an assembly fed as shards arrive
+        return len(ids)                                                      # reads this one next
+
+    def _shard(self, chunk_id: int) -> "_OpenShard":
+        k, i = self._where[chunk_id]
+        got = self._open.get(k)
+        if got is None or got.shard != i:
+            tab = self._stores[k].read(i)[0]
+            got = self._open[k] = _OpenShard(i, tab.column("chunk_id").to_pylist(), tab.column("record").to_pylist(),
+                                             None)
+        return got
 
     def get(self, chunk_id: int) -> ChunkDecomposition:
         """The latest record of ``chunk_id`` (reads its shard unless it is the one open for that pass)."""
-        k, i = self._where[chunk_id]
-        shard, recs = self._open.get(k, (-1, {}))
-        if shard != i:
-            tab = self._stores[k].read(i)[0]
-            recs = dict(zip(tab.column("chunk_id").to_pylist(), tab.column("record").to_pylist()))
-            self._open[k] = (i, recs)
-        return ChunkDecomposition.from_obj(json.loads(recs[chunk_id]))
+        return ChunkDecomposition.from_obj(json.loads(self._shard(chunk_id).records[chunk_id]))
+
+    def plan(self, chunk_id: int, source: str, text: str) -> tuple[PlannedChunks, int]:
+        """(plans, position of ``chunk_id``'s) of the chunk's latest record: the decompose worker's, or made here
+        from the record when its shard was read back from disk. A failed chunk's plan has no units."""
+        if chunk_id in self.errors:
+            return plan_chunks([source], [text], [ChunkDecomposition(chunk_id, [], None)]), 0
+        got = self._shard(chunk_id)
+        if got.planned is not None:
+            return got.planned, got.row[chunk_id]
+        return plan_chunks([source], [text], [self.get(chunk_id)]), 0
+
+
+class _OpenShard:
+    """One shard's records by chunk id, and its chunks' assembly plans when the worker sent them."""
+
+    def __init__(self, shard: int, ids: list[int], records: list[str], planned: PlannedChunks | None) -> None:
+        self.shard, self.planned = shard, planned
+        self.records = dict(zip(ids, records))
+        self.row = {cid: r for r, cid in enumerate(ids)} if planned is not None else {}
 
 
 #: How a record without an error ends (``ChunkDecomposition.to_json``: compact separators, ``error`` last).
@@ -150,7 +173,7 @@ def decompose_sharded(executor: Executors, config, backend, llm, root: Path, chu
             bar.update(len(chunk_rows) - sum(len(plan[i]) for i in range(len(plan)) if i not in done))
 
             def sink(i: int, out, meta: dict) -> None:
-                store.write(i, out, meta)
+                store.write(i, out.select(["chunk_id", "record"]), meta)  # the plans are for this run only
                 records.note(k, i, out)
                 if streaming:
                     on_records(records)
@@ -161,7 +184,8 @@ def decompose_sharded(executor: Executors, config, backend, llm, root: Path, chu
                 bar.update(out.num_rows)
                 _checkpoint("decompose-batch")
 
-            ex.run_stage(stage, {i: chunk_table([(cid, text, doc_of[did].title) for cid, did, text in plan[i]])
+            ex.run_stage(stage, {i: chunk_table([(cid, text, doc_of[did].title, doc_of[did].source)
+                                             for cid, did, text in plan[i]])
                                  for i in range(len(plan)) if i not in done}, sink)
         break
     return records

@@ -31,13 +31,17 @@ class ExecutorError(BuildError):
 
 # ----------------------------------------------------------------------------- tables
 
-def chunk_table(rows: list[tuple[int, str, str | None]]):
-    """The chunk table of a decompose shard: ``chunk_id`` int64, ``text``, ``title`` (nullable)."""
+def chunk_table(rows: list[tuple]):
+    """The chunk table of a decompose shard: ``chunk_id`` int64, ``text``, ``title`` (nullable) and, when the
+    rows carry a fourth item, ``source`` (the passage id; the workers then plan the chunks' assembly)."""
     import pyarrow as pa
 
-    return pa.table({"chunk_id": pa.array([r[0] for r in rows], pa.int64()),
-                     "text": pa.array([r[1] for r in rows], pa.string()),
-                     "title": pa.array([r[2] for r in rows], pa.string())})
+    cols = {"chunk_id": pa.array([r[0] for r in rows], pa.int64()),
+            "text": pa.array([r[1] for r in rows], pa.string()),
+            "title": pa.array([r[2] for r in rows], pa.string())}
+    if rows and len(rows[0]) > 3:
+        cols["source"] = pa.array([r[3] for r in rows], pa.string())
+    return pa.table(cols)
 
 
 def text_table(rows: np.ndarray, texts: list[str]):
@@ -48,16 +52,24 @@ def text_table(rows: np.ndarray, texts: list[str]):
 
 
 def decompose_batch(batch, decomposer):
-    """Decompose one shard of the chunk table; returns ``chunk_id`` + ``record`` (journal JSON) per chunk."""
+    """Decompose one shard of the chunk table; returns ``chunk_id`` + ``record`` (journal JSON) per chunk and,
+    when the shard names each chunk's ``source``, the chunks' assembly plans (``assembly_plan.PLAN_COLUMNS``;
+    the records as the main process reads them back, a failed chunk's without units)."""
     import pyarrow as pa
 
     ids = batch.column("chunk_id").to_pylist()
-    inp = [ChunkInput(int(c), t, ti) for c, t, ti in zip(ids, batch.column("text").to_pylist(),
-                                                         batch.column("title").to_pylist())]
+    texts = batch.column("text").to_pylist()
+    inp = [ChunkInput(int(c), t, ti) for c, t, ti in zip(ids, texts, batch.column("title").to_pylist())]
     out = decomposer.decompose(inp)
     if [r.chunk_id for r in out] != ids:
         raise RuntimeError(f"decomposer {getattr(decomposer, 'name', decomposer)!r} returned records out of order")
-    return pa.table({"chunk_id": pa.array(ids, pa.int64()), "record": pa.array([r.to_json() for r in out])})
+    cols = {"chunk_id": pa.array(ids, pa.int64()), "record": pa.array([r.to_json() for r in out])}
+    if "source" in batch.column_names:
+        from ..assembly_plan import plan_chunks, plan_columns
+
+        recorded = [ChunkDecomposition(r.chunk_id, [] if r.error is not None else r.recorded_units()) for r in out]
+        cols.update(plan_columns(plan_chunks(batch.column("source").to_pylist(), texts, recorded)))
+    return pa.table(cols)
 
 
 def embed_batch(batch, embedder):
