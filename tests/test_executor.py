@@ -75,3 +75,49 @@ def test_local_worker_processes_give_the_in_process_index(tmp_path, monkeypatch)
         out[workers]["nodes"] = pq.read_table(root / "nodes.parquet").to_pydict()
     assert calls == [("DecomposeStage", 2), ("EmbedStage", 2)]  # only the workers=2 build used processes
     assert out[1] == out[2]
+
+
+_WORKERS_THEN_WAIT = """
+import os, sys, time
+from noderag.index.executor.local import fork_map
+
+def note_and_sleep(path):
+    with open(path, "a") as fh:
+        fh.write(f"{os.getpid()}\\n")
+    time.sleep(120)
+
+list(fork_map(note_and_sleep, [(sys.argv[1],), (sys.argv[1],)], 2))
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="parent-death signal is Linux-only")
+def test_forked_workers_die_with_a_killed_build(tmp_path):
+    """A build killed outright (SIGKILL) takes its forked workers with it, instead of leaving them
+    blocked forever on a pipe their siblings hold open."""
+    import os
+    import signal
+    import time
+
+    pids = tmp_path / "pids"
+    child = subprocess.Popen([sys.executable, "-c", _WORKERS_THEN_WAIT, str(pids)])
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and (not pids.exists() or len(pids.read_text().split()) < 2):
+            time.sleep(0.05)
+        workers = [int(x) for x in pids.read_text().split()]
+        assert len(workers) == 2 and all(_alive(p) for p in workers)
+    finally:
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(_alive(p) for p in workers):
+        time.sleep(0.05)
+    assert not any(_alive(p) for p in workers)

@@ -21,7 +21,24 @@ __all__ = ["LocalExecutor", "fork_map"]
 _worker_fn: list = []
 
 
-def _open_in_worker(stage) -> None:
+def _die_with_parent(parent: int) -> None:
+    """Ask Linux to kill this forked worker when the build process dies (a build killed by SIGKILL or
+    SIGTERM otherwise leaves its idle workers behind, each waiting forever on a pipe its siblings hold)."""
+    import ctypes
+    import signal
+    import sys
+
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            return
+        if os.getppid() != parent:  # the build died before the request took effect
+            os._exit(1)
+
+
+def _open_in_worker(stage, parent: int) -> None:
+    _die_with_parent(parent)
     _worker_fn[:] = [stage.open()]
 
 
@@ -33,7 +50,8 @@ def can_fork() -> bool:
     return "fork" in multiprocessing.get_all_start_methods()
 
 
-def _keep_shared(shared) -> None:
+def _keep_shared(shared, parent: int) -> None:
+    _die_with_parent(parent)
     _worker_shared[:] = [shared]
 
 
@@ -60,7 +78,7 @@ def fork_map(fn: Callable, batches: list, workers: int | None = None, *, shared:
             yield fn(shared, *args) if shared is not None else fn(*args)
         return
     with ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("fork"),
-                             initializer=_keep_shared, initargs=(shared,)) as pool:
+                             initializer=_keep_shared, initargs=(shared, os.getpid())) as pool:
         if shared is None:
             yield from pool.map(fn, *zip(*batches))
         else:
@@ -110,7 +128,7 @@ class LocalExecutor:
         order = sorted(shards)
         ahead = 2 * n  # shards in flight: bounds the results waiting in memory
         with ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("fork"),
-                                 initializer=_open_in_worker, initargs=(stage,)) as pool:
+                                 initializer=_open_in_worker, initargs=(stage, os.getpid())) as pool:
             pending = {}
             nxt = 0
             try:
