@@ -14,8 +14,10 @@ writes (or reuses) the N-passage corpus under ``--work`` (default ``.benchcache/
   RSS come from ``os.wait4`` on the child (its ``ru_utime + ru_stime`` and
   ``ru_maxrss``, which cover the waited-for processes it started too, as a maximum
   over them); the memory of the child's whole process tree is also polled from
-  ``/proc`` every 0.2 s (RSS of a lone process; the sum of PSS while forked workers,
-  which share pages with their parent, run; for the ``--max-rss-gb`` guard too).
+  ``/proc`` (RSS of a lone process; the sum of PSS while forked workers, which share
+  pages with their parent, run; for the ``--max-rss-gb`` guard too) every 0.2 s, or
+  less often when a poll is dear, so that polling takes at most 2% of one core
+  (``memory_polls``, ``memory_poll_cpu_s``).
   The build peak is the larger of the two. Per-stage wall seconds are the manifest's
   ``stages.*.time_s`` and per-stage CPU its ``stages.*.cpu_s`` where the pipeline
   records it (else null);
@@ -69,7 +71,12 @@ from scale_corpus import DEFAULT_DATA, DEFAULT_SOURCES, generate  # noqa: E402
 
 from noderag.index.manifest import read_manifest  # noqa: E402
 
-POLL_S = 0.2
+POLL_S = 0.2  # shortest interval between two polls of the child's process-tree memory
+#: Most of one core the polling may take: the next poll waits ``cost / POLL_SHARE`` after one that cost ``cost``
+#: seconds of this process's CPU. Reading ``smaps_rollup`` walks the page tables of a process (and holds its
+#: memory-map lock), so polling every 0.2 s took 0.5-0.9 of a core from a 10^6-passage build (13 GB mapped)
+#: and hardly any from a 10^4 one: a cost that grew with the corpus, measured as build time.
+POLL_SHARE = 0.02
 
 
 # ----------------------------------------------------------------------------- child processes
@@ -121,12 +128,16 @@ def run_child(cmd: list[str], log: Path, max_seconds: float | None, max_rss_byte
         t0 = time.perf_counter()
         proc = subprocess.Popen(cmd, stdout=out, stderr=err, start_new_session=True, cwd=REPO)
         peak_tree, reason, status, ru = 0, None, None, None
+        polls, poll_cpu = 0, 0.0
         while True:
             pid, st, usage = os.wait4(proc.pid, os.WNOHANG)
             if pid == proc.pid:
                 status, ru = st, usage
                 break
+            c0 = time.process_time()
             peak_tree = max(peak_tree, _tree_memory(_tree_pids(proc.pid)))
+            cost = time.process_time() - c0
+            polls, poll_cpu = polls + 1, poll_cpu + cost
             elapsed = time.perf_counter() - t0
             if max_seconds is not None and elapsed > max_seconds:
                 reason = f"exceeded --max-seconds {max_seconds:g} (killed after {elapsed:.1f} s)"
@@ -136,13 +147,14 @@ def run_child(cmd: list[str], log: Path, max_seconds: float | None, max_rss_byte
                 os.killpg(proc.pid, signal.SIGKILL)
                 _, status, ru = os.wait4(proc.pid, 0)
                 break
-            time.sleep(POLL_S)
+            time.sleep(max(POLL_S, cost / POLL_SHARE))
         wall = time.perf_counter() - t0
     proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen
     res = {"wall_s": round(wall, 3), "cpu_s": round(ru.ru_utime + ru.ru_stime, 3),
            "cpu_user_s": round(ru.ru_utime, 3), "cpu_sys_s": round(ru.ru_stime, 3),
            "maxrss_bytes": ru.ru_maxrss * 1024, "peak_tree_rss_polled_bytes": peak_tree,
-           "peak_rss_bytes": max(ru.ru_maxrss * 1024, peak_tree), "exit_code": proc.returncode}
+           "peak_rss_bytes": max(ru.ru_maxrss * 1024, peak_tree), "exit_code": proc.returncode,
+           "memory_polls": polls, "memory_poll_cpu_s": round(poll_cpu, 3)}
     if proc.returncode < 0:
         res["signal"] = signal.Signals(-proc.returncode).name
     if reason is None and proc.returncode != 0:
@@ -427,7 +439,7 @@ def to_markdown(res: dict) -> str:
               f"Command: `{res['command']}`", "",
               "Build and query each run in a fresh child process. Build CPU and `maxrss` from `os.wait4` on the "
               "child; the build peak RSS is the larger of that and the child's process-tree memory (sum of PSS, "
-              f"so pages forked workers share with the build are counted once) polled from /proc every {POLL_S} s. Query latency is per query without the query embedding (best of "
+              f"so pages forked workers share with the build are counted once) polled from /proc every {POLL_S} s or less often, at most {POLL_SHARE:.0%} of one core (reading a large process's `smaps_rollup` is dear). Query latency is per query without the query embedding (best of "
               f"{res['repeats']}); batch q/s is one `retrieve_many` over the question set. GB = 10^9 bytes."
               + (f" An untimed {res['warmup']['passages']:,}-passage build ran first ({res['warmup']['wall_s']:.1f} s), "
                  "so no size pays the Numba kernels' one-time compile." if res.get("warmup") else "")
@@ -633,8 +645,8 @@ def main(argv: list[str] | None = None) -> int:
             sys.argv[1:] if argv is None else argv),
         "embed": args.embed, "sources": args.sources, "repeats": args.repeats, "build_repeats": args.build_repeats,
         "note": args.note,
-        "rss_method": "build: max(os.wait4 ru_maxrss, /proc process-tree memory polled every 0.2 s: RSS of a "
-                      "lone process, the sum of PSS while forked workers run); "
+        "rss_method": "build: max(os.wait4 ru_maxrss, /proc process-tree memory polled every 0.2 s or less often, "
+                      "at most 2% of one core: RSS of a lone process, the sum of PSS while forked workers run); "
                       "query: getrusage(RUSAGE_SELF).ru_maxrss in the query process",
         "sizes": [],
     }

@@ -105,6 +105,8 @@ def test_tiny_end_to_end_run(tmp_path):
         assert len(Path(s["corpus"]).read_text("utf-8").splitlines()) == s["passages"]
         assert s["nodes_by_type"]["text"] == s["passages"]  # one chunk per (short) passage
         assert s["build"]["peak_rss_bytes"] > 50e6 and s["build"]["cpu_s"] > 0
+        b = s["build"]  # the memory polling stays within its share of one core
+        assert b["memory_polls"] >= 1 and b["memory_poll_cpu_s"] <= 0.02 * b["wall_s"] + 0.05
         assert set(s["stages"]) >= {"decompose", "assemble", "embed", "finalize"}
         assert all(v["wall_s"] is not None and v["wall_s"] >= 0 for v in s["stages"].values())
         q = s["query"]
