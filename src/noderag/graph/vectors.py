@@ -14,7 +14,8 @@ Shards: a large index is split into ``shards`` HNSW graphs (vector ``i`` of an
 ``add`` goes to shard ``i % shards``), each built by one thread, the shards in
 parallel. Every shard is the same in every run whatever the thread count, so the
 index stays reproducible while a build uses every core. A search asks each shard
-for ``k`` and merges by distance. Shard 0 is saved at the given path
+for ``k`` and merges by distance (ties: earlier shard first); one query's shards are
+searched on up to one thread per core at once, which never changes the result. Shard 0 is saved at the given path
 (``vectors.usearch``), shard ``j >= 1`` beside it (``vectors.j.usearch``).
 """
 
@@ -154,6 +155,7 @@ class VectorIndex:
         self._shards = [Index(ndim=int(ndim), metric=metric, dtype=dtype, connectivity=connectivity,
                               expansion_add=expansion_add, expansion_search=expansion_search)
                         for _ in range(int(shards))]
+        self._search_pool = _shard_search_pool(int(shards))
 
     @property
     def _index(self):
@@ -384,11 +386,32 @@ class VectorIndex:
             return out_ids, out_dist
         threads = _check_threads(threads)
         if self.shards > 1:
-            return _merge_nearest([_search_one(x, queries, k, threads) for x in self._shards if len(x)], k)
+            return _merge_nearest(self._search_shards(queries, k, threads), k)
         got_ids, got_dist = _search_one(self._index, queries, k, threads)
         out_ids[:, :got_ids.shape[1]] = got_ids
         out_dist[:, :got_ids.shape[1]] = got_dist
         return out_ids, out_dist
+
+    def _search_shards(self, queries: np.ndarray, k: int, threads: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Every non-empty shard's nearest, in shard order (so the merge never depends on the threads).
+
+        One query's shards are split into contiguous groups searched at once, one on this thread
+        and the others on the index's pool (usearch releases the GIL while it searches): the
+        shards of a query were searched one after the other on one core. A batch of queries keeps
+        one shard at a time, each searched by usearch's own ``threads`` over the queries.
+        """
+        shards = [x for x in self._shards if len(x)]
+        pool = self._search_pool
+        groups = min(len(shards), _search_threads(len(self._shards)))
+        if queries.shape[0] > 1 or groups <= 1:
+            return [_search_one(x, queries, k, threads) for x in shards]
+        bounds = [len(shards) * g // groups for g in range(groups + 1)]
+
+        def run(g: int) -> list[tuple[np.ndarray, np.ndarray]]:
+            return [_search_one(x, queries, k, threads) for x in shards[bounds[g]:bounds[g + 1]]]
+
+        later = [pool.submit(run, g) for g in range(1, groups)]
+        return run(0) + [part for f in later for part in f.result()]
 
     # -- persistence ------------------------------------------------------------------
     def save(self, path) -> None:
@@ -421,6 +444,7 @@ class VectorIndex:
         obj._shards = shards
         obj._added = sum(len(x) for x in shards)
         obj._pending, obj._lanes = [], None
+        obj._search_pool = _shard_search_pool(len(shards))
         obj._view = bool(view)
         obj._path = str(target)
         return obj
@@ -461,6 +485,18 @@ def shard_path(path, j: int) -> Path:
     """File of shard ``j`` of the index saved at ``path``: ``path`` itself for 0, ``stem.j.suffix`` after."""
     path = Path(path)
     return path if j == 0 else path.with_name(f"{path.stem}.{j}{path.suffix}")
+
+
+def _search_threads(shards: int) -> int:
+    """Threads that search one query's shards together: the cores, at most one per shard."""
+    return max(1, min(int(shards), os.cpu_count() or 1))
+
+
+def _shard_search_pool(shards: int) -> ThreadPoolExecutor | None:
+    """The threads beside the caller's that search one query's shards (None for one shard or core);
+    they start on first use."""
+    extra = _search_threads(shards) - 1
+    return ThreadPoolExecutor(max_workers=extra, thread_name_prefix="shard-search") if extra >= 1 else None
 
 
 def _search_one(index, queries: np.ndarray, k: int, threads: int) -> tuple[np.ndarray, np.ndarray]:
