@@ -265,7 +265,7 @@ def repeat_builds(sizes: list[dict], args, work: Path) -> None:
     """Build every size that ran ``--build-repeats - 1`` more times, round by round (each size once,
     then again), so that a slow hour of a shared machine falls on every size; the median of a size's
     builds goes into its record (``build_wall_median_s``, ``build_cpu_median_s``) and the fits."""
-    ok = [s for s in sizes if s.get("ok")]
+    ok = [s for s in sizes if s.get("ok") and (args.repeat_up_to is None or s["passages"] <= args.repeat_up_to)]
     for r in range(2, args.build_repeats + 1):
         for rec in ok:
             n = rec["passages"]
@@ -279,6 +279,11 @@ def repeat_builds(sizes: list[dict], args, work: Path) -> None:
         if len(runs) > 1:
             for kind in ("wall", "cpu"):
                 rec[f"build_{kind}_median_s"] = round(float(np.median([b[f"{kind}_s"] for b in runs])), 3)
+
+
+def _up_to(res: dict) -> str:
+    """`` up to N passages`` when ``--repeat-up-to`` limited the repeated sizes, else empty."""
+    return f" up to {res['repeat_up_to']:,} passages" if res.get("repeat_up_to") else ""
 
 
 def build_seconds(s: dict, kind: str) -> float:
@@ -443,8 +448,9 @@ def to_markdown(res: dict) -> str:
               f"{res['repeats']}); batch q/s is one `retrieve_many` over the question set. GB = 10^9 bytes."
               + (f" An untimed {res['warmup']['passages']:,}-passage build ran first ({res['warmup']['wall_s']:.1f} s), "
                  "so no size pays the Numba kernels' one-time compile." if res.get("warmup") else "")
-              + (f" Each size was built {res['build_repeats']} times, in rounds (every size, then every size "
-                 "again), and the fits use each size's median build." if res.get("build_repeats", 1) > 1 else ""),
+              + (f" Each size{_up_to(res)} was built {res['build_repeats']} times, in rounds (every such size, "
+                 "then every such size again), and the fits use each size's median build."
+                 if res.get("build_repeats", 1) > 1 else ""),
               ""]
     sizes = res["sizes"]
     cols = [f"{s['passages']:,}" for s in sizes]
@@ -621,6 +627,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=3, help="single-query timing runs (best of)")
     ap.add_argument("--build-repeats", type=int, default=1,
                     help="builds of each size, in rounds after the first; the fits use each size's median")
+    ap.add_argument("--repeat-up-to", type=int, default=None,
+                    help="repeat only the sizes of at most this many passages (the others are built once)")
     ap.add_argument("--paired", type=_sizes, default=list(PAIRED),
                     help="two sizes whose queries are also timed interleaved in one process (default 10000,100000)")
     ap.add_argument("--model-embed", default="default", help="embedder of the throughput figures")
@@ -644,6 +652,7 @@ def main(argv: list[str] | None = None) -> int:
         "git_revision": _git_revision(), "command": "python benchmarks/bench_scale.py " + " ".join(
             sys.argv[1:] if argv is None else argv),
         "embed": args.embed, "sources": args.sources, "repeats": args.repeats, "build_repeats": args.build_repeats,
+        "repeat_up_to": args.repeat_up_to,
         "note": args.note,
         "rss_method": "build: max(os.wait4 ru_maxrss, /proc process-tree memory polled every 0.2 s or less often, "
                       "at most 2% of one core: RSS of a lone process, the sum of PSS while forked workers run); "

@@ -94,7 +94,7 @@ def test_tiny_end_to_end_run(tmp_path):
     out = tmp_path / "out"
     rc = bench_scale.main(["--passages", "200,400", "--embed", "hash:64", "--work", str(tmp_path / "work"),
                            "--out", str(out), "--embed-sample", "40", "--repeats", "1", "--paired", "200,400", "--warmup", "100",
-                           "--build-repeats", "2"])
+                           "--build-repeats", "2", "--repeat-up-to", "200"])
     assert rc == 0
     res = json.loads((out / "scale.json").read_text("utf-8"))
     assert res["warmup"]["ok"] and res["warmup"]["passages"] == 100
@@ -122,13 +122,15 @@ def test_tiny_end_to_end_run(tmp_path):
     assert pq["p50_ratio"][1] == pytest.approx(pq["p50_ms"][1] / pq["p50_ms"][0], rel=1e-2)
     assert "## Query p50 side by side" in (out / "scale.md").read_text("utf-8")
     assert isinstance(res["fits"]["build_wall_slope"], float) and isinstance(res["fits"]["build_peak_rss_slope"], float)
-    for s in res["sizes"]:  # a second build of each size, in its own round; the fits take the median of the two
-        assert len(s["build_repeats"]) == 1 and s["build_repeats"][0]["ok"]
-        walls = [s["build"]["wall_s"], s["build_repeats"][0]["wall_s"]]
-        assert s["build_wall_median_s"] == pytest.approx(sum(walls) / 2, abs=1e-3)
-        assert not (tmp_path / "work" / f"index-{s['passages']}-repeat").exists()
+    small, large = res["sizes"]  # a second build of the size up to --repeat-up-to; the fits take the median
+    assert len(small["build_repeats"]) == 1 and small["build_repeats"][0]["ok"]
+    walls = [small["build"]["wall_s"], small["build_repeats"][0]["wall_s"]]
+    assert small["build_wall_median_s"] == pytest.approx(sum(walls) / 2, abs=1e-3)
+    assert not (tmp_path / "work" / "index-200-repeat").exists()
+    assert "build_repeats" not in large and "build_wall_median_s" not in large
     assert res["fits"]["build_wall_slope"] == bench_scale.loglog_slope(
-        [200, 400], [s["build_wall_median_s"] for s in res["sizes"]])
+        [200, 400], [small["build_wall_median_s"], large["build"]["wall_s"]])
+    assert "Each size up to 200 passages was built 2 times" in (out / "scale.md").read_text("utf-8")
     assert "| build wall, every build (s; median) |" in (out / "scale.md").read_text("utf-8")
     assert res["embedder"]["sample_passages"] == 40 and res["embedder"]["texts_per_s"] > 0
     assert {t["status"] for t in res["targets"]} == {"not measured"}

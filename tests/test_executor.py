@@ -121,3 +121,22 @@ def test_forked_workers_die_with_a_killed_build(tmp_path):
     while time.monotonic() < deadline and any(_alive(p) for p in workers):
         time.sleep(0.05)
     assert not any(_alive(p) for p in workers)
+
+
+def test_embed_shards_carry_the_builds_vector_type():
+    """An embed shard for a float16 build holds float16 vectors: exactly the float32 ones rounded as the
+    build rounds them, in half the bytes."""
+    import numpy as np
+
+    from noderag.embed import make_embedder
+    from noderag.index.executor.stages import embed_batch, text_table, vectors_of
+
+    emb = make_embedder("hash:64")
+    batch = text_table(np.arange(5), ["alpha beta", "gamma", "delta epsilon zeta", "eta", "theta iota"])
+    rows32, v32 = vectors_of(embed_batch(batch, emb), 64)
+    half = embed_batch(batch, emb, "float16")
+    rows16, v16 = vectors_of(half, 64)
+    assert v32.dtype == np.float32 and v16.dtype == np.float16
+    np.testing.assert_array_equal(rows16, rows32)
+    np.testing.assert_array_equal(v16, v32.astype(np.float16))
+    assert half.nbytes < embed_batch(batch, emb).nbytes * 0.6

@@ -234,7 +234,9 @@ def embed_sharded(executor: Executors, config, emb, embedder_given: bool, texts:
     if not texts:
         return out
     starts = list(range(0, len(texts), bs))
-    store = ShardStore(stage_dir, _texts_digest(getattr(emb, "name", type(emb).__name__), texts, bs), len(starts))
+    kept = "float16" if out.dtype == np.float16 else "float32"  # shards hold what ``out`` keeps
+    store = ShardStore(stage_dir, _texts_digest(getattr(emb, "name", type(emb).__name__), texts, bs,
+                                                "" if kept == "float32" else kept), len(starts))
     done = store.done()
 
     mapped = drop_resident(out)  # a file-backed ``out`` (the build's vectors) keeps only the file's copy
@@ -256,7 +258,7 @@ def embed_sharded(executor: Executors, config, emb, embedder_given: bool, texts:
     if todo:
         ex = executor.get()
         stage = EmbedStage(config.embed.spec, dict(config.embed.backend_options()), embedder=emb,
-                           embedder_given=embedder_given)
+                           embedder_given=embedder_given, dtype=kept)
         if ex.remote:
             stage = stage.remote(embedder_given)
         ex.run_stage(stage, todo, sink)

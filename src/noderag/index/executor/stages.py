@@ -72,8 +72,11 @@ def decompose_batch(batch, decomposer):
     return pa.table(cols)
 
 
-def embed_batch(batch, embedder):
-    """Embed one shard of texts in one ``embed`` call (the batch is the local build's batch: same vectors)."""
+def embed_batch(batch, embedder, dtype: str = "float32"):
+    """Embed one shard of texts in one ``embed`` call (the batch is the local build's batch: same vectors).
+
+    ``dtype``: the vectors' type in the result (``float16`` where the build keeps float16 vectors: the
+    same rounding the build would do, on half the bytes to send, write and read back)."""
     import pyarrow as pa
 
     texts = batch.column("text").to_pylist()
@@ -82,7 +85,7 @@ def embed_batch(batch, embedder):
     if vec.shape != (len(texts), dim):
         raise ValueError(f"embedder {getattr(embedder, 'name', embedder)!r} returned shape {vec.shape}, "
                          f"expected ({len(texts)}, {dim})")
-    flat = pa.array(vec.reshape(-1))
+    flat = pa.array(vec.reshape(-1).astype(np.dtype(dtype), copy=False))
     return pa.table({"row": batch.column("row"), "vector": pa.FixedSizeListArray.from_arrays(flat, dim)})
 
 
@@ -92,9 +95,9 @@ def records_of(table) -> list[ChunkDecomposition]:
 
 
 def vectors_of(table, dim: int) -> tuple[np.ndarray, np.ndarray]:
-    """(rows, float32 vectors) of an embed result table."""
+    """(rows, vectors: float32 or float16 as stored) of an embed result table."""
     col = table.column("vector").combine_chunks()
-    vec = np.asarray(col.values.to_numpy(zero_copy_only=False), dtype=np.float32).reshape(-1, dim)
+    vec = np.asarray(col.values.to_numpy(zero_copy_only=False)).reshape(-1, dim)
     return table.column("row").to_numpy(), vec
 
 
@@ -178,6 +181,7 @@ class EmbedStage:
     embedder: Any = None  # live embedder (local executor only)
     name: str = "embed"
     embedder_given: bool = False  # the caller passed the embedder object: workers cannot rebuild it
+    dtype: str = "float32"  # of the vectors sent back (float16: the build's vectors are float16)
 
     #: Texts below which worker processes cost more than they save.
     process_min_rows = 16384
@@ -221,7 +225,7 @@ class EmbedStage:
 
         def run(batch):
             _test_delay()
-            return embed_batch(batch, emb), {}
+            return embed_batch(batch, emb, self.dtype), {}
 
         return run
 
