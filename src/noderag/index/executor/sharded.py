@@ -79,8 +79,9 @@ class DecomposedRecords:
                 self.errors.pop(cid, None)
             else:
                 self.errors[cid] = str(err)
-        self._open[k] = _OpenShard(i, ids, recs, planned_from_table(table))  # an assembly fed as shards arrive
-        return len(ids)                                                      # reads this one next
+        # an assembly fed as shards arrive reads this one next
+        self._open[k] = _OpenShard(i, ids, recs, planned_from_table(table))
+        return len(ids)
 
     def _shard(self, chunk_id: int) -> "_OpenShard":
         k, i = self._where[chunk_id]
