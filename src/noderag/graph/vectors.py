@@ -15,8 +15,9 @@ Shards: a large index is split into ``shards`` HNSW graphs (vector ``i`` of an
 parallel. Every shard is the same in every run whatever the thread count, so the
 index stays reproducible while a build uses every core. A search asks each shard
 for ``k`` and merges by distance (ties: earlier shard first); one query's shards are
-searched on up to one thread per core at once, which never changes the result. Shard 0 is saved at the given path
-(``vectors.usearch``), shard ``j >= 1`` beside it (``vectors.j.usearch``).
+searched on up to one thread per core at once, which never changes the result. Shard 0
+is saved at the given path (``vectors.usearch``), shard ``j >= 1`` beside it
+(``vectors.j.usearch``).
 """
 
 from __future__ import annotations
@@ -155,7 +156,8 @@ class VectorIndex:
         self._shards = [Index(ndim=int(ndim), metric=metric, dtype=dtype, connectivity=connectivity,
                               expansion_add=expansion_add, expansion_search=expansion_search)
                         for _ in range(int(shards))]
-        self._search_pool = _shard_search_pool(int(shards))
+        self._search_groups = _search_threads(int(shards))
+        self._search_pool = _shard_search_pool(self._search_groups)
 
     @property
     def _index(self):
@@ -401,8 +403,7 @@ class VectorIndex:
         one shard at a time, each searched by usearch's own ``threads`` over the queries.
         """
         shards = [x for x in self._shards if len(x)]
-        pool = self._search_pool
-        groups = min(len(shards), _search_threads(len(self._shards)))
+        groups = min(len(shards), self._search_groups)
         if queries.shape[0] > 1 or groups <= 1:
             return [_search_one(x, queries, k, threads) for x in shards]
         bounds = [len(shards) * g // groups for g in range(groups + 1)]
@@ -410,7 +411,7 @@ class VectorIndex:
         def run(g: int) -> list[tuple[np.ndarray, np.ndarray]]:
             return [_search_one(x, queries, k, threads) for x in shards[bounds[g]:bounds[g + 1]]]
 
-        later = [pool.submit(run, g) for g in range(1, groups)]
+        later = [self._search_pool.submit(run, g) for g in range(1, groups)]
         return run(0) + [part for f in later for part in f.result()]
 
     # -- persistence ------------------------------------------------------------------
@@ -444,7 +445,8 @@ class VectorIndex:
         obj._shards = shards
         obj._added = sum(len(x) for x in shards)
         obj._pending, obj._lanes = [], None
-        obj._search_pool = _shard_search_pool(len(shards))
+        obj._search_groups = _search_threads(len(shards))
+        obj._search_pool = _shard_search_pool(obj._search_groups)
         obj._view = bool(view)
         obj._path = str(target)
         return obj
@@ -492,10 +494,10 @@ def _search_threads(shards: int) -> int:
     return max(1, min(int(shards), os.cpu_count() or 1))
 
 
-def _shard_search_pool(shards: int) -> ThreadPoolExecutor | None:
-    """The threads beside the caller's that search one query's shards (None for one shard or core);
+def _shard_search_pool(groups: int) -> ThreadPoolExecutor | None:
+    """The threads beside the caller's that search one query's ``groups`` of shards (None for one);
     they start on first use."""
-    extra = _search_threads(shards) - 1
+    extra = groups - 1
     return ThreadPoolExecutor(max_workers=extra, thread_name_prefix="shard-search") if extra >= 1 else None
 
 
