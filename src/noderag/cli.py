@@ -1,9 +1,12 @@
-"""The ``noderag`` command: ``build``, ``delete``, ``stats``, ``query`` and ``demo``."""
+"""The ``noderag`` command: ``build``, ``insert``, ``delete``, ``gc``, ``repair``, ``stats``, ``verify``, ``query``,
+``demo`` and ``serve``."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import select
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -90,20 +93,53 @@ def format_summary(manifest: dict) -> str:
     return "\n".join(lines)
 
 
+def _cmd_insert(args: argparse.Namespace) -> int:
+    """``noderag insert DIR INPUT...``: :func:`_cmd_build` onto an index that must exist (the same code path)."""
+    from noderag.index.generations import current_generation
+    from noderag.index.store import IndexNotFoundError, check_layout
+
+    root = Path(args.index)
+    if root.is_dir():
+        check_layout(root)
+    if not root.is_dir() or current_generation(root) is None:  # a damaged pointer raises, naming the fix
+        raise IndexNotFoundError(f"{root}: no finished index to insert into; build one first with "
+                                 f"`noderag build INPUT... --index {root}`")
+    return _cmd_build(args)
+
+
+def _cmd_repair(args: argparse.Namespace) -> int:
+    from noderag.index.generations import repair_pointer
+
+    report = repair_pointer(args.index, wait=args.wait)
+    for line in report.skipped:
+        print(f"noderag: skipped {line}", file=sys.stderr)
+    if report.removed:
+        print(f"noderag: removed {len(report.removed)} temporary file(s): {', '.join(report.removed[:10])}",
+              file=sys.stderr)
+    if report.changed:
+        was = "missing" if report.before is None else repr(report.before[:40])
+        print(f"index {args.index}: CURRENT now names generation {report.generation} (was {was}); "
+              "it passed the full check")
+    else:
+        print(f"index {args.index}: CURRENT names generation {report.generation}, which passes the full check; "
+              "nothing to repair")
+    return 0
+
+
 def _cmd_build(args: argparse.Namespace) -> int:
     from noderag.config import ConfigError, NodeRAGConfig, load_config
     from noderag.index.pipeline import build_index
 
-    config = load_config(args.config) if args.config else None
+    config = load_config(args.config) if getattr(args, "config", None) else None
     overrides = {}
-    if args.embed:
+    if getattr(args, "embed", None):
         overrides["embed.spec"] = args.embed
-    if args.seed is not None:
+    if getattr(args, "seed", None) is not None:
         overrides["seed"] = args.seed
     if args.llm:
         overrides["llm.spec"] = args.llm
         overrides["decompose.method"] = "llm"
-    if args.chunk_tokens is not None:
+    if getattr(args, "chunk_tokens", None) is not None:
         overrides["chunk.max_tokens"] = args.chunk_tokens
     if args.llm_option:
         from noderag.llm.options import OptionError, llm_option_overrides
@@ -214,6 +250,21 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--wait", type=float, metavar="SECONDS", default=None,
                    help="wait up to SECONDS for another writer of the index to finish (default: fail at once)")
     b.set_defaults(func=_cmd_build)
+    ins = sub.add_parser("insert", help="add documents to an existing index (what `build --index` of one does)")
+    ins.add_argument("index", metavar="DIR", help="index directory (must hold a finished index)")
+    ins.add_argument("inputs", nargs="+", metavar="INPUT", help=".txt/.md/.jsonl files or directories")
+    ins.add_argument("--llm", metavar="SPEC", help="LLM backend (an LLM-built index needs it again)")
+    ins.add_argument("--llm-option", action="append", metavar="KEY=VALUE", default=None,
+                     help="LLM backend setting, repeatable (as for build)")
+    ins.add_argument("--allow-failures", action="store_true",
+                     help="finish even when some chunks fail to decompose (recorded in the manifest)")
+    ins.add_argument("--executor", choices=("local", "ray"), default=None,
+                     help="where decomposition and embedding run (default: local)")
+    ins.add_argument("--ray-address", metavar="ADDR", default=None, help="Ray cluster for --executor ray")
+    ins.add_argument("--no-progress", action="store_true", help="no progress bars")
+    ins.add_argument("--wait", type=float, metavar="SECONDS", default=None,
+                     help="wait up to SECONDS for another writer of the index to finish (default: fail at once)")
+    ins.set_defaults(func=_cmd_insert)
     dl = sub.add_parser("delete", help="delete documents (by source id, or every document of some inputs)")
     dl.add_argument("index", metavar="DIR", help="index directory")
     dl.add_argument("doc_ids", nargs="*", metavar="DOC_ID", help="source ids: the JSONL 'id' or the file path")
@@ -229,6 +280,12 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--wait", type=float, metavar="SECONDS", default=None,
                    help="wait up to SECONDS for another writer of the index to finish (default: fail at once)")
     g.set_defaults(func=_cmd_gc)
+    rp = sub.add_parser("repair", help="point CURRENT at the newest generation that passes the full check and "
+                                       "remove temporary files a killed writer left")
+    rp.add_argument("index", metavar="DIR", help="index directory")
+    rp.add_argument("--wait", type=float, metavar="SECONDS", default=None,
+                    help="wait up to SECONDS for another writer of the index to finish (default: fail at once)")
+    rp.set_defaults(func=_cmd_repair)
     s = sub.add_parser("stats", help="print the summary of an index")
     s.add_argument("index", metavar="DIR")
     s.add_argument("--json", action="store_true", help="machine-readable output")
@@ -267,8 +324,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # usage error (2), --help or --version (0): argparse has printed why
         return int(exc.code or 0) if not isinstance(exc.code, str) else 2
+    wait = getattr(args, "wait", None)
+    if wait is not None and not wait >= 0:  # NaN too
+        _fail(f"error: --wait must be a number of seconds >= 0, got {wait:g}", False)
+        return 2
     try:
-        return int(args.func(args) or 0)
+        rc = int(args.func(args) or 0)
+        sys.stdout.flush()  # a closed pipe shows here, inside the handler below, not at interpreter exit
+        return rc
+    except BrokenPipeError as exc:
+        if _stdout_closed():  # `noderag ... | head`: the work is done, only its report has no reader
+            _silence_stdout()
+            return 0
+        _fail(f"error: {exc}", args.debug)
+        return 1
     except KeyboardInterrupt:
         print("noderag: interrupted (rerun the same command to resume)", file=sys.stderr)
         return 130
@@ -281,6 +350,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # a bug: still one line unless --debug
         _fail(f"internal error: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)", args.debug)
         return 1
+
+
+def _stdout_closed() -> bool:
+    """True when stdout is a pipe or socket whose reader has gone (poll reports an error on it)."""
+    try:
+        fd = sys.stdout.fileno()
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT)
+        return any(ev & (select.POLLERR | select.POLLHUP) for _, ev in poller.poll(0))
+    except (AttributeError, OSError, ValueError):
+        return False
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so that Python's flush at exit does not report the closed pipe again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (AttributeError, OSError, ValueError):
+        pass
 
 
 def _fail(msg: str, debug: bool) -> None:

@@ -24,13 +24,27 @@ no open reader pins (a reader that exits or is killed drops its lock with its pr
 pinned generation stays on disk until a later writer finds it free. The folder is first
 renamed out of ``generations/`` under the exclusive lock, so a reader racing the removal
 sees the name gone and retries with the new ``CURRENT``. ``flock`` needs a local
-filesystem (NFS does not honour it reliably).
+filesystem (NFS does not honour it reliably). The newest complete generation is never removed,
+even when ``CURRENT`` names an older one.
+
+A damaged pointer never costs a generation: a folder that holds generations but no valid
+``CURRENT`` (missing, not a number, or naming a generation that does not exist) raises
+:class:`IndexPointerError` naming the newest complete generation, for readers, writers and
+``gc`` alike; ``noderag repair`` (:func:`repair_pointer`) points ``CURRENT`` at the newest
+generation that passes the full check. The one exception is the first build killed between
+renaming its folder into place and writing ``CURRENT``: its ``stages/run.json`` names the run of
+that generation, so readers see an unfinished build and the next writer completes the switch.
+
+Temporary files of a killed commit (``.CURRENT.*.tmp``) and trash folders are removed by the
+next writer, ``gc`` and ``repair``.
 """
 
 from __future__ import annotations
 
 import fcntl
+import json
 import os
+import re
 import shutil
 import weakref
 from dataclasses import dataclass
@@ -39,8 +53,11 @@ from typing import Callable
 
 from noderag.graph.storage import atomic_write_bytes, fsync_dir
 
-__all__ = ["CURRENT", "GENERATIONS", "READERS", "Pin", "current_generation", "current_path", "generation_path", "pin",
-           "commit_generation", "collect_garbage", "remove_old_generations", "fsync_tree"]
+from .verify import IndexDamagedError
+
+__all__ = ["CURRENT", "GENERATIONS", "READERS", "IndexPointerError", "Pin", "current_generation", "current_path",
+           "generation_path", "pin", "commit_generation", "collect_garbage", "remove_old_generations", "fsync_tree",
+           "newest_complete", "finish_pending_switch", "remove_temp_files", "repair_pointer", "RepairReport"]
 
 CURRENT = "CURRENT"
 GENERATIONS = "generations"
@@ -48,22 +65,107 @@ READERS = ".readers"
 _TRASH_PREFIX = ".trash-"
 
 
+_NUMBER = re.compile(r"[0-9]{1,18}")
+_RUN_JSON = Path("stages") / "run.json"
+
+
+class IndexPointerError(IndexDamagedError):
+    """The index folder holds generations but no valid ``CURRENT`` pointer; ``newest`` is the newest
+    complete generation (None when none is left). Every command refuses such a folder; ``noderag repair``
+    restores the pointer."""
+
+    def __init__(self, root: str | os.PathLike, problem: str, newest: int | None) -> None:
+        self.root = str(root)
+        self.file = CURRENT
+        self.problem = problem
+        self.newest = newest
+        if newest is None:
+            tail = "no complete generation is left: rebuild the index or restore a copy"
+        else:
+            tail = (f"the newest complete generation is {newest} ({GENERATIONS}/{newest}): run `noderag repair "
+                    f"{root}` to point {CURRENT} at the newest generation that passes the full check")
+        ValueError.__init__(self, f"{root}/{problem}; the index is damaged: {tail}")
+
+
 def generation_path(root: str | os.PathLike, gen: int) -> Path:
     """Folder of generation ``gen`` of the index in ``root``."""
     return Path(root) / GENERATIONS / str(int(gen))
 
 
-def current_generation(root: str | os.PathLike) -> int | None:
-    """The number in ``root/CURRENT``, or None when the index has no committed generation."""
-    path = Path(root) / CURRENT
+def _manifest_of(folder: Path) -> dict | None:
+    """The parsed manifest of a generation folder, or None when it is missing or unreadable."""
     try:
-        raw = path.read_bytes()
+        data = json.loads((folder / "manifest.json").read_bytes().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def newest_complete(root: str | os.PathLike) -> int | None:
+    """The newest generation of ``root`` whose manifest reads as complete (a cheap check: the manifest only)."""
+    root = Path(root)
+    for n in reversed(_numbers(root)):
+        m = _manifest_of(generation_path(root, n))
+        if m is not None and m.get("state") == "complete":
+            return n
+    return None
+
+
+def _pending_first_switch(root: Path, nums: list[int]) -> bool:
+    """True when ``root`` is a first build killed between renaming its folder into place and writing ``CURRENT``.
+
+    Then ``stages/run.json`` (removed only after a commit) names the run of every generation folder there.
+    """
+    try:
+        run = json.loads((root / _RUN_JSON).read_bytes().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return False
+    run_id = run.get("run_id") if isinstance(run, dict) else None
+    if not run_id or not nums:
+        return False
+    return all((_manifest_of(generation_path(root, n)) or {}).get("run_id") == run_id for n in nums)
+
+
+def _read_pointer(root: Path) -> str | None:
+    """The stripped text of ``root/CURRENT``, or None when it does not exist."""
+    try:
+        raw = (root / CURRENT).read_bytes()
     except FileNotFoundError:
         return None
-    text = raw.decode("utf-8", "replace").strip()
-    if not text.isdigit():
-        raise ValueError(f"{path}: expected a generation number, found {text[:40]!r} (corrupt pointer)")
-    return int(text)
+    except IsADirectoryError:
+        raise IndexPointerError(root, f"{CURRENT}: is a directory, not a pointer file", newest_complete(root)) \
+            from None
+    return raw.decode("utf-8", "replace").strip()
+
+
+def current_generation(root: str | os.PathLike) -> int | None:
+    """The number in ``root/CURRENT``, or None when the index has no committed generation.
+
+    Raises :class:`IndexPointerError` when the folder holds generations but ``CURRENT`` is missing,
+    is not a number, or names a generation folder that does not exist (unless a writer switched
+    meanwhile: the pointer is read again before it is called dangling).
+    """
+    root = Path(root)
+    text = _read_pointer(root)
+    for _ in range(100):
+        if text is None:
+            nums = _numbers(root)
+            if not nums or _pending_first_switch(root, nums):
+                return None
+            raise IndexPointerError(root, f"{CURRENT}: missing, but {GENERATIONS}/ holds generation(s) "
+                                    f"{', '.join(map(str, nums[-5:]))}", newest_complete(root))
+        if not _NUMBER.fullmatch(text):
+            raise IndexPointerError(root, f"{CURRENT}: expected a generation number, found {text[:40]!r} "
+                                    "(a malformed pointer)", newest_complete(root))
+        gen = int(text)
+        if generation_path(root, gen).is_dir():
+            return gen
+        again = _read_pointer(root)  # a writer may have switched and removed the old folder meanwhile
+        if again == text:
+            raise IndexPointerError(root, f"{CURRENT}: names generation {gen}, which does not exist "
+                                    f"(no folder {GENERATIONS}/{gen})", newest_complete(root))
+        text = again
+    raise IndexPointerError(root, f"{CURRENT}: keeps changing (writers switching too fast?)", newest_complete(root))
 
 
 def current_path(root: str | os.PathLike) -> Path:
@@ -144,22 +246,61 @@ def _try_remove(folder: Path, trash_name: str) -> bool:
     return True
 
 
-def collect_garbage(root: str | os.PathLike) -> list[int]:
-    """Remove every generation but the current one that no reader pins, and leftover trash; call as the writer.
+def remove_temp_files(root: str | os.PathLike) -> list[str]:
+    """Remove what a killed commit or removal left: ``.CURRENT.*.tmp`` files and trash folders; call as the writer.
 
+    Returns the names removed (relative to ``root``). Only the writer (under the writer lock) writes
+    these, so none of them can belong to a running commit.
+    """
+    root = Path(root)
+    gone = []
+    for p in sorted(root.glob(f".{CURRENT}.*.tmp")):
+        if p.is_file() and not p.is_symlink():
+            p.unlink(missing_ok=True)
+            gone.append(p.name)
+    gdir = root / GENERATIONS
+    if gdir.is_dir():
+        for p in sorted(gdir.iterdir()):
+            if p.name.startswith(_TRASH_PREFIX):
+                shutil.rmtree(p, ignore_errors=True)
+                gone.append(f"{GENERATIONS}/{p.name}")
+    if gone:
+        fsync_dir(root)
+    return gone
+
+
+def finish_pending_switch(root: str | os.PathLike) -> int | None:
+    """Complete the pointer switch of a first build killed right after renaming its folder into place.
+
+    Call as the writer. Returns the generation ``CURRENT`` now names, or None when nothing was pending.
+    """
+    root = Path(root)
+    nums = _numbers(root)
+    if _read_pointer(root) is not None or not _pending_first_switch(root, nums):
+        return None
+    gen = nums[-1]
+    (generation_path(root, gen) / READERS).touch(exist_ok=True)
+    atomic_write_bytes(root / CURRENT, f"{gen}\n".encode("ascii"))
+    return gen
+
+
+def collect_garbage(root: str | os.PathLike) -> list[int]:
+    """Remove every generation but the current one that no reader pins, temp files and trash; call as the writer.
+
+    The newest complete generation is kept too, even when ``CURRENT`` names an older one.
+    Raises :class:`IndexPointerError` (removing nothing) when the pointer is damaged.
     Returns the numbers of the generations removed.
     """
     root = Path(root)
+    cur = current_generation(root)  # a damaged pointer: refuse before touching anything
+    remove_temp_files(root)
     gdir = root / GENERATIONS
     if not gdir.is_dir():
         return []
-    cur = current_generation(root)
+    keep = {cur, newest_complete(root)}
     removed = []
-    for p in sorted(gdir.iterdir()):
-        if p.name.startswith(_TRASH_PREFIX):
-            shutil.rmtree(p, ignore_errors=True)
     for n in _numbers(root):
-        if n != cur and _try_remove(gdir / str(n), f"{_TRASH_PREFIX}{n}"):
+        if n not in keep and _try_remove(gdir / str(n), f"{_TRASH_PREFIX}{n}"):
             removed.append(n)
     if removed:
         fsync_dir(gdir)
@@ -178,8 +319,77 @@ def remove_old_generations(root: str | os.PathLike, *, wait: float | None = None
     with WriterLock(root, wait=wait):
         removed = collect_garbage(root)
         cur = current_generation(root)
-        left = [n for n in _numbers(root) if n != cur]
+        keep = {cur, newest_complete(root)}
+        left = [n for n in _numbers(root) if n not in keep]
     return removed, left
+
+
+@dataclass
+class RepairReport:
+    """What :func:`repair_pointer` did: the generation ``CURRENT`` names now, whether it changed, the
+    temporary files removed, and each newer generation skipped with why (one line each)."""
+
+    generation: int
+    changed: bool
+    removed: list[str]
+    skipped: list[str]
+    before: str | None
+
+
+def repair_pointer(root: str | os.PathLike, *, wait: float | None = None,
+                   progress: Callable[[str], None] | None = None) -> RepairReport:
+    """Point ``CURRENT`` at the newest generation that passes the full check (``noderag repair``).
+
+    Under the writer lock: removes orphaned temporary files; keeps a valid ``CURRENT`` whose
+    generation passes the full check; otherwise tries the generations newest first and switches
+    the pointer to the first that passes. Raises :class:`IndexPointerError` when none passes, and
+    :class:`~noderag.index.store.IndexNotFoundError` when the folder holds no generation.
+    """
+    from .lock import WriterLock
+    from .store import IndexNotFoundError
+    from .verify import verify_index
+
+    root = Path(root)
+    if not root.is_dir():
+        raise IndexNotFoundError(f"{root}: no such index directory")
+    with WriterLock(root, wait=wait):
+        removed = remove_temp_files(root)
+        nums = _numbers(root)
+        if not nums:
+            raise IndexNotFoundError(f"{root}: no {GENERATIONS}/ to repair from (not an index, or its first build "
+                                     "never finished)")
+        try:
+            before = _read_pointer(root)
+        except IndexPointerError:
+            before = "(a directory)"
+            shutil.rmtree(root / CURRENT)
+        try:
+            cur = current_generation(root)
+        except IndexPointerError:
+            cur = None
+        if cur is not None and not _pending_first_switch(root, nums):
+            order = [cur] + [n for n in reversed(nums) if n < cur]  # a valid pointer only ever moves back
+        else:
+            order = list(reversed(nums))
+        skipped = []
+        for n in order:
+            folder = generation_path(root, n)
+            m = _manifest_of(folder)
+            if m is None or m.get("state") != "complete":
+                skipped.append(f"generation {n}: no complete manifest")
+                continue
+            try:
+                verify_index(folder, "full", progress=progress)
+            except IndexDamagedError as exc:
+                skipped.append(f"generation {n}: {exc.problem} in {exc.file}")
+                continue
+            (folder / READERS).touch(exist_ok=True)  # a reader file lost with the pointer
+            changed = cur != n or before is None or before != str(n)
+            if changed:
+                atomic_write_bytes(root / CURRENT, f"{n}\n".encode("ascii"))
+            return RepairReport(n, changed, removed, skipped, before)
+        raise IndexPointerError(root, f"{CURRENT}: no generation passes the full check "
+                                f"({'; '.join(skipped[:5])})", None)
 
 
 @dataclass
@@ -219,7 +429,9 @@ def pin(root: str | os.PathLike, *, attempts: int = 1000) -> Pin | None:
             fd = os.open(lock, os.O_RDONLY)
         except FileNotFoundError:
             if current_generation(root) == gen:
-                raise FileNotFoundError(f"{lock}: the current generation's reader file is missing (corrupt index)")
+                raise IndexDamagedError(root, f"{GENERATIONS}/{gen}/{READERS}", "missing file",
+                                        "the current generation's reader file; `noderag repair` restores it") \
+                    from None
             continue
         try:
             fcntl.flock(fd, fcntl.LOCK_SH)  # a writer holds it exclusively only while renaming the folder away

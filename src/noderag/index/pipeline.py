@@ -46,7 +46,8 @@ from .decompose.base import DecomposeFailure
 from .ingest import Document, IngestError, ingest
 from .lock import WriterLock
 from .decompositions import DECOMPOSITIONS, read_decompositions
-from .generations import collect_garbage, commit_generation, current_generation, generation_path
+from .generations import (collect_garbage, commit_generation, current_generation, finish_pending_switch,
+                          generation_path)
 from .manifest import MANIFEST, StageLog, dir_sizes, read_manifest
 
 __all__ = ["BuildError", "build_index", "BuildReport"]
@@ -318,7 +319,9 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
     if isinstance(inputs, (str, os.PathLike)):
         inputs = [inputs]
     check_layout(root)
-    if collect_garbage(root):
+    if finish_pending_switch(root) is not None:  # a first build killed right before its pointer switch
+        say("completed the pointer switch of the build killed before it")
+    if collect_garbage(root):  # raises IndexPointerError (touching nothing) when CURRENT is damaged
         say("removed generations no reader holds any more")
     stages = root / "stages"
     gen_old = current_generation(root)

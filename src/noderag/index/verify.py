@@ -53,7 +53,8 @@ class IndexDamagedError(ValueError):
         self.problem = problem
         detail = " ".join("".join(c if c.isprintable() else " " for c in detail).split())  # one clean line
         extra = f" ({detail})" if detail else ""
-        super().__init__(f"{root}: {problem} in {file}{extra}; the index is damaged: rebuild it or restore a copy")
+        super().__init__(f"{root}: {problem} in {file}{extra}; the index is damaged: run `noderag verify` for a "
+                         "full check, then rebuild it or restore a copy")
 
 
 @contextmanager
