@@ -309,6 +309,16 @@ def _parser() -> argparse.ArgumentParser:
 
     add_serve_arguments(v)
     v.set_defaults(func=run_serve)
+    x = sub.add_parser("export", help="export the graph as GraphML, Neo4j import CSVs, PostgreSQL tables or Parquet")
+    from noderag.export.cli import add_export_arguments, run_export
+
+    add_export_arguments(x)
+    x.set_defaults(func=run_export)
+    m = sub.add_parser("mcp", help="serve an index to agents over MCP: stdio, or streamable HTTP (extra: noderag[mcp])")
+    from noderag.integrations.mcp import add_mcp_arguments, run_mcp  # imports the MCP SDK only when run
+
+    add_mcp_arguments(m)
+    m.set_defaults(func=run_mcp)
     return p
 
 
