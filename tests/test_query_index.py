@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 import noderag
 from noderag.data import demo_dir, demo_questions
 from noderag.index.query_index import QUERY_DIR, QueryIndex, write_query_index
+from noderag.index.verify import IndexDamagedError
 from noderag.search import SearchConfig, Searcher
 from noderag.search.entities import EntityMatcher, MappedNames, name_arrays, name_index_arrays, name_tokens
 
@@ -203,7 +204,7 @@ def test_damaged_graph_is_still_caught_without_the_compiled_check(demo, tmp_path
     ind = np.load(gen / "graph" / "indices.npy")
     ind[len(ind) // 2] = int(demo.graph.n) + 5
     np.save(gen / "graph" / "indices.npy", ind)
-    with pytest.raises(ValueError, match=r"indices must lie in"):
+    with pytest.raises(IndexDamagedError, match=r"node id out of range in graph/indices\.npy"):
         noderag.Index.open(copy).retrieve("Which river flows through the capital?")
 
 

@@ -180,6 +180,32 @@ def write_query_index(index_dir: str | os.PathLike) -> Path:
     return out
 
 
+def _check_damage(folder: Path, arrays: dict[str, np.ndarray], n: int, m: int) -> None:
+    """Cheap structural checks of the loaded query arrays (O(n), at open): offsets and CSR pointers start
+    at 0, end at their blob's length and never decrease; node and name ids are in range. Raises
+    :class:`~noderag.index.verify.IndexDamagedError` naming the file that is wrong."""
+    from .verify import IndexDamagedError
+
+    def bad(key: str, problem: str, detail: str = "") -> IndexDamagedError:
+        return IndexDamagedError(folder.parent, f"{QUERY_DIR}/{key}.npy", problem, detail)
+
+    for ptr, blob in (("text_off", "text"), ("label_off", "label"), ("doclabel_off", "doclabel"),
+                      ("name_canon_off", "name_canon"), ("tok_off", "tok"), ("post_ptr", "post_name"),
+                      ("name_tok_ptr", "name_tok")):
+        o = arrays[ptr]
+        if o.shape[0] < 1 or int(o[0]) != 0 or int(o[-1]) != arrays[blob].shape[0]:
+            raise bad(ptr, "invalid offsets", f"they do not span {blob}.npy ({arrays[blob].shape[0]} entries)")
+        if o.shape[0] > 1 and bool(np.any(o[1:] < o[:-1])):
+            raise bad(ptr, "invalid offsets", "not monotone")
+    for key, hi in (("label_node", n), ("name_node", n), ("exact_name", m), ("phrase_name", m),
+                    ("post_name", m), ("chunk", n), ("doc", None), ("doclabel_id", None)):
+        a = arrays[key]
+        if a.size and (int(a.min()) < -1 or (hi is not None and int(a.max()) >= hi)):
+            raise bad(key, "id out of range", f"[{int(a.min())}, {int(a.max())}]" + (f", {hi} ids" if hi else ""))
+    if arrays["name_tok"].size and int(arrays["name_tok"].min()) < 0:
+        raise bad("name_tok", "id out of range", f"token id {int(arrays['name_tok'].min())}")
+
+
 class QueryIndex:
     """The ``query/`` folder opened read-only (memory-mapped): per-node columns, texts, labels and names.
 
@@ -252,26 +278,33 @@ class QueryIndex:
         v = arrays["tok_hash"].shape[0]
         if arrays["tok_off"].shape[0] != v + 1 or arrays["post_ptr"].shape[0] != v + 1:
             raise ValueError(f"{folder / 'tok_off.npy'}: tok_off and post_ptr must have len(tok_hash) + 1 entries")
-        if int(arrays["post_ptr"][-1]) != arrays["post_name"].shape[0] or \
-                int(arrays["name_tok_ptr"][-1]) != arrays["name_tok"].shape[0]:
-            raise ValueError(f"{folder / 'post_ptr.npy'}: CSR pointers do not span their arrays")
+        _check_damage(folder, arrays, nn, m)  # offsets, pointers and ids in range (O(n)), naming the file
         return cls(folder, meta, arrays)
 
     @staticmethod
     def _get(off: np.ndarray, data: np.ndarray, i: int) -> str:
         return bytes(data[int(off[i]):int(off[i + 1])]).decode("utf-8", "surrogatepass")
 
+    def _text(self, key: str, i: int) -> str:
+        """String ``i`` of the blob ``key`` (``key_off`` + ``key``); undecodable bytes name the damaged file."""
+        try:
+            return self._get(self._a[f"{key}_off"], self._a[key], i)
+        except UnicodeDecodeError as exc:
+            from .verify import IndexDamagedError
+
+            raise IndexDamagedError(self.folder.parent, f"{QUERY_DIR}/{key}.npy", "undecodable text",
+                                    f"string {i}: {exc.reason}") from None
+
     def texts(self, ids) -> list[str]:
         """Display texts of some nodes (reads only their bytes)."""
-        off, data = self._a["text_off"], self._a["text"]
-        return [self._get(off, data, int(i)) for i in ids]
+        return [self._text("text", int(i)) for i in ids]
 
     def label(self, node: int) -> str | None:
         """Source-passage label of a T node (None for other nodes and out-of-range ids)."""
         ids = self._a["label_node"]
         p = int(np.searchsorted(ids, node))
         if p < ids.shape[0] and int(ids[p]) == node:
-            return self._get(self._a["label_off"], self._a["label"], p)
+            return self._text("label", p)
         return None
 
     def doc_label(self, doc: int) -> str:
@@ -279,5 +312,5 @@ class QueryIndex:
         ids = self._a["doclabel_id"]
         p = int(np.searchsorted(ids, doc))
         if p < ids.shape[0] and int(ids[p]) == doc:
-            return self._get(self._a["doclabel_off"], self._a["doclabel"], p)
+            return self._text("doclabel", p)
         return f"doc:{doc}"

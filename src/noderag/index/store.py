@@ -298,8 +298,10 @@ class IndexStore:
     def query_index(self):
         """The build-time query index (``query/``, memory-mapped), or None for an index without one."""
         from .query_index import QueryIndex
+        from .verify import reading
 
-        return QueryIndex.load(self.path)  # its node count is checked against the graph by the searcher
+        with reading(self.path, "query/"):  # a damaged table names its own file
+            return QueryIndex.load(self.path)  # its node count is checked against the graph by the searcher
 
     @cached_property
     def documents(self):

@@ -28,8 +28,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-__all__ = ["CHECKSUMS", "IndexDamagedError", "VerifyReport", "file_checksums", "manifest_digest", "reading",
-           "verify_index", "VERIFY_LEVELS"]
+__all__ = ["CHECKSUMS", "IndexDamagedError", "VerifyReport", "file_checksums", "graph_damage", "manifest_digest",
+           "reading", "verify_index", "VERIFY_LEVELS"]
 
 CHECKSUMS = "checksums"
 VERIFY_LEVELS = ("none", "cheap", "full")
@@ -66,8 +66,22 @@ def reading(root: str | os.PathLike, rel: str):
         yield
     except (IndexDamagedError, FileNotFoundError, FormatVersionError):
         raise
-    except (ValueError, OSError, RuntimeError) as exc:  # ArrowInvalid is a ValueError, ArrowIOError an OSError
-        raise IndexDamagedError(root, rel, "unreadable data", f"{type(exc).__name__}: {exc}"[:200]) from None
+    except (ValueError, OSError, RuntimeError, IndexError) as exc:  # ArrowInvalid is a ValueError, ArrowIOError an OSError
+        named, detail = _named_file(root, str(exc))
+        raise IndexDamagedError(root, named or rel, "unreadable data",
+                                f"{type(exc).__name__}: {detail}"[:200]) from None
+
+
+def _named_file(root: str | os.PathLike, message: str) -> tuple[str | None, str]:
+    """(file relative to ``root``, rest of the message) when ``message`` starts with the path of a file under
+    ``root`` (as the loaders' errors do: "ROOT/query/label_off.npy: offsets ..."), else (None, message)."""
+    prefix = os.fspath(root).rstrip("/") + "/"
+    if not message.startswith(prefix):
+        return None, message
+    path, sep, rest = message[len(prefix):].partition(": ")
+    if not sep or not path or " " in path:
+        return None, message
+    return path, rest
 
 
 @dataclass
@@ -374,7 +388,24 @@ def _check_structure(root: Path, manifest: dict[str, Any], facts: dict[str, Any]
     if not isinstance(meta, dict):
         raise IndexDamagedError(root, "graph/meta.json", "missing file")
     n = int(meta["n"])
+    types = _check_graph_arrays(root, meta)
+    try:
+        from noderag.graph.hetero import HeteroGraph
+
+        HeteroGraph.load(root, mmap=True, validate=True)  # sorted unique columns, no loops, symmetric
+    except ValueError as exc:
+        raise IndexDamagedError(root, "graph/", "invalid graph", str(exc)[:300]) from None
+    _check_tables(root, n, types)
+    _check_vectors(root, n, types)
+
+
+def _check_graph_arrays(root: Path, meta: dict[str, Any]) -> np.ndarray:
+    """Node types in range; each layer's CSR ``indptr`` from 0 to nnz and monotone, ``indices`` in [0, n),
+    ``weights`` finite and >= 0 (O(n + nnz)); returns the node types. Raises IndexDamagedError naming the file."""
+    n = int(meta["n"])
     types = _array(root, "node_types.npy")
+    if types.shape != (n,):
+        raise IndexDamagedError(root, "node_types.npy", "wrong shape", f"{types.shape}, the graph has {n} nodes")
     if types.size and int(types.max()) >= _N_TYPES:
         raise IndexDamagedError(root, "node_types.npy", "value out of range", f"type code {int(types.max())}")
     for layer, sub in (("structural", "graph"), ("semantic", "semantic")):
@@ -386,20 +417,43 @@ def _check_structure(root: Path, manifest: dict[str, Any], facts: dict[str, Any]
         if np.any(np.diff(indptr) < 0):
             raise IndexDamagedError(root, f"{sub}/indptr.npy", "invalid CSR offsets", "not monotone")
         indices = _array(root, f"{sub}/indices.npy")
+        if indices.shape != (nnz,):
+            raise IndexDamagedError(root, f"{sub}/indices.npy", "wrong shape", f"{indices.shape}, nnz {nnz}")
         if indices.size and (int(indices.min()) < 0 or int(indices.max()) >= n):
             raise IndexDamagedError(root, f"{sub}/indices.npy", "node id out of range",
                                     f"[{int(indices.min())}, {int(indices.max())}] with {n} nodes")
         weights = _array(root, f"{sub}/weights.npy")
+        if weights.shape != (nnz,):
+            raise IndexDamagedError(root, f"{sub}/weights.npy", "wrong shape", f"{weights.shape}, nnz {nnz}")
         if weights.size and (not np.all(np.isfinite(weights)) or float(weights.min()) < 0):
             raise IndexDamagedError(root, f"{sub}/weights.npy", "invalid weight", "not finite or negative")
-    try:
-        from noderag.graph.hetero import HeteroGraph
+    return types
 
-        HeteroGraph.load(root, mmap=True, validate=True)  # sorted unique columns, no loops, symmetric
-    except ValueError as exc:
-        raise IndexDamagedError(root, "graph/", "invalid graph", str(exc)[:300]) from None
-    _check_tables(root, n, types)
-    _check_vectors(root, n, types)
+
+def graph_damage(root: str | os.PathLike, exc: BaseException) -> BaseException:
+    """The :class:`IndexDamagedError` naming the graph file behind ``exc``, an error loading or validating the
+    graph of the generation folder ``root`` (its headers and CSR invariants are checked again, O(n + nnz):
+    call it on the failure path only). Returns ``exc`` itself when it is already named or a configuration error."""
+    from noderag.errors import ConfigError
+
+    if isinstance(exc, (IndexDamagedError, ConfigError)) or not isinstance(exc, (ValueError, IndexError)):
+        return exc
+    root = Path(root)
+    try:
+        meta = _json_file(root, "graph/meta.json")
+        if not isinstance(meta, dict) or isinstance(meta.get("n"), bool) or not isinstance(meta.get("n"), int):
+            raise IndexDamagedError(root, "graph/meta.json", "damaged field", f"n = {meta!r}"[:80])
+        for rel in ("node_types.npy", "node_keys.npy", "graph/indptr.npy", "graph/indices.npy",
+                    "graph/weights.npy", "semantic/indptr.npy", "semantic/indices.npy", "semantic/weights.npy"):
+            if (root / rel).is_file():
+                _npy_header(root, rel)
+        _check_graph_arrays(root, meta)
+    except IndexDamagedError as found:
+        return found
+    except OSError:  # a file gone meanwhile: the original error says more
+        return exc
+    named, detail = _named_file(root, str(exc))
+    return IndexDamagedError(root, named or "graph/", "invalid graph", f"{type(exc).__name__}: {detail}"[:200])
 
 
 def _column(root: Path, rel: str, table, name: str) -> np.ndarray:

@@ -93,13 +93,20 @@ class Searcher:
         self._count_tokens = count_tokens
         self._extract = entity_extractor or default_entity_extractor()
         self._tok_cache: dict[int, int] = {}  # node id -> tokens of its context line
-        graph = _search_graph(store)
-        self.types = np.ascontiguousarray(np.asarray(graph.types), dtype=np.uint8)
-        self.n = int(self.types.shape[0])
-        # plain ndarray views of the (memory-mapped) structural layer: cheap scalar indexing
-        self._s_indptr = np.asarray(graph.structural.indptr)
-        self._s_indices = np.asarray(graph.structural.indices)
-        self._operator = self._make_operator(graph)
+        try:
+            graph = _search_graph(store)
+            self.types = np.ascontiguousarray(np.asarray(graph.types), dtype=np.uint8)
+            self.n = int(self.types.shape[0])
+            # plain ndarray views of the (memory-mapped) structural layer: cheap scalar indexing
+            self._s_indptr = np.asarray(graph.structural.indptr)
+            self._s_indices = np.asarray(graph.structural.indices)
+            self._operator = self._make_operator(graph)
+        except (ValueError, IndexError) as exc:  # a damaged graph file: IndexDamagedError naming it
+            if not hasattr(store, "path"):
+                raise
+            from ..index.verify import graph_damage
+
+            raise graph_damage(store.path, exc) from None
         # per-node columns, texts, labels and names: memory-mapped from the build's query/ folder,
         # else built in memory from the node table (O(n))
         tables = getattr(store, "query_index", None)
