@@ -247,6 +247,15 @@ BAD = [
     ("/retrieve_many", json.dumps({"questions": ["q"] * 65}).encode(), 422, "questions", "at most 64 items"),
     ("/retrieve_many", b'{"questions": ["ok", " "]}', 422, "questions", "questions[1]"),
     ("/answer", b'{"question": "x", "stream": "maybe"}', 422, "stream", "valid boolean"),
+    # strict types: no string, boolean or float for an integer, no string for a boolean
+    ("/retrieve", b'{"question": "x", "k": "5"}', 422, "k", "k: Input should be a valid integer"),
+    ("/retrieve", b'{"question": "x", "k": true}', 422, "k", "k: Input should be a valid integer"),
+    ("/retrieve", b'{"question": "x", "k": 5.0}', 422, "k", "k: Input should be a valid integer"),
+    ("/retrieve", b'{"question": "x", "explain": "yes"}', 422, "explain", "explain: Input should be a valid boolean"),
+    ("/retrieve", b'{"question": "x", "explain": 1}', 422, "explain", "explain: Input should be a valid boolean"),
+    ("/retrieve_many", b'{"questions": ["x"], "k": "2"}', 422, "k", "k: Input should be a valid integer"),
+    ("/retrieve_many", b'{"questions": "x"}', 422, "questions", "questions: Input should be a valid list"),
+    ("/answer", b'{"question": "x", "stream": "false"}', 422, "stream", "stream: Input should be a valid boolean"),
 ]
 
 

@@ -30,7 +30,10 @@ def _question(v: str, field: str) -> str:
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", str_strip_whitespace=False)
+    """Request bodies: no unknown fields, and no coercion (``"5"``, ``true`` or ``5.0`` is no integer, ``"yes"``
+    no boolean): a client's type mistake is a 422 naming the field, not a silently different request."""
+
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=False, strict=True)
 
 
 class RetrieveRequest(_Strict):
