@@ -260,7 +260,8 @@ def test_bad_queries_and_config_raise_clear_errors(store):
 
 def test_entity_bridges_add_passages_linked_to_the_best_chunk(store):
     q = "Which album Hello Love was released in 1974?"
-    base = SearchConfig(use_ppr=False, vector_top_k=1, match_names_in_query=False, entity_source="none")
+    base = SearchConfig(use_ppr=False, vector_top_k=1, match_names_in_query=False, entity_source="none",
+                        bridge_mode="shared", lexical_top_k=0, min_passages=0)
     alone = Searcher(store, base.replace(bridge_weight=0.0)).retrieve(q)
     assert alone.passages == ["p2"]
     bridged = Searcher(store, base).retrieve(q)

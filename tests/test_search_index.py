@@ -246,3 +246,65 @@ def test_one_config_error_type_names_the_key():
         SearchConfig(expansion_search=0).validate()
     with pytest.raises(ConfigError):
         ImportanceConfig(seed="x").validate()
+
+
+def test_lexical_tables_are_written_at_build_and_equal_an_in_memory_build(index):
+    import numpy as np
+
+    from noderag.search.lexical import LexicalIndex
+    from noderag.search.searcher import Searcher, passage_texts
+
+    mapped = index.query_index.lexical
+    assert mapped is not None
+    s = Searcher(index)
+    t_ids = np.flatnonzero(np.asarray(s.types) == int(NT.T))
+    fresh = LexicalIndex.from_texts(t_ids, passage_texts(index, s.tables, t_ids))
+    for q in ("Publix stores", "pineapple Dole", "Journal of Mathematical Physics founded 1931"):
+        a, b = mapped.scores(q), fresh.scores(q)
+        assert a[0].tolist() == b[0].tolist()
+        np.testing.assert_allclose(a[1], b[1], rtol=1e-6)
+
+
+def test_lexical_entry_point_alone_finds_the_passage_sharing_a_rare_word(index):
+    only_lexical = SearchConfig(vector_top_k=0, use_ppr=False, match_names_in_query=False, entity_source="none",
+                                bridge_top=0, min_passages=0)
+    r = index.searcher(only_lexical).retrieve("which company grows pineapples")
+    assert r.passages[0] == "p-pine"
+    none = index.searcher(only_lexical.replace(lexical_top_k=0, passage_lexical_weight=0.0)).retrieve(
+        "which company grows pineapples")
+    assert none.passages == []
+
+
+def test_every_query_returns_min_passages_when_the_corpus_has_them(index):
+    few = SearchConfig(vector_top_k=1, lexical_top_k=1, use_ppr=False, bridge_top=0)
+    for q in ("Publix", "zzz unknown words only", "Where did the singer of Hello Love die?"):
+        r = index.searcher(few).retrieve(q)
+        assert len(r.passages) == len(PASSAGES)  # 10 wanted, the corpus holds 8
+        assert len(set(r.passages)) == len(r.passages)
+        assert all(a >= b for a, b in zip(r.passage_scores, r.passage_scores[1:]))
+        assert len(index.searcher(few.replace(min_passages=3)).retrieve(q).passages) >= 3
+    assert len(index.searcher(few.replace(min_passages=0)).retrieve("Publix").passages) < len(PASSAGES)
+
+
+def test_bridging_brings_the_passage_about_an_entity_of_the_best_passage(index):
+    q = "Where did the singer of Hello Love die?"
+    base = SearchConfig(vector_top_k=1, lexical_top_k=1, use_ppr=False, min_passages=0, match_names_in_query=False,
+                        entity_source="none", passage_lexical_weight=0.0)
+    alone = index.searcher(base.replace(bridge_top=0)).retrieve(q)
+    assert alone.passages[0] == "p-love" and "p-snow" not in alone.passages
+    bridged = index.searcher(base.replace(bridge_top=1)).retrieve(q)
+    assert set(bridged.passages[:2]) == {"p-love", "p-snow"}  # "Hank Snow", named in p-love, is what p-snow is about
+
+
+def test_chinese_query_word_finds_a_longer_indexed_name(tmp_path):
+    corpus = tmp_path / "zh.jsonl"
+    rows = [("zh-1", "馬祖列島", "馬祖列島位於臺灣海峽北部，由南竿、北竿等島嶼組成。馬祖列島冬季風大。"),
+            ("zh-2", "新北市", "新北市是臺灣人口最多的城市，環繞臺北市。"),
+            ("zh-3", "下薩克森", "下薩克森是德國的一個州，首府為漢諾威。")]
+    corpus.write_text("".join(json.dumps({"id": i, "title": t, "text": x}, ensure_ascii=False) + "\n"
+                              for i, t, x in rows), encoding="utf-8")
+    idx = noderag.build([str(corpus)], str(tmp_path / "index"), embed="hash:64", progress=False)
+    r = idx.retrieve("為何馬祖地區冬季風速最大？")
+    names = [idx.names[i] for i in r.matched_names]
+    assert "馬祖列島" in names
+    assert r.passages[0] == "zh-1"

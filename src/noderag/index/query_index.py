@@ -150,6 +150,7 @@ def write_query_index(index_dir: str | os.PathLike) -> Path:
     del shown
     save("text_off", text_off)
     save("text", text)
+    _save_lexical(save, types, active, doc, text_off, text, documents)
     del text_off, text
     t_ids = np.flatnonzero(types == _T)
     src = nodes.column("source_id").take(t_ids).to_pylist()
@@ -178,6 +179,43 @@ def write_query_index(index_dir: str | os.PathLike) -> Path:
             "max_tokens": max_tokens}
     atomic_write_bytes(out / "meta.json", (json.dumps(meta, sort_keys=True) + "\n").encode("utf-8"))
     return out
+
+
+def _save_lexical(save, types: np.ndarray, active: np.ndarray, doc: np.ndarray, text_off: np.ndarray,
+                  text: np.ndarray, documents: Any) -> None:
+    """The passages' BM25 postings (``lex_*``, :mod:`noderag.search.lexical`): titled texts of active T nodes."""
+    from noderag.search.lexical import lexical_arrays, titled
+
+    titles: dict[int, str] = {}
+    if documents is not None and "title" in documents.column_names:
+        titles = {int(d): t for d, t in zip(documents.column("doc_id").to_pylist(),
+                                            documents.column("title").to_pylist()) if t}
+    t_ids = np.flatnonzero((types == _T) & active)
+    texts = (titled(QueryIndex._get(text_off, text, i), titles.get(d))
+             for i, d in zip(t_ids.tolist(), doc[t_ids].tolist()))
+    for key, arr in lexical_arrays(t_ids, texts).items():
+        save(key, arr)
+
+
+def _load_lexical(folder: Path, arrays: dict[str, np.ndarray]) -> None:
+    """Map the ``lex_*`` arrays into ``arrays`` when the index has them (older indexes do not); O(1) checks
+    (node ids are checked by ``noderag verify``, which reads every byte)."""
+    from noderag.search.lexical import LEX_ARRAYS
+
+    if not (folder / "lex_term_hash.npy").is_file():
+        return
+    dtypes = {"lex_term_hash": np.uint64, "lex_post_ptr": np.int64, "lex_post_node": np.int32,
+              "lex_post_weight": np.float32}
+    for key in LEX_ARRAYS:
+        arrays[key] = np.asarray(load_npy(folder / f"{key}.npy", True, dtype=dtypes[key], ndim=1, shape=None))
+    v, p = arrays["lex_term_hash"].shape[0], arrays["lex_post_node"].shape[0]
+    ptr = arrays["lex_post_ptr"]
+    if ptr.shape[0] != v + 1 or int(ptr[0]) != 0 or int(ptr[-1]) != p:
+        raise ValueError(f"{folder / 'lex_post_ptr.npy'}: pointers must have len(lex_term_hash) + 1 entries "
+                         f"from 0 to {p}")
+    if arrays["lex_post_weight"].shape[0] != p:
+        raise ValueError(f"{folder / 'lex_post_weight.npy'}: {arrays['lex_post_weight'].shape[0]} weights "
+                         f"for {p} postings")
 
 
 def _check_damage(folder: Path, arrays: dict[str, np.ndarray], n: int, m: int) -> None:
@@ -227,6 +265,11 @@ class QueryIndex:
         self.doc = arrays["doc"]
         self.active = arrays["active"]
         self.names = MappedNames(arrays, int(meta["max_tokens"]))
+        self.lexical = None
+        if "lex_term_hash" in arrays:
+            from noderag.search.lexical import LexicalIndex
+
+            self.lexical = LexicalIndex(arrays)
 
     @classmethod
     def load(cls, index_dir: str | os.PathLike, n: int | None = None) -> "QueryIndex | None":
@@ -279,6 +322,7 @@ class QueryIndex:
         if arrays["tok_off"].shape[0] != v + 1 or arrays["post_ptr"].shape[0] != v + 1:
             raise ValueError(f"{folder / 'tok_off.npy'}: tok_off and post_ptr must have len(tok_hash) + 1 entries")
         _check_damage(folder, arrays, nn, m)  # offsets, pointers and ids in range (O(n)), naming the file
+        _load_lexical(folder, arrays)
         return cls(folder, meta, arrays)
 
     @staticmethod

@@ -124,6 +124,24 @@ def extract_mentions(sent: str) -> list[ZhMention]:
     return taken
 
 
+def query_mentions(query: str) -> list[str]:
+    """Chinese entity mentions of a query, each followed by its dictionary sub-words of two or more Han
+    characters (the segmenter's search mode), longest first.
+
+    A question names a place or person in the words it happens to use: "馬祖地區" asks about what the
+    index holds as "馬祖列島". The sub-word "馬祖" finds that longer name through whole-word containment.
+    """
+    out: list[str] = []
+    seen: set[str] = set()
+    for m in extract_mentions(query):
+        subs = [w for w in _jieba().cut_for_search(fold_zh(m.text)) if len(_HAN_CHAR.findall(w)) >= 2]
+        for w in [m.text, *sorted(subs, key=len, reverse=True)]:
+            if w not in seen:
+                seen.add(w)
+                out.append(w)
+    return out
+
+
 def add_mentions(sent: str, mentions: Sequence) -> list:
     """The English-rule ``mentions`` of ``sent`` plus its Chinese mentions that overlap none of them.
 

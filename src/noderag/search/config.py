@@ -10,6 +10,7 @@ __all__ = ["SearchConfig", "QuotaConfig"]
 from ..errors import ConfigError
 from ..graph.ppr import DEFAULT_RULE, RULES as _RULES
 _ENTITY_SOURCES = ("nlp", "llm", "none")
+_BRIDGE_MODES = ("about", "shared")
 #: Renamed fields: old name -> new name (accepted when loading).
 _RENAMED = {"passage_entry_weight": "passage_dense_weight"}
 
@@ -108,6 +109,11 @@ class SearchConfig:
     passage_dense_weight: float = 1.0
     passage_text_weight: float = 0.4
     passage_unit_weight: float = 0.4
+    lexical_top_k: int = 10
+    lexical_weight: float = 0.0
+    passage_lexical_weight: float = 0.0
+    min_passages: int = 10
+    bridge_mode: str = "about"
     bridge_top: int = 1
     bridge_weight: float = 0.4
     bridge_max_degree: int = 60
@@ -134,10 +140,13 @@ class SearchConfig:
         _int("ppr_candidates", 1)
         _int("context_tokens", 0)
         _int("bridge_top", 0)
+        _int("lexical_top_k", 0)
+        _int("min_passages", 0)
         _int("bridge_max_degree", 0)
         for name in ("vector_weight", "name_weight", "contains_weight", "name_degree_power",
                      "structural_weight", "semantic_weight",
-                     "passage_dense_weight", "passage_text_weight", "passage_unit_weight", "bridge_weight"):
+                     "passage_dense_weight", "passage_text_weight", "passage_unit_weight", "bridge_weight",
+                     "lexical_weight", "passage_lexical_weight"):
             _nonneg(name)
         if isinstance(self.alpha, bool) or not isinstance(self.alpha, (int, float)) or not 0.0 <= self.alpha <= 1.0:
             raise ConfigError(f"search.alpha must be in [0, 1], got {self.alpha!r}")
@@ -146,6 +155,8 @@ class SearchConfig:
             raise ConfigError(f"search.min_similarity must be a number in [-1, 1], got {self.min_similarity!r}")
         if self.rule not in _RULES:
             raise ConfigError(f"search.rule must be one of {_RULES}, got {self.rule!r}")
+        if self.bridge_mode not in _BRIDGE_MODES:
+            raise ConfigError(f"search.bridge_mode must be one of {_BRIDGE_MODES}, got {self.bridge_mode!r}")
         if self.entity_source not in _ENTITY_SOURCES:
             raise ConfigError(f"search.entity_source must be one of {_ENTITY_SOURCES}, got {self.entity_source!r}")
         if self.n_threads is not None and (not isinstance(self.n_threads, int) or self.n_threads < 1):

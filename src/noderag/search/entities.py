@@ -26,7 +26,7 @@ import numpy as np
 from ..graph.arrays import distinct, intersect_sorted
 from ..index.sentences import sentence_spans  # a pure helper: the decomposer's sentence split
 from ..lang.entities import STOP, canonical_name, query_entities
-from ..lang.zh import is_han_token, match_tokens
+from ..lang.zh import has_han, is_han_token, match_tokens, query_mentions
 
 __all__ = ["EntityMatcher", "MappedNames", "NameMatch", "extract_query_entities", "hash64", "name_arrays", "name_index_arrays",
            "name_tokens"]
@@ -487,11 +487,12 @@ class MappedNames(_NameMatching):
 def extract_query_entities(query: str) -> list[str]:
     """Rule-based query entities: the index's own mention rules (:func:`noderag.lang.entities.query_entities`)
     per sentence, as the ``nlp`` decomposer applies them, so a name it extracted from a text is found again
-    in a query containing that text. Order of first appearance, one per canonical name."""
+    in a query containing that text; Chinese sentences add the segmenter's names and their sub-words
+    (:func:`noderag.lang.zh.query_mentions`). Order of first appearance, one per canonical name."""
     seen: set[str] = set()
     out: list[str] = []
     for a, b in sentence_spans(query):
-        for ent in query_entities(query[a:b]):
+        for ent in query_entities(query[a:b]) + (query_mentions(query[a:b]) if has_han(query[a:b]) else []):
             key = canonical_name(ent)
             if key not in seen:
                 seen.add(key)

@@ -50,6 +50,9 @@ class _Prepared:
     seeds: np.ndarray  # int32
     weights: np.ndarray  # float32
     vector: np.ndarray  # float32 (dim,), L2-normalised query vector
+    lex_ids: np.ndarray  # int64, sorted: every passage sharing a term with the query
+    lex_scores: np.ndarray  # float64, their BM25 scores
+    lex_top: np.ndarray  # int64: the ``lexical_top_k`` best of them, best first
 
 
 class Searcher:
@@ -121,6 +124,7 @@ class Searcher:
         self._doc = tables.doc
         self._active = tables.active
         self.matcher = tables.names
+        self.lexical = self._lexical_index(tables)
 
     def node_texts(self, ids) -> list[str]:
         """Display texts of some nodes (text, else name), reading only those nodes' bytes."""
@@ -142,6 +146,22 @@ class Searcher:
                                   "(or search with search.semantic_weight = 0)")
         csr = graph.combined(structural_weight=cfg.structural_weight, semantic_weight=cfg.semantic_weight)
         return PPROperator(csr, self.types)
+
+    def _lexical_index(self, tables: Any) -> Any:
+        """The passages' BM25 postings: memory-mapped from ``query/``, else built here (an older index).
+
+        None when the configuration uses no lexical signal.
+        """
+        cfg = self.config
+        if cfg.lexical_top_k == 0 and cfg.passage_lexical_weight == 0:
+            return None
+        mapped = getattr(tables, "lexical", None)
+        if mapped is not None:
+            return mapped
+        from .lexical import LexicalIndex
+
+        t_ids = np.flatnonzero((self.types == _T) & np.asarray(self._active, dtype=bool))
+        return LexicalIndex.from_texts(t_ids, passage_texts(self.store, tables, t_ids))
 
     @property
     def embedder(self) -> Any:
@@ -249,15 +269,32 @@ class Searcher:
                                          limit=cfg.max_name_matches)
             name_ids = np.asarray([m.node_id for m in matches], dtype=np.int64)
             rel = np.asarray([cfg.contains_weight if m.kind == "contains" else 1.0 for m in matches], np.float64)
-            seeds, weights = self._seed_weights(row, sim, name_ids, rel)
+            lex_ids, lex_scores, lex_top, lex_top_s = self._lexical_hits(query)
+            seeds, weights = self._seed_weights(row, sim, name_ids, rel, lex_top, lex_top_s)
             qv = np.asarray(vectors[qi], dtype=np.float32)
             norm = float(np.linalg.norm(qv))
-            out.append(_Prepared(query, ents, row, sim, name_ids, seeds, weights, qv / norm if norm > 0 else qv))
+            out.append(_Prepared(query, ents, row, sim, name_ids, seeds, weights, qv / norm if norm > 0 else qv,
+                                 lex_ids, lex_scores, lex_top))
         return out
 
+    def _lexical_hits(self, query: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(passages sharing a query term, their BM25 scores, the ``lexical_top_k`` best, their scores)."""
+        if self.lexical is None:
+            empty = np.zeros(0, np.int64)
+            return empty, np.zeros(0), empty, np.zeros(0)
+        from .lexical import top_scored
+
+        ids, scores = self.lexical.scores(query)
+        live = self._active[ids] if ids.size else np.zeros(0, bool)
+        ids, scores = ids[live], scores[live]
+        top, top_s = top_scored(ids, scores, self.config.lexical_top_k)
+        return ids, scores, top, top_s
+
     def _seed_weights(self, entry: np.ndarray, sims: np.ndarray, names: np.ndarray,
-                      rel: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """Personalisation: vector hits share ``vector_weight`` by similarity, name hits share ``name_weight``.
+                      rel: np.ndarray | None = None, lex: np.ndarray | None = None,
+                      lex_scores: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Personalisation: vector hits share ``vector_weight`` by similarity, name hits share ``name_weight``,
+        lexical (BM25) passage hits share ``lexical_weight`` by score.
 
         A name hit's share is proportional to its match weight (``contains_weight`` for
         whole-word containment, 1 otherwise) times ``(1 + degree) ** -name_degree_power``,
@@ -277,6 +314,9 @@ class Searcher:
             if w.sum() > 0:
                 parts_i.append(names)
                 parts_w.append(cfg.name_weight * w / w.sum())
+        if lex is not None and lex.size and cfg.lexical_weight > 0 and float(lex_scores.sum()) > 0:
+            parts_i.append(lex)
+            parts_w.append(cfg.lexical_weight * lex_scores / lex_scores.sum())
         if not parts_i:
             return np.zeros(0, np.int32), np.zeros(0, np.float32)
         return (np.concatenate(parts_i).astype(np.int32), np.concatenate(parts_w).astype(np.float32))
@@ -411,6 +451,8 @@ class Searcher:
         """
         cfg = self.config
         parts_c = [self._chunk[prep.entry_ids]] if prep.entry_ids.size else []
+        if prep.lex_top.size:
+            parts_c.append(prep.lex_top)
         masses: list[tuple[np.ndarray, np.ndarray]] = []
         if ppr is not None:
             ids, scores = ppr
@@ -443,14 +485,20 @@ class Searcher:
             top = acc.max()
             if top > 0:
                 score = score + w * acc / top
+        score = score + self._lexical_term(chunks, prep)
         total = dict(zip(chunks.tolist(), score.tolist()))
         if cfg.bridge_top > 0 and cfg.bridge_weight > 0:
             order = np.lexsort((chunks, -score))[: cfg.bridge_top]
             hop1 = [int(chunks[i]) for i in order]
-            bonus = self._bridges(hop1)
+            if cfg.bridge_mode == "about":
+                bonus = self._about_bridges(hop1, set(prep.name_ids.tolist()))
+            else:
+                bonus = self._bridges(hop1)
             new = np.fromiter((c for c in bonus if c not in total), dtype=np.int64)
             if new.size:
-                total.update(zip(new.tolist(), (cfg.passage_dense_weight * self._dense(new, prep.vector)).tolist()))
+                new.sort()
+                base = cfg.passage_dense_weight * self._dense(new, prep.vector) + self._lexical_term(new, prep)
+                total.update(zip(new.tolist(), base.tolist()))
             for c, b in bonus.items():
                 total[c] += cfg.bridge_weight * min(b, 1.0)
         ranked = sorted(total.items(), key=lambda kv: (-kv[1], kv[0]))
@@ -466,7 +514,56 @@ class Searcher:
             labels.append(lab)
             scores_out.append(s)
             chunks_out.append(c)
+        if len(labels) < cfg.min_passages:
+            self._fill(prep, total, seen, labels, scores_out, chunks_out)
         return labels, scores_out, chunks_out
+
+    def _fill(self, prep: _Prepared, ranked: dict[int, float], seen: set[str], labels: list[str],
+              scores: list[float], chunks: list[int]) -> None:
+        """Extend a short passage list to ``min_passages`` from the lexical and dense rankings.
+
+        The graph's candidates run out on small corpora and on questions whose seeds reach few
+        passages; the next passages are those BM25 and the query vector rank best (scored as
+        any candidate: dense + lexical), appended after the graph's.
+        """
+        cfg = self.config
+        want = cfg.min_passages - len(labels)
+        parts = [prep.lex_ids[np.argsort(-prep.lex_scores, kind="stable")][: 4 * cfg.min_passages]]
+        vecs = self.store.vectors
+        if len(vecs) > 0:
+            k = min(8 * cfg.min_passages, len(vecs))
+            ids, _ = vecs.search(prep.vector[None, :], k, threads=1, expansion=max(cfg.expansion_search, k))
+            ids = np.asarray(ids, dtype=np.int64).ravel()
+            ids = ids[(ids >= 0) & (ids < self.n)]
+            parts.append(self._chunk[ids[self._active[ids]]])
+        extra = np.unique(np.concatenate(parts))
+        extra = extra[extra >= 0]
+        extra = extra[np.fromiter((c not in ranked for c in extra.tolist()), dtype=bool, count=extra.size)]
+        if not extra.size:
+            return
+        base = cfg.passage_dense_weight * self._dense(extra, prep.vector) + self._lexical_term(extra, prep)
+        floor = scores[-1] if scores else 0.0
+        for i in np.lexsort((extra, -base)).tolist():
+            lab = self.tables.label(int(extra[i]))
+            if lab is None or lab in seen:
+                continue
+            seen.add(lab)
+            labels.append(lab)
+            scores.append(min(float(base[i]), floor))  # after every graph candidate: scores stay non-increasing
+            floor = scores[-1]
+            chunks.append(int(extra[i]))
+            want -= 1
+            if want == 0:
+                return
+
+    def _lexical_term(self, chunks: np.ndarray, prep: _Prepared) -> np.ndarray:
+        """``passage_lexical_weight`` * BM25(query, chunk) / the query's best BM25, for sorted ``chunks``."""
+        w = self.config.passage_lexical_weight
+        if w <= 0 or not prep.lex_ids.size or not chunks.size:
+            return np.zeros(chunks.shape[0])
+        pos = np.minimum(np.searchsorted(prep.lex_ids, chunks), prep.lex_ids.size - 1)
+        got = np.where(prep.lex_ids[pos] == chunks, prep.lex_scores[pos], 0.0)
+        return w * got / float(prep.lex_scores.max())
 
     def _dense(self, chunks: np.ndarray, vector: np.ndarray) -> np.ndarray:
         """Cosine similarity of the query with the stored vectors of some T nodes (0 when not stored)."""
@@ -482,6 +579,29 @@ class Searcher:
         if present.any():
             rows = np.asarray(vecs.get(chunks[present]), dtype=np.float64)
             out[present] = rows @ vector.astype(np.float64)
+        return out
+
+    def _about_bridges(self, hop1: list[int], exclude: set[int]) -> dict[int, float]:
+        """Chunks about an entity of the ``hop1`` chunks: strength = share of the chunk's units naming it."""
+        maxdeg = self.config.bridge_max_degree
+        out: dict[int, float] = {}
+        n_units: dict[int, int] = {}
+        for c in hop1:
+            units = self._neighbours_of_type(c, _S)
+            ents = np.unique(np.concatenate([self._neighbours_of_type(u, _N) for u in units.tolist()])) if units.size else units
+            for n in ents.tolist():
+                if n in exclude:
+                    continue
+                s_of_n = self._neighbours_of_type(n, _S)
+                if s_of_n.size > maxdeg:
+                    continue
+                ch, cnt = np.unique(self._chunk[s_of_n], return_counts=True)
+                for c2, k in zip(ch.tolist(), cnt.tolist()):
+                    if c2 < 0 or c2 == c or c2 in hop1:
+                        continue
+                    if c2 not in n_units:
+                        n_units[c2] = max(int(self._neighbours_of_type(c2, _S).size), 1)
+                    out[c2] = max(out.get(c2, 0.0), k / n_units[c2])
         return out
 
     def _bridges(self, hop1: list[int]) -> dict[int, float]:
@@ -544,6 +664,19 @@ def _search_graph(store: Any) -> Any:
     if not meta.is_file():
         return store.graph
     return HeteroGraph.load(store.path, mmap=True, validate=False)
+
+
+def passage_texts(store: Any, tables: Any, t_ids: np.ndarray) -> list[str]:
+    """Title + text of some T nodes, as the lexical index holds them (titles from the documents table)."""
+    from .lexical import titled
+
+    titles: dict[int, str] = {}
+    docs = getattr(store, "documents", None)
+    if docs is not None and "title" in docs.column_names:
+        titles = {int(d): t for d, t in zip(docs.column("doc_id").to_pylist(), docs.column("title").to_pylist())
+                  if t}
+    doc = np.asarray(tables.doc)[t_ids].tolist()
+    return [titled(text, titles.get(d)) for text, d in zip(tables.texts(t_ids), doc)]
 
 
 _PRIORITY = {"entry": 0, "ppr": 1, "name": 1, "attribute": 2, "high_level": 3}

@@ -1,0 +1,69 @@
+"""The lexical entry point: BM25 impact postings against the benchmark's sparse-matrix BM25."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from noderag.search.baselines import BM25Retriever
+from noderag.search.lexical import LexicalIndex, csr_of, lexical_arrays, passage_terms, titled, top_scored
+
+WORDS = ["alpha", "beta", "gamma", "delta", "river", "castle", "the", "of", "1986", "zeta", "omega", "kappa"]
+texts_st = st.lists(st.lists(st.sampled_from(WORDS), min_size=0, max_size=12).map(" ".join), min_size=1, max_size=25)
+
+
+@settings(max_examples=60, deadline=None)
+@given(texts=texts_st, query=st.lists(st.sampled_from(WORDS), min_size=1, max_size=5).map(" ".join),
+       offset=st.integers(0, 50))
+def test_scores_equal_sparse_matrix_bm25(texts, query, offset):
+    ids = np.arange(len(texts), dtype=np.int64) + offset  # node ids need not start at 0
+    lex = LexicalIndex(lexical_arrays(ids, texts))
+    ref = BM25Retriever([str(i) for i in ids], texts).scores([query])[0]
+    got_ids, got = lex.scores(query)
+    dense = np.zeros(len(texts))
+    dense[got_ids - offset] = got
+    np.testing.assert_allclose(dense, ref, rtol=1e-5, atol=1e-6)
+    assert np.all(np.diff(got_ids) > 0)  # sorted, unique
+
+
+def test_postings_are_impact_ordered_and_truncated_per_term():
+    texts = [" ".join(["river"] * (i + 1) + ["castle"]) for i in range(6)]
+    arrays = lexical_arrays(np.arange(6), texts)
+    ptr, w = arrays["lex_post_ptr"], arrays["lex_post_weight"]
+    for t in range(ptr.shape[0] - 1):
+        seg = w[ptr[t]:ptr[t + 1]]
+        assert np.all(np.diff(seg) <= 0)
+    full = LexicalIndex(arrays).scores("river")
+    cut = LexicalIndex(arrays, max_postings=2).scores("river")
+    assert cut[0].size == 2
+    # the two passages kept are the two with the highest impact for "river"
+    best = full[0][np.argsort(-full[1], kind="stable")[:2]]
+    assert sorted(cut[0].tolist()) == sorted(best.tolist())
+    assert csr_of(arrays, 6).shape == (ptr.shape[0] - 1, 6)
+
+
+def test_search_ranks_best_first_with_ties_by_id():
+    lex = LexicalIndex(lexical_arrays(np.array([5, 3, 9]), ["castle river", "castle river", "river"]))
+    ids, scores = lex.search("castle", 5)
+    assert ids.tolist() == [3, 5]
+    assert scores[0] == pytest.approx(scores[1])
+    assert top_scored(np.array([1, 2, 3]), np.array([0.5, 2.0, 2.0]), 2)[0].tolist() == [2, 3]
+    assert lex.search("unknownword", 3)[0].size == 0
+    assert lex.search("", 3)[0].size == 0
+
+
+def test_deterministic_and_title_indexed():
+    texts = [titled("Built in 1901 on the cliff.", "Haldis Lighthouse"), titled("A ferry line.", None)]
+    a = lexical_arrays(np.arange(2), texts)
+    b = lexical_arrays(np.arange(2), list(texts))
+    for key in a:
+        assert a[key].dtype == b[key].dtype and a[key].tobytes() == b[key].tobytes()
+    ids, _ = LexicalIndex(a).search("haldis", 2)
+    assert ids.tolist() == [0]
+
+
+def test_chinese_terms_are_segmenter_words_folded_to_simplified():
+    terms = passage_terms("馬祖列島位於臺灣海峽")
+    assert "马祖" in terms or "马祖列岛" in terms
+    lex = LexicalIndex(lexical_arrays(np.arange(2), ["馬祖列島位於臺灣海峽", "台北是一座城市"]))
+    assert lex.search("马祖在哪里", 1)[0].tolist() == [0]
