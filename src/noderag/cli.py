@@ -309,6 +309,11 @@ def _parser() -> argparse.ArgumentParser:
 
     add_serve_arguments(v)
     v.set_defaults(func=run_serve)
+    ev = sub.add_parser("eval", help="evaluate retrieval (and answers) on a dataset, with dense and BM25 baselines")
+    from noderag.eval.cli import add_eval_arguments, run_eval  # the eval package owns `eval`
+
+    add_eval_arguments(ev)
+    ev.set_defaults(func=run_eval)
     x = sub.add_parser("export", help="export the graph as GraphML, Neo4j import CSVs, PostgreSQL tables or Parquet")
     from noderag.export.cli import add_export_arguments, run_export
 

@@ -1,13 +1,19 @@
-"""Evaluation: answer scores (``noderag.eval.answers``) and retrieval metrics with intervals (``noderag.eval.metrics``).
+"""Evaluation: answer scores, retrieval metrics with intervals, dataset loaders and ``evaluate``.
 
-The answer scores keep their historical import path (``from noderag.eval import exact_match``).
+``noderag.eval.answers``: SQuAD-style EM/F1 and the LLM judge (importable from here, their historical
+path). ``noderag.eval.metrics``: per-question passage scores, bootstrap intervals, paired comparisons,
+breakdowns. ``noderag.eval.loaders``: the dataset formats. ``noderag.eval.run``: :func:`evaluate`, what
+``noderag eval`` runs.
 """
 
 from __future__ import annotations
 
 from .answers import (JUDGE_SCHEMA, answer_tokens, exact_match, judge_request, normalize_answer, parse_judgement,
                       token_f1)
+from .loaders import Dataset, DatasetError, Question, detect_format, load_dataset
 from .metrics import bootstrap_interval, breakdown, musique_hops, paired_bootstrap, passage_scores
+from .run import EvalMismatchError, evaluate
 
 __all__ = ["normalize_answer", "answer_tokens", "exact_match", "token_f1", "judge_request", "parse_judgement",
-           "JUDGE_SCHEMA", "passage_scores", "bootstrap_interval", "paired_bootstrap", "breakdown", "musique_hops"]
+           "JUDGE_SCHEMA", "passage_scores", "bootstrap_interval", "paired_bootstrap", "breakdown", "musique_hops",
+           "Dataset", "DatasetError", "Question", "detect_format", "load_dataset", "evaluate", "EvalMismatchError"]

@@ -1,0 +1,211 @@
+"""``noderag eval`` / ``noderag.eval.evaluate`` on the small fixtures of every format (tests/data/eval/).
+
+Every fixture holds the same ten passages and four questions in its own format (raw files name
+their passages ``tiny-NNNNN`` in order of first appearance, which the hand-written ``noderag``
+layout uses too), so one index serves them all and every format must give the figures of the
+package's own layout exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from noderag.cli import main
+from noderag.config import NodeRAGConfig
+from noderag.eval import DatasetError, EvalMismatchError, evaluate, load_dataset
+from noderag.llm.testing import ScriptedLLM
+
+DATA = Path(__file__).parent / "data" / "eval"
+FORMATS = {"beir": "beir", "hipporag": "hipporag", "hipporag_titles": "hipporag", "musique/tiny.jsonl": "musique",
+           "hotpotqa/tiny.json": "hotpotqa", "2wiki/tiny.json": "2wiki"}
+FAST = dict(latency=False, n_resamples=200, progress=False)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """The fixture corpus's index (hash embedder), built by evaluate itself, and the own layout's results."""
+    root = tmp_path_factory.mktemp("eval")
+    cfg = NodeRAGConfig().with_overrides({"embed.spec": "hash:64"})
+    res = evaluate(DATA / "noderag", root / "ix", out=root / "own", build_config=cfg, per_question=True, **FAST)
+    return root, res
+
+
+def _figures(res: dict) -> dict:
+    return {m: row["metrics"] for m, row in res["methods"].items()}
+
+
+def test_own_layout_builds_index_and_writes_outputs(built):
+    root, res = built
+    assert res["index"]["built"] is True and res["dataset"]["n_questions"] == 4
+    assert set(res["methods"]) == {"noderag", "dense", "bm25"}
+    for f in ("results.json", "results.md", "per_question.jsonl"):
+        assert (root / "own" / f).is_file()
+    on_disk = json.loads((root / "own" / "results.json").read_text())
+    assert _figures(on_disk) == _figures(res)
+    assert on_disk["config"]["search_config"]["context_tokens"] > 0 and on_disk["noderag_version"]
+    rows = [json.loads(x) for x in (root / "own" / "per_question.jsonl").read_text().splitlines()]
+    assert [r["id"] for r in rows] == [q.id for q in load_dataset(DATA / "noderag").questions]
+    # the per-question scores are those of the ranked ids written beside them
+    for r in rows:
+        for m, d in r["methods"].items():
+            hits = [p in r["gold"] for p in d["ranked"][:2]]
+            assert d["scores"]["recall@2"] == pytest.approx(sum(hits) / len(r["gold"]), abs=1e-4)
+    for m, row in res["methods"].items():
+        mean = sum(r["methods"][m]["scores"]["recall@5"] for r in rows) / len(rows)
+        assert row["metrics"]["recall@5"]["mean"] == pytest.approx(mean, abs=1e-4)
+        assert row["metrics"]["recall@5"]["low"] <= row["metrics"]["recall@5"]["mean"] <= row["metrics"]["recall@5"]["high"]
+    assert set(res["breakdown"]) == {"hops", "level", "type"}
+    assert res["breakdown"]["hops"]["noderag"]["3hop"]["n"] == 1
+    assert set(res["paired"]) == {"noderag - dense", "noderag - bm25"}
+
+
+@pytest.mark.parametrize("path,fmt", FORMATS.items())
+def test_every_format_gives_the_own_layout_figures(built, path, fmt):
+    root, ref = built
+    out = root / f"out-{fmt}-{path.replace('/', '_')}"
+    res = evaluate(DATA / path, root / "ix", out=out, **FAST)
+    assert res["dataset"]["format"] == fmt
+    assert res["index"]["built"] is False  # the same corpus: the index was checked and reused
+    assert _figures(res) == _figures(ref)
+    stats = res["dataset"]["stats"]
+    if fmt == "2wiki":  # a fifth question whose supporting title is in no context: counted and skipped
+        assert (stats["questions_read"], stats["questions_skipped"], stats["gold_unmapped"]) == (5, 1, 1)
+    else:
+        assert (stats["questions_skipped"], stats["gold_unmapped"]) == (0, 0)
+
+
+def test_other_corpus_is_refused(built, tmp_path):
+    root, _ = built
+    lines = (DATA / "noderag" / "corpus.jsonl").read_text().splitlines()
+    row = json.loads(lines[3])
+    row["text"] += " Changed."
+    lines[3] = json.dumps(row)
+    (tmp_path / "corpus.jsonl").write_text("\n".join(lines) + "\n")
+    (tmp_path / "questions.jsonl").write_text((DATA / "noderag" / "questions.jsonl").read_text())
+    with pytest.raises(EvalMismatchError, match="does not hold the dataset's corpus: 1 of its documents"):
+        evaluate(tmp_path, root / "ix", **FAST)
+
+
+def test_resume_after_torn_write_scores_only_the_rest(built, tmp_path):
+    root, _ = built
+    full = evaluate(DATA / "noderag", root / "ix", out=tmp_path / "a", batch_size=1, **FAST)
+    records = tmp_path / "a" / "state" / "records.jsonl"
+    lines = records.read_bytes().splitlines(keepends=True)
+    assert len(lines) == 4
+    records.write_bytes(b"".join(lines[:2]) + lines[2][:25])  # killed while writing the third batch
+    again = evaluate(DATA / "noderag", root / "ix", out=tmp_path / "a", batch_size=1, **FAST)
+    assert again["run"] == {**again["run"], "questions_resumed": 2, "questions_scored": 2}
+    assert _figures(again) == _figures(full)
+    assert len(records.read_bytes().splitlines()) == 4
+    # other settings in the same folder: refused, naming the field
+    with pytest.raises(EvalMismatchError, match="field 'ks' differs"):
+        evaluate(DATA / "noderag", root / "ix", out=tmp_path / "a", batch_size=1, ks=(1, 3), **FAST)
+    fresh = evaluate(DATA / "noderag", root / "ix", out=tmp_path / "a", batch_size=1, ks=(1, 3), restart=True, **FAST)
+    assert "recall@1" in fresh["methods"]["noderag"]["metrics"]
+
+
+def test_sigkill_mid_run_resumes(built, tmp_path):
+    """A real SIGKILL: 240 questions (the four, repeated under new ids) in batches of 2."""
+    root, _ = built
+    data = tmp_path / "many"
+    data.mkdir()
+    (data / "corpus.jsonl").write_text((DATA / "noderag" / "corpus.jsonl").read_text())
+    qs = [json.loads(x) for x in (DATA / "noderag" / "questions.jsonl").read_text().splitlines()]
+    with open(data / "questions.jsonl", "w") as fh:
+        for i in range(60):
+            for q in qs:
+                fh.write(json.dumps({**q, "id": f"{q['id']}#{i}"}) + "\n")
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "noderag.cli", "eval", str(data), "--index", str(root / "ix"), "--out", str(out),
+           "--batch-size", "2", "--resamples", "100", "--no-progress"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    records = out / "state" / "records.jsonl"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        if records.is_file() and records.read_bytes().count(b"\n") >= 5:
+            os.kill(proc.pid, signal.SIGKILL)
+            break
+        time.sleep(0.02)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL, "the run ended before it could be killed"
+    done = records.read_bytes().count(b"\n")
+    assert 5 <= done < 120
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert f"resuming: {2 * done:,} of 240 questions" in res.stderr
+    out_res = json.loads((out / "results.json").read_text())
+    assert out_res["run"]["questions_resumed"] == 2 * done and out_res["dataset"]["n_questions"] == 240
+    ids = [i for line in records.read_text().splitlines() for i in json.loads(line)["ids"]]
+    assert len(ids) == len(set(ids)) == 240  # no question was scored twice
+
+
+def test_answers_with_an_llm(built, tmp_path):
+    root, _ = built
+    gold = {q.question: q.answers[0] for q in load_dataset(DATA / "noderag").questions}
+
+    def respond(req):
+        user = req.messages[-1]["content"]
+        q = next(k for k in gold if k in user)
+        return {"answer": gold[q] if "Mercer" in q else "no idea", "citations": []}
+
+    llm = ScriptedLLM(respond)
+    res = evaluate(DATA / "noderag", root / "ix", out=tmp_path / "qa", llm=llm, methods=("noderag", "bm25"), **FAST)
+    for m in ("noderag", "bm25"):
+        a = res["methods"][m]["answers"]
+        assert a["answered"] == 4 and a["failed"] == 0
+        assert a["exact_match"]["mean"] == 0.5 and a["f1"]["mean"] == 0.5  # the two Mercer questions
+    assert llm.calls == 8
+    assert "exact_match" in res["paired"]["noderag - bm25"]
+
+
+def _write(path: Path, rows) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_gold_ids_not_in_corpus_name_file_and_field(tmp_path):
+    _write(tmp_path / "corpus.jsonl", [{"id": "a", "title": "A", "text": "Alpha."}])
+    _write(tmp_path / "questions.jsonl", [{"id": "q1", "question": "What?", "supporting_ids": ["a"]},
+                                          {"id": "q2", "question": "Who?", "supporting_ids": ["a", "zz"]}])
+    with pytest.raises(DatasetError, match=r"questions\.jsonl:2: field 'supporting_ids': \['zz'\] not in corpus"):
+        load_dataset(tmp_path)
+
+
+def test_qrels_with_unknown_query_id(tmp_path):
+    _write(tmp_path / "corpus.jsonl", [{"_id": "d1", "title": "", "text": "Alpha."}])
+    _write(tmp_path / "queries.jsonl", [{"_id": "q1", "text": "What?"}])
+    (tmp_path / "qrels").mkdir()
+    (tmp_path / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\nq9\td1\t1\n")
+    with pytest.raises(DatasetError, match=r"qrels/test\.tsv:3: field 'query-id': 'q9' is not in queries\.jsonl"):
+        load_dataset(tmp_path)
+
+
+def test_undetectable_format_and_cli_one_line(tmp_path, capsys):
+    (tmp_path / "notes.txt").write_text("hello")
+    with pytest.raises(DatasetError, match="cannot detect the dataset format"):
+        load_dataset(tmp_path)
+    (tmp_path / "x.json").write_text(json.dumps([{"question": "q", "gold": []}]))
+    with pytest.raises(DatasetError, match=r"x\.json: cannot detect the dataset format: the first record"):
+        load_dataset(tmp_path / "x.json")
+    assert main(["eval", str(tmp_path), "--index", str(tmp_path / "ix"), "--no-progress"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("noderag: error: ") and str(tmp_path) in err[0]
+    assert not (tmp_path / "ix").exists()  # nothing was built for a dataset that could not be read
+
+
+def test_musique_paragraph_without_flag_and_bad_field(tmp_path):
+    p = tmp_path / "m.jsonl"
+    _write(p, [{"id": "2hop__1_2", "question": "q", "paragraphs": [{"title": "t", "paragraph_text": "x"}]}])
+    with pytest.raises(DatasetError, match=r"m\.jsonl:1: field 'paragraphs\[\]\.is_supporting' missing"):
+        load_dataset(p)
+    _write(p, [{"id": "2hop__1_2", "question": "q", "paragraphs": [{"title": "t", "is_supporting": True}]}])
+    with pytest.raises(DatasetError, match=r"m\.jsonl:1: field 'paragraphs\[0\]\.paragraph_text'"):
+        load_dataset(p)
