@@ -64,8 +64,31 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
+def current_umask() -> int:
+    """The process's umask, read without changing it (Linux: /proc/self/status; elsewhere set and restored)."""
+    try:
+        with open("/proc/self/status", "rb") as fh:
+            for line in fh:
+                if line.startswith(b"Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def new_file_mode() -> int:
+    """The mode a plainly created file gets: 0o666 less the umask (0o644 under the usual 022)."""
+    return 0o666 & ~current_umask()
+
+
 def _atomic_write(path: str | os.PathLike, write: Callable[[io.BufferedWriter], None]) -> Path:
-    """Run ``write(fileobj)`` on a temp file next to ``path``, fsync, then rename onto ``path``."""
+    """Run ``write(fileobj)`` on a temp file next to ``path``, fsync, then rename onto ``path``.
+
+    The temp file is created 0600 (``mkstemp``); it gets the mode a plainly created file would have
+    (0666 less the umask) before the rename, so a reader that is not the writer can open the index.
+    """
     path = Path(path)
     directory = path.parent if str(path.parent) else Path(".")
     directory.mkdir(parents=True, exist_ok=True)
@@ -73,6 +96,7 @@ def _atomic_write(path: str | os.PathLike, write: Callable[[io.BufferedWriter], 
     tmp = Path(tmp_name)
     try:
         with os.fdopen(fd, "wb") as fh:
+            os.fchmod(fh.fileno(), new_file_mode())
             write(fh)
             fh.flush()
             os.fsync(fh.fileno())

@@ -66,7 +66,7 @@ class WriterLock:
         if self._fd is not None:
             raise RuntimeError(f"{self.path}: already held by this object")
         self.root.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)  # less the umask
         deadline = time.monotonic() + self.wait
         try:
             while True:
@@ -78,7 +78,7 @@ class WriterLock:
                     # while we waited: this lock is on a dead file; lock the one at the path now
                     os.close(fd)
                     self.root.mkdir(parents=True, exist_ok=True)
-                    fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+                    fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)  # less the umask
                 except BlockingIOError:
                     if time.monotonic() >= deadline:
                         waited = f" (waited {self.wait:g} s)" if self.wait else ""
