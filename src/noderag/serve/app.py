@@ -29,7 +29,7 @@ from .. import __version__
 from ..search import SearchConfig, Searcher
 from .models import (AnswerOut, AnswerRequest, ErrorOut, HealthOut, Limits, NodeOut, RetrievalOut,
                      RetrieveManyOut, RetrieveManyRequest, RetrieveRequest, StatsOut)
-from .reload import Generation, GenerationWatcher
+from .reload import Generation, GenerationWatcher, LiveGeneration
 from .stream import answer_events, sse
 from .views import GraphView, NodeNotFound
 from .worker import RetrievalWorker, Timing
@@ -229,21 +229,23 @@ def create_app(index: Any, *, llm: Any = None, settings: ServeSettings | None = 
 
     def prepare(new_store: Any) -> Generation:
         """Searcher and views of another generation; the embedding model is shared, not reloaded."""
-        s = Searcher(new_store, search_config, llm=llm, embedder=live[0].searcher.embedder)
+        s = Searcher(new_store, search_config, llm=llm, embedder=emb)
         s.retrieve_many(["warm-up question"], query_vectors=warm_vec)
         return Generation(new_store, s, GraphView(new_store))
 
-    live = [Generation(store, searcher, GraphView(store))]  # the generation being served (swapped whole)
+    # the generation being served (swapped whole); each request holds the one it uses, and a superseded
+    # generation is closed (pin released, searcher dropped) when its last request is done
+    live = LiveGeneration(Generation(store, searcher, GraphView(store)))
     worker = RetrievalWorker(searcher, max_batch=settings.max_batch, retrieve_batch=settings.retrieve_batch,
-                             max_pending=settings.max_pending, context=live[0])
+                             max_pending=settings.max_pending, context=live.current)
 
     def swap(gen: Generation) -> None:
-        live[0] = gen
-        worker.swap(gen.searcher, gen)
+        live.swap(gen, between=lambda: worker.swap(gen.searcher, gen))  # new batches first, then retire
 
     watcher = None
     if settings.reload_s and getattr(store, "root", None) is not None:
-        watcher = GenerationWatcher(store.root, lambda: live[0], prepare, swap, interval_s=settings.reload_s)
+        watcher = GenerationWatcher(store.root, lambda: live.current, prepare, swap, interval_s=settings.reload_s)
+    del store, searcher  # only `live` and the worker hold generations from here on
     counters = {"requests": 0, "errors": 0, "started": time.time()}
 
     @asynccontextmanager
@@ -343,22 +345,26 @@ def create_app(index: Any, *, llm: Any = None, settings: ServeSettings | None = 
     async def answer(req: AnswerRequest) -> Response:
         """Retrieve, then answer with the configured LLM (400 when the server has none)."""
         counters["requests"] += 1
-        searcher = live[0].searcher
-        if searcher.llm is None:
+        if live.current.searcher.llm is None:
             counters["errors"] += 1
             return _error(400, "no LLM is configured on this server, so only retrieval is available: use POST "
                                "/retrieve, or restart the server with --llm SPEC", "llm")
         res, body, _ = await run_one(req.question, req.k, req.stream or req.explain)
         if not req.stream:
-            out = await asyncio.to_thread(searcher.answer, req.question, retrieval=res)
+            gen = live.acquire()  # the answer may read node texts: hold a generation while it runs
+            try:
+                out = await asyncio.to_thread(gen.searcher.answer, req.question, retrieval=res)
+            finally:
+                gen.release()
             d = out.to_dict()
             d["retrieval"] = json.loads(body)
             return JSONResponse(d)
+        searcher_llm = live.current.searcher.llm
 
         async def events():
             yield b"event: retrieval\ndata: " + body + b"\n\n"
             try:
-                async for kind, data in answer_events(searcher.llm, req.question, res):
+                async for kind, data in answer_events(searcher_llm, req.question, res):
                     yield sse(kind, data)
             except Exception:  # noqa: BLE001 - the stream has started: report in-band, log the details
                 log.exception("answer stream failed")
@@ -373,18 +379,23 @@ def create_app(index: Any, *, llm: Any = None, settings: ServeSettings | None = 
     async def node(node_id: int) -> JSONResponse:
         """One node: text, type, source passage and neighbours (first 50, by type)."""
         counters["requests"] += 1
+        gen = live.acquire()
         try:
-            return JSONResponse(live[0].view.node(node_id))
+            return JSONResponse(gen.view.node(node_id))
         except NodeNotFound as exc:
             counters["errors"] += 1
             return _error(404, str(exc), "path.node_id")
+        finally:
+            gen.release()
 
     @app.get("/stats", response_model=StatsOut, responses=err_responses, tags=["index"])
     async def stats() -> JSONResponse:
         """Index counts and server counters."""
-        gen = live[0]
-        searcher = gen.searcher
-        m = gen.store.manifest
+        gen = live.acquire()
+        try:
+            searcher, m = gen.searcher, gen.store.manifest
+        finally:
+            gen.release()
         return JSONResponse({"generation": gen.number,
             "counts": m.get("counts", {}), "bytes_total": m.get("bytes_total"),
             "llm": (settings.llm_spec or getattr(searcher.llm, "model_id", "configured"))
@@ -403,8 +414,11 @@ def create_app(index: Any, *, llm: Any = None, settings: ServeSettings | None = 
     @app.get("/health", response_model=HealthOut, responses=err_responses, tags=["index"])
     async def health() -> dict:
         """Liveness: the index is open."""
-        gen = live[0]
-        return {"status": "ok", "nodes": gen.view.n, "llm": gen.searcher.llm is not None, "generation": gen.number}
+        gen = live.acquire()
+        try:
+            return {"status": "ok", "nodes": gen.view.n, "llm": gen.searcher.llm is not None, "generation": gen.number}
+        finally:
+            gen.release()
 
     @app.get("/", include_in_schema=False)
     async def page() -> Response:

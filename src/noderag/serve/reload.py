@@ -1,11 +1,14 @@
-"""Serve new index generations without a restart: watch ``INDEX/CURRENT`` and swap in what a writer commits.
+"""Serve new index generations without a restart: watch ``INDEX/CURRENT``, swap in what a writer commits, and
+let go of the old generation as soon as nothing uses it.
 
 Every build, insert or delete commits a new generation and switches the ``CURRENT`` pointer
 (:mod:`noderag.index.generations`). A watcher thread reads the pointer every ``interval_s``; when it
 moved, it opens the new generation (which pins it), prepares a searcher (reusing the loaded embedding
-model) and its views off the request path, then swaps them into the retrieval worker between two
-batches. Requests already in a batch finish on the generation they started on; the old generation's
-pin is released when its last batch drops it, so a writer can then remove it.
+model) and its views off the request path, then swaps them in. Each generation counts the requests
+using it (:meth:`Generation.acquire` / :meth:`Generation.release`): requests already in a batch finish
+on the generation they started on, and when the last of them is done the superseded generation is
+closed (its pin released) and its searcher and views dropped, so the next writer or ``noderag gc``
+removes its folder: a deleted document's text does not outlive the switch on disk.
 """
 
 from __future__ import annotations
@@ -13,25 +16,104 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass
 from typing import Any, Callable
 
-__all__ = ["Generation", "GenerationWatcher"]
+__all__ = ["Generation", "GenerationReleased", "GenerationWatcher", "LiveGeneration"]
 
 log = logging.getLogger("noderag.serve")
 
 
-@dataclass(frozen=True)
-class Generation:
-    """One opened index generation with what the server prepared for it."""
+class GenerationReleased(RuntimeError):
+    """A request reached a generation the server had already released (a bug: requests hold a reference)."""
 
-    store: Any
-    searcher: Any
-    view: Any
+
+class Generation:
+    """One opened index generation with what the server prepared for it, and a count of the requests using it.
+
+    ``retire()`` marks it superseded; it is closed (the store's pin released, searcher and views dropped)
+    when it is retired and no request holds it.
+    """
+
+    def __init__(self, store: Any, searcher: Any, view: Any) -> None:
+        self.store = store
+        self.searcher = searcher
+        self.view = view
+        self.number: int | None = getattr(store, "generation", None)
+        self._lock = threading.Lock()
+        self._refs = 0
+        self._retired = False
+        self.closed = False
+
+    def acquire(self, n: int = 1) -> bool:
+        """Hold the generation for ``n`` more requests; False (nothing held) when it is already closed."""
+        with self._lock:
+            if self.closed:
+                return False
+            self._refs += n
+            return True
+
+    def release(self, n: int = 1) -> None:
+        """Drop ``n`` holds; the last one of a retired generation closes it."""
+        with self._lock:
+            self._refs -= n
+            if self._refs < 0:
+                raise RuntimeError(f"generation {self.number}: released more often than acquired")
+            done = self._retired and self._refs == 0 and not self.closed
+            if done:
+                self.closed = True
+        if done:
+            self._close()
+
+    def retire(self) -> None:
+        """Mark superseded: closed now when idle, else by the last :meth:`release`."""
+        with self._lock:
+            self._retired = True
+            done = self._refs == 0 and not self.closed
+            if done:
+                self.closed = True
+        if done:
+            self._close()
 
     @property
-    def number(self) -> int | None:
-        return getattr(self.store, "generation", None)
+    def refs(self) -> int:
+        return self._refs
+
+    def _close(self) -> None:
+        close = getattr(self.store, "close", None)
+        if close is not None:
+            close()
+        self.store = self.searcher = self.view = None  # the memory maps go with the last reference
+        log.info("released index generation %s", self.number)
+
+
+class LiveGeneration:
+    """The generation being served, swapped whole; :meth:`acquire` holds it for one request."""
+
+    def __init__(self, gen: Generation) -> None:
+        self._gen = gen
+        self._lock = threading.Lock()
+
+    @property
+    def current(self) -> Generation:
+        return self._gen
+
+    def acquire(self) -> Generation:
+        """The current generation, held for the caller (who must :meth:`Generation.release` it)."""
+        with self._lock:  # a swap cannot retire it between the read and the hold
+            gen = self._gen
+            if not gen.acquire():
+                raise GenerationReleased(f"generation {gen.number} is closed but still current")
+            return gen
+
+    def swap(self, gen: Generation, between: Callable[[], None] | None = None) -> Generation:
+        """Serve ``gen`` from now on; ``between`` runs after the switch and before the old one is retired.
+        Returns the old generation."""
+        with self._lock:
+            old, self._gen = self._gen, gen
+        if between is not None:
+            between()
+        old.retire()
+        return old
 
 
 class GenerationWatcher:

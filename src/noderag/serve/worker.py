@@ -204,15 +204,33 @@ class RetrievalWorker:
             self._ready.append(None)
             self._cond.notify_all()
 
+    def _hold(self, n: int) -> tuple[Any, Any]:
+        """The current (searcher, context), its context held for ``n`` jobs when it counts references
+        (``acquire``/``release``, as a served generation does) until their search is done."""
+        while True:
+            current = self._current
+            acquire = getattr(current[1], "acquire", None)
+            if acquire is None or acquire(n):
+                return current
+            if self._current is current:  # closed but still current: the swap protocol was broken
+                raise RuntimeError("the retrieval worker's generation was released while still current")
+
+    @staticmethod
+    def _let_go(current: tuple[Any, Any], n: int) -> None:
+        release = getattr(current[1], "release", None)
+        if release is not None:
+            release(n)
+
     def _embed(self, batch: list[_Job]) -> None:
-        current = self._current  # one searcher (and context) for the whole batch
         start = time.perf_counter()
         live = [j for j in batch if j.future.set_running_or_notify_cancel()]
         if not live:
             return
+        current = self._hold(len(live))  # one searcher (and context) for the whole batch
         try:
             vecs = current[0].embed([j.query for j in live])
         except Exception as exc:  # noqa: BLE001 - delivered to every waiting request, the worker lives on
+            self._let_go(current, len(live))
             for j in live:
                 j.future.set_exception(exc)
             return
@@ -240,10 +258,25 @@ class RetrievalWorker:
                        and self._ready[0].current is part[0].current):
                     part.append(self._ready.popleft())
                 self._cond.notify_all()  # room for the embedder
-            self._search(part)
+            current = part[0].current
+            try:
+                self._search(part)
+            finally:  # the generation may be released once its last job is answered
+                for j in part:
+                    j.current = j.vec = None
+                self._let_go(current, len(part))
+                del part, current
 
     def _search(self, part: list[_Job]) -> None:
         searcher, context = part[0].current
+        if getattr(context, "closed", False):  # never answer from a released generation
+            from .reload import GenerationReleased
+
+            exc = GenerationReleased(f"generation {getattr(context, 'number', None)} was released with jobs "
+                                     "pending")
+            for j in part:
+                j.future.set_exception(exc)
+            return
         t1, c1, n1 = time.perf_counter(), time.thread_time(), _involuntary_switches()
         try:
             results = searcher.retrieve_many([j.query for j in part], query_vectors=np.stack([j.vec for j in part]))
