@@ -152,6 +152,10 @@ def _cmd_build(args: argparse.Namespace) -> int:
         config = (config or NodeRAGConfig()).with_overrides(overrides)
     progress = not args.no_progress
     log = (lambda msg: print(f"noderag: {msg}", file=sys.stderr)) if progress else None
+    if getattr(args, "estimate", False):  # the cost of an LLM build; no model is called, nothing is built
+        from noderag.index.estimate import run_estimate
+
+        return run_estimate(args, config, log)
     executor = None
     if args.executor or args.ray_address:  # where decompose/embed run: no part of the index's configuration
         from dataclasses import replace
@@ -249,6 +253,13 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--no-progress", action="store_true", help="no progress bars")
     b.add_argument("--wait", type=float, metavar="SECONDS", default=None,
                    help="wait up to SECONDS for another writer of the index to finish (default: fail at once)")
+    b.add_argument("--estimate", action="store_true",
+                   help="print what an LLM build of INPUT would cost (requests and tokens per stage, embedding, "
+                        "time) without calling any model; builds nothing")
+    b.add_argument("--estimate-tps", type=float, metavar="N", default=None,
+                   help="with --estimate: LLM throughput in tokens/s, for a time range")
+    b.add_argument("--estimate-sample", type=int, metavar="N", default=None,
+                   help="with --estimate: render only N chunks spread over the input and extrapolate")
     b.set_defaults(func=_cmd_build)
     ins = sub.add_parser("insert", help="add documents to an existing index (what `build --index` of one does)")
     ins.add_argument("index", metavar="DIR", help="index directory (must hold a finished index)")

@@ -1,0 +1,300 @@
+"""``noderag build --estimate``: what an LLM build would cost, without calling any model.
+
+How: the inputs are read and chunked by the build's own reader and chunker, and a *dry run* of the
+real build pipeline runs on them (into a temporary folder) with a stand-in backend that answers
+every LLM request offline. So the decompose prompts are the real prompts rendered on the real
+chunks, and the attribute and community prompts are rendered by the real augment code on a graph
+built from offline stand-in answers: the ``nlp`` decomposer's units, entities and relations for
+each chunk, extractive attribute summaries of ``attributes.summary_tokens`` tokens and one element
+per community. Decompose figures are therefore exact up to the tokenizer (the project's offline
+tokenizer, plus 4 tokens of chat framing per message, as :func:`noderag.llm.base.estimate_usage`);
+attribute and community figures depend on the graph an LLM would extract and are an estimate from
+the nlp graph. Retries of invalid replies are not counted.
+
+Completion tokens: the completion/prompt ratio per stage measured in an LLM cache (``llm_cache.sqlite``
+of the index, when it holds answers of that stage), else the ratios of the committed LLM build of the
+demo corpus (``benchmarks/results/llm_demo_build_stats.json``), stated in the result.
+
+Sampling (``sample=N``): only N chunks, spread evenly over the input (deterministic), are rendered
+and dry-run; every count is multiplied by (chunks / N), and the result says so.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+__all__ = ["estimate_build", "format_estimate", "DEFAULT_COMPLETION_RATIO"]
+
+STAGES = ("decompose", "attributes", "communities")
+# completion / prompt tokens per stage in the committed LLM build of the demo corpus (12 chunks,
+# benchmarks/results/llm_demo_build_stats.json: 2577/3345, 134/330, 714/944)
+DEFAULT_COMPLETION_RATIO = {"decompose": 0.770, "attributes": 0.406, "communities": 0.756}
+# the node types a build embeds (T, S, A, H: build_stages' emb_ids; N, R and O get no vector of their own)
+_EMBEDDED_TYPES = ("T", "S", "A", "H")
+
+
+class _DryRunLLM:
+    """Offline stand-in backend: answers each request without a model and counts its prompt tokens.
+
+    Replies are schema-valid: decompose from the nlp decomposer, attributes extractive, communities
+    one element. Built lazily on the BaseBackend so that importing this module stays cheap.
+    """
+
+    def __new__(cls, decompose_config):
+        from noderag.llm.base import BaseBackend, RawOutput, estimate_usage, validated_batch
+        from noderag.llm.prompts import USER_TEMPLATES
+        from noderag.llm.types import Usage
+
+        from .decompose.base import ChunkInput
+        from .decompose.nlp import NLPDecomposer
+
+        class DryRun(BaseBackend):
+            model_id = "noderag-estimate-dry-run"
+
+            def __init__(self) -> None:
+                super().__init__(max_validation_retries=0)
+                self.nlp = NLPDecomposer(decompose_config)
+                self.frames = [USER_TEMPLATES[lg]["decompose"].split("{text}") for lg in USER_TEMPLATES]
+                self.prompt: dict[str, int] = {s: 0 for s in STAGES}
+                self.requests: dict[str, int] = {s: 0 for s in STAGES}
+                self.units = 0
+
+            def run(self, requests, *, stage: str):
+                key = stage if stage in STAGES else stage.split(":")[0]
+                for r in requests:
+                    self.requests[key] = self.requests.get(key, 0) + 1
+                    self.prompt[key] = self.prompt.get(key, 0) + estimate_usage(r, "").prompt
+                return super().run(requests, stage=stage)
+
+            def generate(self, requests, *, on_result=None):
+                return validated_batch(list(requests), self._call_batch, self.validators, 0, on_result)
+
+            def _chunk_text(self, user: str) -> str:
+                for frame in self.frames:
+                    if len(frame) == 2 and user.startswith(frame[0]) and user.endswith(frame[1]):
+                        return user[len(frame[0]):len(user) - len(frame[1])]
+                return user
+
+            def _reply(self, req) -> Any:
+                user = req.messages[-1]["content"]
+                props = (req.schema or {}).get("properties", {})
+                if req.schema is None:  # attribute summary: the leading units, about summary_tokens long
+                    from noderag.tokenize import default_tokenizer
+
+                    lines = [ln[2:] for ln in user.splitlines() if ln.startswith("- ") and len(ln) > 2]
+                    return default_tokenizer().truncate(" ".join(lines) or user, self.summary_tokens)
+                if "units" in props:
+                    item = props["units"]["items"]["properties"]
+                    dec = self.nlp.decompose([ChunkInput(0, self._chunk_text(user), None)])[0]
+                    units = []
+                    for u in dec.units[: props["units"]["maxItems"]]:
+                        ents = list(dict.fromkeys(e[:100] for e in u.entities if e.strip()))[
+                            : item["entities"]["maxItems"]]
+                        rels = [{"source": s[:100], "relation": r[:120], "target": t[:100]}
+                                for s, r, t in u.relations if s.strip() and r.strip() and t.strip()][
+                            : item["relations"]["maxItems"]]
+                        units.append({"text": u.text[: item["text"]["maxLength"]], "entities": ents,
+                                      "relations": rels})
+                    self.units += len(units)
+                    return {"units": units}
+                if "elements" in props:
+                    first = next((ln[2:] for ln in user.splitlines() if ln.startswith("- ")), "community")
+                    return {"elements": [{"title": first[:60].strip() or "community",
+                                          "description": first[:600].strip() or "community"}]}
+                raise ValueError(f"the estimate has no stand-in reply for a schema with {sorted(props)}")
+
+            def _call_batch(self, batch):
+                out = []
+                for req in batch:
+                    v = self._reply(req)
+                    text = v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)
+                    out.append(RawOutput(text=text, usage=Usage(0, 0, 0, True), finish_reason="stop"))
+                return out
+
+        return DryRun()
+
+
+def _cache_ratios(cache_path: Path) -> dict[str, tuple[float, int]]:
+    """(completion/prompt ratio, answers) per stage measured in an LLM cache; stages told apart by reply shape."""
+    if not cache_path.is_file():
+        return {}
+    sums = {s: [0, 0, 0] for s in STAGES}
+    try:
+        con = sqlite3.connect(f"file:{cache_path}?mode=ro", uri=True)
+        try:
+            rows = con.execute("SELECT value, usage FROM responses").fetchall()
+        finally:
+            con.close()
+    except sqlite3.Error:
+        return {}
+    for value, usage in rows:
+        try:
+            v = json.loads(value) if value else None
+            u = json.loads(usage)
+        except (TypeError, ValueError):
+            continue
+        stage = ("decompose" if isinstance(v, dict) and "units" in v else
+                 "communities" if isinstance(v, dict) and "elements" in v else
+                 "attributes" if v is None or isinstance(v, str) else None)
+        if stage is None or u.get("estimated") or not u.get("prompt"):
+            continue
+        s = sums[stage]
+        s[0] += int(u.get("prompt", 0))
+        s[1] += int(u.get("completion", 0))
+        s[2] += 1
+    return {k: (v[1] / v[0], v[2]) for k, v in sums.items() if v[2] and v[0]}
+
+
+def estimate_build(inputs: Sequence[str | os.PathLike], config=None, *, index_dir: str | os.PathLike | None = None,
+                   sample: int | None = None, tps: float | None = None, progress: bool = False,
+                   log=None) -> dict:
+    """Requests and tokens per LLM stage, embedding texts and tokens, and a time range, of an LLM build.
+
+    Parameters
+    ----------
+    inputs : the build's inputs (files, folders, JSONL corpora)
+    config : NodeRAGConfig (chunking, decompose limits, attributes and communities settings)
+    index_dir : an existing index: documents it already holds are not counted (a build only adds new
+        ones), and its ``llm_cache.sqlite`` gives the completion/prompt ratios when it has them
+    sample : render and dry-run only this many chunks, spread over the input, and extrapolate
+    tps : LLM throughput in tokens per second, for the time range
+    """
+    from noderag.config import NodeRAGConfig
+    from noderag.tokenize import count_tokens
+
+    from .chunk import chunk_text
+    from .ingest import ingest
+
+    config = config or NodeRAGConfig()
+    t0 = time.perf_counter()
+    known: set[str] = set()
+    cache_path = None
+    if index_dir is not None and (Path(index_dir) / "CURRENT").is_file():
+        from .store import IndexStore
+
+        with IndexStore.open(index_dir) as store:
+            known = set(store.documents.column("content_hash").to_pylist())
+        cache_path = Path(index_dir) / "llm_cache.sqlite"
+    docs, dupes = ingest(list(inputs), known_hashes=known)
+    chunks = [(d.title, c) for d in docs for c in chunk_text(d.text, config.chunk.max_tokens, config.chunk.min_tokens)]
+    n_chunks = len(chunks)
+    if sample is not None and int(sample) < 1:
+        raise ValueError(f"--estimate-sample must be >= 1, got {sample}")
+    if sample is not None and int(sample) < n_chunks:
+        pick = np.unique(np.linspace(0, n_chunks - 1, int(sample)).round().astype(np.int64)).tolist()
+    else:
+        pick = list(range(n_chunks))
+    factor = n_chunks / len(pick) if pick else 1.0
+    chunk_tokens = sum(count_tokens(c) for _, c in chunks)
+
+    stages: dict[str, dict] = {s: {"requests": 0, "prompt_tokens": 0} for s in STAGES}
+    embed = {"texts": 0, "tokens": 0}
+    if pick:
+        dry_cfg = replace(config, decompose=replace(config.decompose, method="llm"),
+                          embed=replace(config.embed, spec="hash:64"),  # vectors never reach a prompt
+                          llm=replace(config.llm, spec=None, cache=False))
+        llm = _DryRunLLM(dry_cfg.decompose)
+        llm.summary_tokens = int(config.attributes.summary_tokens)
+        from .pipeline import build_index
+        from .store import IndexStore
+
+        with tempfile.TemporaryDirectory(prefix="noderag-estimate-") as tmp:
+            part = Path(tmp) / "sample.jsonl"
+            with open(part, "w", encoding="utf-8") as fh:  # each picked chunk as one document: chunked alike
+                for k, i in enumerate(pick):
+                    title, text = chunks[i]
+                    fh.write(json.dumps({"id": f"chunk-{k}", "title": title, "text": text}, ensure_ascii=False)
+                             + "\n")
+            if log:
+                log(f"estimate: dry run of the build pipeline on {len(pick):,} of {n_chunks:,} chunks "
+                    "(no model is called)")
+            build_index([str(part)], Path(tmp) / "ix", dry_cfg, llm=llm, progress=progress, allow_failures=True)
+            for s in STAGES:
+                stages[s] = {"requests": llm.requests.get(s, 0), "prompt_tokens": llm.prompt.get(s, 0)}
+            with IndexStore.open(Path(tmp) / "ix") as store:
+                from noderag.graph.types import NodeType
+
+                types = store.types
+                texts = store.texts
+                want = [int(NodeType[n]) for n in _EMBEDDED_TYPES]
+                active = np.asarray(store.active, dtype=bool)
+                for i in np.flatnonzero(np.isin(types, want) & active).tolist():
+                    embed["texts"] += 1
+                    embed["tokens"] += count_tokens(texts[i])
+    measured = _cache_ratios(cache_path) if cache_path is not None else {}
+    out_stages = {}
+    for s in STAGES:
+        req = stages[s]["requests"] * factor
+        prompt = stages[s]["prompt_tokens"] * factor
+        ratio, source = (measured[s][0], f"measured on {measured[s][1]} cached answers") if s in measured else \
+            (DEFAULT_COMPLETION_RATIO[s], "default (the demo corpus LLM build)")
+        out_stages[s] = {"requests": int(round(req)), "prompt_tokens": int(round(prompt)),
+                         "completion_tokens": int(round(prompt * ratio)), "completion_ratio": round(ratio, 3),
+                         "completion_ratio_source": source,
+                         "exact": s == "decompose" and factor == 1.0}
+    total_p = sum(v["prompt_tokens"] for v in out_stages.values())
+    total_c = sum(v["completion_tokens"] for v in out_stages.values())
+    res = {
+        "documents": len(docs), "documents_known_or_duplicate": dupes, "chunks": n_chunks,
+        "chunk_tokens": chunk_tokens, "sampled_chunks": len(pick), "extrapolated": factor != 1.0,
+        "scale_factor": round(factor, 4), "stages": out_stages,
+        "total": {"requests": sum(v["requests"] for v in out_stages.values()), "prompt_tokens": total_p,
+                  "completion_tokens": total_c},
+        "embedding": {"texts": int(round(embed["texts"] * factor)), "tokens": int(round(embed["tokens"] * factor))},
+        "tokenizer": "noderag.tokenize (offline) + 4 tokens of chat framing per message",
+        "estimate_s": round(time.perf_counter() - t0, 1),
+    }
+    if tps:
+        if tps <= 0:
+            raise ValueError(f"--estimate-tps must be > 0, got {tps}")
+        # fastest: prompt processing is free next to generation; slowest: every token at tps
+        res["time_s"] = {"tps": tps, "low": round(total_c / tps, 1), "high": round((total_p + total_c) / tps, 1)}
+    return res
+
+
+def format_estimate(est: dict) -> str:
+    """The estimate as a plain-text table (what ``noderag build --estimate`` prints)."""
+    lines = []
+    how = (f"extrapolated from {est['sampled_chunks']:,} of {est['chunks']:,} chunks (x{est['scale_factor']})"
+           if est["extrapolated"] else f"all {est['chunks']:,} chunks rendered")
+    lines.append(f"LLM build estimate: {est['documents']:,} new document(s), {est['chunks']:,} chunks "
+                 f"({est['chunk_tokens']:,} tokens); {how}; no model was called")
+    lines.append("")
+    lines.append(f"{'stage':<14}{'requests':>10}{'prompt tok':>14}{'completion tok':>16}  completion ratio")
+    for s, v in est["stages"].items():
+        note = "" if s == "decompose" else "  (prompts rendered on the nlp graph)"
+        lines.append(f"{s:<14}{v['requests']:>10,}{v['prompt_tokens']:>14,}{v['completion_tokens']:>16,}  "
+                     f"{v['completion_ratio']} {v['completion_ratio_source']}{note}")
+    t = est["total"]
+    lines.append(f"{'total':<14}{t['requests']:>10,}{t['prompt_tokens']:>14,}{t['completion_tokens']:>16,}")
+    lines.append("")
+    lines.append(f"embedding: {est['embedding']['texts']:,} texts, {est['embedding']['tokens']:,} tokens")
+    if "time_s" in est:
+        ts = est["time_s"]
+        lines.append(f"time at {ts['tps']:,} tokens/s: {ts['low']:,.0f} s (completion tokens only) to "
+                     f"{ts['high']:,.0f} s (prompt + completion)")
+    lines.append(f"tokens counted with {est['tokenizer']}; retries of invalid replies not included")
+    return "\n".join(lines)
+
+
+def run_estimate(args, config, log=None) -> int:
+    """``noderag build INPUT... --index DIR --estimate [--estimate-tps N] [--estimate-sample N]``."""
+    from noderag.config import ConfigError
+
+    if args.estimate_tps is not None and not args.estimate_tps > 0:
+        raise ConfigError(f"--estimate-tps must be > 0, got {args.estimate_tps}")
+    if args.estimate_sample is not None and args.estimate_sample < 1:
+        raise ConfigError(f"--estimate-sample must be >= 1, got {args.estimate_sample}")
+    est = estimate_build(args.inputs, config, index_dir=args.index, sample=args.estimate_sample,
+                         tps=args.estimate_tps, progress=False, log=log)
+    print(format_estimate(est))
+    return 0
