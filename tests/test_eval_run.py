@@ -209,3 +209,18 @@ def test_musique_paragraph_without_flag_and_bad_field(tmp_path):
     _write(p, [{"id": "2hop__1_2", "question": "q", "paragraphs": [{"title": "t", "is_supporting": True}]}])
     with pytest.raises(DatasetError, match=r"m\.jsonl:1: field 'paragraphs\[0\]\.paragraph_text'"):
         load_dataset(p)
+
+
+def test_demo_dataset_on_an_index_of_the_demo_folder(tmp_path):
+    """``noderag eval demo`` accepts an index built from the demo folder (ids: file paths, gold: file names)."""
+    from noderag.data import demo_dir
+    from noderag.index.pipeline import build_index
+
+    cfg = NodeRAGConfig().with_overrides({"embed.spec": "hash:64"})
+    build_index([str(demo_dir())], tmp_path / "ix", cfg, progress=False)
+    ds = load_dataset("demo")
+    assert ds.format == "demo" and len(ds.questions) == 5 and len(ds.corpus) == 12
+    assert all(Path(g).parent == demo_dir() for q in ds.questions for g in q.gold)
+    res = evaluate("demo", tmp_path / "ix", methods=("noderag", "bm25"), **FAST)
+    assert res["index"]["built"] is False and res["dataset"]["stats"]["gold_unmapped"] == 0
+    assert 0.0 < res["methods"]["bm25"]["metrics"]["recall@10"]["mean"] <= 1.0

@@ -32,7 +32,7 @@ def _methods(text: str) -> list[str]:
 def add_eval_arguments(p: argparse.ArgumentParser) -> None:
     """The options of ``noderag eval``."""
     p.add_argument("data", metavar="DATA", help="dataset folder or file (noderag, BEIR, HippoRAG, raw MuSiQue, "
-                                                "2WikiMultiHopQA or HotpotQA)")
+                                                "2WikiMultiHopQA or HotpotQA), or 'demo': the shipped demo corpus")
     p.add_argument("--index", required=True, metavar="DIR",
                    help="index directory (built from the dataset's corpus when it has no finished build)")
     p.add_argument("--out", metavar="DIR", default=None,

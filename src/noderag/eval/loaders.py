@@ -16,6 +16,9 @@ format. Formats (detected from the files, or named):
 ``2wiki`` / ``hotpotqa``  a raw 2WikiMultiHopQA / HotpotQA .json list: ``context`` ([title,
               sentences] pairs) and ``supporting_facts`` ([title, sentence] pairs, gold by title);
               the corpus is every distinct context paragraph.
+``demo``      the demo corpus and questions shipped with noderag (``DATA`` given as ``demo``): the
+              documents are the demo files (ids: their paths, as a build of the folder names them),
+              gold by file name (``supporting_sources``).
 
 Gold mapping: by id where the format has ids; otherwise by title, and by title + text where a
 title repeats in the corpus (texts compared without whitespace, since datasets join sentences
@@ -39,7 +42,7 @@ from .metrics import musique_hops
 
 __all__ = ["DatasetError", "Question", "Dataset", "FORMATS", "detect_format", "load_dataset", "write_corpus_jsonl"]
 
-FORMATS = ("noderag", "beir", "hipporag", "musique", "2wiki", "hotpotqa")
+FORMATS = ("noderag", "beir", "hipporag", "musique", "2wiki", "hotpotqa", "demo")
 
 # question fields that are text or structure, never a breakdown label
 _NOT_LABELS = {"id", "_id", "question", "text", "answer", "answer_aliases", "answers", "supporting_ids",
@@ -541,8 +544,35 @@ def detect_format(path: str | Path) -> str:
                        f"nor 'context' + 'supporting_facts' (fields: {sorted(first)[:8]}); name it with --format")
 
 
+def _load_demo() -> Dataset:
+    from noderag.data import demo_dir, demo_questions
+    from noderag.index.ingest import iter_documents
+
+    corpus = _Corpus()
+    by_name: dict[str, str] = {}
+    for doc in iter_documents([str(demo_dir())]):
+        pid = corpus.add(doc.source, doc.title, doc.text, doc.origin)
+        if pid is not None:
+            by_name[Path(doc.source).name] = pid
+    qpath = demo_dir().parent / "demo_questions.jsonl"
+    g, questions = _Gold(), []
+    for i, obj in enumerate(demo_questions()):
+        where = f"{qpath}:{i + 1}"
+        names = obj.get("supporting_sources")
+        if not isinstance(names, list):
+            raise DatasetError(f"{where}: field 'supporting_sources' must be a list of file names")
+        _question([by_name.get(str(n)) for n in names], _str_field(where, obj, "id"),
+                  _str_field(where, obj, "question"), obj, where, g, questions)
+    return _dataset("demo", "demo", corpus, questions, [demo_dir(), qpath], g)
+
+
 def load_dataset(path: str | Path, *, format: str | None = None, split: str | None = None) -> Dataset:
-    """Load the dataset at ``path`` in ``format`` (detected when None); see the module notes."""
+    """Load the dataset at ``path`` in ``format`` (detected when None); see the module notes.
+
+    ``path`` "demo" (when no such file or folder exists) is the demo corpus shipped with noderag.
+    """
+    if format == "demo" or (format is None and str(path) == "demo" and not Path(path).exists()):
+        return _load_demo()
     path = Path(path)
     fmt = format or detect_format(path)
     if fmt not in FORMATS:
