@@ -34,6 +34,11 @@ def _user_errors() -> tuple[type[BaseException], ...]:
             EmbeddingServerError, OptionError, OSError)
 
 
+#: The build's stages in the order they run (the summary table lists them so, whatever the manifest's key order).
+_STAGE_ORDER = ("ingest", "chunk", "decompose", "assemble", "embed", "attributes", "communities", "tables",
+                "semantic", "finalize")
+
+
 def _fmt_bytes(n: float) -> str:
     for unit in ("B", "KB", "MB", "GB"):
         if n < 1024 or unit == "GB":
@@ -63,7 +68,9 @@ def format_summary(manifest: dict) -> str:
     for name, v in edges.items():
         lines.append(f"{name:<24}{v:>10,}" if "." in name else f"{name:<16}{v:>10,}")
     lines.append("")
-    stages = manifest.get("stages", {})
+    stages = manifest.get("stages", {})  # a manifest read back from disk has its keys sorted: pipeline order again
+    stages = {k: stages[k] for k in sorted(stages, key=lambda k: (_STAGE_ORDER.index(k) if k in _STAGE_ORDER
+                                                                  else len(_STAGE_ORDER)))}
     tokens = manifest.get("tokens", {})
     lines.append(f"{'stage':<16}{'time s':>10}{'LLM tokens':>12}")
     total_t = 0.0

@@ -30,6 +30,7 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -82,8 +83,11 @@ def _checkpoint(name: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+_SPIN = "|/-\\"  # the spinner's frames
+
+
 class _Progress:
-    """tqdm bars on stderr (or nothing)."""
+    """tqdm bars on stderr (or nothing): a bar where a stage counts items, a spinner where it cannot."""
 
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled
@@ -94,6 +98,36 @@ class _Progress:
         from tqdm.auto import tqdm
 
         return tqdm(total=total, desc=f"{desc:<12}", unit="it", file=sys.stderr, leave=True, dynamic_ncols=True)
+
+    @contextmanager
+    def spinner(self, desc: str, interval_s: float = 0.2):
+        """A named spinner with the elapsed time while the block runs (stages without an item count:
+        attributes, communities, tables, vectors, finalize), so that no long stage is silent."""
+        if not self.enabled:
+            yield
+            return
+        from tqdm.auto import tqdm
+
+        label = f"{desc:<12}:"
+        bar = tqdm(total=None, desc=f"{label} |", file=sys.stderr, leave=True, dynamic_ncols=True,
+                   bar_format="{desc} {elapsed}")
+        stop = threading.Event()
+
+        def spin() -> None:
+            k = 0
+            while not stop.wait(interval_s):
+                k += 1
+                bar.set_description_str(f"{label} {_SPIN[k % len(_SPIN)]}", refresh=True)
+
+        thread = threading.Thread(target=spin, name=f"noderag-progress-{desc}", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
+            bar.set_description_str(f"{label} done", refresh=False)
+            bar.close()
 
 
 class _NullBar:
@@ -483,7 +517,8 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
             shutil.rmtree(final)
         final.mkdir(parents=True)
         slog.start("assemble")
-        traces, link = assemble_stage(assembly, records)
+        with bars.spinner("assemble"):
+            traces, link = assemble_stage(assembly, records)
         del assembly
         del records  # the shards on disk keep them; the graph needs only the table now
         n_chunks = len(chunk_rows)
@@ -511,13 +546,15 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
 
         # ---- attributes
         slog.start("attributes")
-        attrs = attributes_stage(table, base, link, vec, emb, backend, config, stages, bars)
+        with bars.spinner("attributes"):
+            attrs = attributes_stage(table, base, link, vec, emb, backend, config, stages, bars)
         slog.finish("attributes", important=int(attrs.important.size), failures=len(attrs.failures))
         _checkpoint("attributes")
 
         # ---- communities
         slog.start("communities")
-        comm = communities_stage(table, base, link, attrs, vec, emb, backend, config, stages, bars)
+        with bars.spinner("communities"):
+            comm = communities_stage(table, base, link, attrs, vec, emb, backend, config, stages, bars)
         slog.finish("communities", communities=comm.count, high_level=len(comm.h_ids), failures=len(comm.failures),
                     leiden_s=round(comm.leiden_s, 2))
         _checkpoint("communities")
@@ -528,12 +565,15 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
         types = table.types_array()
         active = table.active_array()
         s3, d3, w3 = cat_edges(base, link, attrs.edges, comm.edges)
-        tables_stage(final, table, mention_counts(n, types, s3, d3, w3), docs_rows)
+        with bars.spinner("tables"):
+            tables_stage(final, table, mention_counts(n, types, s3, d3, w3), docs_rows)
         slog.finish("tables")
+        _checkpoint("tables")
 
         # ---- vector index (+ semantic layer)
         slog.start("semantic")
-        saved, sem = vector_stage(table, vec, config, vbuild, final / "vectors.usearch")
+        with bars.spinner("vectors"):
+            saved, sem = vector_stage(table, vec, config, vbuild, final / "vectors.usearch")
         del vec  # the vectors live in the index now: the finalize peak need not hold them twice
         slog.finish("semantic", edges=int(sem.nnz // 2))
         _checkpoint("semantic")
@@ -546,16 +586,18 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
 
         t0 = time.perf_counter()
         # after the vector stage and before the graph: its copy of the texts overlaps neither
-        write_query_index(final)
+        with bars.spinner("query tables"):
+            write_query_index(final)
         t1 = time.perf_counter()
-        graph = HeteroGraph.from_coo(types, table.keys_array(), s3, d3, w3)
-        graph.set_layer("semantic", sem)
-        files_stage(final, graph, link, lambda *edges: _write_linked(final / LINKED, *edges))
-        t2 = time.perf_counter()
-        parts = {"query_index_s": round(t1 - t0, 2), "graph_files_s": round(t2 - t1, 2)}  # in the stage report
-        if not saved:  # the vector shards finished while the files above were written
-            vbuild.finish(final / "vectors.usearch")
-            parts["vector_wait_s"] = round(time.perf_counter() - t2, 2)
+        with bars.spinner("finalize"):
+            graph = HeteroGraph.from_coo(types, table.keys_array(), s3, d3, w3)
+            graph.set_layer("semantic", sem)
+            files_stage(final, graph, link, lambda *edges: _write_linked(final / LINKED, *edges))
+            t2 = time.perf_counter()
+            parts = {"query_index_s": round(t1 - t0, 2), "graph_files_s": round(t2 - t1, 2)}  # in the stage report
+            if not saved:  # the vector shards finished while the files above were written
+                vbuild.finish(final / "vectors.usearch")
+                parts["vector_wait_s"] = round(time.perf_counter() - t2, 2)
         vbuild = None
         _checkpoint("finalize-files")
         slog.finish("finalize", **parts)
