@@ -59,7 +59,9 @@ def write_decompositions(path: str | os.PathLike, rows) -> Path:
     from .store import PARQUET_OPTIONS
 
     tab = rows if isinstance(rows, pa.Table) else traces_table(rows)
-    return atomic_write_parquet(path, tab, **PARQUET_OPTIONS)
+    # one chunk per column: the assembly's groups (which differ between a clean build and one resumed after a
+    # kill, as records arrive) must not shape the pages, so that the file's bytes depend on its content only
+    return atomic_write_parquet(path, tab.combine_chunks(), **PARQUET_OPTIONS)
 
 
 def read_decompositions(path: str | os.PathLike) -> list[ChunkTrace]:
