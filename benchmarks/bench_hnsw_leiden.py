@@ -11,7 +11,7 @@ cannot tell a real loss from the spread of the Leiden partition, so every build 
 with ``--seeds`` seeds (``config.seed`` seeds Leiden) and every index is queried at several search
 beams (``search.expansion_search``). Reports mean and min/max of recall@2/5/10 and all-gold@8.
 
-The default embedder is memoised by text across the builds of one sample (vectors are identical;
+The default embedder is memoised by text (``bench_retrieval.MemoEmbedder``) across the builds of one sample (vectors are identical;
 only the H summaries of a new partition are embedded anew), so one sample costs one embedding pass.
 Indexes go under ``--work`` (default ``.benchcache/hnsw_leiden``).
 """
@@ -39,35 +39,12 @@ REPO = Path(__file__).resolve().parents[1]
 METRICS = ("recall@2", "recall@5", "recall@10", "all_gold@8")
 
 
-class MemoEmbedder:
-    """An embedder that returns the wrapped one's vectors, computing each distinct text once."""
-
-    def __init__(self, inner) -> None:
-        self.inner = inner
-        self.memo: dict[str, np.ndarray] = {}
-        self.name = getattr(inner, "name", type(inner).__name__)
-        self.dim = int(inner.dim)
-
-    def __getattr__(self, attr):
-        return getattr(self.inner, attr)
-
-    def embed(self, texts, *args, **kwargs) -> np.ndarray:
-        texts = list(texts)
-        missing = [t for t in dict.fromkeys(texts) if t not in self.memo]
-        if missing:
-            for t, v in zip(missing, np.asarray(self.inner.embed(missing, *args, **kwargs), dtype=np.float32)):
-                self.memo[t] = v
-        if not texts:
-            return np.zeros((0, self.dim), np.float32)
-        return np.stack([self.memo[t] for t in texts])
-
-
 def study(data: Path, work: Path, seeds: int, engines, adds, searches) -> dict:
     corpus, questions = br.load_sample(data)
     queries = [q["question"] for q in questions]
     gold = [q["supporting_ids"] for q in questions]
     base = noderag.NodeRAGConfig()
-    emb = MemoEmbedder(make_embedder(base.embed.spec, **base.embed.backend_options()))
+    emb = br.MemoEmbedder(make_embedder(base.embed.spec, **base.embed.backend_options()))
     runs: dict[str, dict] = {}
     qvecs = None
     for engine in engines:

@@ -37,9 +37,10 @@ def embed_queries(embedder: Embedder, texts: Sequence[str], *, batch_size: int |
     differently; ``embed`` is always the passage (index) side. Symmetric backends need no change.
     """
     method = getattr(embedder, "embed_queries", None)
-    if callable(method):
-        return method(texts, batch_size=batch_size)
-    return embedder.embed(texts, batch_size=batch_size)
+    if not callable(method):
+        method = embedder.embed
+    # an embedder of the protocol's minimal form takes the texts alone
+    return method(texts) if batch_size is None else method(texts, batch_size=batch_size)
 
 
 def check_texts(texts: object, name: str = "texts") -> list[str]:

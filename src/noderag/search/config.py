@@ -75,9 +75,27 @@ class SearchConfig:
     passage_dense_weight, passage_text_weight, passage_unit_weight : float
         Source-passage score: cosine(query, chunk) + propagated T mass + propagated S mass
         summed per chunk (both normalised by their maximum).
+    lexical_top_k : int, default=10
+        Lexical entry points: the best BM25 passages of the question (``query/lex_*``; words for
+        English, the segmenter's words for Chinese). 0 turns the lexical signal off.
+    lexical_weight : float, default=0.5
+        Personalisation mass given to the lexical entry points (split by BM25 score).
+    passage_lexical_weight : float, default=0.5
+        Source-passage score term: BM25(question, passage) / the question's best BM25.
+    min_passages : int, default=10
+        A query returns at least this many passages when the corpus has them: when the graph's
+        candidates run out, the list is filled from the lexical and dense rankings.
+    rerank : str or None, default=None
+        Cross-encoder spec (:class:`noderag.search.rerank.CrossEncoderReranker`) that reorders the
+        ``rerank_top`` best passages; off by default.
+    rerank_top : int, default=20
+    bridge_mode : {"about", "shared"}, default="about"
+        Query-time bridging from the ``bridge_top`` best passages: "about" adds the passages *about* an
+        entity they name that the question does not (at least half of the passage's units name it);
+        "shared" (the earlier rule) adds every passage sharing an entity of degree <= ``bridge_max_degree``.
     bridge_top, bridge_weight, bridge_max_degree
-        Entity bridges: chunks sharing an entity of degree <= ``bridge_max_degree`` with one
-        of the ``bridge_top`` best chunks get up to ``bridge_weight`` extra.
+        Passages bridged from, the most a bridge adds to a passage's score, and the degree cap of a
+        bridging entity.
     context_tokens : int
         Token budget of the assembled context text.
     min_similarity : float, default=0.3
@@ -110,12 +128,14 @@ class SearchConfig:
     passage_text_weight: float = 0.4
     passage_unit_weight: float = 0.4
     lexical_top_k: int = 10
-    lexical_weight: float = 0.0
-    passage_lexical_weight: float = 0.0
+    lexical_weight: float = 0.5
+    passage_lexical_weight: float = 0.5
     min_passages: int = 10
+    rerank: str | None = None
+    rerank_top: int = 20
     bridge_mode: str = "about"
-    bridge_top: int = 1
-    bridge_weight: float = 0.4
+    bridge_top: int = 2
+    bridge_weight: float = 0.6
     bridge_max_degree: int = 60
     context_tokens: int = 2500
     min_similarity: float = 0.3
@@ -142,6 +162,9 @@ class SearchConfig:
         _int("bridge_top", 0)
         _int("lexical_top_k", 0)
         _int("min_passages", 0)
+        _int("rerank_top", 1)
+        if self.rerank is not None and (not isinstance(self.rerank, str) or not self.rerank.strip()):
+            raise ConfigError(f"search.rerank must be None or a reranker spec string, got {self.rerank!r}")
         _int("bridge_max_degree", 0)
         for name in ("vector_weight", "name_weight", "contains_weight", "name_degree_power",
                      "structural_weight", "semantic_weight",

@@ -22,6 +22,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from ..embed.base import embed_queries
 from ..graph.types import N_TYPES, NodeType
 from .config import SearchConfig
 from .context import assemble_context
@@ -32,6 +33,8 @@ __all__ = ["Searcher", "LLMNotConfiguredError"]
 
 _T, _S, _N, _R, _A, _H, _O = (int(t) for t in NodeType)
 _OTHER_TYPES = frozenset((_T, _S, _A, _H))
+#: A passage is about an entity when at least half of its semantic units name it (a majority, not a tuned weight).
+ABOUT_SHARE = 0.5
 
 
 class LLMNotConfiguredError(RuntimeError):
@@ -125,6 +128,9 @@ class Searcher:
         self._active = tables.active
         self.matcher = tables.names
         self.lexical = self._lexical_index(tables)
+        self._reranker = None
+        self._reranker_lock = threading.Lock()
+        self._titles: dict[int, str] | None = None  # doc_id -> title, read at the first rerank
 
     def node_texts(self, ids) -> list[str]:
         """Display texts of some nodes (text, else name), reading only those nodes' bytes."""
@@ -164,6 +170,19 @@ class Searcher:
         return LexicalIndex.from_texts(t_ids, passage_texts(self.store, tables, t_ids))
 
     @property
+    def reranker(self) -> Any:
+        """The cross-encoder of ``search.rerank`` (loaded at the first query that needs it), or None."""
+        if self.config.rerank is None:
+            return None
+        if self._reranker is None:
+            with self._reranker_lock:
+                if self._reranker is None:
+                    from .rerank import CrossEncoderReranker
+
+                    self._reranker = CrossEncoderReranker.from_spec(self.config.rerank)
+        return self._reranker
+
+    @property
     def embedder(self) -> Any:
         """The query embedder (the index's, unless one was passed)."""
         if self._embedder is None:
@@ -200,7 +219,7 @@ class Searcher:
 
     def embed(self, queries: Sequence[str]) -> np.ndarray:
         """Query vectors, float32 of shape (n_queries, dim)."""
-        return np.asarray(self.embedder.embed(list(queries)), dtype=np.float32)
+        return np.asarray(embed_queries(self.embedder, list(queries)), dtype=np.float32)
 
     def answer(self, query: str, *, retrieval: RetrievalResult | None = None) -> AnswerResult:
         """One LLM call over the retrieved context; the answer and the node ids it cites.
@@ -516,7 +535,25 @@ class Searcher:
             chunks_out.append(c)
         if len(labels) < cfg.min_passages:
             self._fill(prep, total, seen, labels, scores_out, chunks_out)
+        if self.reranker is not None and labels:
+            self._rerank(prep.query, labels, scores_out, chunks_out)
         return labels, scores_out, chunks_out
+
+    def _rerank(self, query: str, labels: list[str], scores: list[float], chunks: list[int]) -> None:
+        """Reorder the ``rerank_top`` best passages by the cross-encoder (in place); their scores become
+        its logits, and the passages after them keep their order below the lowest of those."""
+        top = min(self.config.rerank_top, len(labels))
+        if self._titles is None:
+            self._titles = document_titles(self.store)
+        texts = passage_texts(self.store, self.tables, np.asarray(chunks[:top], dtype=np.int64), self._titles)
+        logits = self.reranker.score(query, texts).astype(np.float64)
+        order = np.argsort(-logits, kind="stable").tolist()
+        labels[:top] = [labels[i] for i in order]
+        chunks[:top] = [chunks[i] for i in order]
+        rest = scores[top:]
+        floor = float(logits.min())
+        scores[:] = [float(logits[i]) for i in order] + [floor - 1.0 - (rest[0] - r) for r in rest] if rest else \
+            [float(logits[i]) for i in order]
 
     def _fill(self, prep: _Prepared, ranked: dict[int, float], seen: set[str], labels: list[str],
               scores: list[float], chunks: list[int]) -> None:
@@ -582,16 +619,25 @@ class Searcher:
         return out
 
     def _about_bridges(self, hop1: list[int], exclude: set[int]) -> dict[int, float]:
-        """Chunks about an entity of the ``hop1`` chunks: strength = share of the chunk's units naming it."""
+        """Query-time bridging: the passages about an entity that the ``hop1`` passages name and the question does not.
+
+        A second hop of a multi-hop question is most often the passage about the entity the first hop
+        leads to ("... is an album by Hank Snow" -> the passage about Hank Snow). From each ``hop1``
+        chunk: its units -> their entities (not in ``exclude``, the question's own names; not years or
+        numbers; degree <= ``bridge_max_degree``) -> those entities' units -> their chunks. A chunk is
+        about the entity when at least :data:`ABOUT_SHARE` of its units name it; its strength is that
+        share (1.0 for a passage whose title is the entity). No LLM call, bounded by the degree cap.
+        """
         maxdeg = self.config.bridge_max_degree
         out: dict[int, float] = {}
         n_units: dict[int, int] = {}
         for c in hop1:
             units = self._neighbours_of_type(c, _S)
             ents = np.unique(np.concatenate([self._neighbours_of_type(u, _N) for u in units.tolist()])) if units.size else units
-            for n in ents.tolist():
-                if n in exclude:
-                    continue
+            names = self.tables.texts(ents.tolist())
+            for n, name in zip(ents.tolist(), names):
+                if n in exclude or not any(ch.isalpha() for ch in name):
+                    continue  # a year or a number is no entity a passage is about
                 s_of_n = self._neighbours_of_type(n, _S)
                 if s_of_n.size > maxdeg:
                     continue
@@ -601,7 +647,9 @@ class Searcher:
                         continue
                     if c2 not in n_units:
                         n_units[c2] = max(int(self._neighbours_of_type(c2, _S).size), 1)
-                    out[c2] = max(out.get(c2, 0.0), k / n_units[c2])
+                    about = k / n_units[c2]
+                    if about >= ABOUT_SHARE:
+                        out[c2] = max(out.get(c2, 0.0), about)
         return out
 
     def _bridges(self, hop1: list[int]) -> dict[int, float]:
@@ -666,15 +714,19 @@ def _search_graph(store: Any) -> Any:
     return HeteroGraph.load(store.path, mmap=True, validate=False)
 
 
-def passage_texts(store: Any, tables: Any, t_ids: np.ndarray) -> list[str]:
-    """Title + text of some T nodes, as the lexical index holds them (titles from the documents table)."""
+def document_titles(store: Any) -> dict[int, str]:
+    """doc_id -> title of every document that has one (O(documents): built once per searcher)."""
+    docs = getattr(store, "documents", None)
+    if docs is None or "title" not in docs.column_names:
+        return {}
+    return {int(d): t for d, t in zip(docs.column("doc_id").to_pylist(), docs.column("title").to_pylist()) if t}
+
+
+def passage_texts(store: Any, tables: Any, t_ids: np.ndarray, titles: dict[int, str] | None = None) -> list[str]:
+    """Title + text of some T nodes, as the lexical index and the reranker read them."""
     from .lexical import titled
 
-    titles: dict[int, str] = {}
-    docs = getattr(store, "documents", None)
-    if docs is not None and "title" in docs.column_names:
-        titles = {int(d): t for d, t in zip(docs.column("doc_id").to_pylist(), docs.column("title").to_pylist())
-                  if t}
+    titles = document_titles(store) if titles is None else titles
     doc = np.asarray(tables.doc)[t_ids].tolist()
     return [titled(text, titles.get(d)) for text, d in zip(tables.texts(t_ids), doc)]
 
