@@ -119,9 +119,6 @@ class ExportSource:
         counts = np.bincount(self._types, minlength=N_TYPES)
         return {LETTERS[t]: int(counts[t]) if self.type_mask[t] else 0 for t in range(N_TYPES)}
 
-    def nodes_total(self) -> int:
-        return int(sum(self.node_counts().values()))
-
     def exports_type(self, letter: str) -> bool:
         return bool(self.type_mask[int(NodeType[letter])])
 
@@ -198,19 +195,12 @@ class ExportSource:
 
     # ------------------------------------------------------------------ edges
 
-    def edge_counts(self) -> dict[str, int]:
-        """Exported edges per layer (counted from the CSR arrays, without materialising them)."""
-        out = {}
-        for layer in LAYERS:
-            out[layer] = sum(b.num_rows for b in self._layer_batches(layer, columns_only=True))
-        return out
-
     def edge_batches(self, layers: Iterable[str] = LAYERS) -> Iterator[pa.RecordBatch]:
         """Record batches of the exported edges (``EDGE_SCHEMA``): each layer, by the lower end's id."""
         for layer in layers:
             yield from self._layer_batches(layer)
 
-    def _layer_batches(self, layer: str, columns_only: bool = False) -> Iterator[pa.RecordBatch]:
+    def _layer_batches(self, layer: str) -> Iterator[pa.RecordBatch]:
         csr = self.store.graph.layer(layer)
         indptr = np.asarray(csr.indptr, dtype=np.int64)
         nnz = int(indptr[-1]) if indptr.size else 0
@@ -237,9 +227,6 @@ class ExportSource:
             rows, cols, tr, tc = rows[keep], cols[keep], tr[keep], tc[keep]
             if rows.size == 0:
                 continue
-            if columns_only:
-                yield pa.RecordBatch.from_arrays([pa.array(rows)], names=["src"])
-                continue
             w = np.asarray(csr.weights[s:e], dtype=np.float32)[keep]
             swap = tr > tc
             src = np.where(swap, cols, rows)
@@ -260,6 +247,3 @@ class ExportSource:
                                      use_threads=False):
             yield pa.RecordBatch.from_arrays([batch.column(c).cast(DOCUMENT_SCHEMA.field(c).type)
                                               for c in DOCUMENT_SCHEMA.names], schema=DOCUMENT_SCHEMA)
-
-    def documents_total(self) -> int:
-        return int(pq.ParquetFile(self.path / "documents.parquet").metadata.num_rows)
