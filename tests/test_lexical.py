@@ -67,3 +67,23 @@ def test_chinese_terms_are_segmenter_words_folded_to_simplified():
     assert "马祖" in terms or "马祖列岛" in terms
     lex = LexicalIndex(lexical_arrays(np.arange(2), ["馬祖列島位於臺灣海峽", "台北是一座城市"]))
     assert lex.search("马祖在哪里", 1)[0].tolist() == [0]
+
+
+def test_insert_and_delete_keep_the_lexical_tables_consistent(tmp_path):
+    import json
+
+    import noderag
+
+    first = tmp_path / "a.jsonl"
+    first.write_text("".join(json.dumps({"id": f"a{i}", "title": f"Harbour {i}", "text": f"Harbour {i} has "
+                                         f"{i + 2} cranes and a lighthouse."}) + "\n" for i in range(4)))
+    second = tmp_path / "b.jsonl"
+    second.write_text(json.dumps({"id": "b0", "title": "Quarry", "text": "The quarry yields zircon."}) + "\n")
+    index = noderag.build([str(first)], str(tmp_path / "index"), embed="hash:64", progress=False)
+    assert index.query_index.lexical.search("zircon", 3)[0].size == 0
+    index = index.insert([str(second)])
+    ids, _ = index.query_index.lexical.search("zircon quarry", 3)
+    assert [index.query_index.label(int(i)) for i in ids] == ["b0"]
+    index = index.delete(["b0"])
+    assert index.query_index.lexical.search("zircon", 3)[0].size == 0
+    assert "b0" not in index.retrieve("zircon quarry").passages
