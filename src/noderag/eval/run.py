@@ -55,7 +55,7 @@ def _passage_text(row: dict) -> str:
 
 
 def git_revision() -> str | None:
-    """The short git revision of the package's source tree, when it runs from a checkout."""
+    """The short git revision of the package's source tree when it runs from a checkout (``+dirty`` if changed)."""
     here = Path(__file__).resolve().parent
     try:
         top = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=here, capture_output=True, text=True,
@@ -64,9 +64,13 @@ def git_revision() -> str | None:
             return None  # not noderag's own checkout (e.g. a venv inside some other repository)
         out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True, text=True,
                              timeout=10)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", "src"],
+                               cwd=top.stdout.strip(), capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.SubprocessError):
         return None
-    return (out.stdout.strip() or None) if out.returncode == 0 else None
+    rev = out.stdout.strip() if out.returncode == 0 else ""
+    # "+dirty": the package source differs from that commit (the figures may not reproduce from it)
+    return (rev + ("+dirty" if dirty.stdout.strip() else "")) or None
 
 
 def _machine() -> dict:
