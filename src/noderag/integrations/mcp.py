@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import threading
 from typing import Any
 
 __all__ = ["create_server", "add_mcp_arguments", "run_mcp", "MAX_K", "MAX_QUESTIONS"]
@@ -78,7 +79,15 @@ def create_server(index: Any, *, llm: Any = None, search_config: Any = None, nam
     from .passages import open_index
 
     index = open_index(index)
-    view = GraphView(index)
+    views: list = []  # the node view reads the node table: prepared on the first get_node, not at start-up
+    view_lock = threading.Lock()
+
+    def view() -> GraphView:
+        with view_lock:
+            if not views:
+                views.append(GraphView(index))
+            return views[0]
+
     config = search_config
     server = MCPServer(name, version=__version__, instructions=(
         "Retrieval over a noderag index (a graph of text chunks, semantic units, entities, relationships, "
@@ -116,7 +125,7 @@ def create_server(index: Any, *, llm: Any = None, search_config: Any = None, nam
         if isinstance(id, bool) or not isinstance(id, int):
             raise ToolError(f"id: expected a node id (integer), got {id!r}")
         try:
-            return view.node(id)
+            return view().node(id)
         except NodeNotFound as exc:
             raise ToolError(f"id: {exc}") from None
 
