@@ -23,6 +23,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from .reload import GenerationReleased
+
 try:
     import resource
 
@@ -213,7 +215,7 @@ class RetrievalWorker:
             if acquire is None or acquire(n):
                 return current
             if self._current is current:  # closed but still current: the swap protocol was broken
-                raise RuntimeError("the retrieval worker's generation was released while still current")
+                raise GenerationReleased("the retrieval worker's generation was released while still current")
 
     @staticmethod
     def _let_go(current: tuple[Any, Any], n: int) -> None:
@@ -226,7 +228,12 @@ class RetrievalWorker:
         live = [j for j in batch if j.future.set_running_or_notify_cancel()]
         if not live:
             return
-        current = self._hold(len(live))  # one searcher (and context) for the whole batch
+        try:
+            current = self._hold(len(live))  # one searcher (and context) for the whole batch
+        except GenerationReleased as exc:  # delivered to the requests; the worker lives on
+            for j in live:
+                j.future.set_exception(exc)
+            return
         try:
             vecs = current[0].embed([j.query for j in live])
         except Exception as exc:  # noqa: BLE001 - delivered to every waiting request, the worker lives on
@@ -270,8 +277,6 @@ class RetrievalWorker:
     def _search(self, part: list[_Job]) -> None:
         searcher, context = part[0].current
         if getattr(context, "closed", False):  # never answer from a released generation
-            from .reload import GenerationReleased
-
             exc = GenerationReleased(f"generation {getattr(context, 'number', None)} was released with jobs "
                                      "pending")
             for j in part:
