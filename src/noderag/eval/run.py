@@ -22,7 +22,6 @@ import json
 import os
 import platform
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, replace
@@ -249,7 +248,8 @@ def _rank_baseline(score_fn: Callable[[Any], np.ndarray], inputs: Any, n_passage
     return np.concatenate(out) if out else np.zeros((0, depth), np.int64)
 
 
-def _baseline_batch(name: str, score_fn, inputs, base: _Baselines, depth: int, latency: bool) -> dict:
+def _baseline_batch(score_fn, inputs, base: _Baselines, depth: int, latency: bool) -> dict:
+    """Rank one batch with a baseline: top-``depth`` ids, top-5 context tokens, single-query latencies."""
     from noderag.search.baselines import top_k_rows
 
     t0 = time.perf_counter()
@@ -641,9 +641,9 @@ def _run(ds, ix, build_info, out, methods, ks, depth, llm, judge, search_config,
                                              "ctx": [int(r.context_tokens) for r in res], "lat": lat,
                                              "batch_s": batch_s}
             if "dense" in methods:
-                rec["methods"]["dense"] = _baseline_batch("dense", base.dense.scores, qvecs, base, depth, latency)
+                rec["methods"]["dense"] = _baseline_batch(base.dense.scores, qvecs, base, depth, latency)
             if "bm25" in methods:
-                rec["methods"]["bm25"] = _baseline_batch("bm25", base.bm25.scores, texts, base, depth, latency)
+                rec["methods"]["bm25"] = _baseline_batch(base.bm25.scores, texts, base, depth, latency)
             if llm_b is not None:
                 from noderag.llm.answer import retrieval_context
 
