@@ -107,11 +107,13 @@ def run_serve(args: argparse.Namespace) -> int:
     sock.listen(2048)
     port = sock.getsockname()[1]
     shown = f"[{args.host}]" if family == socket.AF_INET6 else args.host
-    print(f"noderag serve: http://{shown}:{port}/ ({store.graph.n:,} nodes; LLM: {spec if llm else 'none'}; "
-          f"API key: {'required' if api_key else 'off'})", file=sys.stderr, flush=True)
-    cfg = uvicorn.Config(app, log_level="warning", access_log=args.access_log, timeout_keep_alive=30,
-                         server_header=False)
-    try:
+    nodes = store.graph.n
+    del store  # the app holds the generation now (and lets go of it when a newer one is served)
+    try:  # a Ctrl-C as soon as the address is out (before uvicorn has its handlers) is a clean stop too
+        print(f"noderag serve: http://{shown}:{port}/ ({nodes:,} nodes; LLM: {spec if llm else 'none'}; "
+              f"API key: {'required' if api_key else 'off'})", file=sys.stderr, flush=True)
+        cfg = uvicorn.Config(app, log_level="warning", access_log=args.access_log, timeout_keep_alive=30,
+                             server_header=False)
         uvicorn.Server(cfg).run(sockets=[sock])
     except KeyboardInterrupt:  # Ctrl-C is how a server is stopped: uvicorn re-raises it after shutting down
         pass
