@@ -145,7 +145,9 @@ def _run_child(args, index: Path, fmt: str, out: Path | None, dsn: str | None, w
 def _markdown(result: dict) -> str:
     ix = result["index"]
     lines = [f"# Export time and memory at {result['passages']:,} passages", "",
-             f"Command: `{result['command']}` (git {result['git']}, {result['machine']}).", "",
+             f"Command: `{result['command']}` (git {result['git']}, {result['machine']}"
+             + (f"; 1-min load average {result['load_average_1min'][0]} at the start, "
+                f"{result['load_average_1min'][1]} at the end" if "load_average_1min" in result else "") + ").", "",
              f"Index: {ix['nodes']:,} nodes, {ix['edges']:,} edges, {ix['documents']:,} documents, "
              f"{ix['bytes'] / 1e9:.2f} GB on disk (nlp mode, `--embed {result['embed']}`).", "",
              "Each export ran in a fresh process after `IndexStore.open`; memory is measured above that open "
@@ -200,6 +202,7 @@ def main(argv: list[str] | None = None) -> int:
                 "edges": int(m["counts"]["edges"]["structural"] + m["counts"]["edges"]["semantic"]),
                 "documents": int(m["counts"]["documents"]), "bytes": int(m.get("bytes_total", 0))}
     runs = []
+    load_start = os.getloadavg()[0]
     plan = [(f, False) for f in formats] + [(f, True) for f in formats if f in vec_formats]
     for fmt, vec in plan:
         out = None if fmt == "postgres" else args.work / (f"out.{fmt}" + (".vec" if vec else ""))
@@ -221,7 +224,8 @@ def main(argv: list[str] | None = None) -> int:
               "command": "nice -n 10 python benchmarks/bench_export.py" +
                          (f" --passages {args.passages}" if args.passages != 100000 else ""),
               "machine": f"{os.cpu_count()} cores shared with other sessions, {platform.machine()}, "
-                         f"Python {platform.python_version()}"}
+                         f"Python {platform.python_version()}",
+              "load_average_1min": [round(load_start, 1), round(os.getloadavg()[0], 1)]}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "export.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     (args.out / "export.md").write_text(_markdown(result), encoding="utf-8")
