@@ -107,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--methods", default="noderag,dense,bm25")
     ap.add_argument("--batch-size", type=int, default=256)
     ap.add_argument("--kill-after", type=int, default=10, help="batches on disk before the SIGKILL")
+    ap.add_argument("--no-latency", action="store_true",
+                    help="pass --no-latency to noderag eval (no single-query timing)")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
 
@@ -125,7 +127,8 @@ def main(argv: list[str] | None = None) -> int:
                                       check=True).stdout)
     out_dir = work / f"eval-out-{args.passages}"
     cmd = ["noderag", "eval", str(data), "--index", str(index), "--out", str(out_dir), "--methods", args.methods,
-           "--batch-size", str(args.batch_size), "--no-progress", "--restart"]
+           "--batch-size", str(args.batch_size), "--no-progress"] + (["--no-latency"] if args.no_latency else []) + [
+           "--restart"]
     records = out_dir / "state" / "records.jsonl"
     first = run_eval(cmd, records, args.kill_after, work / "eval-run1.log")
     done_after_kill = records.read_bytes().count(b"\n") if records.is_file() else 0
@@ -136,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     out = {
         "passages": args.passages, "questions": len(ids), "distinct_question_texts": distinct,
         "embed": args.embed, "methods": args.methods.split(","), "batch_size": args.batch_size,
+        "latency": not args.no_latency,
         "index_build_s": build_s, "index_counts": res["index"]["counts"],
         "open_index_rss_bytes": probe["VmRSS"], "open_index_peak_rss_bytes": probe["VmHWM"],
         "run1": {**first, "batches_on_disk_after_kill": done_after_kill},
@@ -154,7 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     gb = 1024 ** 3
     lines = [f"# noderag eval at scale: {len(ids):,} questions over {args.passages:,} passages", "",
              f"`python benchmarks/bench_eval_scale.py --passages {args.passages} --questions {args.questions} "
-             f"--kill-after {args.kill_after}` (methods {args.methods}, embedder `{args.embed}`, batches of "
+             f"--kill-after {args.kill_after}{' --no-latency' if args.no_latency else ''}` (methods {args.methods}, "
+             f"embedder `{args.embed}`, batches of "
              f"{args.batch_size}); {out['machine']}, load {load} at the end; git {out['git_revision']}.", "",
              "| measure | value |", "|---|---|",
              f"| open index + one retrieve, RSS | {probe['VmRSS'] / gb:.2f} GB |",
