@@ -291,3 +291,29 @@ def test_cli_export_and_one_line_errors(index, tmp_path, capsys):
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no partial output left
     with pytest.raises(ExportError, match="--format"):
         export_index(index, "csv")
+
+
+def test_semantic_layer_is_exported_as_its_own_edges(tmp_path):
+    """An index with the kNN semantic layer: its edges come out once each, with layer "semantic", beside the
+    structural ones (the same pair may be linked in both layers)."""
+    import noderag
+    from noderag.config import NodeRAGConfig
+    from noderag.data import demo_dir
+
+    cfg = NodeRAGConfig().with_overrides({"embed.spec": "hash:64", "semantic.enabled": True})
+    index = noderag.build([str(demo_dir())], str(tmp_path / "sem"), config=cfg, progress=False)
+    n_sem = index.manifest["counts"]["edges"]["semantic"]
+    assert n_sem > 0
+    rep = export_index(index, "parquet", out=tmp_path / "pq")
+    edges = pq.read_table(tmp_path / "pq" / "edges.parquet")
+    assert edges.column("layer").to_pylist().count("semantic") == n_sem
+    got = Counter((min(s, d), max(s, d), la) for s, d, la in zip(edges.column("src").to_pylist(),
+                                                                  edges.column("dst").to_pylist(),
+                                                                  edges.column("layer").to_pylist()))
+    assert got == _edges(index) and rep.counts["edges"] == sum(got.values())
+    export_index(index, "neo4j", out=tmp_path / "neo")
+    sem_files = sorted(p.name for p in (tmp_path / "neo").glob("rels_semantic_*.csv"))
+    assert sem_files and sum(len(_read_csv(tmp_path / "neo" / f)[1]) for f in sem_files) == n_sem
+    assert all(row[2] == "SEMANTIC" for f in sem_files for row in _read_csv(tmp_path / "neo" / f)[1])
+    g = nx.read_graphml(export_index(index, "graphml", out=tmp_path / "g.graphml").out)
+    assert g.number_of_edges() == sum(got.values())
