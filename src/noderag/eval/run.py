@@ -530,6 +530,7 @@ def evaluate(data: str | os.PathLike | Dataset, index: str | os.PathLike, *, out
     depth = max(ks[-1], 10, ALL_GOLD_K)
     t_start = time.perf_counter()
     load_start = [round(x, 2) for x in os.getloadavg()]
+    revision = git_revision()  # at the start: the code that runs, even if the checkout moves meanwhile
     ds = data if isinstance(data, Dataset) else load_dataset(data, format=format, split=split)
     if limit is not None:
         ds = replace(ds, questions=ds.questions[:int(limit)])
@@ -552,7 +553,7 @@ def evaluate(data: str | os.PathLike | Dataset, index: str | os.PathLike, *, out
         try:
             return _run(ds, ix, build_info, out, methods, ks, depth, llm, judge, search_config, int(batch_size),
                         latency, per_question and tmp_out is None, n_resamples, level, seed, by, restart, progress,
-                        log, t_start, load_start, write=tmp_out is None)
+                        log, t_start, load_start, revision, write=tmp_out is None)
         finally:
             ix.close()
     finally:
@@ -569,7 +570,7 @@ def _resolve_llm(spec: Any, out: Path) -> Any:
 
 
 def _run(ds, ix, build_info, out, methods, ks, depth, llm, judge, search_config, batch_size, latency, per_question,
-         n_resamples, level, seed, by, restart, progress, log, t_start, load_start, write) -> dict:
+         n_resamples, level, seed, by, restart, progress, log, t_start, load_start, revision, write) -> dict:
     from tqdm.auto import tqdm
 
     import noderag
@@ -661,7 +662,7 @@ def _run(ds, ix, build_info, out, methods, ks, depth, llm, judge, search_config,
     rows, paired, breakdowns, summ = summarise(ds, state.batches, methods, ks, n_resamples=n_resamples, level=level,
                                                seed=seed, by=by)
     res = {
-        "noderag_version": noderag.__version__, "git_revision": git_revision(),
+        "noderag_version": noderag.__version__, "git_revision": revision,
         "dataset": {"name": ds.name, "format": ds.format, "files": ds.files, "stats": ds.stats,
                     "n_questions": len(summ["ids"]), "n_passages": len(ds.corpus)},
         "index": {"path": str(ix.root), "generation": ix.generation, "embedder": emb_name,
