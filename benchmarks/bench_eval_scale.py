@@ -32,7 +32,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from scale_corpus import DEFAULT_DATA, _load_pool, _question_lines, generate  # noqa: E402
 
-from noderag.eval.run import git_revision  # noqa: E402
 
 PROBE = """
 import json, sys, noderag
@@ -151,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
             "p50_ms": row["p50_ms"], "p95_ms": row["p95_ms"], "batch_qps": row["batch_qps"]}
             for m, row in res["methods"].items()},
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, python {platform.python_version()}",
-        "load_average_end": load, "git_revision": git_revision(),
+        "load_average_end": load, "git_revision": res["git_revision"],  # the resumed run's, read at its start
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
@@ -173,8 +172,8 @@ def main(argv: list[str] | None = None) -> int:
              "| method | " + " | ".join(next(iter(out["figures"].values()))) + " |",
              "|---" * (len(next(iter(out["figures"].values()))) + 1) + "|"]
     for m, f in out["figures"].items():
-        lines.append(f"| {m} | " + " | ".join(str(round(v, 4)) if isinstance(v, float) else str(v)
-                                               for v in f.values()) + " |")
+        lines.append(f"| {m} | " + " | ".join("" if v is None else str(round(v, 4)) if isinstance(v, float)
+                                               else str(v) for v in f.values()) + " |")
     args.out.with_suffix(".md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     print("\n".join(lines))
     return 0 if second["returncode"] == 0 and out["questions_scored_twice"] == 0 else 1
