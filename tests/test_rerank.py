@@ -224,3 +224,32 @@ def test_bad_arguments(reranker):
         reranker.score(None, ["ok"])
     with pytest.raises(ValueError, match="batch_size"):
         reranker.score(QUERY, ["ok"], batch_size=0)
+
+
+def test_search_rerank_reorders_the_top_passages_by_the_cross_encoder(model_dir, tmp_path):
+    import json
+
+    import noderag
+    from noderag.search import SearchConfig
+
+    rows = [(f"p{i}", f"Station {i}", f"Station {i} is a lighthouse station. " + "keeper " * i + "beacon")
+            for i in range(6)]
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("".join(json.dumps({"id": i, "title": t, "text": x}) + "\n" for i, t, x in rows))
+    index = noderag.build([str(corpus)], str(tmp_path / "index"), embed="hash:64", progress=False)
+    q = "keeper keeper keeper of the beacon"
+    plain = index.searcher(SearchConfig()).retrieve(q)
+    cfg = SearchConfig(rerank=f"onnx:{model_dir}", rerank_top=4)
+    ranked = index.searcher(cfg).retrieve(q)
+    assert len(ranked.passages) == len(plain.passages) == 6
+    assert set(ranked.passages[:4]) == set(plain.passages[:4])  # only the top 4 are reordered
+    assert ranked.passages[4:] == plain.passages[4:]
+    s = index.searcher(cfg)
+    texts = {label: t for label, t in zip(
+        [s.tables.label(int(c)) for c in ranked.passage_node_ids[:4]],
+        s.node_texts(ranked.passage_node_ids[:4]))}
+    titles = {i: t for i, t, _ in rows}
+    expected = reference_scores(q, [f"{titles[p]}\n{texts[p]}" for p in ranked.passages[:4]], 512)
+    assert np.all(np.diff(expected) <= 0)  # best first by the model's own scores
+    np.testing.assert_allclose(ranked.passage_scores[:4], expected)
+    assert all(a >= b for a, b in zip(ranked.passage_scores, ranked.passage_scores[1:]))

@@ -27,6 +27,8 @@ from ..graph.types import N_TYPES, NodeType
 from .config import SearchConfig
 from .context import assemble_context
 from .entities import extract_query_entities
+from .lexical import LexicalIndex, titled, top_scored
+from .rerank import CrossEncoderReranker
 from .result import AnswerResult, RetrievalResult, RetrievedNode
 
 __all__ = ["Searcher", "LLMNotConfiguredError"]
@@ -164,8 +166,6 @@ class Searcher:
         mapped = getattr(tables, "lexical", None)
         if mapped is not None:
             return mapped
-        from .lexical import LexicalIndex
-
         t_ids = np.flatnonzero((self.types == _T) & np.asarray(self._active, dtype=bool))
         return LexicalIndex.from_texts(t_ids, passage_texts(self.store, tables, t_ids))
 
@@ -177,8 +177,6 @@ class Searcher:
         if self._reranker is None:
             with self._reranker_lock:
                 if self._reranker is None:
-                    from .rerank import CrossEncoderReranker
-
                     self._reranker = CrossEncoderReranker.from_spec(self.config.rerank)
         return self._reranker
 
@@ -301,8 +299,6 @@ class Searcher:
         if self.lexical is None:
             empty = np.zeros(0, np.int64)
             return empty, np.zeros(0), empty, np.zeros(0)
-        from .lexical import top_scored
-
         ids, scores = self.lexical.scores(query)
         live = self._active[ids] if ids.size else np.zeros(0, bool)
         ids, scores = ids[live], scores[live]
@@ -550,10 +546,9 @@ class Searcher:
         order = np.argsort(-logits, kind="stable").tolist()
         labels[:top] = [labels[i] for i in order]
         chunks[:top] = [chunks[i] for i in order]
+        head = [float(logits[i]) for i in order]
         rest = scores[top:]
-        floor = float(logits.min())
-        scores[:] = [float(logits[i]) for i in order] + [floor - 1.0 - (rest[0] - r) for r in rest] if rest else \
-            [float(logits[i]) for i in order]
+        scores[:] = head + [head[-1] - 1.0 - (rest[0] - r) for r in rest]
 
     def _fill(self, prep: _Prepared, ranked: dict[int, float], seen: set[str], labels: list[str],
               scores: list[float], chunks: list[int]) -> None:
@@ -724,8 +719,6 @@ def document_titles(store: Any) -> dict[int, str]:
 
 def passage_texts(store: Any, tables: Any, t_ids: np.ndarray, titles: dict[int, str] | None = None) -> list[str]:
     """Title + text of some T nodes, as the lexical index and the reranker read them."""
-    from .lexical import titled
-
     titles = document_titles(store) if titles is None else titles
     doc = np.asarray(tables.doc)[t_ids].tolist()
     return [titled(text, titles.get(d)) for text, d in zip(tables.texts(t_ids), doc)]
