@@ -38,8 +38,13 @@ def _command(index, *extra: str) -> list[str]:
 
 
 def _stdio(mcp, index, *extra: str):
+    from mcp.client.stdio import stdio_client
+
     cmd = _command(index, *extra)
-    return mcp.Client(mcp.StdioServerParameters(command=cmd[0], args=cmd[1:]), read_timeout_seconds=120)
+    params = mcp.StdioServerParameters(command=cmd[0], args=cmd[1:])
+    # the SDK's stdio_client defaults errlog to the sys.stderr of the moment it was imported: when an earlier
+    # test imported it under capsys, that is a capture stream closed since. The server's stderr goes to fd 2.
+    return mcp.Client(stdio_client(params, errlog=sys.__stderr__), read_timeout_seconds=120)
 
 
 def _passages(index, q, k):
