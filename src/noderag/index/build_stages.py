@@ -1,4 +1,4 @@
-"""The stages of a build as functions from their inputs to their artifacts (DESIGN §3).
+"""The stages of a build as functions from their inputs to their artifacts.
 
 chunk -> decompose -> assemble (+ name links) -> embed T/S -> attributes (A) ->
 communities (H/O) -> vector index (+ semantic kNN layer) -> files. The driver,

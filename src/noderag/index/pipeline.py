@@ -1,6 +1,6 @@
 """The build driver: a build or incremental insert as a list of stage calls, resumable after a kill at any point.
 
-Stages (DESIGN §3, the functions of :mod:`noderag.index.build_stages`): ingest -> chunk ->
+Stages (the functions of :mod:`noderag.index.build_stages`): ingest -> chunk ->
 decompose -> assemble (+ name linking) -> embed T/S -> attributes (A) -> communities (H/O) ->
 vector index (+ semantic kNN) -> finalize. This module owns what is around them: the writer
 lock, the existing generation, journalling and resume, timing, progress, closing backends

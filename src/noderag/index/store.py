@@ -1,7 +1,7 @@
 """Index directory: writers of the node/document tables and the read-only :class:`IndexStore`.
 
 An index directory holds generations (see :mod:`noderag.index.generations`): ``CURRENT``
-names the live folder ``generations/N``, which holds (DESIGN §2)::
+names the live folder ``generations/N``, which holds::
 
     manifest.json        format version, config, stage states, counts, tokens, time, bytes
     nodes.parquet        id, type, name, text, doc_id, chunk_id, source_id, mentions, active

@@ -38,7 +38,7 @@ class QuotaConfig:
 
 @dataclass
 class SearchConfig:
-    """Every knob of query-time retrieval (DESIGN §4); defaults are the benchmarked ones.
+    """Every knob of query-time retrieval; defaults are the benchmarked ones.
 
     Attributes
     ----------

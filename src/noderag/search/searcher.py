@@ -1,4 +1,4 @@
-"""Query-time retrieval over an opened index (DESIGN §4).
+"""Query-time retrieval over an opened index.
 
 Pipeline per query: vector entry points (T, S, A, H) + name matches (N, O) ->
 personalisation weights -> native shallow PPR over the combined structural and
