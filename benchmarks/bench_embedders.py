@@ -39,20 +39,8 @@ from noderag.eval.metrics import bootstrap_interval, paired_bootstrap, passage_s
 
 REPO = Path(__file__).resolve().parents[1]
 METRICS = ("recall@2", "recall@5", "all_gold@8")
-
-
-def load_sample(data: Path) -> tuple[list[dict], list[dict]]:
-    """(passages, questions) of one dev sample; every supporting id must be a passage id."""
-    corpus = [json.loads(line) for line in (data / "corpus.jsonl").open(encoding="utf-8") if line.strip()]
-    questions = [json.loads(line) for line in (data / "questions.jsonl").open(encoding="utf-8") if line.strip()]
-    ids = {p["id"] for p in corpus}
-    for i, q in enumerate(questions):
-        if not q.get("supporting_ids"):
-            raise SystemExit(f"{data / 'questions.jsonl'}:{i + 1}: no supporting_ids")
-        missing = [s for s in q["supporting_ids"] if s not in ids]
-        if missing:
-            raise SystemExit(f"{data / 'questions.jsonl'}:{i + 1}: supporting ids {missing} not in the corpus")
-    return corpus, questions
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_retrieval import load_sample  # noqa: E402  (one checked reader of a dev sample)
 
 
 def passage_text(p: dict) -> str:
