@@ -72,6 +72,22 @@ def _sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
+def cpu_session(model_path: Path):
+    """A single-threaded onnxruntime CPU session (callers run several in parallel threads); a model
+    onnxruntime cannot load is a ValueError naming the file."""
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    opts.log_severity_level = 3
+    opts.inter_op_num_threads = 1
+    opts.intra_op_num_threads = 1
+    try:
+        return ort.InferenceSession(str(model_path), sess_options=opts, providers=["CPUExecutionProvider"])
+    except Exception as exc:
+        raise ValueError(f"onnxruntime cannot load {model_path}: {exc}") from None
+
+
 def _load_tokenizer(path: Path, expected_sha256: str | None, max_length: int):
     try:
         from tokenizers import Tokenizer
@@ -137,7 +153,7 @@ class OnnxEmbedder:
         tokenizer_sha256: str | None = None,
     ) -> None:
         try:
-            import onnxruntime as ort
+            import onnxruntime  # noqa: F401  (cpu_session imports it; a clear message if it is missing)
         except ImportError as exc:  # pragma: no cover - core dependency
             raise ImportError("ONNX embeddings need 'onnxruntime' (pip install onnxruntime)") from exc
         model_path = Path(model_path)
@@ -162,17 +178,7 @@ class OnnxEmbedder:
         self._tok = _load_tokenizer(tokenizer_path, tokenizer_sha256, max_length)
         self._tok_full = None  # untruncated copy for embed_with_spans, made on first use
 
-        opts = ort.SessionOptions()
-        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        opts.log_severity_level = 3
-        opts.inter_op_num_threads = 1
-        opts.intra_op_num_threads = 1
-        try:
-            self._session = ort.InferenceSession(
-                str(model_path), sess_options=opts, providers=["CPUExecutionProvider"]
-            )
-        except Exception as exc:
-            raise ValueError(f"onnxruntime cannot load {model_path}: {exc}") from None
+        self._session = cpu_session(model_path)
         inputs = {i.name for i in self._session.get_inputs()}
         missing = {"input_ids", "attention_mask"} - inputs
         if missing:

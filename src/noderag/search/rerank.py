@@ -22,7 +22,6 @@ side first, as sentence-transformers' ``CrossEncoder`` does.
 from __future__ import annotations
 
 import gzip
-import hashlib
 import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -30,23 +29,12 @@ from pathlib import Path
 
 import numpy as np
 
+from ..embed.base import check_batch_size
+from ..embed.onnx import _sha256_file, cpu_session
+
 __all__ = ["CrossEncoderReranker", "RERANK_SPEC_EXAMPLES"]
 
 RERANK_SPEC_EXAMPLES = "'onnx:/path/to/dir' (with model.onnx and tokenizer.json)"
-
-
-def _positive_int(value: object, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-    return int(value)
-
-
-def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 class CrossEncoderReranker:
@@ -89,7 +77,7 @@ class CrossEncoderReranker:
         model_sha256: str | None = None,
     ) -> None:
         try:
-            import onnxruntime as ort
+            import onnxruntime  # noqa: F401  (cpu_session imports it; a clear message if it is missing)
             from tokenizers import Tokenizer
         except ImportError as exc:  # pragma: no cover - core dependencies
             raise ImportError("the reranker needs onnxruntime and tokenizers (pip install onnxruntime tokenizers)") from exc
@@ -98,11 +86,11 @@ class CrossEncoderReranker:
             raise FileNotFoundError(f"cross-encoder model {str(model_path)!r} is not a file")
         if not tokenizer_path.is_file():
             raise FileNotFoundError(f"cross-encoder tokenizer {str(tokenizer_path)!r} is not a file")
-        self.max_length = _positive_int(max_length, "max_length")
+        self.max_length = check_batch_size(max_length, "max_length")
         if self.max_length < 4:
             raise ValueError(f"max_length must be at least 4 (room for the special tokens), got {max_length}")
-        self.batch_size = _positive_int(batch_size, "batch_size")
-        self.n_threads = min(8, os.cpu_count() or 1) if n_threads is None else _positive_int(n_threads, "n_threads")
+        self.batch_size = check_batch_size(batch_size, "batch_size")
+        self.n_threads = min(8, os.cpu_count() or 1) if n_threads is None else check_batch_size(n_threads, "n_threads")
         if model_sha256 is not None:
             got = _sha256_file(model_path)
             if got != model_sha256:
@@ -126,15 +114,7 @@ class CrossEncoderReranker:
                              "it is not a cross-encoder tokenizer")
         self._tok = tok
 
-        opts = ort.SessionOptions()
-        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        opts.log_severity_level = 3
-        opts.inter_op_num_threads = 1
-        opts.intra_op_num_threads = 1
-        try:
-            self._session = ort.InferenceSession(str(model_path), sess_options=opts, providers=["CPUExecutionProvider"])
-        except Exception as exc:
-            raise ValueError(f"onnxruntime cannot load {model_path}: {exc}") from None
+        self._session = cpu_session(model_path)
         inputs = {i.name for i in self._session.get_inputs()}
         missing = {"input_ids", "attention_mask"} - inputs
         if missing:
@@ -209,7 +189,7 @@ class CrossEncoderReranker:
         for i, p in enumerate(passages):
             if not isinstance(p, str):
                 raise TypeError(f"passages[{i}] must be str, got {type(p).__name__}")
-        bs = self.batch_size if batch_size is None else _positive_int(batch_size, "batch_size")
+        bs = self.batch_size if batch_size is None else check_batch_size(batch_size, "batch_size")
         out = np.empty(len(passages), dtype=np.float32)
         if not passages:
             return out
