@@ -43,10 +43,20 @@ def _require_ray() -> None:
         pytest.skip(f"Ray not installed ({exc})")
 
 
+# ports a Ray node takes by default whatever we pass: gcs, dashboard, client server, dashboard agent (http),
+# and the worker range; a free port drawn by the OS can land on one (CI once drew 52365 for the GCS)
+_RAY_DEFAULT_PORTS = {6379, 8265, 10001, 52365}
+_RAY_WORKER_PORTS = range(10002, 20000)
+
+
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free loopback port that none of Ray's own default ports or worker ports can collide with."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _RAY_DEFAULT_PORTS and port not in _RAY_WORKER_PORTS:
+            return port
 
 
 def _procs() -> dict[int, tuple[int, str]]:
