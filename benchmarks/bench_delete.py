@@ -32,7 +32,7 @@ import numpy as np
 
 def key_view(path: Path):
     """T/S/N/R nodes (type, key, text, name) and their structural edges, by key."""
-    from noderag.index.store import IndexStore
+    from noderag.store.tables import IndexStore
 
     with IndexStore.open(path) as st:
         types, keys = st.types, st.keys
@@ -47,8 +47,8 @@ def key_view(path: Path):
 
 def run(corpus: Path, limit: int | None, fraction: float, embed: str, repeats: int, work: Path) -> dict:
     from noderag.config import NodeRAGConfig
-    from noderag.index.delete import delete_documents
-    from noderag.index.pipeline import build_index
+    from noderag.build.delete import delete_documents
+    from noderag.build.driver import build_index
 
     rows = [json.loads(x) for x in corpus.read_text("utf-8").splitlines() if x.strip()]
     if limit:

@@ -96,7 +96,7 @@ class LocalCluster:
 
 def _digest(index: Path) -> str:
     """One hash over the files that must be identical between equivalent builds."""
-    from noderag.index.generations import current_path
+    from noderag.store.generations import current_path
 
     index = current_path(index)  # the index's live generation folder
     h = hashlib.blake2b(digest_size=16)
@@ -109,7 +109,7 @@ def _digest(index: Path) -> str:
 def _one(name: str, corpus: Path, out: Path, address: str | None, workers: int | None) -> dict:
     """One build in this process (the ``--one`` child): stage walls from the manifest, Ray's connect time."""
     from noderag.config import ExecutorConfig, NodeRAGConfig
-    from noderag.index.pipeline import build_index
+    from noderag.build.driver import build_index
 
     if out.exists():
         shutil.rmtree(out)

@@ -58,7 +58,7 @@ def _status() -> dict[str, int]:
 def child(args) -> int:
     """Open the index, export it once in ``args.child`` format, print the figures as one JSON line."""
     from noderag.export import export_index
-    from noderag.index.store import IndexStore
+    from noderag.store.tables import IndexStore
 
     store = IndexStore.open(args.index)
     _ = store.graph, store.types, store.keys  # what an open index maps before its first query
@@ -108,7 +108,7 @@ def _ensure_index(args, corpus: Path) -> Path:
     """``WORK/index-N``, built (in a child, timed) unless a complete one of N documents is there."""
     index = args.work / f"index-{args.passages}"
     try:
-        from noderag.index.store import IndexStore
+        from noderag.store.tables import IndexStore
 
         with IndexStore.open(index) as s:
             if s.manifest.get("counts", {}).get("documents") == args.passages:
@@ -189,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
         return child(args)
 
     from noderag.export.local_pg import temporary_cluster
-    from noderag.index.store import IndexStore
+    from noderag.store.tables import IndexStore
 
     formats = [f for f in args.formats.split(",") if f]
     vec_formats = [f for f in args.vectors_for.split(",") if f]

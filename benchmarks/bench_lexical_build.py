@@ -28,7 +28,7 @@ from unittest import mock
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_retrieval import _git_revision  # noqa: E402
 
-from noderag.index import query_index  # noqa: E402
+from noderag.search import query_index  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -5,7 +5,7 @@
 Per index (built with ``query/``): ``--reps`` draws of ``--ids`` random node ids (seeded; ~110 is a
 typical result's node count), timed through :class:`noderag.search.tables.InMemoryTables` (``take``
 on the pyarrow text column, as every query did before the query index) and through
-:class:`noderag.index.query_index.QueryIndex` (offsets + bytes). Medians and ratio; the texts are
+:class:`noderag.search.query_index.QueryIndex` (offsets + bytes). Medians and ratio; the texts are
 checked equal. Writes ``OUT/node_texts.json`` and ``.md`` (default ``benchmarks/results``).
 """
 

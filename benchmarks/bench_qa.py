@@ -80,7 +80,7 @@ def open_index(corpus: list[dict], index_dir: Path, build_llm: str | None, build
     import noderag
     from noderag.config import NodeRAGConfig
     from noderag.graph.storage import FormatVersionError
-    from noderag.index.store import IndexNotFoundError
+    from noderag.store.tables import IndexNotFoundError
 
     index_dir.mkdir(parents=True, exist_ok=True)
     corpus_path = index_dir.parent / f"{index_dir.name}.corpus.jsonl"

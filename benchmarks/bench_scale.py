@@ -69,7 +69,7 @@ from bench_build import _table  # noqa: E402
 from bench_retrieval import _git_revision  # noqa: E402
 from scale_corpus import DEFAULT_DATA, DEFAULT_SOURCES, generate  # noqa: E402
 
-from noderag.index.manifest import read_manifest  # noqa: E402
+from noderag.store.manifest import read_manifest  # noqa: E402
 
 POLL_S = 0.2  # shortest interval between two polls of the child's process-tree memory
 #: Most of one core the polling may take: the next poll waits ``cost / POLL_SHARE`` after one that cost ``cost``

@@ -63,7 +63,7 @@ def build_or_open(corpus: Path, index_dir: Path) -> float | None:
     import noderag
 
     from noderag.graph.storage import FormatVersionError
-    from noderag.index.store import IndexNotFoundError, IndexStore
+    from noderag.store.tables import IndexNotFoundError, IndexStore
 
     stamp = index_dir / "bench_corpus.sha256"
     digest = hashlib.sha256(corpus.read_bytes()).hexdigest()
@@ -83,7 +83,7 @@ def build_or_open(corpus: Path, index_dir: Path) -> float | None:
 
 def retrieve_many_qps(index_dir: Path, queries: list[str], repeats: int = 3) -> dict:
     """``retrieve_many`` over all queries in this process: q/s with and without the query embedding."""
-    from noderag.index.store import IndexStore
+    from noderag.store.tables import IndexStore
     from noderag.search import Searcher
 
     s = Searcher(IndexStore.open(index_dir))
@@ -456,7 +456,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"insert run: {runs['insert_during_load']}", file=sys.stderr)
     finally:
         srv.stop()
-    from noderag.index.store import IndexStore
+    from noderag.store.tables import IndexStore
     from noderag.search import Searcher
 
     disk = IndexStore.open(live)

@@ -26,7 +26,7 @@ def test_build_and_stats(tmp_path, capsys):
     stats = json.loads(capsys.readouterr().out)
     assert stats["counts"]["documents"] == 12 and stats["bytes_total"] > 0
     assert stats["counts"]["edges"]["semantic"] == 0  # the semantic layer is built only when asked for
-    from noderag.index.manifest import read_manifest
+    from noderag.store.manifest import read_manifest
 
     m = read_manifest(idx)  # the current generation's
     assert m["config"]["seed"] == 3 and m["config"]["decompose"]["batch_size"] == 5

@@ -12,13 +12,13 @@ import pytest
 
 import noderag.cli as cli
 from noderag.cli import main
-from noderag.index.lock import WriterLock
+from noderag.store.lock import WriterLock
 from noderag.llm.types import LLMError
 
 
 def _gen(idx):
     """The current generation folder of the index in ``idx`` (where its files live)."""
-    from noderag.index.generations import current_path
+    from noderag.store.generations import current_path
 
     return current_path(idx)
 

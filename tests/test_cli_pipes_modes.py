@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from noderag.config import NodeRAGConfig
-from noderag.index.pipeline import build_index
-from noderag.index.store import IndexStore
+from noderag.build.driver import build_index
+from noderag.store.tables import IndexStore
 
 
 def _docs(path: Path, prefix: str, n: int) -> Path:
@@ -64,8 +64,8 @@ _MODES = r"""
 import json, os, stat, sys
 from pathlib import Path
 from noderag.config import NodeRAGConfig
-from noderag.index.pipeline import build_index
-from noderag.index.delete import delete_documents
+from noderag.build.driver import build_index
+from noderag.build.delete import delete_documents
 out = {}
 for mask in (0o022, 0o027):
     os.umask(mask)

@@ -12,9 +12,9 @@ import pytest
 
 from noderag.cli import main
 from noderag.config import NodeRAGConfig
-from noderag.index.generations import CURRENT
-from noderag.index.lock import LOCK_FILE
-from noderag.index.pipeline import build_index
+from noderag.store.generations import CURRENT
+from noderag.store.lock import LOCK_FILE
+from noderag.build.driver import build_index
 
 FAULTS = ("missing", "truncated", "first byte", "middle byte", "last byte")
 

@@ -21,10 +21,10 @@ from noderag.cli import main
 from noderag.config import NodeRAGConfig
 from noderag.data import demo_dir
 from noderag.graph.types import NodeType
-from noderag.index.delete import UnknownDocumentError, delete_documents
-from noderag.index.generations import current_generation, generation_path
-from noderag.index.pipeline import build_index
-from noderag.index.store import IndexStore
+from noderag.build.delete import UnknownDocumentError, delete_documents
+from noderag.store.generations import current_generation, generation_path
+from noderag.build.driver import build_index
+from noderag.store.tables import IndexStore
 
 T, S, N, R, A, H, O = (int(t) for t in NodeType)
 MUSIQUE = Path("/work/shared/data/musique/corpus.jsonl")
@@ -263,7 +263,7 @@ def test_no_text_of_a_deleted_document_stays(tmp_path):
 
 _DEL = """
 import sys
-from noderag.index.delete import delete_documents
+from noderag.build.delete import delete_documents
 delete_documents(sys.argv[1], sys.argv[2:])
 """
 

@@ -9,13 +9,13 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from noderag.index.generations import current_path
+from noderag.store.generations import current_path
 from noderag.config import NodeRAGConfig
 from noderag.embed import make_embedder, parse_embed_spec, resolve_auto_spec
 from noderag.embed.use import USE_NAME, USEEmbedder
 from noderag.graph.types import NodeType
-from noderag.index.pipeline import build_index
-from noderag.index.store import IndexStore
+from noderag.build.driver import build_index
+from noderag.store.tables import IndexStore
 from noderag.search import Searcher
 
 T, S, N = int(NodeType.T), int(NodeType.S), int(NodeType.N)

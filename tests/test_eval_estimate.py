@@ -8,12 +8,12 @@ import pytest
 
 from noderag.cli import main
 from noderag.config import NodeRAGConfig
-from noderag.index.chunk import chunk_text
-from noderag.index.decompose.llm import LLMDecomposer
-from noderag.index.decompose.base import ChunkInput
-from noderag.index.estimate import _DryRunLLM, estimate_build
-from noderag.index.ingest import ingest
-from noderag.index.pipeline import build_index
+from noderag.build.chunk import chunk_text
+from noderag.build.decompose.llm import LLMDecomposer
+from noderag.build.decompose.base import ChunkInput
+from noderag.build.estimate import _DryRunLLM, estimate_build
+from noderag.build.ingest import ingest
+from noderag.build.driver import build_index
 from noderag.llm.base import estimate_usage
 from noderag.llm.testing import ScriptedLLM
 

@@ -214,7 +214,7 @@ def test_musique_paragraph_without_flag_and_bad_field(tmp_path):
 def test_demo_dataset_on_an_index_of_the_demo_folder(tmp_path):
     """``noderag eval demo`` accepts an index built from the demo folder (ids: file paths, gold: file names)."""
     from noderag.data import demo_dir
-    from noderag.index.pipeline import build_index
+    from noderag.build.driver import build_index
 
     cfg = NodeRAGConfig().with_overrides({"embed.spec": "hash:64"})
     build_index([str(demo_dir())], tmp_path / "ix", cfg, progress=False)

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from noderag.config import NodeRAGConfig
-from noderag.index.generations import (CURRENT, collect_garbage, commit_generation, current_generation,
+from noderag.store.generations import (CURRENT, collect_garbage, commit_generation, current_generation,
                                        generation_path, pin)
-from noderag.index.pipeline import build_index
-from noderag.index.store import IndexNotFoundError, IndexStore
+from noderag.build.driver import build_index
+from noderag.store.tables import IndexNotFoundError, IndexStore
 
 
 def _rows(prefix: str, n: int, start: int = 0) -> list[dict]:
@@ -73,7 +73,7 @@ def test_commit_pin_and_garbage_collection(tmp_path):
 
 _PIN = """
 import sys, time
-from noderag.index.store import IndexStore
+from noderag.store.tables import IndexStore
 s = IndexStore.open(sys.argv[1])
 print(s.generation, flush=True)
 time.sleep(600)
@@ -156,9 +156,9 @@ print(n, errors)
 _WRITER = """
 import json, sys
 from pathlib import Path
-from noderag.index.pipeline import build_index
-from noderag.index.delete import delete_documents
-from noderag.index.store import IndexStore
+from noderag.build.driver import build_index
+from noderag.build.delete import delete_documents
+from noderag.store.tables import IndexStore
 root, tmp, log = Path(sys.argv[1]), Path(sys.argv[2]), open(sys.argv[3], "w")
 
 def record(gen):

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from noderag.index.chunk import chunk_text
-from noderag.index.ingest import IngestError, ingest
-from noderag.index.sentences import split_sentences
+from noderag.build.chunk import chunk_text
+from noderag.build.ingest import IngestError, ingest
+from noderag.lang.sentences import split_sentences
 from noderag.tokenize import count_tokens
 
 

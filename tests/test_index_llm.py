@@ -6,11 +6,11 @@ import pytest
 
 from noderag.config import DecomposeConfig, NodeRAGConfig
 from noderag.data import demo_dir
-from noderag.index.decompose.base import ChunkInput, DecomposeFailure
-from noderag.index.decompose.llm import LLMDecomposer
-from noderag.index.decompose.nlp import extract_mentions
-from noderag.index.pipeline import build_index
-from noderag.index.store import IndexStore
+from noderag.build.decompose.base import ChunkInput, DecomposeFailure
+from noderag.build.decompose.llm import LLMDecomposer
+from noderag.build.decompose.nlp import extract_mentions
+from noderag.build.driver import build_index
+from noderag.store.tables import IndexStore
 from noderag.llm.prompts import SYSTEM_PROMPTS
 from noderag.llm.testing import ScriptedLLM
 

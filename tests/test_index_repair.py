@@ -12,11 +12,11 @@ import pytest
 
 from noderag.cli import main
 from noderag.config import NodeRAGConfig
-from noderag.index.delete import delete_documents
-from noderag.index.generations import (CURRENT, IndexPointerError, current_generation, generation_path,
+from noderag.build.delete import delete_documents
+from noderag.store.generations import (CURRENT, IndexPointerError, current_generation, generation_path,
                                        remove_old_generations, repair_pointer)
-from noderag.index.pipeline import build_index
-from noderag.index.store import IndexNotFoundError, IndexStore
+from noderag.build.driver import build_index
+from noderag.store.tables import IndexNotFoundError, IndexStore
 
 
 def _rows(prefix: str, n: int) -> list[dict]:

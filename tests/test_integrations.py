@@ -93,7 +93,7 @@ def test_langchain_search_settings_and_validation(lc, small, tmp_path):
         lc.NodeRAGRetriever(index=small, k=0)
     with pytest.raises(ValidationError, match="unknown|use_pp"):
         lc.NodeRAGRetriever(index=small, search={"use_pp": False})
-    from noderag.index.store import IndexNotFoundError
+    from noderag.store.tables import IndexNotFoundError
 
     with pytest.raises(IndexNotFoundError, match="not an index directory"):
         lc.NodeRAGRetriever(index=tmp_path)

@@ -58,7 +58,7 @@ def llm_demo(server, tmp_path_factory):
     assert p.returncode == 0, f"build failed ({wall:.0f}s):\n{p.stderr[-3000:]}\nserver:\n{server.tail()}"
     manifest = json.loads((index / "manifest.json").read_text()) if (index / "manifest.json").is_file() else None
     if manifest is None:  # generations: the pointer names the current folder
-        from noderag.index.store import IndexStore
+        from noderag.store.tables import IndexStore
 
         manifest = dict(IndexStore.open(index).manifest)
     print(f"\nLLM-mode demo build: {wall:.1f}s\n" + json.dumps(manifest.get("tokens"), indent=1))

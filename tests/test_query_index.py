@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 
 import noderag
 from noderag.data import demo_dir, demo_questions
-from noderag.index.query_index import QUERY_DIR, QueryIndex, write_query_index
-from noderag.index.verify import IndexDamagedError
+from noderag.search.query_index import QUERY_DIR, QueryIndex, write_query_index
+from noderag.store.verify import IndexDamagedError
 from noderag.search import SearchConfig, Searcher
 from noderag.search.entities import EntityMatcher, MappedNames, name_arrays, name_index_arrays, name_tokens
 
@@ -152,7 +152,7 @@ def test_query_index_files_are_deterministic_across_processes(demo, tmp_path):
     copy = tmp_path / "copy"
     shutil.copytree(demo.path, copy)
     shutil.rmtree(copy / QUERY_DIR)
-    code = "import sys; from noderag.index.query_index import write_query_index; write_query_index(sys.argv[1])"
+    code = "import sys; from noderag.search.query_index import write_query_index; write_query_index(sys.argv[1])"
     r = subprocess.run([sys.executable, "-c", code, str(copy)], capture_output=True, text=True, timeout=120,
                        env={"PYTHONHASHSEED": "4242", "PATH": "/usr/bin:/bin"})
     assert r.returncode == 0, r.stderr

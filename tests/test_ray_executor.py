@@ -25,7 +25,7 @@ import pytest
 
 from noderag.config import ExecutorConfig, NodeRAGConfig
 from noderag.data import demo_dir
-from noderag.index.pipeline import build_index
+from noderag.build.driver import build_index
 
 pytestmark = [pytest.mark.ray, pytest.mark.filterwarnings("ignore::DeprecationWarning:ray.*")]
 
@@ -161,7 +161,7 @@ def local_index(tmp_path_factory):
 
 
 def _snapshot(path: Path) -> dict:
-    from noderag.index.generations import current_path
+    from noderag.store.generations import current_path
 
     path = current_path(path)
     snap = {}
@@ -206,8 +206,8 @@ def test_only_row_independent_stages_are_split_and_pieces_reassemble_in_order():
 
     import pyarrow as pa
 
-    from noderag.index.executor.ray_exec import RayExecutor
-    from noderag.index.executor.stages import DecomposeStage, EmbedStage, text_table
+    from noderag.build.executor.ray_exec import RayExecutor
+    from noderag.build.executor.stages import DecomposeStage, EmbedStage, text_table
 
     ex = RayExecutor.__new__(RayExecutor)  # pieces() needs no connection
     texts = [f"text {i}" for i in range(1367)]
@@ -325,10 +325,10 @@ def test_openai_server_through_ray_workers_shares_the_cache(cluster, llm_server,
 def test_vllm_on_ray_validates_and_retries_invalid_items(cluster):
     import ray
 
-    from noderag.index.decompose.base import ChunkInput
-    from noderag.index.decompose.llm import LLMDecomposer
-    from noderag.index.executor.ray_exec import connect
-    from noderag.index.executor.ray_llm import RayVLLMBackend, postprocess, preprocess
+    from noderag.build.decompose.base import ChunkInput
+    from noderag.build.decompose.llm import LLMDecomposer
+    from noderag.build.executor.ray_exec import connect
+    from noderag.build.executor.ray_llm import RayVLLMBackend, postprocess, preprocess
     from noderag.llm.backends.vllm import VLLMConfig
 
     connect(cluster.address)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from noderag.data import demo_dir
-from noderag.index.decompositions import traces_columns, write_decompositions
+from noderag.store.decompositions import traces_columns, write_decompositions
 
 POINTS = ("ingest", "chunk", "decompose-batch", "assemble", "embed", "attributes", "communities", "tables",
           "semantic", "finalize-files", "commit", "switch", "committed")
@@ -20,7 +20,7 @@ POINTS = ("ingest", "chunk", "decompose-batch", "assemble", "embed", "attributes
 _SUB = """
 import sys
 from noderag.config import NodeRAGConfig
-from noderag.index.pipeline import build_index
+from noderag.build.driver import build_index
 cfg = NodeRAGConfig().with_overrides({"embed.spec": "hash:64", "decompose.batch_size": 3, "semantic.enabled": True})
 build_index([sys.argv[1]], sys.argv[2], cfg, progress=False)
 """

@@ -16,7 +16,7 @@ pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient  # noqa: E402
 
 from noderag.cli import main  # noqa: E402
-from noderag.index.store import IndexStore  # noqa: E402
+from noderag.store.tables import IndexStore  # noqa: E402
 from noderag.llm.backends.openai import OpenAIBackend, OpenAIConfig  # noqa: E402
 from noderag.llm.testing import ScriptedLLM  # noqa: E402
 from noderag.search import Searcher  # noqa: E402

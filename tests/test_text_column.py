@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from noderag.index import text_column
-from noderag.index.text_column import DerivedNames, TextColumn
+from noderag.store import text_column
+from noderag.store.text_column import DerivedNames, TextColumn
 
 _texts = st.lists(st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=12), max_size=40)
 

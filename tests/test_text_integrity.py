@@ -12,10 +12,10 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from noderag.config import NodeRAGConfig
-from noderag.index.chunk import chunk_text
-from noderag.index.decompose.base import ChunkInput
-from noderag.index.decompose.nlp import NLPDecomposer
-from noderag.index.sentences import sentence_spans
+from noderag.build.chunk import chunk_text
+from noderag.build.decompose.base import ChunkInput
+from noderag.build.decompose.nlp import NLPDecomposer
+from noderag.lang.sentences import sentence_spans
 from noderag.tokenize import count_tokens
 
 _CLUSTER = regex.compile(r"\X")

@@ -11,9 +11,9 @@ import pytest
 from noderag.api import Index
 from noderag.cli import main
 from noderag.data import demo_dir
-from noderag.index.pipeline import build_index
-from noderag.index.store import IndexStore
-from noderag.index.verify import CHECKSUMS, IndexDamagedError, verify_index
+from noderag.build.driver import build_index
+from noderag.store.tables import IndexStore
+from noderag.store.verify import CHECKSUMS, IndexDamagedError, verify_index
 from noderag.config import NodeRAGConfig
 
 FAULTS = ("flip first byte", "flip middle byte", "flip last byte", "truncate 1 byte", "truncate to half")
@@ -35,7 +35,7 @@ def index_copy(small_index, tmp_path):
 
 def _gen(root):
     """The current generation folder of the index in ``root`` (where its files live)."""
-    from noderag.index.generations import current_path
+    from noderag.store.generations import current_path
 
     return current_path(root)
 

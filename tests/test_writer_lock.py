@@ -13,7 +13,7 @@ import time
 import pytest
 
 from noderag.cli import main
-from noderag.index.lock import IndexLockedError, WriterLock
+from noderag.store.lock import IndexLockedError, WriterLock
 
 
 def _corpus(path, prefix: str, n: int) -> None:
@@ -24,7 +24,7 @@ def _corpus(path, prefix: str, n: int) -> None:
 
 
 def _sources(index_dir) -> set[str]:
-    from noderag.index.store import IndexStore
+    from noderag.store.tables import IndexStore
 
     with IndexStore.open(index_dir) as store:
         return set(store.documents.column("source").to_pylist())
@@ -58,7 +58,7 @@ def test_wait_takes_the_lock_once_released(tmp_path):
 
 _HOLD = """
 import sys, time
-from noderag.index.lock import WriterLock
+from noderag.store.lock import WriterLock
 WriterLock(sys.argv[1]).acquire()
 print("held", flush=True)
 time.sleep(600)

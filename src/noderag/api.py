@@ -1,6 +1,6 @@
 """Python API: ``noderag.build(...)`` and ``noderag.Index`` (open, retrieve, answer, insert, delete, stats).
 
-``Index`` composes the index store (``noderag.index``) and the search package (``noderag.search``);
+``Index`` composes the index store (``noderag.store``) and the search package (``noderag.search``);
 its methods are defined here, in the class body, and import search lazily so ``import noderag``
 stays cheap.
 """
@@ -8,10 +8,11 @@ stays cheap.
 from __future__ import annotations
 
 import os
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Sequence
 
-from noderag.index.store import IndexStore
+from .store.tables import IndexStore
 
 __all__ = ["build", "Index"]
 
@@ -25,24 +26,31 @@ class Index(IndexStore):
     opened (this object keeps reading its own generation until it is closed).
     """
 
+    @cached_property
+    def query_index(self):
+        """The build-time query tables (``query/``, memory-mapped), or None for an index without them."""
+        from .search.query_index import open_query_index
+
+        return open_query_index(self.path)
+
     def searcher(self, config=None, *, llm=None):
         """The (cached, thread-safely prepared) Searcher of this index for ``config`` (default: the defaults).
 
         ``llm`` is a backend, a spec string, or None for the index config's ``llm.spec``.
         """
-        from noderag.search.api import searcher
+        from .search.api import searcher
 
         return searcher(self, config, llm=llm)
 
     def retrieve(self, query: str, *, config=None):
         """Retrieve nodes, ranked source passages and a budgeted context for one question."""
-        from noderag.search.api import retrieve
+        from .search.api import retrieve
 
         return retrieve(self, query, config=config)
 
     def retrieve_many(self, queries: Sequence[str], *, config=None) -> list:
         """Retrieve for many questions: one embedding batch and one multi-threaded PPR call."""
-        from noderag.search.api import retrieve_many
+        from .search.api import retrieve_many
 
         return retrieve_many(self, queries, config=config)
 
@@ -51,7 +59,7 @@ class Index(IndexStore):
 
         Raises ``LLMNotConfiguredError`` (only retrieval is available) without an LLM.
         """
-        from noderag.search.api import answer
+        from .search.api import answer
 
         return answer(self, query, llm=llm, config=config)
 
@@ -69,7 +77,7 @@ class Index(IndexStore):
 
         ``wait``: seconds to wait for another writer of this index (default: fail at once).
         """
-        from noderag.index.insert import insert_documents
+        from .build.insert import insert_documents
 
         if isinstance(docs_or_paths, (str, os.PathLike)):
             docs_or_paths = [docs_or_paths]
@@ -81,10 +89,10 @@ class Index(IndexStore):
                embedder=None, progress: bool = False, wait: float | None = None) -> "Index":
         """Delete documents by source id (or every document of ``all_from`` paths); return the reopened index.
 
-        Unknown ids raise :class:`~noderag.index.delete.UnknownDocumentError` and change nothing.
+        Unknown ids raise :class:`~noderag.build.delete.UnknownDocumentError` and change nothing.
         This object keeps reading its own generation until it is closed.
         """
-        from noderag.index.delete import delete_documents
+        from .build.delete import delete_documents
 
         delete_documents(self.root, doc_ids, all_from=all_from, llm=llm, embedder=embedder, progress=progress,
                          wait=wait)
@@ -105,8 +113,8 @@ def build(inputs: Sequence[str | os.PathLike] | str | os.PathLike, index_dir: st
     progress : show per-stage progress bars on stderr
     allow_failures : finish even when some chunks failed to decompose (recorded in the manifest)
     """
-    from noderag.config import NodeRAGConfig
-    from noderag.index.pipeline import build_index
+    from .config import NodeRAGConfig
+    from .build.driver import build_index
 
     embedder = None
     if isinstance(embed, str):

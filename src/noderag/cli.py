@@ -15,19 +15,19 @@ __all__ = ["main", "format_summary"]
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
-    from noderag.config import ConfigError
-    from noderag.graph.storage import FormatVersionError
-    from noderag.index.augment import AugmentFailure
-    from noderag.index.decompose.base import DecomposeFailure
-    from noderag.index.delete import UnknownDocumentError
-    from noderag.index.ingest import IngestError
-    from noderag.index.lock import IndexLockedError
-    from noderag.index.pipeline import BuildError
-    from noderag.index.store import IndexNotFoundError
-    from noderag.index.verify import IndexDamagedError
-    from noderag.embed.openai import EmbeddingServerError
-    from noderag.llm.options import OptionError
-    from noderag.llm.types import LLMError
+    from .config import ConfigError
+    from .graph.storage import FormatVersionError
+    from .build.augment import AugmentFailure
+    from .build.decompose.base import DecomposeFailure
+    from .build.delete import UnknownDocumentError
+    from .build.ingest import IngestError
+    from .store.lock import IndexLockedError
+    from .build.driver import BuildError
+    from .store.tables import IndexNotFoundError
+    from .store.verify import IndexDamagedError
+    from .embed.openai import EmbeddingServerError
+    from .llm.options import OptionError
+    from .llm.types import LLMError
 
     return (ConfigError, FormatVersionError, AugmentFailure, DecomposeFailure, IngestError, BuildError,
             IndexNotFoundError, IndexLockedError, UnknownDocumentError, IndexDamagedError, LLMError,
@@ -49,7 +49,7 @@ def _fmt_bytes(n: float) -> str:
 
 def format_summary(manifest: dict) -> str:
     """Plain-text summary table of a manifest: nodes per type, edges, tokens, time, bytes."""
-    from noderag.index.manifest import bytes_by_component
+    from .store.manifest import bytes_by_component
 
     counts = manifest.get("counts", {})
     lines = []
@@ -102,8 +102,8 @@ def format_summary(manifest: dict) -> str:
 
 def _cmd_insert(args: argparse.Namespace) -> int:
     """``noderag insert DIR INPUT...``: :func:`_cmd_build` onto an index that must exist (the same code path)."""
-    from noderag.index.generations import current_generation
-    from noderag.index.store import IndexNotFoundError, check_layout
+    from .store.generations import current_generation
+    from .store.tables import IndexNotFoundError, check_layout
 
     root = Path(args.index)
     if root.is_dir():
@@ -115,7 +115,7 @@ def _cmd_insert(args: argparse.Namespace) -> int:
 
 
 def _cmd_repair(args: argparse.Namespace) -> int:
-    from noderag.index.generations import repair_pointer
+    from .store.generations import repair_pointer
 
     report = repair_pointer(args.index, wait=args.wait)
     for line in report.skipped:
@@ -134,8 +134,8 @@ def _cmd_repair(args: argparse.Namespace) -> int:
 
 
 def _cmd_build(args: argparse.Namespace) -> int:
-    from noderag.config import ConfigError, NodeRAGConfig, load_config
-    from noderag.index.pipeline import build_index
+    from .config import ConfigError, NodeRAGConfig, load_config
+    from .build.driver import build_index
 
     config = load_config(args.config) if getattr(args, "config", None) else None
     overrides = {}
@@ -149,7 +149,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
     if getattr(args, "chunk_tokens", None) is not None:
         overrides["chunk.max_tokens"] = args.chunk_tokens
     if args.llm_option:
-        from noderag.llm.options import OptionError, llm_option_overrides
+        from .llm.options import OptionError, llm_option_overrides
 
         try:
             overrides.update(llm_option_overrides(args.llm_option, (config or NodeRAGConfig()).llm.options))
@@ -160,7 +160,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
     progress = not args.no_progress
     log = (lambda msg: print(f"noderag: {msg}", file=sys.stderr)) if progress else None
     if getattr(args, "estimate", False):  # the cost of an LLM build; no model is called, nothing is built
-        from noderag.index.estimate import run_estimate
+        from .build.estimate import run_estimate
 
         return run_estimate(args, config, log)
     executor = None
@@ -181,7 +181,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
 
 
 def _cmd_delete(args: argparse.Namespace) -> int:
-    from noderag.index.delete import delete_documents
+    from .build.delete import delete_documents
 
     progress = not args.no_progress
     log = (lambda msg: print(f"noderag: {msg}", file=sys.stderr)) if progress else None
@@ -193,8 +193,8 @@ def _cmd_delete(args: argparse.Namespace) -> int:
 
 
 def _cmd_gc(args: argparse.Namespace) -> int:
-    from noderag.index.generations import remove_old_generations
-    from noderag.index.store import check_layout
+    from .store.generations import remove_old_generations
+    from .store.tables import check_layout
 
     check_layout(Path(args.index))
     removed, left = remove_old_generations(args.index, wait=args.wait)
@@ -204,7 +204,7 @@ def _cmd_gc(args: argparse.Namespace) -> int:
 
 
 def _cmd_stats(args: argparse.Namespace) -> int:
-    from noderag.index.store import IndexStore
+    from .store.tables import IndexStore
 
     store = IndexStore.open(args.index)
     if args.json:
@@ -219,8 +219,8 @@ def _cmd_stats(args: argparse.Namespace) -> int:
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
-    from noderag.index.store import IndexStore
-    from noderag.index.verify import verify_index
+    from .store.tables import IndexStore
+    from .store.verify import verify_index
 
     store = IndexStore.open(args.index, verify="none")  # not an index, unfinished, other format: named errors
     level = "cheap" if args.cheap else "full"
@@ -234,7 +234,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from noderag import __version__
+    from . import __version__
 
     p = argparse.ArgumentParser(prog="noderag", description="NodeRAG heterograph indexing and retrieval.")
     p.add_argument("--version", action="version", version=f"noderag {__version__}")
@@ -313,32 +313,32 @@ def _parser() -> argparse.ArgumentParser:
     v.add_argument("--cheap", action="store_true", help="sizes and headers only, as every open does")
     v.set_defaults(func=_cmd_verify)
     q = sub.add_parser("query", help="retrieve (and optionally answer) for questions over an index")
-    from noderag.search.cli import add_query_arguments, run_query  # the search package owns `query`
+    from .search.cli import add_query_arguments, run_query  # the search package owns `query`
 
     add_query_arguments(q)
     q.set_defaults(func=run_query)
     d = sub.add_parser("demo", help="build an index from the shipped demo corpus, then retrieve for demo questions")
-    from noderag.demo import add_demo_arguments, run_demo  # the search helper owns the demo
+    from .demo import add_demo_arguments, run_demo  # the search helper owns the demo
 
     add_demo_arguments(d)
     d.set_defaults(func=run_demo)
     v = sub.add_parser("serve", help="serve an index over HTTP: JSON API and a web page (extra: noderag[serve])")
-    from noderag.serve.cli import add_serve_arguments, run_serve  # imports FastAPI only when run
+    from .serve.cli import add_serve_arguments, run_serve  # imports FastAPI only when run
 
     add_serve_arguments(v)
     v.set_defaults(func=run_serve)
     ev = sub.add_parser("eval", help="evaluate retrieval (and answers) on a dataset, with dense and BM25 baselines")
-    from noderag.eval.cli import add_eval_arguments, run_eval  # the eval package owns `eval`
+    from .eval.cli import add_eval_arguments, run_eval  # the eval package owns `eval`
 
     add_eval_arguments(ev)
     ev.set_defaults(func=run_eval)
     x = sub.add_parser("export", help="export the graph as GraphML, Neo4j import CSVs, PostgreSQL tables or Parquet")
-    from noderag.export.cli import add_export_arguments, run_export
+    from .export.cli import add_export_arguments, run_export
 
     add_export_arguments(x)
     x.set_defaults(func=run_export)
     m = sub.add_parser("mcp", help="serve an index to agents over MCP: stdio, or streamable HTTP (extra: noderag[mcp])")
-    from noderag.integrations.mcp import add_mcp_arguments, run_mcp  # imports the MCP SDK only when run
+    from .integrations.mcp import add_mcp_arguments, run_mcp  # imports the MCP SDK only when run
 
     add_mcp_arguments(m)
     m.set_defaults(func=run_mcp)

@@ -27,7 +27,7 @@ __all__ = [
 ]
 
 
-from noderag.errors import ConfigError  # noqa: E402  (one error type for every section, search included)
+from .errors import ConfigError  # noqa: E402  (one error type for every section, search included)
 
 
 def _check(cond: bool, name: str, value: Any, what: str) -> None:
@@ -398,7 +398,7 @@ class LLMConfig:
     options: dict = field(default_factory=dict)
 
     def validate(self) -> None:
-        from noderag.llm.options import LLM_OPTIONS, OptionError, parse_option_value
+        from .llm.options import LLM_OPTIONS, OptionError, parse_option_value
 
         _check(self.spec is None or (isinstance(self.spec, str) and bool(self.spec)), "llm.spec", self.spec,
                "None or a non-empty str")
@@ -418,7 +418,7 @@ class LLMConfig:
 
     def backend_options(self) -> dict[str, Any]:
         """Keyword arguments for ``noderag.llm.make_llm`` (set values only)."""
-        from noderag.llm.options import LLM_OPTIONS
+        from .llm.options import LLM_OPTIONS
 
         out = {f.name: getattr(self, f.name) for f in fields(self)
                if f.name in LLM_OPTIONS and getattr(self, f.name) is not None}
@@ -427,13 +427,13 @@ class LLMConfig:
 
 
 def _importance_cls():
-    from noderag.graph.importance import ImportanceConfig
+    from .graph.importance import ImportanceConfig
 
     return ImportanceConfig
 
 
 def _search_cls():
-    from noderag.search.config import SearchConfig
+    from .search.config import SearchConfig
 
     return SearchConfig
 

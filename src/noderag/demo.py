@@ -33,9 +33,9 @@ def add_demo_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _run(args: argparse.Namespace, index_dir: Path, out) -> int:
     import noderag
-    from noderag.cli import format_summary
-    from noderag.data import demo_dir, demo_questions
-    from noderag.search.cli import format_result
+    from .cli import format_summary
+    from .data import demo_dir, demo_questions
+    from .search.cli import format_result
 
     questions = demo_questions()
     t0 = time.perf_counter()

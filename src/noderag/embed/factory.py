@@ -123,7 +123,7 @@ def resolve_auto_spec(texts: Iterable[str]) -> tuple[str, dict[str, Any]]:
     Returns ``(spec, info)``: ``"use"`` when at least a quarter of the documents is Chinese
     (:func:`noderag.lang.corpus_language`), else ``"default"``; ``info`` is recorded in the manifest.
     """
-    from noderag.lang import corpus_language
+    from ..lang import corpus_language
 
     mix = corpus_language(texts)
     spec = AUTO_SPECS["multilingual" if mix.multilingual else "en"]

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from noderag._overrides import with_overrides
+from .._overrides import with_overrides
 from .base import check_batch_size, check_texts, l2_normalize
 
 __all__ = ["EmbeddingServerError", "OpenAIEmbedConfig", "OpenAIEmbedder"]

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from noderag._overrides import with_overrides
+from .._overrides import with_overrides
 from .base import check_batch_size, check_texts, l2_normalize
 
 __all__ = ["VLLMEmbedConfig", "VLLMEmbedder", "llm_kwargs", "outputs_to_array"]

@@ -87,7 +87,7 @@ _JUDGE_SYSTEM = (
 def judge_request(question: str, gold: str | Sequence[str], prediction: str, *, max_tokens: int = 16,
                   id: str | None = None):
     """An LLM request judging ``prediction`` against ``gold`` (greedy, schema-constrained)."""
-    from noderag.llm.types import LLMRequest, Sampling
+    from ..llm.types import LLMRequest, Sampling
 
     golds = _golds(gold)
     user = (f"Question: {question}\nGold answer: {golds[0]}\n"

@@ -65,7 +65,7 @@ def run_eval(args: argparse.Namespace) -> int:
     """Run ``noderag eval``; a dataset problem is one ``noderag: error:`` line and exit 1."""
     from pathlib import Path
 
-    from noderag.config import NodeRAGConfig, load_config
+    from ..config import NodeRAGConfig, load_config
 
     if args.judge and not args.llm:
         print("noderag: error: --judge needs --llm (the answers it judges)", file=sys.stderr)

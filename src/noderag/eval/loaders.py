@@ -545,8 +545,8 @@ def detect_format(path: str | Path) -> str:
 
 
 def _load_demo() -> Dataset:
-    from noderag.data import demo_dir, demo_questions
-    from noderag.index.ingest import iter_documents
+    from ..data import demo_dir, demo_questions
+    from ..build.ingest import iter_documents
 
     corpus = _Corpus()
     by_name: dict[str, str] = {}

@@ -102,7 +102,7 @@ def _index_documents(index: Any) -> set[tuple[str, str]]:
 
 def _corpus_documents(corpus_path: Path) -> set[tuple[str, str]]:
     """(source id, content hash) of every document a build of ``corpus_path`` keeps (the build's own reader)."""
-    from noderag.index.ingest import ingest
+    from ..build.ingest import ingest
 
     docs, _ = ingest([str(corpus_path)])
     return {(d.source, d.content_hash) for d in docs}
@@ -208,7 +208,7 @@ class _Baselines:
     _tokens: dict | None = None
 
     def tokens(self, j: int) -> int:
-        from noderag.tokenize import count_tokens
+        from ..tokenize import count_tokens
 
         if self._tokens is None:
             self._tokens = {}
@@ -241,7 +241,7 @@ def _dense_vectors(state: _State, embedder: Any, texts: list[str], progress: boo
 
 def _rank_baseline(score_fn: Callable[[Any], np.ndarray], inputs: Any, n_passages: int, depth: int) -> np.ndarray:
     """Top-``depth`` passage rows per query, scored in slices of at most _SCORE_CELLS cells."""
-    from noderag.search.baselines import top_k_rows
+    from ..search.baselines import top_k_rows
 
     rows = max(1, _SCORE_CELLS // max(n_passages, 1))
     out = [top_k_rows(score_fn(inputs[s:s + rows]), depth)[0] for s in range(0, len(inputs), rows)]
@@ -250,7 +250,7 @@ def _rank_baseline(score_fn: Callable[[Any], np.ndarray], inputs: Any, n_passage
 
 def _baseline_batch(score_fn, inputs, base: _Baselines, depth: int, latency: bool) -> dict:
     """Rank one batch with a baseline: top-``depth`` ids, top-5 context tokens, single-query latencies."""
-    from noderag.search.baselines import top_k_rows
+    from ..search.baselines import top_k_rows
 
     t0 = time.perf_counter()
     idx = _rank_baseline(score_fn, inputs, len(base.ids), depth)
@@ -282,7 +282,7 @@ def _baseline_context(rows: list[int], base: _Baselines, budget: int) -> list[tu
 
 def _answers(llm: Any, judge: Any, qs: list, contexts: list, label: str) -> list[dict]:
     """Answer each question over its context; EM/F1 against its gold answers, and the judge's verdict."""
-    from noderag.llm.answer import answer_many
+    from ..llm.answer import answer_many
 
     got = answer_many(llm, [(q.question, ctx) for q, ctx in zip(qs, contexts)], stage=f"answer:{label}")
     out = []
@@ -564,7 +564,7 @@ def evaluate(data: str | os.PathLike | Dataset, index: str | os.PathLike, *, out
 def _resolve_llm(spec: Any, out: Path) -> Any:
     if spec is None or not isinstance(spec, str):
         return spec
-    from noderag.llm import make_llm
+    from ..llm import make_llm
 
     return make_llm(spec, cache_path=out / "llm_cache.sqlite")
 
@@ -574,7 +574,7 @@ def _run(ds, ix, build_info, out, methods, ks, depth, llm, judge, search_config,
     from tqdm.auto import tqdm
 
     import noderag
-    from noderag.search import SearchConfig
+    from ..search import SearchConfig
 
     cfg = (search_config or SearchConfig()).validate()
     searcher = ix.searcher(cfg)
@@ -593,11 +593,11 @@ def _run(ds, ix, build_info, out, methods, ks, depth, llm, judge, search_config,
 
     base = _Baselines([r["id"] for r in ds.corpus], [_passage_text(r) for r in ds.corpus])
     if "dense" in methods:
-        from noderag.search.baselines import DenseRetriever
+        from ..search.baselines import DenseRetriever
 
         base.dense = DenseRetriever(base.ids, _dense_vectors(state, embedder, base.texts, progress))
     if "bm25" in methods:
-        from noderag.search.baselines import BM25Retriever
+        from ..search.baselines import BM25Retriever
 
         if log:
             log(f"bm25: indexing {len(base.ids):,} passages")
@@ -646,7 +646,7 @@ def _run(ds, ix, build_info, out, methods, ks, depth, llm, judge, search_config,
             if "bm25" in methods:
                 rec["methods"]["bm25"] = _baseline_batch(base.bm25.scores, texts, base, depth, latency)
             if llm_b is not None:
-                from noderag.llm.answer import retrieval_context
+                from ..llm.answer import retrieval_context
 
                 for m in methods:
                     ctxs = ([retrieval_context(r) for r in res] if m == "noderag" else

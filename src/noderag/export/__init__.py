@@ -56,7 +56,7 @@ def default_out(index_dir: str | os.PathLike, fmt: str) -> Path:
 
 
 def _info(source: ExportSource, fmt: str, counts: dict[str, int]) -> dict[str, Any]:
-    from noderag import __version__
+    from .. import __version__
 
     from .parquet import LAYOUT
 
@@ -84,7 +84,7 @@ def export_index(index: Any, fmt: str, *, out: str | os.PathLike | None = None,
     dsn, schema, replace : PostgreSQL connection string, schema name, drop existing tables first
     batch_size : nodes per record batch (edges: 16 times as many stored entries)
     """
-    from noderag.index.store import IndexStore
+    from ..store.tables import IndexStore
 
     if fmt not in FORMATS:
         raise ExportError(f"--format: expected one of {', '.join(FORMATS)}, got {fmt!r}")

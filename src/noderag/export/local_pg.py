@@ -6,7 +6,7 @@ in a temporary directory, listening on 127.0.0.1 on a free port with trust authe
 removes everything on exit. PostgreSQL refuses to run as root; under root the server runs as the
 unprivileged user ``nobody``, which then owns the temporary folder::
 
-    from noderag.export.local_pg import temporary_cluster
+    from .local_pg import temporary_cluster
 
     with temporary_cluster() as dsn:      # postgresql://noderag@127.0.0.1:PORT/postgres
         export_index("my-index", "postgres", dsn=dsn)

@@ -29,7 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
-from noderag.graph.types import TYPE_NAMES, NodeType
+from ..graph.types import TYPE_NAMES, NodeType
 
 from .source import LETTERS, ExportSource
 from .text import join_list

@@ -31,8 +31,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from noderag.graph.types import EMBEDDED_TYPES, N_TYPES, NodeType, parse_type
-from noderag.index.text_column import NAME_IS_TEXT
+from ..graph.types import EMBEDDED_TYPES, N_TYPES, NodeType, parse_type
+from ..store.text_column import NAME_IS_TEXT
 
 __all__ = ["ExportSource", "parse_types", "NODE_SCHEMA", "EDGE_SCHEMA", "DOCUMENT_SCHEMA", "LAYERS",
            "edge_kinds"]
@@ -80,7 +80,7 @@ def parse_types(value: str | Sequence[str] | None) -> tuple[str, ...]:
 class ExportSource:
     """The nodes, edges, documents and vectors of one opened index, read in batches.
 
-    ``store`` is an opened :class:`~noderag.index.store.IndexStore` (or ``noderag.Index``);
+    ``store`` is an opened :class:`~noderag.store.tables.IndexStore` (or ``noderag.Index``);
     ``types`` the letters of the node types to export (edges need both ends among them);
     ``with_vectors`` adds each embedded node's stored vector (float32).
     """

@@ -65,9 +65,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from noderag import _core
-from noderag.graph.csr import CSR, validate_csr
-from noderag.graph.types import N_TYPES
+from .. import _core
+from .csr import CSR, validate_csr
+from .types import N_TYPES
 
 __all__ = ["PPRResult", "PPROperator", "shallow_ppr", "shallow_ppr_batch", "RULES", "DEFAULT_EPSILON",
            "MIN_SKIP_SEGMENT"]

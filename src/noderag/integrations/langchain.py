@@ -4,7 +4,7 @@
 ``Document`` per ranked passage of ``Index.retrieve``, in its order, so it drops into any LCEL
 chain (``{"context": retriever | format_docs, "question": RunnablePassthrough()} | prompt | model``)::
 
-    from noderag.integrations.langchain import NodeRAGRetriever
+    from .langchain import NodeRAGRetriever
 
     retriever = NodeRAGRetriever.from_path("my-index", k=5)
     docs = retriever.invoke("Who designed the lighthouse?")

@@ -5,7 +5,7 @@
 ``RetrieverQueryEngine`` and the other LlamaIndex pipelines::
 
     from llama_index.core.query_engine import RetrieverQueryEngine
-    from noderag.integrations.llama_index import NodeRAGRetriever
+    from .llama_index import NodeRAGRetriever
 
     retriever = NodeRAGRetriever.from_path("my-index", k=5)
     engine = RetrieverQueryEngine.from_args(retriever, llm=my_llm)

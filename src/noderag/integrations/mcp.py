@@ -73,8 +73,8 @@ def create_server(index: Any, *, llm: Any = None, search_config: Any = None, nam
     MCPServer = _sdk()
     from mcp.server.mcpserver.exceptions import ToolError
 
-    from noderag import __version__
-    from noderag.serve.views import GraphView, NodeNotFound
+    from .. import __version__
+    from ..serve.views import GraphView, NodeNotFound
 
     from .passages import open_index
 
@@ -174,19 +174,19 @@ def run_mcp(args: argparse.Namespace) -> int:
     if args.http is not None and not 1 <= args.http <= 65535:
         print(f"noderag mcp: error: --http must be a port from 1 to 65535, got {args.http}", file=sys.stderr)
         return 1
-    from noderag.api import Index
+    from ..api import Index
 
     index = Index.open(args.index)
     config = None
     if args.config:
-        from noderag.config import load_config
+        from ..config import load_config
 
         config = load_config(args.config).search
     spec = args.llm or getattr(getattr(index.config, "llm", None), "spec", None)
     llm = None
     if spec:
-        from noderag.llm import make_llm
-        from noderag.llm.options import OptionError, parse_llm_options
+        from ..llm import make_llm
+        from ..llm.options import OptionError, parse_llm_options
 
         try:
             opts = {**index.config.llm.backend_options(), **parse_llm_options(args.llm_option)}

@@ -21,7 +21,7 @@ BULKY_KEYS = ("context", "context_node_ids", "nodes", "query")
 
 def open_index(index: Any):
     """``index`` itself when it is an opened ``noderag.Index``, else ``Index.open(index)`` of a directory."""
-    from noderag.api import Index
+    from ..api import Index
 
     if isinstance(index, Index):
         return index
@@ -32,7 +32,7 @@ def open_index(index: Any):
 
 def search_config(search: Any):
     """A ``SearchConfig`` from None (the defaults), a ``SearchConfig``, or a dict of its fields."""
-    from noderag.search import SearchConfig
+    from ..search import SearchConfig
 
     if search is None or isinstance(search, SearchConfig):
         return search

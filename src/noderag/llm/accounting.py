@@ -152,6 +152,6 @@ class TokenLedger:
 
 def count_tokens_offline(text: str) -> int:
     """Count tokens of ``text`` with the packaged offline tokenizer (noderag.tokenize)."""
-    from noderag.tokenize import count_tokens  # lazy: tokenizer files load on first use
+    from ..tokenize import count_tokens  # lazy: tokenizer files load on first use
 
     return int(count_tokens(text))

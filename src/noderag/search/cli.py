@@ -90,7 +90,7 @@ def format_result(res: RetrievalResult, *, passages: int = 5, texts: dict[int, s
 
 def run_query(args: argparse.Namespace, *, out: TextIO | None = None) -> int:
     """Open the index, retrieve for every question, print; returns the exit code."""
-    from ..index.store import IndexStore
+    from ..store.tables import IndexStore
     from .searcher import LLMNotConfiguredError, Searcher
 
     out = out or sys.stdout

@@ -24,7 +24,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from ..graph.arrays import distinct, intersect_sorted
-from ..index.sentences import sentence_spans  # a pure helper: the decomposer's sentence split
+from ..lang.sentences import sentence_spans  # a pure helper: the decomposer's sentence split
 from ..lang.entities import STOP, canonical_name, query_entities
 from ..lang.zh import has_han, is_han_token, match_tokens, query_mentions
 

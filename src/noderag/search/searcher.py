@@ -6,7 +6,7 @@ semantic layers -> typed selection with quotas and N->A / O->H expansion ->
 ranked source passages -> context within a token budget.
 
 Node-table columns, passage labels and the name indexes are written at build time
-(``query/``, :mod:`noderag.index.query_index`) and memory-mapped, so ``Searcher.__init__``
+(``query/``, :mod:`noderag.search.query_index`) and memory-mapped, so ``Searcher.__init__``
 does no O(n) Python work on a built index (an index without them is prepared in memory,
 :class:`~noderag.search.tables.InMemoryTables`). A query touches only its seeds' t-hop
 neighbourhood, a few hundred candidate nodes and the texts of the nodes it returns.
@@ -112,12 +112,16 @@ class Searcher:
         except (ValueError, IndexError) as exc:  # a damaged graph file: IndexDamagedError naming it
             if not hasattr(store, "path"):
                 raise
-            from ..index.verify import graph_damage
+            from ..store.verify import graph_damage
 
             raise graph_damage(store.path, exc) from None
         # per-node columns, texts, labels and names: memory-mapped from the build's query/ folder,
         # else built in memory from the node table (O(n))
         tables = getattr(store, "query_index", None)
+        if tables is None and isinstance(getattr(store, "path", None), Path):
+            from .query_index import open_query_index
+
+            tables = open_query_index(store.path)
         if tables is None:
             from .tables import InMemoryTables
 

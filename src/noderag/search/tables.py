@@ -1,7 +1,7 @@
 """Per-node columns, texts, labels and the name matcher of an index, built in memory (O(n)).
 
 The searcher's fallback for an index without the build-time ``query/`` folder
-(:class:`noderag.index.query_index.QueryIndex`, same interface), and the reference
+(:class:`noderag.search.query_index.QueryIndex`, same interface), and the reference
 the memory-mapped form is tested against.
 """
 
@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from ..graph.types import NodeType
-from ..index.query_index import document_labels, passage_labels
+from .query_index import document_labels, passage_labels
 from .entities import EntityMatcher
 
 __all__ = ["InMemoryTables"]

@@ -216,7 +216,7 @@ def create_app(index: Any, *, llm: Any = None, settings: ServeSettings | None = 
     embedder : Embedder or None
         Overrides the index's embedder (tests).
     """
-    from ..index.store import IndexStore
+    from ..store.tables import IndexStore
 
     settings = settings or ServeSettings()
     store = IndexStore.open(index) if isinstance(index, (str, os.PathLike)) else index

@@ -57,7 +57,7 @@ def run_serve(args: argparse.Namespace) -> int:
     except ImportError:
         print("noderag serve: error: the server needs the serve extra: pip install 'noderag[serve]'", file=sys.stderr)
         return 1
-    from ..index.store import IndexStore
+    from ..store.tables import IndexStore
     from ..search import SearchConfig
     from .app import ServeSettings, create_app
 

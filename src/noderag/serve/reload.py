@@ -2,7 +2,7 @@
 let go of the old generation as soon as nothing uses it.
 
 Every build, insert or delete commits a new generation and switches the ``CURRENT`` pointer
-(:mod:`noderag.index.generations`). A watcher thread reads the pointer every ``interval_s``; when it
+(:mod:`noderag.store.generations`). A watcher thread reads the pointer every ``interval_s``; when it
 moved, it opens the new generation (which pins it), prepares a searcher (reusing the loaded embedding
 model) and its views off the request path, then swaps them in. Each generation counts the requests
 using it (:meth:`Generation.acquire` / :meth:`Generation.release`): requests already in a batch finish
@@ -154,8 +154,8 @@ class GenerationWatcher:
 
     def check(self) -> bool:
         """Swap in the committed generation if it is newer than the served one; True when it did."""
-        from ..index.generations import current_generation
-        from ..index.store import IndexStore
+        from ..store.generations import current_generation
+        from ..store.tables import IndexStore
 
         try:
             committed = current_generation(self.root)

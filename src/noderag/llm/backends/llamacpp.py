@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from noderag._overrides import with_overrides
+from ..._overrides import with_overrides
 from ..accounting import TokenLedger
 from ..base import BaseBackend, RawOutput, _check_requests, validated_batch
 from ..types import LLMError, LLMRequest, LLMResult, ResultCallback, now

@@ -13,7 +13,7 @@ from typing import Any, Sequence
 
 import httpx
 
-from noderag._overrides import with_overrides
+from ..._overrides import with_overrides
 from ..accounting import TokenLedger
 from ..base import BaseBackend, RawOutput, _check_requests, estimate_usage, finish_result, retry_request
 from ..types import LLMError, LLMRequest, LLMResult, ResultCallback, Usage, now

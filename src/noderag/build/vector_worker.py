@@ -1,11 +1,11 @@
-"""The vector index worker process of a build (see :mod:`noderag.index.vector_process`).
+"""The vector index worker process of a build (see :mod:`noderag.build.vector_process`).
 
 Reads one JSON request per line on stdin: ``start`` (T/S ids, their rows of the shared vectors
 file, the embed settings), ``widen``, ``add`` (ids and vectors in ``.npy`` files), ``finish``
 (wait for every shard, save, reply ``{"ok": true}``). Any failure is replied as ``{"error": ...}``
 at ``finish``. End of stdin (the build went away) ends the process at once.
 
-    python -m noderag.index.vector_worker
+    python -m noderag.build.vector_worker
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ def _load(path: str):
 def serve(stdin, stdout) -> int:
     import numpy as np
 
-    from noderag.config import EmbedConfig
+    from ..config import EmbedConfig
 
-    from .enrich import start_vector_index
+    from .embed import start_vector_index
 
     index = None
     error = None

@@ -16,7 +16,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..decompose.base import ChunkDecomposition, ChunkInput
-from ..pipeline import BuildError
+from ..driver import BuildError
 
 __all__ = ["ExecutorError", "DecomposeStage", "EmbedStage", "decompose_batch", "embed_batch",
            "chunk_table", "text_table", "records_of", "vectors_of"]
@@ -153,7 +153,7 @@ class DecomposeStage:
 
         backend = self.backend
         if self.uses_llm and backend is None:
-            from noderag.llm import CachedBackend, make_llm
+            from ...llm import CachedBackend, make_llm
 
             backend = make_llm(self.llm_spec, **self.llm_options)
             if self.cache is not None:
@@ -219,7 +219,7 @@ class EmbedStage:
     def open(self) -> BatchFn:
         emb = self.embedder
         if emb is None:
-            from noderag.embed import make_embedder
+            from ...embed import make_embedder
 
             emb = make_embedder(self.spec, **self.options)
 

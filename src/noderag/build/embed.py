@@ -11,7 +11,7 @@ from typing import Sequence
 
 import numpy as np
 
-from noderag.graph.storage import atomic_save_npy, atomic_write_json, load_npy, read_json
+from ..graph.storage import atomic_save_npy, atomic_write_json, load_npy, read_json
 
 __all__ = ["embed_late_resumable", "embed_texts_resumable", "unit_spans", "semantic_layer", "load_vectors", "start_vector_index"]
 
@@ -200,7 +200,7 @@ def start_vector_index(ids: np.ndarray, vectors: np.ndarray, dim: int, embed_con
     (default: every core) at once: identical files every run. Add the rest with ``add_in_background``;
     call ``wait()`` before using it.
     """
-    from noderag.graph.vectors import VectorIndex
+    from ..graph.vectors import VectorIndex
 
     shards = embed_config.vector_shard_count(int(ids.size))
     index = VectorIndex(dim, metric="cos", dtype=embed_config.vector_dtype, connectivity=embed_config.connectivity,
@@ -212,8 +212,8 @@ def start_vector_index(ids: np.ndarray, vectors: np.ndarray, dim: int, embed_con
 
 def semantic_layer(n: int, ids: np.ndarray, vectors: np.ndarray, k: int, index=None):
     """kNN semantic layer (CSR over ``n`` nodes, weight = cosine similarity > 0) among ``ids``."""
-    from noderag.graph.csr import CSR
-    from noderag.graph.vectors import knn_csr
+    from ..graph.csr import CSR
+    from ..graph.vectors import knn_csr
 
     if ids.size < 2:
         return CSR.empty(n)
@@ -223,7 +223,7 @@ def semantic_layer(n: int, ids: np.ndarray, vectors: np.ndarray, k: int, index=N
 
 def load_vectors(path: Path, ids: np.ndarray, dim: int) -> np.ndarray:
     """Unit-norm vectors of ``ids`` stored in a saved ``vectors.usearch`` (float32 (len(ids), dim))."""
-    from noderag.graph.vectors import VectorIndex
+    from ..graph.vectors import VectorIndex
 
     if ids.size == 0:
         return np.zeros((0, dim), np.float32)

@@ -82,7 +82,7 @@ class _CacheServer:
     """The index's LLM cache (SQLite on the driver's node), shared by every worker."""
 
     def __init__(self, path: str) -> None:
-        from noderag.llm.cache import LLMCache
+        from ...llm.cache import LLMCache
 
         self.cache = LLMCache(path)
 
@@ -169,8 +169,8 @@ def _warm() -> int:
     import pyarrow.compute  # noqa: F401
 
     import noderag.embed  # noqa: F401
-    import noderag.index.decompose.factory  # noqa: F401
-    import noderag.index.executor.stages  # noqa: F401
+    import noderag.build.decompose.factory  # noqa: F401
+    import noderag.build.executor.stages  # noqa: F401
 
     return os.getpid()
 

@@ -16,7 +16,7 @@ from typing import Sequence
 from ...lang import zh as _zh
 from ...lang.detect import detect_language
 from ...lang.entities import CONNECT, TOKEN, Mention, canonical_name, extract_mentions, non_overlapping
-from ..sentences import sentence_spans
+from ...lang.sentences import sentence_spans
 from .base import ChunkDecomposition, ChunkInput, Unit
 
 __all__ = ["NLPDecomposer", "extract_mentions", "Mention", "unit_prefix"]  # the mention rules: noderag.lang.entities
@@ -122,7 +122,7 @@ class NLPDecomposer:
 
     def _units_of(self, text: str, title: str | None = None) -> list[list[tuple[int, int]]]:
         """Group sentence spans into units (short sentences join a neighbour)."""
-        from noderag.tokenize import count_tokens
+        from ...tokenize import count_tokens
 
         spans = []
         ntitle = _norm(title) if title else None

@@ -1,6 +1,6 @@
 """Index directory: writers of the node/document tables and the read-only :class:`IndexStore`.
 
-An index directory holds generations (see :mod:`noderag.index.generations`): ``CURRENT``
+An index directory holds generations (see :mod:`noderag.store.generations`): ``CURRENT``
 names the live folder ``generations/N``, which holds::
 
     manifest.json        format version, config, stage states, counts, tokens, time, bytes
@@ -15,7 +15,7 @@ names the live folder ``generations/N``, which holds::
                          extends are the graph's T/S/N/R structural edges minus these
     vectors.usearch      HNSW index of T, S, A, H vectors, key = node id; a large index is sharded
                          (``embed.vector_shards``): shard j >= 1 in vectors.j.usearch
-    query/               what a query needs, memory-mapped at open (noderag.index.query_index)
+    query/               what a query needs, memory-mapped at open (noderag.search.query_index)
 
 ``INDEX/llm_cache.sqlite`` (LLM builds and answers) is shared by the generations.
 Opening pins one generation, memory-maps its arrays, never writes and never executes code from disk.
@@ -30,7 +30,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from noderag.graph.storage import atomic_write_parquet, check_format_version, read_json
+from ..graph.storage import atomic_write_parquet, check_format_version, read_json
 
 from .text_column import NAME_IS_TEXT as _NAME_IS_TEXT
 
@@ -58,7 +58,7 @@ class IndexNotFoundError(FileNotFoundError):
 
 def check_layout(root: Path) -> None:
     """Refuse the flat single-folder layout of format version 1 with a clear 'rebuild it' error."""
-    from noderag.graph.storage import FORMAT_VERSION, FormatVersionError
+    from ..graph.storage import FORMAT_VERSION, FormatVersionError
 
     from .generations import CURRENT, GENERATIONS, READERS
 
@@ -86,7 +86,7 @@ _NAME_META_VALUE = b"text of types 2,6, else null"
 
 
 def nodes_table(table, mentions: np.ndarray):
-    """The ``nodes.parquet`` table of a :class:`~noderag.index.assemble.NodeTable` (no ``key`` column).
+    """The ``nodes.parquet`` table of a :class:`~noderag.build.assemble.NodeTable` (no ``key`` column).
 
     The ``name`` column is left out (and the schema metadata says so) when every
     N/O name equals its text and every other name is null, as the builders make them.
@@ -184,7 +184,7 @@ class IndexStore:
     """One generation of a finished index opened read-only (arrays memory-mapped).
 
     Opening resolves ``INDEX/CURRENT`` once and pins that generation (a shared lock, see
-    :mod:`noderag.index.generations`) until :meth:`close` or garbage collection: every lazy
+    :mod:`noderag.store.generations`) until :meth:`close` or garbage collection: every lazy
     load reads the same generation, whatever writers commit meanwhile. Opening never writes.
 
     Attributes
@@ -244,7 +244,7 @@ class IndexStore:
         """Open the current generation of the index in ``path`` (format version checked).
 
         ``verify``: "cheap" (default: sizes and headers, milliseconds), "full" (checksums and
-        structure, :func:`~noderag.index.verify.verify_index`) or "none".
+        structure, :func:`~noderag.store.verify.verify_index`) or "none".
         """
         return cls(path, verify=verify)
 
@@ -267,13 +267,13 @@ class IndexStore:
 
     @cached_property
     def config(self):
-        from noderag.config import NodeRAGConfig
+        from ..config import NodeRAGConfig
 
         return NodeRAGConfig.from_dict(self.manifest.get("config") or {})
 
     @cached_property
     def graph(self):
-        from noderag.graph.hetero import HeteroGraph
+        from ..graph.hetero import HeteroGraph
 
         from .verify import reading
 
@@ -293,15 +293,6 @@ class IndexStore:
         if keys.shape[0] != tab.num_rows:
             raise ValueError(f"{path}: {tab.num_rows} rows but the graph has {keys.shape[0]} nodes")
         return tab.add_column(NODE_COLUMNS.index("key"), pa.field("key", pa.uint64()), pa.array(keys))
-
-    @cached_property
-    def query_index(self):
-        """The build-time query index (``query/``, memory-mapped), or None for an index without one."""
-        from .query_index import QueryIndex
-        from .verify import reading
-
-        with reading(self.path, "query/"):  # a damaged table names its own file
-            return QueryIndex.load(self.path)  # its node count is checked against the graph by the searcher
 
     @cached_property
     def documents(self):
@@ -353,7 +344,7 @@ class IndexStore:
 
     @cached_property
     def vectors(self):
-        from noderag.graph.vectors import VectorIndex
+        from ..graph.vectors import VectorIndex
 
         path = self.path / "vectors.usearch"
         if not path.is_file():
@@ -367,7 +358,7 @@ class IndexStore:
         """The embedder named in the index config (created on first call, then reused)."""
         emb = self.__dict__.get("_embedder")
         if emb is None:
-            from noderag.embed import make_embedder
+            from ..embed import make_embedder
 
             emb = make_embedder(self.config.embed.spec, **self.config.embed.backend_options())
             self.__dict__["_embedder"] = emb

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .lock import LOCK_FILE
-from .manifest import MANIFEST, read_manifest
+from ..store.lock import LOCK_FILE
+from ..store.manifest import MANIFEST, read_manifest
 
 __all__ = ["remove_if_nothing_built"]
 
@@ -23,7 +23,7 @@ def remove_if_nothing_built(root: str | Path) -> bool:
 
     Call it with the writer lock held, only for a folder the failed run created. Returns
     True when the folder was removed. A writer waiting on the removed lock file notices
-    (:class:`~noderag.index.lock.WriterLock` checks that its locked file is still linked).
+    (:class:`~noderag.store.lock.WriterLock` checks that its locked file is still linked).
     """
     root = Path(root)
     if not root.is_dir():

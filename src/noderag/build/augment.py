@@ -15,9 +15,9 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from noderag.graph.csr import CSR, csr_from_coo
-from noderag.graph.keys import canonical_name, node_key
-from noderag.graph.types import NodeType
+from ..graph.csr import CSR, csr_from_coo
+from ..graph.keys import canonical_name, node_key
+from ..graph.types import NodeType
 
 from .assemble import EdgeList, NodeTable
 
@@ -52,7 +52,7 @@ def subgraph_csr(n: int, types: np.ndarray, src: np.ndarray, dst: np.ndarray, w:
 
 def _budget_join_count(texts: Sequence[str], budget: int) -> tuple[str, int]:
     """Join leading ``texts`` within ``budget`` tokens (at least one); return (text, how many)."""
-    from noderag.tokenize import count_tokens
+    from ..tokenize import count_tokens
 
     out: list[str] = []
     used = 0
@@ -112,7 +112,7 @@ def add_attributes(table: NodeTable, snr: CSR, mentions: np.ndarray, important: 
             texts[e] = body if body.startswith(f"{name}:") else f"{name}: {body}"
             used[e] = unit_ids[e][:k]
     else:
-        from noderag.llm.prompts import attribute_request
+        from ..llm.prompts import attribute_request
 
         reqs = [attribute_request(name, units, (), max_tokens=max(32, config.summary_tokens * 2), seed=seed,
                                   id=f"attr-{e}") for e, name, units, rels in
@@ -241,7 +241,7 @@ def add_communities(table: NodeTable, graph: CSR, membership: np.ndarray, snr_sn
                 title = " ".join(desc.split()[:8])
             elements.append((ci, desc, title, rep_ids))
     else:
-        from noderag.llm.prompts import community_request
+        from ..llm.prompts import community_request
 
         reqs = []
         for ci, g in enumerate(groups):

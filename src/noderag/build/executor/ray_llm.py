@@ -16,10 +16,10 @@ from __future__ import annotations
 import json
 from typing import Any, Callable, Sequence
 
-from noderag.llm.backends.vllm import VLLMConfig, sampling_kwargs, to_conversation
-from noderag.llm.base import BaseBackend, RawOutput, _check_requests, validated_batch
-from noderag._overrides import with_overrides
-from noderag.llm.types import LLMRequest, LLMResult, ResultCallback, Usage, now
+from ...llm.backends.vllm import VLLMConfig, sampling_kwargs, to_conversation
+from ...llm.base import BaseBackend, RawOutput, _check_requests, validated_batch
+from ..._overrides import with_overrides
+from ...llm.types import LLMRequest, LLMResult, ResultCallback, Usage, now
 
 __all__ = ["RayVLLMBackend", "make_ray_vllm", "processor_config", "request_row", "preprocess", "postprocess",
            "raw_output"]
@@ -136,10 +136,10 @@ class RayVLLMBackend(BaseBackend):
 
 def make_ray_vllm(spec: str, executor, *, cache_path=None, **options: Any):
     """``make_llm`` for ``vllm:MODEL`` on Ray: engine replicas = the cluster's GPUs / tensor_parallel_size."""
-    from noderag.llm import CachedBackend, LLMCache
-    from noderag.llm.factory import parse_llm_spec
-    from noderag.llm.options import LLM_OPTIONS, split_llm_options
-    from noderag.llm.sampling import SamplingOverride
+    from ...llm import CachedBackend, LLMCache
+    from ...llm.factory import parse_llm_spec
+    from ...llm.options import LLM_OPTIONS, split_llm_options
+    from ...llm.sampling import SamplingOverride
 
     _, model, _ = parse_llm_spec(spec)
     options = {k: v for k, v in options.items() if v is not None}

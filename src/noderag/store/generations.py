@@ -5,7 +5,7 @@ Layout::
     INDEX/CURRENT                    the live generation's number (one line)
     INDEX/generations/N/             one complete, immutable index (manifest.json, nodes.parquet, ...)
     INDEX/generations/N/.readers     flock'ed shared by every reader that has generation N open
-    INDEX/.writer.lock               the writer lock (noderag.index.lock)
+    INDEX/.writer.lock               the writer lock (noderag.store.lock)
     INDEX/stages/                    the unfinished work of a running (or killed) writer
     INDEX/llm_cache.sqlite           the LLM response cache (shared by the generations)
 
@@ -51,7 +51,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from noderag.graph.storage import atomic_write_bytes, fsync_dir
+from ..graph.storage import atomic_write_bytes, fsync_dir
 
 from .verify import IndexDamagedError
 
@@ -343,10 +343,10 @@ def repair_pointer(root: str | os.PathLike, *, wait: float | None = None,
     Under the writer lock: removes orphaned temporary files; keeps a valid ``CURRENT`` whose
     generation passes the full check; otherwise tries the generations newest first and switches
     the pointer to the first that passes. Raises :class:`IndexPointerError` when none passes, and
-    :class:`~noderag.index.store.IndexNotFoundError` when the folder holds no generation.
+    :class:`~noderag.store.tables.IndexNotFoundError` when the folder holds no generation.
     """
     from .lock import WriterLock
-    from .store import IndexNotFoundError
+    from .tables import IndexNotFoundError
     from .verify import verify_index
 
     root = Path(root)

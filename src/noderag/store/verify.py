@@ -60,7 +60,7 @@ class IndexDamagedError(ValueError):
 @contextmanager
 def reading(root: str | os.PathLike, rel: str):
     """Turn a reader's raw error on the index file ``rel`` (pyarrow, numpy, usearch) into :class:`IndexDamagedError`."""
-    from noderag.graph.storage import FormatVersionError
+    from ..graph.storage import FormatVersionError
 
     try:
         yield
@@ -105,7 +105,7 @@ def _blake2b_file(path: Path) -> str:
 
 
 def _json_default(obj: Any) -> Any:
-    from noderag.graph.storage import _json_default as convert  # the conversion the manifest writer uses
+    from ..graph.storage import _json_default as convert  # the conversion the manifest writer uses
 
     return convert(obj)
 
@@ -365,7 +365,7 @@ def _check_header_facts(root: Path, manifest: dict[str, Any], facts: dict[str, A
 
 def _vector_shard_files(facts: dict[str, Any]) -> list[str]:
     """``vectors.usearch`` and its shard siblings ``vectors.J.usearch`` present in ``facts``, in shard order."""
-    from noderag.graph.vectors import shard_path
+    from ..graph.vectors import shard_path
 
     out = []
     while str(shard_path("vectors.usearch", len(out))) in facts:
@@ -374,7 +374,7 @@ def _vector_shard_files(facts: dict[str, Any]) -> list[str]:
 
 
 def _array(root: Path, rel: str) -> np.ndarray:
-    from noderag.graph.storage import load_npy
+    from ..graph.storage import load_npy
 
     try:
         return load_npy(root / rel, mmap=True)
@@ -390,7 +390,7 @@ def _check_structure(root: Path, manifest: dict[str, Any], facts: dict[str, Any]
     n = int(meta["n"])
     types = _check_graph_arrays(root, meta)
     try:
-        from noderag.graph.hetero import HeteroGraph
+        from ..graph.hetero import HeteroGraph
 
         HeteroGraph.load(root, mmap=True, validate=True)  # sorted unique columns, no loops, symmetric
     except ValueError as exc:
@@ -434,7 +434,7 @@ def graph_damage(root: str | os.PathLike, exc: BaseException) -> BaseException:
     """The :class:`IndexDamagedError` naming the graph file behind ``exc``, an error loading or validating the
     graph of the generation folder ``root`` (its headers and CSR invariants are checked again, O(n + nnz):
     call it on the failure path only). Returns ``exc`` itself when it is already named or a configuration error."""
-    from noderag.errors import ConfigError
+    from ..errors import ConfigError
 
     if isinstance(exc, (IndexDamagedError, ConfigError)) or not isinstance(exc, (ValueError, IndexError)):
         return exc
@@ -501,7 +501,7 @@ def _check_vectors(root: Path, n: int, types: np.ndarray) -> None:
         return
     import pyarrow.parquet as pq
 
-    from noderag.graph.vectors import VectorIndex
+    from ..graph.vectors import VectorIndex
 
     try:
         vindex = VectorIndex.load(root / "vectors.usearch", view=True)

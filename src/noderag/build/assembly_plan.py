@@ -1,6 +1,6 @@
 """The half of assembling a chunk that needs no node table: its keys, names and trace text.
 
-Assembling a chunk (:func:`noderag.index.assemble.assemble_planned`) looks keys up in the node
+Assembling a chunk (:func:`noderag.build.assemble.assemble_planned`) looks keys up in the node
 table and appends rows, which only the process that owns the table can do. Everything before
 that (canonical names, node keys, display names, the JSON of the chunk trace) depends on the
 chunk alone, so the decompose workers compute it beside the decomposition
@@ -22,9 +22,9 @@ from typing import Sequence
 
 import numpy as np
 
-from noderag.graph.keys import node_key
-from noderag.graph.types import NodeType
-from noderag.lang.entities import canonical_name
+from ..graph.keys import node_key
+from ..graph.types import NodeType
+from ..lang.entities import canonical_name
 
 from .decompose.base import ChunkDecomposition
 

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from noderag.graph.storage import FORMAT_VERSION, atomic_write_json, dir_bytes, read_json
+from ..graph.storage import FORMAT_VERSION, atomic_write_json, dir_bytes, read_json
 
 __all__ = ["MANIFEST", "StageLog", "read_manifest", "dir_sizes", "bytes_by_component"]
 
@@ -18,7 +18,7 @@ def read_manifest(root: Path) -> dict[str, Any] | None:
     """The manifest of the index in ``root`` (its current generation), or of the generation folder ``root``.
 
     None when there is none. A reader that needs the files of that generation too should
-    use :class:`~noderag.index.store.IndexStore`, which pins it.
+    use :class:`~noderag.store.tables.IndexStore`, which pins it.
     """
     from .generations import current_generation, generation_path
 

@@ -15,7 +15,7 @@ from typing import Sequence
 
 import regex
 
-from .sentences import sentence_spans
+from ..lang.sentences import sentence_spans
 
 __all__ = ["Chunk", "chunk_text", "chunk_documents"]
 
@@ -107,7 +107,7 @@ def _hard_cut(text: str, max_tokens: int, count) -> list[tuple[str, int]]:
     cluster longer than the limit (hundreds of stacked combining marks) is cut between
     code points, the only case where a cut falls inside a cluster.
     """
-    from noderag.tokenize import default_tokenizer
+    from ..tokenize import default_tokenizer
 
     enc = default_tokenizer()._enc
     out: list[tuple[str, int]] = []
@@ -144,7 +144,7 @@ def chunk_text(text: str, max_tokens: int = 1024, min_tokens: int = 64) -> list[
     sentences, words) are packed greedily; a short trailing chunk (< ``min_tokens``)
     is merged into the previous one when the result still fits.
     """
-    from noderag.tokenize import count_tokens
+    from ..tokenize import count_tokens
 
     if max_tokens < 1:
         raise ValueError(f"max_tokens must be >= 1, got {max_tokens!r}")
@@ -199,7 +199,7 @@ def chunk_texts(texts: Sequence[str], max_tokens: int, min_tokens: int) -> list[
 def chunk_documents(texts: Sequence[str], *, first_doc_id: int = 0, first_chunk_id: int = 0,
                     max_tokens: int = 1024, min_tokens: int = 64) -> list[Chunk]:
     """Chunk every document text; ids continue from ``first_doc_id`` / ``first_chunk_id``."""
-    from noderag.tokenize import count_tokens
+    from ..tokenize import count_tokens
 
     out: list[Chunk] = []
     cid = first_chunk_id

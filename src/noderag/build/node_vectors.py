@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from noderag.graph.arrays import distinct, drop_resident
+from ..graph.arrays import distinct, drop_resident
 
 __all__ = ["NodeVectors"]
 

@@ -14,12 +14,12 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from noderag.lang.entities import canonical_token
-from noderag.graph.types import NodeType
+from ..lang.entities import canonical_token
+from ..graph.types import NodeType
 
 from .assembly_plan import PlannedChunks, plan_chunks
 from .decompose.base import ChunkDecomposition
-from .text_column import DerivedNames, TextColumn
+from ..store.text_column import DerivedNames, TextColumn
 
 __all__ = ["NodeTable", "EdgeList", "assemble_chunks", "assemble_planned", "link_known_names", "ChunkRecord"]
 

@@ -54,9 +54,9 @@ def write_decompositions(path: str | os.PathLike, rows) -> Path:
     """Write the chunk traces (``ChunkTrace`` rows or their :func:`traces_table`) atomically (zstd Parquet)."""
     import pyarrow as pa
 
-    from noderag.graph.storage import atomic_write_parquet
+    from ..graph.storage import atomic_write_parquet
 
-    from .store import PARQUET_OPTIONS
+    from .tables import PARQUET_OPTIONS
 
     tab = rows if isinstance(rows, pa.Table) else traces_table(rows)
     # one chunk per column: the assembly's groups (which differ between a clean build and one resumed after a
@@ -70,7 +70,7 @@ def read_decompositions(path: str | os.PathLike) -> list[ChunkTrace]:
 
     path = Path(path)
     if not path.is_file():
-        from .store import IndexNotFoundError
+        from .tables import IndexNotFoundError
 
         raise IndexNotFoundError(f"{path}: missing")
     tab = pq.read_table(path)

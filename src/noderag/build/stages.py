@@ -2,7 +2,7 @@
 
 chunk -> decompose -> assemble (+ name links) -> embed T/S -> attributes (A) ->
 communities (H/O) -> vector index (+ semantic kNN layer) -> files. The driver,
-:func:`noderag.index.pipeline.build_index`, owns what is around them: the writer
+:func:`noderag.build.driver.build_index`, owns what is around them: the writer
 lock, journalling and resume (``stages/``), timing, progress, closing backends,
 the manifest and the commit. Each function here only computes; the ones whose
 work is per chunk (decompose, embed) run on the executor and keep resumable
@@ -19,10 +19,10 @@ from typing import Any, Callable
 
 import numpy as np
 
-from noderag.graph.types import NodeType
+from ..graph.types import NodeType
 
 from .assemble import ChunkRecord, EdgeList, NodeTable, assemble_planned, link_known_names
-from .decompositions import traces_columns, traces_table
+from ..store.decompositions import traces_columns, traces_table
 from .node_vectors import NodeVectors
 
 __all__ = ["chunk_stage", "decompose_stage", "Assembly", "assemble_stage", "embed_stage", "attributes_stage",
@@ -144,7 +144,7 @@ class Assembly:
 def assemble_stage(assembly: Assembly, records):
     """Finish ``assembly``: add the chunks not assembled yet, append the documents' rows, link known names.
 
-    ``records``: the decompose stage's :class:`~noderag.index.executor.sharded.DecomposedRecords`
+    ``records``: the decompose stage's :class:`~noderag.build.executor.sharded.DecomposedRecords`
     (every chunk noted), read in chunk order one group at a time. Returns (chunk traces as an
     Arrow table, name-link edges). A failed chunk becomes its T node alone. Afterwards the table
     keeps only A/H/O keys in its key map (the only nodes still added).
@@ -184,7 +184,7 @@ def embed_stage(table: NodeTable, old_n: int, emb, executor, config, stages: Pat
     ``vectors_file``: keep them in this ``.npy`` file (room for the A and H vectors included), which
     the vector index worker maps too; the build then holds only the rows it is using in memory."""
     from .decompose.nlp import unit_prefix
-    from .enrich import embed_late_resumable, embed_texts_resumable, load_vectors
+    from .embed import embed_late_resumable, embed_texts_resumable, load_vectors
     from .executor.sharded import embed_sharded
 
     dim = int(emb.dim)
@@ -240,10 +240,10 @@ class Attributes:
 def attributes_stage(table: NodeTable, base: EdgeList, link: EdgeList, vec: NodeVectors, emb, backend, config,
                      stages: Path, bars) -> Attributes:
     """Important entities (k-core, betweenness, mentions) and their A nodes, with A vectors in ``vec``."""
-    from noderag.graph.importance import important_entities
+    from ..graph.importance import important_entities
 
     from .augment import add_attributes, mean_vectors, subgraph_csr
-    from .enrich import embed_texts_resumable
+    from .embed import embed_texts_resumable
 
     n0 = len(table)
     types = table.types_array()
@@ -289,9 +289,9 @@ def communities_stage(table: NodeTable, base: EdgeList, link: EdgeList, attrs: A
 
     out = Communities()
     if config.communities.enabled:
-        from noderag.graph.communities import leiden
+        from ..graph.communities import leiden
 
-        from .enrich import embed_texts_resumable
+        from .embed import embed_texts_resumable
 
         types = table.types_array()
         n1 = len(table)
@@ -330,7 +330,7 @@ def communities_stage(table: NodeTable, base: EdgeList, link: EdgeList, attrs: A
 def start_vector_stage(table: NodeTable, vec: NodeVectors, config, work: Path):
     """Start the HNSW vector index of the T/S nodes right after the embed stage, on one core.
 
-    It builds in a worker process (:mod:`noderag.index.vector_process`, its files under ``work``)
+    It builds in a worker process (:mod:`noderag.build.vector_process`, its files under ``work``)
     that maps the vectors from ``vec``'s file (``embed_stage``'s ``vectors_file``) while the
     attributes, communities and finalize stages run single-threaded in Python here, the shards
     taking turns block by block; ``build.finish`` widens it to every core once this process only
@@ -358,15 +358,15 @@ def vector_stage(table: NodeTable, vec: NodeVectors, config, build, path: Path) 
     ah_ids = np.flatnonzero(np.isin(types, (A, H)) & active)
     build.add(ah_ids, vec.view(ah_ids))
     if config.semantic.enabled:
-        from noderag.graph.vectors import VectorIndex
+        from ..graph.vectors import VectorIndex
 
-        from .enrich import semantic_layer
+        from .embed import semantic_layer
 
         build.finish(path)
         emb_ids = np.flatnonzero(np.isin(types, (T, S, A, H)) & active)
         return True, semantic_layer(n, emb_ids, vec[emb_ids], config.semantic.k,
                                     index=VectorIndex.load(path, view=True, threads=os.cpu_count() or 1))
-    from noderag.graph.csr import CSR
+    from ..graph.csr import CSR
 
     return False, CSR.empty(n)
 
@@ -378,7 +378,7 @@ def tables_stage(final: Path, table: NodeTable, mentions: np.ndarray, docs_rows:
     Runs once every node exists (after the communities stage), before the vector stage: the peak of
     the vector and graph stages no longer holds millions of Python strings.
     """
-    from .store import write_documents, write_nodes
+    from ..store.tables import write_documents, write_nodes
 
     write_nodes(final / "nodes.parquet", table, mentions)
     write_documents(final / "documents.parquet", docs_rows)

@@ -29,11 +29,11 @@ from typing import Sequence
 
 import numpy as np
 
-from noderag.graph.types import NodeType
+from ..graph.types import NodeType
 
 from .assemble import ChunkRecord, EdgeList, NodeTable, assemble_chunks
 from .decompose.base import ChunkDecomposition, Unit
-from .decompositions import ChunkTrace
+from ..store.decompositions import ChunkTrace
 
 __all__ = ["Deletion", "UnknownDocumentError", "delete_documents", "reassemble_survivors", "prune_llm_cache"]
 
@@ -165,9 +165,9 @@ def delete_documents(index_dir: str | os.PathLike, doc_ids: Sequence[str] = (), 
     ``all_from``: files, folders or JSONL corpora whose documents are deleted. Unknown
     documents raise :class:`UnknownDocumentError` and nothing changes. An index built with
     an LLM needs it again (``llm`` or the configured spec): its summaries are recomputed.
-    Returns the :class:`~noderag.index.pipeline.BuildReport` (``deleted`` documents).
+    Returns the :class:`~noderag.build.driver.BuildReport` (``deleted`` documents).
     """
-    from .pipeline import build_index
+    from .driver import build_index
 
     if isinstance(doc_ids, (str, os.PathLike)):
         doc_ids = [doc_ids]

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from noderag.graph.storage import atomic_save_npy, atomic_write_bytes, load_npy, read_json
+from ..graph.storage import atomic_save_npy, atomic_write_bytes, load_npy, read_json
 
 __all__ = ["QUERY_DIR", "QueryIndex", "write_query_index", "passage_labels", "document_labels", "display_texts"]
 
@@ -102,7 +102,7 @@ def _string_blob(arr) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _py_blob(strings: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    from noderag.search.entities import _blob
+    from .entities import _blob
 
     return _blob(strings)
 
@@ -119,9 +119,9 @@ def write_query_index(index_dir: str | os.PathLike) -> Path:
 
     import pyarrow.parquet as pq
 
-    from noderag.search.entities import name_arrays
+    from .entities import name_arrays
 
-    from .store import read_nodes_file
+    from ..store.tables import read_nodes_file
 
     root = Path(index_dir)
     out = root / QUERY_DIR
@@ -184,7 +184,7 @@ def write_query_index(index_dir: str | os.PathLike) -> Path:
 def _save_lexical(save, types: np.ndarray, active: np.ndarray, doc: np.ndarray, text_off: np.ndarray,
                   text: np.ndarray, documents: Any) -> None:
     """The passages' BM25 postings (``lex_*``, :mod:`noderag.search.lexical`): titled texts of active T nodes."""
-    from noderag.search.lexical import lexical_arrays, titled
+    from .lexical import lexical_arrays, titled
 
     titles: dict[int, str] = {}
     if documents is not None and "title" in documents.column_names:
@@ -200,7 +200,7 @@ def _save_lexical(save, types: np.ndarray, active: np.ndarray, doc: np.ndarray, 
 def _load_lexical(folder: Path, arrays: dict[str, np.ndarray]) -> None:
     """Map the ``lex_*`` arrays into ``arrays`` when the index has them (older indexes do not); O(1) checks
     (node ids are checked by ``noderag verify``, which reads every byte)."""
-    from noderag.search.lexical import LEX_ARRAYS
+    from .lexical import LEX_ARRAYS
 
     if not (folder / "lex_term_hash.npy").is_file():
         return
@@ -221,8 +221,8 @@ def _load_lexical(folder: Path, arrays: dict[str, np.ndarray]) -> None:
 def _check_damage(folder: Path, arrays: dict[str, np.ndarray], n: int, m: int) -> None:
     """Cheap structural checks of the loaded query arrays (O(n), at open): offsets and CSR pointers start
     at 0, end at their blob's length and never decrease; node and name ids are in range. Raises
-    :class:`~noderag.index.verify.IndexDamagedError` naming the file that is wrong."""
-    from .verify import IndexDamagedError
+    :class:`~noderag.store.verify.IndexDamagedError` naming the file that is wrong."""
+    from ..store.verify import IndexDamagedError
 
     def bad(key: str, problem: str, detail: str = "") -> IndexDamagedError:
         return IndexDamagedError(folder.parent, f"{QUERY_DIR}/{key}.npy", problem, detail)
@@ -256,7 +256,7 @@ class QueryIndex:
     """
 
     def __init__(self, folder: Path, meta: dict, arrays: dict[str, np.ndarray]) -> None:
-        from noderag.search.entities import MappedNames
+        from .entities import MappedNames
 
         self.folder = folder
         self.n = int(meta["n"])
@@ -267,14 +267,14 @@ class QueryIndex:
         self.names = MappedNames(arrays, int(meta["max_tokens"]))
         self.lexical = None
         if "lex_term_hash" in arrays:
-            from noderag.search.lexical import LexicalIndex
+            from .lexical import LexicalIndex
 
             self.lexical = LexicalIndex(arrays)
 
     @classmethod
     def load(cls, index_dir: str | os.PathLike, n: int | None = None) -> "QueryIndex | None":
         """Open ``index_dir/query`` (None when the index has none); ``n``: expected node count."""
-        from noderag.search.entities import NAME_ARRAYS
+        from .entities import NAME_ARRAYS
 
         folder = Path(index_dir) / QUERY_DIR
         mpath = folder / "meta.json"
@@ -334,7 +334,7 @@ class QueryIndex:
         try:
             return self._get(self._a[f"{key}_off"], self._a[key], i)
         except UnicodeDecodeError as exc:
-            from .verify import IndexDamagedError
+            from ..store.verify import IndexDamagedError
 
             raise IndexDamagedError(self.folder.parent, f"{QUERY_DIR}/{key}.npy", "undecodable text",
                                     f"string {i}: {exc.reason}") from None
@@ -358,3 +358,15 @@ class QueryIndex:
         if p < ids.shape[0] and int(ids[p]) == doc:
             return self._text("doclabel", p)
         return f"doc:{doc}"
+
+
+def open_query_index(index_path: str | os.PathLike) -> "QueryIndex | None":
+    """The build-time query index of one generation folder (memory-mapped), or None when it has none.
+
+    A damaged table raises ``IndexDamagedError`` naming its own file; the node count is checked
+    against the graph by the searcher.
+    """
+    from ..store.verify import reading
+
+    with reading(Path(index_path), "query/"):
+        return QueryIndex.load(index_path)

@@ -54,7 +54,7 @@ class LLMDecomposer:
     name = "llm"
 
     def __init__(self, llm, config, seed: int = 0) -> None:
-        from noderag.llm.prompts import decompose_schema
+        from ...llm.prompts import decompose_schema
 
         self.llm = llm
         self.config = config
@@ -62,7 +62,7 @@ class LLMDecomposer:
         self.schema = decompose_schema(config.max_units, config.max_entities, config.max_relations)
 
     def _requests(self, chunks: Sequence[ChunkInput], attempt: int):
-        from noderag.llm.prompts import decompose_request
+        from ...llm.prompts import decompose_request
 
         out = []
         for c in chunks:

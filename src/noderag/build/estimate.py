@@ -50,9 +50,9 @@ class _DryRunLLM:
     """
 
     def __new__(cls, decompose_config):
-        from noderag.llm.base import BaseBackend, RawOutput, estimate_usage, validated_batch
-        from noderag.llm.prompts import USER_TEMPLATES
-        from noderag.llm.types import Usage
+        from ..llm.base import BaseBackend, RawOutput, estimate_usage, validated_batch
+        from ..llm.prompts import USER_TEMPLATES
+        from ..llm.types import Usage
 
         from .decompose.base import ChunkInput
         from .decompose.nlp import NLPDecomposer
@@ -88,7 +88,7 @@ class _DryRunLLM:
                 user = req.messages[-1]["content"]
                 props = (req.schema or {}).get("properties", {})
                 if req.schema is None:  # attribute summary: the leading units, about summary_tokens long
-                    from noderag.tokenize import default_tokenizer
+                    from ..tokenize import default_tokenizer
 
                     lines = [ln[2:] for ln in user.splitlines() if ln.startswith("- ") and len(ln) > 2]
                     return default_tokenizer().truncate(" ".join(lines) or user, self.summary_tokens)
@@ -168,8 +168,8 @@ def estimate_build(inputs: Sequence[str | os.PathLike], config=None, *, index_di
     sample : render and dry-run only this many chunks, spread over the input, and extrapolate
     tps : LLM throughput in tokens per second, for the time range
     """
-    from noderag.config import NodeRAGConfig
-    from noderag.tokenize import count_tokens
+    from ..config import NodeRAGConfig
+    from ..tokenize import count_tokens
 
     from .chunk import chunk_text
     from .ingest import ingest
@@ -179,7 +179,7 @@ def estimate_build(inputs: Sequence[str | os.PathLike], config=None, *, index_di
     known: set[str] = set()
     cache_path = None
     if index_dir is not None and (Path(index_dir) / "CURRENT").is_file():
-        from .store import IndexStore
+        from ..store.tables import IndexStore
 
         with IndexStore.open(index_dir) as store:
             known = set(store.documents.column("content_hash").to_pylist())
@@ -204,8 +204,8 @@ def estimate_build(inputs: Sequence[str | os.PathLike], config=None, *, index_di
                           llm=replace(config.llm, spec=None, cache=False))
         llm = _DryRunLLM(dry_cfg.decompose)
         llm.summary_tokens = int(config.attributes.summary_tokens)
-        from .pipeline import build_index
-        from .store import IndexStore
+        from .driver import build_index
+        from ..store.tables import IndexStore
 
         with tempfile.TemporaryDirectory(prefix="noderag-estimate-") as tmp:
             part = Path(tmp) / "sample.jsonl"
@@ -221,7 +221,7 @@ def estimate_build(inputs: Sequence[str | os.PathLike], config=None, *, index_di
             for s in STAGES:
                 stages[s] = {"requests": llm.requests.get(s, 0), "prompt_tokens": llm.prompt.get(s, 0)}
             with IndexStore.open(Path(tmp) / "ix") as store:
-                from noderag.graph.types import NodeType
+                from ..graph.types import NodeType
 
                 types = store.types
                 texts = store.texts
@@ -288,7 +288,7 @@ def format_estimate(est: dict) -> str:
 
 def run_estimate(args, config, log=None) -> int:
     """``noderag build INPUT... --index DIR --estimate [--estimate-tps N] [--estimate-sample N]``."""
-    from noderag.config import ConfigError
+    from ..config import ConfigError
 
     if args.estimate_tps is not None and not args.estimate_tps > 0:
         raise ConfigError(f"--estimate-tps must be > 0, got {args.estimate_tps}")

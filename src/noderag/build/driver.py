@@ -1,6 +1,6 @@
 """The build driver: a build or incremental insert as a list of stage calls, resumable after a kill at any point.
 
-Stages (the functions of :mod:`noderag.index.build_stages`): ingest -> chunk ->
+Stages (the functions of :mod:`noderag.build.stages`): ingest -> chunk ->
 decompose -> assemble (+ name linking) -> embed T/S -> attributes (A) -> communities (H/O) ->
 vector index (+ semantic kNN) -> finalize. This module owns what is around them: the writer
 lock, the existing generation, journalling and resume, timing, progress, closing backends
@@ -11,16 +11,16 @@ chunk table, decomposition and T/S embedding results as Parquet shards, one per
 batch, written by the executor, local or Ray; other embedding batches); graph
 stages are recomputed from those on a rerun (they are cheap and deterministic).
 The finished index is written to ``stages/final/`` and committed as a new
-generation (:mod:`noderag.index.generations`: one rename, one pointer switch).
+generation (:mod:`noderag.store.generations`: one rename, one pointer switch).
 While a run goes, the previous generation stays complete, openable and untouched.
 A delete or a replacement re-assembles the surviving documents first
-(:mod:`noderag.index.delete`).
+(:mod:`noderag.build.delete`).
 
 What an insert recomputes: T/S/N/R nodes and decomposed edges are only added
 (nodes merged by key); name linking (S-N edges for known names), importance and
 A nodes, Leiden communities and H/O nodes, and the semantic kNN layer are
 recomputed over the whole graph; vectors of existing T/S nodes are reused, A and
-H texts are re-embedded. See ``noderag.index.augment`` for retired A/H/O nodes.
+H texts are re-embedded. See ``noderag.build.augment`` for retired A/H/O nodes.
 """
 
 from __future__ import annotations
@@ -39,17 +39,17 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from noderag.graph.storage import FORMAT_VERSION, atomic_write_json
-from noderag.graph.types import TYPE_NAMES, NodeType
+from ..graph.storage import FORMAT_VERSION, atomic_write_json
+from ..graph.types import TYPE_NAMES, NodeType
 
 from .assemble import EdgeList, NodeTable
 from .decompose.base import DecomposeFailure
 from .ingest import Document, IngestError, ingest
-from .lock import WriterLock
-from .decompositions import DECOMPOSITIONS, read_decompositions
-from .generations import (collect_garbage, commit_generation, current_generation, finish_pending_switch,
+from ..store.lock import WriterLock
+from ..store.decompositions import DECOMPOSITIONS, read_decompositions
+from ..store.generations import (collect_garbage, commit_generation, current_generation, finish_pending_switch,
                           generation_path)
-from .manifest import MANIFEST, StageLog, dir_sizes, read_manifest
+from ..store.manifest import MANIFEST, StageLog, dir_sizes, read_manifest
 
 __all__ = ["BuildError", "build_index", "BuildReport"]
 
@@ -150,9 +150,9 @@ def _load_existing(root: Path):
     """(NodeTable, docs list, chunk traces) of the finished generation folder ``root``."""
     import pyarrow.parquet as pq
 
-    from noderag.graph.storage import load_npy
+    from ..graph.storage import load_npy
 
-    from .store import read_nodes_file
+    from ..store.tables import read_nodes_file
 
     tab = read_nodes_file(root / "nodes.parquet")
     cols = {c: tab.column(c).to_pylist() for c in ("type", "name", "text", "doc_id", "chunk_id",
@@ -170,7 +170,7 @@ def _load_base(root: Path) -> EdgeList:
     """The decomposed T/S/N/R edges of the generation folder ``root`` (its graph minus ``linked.parquet``)."""
     import pyarrow.parquet as pq
 
-    from noderag.graph.hetero import HeteroGraph
+    from ..graph.hetero import HeteroGraph
 
     ltab = pq.read_table(root / LINKED)
     base = EdgeList()
@@ -224,7 +224,7 @@ def _digest(obj: Any) -> str:
 
 
 def _resolve_config(config, existing_manifest):
-    from noderag.config import ConfigError, NodeRAGConfig
+    from ..config import ConfigError, NodeRAGConfig
 
     if existing_manifest is None:
         return (config or NodeRAGConfig()).validate()
@@ -252,7 +252,7 @@ def _make_llm(llm, config, root: Path, executor=None):
     if llm is None and config.llm.spec is None:
         return None
     if llm is None or isinstance(llm, str):
-        from noderag.llm import make_llm
+        from ..llm import make_llm
 
         spec = llm if isinstance(llm, str) else config.llm.spec
         if config.executor.kind == "ray" and spec.strip().lower().startswith("vllm:") and executor is not None:
@@ -263,7 +263,7 @@ def _make_llm(llm, config, root: Path, executor=None):
                                  **config.llm.backend_options())
         return make_llm(spec, cache_path=(root / "llm_cache.sqlite") if config.llm.cache else None,
                         **config.llm.backend_options())
-    from noderag.llm import CachedBackend, LLMCache
+    from ..llm import CachedBackend, LLMCache
 
     if config.llm.cache and not isinstance(llm, CachedBackend) and hasattr(llm, "generate"):
         # every call goes through the index's cache, so a rerun after a kill reuses finished calls
@@ -297,9 +297,9 @@ def build_index(inputs: Sequence[str | os.PathLike], index_dir: str | os.PathLik
         Receives one-line status messages.
     wait : float, optional
         Seconds to wait for another writer of the same index to finish; by default a
-        running writer makes this call raise :class:`~noderag.index.lock.IndexLockedError` at once.
-    delete : noderag.index.delete.Deletion, optional
-        Documents to delete in the same run (see :func:`noderag.index.delete.delete_documents`).
+        running writer makes this call raise :class:`~noderag.store.lock.IndexLockedError` at once.
+    delete : noderag.build.delete.Deletion, optional
+        Documents to delete in the same run (see :func:`noderag.build.delete.delete_documents`).
     executor : ExecutorConfig, optional
         Where decomposition and T/S embedding run (default: ``config.executor``, local); it
         does not change the index.
@@ -347,7 +347,7 @@ def _arrow_memory_returned():
 def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, allow_failures: bool,
                   log, delete=None, executor=None) -> BuildReport:
     """:func:`build_index` with the writer lock held."""
-    from .store import check_layout
+    from ..store.tables import check_layout
 
     say = log or (lambda msg: None)
     if isinstance(inputs, (str, os.PathLike)):
@@ -363,7 +363,7 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
     manifest_old = read_manifest(gen_path) if gen_path is not None else None
     existing = manifest_old is not None
     if existing:
-        from noderag.graph.storage import check_format_version
+        from ..graph.storage import check_format_version
 
         check_format_version(manifest_old.get("format_version"), where=gen_path / MANIFEST)
         if manifest_old.get("state") != "complete":
@@ -374,7 +374,7 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
 
             shutil.rmtree(stages)
     elif delete is not None:
-        from .store import IndexNotFoundError
+        from ..store.tables import IndexNotFoundError
 
         raise IndexNotFoundError(f"{root}: no finished index to delete from")
     if config is not None and llm is not None and config.decompose.method != "llm":
@@ -392,7 +392,7 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
         config = replace(config, executor=executor)
     if config.search.semantic_weight > 0 and not config.semantic.enabled:
         if existing:
-            from noderag.config import ConfigError
+            from ..config import ConfigError
 
             raise ConfigError(f"search.semantic_weight = {config.search.semantic_weight} needs the semantic kNN "
                               "layer, which this index was built without (semantic.enabled = false): rebuild it "
@@ -405,7 +405,7 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
 
     # ---- existing state
     if existing:
-        from .verify import verify_index
+        from ..store.verify import verify_index
 
         verify_index(gen_path, "full", manifest=manifest_old)  # an insert must not build on damaged files
         table, docs_rows, traces = _load_existing(gen_path)
@@ -438,7 +438,7 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
                           "(expected non-empty .txt, .md or .jsonl files)")
     language = (manifest_old or {}).get("embedder", {}).get("auto") if existing else None
     if config.embed.spec == "auto":  # a new index: choose the embedder from the corpus (noderag.lang)
-        from noderag.embed import resolve_auto_spec
+        from ..embed import resolve_auto_spec
 
         spec, language = resolve_auto_spec(d.text for d in new_docs)
         config = config.with_overrides({"embed.spec": spec})
@@ -466,7 +466,7 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
     _checkpoint("ingest")
 
     # ---- chunk
-    from .build_stages import (Assembly, assemble_stage, attributes_stage, cat_edges, chunk_stage, communities_stage,
+    from .stages import (Assembly, assemble_stage, attributes_stage, cat_edges, chunk_stage, communities_stage,
                                decompose_stage, embed_stage, files_stage, mention_counts, start_vector_stage,
                                tables_stage, vector_stage)
 
@@ -495,7 +495,7 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
     try:
         # ---- decompose (one Parquet shard per batch, by the executor)
         if config.decompose.method == "llm" and backend is None:
-            from noderag.config import ConfigError
+            from ..config import ConfigError
 
             raise ConfigError("decompose.method = 'llm' needs an LLM: pass llm=..., set llm.spec or use --llm SPEC")
         slog.start("decompose")
@@ -523,7 +523,7 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
         del records  # the shards on disk keep them; the graph needs only the table now
         n_chunks = len(chunk_rows)
         del chunk_rows  # the table holds the chunk texts now
-        from .decompositions import write_decompositions
+        from ..store.decompositions import write_decompositions
 
         write_decompositions(final / DECOMPOSITIONS, traces)
         del traces
@@ -531,7 +531,7 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
         _checkpoint("assemble")
 
         # ---- embed T/S
-        from noderag.embed import make_embedder
+        from ..embed import make_embedder
 
         emb = embedder if embedder is not None else make_embedder(config.embed.spec, **config.embed.backend_options())
         dim = int(emb.dim)
@@ -580,9 +580,9 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
 
         # ---- finalize
         slog.start("finalize")
-        from noderag.graph.hetero import HeteroGraph
+        from ..graph.hetero import HeteroGraph
 
-        from .query_index import write_query_index  # what a query would otherwise prepare in O(n) at open
+        from ..search.query_index import write_query_index  # what a query would otherwise prepare in O(n) at open
 
         t0 = time.perf_counter()
         # after the vector stage and before the graph: its copy of the texts overlaps neither
@@ -663,7 +663,7 @@ def _build_locked(inputs, root: Path, config, *, llm, embedder, progress: bool, 
              "documents_deleted": len(drop)}],
         "run_id": run_id,
     }
-    from .verify import CHECKSUMS, file_checksums
+    from ..store.verify import CHECKSUMS, file_checksums
 
     manifest[CHECKSUMS] = file_checksums(final, manifest)  # last: its manifest digest covers every entry above
     atomic_write_json(final / MANIFEST, manifest)
@@ -681,9 +681,9 @@ def _write_linked(path: Path, src: np.ndarray, dst: np.ndarray, w: np.ndarray) -
     """The name-link S-N edges as a zstd Parquet table (structural T/S/N/R edges minus these = base)."""
     import pyarrow as pa
 
-    from noderag.graph.storage import atomic_write_parquet
+    from ..graph.storage import atomic_write_parquet
 
-    from .store import PARQUET_OPTIONS
+    from ..store.tables import PARQUET_OPTIONS
 
     tab = pa.Table.from_arrays([pa.array(src, pa.int32()), pa.array(dst, pa.int32()), pa.array(w, pa.float32())],
                                names=["src", "dst", "w"])
@@ -699,7 +699,7 @@ def _edge_kinds(types: np.ndarray, src: np.ndarray, dst: np.ndarray) -> dict[str
     lo = np.minimum(src, dst).astype(np.int64)
     hi = np.maximum(src, dst).astype(np.int64)
     keep = lo != hi
-    from noderag.graph.arrays import distinct
+    from ..graph.arrays import distinct
 
     code = distinct(lo[keep] * (1 << 31) + hi[keep])
     lo_u = code >> 31

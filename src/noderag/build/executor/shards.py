@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from noderag.graph.storage import atomic_write_json, atomic_write_parquet, read_json
+from ...graph.storage import atomic_write_json, atomic_write_parquet, read_json
 
 __all__ = ["ShardStore"]
 

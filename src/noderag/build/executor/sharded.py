@@ -20,7 +20,7 @@ def _plan_digest(plan) -> str:
 
 
 def _checkpoint(name: str) -> None:
-    from ..pipeline import _checkpoint as checkpoint  # the resume tests' fault injection
+    from ..driver import _checkpoint as checkpoint  # the resume tests' fault injection
 
     checkpoint(name)
 
@@ -179,7 +179,7 @@ def decompose_sharded(executor: Executors, config, backend, llm, root: Path, chu
                 if streaming:
                     on_records(records)
                 if ex.remote and ledger is not None and meta.get("ledger"):
-                    from noderag.llm.accounting import TokenLedger
+                    from ...llm.accounting import TokenLedger
 
                     ledger.merge(TokenLedger.from_dict(meta["ledger"]))
                 bar.update(out.num_rows)
@@ -220,9 +220,9 @@ def embed_sharded(executor: Executors, config, emb, embedder_given: bool, texts:
 
     ``out``: a ``(len(texts), dim)`` array to fill (float16 rounds the vectors); by default a new float32 one.
     """
-    from noderag.graph.arrays import drop_resident
+    from ...graph.arrays import drop_resident
 
-    from ..enrich import _texts_digest
+    from ..embed import _texts_digest
     from .shards import ShardStore
     from .stages import EmbedStage, text_table, vectors_of
 
