@@ -21,13 +21,18 @@ __all__ = [
     "EmbedConfig",
     "SemanticConfig",
     "LLMConfig",
+    "ImportanceConfig",
+    "SearchConfig",
+    "QuotaConfig",
     "NodeRAGConfig",
     "load_config",
     "ConfigError",
 ]
 
 
-from .errors import ConfigError  # noqa: E402  (one error type for every section, search included)
+from ..errors import ConfigError  # noqa: E402  (one error type for every section, search included)
+from ..graph.importance import ImportanceConfig  # noqa: E402
+from .search import QuotaConfig, SearchConfig  # noqa: E402
 
 
 def _check(cond: bool, name: str, value: Any, what: str) -> None:
@@ -398,7 +403,7 @@ class LLMConfig:
     options: dict = field(default_factory=dict)
 
     def validate(self) -> None:
-        from .llm.options import LLM_OPTIONS, OptionError, parse_option_value
+        from ..llm.options import LLM_OPTIONS, OptionError, parse_option_value
 
         _check(self.spec is None or (isinstance(self.spec, str) and bool(self.spec)), "llm.spec", self.spec,
                "None or a non-empty str")
@@ -418,28 +423,12 @@ class LLMConfig:
 
     def backend_options(self) -> dict[str, Any]:
         """Keyword arguments for ``noderag.llm.make_llm`` (set values only)."""
-        from .llm.options import LLM_OPTIONS
+        from ..llm.options import LLM_OPTIONS
 
         out = {f.name: getattr(self, f.name) for f in fields(self)
                if f.name in LLM_OPTIONS and getattr(self, f.name) is not None}
         out.update(self.options)
         return out
-
-
-def _importance_cls():
-    from .graph.importance import ImportanceConfig
-
-    return ImportanceConfig
-
-
-def _search_cls():
-    from .search.config import SearchConfig
-
-    return SearchConfig
-
-
-def _default_importance():
-    return _importance_cls()()
 
 
 @dataclass
@@ -481,23 +470,19 @@ class ExecutorConfig:
                and self.connect_timeout_s > 0, "executor.connect_timeout_s", self.connect_timeout_s, "a number > 0")
 
 
-def _default_search():
-    return _search_cls()()
-
-
 @dataclass
 class NodeRAGConfig:
     """The whole configuration tree; ``seed`` seeds every random algorithm of the build."""
 
     chunk: ChunkConfig = field(default_factory=ChunkConfig)
     decompose: DecomposeConfig = field(default_factory=DecomposeConfig)
-    importance: Any = field(default_factory=_default_importance)
+    importance: ImportanceConfig = field(default_factory=ImportanceConfig)
     attributes: AttributeConfig = field(default_factory=AttributeConfig)
     communities: CommunityConfig = field(default_factory=CommunityConfig)
     embed: EmbedConfig = field(default_factory=EmbedConfig)
     semantic: SemanticConfig = field(default_factory=SemanticConfig)
     llm: LLMConfig = field(default_factory=LLMConfig)
-    search: Any = field(default_factory=_default_search)
+    search: SearchConfig = field(default_factory=SearchConfig)
     executor: ExecutorConfig = field(default_factory=ExecutorConfig)
     seed: int = 0
 
@@ -507,10 +492,10 @@ class NodeRAGConfig:
         for name in ("chunk", "decompose", "attributes", "communities", "embed", "semantic", "llm", "executor"):
             getattr(self, name).validate()
         imp = self.importance
-        _check(isinstance(imp, _importance_cls()), "importance", imp, "an ImportanceConfig")
+        _check(isinstance(imp, ImportanceConfig), "importance", imp, "an ImportanceConfig")
         if hasattr(imp, "validate"):
             imp.validate()  # ConfigError naming importance.<field>
-        _check(isinstance(self.search, _search_cls()), "search", self.search, "a SearchConfig")
+        _check(isinstance(self.search, SearchConfig), "search", self.search, "a SearchConfig")
         self.search.validate()  # ConfigError naming search.<field>
         return self
 
@@ -543,7 +528,7 @@ class NodeRAGConfig:
         kwargs: dict[str, Any] = {}
         simple = {"chunk": ChunkConfig, "decompose": DecomposeConfig, "attributes": AttributeConfig,
                   "communities": CommunityConfig, "embed": EmbedConfig, "semantic": SemanticConfig,
-                  "llm": LLMConfig, "importance": _importance_cls(), "executor": ExecutorConfig}
+                  "llm": LLMConfig, "importance": ImportanceConfig, "executor": ExecutorConfig}
         for name, value in data.items():
             if name == "seed":
                 kwargs["seed"] = value
@@ -551,7 +536,7 @@ class NodeRAGConfig:
                 if not isinstance(value, Mapping):
                     raise ConfigError(f"search must be a table, got {value!r}")
                 try:
-                    kwargs["search"] = _search_cls().from_dict(value)
+                    kwargs["search"] = SearchConfig.from_dict(value)
                 except (TypeError, ValueError) as exc:
                     raise ConfigError(str(exc)) from None
             else:

@@ -1,0 +1,224 @@
+"""Search configuration: one plain dataclass, loadable from a dict (TOML/YAML section)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Mapping
+
+__all__ = ["SearchConfig", "QuotaConfig"]
+
+from ..errors import ConfigError
+from ..graph.ppr import DEFAULT_RULE, RULES as _RULES
+_ENTITY_SOURCES = ("nlp", "llm", "none")
+_BRIDGE_MODES = ("about", "shared")
+#: Renamed fields: old name -> new name (accepted when loading).
+_RENAMED = {"passage_entry_weight": "passage_dense_weight"}
+
+
+@dataclass
+class QuotaConfig:
+    """How many nodes of each kind the typed selection keeps after PPR.
+
+    The defaults are the reference NodeRAG's: entities 10, relationships 30,
+    overviews 10, and 10 other retrievable nodes (T, S, A, H) beyond the entry points.
+    """
+
+    entities: int = 10
+    relationships: int = 30
+    overviews: int = 10
+    others: int = 10
+
+    def validate(self) -> None:
+        """Raise ``ConfigError`` (a ``ValueError``) naming the bad quota."""
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ConfigError(f"search.quotas.{f.name} must be an int >= 0, got {value!r}")
+
+
+@dataclass
+class SearchConfig:
+    """Every knob of query-time retrieval; defaults are the benchmarked ones.
+
+    Attributes
+    ----------
+    vector_top_k : int, default=10
+        Entry points: nearest embedded nodes (T, S, A, H) of the query vector.
+    expansion_search : int, default=128
+        HNSW search beam (usearch's default is 64). With indexes built at ``embed.expansion_add``
+        64, a beam of 128 recovers the recall the cheaper build gives up, for ~0.05 ms a query
+        (benchmarks/bench_hnsw_leiden.py).
+    vector_weight : float
+        Personalisation mass given to the vector entry points (split by similarity).
+    name_weight : float
+        Personalisation mass given to the entity / overview name matches.
+    max_name_matches : int
+        At most this many N/O nodes matched per query entity (shortest names first).
+    contains_weight : float
+        Relative seed weight of a whole-word containment match (exact and in-query matches: 1).
+    name_degree_power : float
+        Name seeds are weighted by ``(1 + degree) ** -name_degree_power`` (0: uniform).
+    entity_source : {"nlp", "llm", "none"}
+        How query entities are extracted; "llm" needs an LLM backend.
+    match_names_in_query : bool
+        Also match every known name that occurs as a whole-word phrase in the query.
+    use_ppr : bool
+        Run shallow PPR; without it only entry points and name matches are used.
+    alpha, iterations, rule
+        Shallow PPR damping, iteration count t and update rule ("restart" | "lazy").
+    structural_weight, semantic_weight : float
+        Layer weights of the combined operator PPR runs on.
+    ppr_candidates : int
+        Top-k per type returned by the PPR kernel (>= every quota).
+    quotas : QuotaConfig
+        Typed selection quotas.
+    passage_dense_weight, passage_text_weight, passage_unit_weight : float
+        Source-passage score: cosine(query, chunk) + propagated T mass + propagated S mass
+        summed per chunk (both normalised by their maximum).
+    lexical_top_k : int, default=10
+        Lexical entry points: the best BM25 passages of the question (``query/lex_*``; words for
+        English, the segmenter's words for Chinese). 0 turns the lexical signal off.
+    lexical_weight : float, default=0.5
+        Personalisation mass given to the lexical entry points (split by BM25 score).
+    passage_lexical_weight : float, default=0.5
+        Source-passage score term: BM25(question, passage) / the question's best BM25.
+    min_passages : int, default=10
+        A query returns at least this many passages when the corpus has them: when the graph's
+        candidates run out, the list is filled from the lexical and dense rankings.
+    rerank : str or None, default=None
+        Cross-encoder spec (:class:`noderag.search.rerank.CrossEncoderReranker`) that reorders the
+        ``rerank_top`` best passages; off by default.
+    rerank_top : int, default=20
+    bridge_mode : {"about", "shared"}, default="about"
+        Query-time bridging from the ``bridge_top`` best passages: "about" adds the passages *about* an
+        entity they name that the question does not (at least half of the passage's units name it);
+        "shared" (the earlier rule) adds every passage sharing an entity of degree <= ``bridge_max_degree``.
+    bridge_top, bridge_weight, bridge_max_degree
+        Passages bridged from, the most a bridge adds to a passage's score, and the degree cap of a
+        bridging entity.
+    context_tokens : int
+        Token budget of the assembled context text.
+    min_similarity : float, default=0.3
+        A result is ``matched`` (confident) when a name matched or its best entry-point cosine
+        similarity reaches this. Measured on MuSiQue (benchmarks/results/query_similarity.md): real
+        questions' best similarity is >= 0.26 (median 0.38) with the default embedder and junk
+        queries 0.14-0.34 (median 0.2); with ``hash:384`` punctuation-only queries score 0.
+    n_threads : int or None
+        Threads of batched vector search and PPR (None: all cores).
+    """
+
+    vector_top_k: int = 10
+    expansion_search: int = 128
+    vector_weight: float = 1.0
+    name_weight: float = 1.0
+    max_name_matches: int = 8
+    contains_weight: float = 0.1
+    name_degree_power: float = 0.0
+    entity_source: str = "nlp"
+    match_names_in_query: bool = True
+    use_ppr: bool = True
+    alpha: float = 0.5
+    iterations: int = 2
+    rule: str = DEFAULT_RULE
+    structural_weight: float = 1.0
+    semantic_weight: float = 0.0
+    ppr_candidates: int = 30
+    quotas: QuotaConfig = field(default_factory=QuotaConfig)
+    passage_dense_weight: float = 1.0
+    passage_text_weight: float = 0.4
+    passage_unit_weight: float = 0.4
+    lexical_top_k: int = 10
+    lexical_weight: float = 0.5
+    passage_lexical_weight: float = 0.5
+    min_passages: int = 10
+    rerank: str | None = None
+    rerank_top: int = 20
+    bridge_mode: str = "about"
+    bridge_top: int = 2
+    bridge_weight: float = 0.6
+    bridge_max_degree: int = 60
+    context_tokens: int = 2500
+    min_similarity: float = 0.3
+    n_threads: int | None = None
+
+    def validate(self) -> "SearchConfig":
+        """Check every field; raise ``ConfigError`` (a ``ValueError``) naming the field and its value. Returns self."""
+        def _int(name: str, lo: int) -> None:
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < lo:
+                raise ConfigError(f"search.{name} must be an int >= {lo}, got {v!r}")
+
+        def _nonneg(name: str) -> None:
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0:
+                raise ConfigError(f"search.{name} must be a number >= 0, got {v!r}")
+
+        _int("vector_top_k", 0)
+        _int("expansion_search", 1)
+        _int("max_name_matches", 0)
+        _int("iterations", 0)
+        _int("ppr_candidates", 1)
+        _int("context_tokens", 0)
+        _int("bridge_top", 0)
+        _int("lexical_top_k", 0)
+        _int("min_passages", 0)
+        _int("rerank_top", 1)
+        if self.rerank is not None and (not isinstance(self.rerank, str) or not self.rerank.strip()):
+            raise ConfigError(f"search.rerank must be None or a reranker spec string, got {self.rerank!r}")
+        _int("bridge_max_degree", 0)
+        for name in ("vector_weight", "name_weight", "contains_weight", "name_degree_power",
+                     "structural_weight", "semantic_weight",
+                     "passage_dense_weight", "passage_text_weight", "passage_unit_weight", "bridge_weight",
+                     "lexical_weight", "passage_lexical_weight"):
+            _nonneg(name)
+        if isinstance(self.alpha, bool) or not isinstance(self.alpha, (int, float)) or not 0.0 <= self.alpha <= 1.0:
+            raise ConfigError(f"search.alpha must be in [0, 1], got {self.alpha!r}")
+        if (isinstance(self.min_similarity, bool) or not isinstance(self.min_similarity, (int, float))
+                or not -1.0 <= self.min_similarity <= 1.0):
+            raise ConfigError(f"search.min_similarity must be a number in [-1, 1], got {self.min_similarity!r}")
+        if self.rule not in _RULES:
+            raise ConfigError(f"search.rule must be one of {_RULES}, got {self.rule!r}")
+        if self.bridge_mode not in _BRIDGE_MODES:
+            raise ConfigError(f"search.bridge_mode must be one of {_BRIDGE_MODES}, got {self.bridge_mode!r}")
+        if self.entity_source not in _ENTITY_SOURCES:
+            raise ConfigError(f"search.entity_source must be one of {_ENTITY_SOURCES}, got {self.entity_source!r}")
+        if self.n_threads is not None and (not isinstance(self.n_threads, int) or self.n_threads < 1):
+            raise ConfigError(f"search.n_threads must be None or an int >= 1, got {self.n_threads!r}")
+        if not isinstance(self.quotas, QuotaConfig):
+            raise ConfigError(f"search.quotas must be a QuotaConfig, got {type(self.quotas).__name__}")
+        self.quotas.validate()
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-serialisable dict of every field."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> "SearchConfig":
+        """Build from a mapping (e.g. the ``[search]`` table of a config file); unknown keys are errors."""
+        data = dict(data or {})
+        for old, new in _RENAMED.items():  # manifests written before a rename still open
+            if old in data and new not in data:
+                data[new] = data.pop(old)
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ConfigError(f"unknown search config key(s) {unknown}; known: {sorted(known)}")
+        quotas = data.pop("quotas", None)
+        if isinstance(quotas, Mapping):
+            qknown = {f.name for f in fields(QuotaConfig)}
+            qunknown = sorted(set(quotas) - qknown)
+            if qunknown:
+                raise ConfigError(f"unknown search.quotas key(s) {qunknown}; known: {sorted(qknown)}")
+            quotas = QuotaConfig(**quotas)
+        elif quotas is None:
+            quotas = QuotaConfig()
+        return cls(quotas=quotas, **data).validate()
+
+    def replace(self, **changes: Any) -> "SearchConfig":
+        """Copy with some fields changed (validated)."""
+        data = self.to_dict()
+        data.update(changes)
+        if isinstance(data.get("quotas"), QuotaConfig):
+            data["quotas"] = asdict(data["quotas"])
+        return SearchConfig.from_dict(data)
