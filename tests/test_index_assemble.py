@@ -185,7 +185,7 @@ def test_assembly_fed_in_any_cuts_equals_one_pass():
     from hypothesis import strategies as st
 
     from noderag.config import NodeRAGConfig
-    from noderag.build import stages as build_stages
+    from noderag.build import assemble as build_stages
     from noderag.build.assemble import EdgeList
 
     recs, decs = _chunks()
@@ -235,7 +235,7 @@ def test_column_sums_equal_scipy_column_indexing():
     from hypothesis import given, note, settings
     from hypothesis import strategies as st
 
-    from noderag.build.augment import _column_sums
+    from noderag.build.augment import column_sums
 
     @settings(max_examples=60, deadline=None)
     @given(st.integers(1, 12), st.integers(1, 30), st.integers(0, 2 ** 31 - 1), st.data())
@@ -245,7 +245,7 @@ def test_column_sums_equal_scipy_column_indexing():
         m.data = np.rint(m.data)
         cols = np.asarray(sorted(data.draw(st.sets(st.integers(0, n_cols - 1), min_size=1))), dtype=np.int64)
         want = np.asarray(m[:, cols].sum(axis=0)).ravel()
-        assert np.array_equal(_column_sums(m, cols), want)
+        assert np.array_equal(column_sums(m, cols), want)
 
     check()
 
@@ -265,12 +265,12 @@ def test_block_mean_and_sims_equal_the_whole_array(n, dim, block, seed):
         return vectors[part]
 
     whole_mean = vectors[ids].mean(axis=0)
-    whole_sims = augment._block_sims(ids, vectors_of, whole_mean)  # one block: VECTOR_BLOCK is large
+    whole_sims = augment.block_sims(ids, vectors_of, whole_mean)  # one block: VECTOR_BLOCK is large
     old = augment.VECTOR_BLOCK
     augment.VECTOR_BLOCK = block
     try:
-        mean = augment._block_mean(ids, vectors_of)
-        sims = augment._block_sims(ids, vectors_of, mean)
+        mean = augment.block_mean(ids, vectors_of)
+        sims = augment.block_sims(ids, vectors_of, mean)
     finally:
         augment.VECTOR_BLOCK = old
     assert mean.dtype == np.float32 and np.array_equal(mean, whole_mean)

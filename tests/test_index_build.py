@@ -273,13 +273,13 @@ def _pair_sums(src, dst, w) -> dict:
 
 def test_base_edges_derived_from_graph(tmp_path, monkeypatch):
     # the decomposed edges an insert extends are not stored: graph T/S/N/R edges minus linked.parquet
-    import noderag.build.stages as stages
-    import noderag.build.driver as pl
+    import noderag.build.assemble as stages
+    import noderag.build.previous as previous
 
     made = []
 
     def recording(*a, **k):
-        e = pl.EdgeList()
+        e = stages.EdgeList()
         e.extend(assemble(*a, **k))
         made.append(e)
         return e
@@ -289,10 +289,10 @@ def test_base_edges_derived_from_graph(tmp_path, monkeypatch):
     out = tmp_path / "idx"
     _build([demo_dir()], out)
     assert made  # one call per run of chunks whose records had arrived
-    every = pl.EdgeList()
+    every = stages.EdgeList()
     for e in made:
         every.extend(e)
-    src, dst, w = pl._load_base(_live(out)).arrays()
+    src, dst, w = previous.load_base(_live(out)).arrays()
     types = np.load(_live(out) / "node_types.npy")
     assert np.all(types[src] <= types[dst])
     assert _pair_sums(src, dst, w) == _pair_sums(*every.arrays())
@@ -301,7 +301,7 @@ def test_base_edges_derived_from_graph(tmp_path, monkeypatch):
 def test_derive_base_subtracts_name_links():
     # T0 S1 S2 N3 N4 R5 A6: decomposed S-T, S-N (counts), N-R; links add to (1,3) and create (2,4); A edge ignored
     from noderag.graph.hetero import HeteroGraph
-    from noderag.build.driver import derive_base
+    from noderag.build.previous import derive_base
 
     types = [T, S, S, N, N, R, A]
     base = ([1, 2, 1, 2, 3], [0, 0, 3, 3, 5], [1.0, 1.0, 2.0, 1.0, 1.0])
@@ -415,7 +415,6 @@ def test_semantic_layer_is_built_when_the_search_config_weights_it(tmp_path):
 
 def test_a_failed_build_closes_the_backend_it_opened(tmp_path, monkeypatch):
     """The driver closes the LLM backend it made in ``finally``: also when a stage fails."""
-    import noderag.build.stages as stages
     import noderag.build.driver as pl
 
     closed = []
@@ -424,12 +423,12 @@ def test_a_failed_build_closes_the_backend_it_opened(tmp_path, monkeypatch):
         def close(self):
             closed.append(True)
 
-    monkeypatch.setattr(pl, "_make_llm", lambda llm, config, root, executor=None: Opened())
+    monkeypatch.setattr(pl, "open_llm", lambda llm, config, root, executor=None: Opened())
 
     def broken(*a, **k):
         raise RuntimeError("assemble broke")
 
-    monkeypatch.setattr(stages, "assemble_stage", broken)
+    monkeypatch.setattr(pl, "assemble_stage", broken)
     with pytest.raises(RuntimeError, match="assemble broke"):
         _build([demo_dir()], tmp_path / "idx")
     assert closed == [True]

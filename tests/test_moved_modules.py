@@ -53,3 +53,8 @@ def test_build_is_callable_whether_or_not_the_build_package_was_imported(tmp_pat
     index = noderag.build([str(tmp_path / "a.txt")], str(tmp_path / "idx"), embed="hash:32", progress=False)
     assert isinstance(index, noderag.Index) and index.counts()["nodes"]
     index.close()
+
+
+def test_split_module_fails_naming_its_new_homes():
+    with pytest.raises(ModuleNotFoundError, match=r"split into .*noderag\.build\.attributes"):
+        importlib.import_module("noderag.index.build_stages")

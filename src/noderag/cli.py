@@ -15,23 +15,11 @@ __all__ = ["main", "format_summary"]
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
-    from .config import ConfigError
-    from .graph.storage import FormatVersionError
-    from .build.augment import AugmentFailure
-    from .build.decompose.base import DecomposeFailure
-    from .build.delete import UnknownDocumentError
-    from .build.ingest import IngestError
-    from .store.lock import IndexLockedError
-    from .build.driver import BuildError
-    from .store.tables import IndexNotFoundError
-    from .store.verify import IndexDamagedError
-    from .embed.openai import EmbeddingServerError
-    from .llm.options import OptionError
-    from .llm.types import LLMError
+    """What the command reports as one line (exit 1) instead of a traceback: every error noderag raises on
+    purpose (:class:`~noderag.errors.NodeRAGError`) and the operating system's (a file, a permission)."""
+    from .errors import NodeRAGError
 
-    return (ConfigError, FormatVersionError, AugmentFailure, DecomposeFailure, IngestError, BuildError,
-            IndexNotFoundError, IndexLockedError, UnknownDocumentError, IndexDamagedError, LLMError,
-            EmbeddingServerError, OptionError, OSError)
+    return (NodeRAGError, OSError)
 
 
 #: The build's stages in the order they run (the summary table lists them so, whatever the manifest's key order).

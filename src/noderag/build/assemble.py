@@ -8,6 +8,7 @@ are merged. Edges are collected as COO arrays and turned into CSR vectorised.
 from __future__ import annotations
 
 import re
+import time
 from array import array
 from dataclasses import dataclass, field
 from typing import Any, Sequence
@@ -19,11 +20,13 @@ from ..graph.types import NodeType
 
 from .assembly_plan import PlannedChunks, plan_chunks
 from .decompose.base import ChunkDecomposition
+from ..store.decompositions import traces_columns, traces_table
 from ..store.text_column import DerivedNames, TextColumn
 
-__all__ = ["NodeTable", "EdgeList", "assemble_chunks", "assemble_planned", "link_known_names", "ChunkRecord"]
+__all__ = ["NodeTable", "EdgeList", "assemble_chunks", "assemble_planned", "link_known_names", "ChunkRecord",
+           "Assembly", "assemble_stage", "cat_edges", "mention_counts"]
 
-T, S, N, R = int(NodeType.T), int(NodeType.S), int(NodeType.N), int(NodeType.R)
+T, S, N, R, A, H, O = (int(t) for t in NodeType)
 
 
 @dataclass(frozen=True)
@@ -347,3 +350,99 @@ def _pair_weights(types: np.ndarray, base_src: np.ndarray, base_dst: np.ndarray,
     hit = uniq[pos] == q if uniq.size else np.zeros(q.size, bool)
     out[hit] = sums[pos[hit]]
     return out
+
+
+def cat_edges(*lists: EdgeList) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(src, dst, w) of several edge lists, concatenated."""
+    e = EdgeList()
+    for x in lists:
+        e.extend(x)
+    return e.arrays()
+
+
+def mention_counts(n: int, types: np.ndarray, src: np.ndarray, dst: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Mention count per entity: the sum of its S-N edge weights."""
+    sn = (types[src] == S) & (types[dst] == N)
+    ns = (types[src] == N) & (types[dst] == S)
+    out = np.bincount(dst[sn], weights=w[sn], minlength=n) + np.bincount(src[ns], weights=w[ns], minlength=n)
+    return np.rint(out).astype(np.int32)
+
+
+# ----------------------------------------------------------------------------- the stage
+
+#: Chunks assembled per group: their records and traces are the only per-chunk objects alive at once.
+ASSEMBLE_GROUP = 4096
+
+
+class Assembly:
+    """The assemble stage, run incrementally: chunks are added to the table in chunk order as soon as
+    their decomposition records are noted (:meth:`advance`), the rest and the name links at the end
+    (:func:`assemble_stage`).
+
+    Where the cut between the calls falls never changes the result: chunks are assembled one by one
+    in the same order, and the groups only bound how many records are parsed at once.
+    """
+
+    def __init__(self, table: NodeTable, base: EdgeList, traces, chunk_rows, doc_of, docs_rows: list, config):
+        self.table, self.base, self.chunk_rows, self.doc_of = table, base, chunk_rows, doc_of
+        self.docs_rows, self.config = docs_rows, config
+        self.old_n = len(table)
+        self.parts = [traces_table(traces)]
+        self.pos = 0  # chunk rows assembled so far
+        self.busy_s = 0.0  # seconds spent assembling inside advance()
+
+    def advance(self, records) -> None:
+        """Assemble the chunks from the next one on whose records are noted in ``records``."""
+        t0 = time.perf_counter()
+        rows = self.chunk_rows
+        end = self.pos
+        while end < len(rows) and rows[end][0] in records:
+            end += 1
+        for g in range(self.pos, end, ASSEMBLE_GROUP):
+            self._assemble(rows[g:min(end, g + ASSEMBLE_GROUP)], records)
+        self.pos = end
+        self.busy_s += time.perf_counter() - t0
+
+    def _assemble(self, rows, records) -> None:
+        crecs, plans = [], []
+        for cid, did, text in rows:
+            d = self.doc_of[did]
+            crecs.append(ChunkRecord(cid, did, text, d.source, d.title))
+            plans.append(records.plan(cid, d.source, text))
+        made: list = []
+        self.base.extend(assemble_planned(self.table, crecs, plans, trace=made))
+        units = ["[" + ",".join(f"[{sid},{p.u_trace[u]}" for sid, u in created) + "]"
+                 for (p, _), (_, created) in zip(plans, made)]
+        self.parts.append(traces_columns([c.doc_id for c in crecs], [t for t, _ in made], units))
+
+
+def assemble_stage(assembly: Assembly, records):
+    """Finish ``assembly``: add the chunks not assembled yet, append the documents' rows, link known names.
+
+    ``records``: the decompose stage's :class:`~noderag.build.executor.sharded.DecomposedRecords`
+    (every chunk noted), read in chunk order one group at a time. Returns (chunk traces as an
+    Arrow table, name-link edges). A failed chunk becomes its T node alone. Afterwards the table
+    keeps only A/H/O keys in its key map (the only nodes still added).
+    """
+    import pyarrow as pa
+
+    assembly.advance(records)
+    if assembly.pos != len(assembly.chunk_rows):
+        cid = assembly.chunk_rows[assembly.pos][0]
+        raise RuntimeError(f"assemble: no decomposition record of chunk {cid}")
+    table, config = assembly.table, assembly.config
+    old_n = assembly.old_n
+    traces = pa.concat_tables(assembly.parts)
+    assembly.parts = []
+    doc_chunks: dict[int, list[int]] = {}  # chunk ids are T node ids
+    types = table.types_array()
+    for i in (old_n + np.flatnonzero(types[old_n:] == T)).tolist():
+        doc_chunks.setdefault(table.doc_ids[i], []).append(i)
+    for did, d in assembly.doc_of.items():
+        assembly.docs_rows.append({"doc_id": did, "source": d.source, "title": d.title,
+                                   "content_hash": d.content_hash, "chunk_ids": doc_chunks.get(did, [])})
+    bsrc, bdst, bw = assembly.base.arrays()
+    link = (link_known_names(table, bsrc, bdst, bw, workers=config.executor.workers)
+            if config.decompose.link_known_names else EdgeList())
+    table.keep_index_for((A, H, O))
+    return traces, link

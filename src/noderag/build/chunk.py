@@ -17,7 +17,7 @@ import regex
 
 from ..lang.sentences import sentence_spans
 
-__all__ = ["Chunk", "chunk_text", "chunk_documents"]
+__all__ = ["Chunk", "chunk_text", "chunk_documents", "chunk_stage"]
 
 
 @dataclass(frozen=True)
@@ -208,3 +208,30 @@ def chunk_documents(texts: Sequence[str], *, first_doc_id: int = 0, first_chunk_
             out.append(Chunk(cid, first_doc_id + i, c, count_tokens(c)))
             cid += 1
     return out
+
+
+# ----------------------------------------------------------------------------- the stage
+
+def chunk_stage(docs: list, first_doc: int, config, bars, *, min_docs_for_workers: int = 8192) -> list[list]:
+    """``[chunk id, doc id, text]`` rows of the documents ``docs`` (doc ids from ``first_doc``).
+
+    Large corpora are chunked by forked worker processes (``executor.workers``); rows come
+    back in document order either way.
+    """
+    from .executor.local import fork_map
+
+    rows: list[list] = []
+    texts = [d.text for d in docs]
+    step = 2048  # documents per batch
+    batches = [(texts[b:b + step], config.chunk.max_tokens, config.chunk.min_tokens)
+               for b in range(0, len(texts), step)]
+    workers = config.executor.workers if len(texts) >= min_docs_for_workers else 1
+    with bars.bar(len(docs), "chunk") as bar:
+        i = 0
+        for pieces in fork_map(chunk_texts, batches, workers):
+            for doc_pieces in pieces:
+                for piece in doc_pieces:
+                    rows.append([len(rows), first_doc + i, piece])
+                i += 1
+            bar.update(len(pieces))
+    return rows

@@ -35,12 +35,14 @@ from .assemble import ChunkRecord, EdgeList, NodeTable, assemble_chunks
 from .decompose.base import ChunkDecomposition, Unit
 from ..store.decompositions import ChunkTrace
 
+from ..errors import NodeRAGError
+
 __all__ = ["Deletion", "UnknownDocumentError", "delete_documents", "reassemble_survivors", "prune_llm_cache"]
 
 T, S = int(NodeType.T), int(NodeType.S)
 
 
-class UnknownDocumentError(ValueError):
+class UnknownDocumentError(NodeRAGError, ValueError):
     """Some documents to delete are not in the index; nothing was changed."""
 
 

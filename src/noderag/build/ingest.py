@@ -19,12 +19,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
+from ..errors import NodeRAGError
+
 __all__ = ["Document", "IngestError", "ingest", "iter_documents", "content_hash", "SUPPORTED_SUFFIXES"]
 
 SUPPORTED_SUFFIXES = (".txt", ".md", ".markdown", ".jsonl")
 
 
-class IngestError(ValueError):
+class IngestError(NodeRAGError, ValueError):
     """An input cannot be read; the message names the file (and line)."""
 
 

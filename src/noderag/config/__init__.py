@@ -8,7 +8,7 @@ key. Every section validates its own values and names the bad one.
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass, field, fields, is_dataclass
+from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -470,6 +470,10 @@ class ExecutorConfig:
                and self.connect_timeout_s > 0, "executor.connect_timeout_s", self.connect_timeout_s, "a number > 0")
 
 
+#: The sections that shape an index: an insert must use the ones the index was built with.
+BUILD_SECTIONS = ("chunk", "decompose", "importance", "attributes", "communities", "embed", "semantic", "seed")
+
+
 @dataclass
 class NodeRAGConfig:
     """The whole configuration tree; ``seed`` seeds every random algorithm of the build."""
@@ -542,6 +546,52 @@ class NodeRAGConfig:
             else:
                 kwargs[name] = _section(simple[name], name, value)
         return cls(**kwargs).validate()
+
+    @classmethod
+    def for_run(cls, config: "NodeRAGConfig | None", stored: Mapping[str, Any] | None, *, llm_given: bool = False,
+                executor: "ExecutorConfig | None" = None) -> tuple["NodeRAGConfig", list[str]]:
+        """The configuration one build run uses, reconciled once, and the notes to tell the user.
+
+        ``stored``: the ``config`` of the index's manifest (None for a new index). An existing index
+        keeps its build sections (:data:`BUILD_SECTIONS`; a different one is a ``ConfigError``) and
+        takes ``llm``, ``search`` and ``executor`` from ``config``. An LLM given to the run means
+        LLM decomposition; ``executor`` replaces the section; a search that needs the semantic
+        layer turns it on for a new index and is an error for an index built without it.
+        """
+        if config is not None and llm_given and config.decompose.method != "llm":
+            config = replace(config, decompose=replace(config.decompose, method="llm"))
+        out = (config or cls()).validate() if stored is None else cls._with_stored(config, stored)
+        if llm_given and out.decompose.method != "llm":
+            out.decompose = replace(out.decompose, method="llm")
+        if executor is not None:
+            out = replace(out, executor=executor)
+        notes = []
+        if out.search.semantic_weight > 0 and not out.semantic.enabled:
+            if stored is not None:
+                raise ConfigError(f"search.semantic_weight = {out.search.semantic_weight} needs the semantic kNN "
+                                  "layer, which this index was built without (semantic.enabled = false): rebuild it "
+                                  "with semantic.enabled = true, or search with search.semantic_weight = 0")
+            out = replace(out, semantic=replace(out.semantic, enabled=True))  # a new index: build the layer
+            notes.append("semantic.enabled: building the semantic kNN layer, which search.semantic_weight > 0 uses")
+        return out, notes
+
+    @classmethod
+    def _with_stored(cls, config: "NodeRAGConfig | None", stored: Mapping[str, Any]) -> "NodeRAGConfig":
+        """The stored configuration of an existing index, with the sections a run may change from ``config``."""
+        kept = cls.from_dict({k: v for k, v in stored.items() if k != "executor"})
+        if config is None:  # where the last run executed is no setting of the index
+            kept.executor = ExecutorConfig()
+            return kept.validate()
+        a, b = config.to_dict(), kept.to_dict()
+        if a["embed"]["spec"] == "auto":  # the index resolved "auto" when it was built
+            a["embed"]["spec"] = b["embed"]["spec"]
+        diff = [k for k in BUILD_SECTIONS if a.get(k) != b.get(k)]
+        if diff:
+            raise ConfigError(
+                f"the index was built with a different configuration ({', '.join(diff)} differ); "
+                "an insert uses the index's own configuration — pass no config or the same one")
+        kept.llm, kept.search, kept.executor = config.llm, config.search, config.executor
+        return kept.validate()
 
     def with_overrides(self, overrides: Mapping[str, Any]) -> "NodeRAGConfig":
         """Copy with dotted-key overrides applied (``{"embed.spec": "hash:64", "seed": 3}``)."""

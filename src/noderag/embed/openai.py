@@ -13,12 +13,14 @@ import numpy as np
 from .._overrides import with_overrides
 from .base import check_batch_size, check_texts, l2_normalize
 
+from ..errors import NodeRAGError
+
 __all__ = ["EmbeddingServerError", "OpenAIEmbedConfig", "OpenAIEmbedder"]
 
 _RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 
 
-class EmbeddingServerError(RuntimeError):
+class EmbeddingServerError(NodeRAGError, RuntimeError):
     """An embeddings request failed (after retries) or the server answered malformed data."""
 
 

@@ -40,6 +40,8 @@ from typing import Any, Iterator, Sequence
 
 from .metrics import musique_hops
 
+from ..errors import NodeRAGError
+
 __all__ = ["DatasetError", "Question", "Dataset", "FORMATS", "detect_format", "load_dataset", "write_corpus_jsonl"]
 
 FORMATS = ("noderag", "beir", "hipporag", "musique", "2wiki", "hotpotqa", "demo")
@@ -51,7 +53,7 @@ _NOT_LABELS = {"id", "_id", "question", "text", "answer", "answer_aliases", "ans
 _MAX_LABELS = 20  # a string field with more distinct values than this is not a category
 
 
-class DatasetError(ValueError):
+class DatasetError(NodeRAGError, ValueError):
     """A dataset that cannot be read or scored; the message is one line naming file and field."""
 
 

@@ -20,12 +20,14 @@ from typing import Any, Sequence
 
 from .source import LETTERS, ExportSource, parse_types
 
+from ..errors import NodeRAGError
+
 __all__ = ["FORMATS", "ExportReport", "ExportError", "export_index", "default_out", "parse_types"]
 
 FORMATS = ("graphml", "neo4j", "postgres", "parquet")
 
 
-class ExportError(ValueError):
+class ExportError(NodeRAGError, ValueError):
     """A bad export request (format, output path, missing option); the message names the option."""
 
 

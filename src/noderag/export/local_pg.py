@@ -25,12 +25,14 @@ import tempfile
 from pathlib import Path
 from typing import Iterator
 
+from ..errors import NodeRAGError
+
 __all__ = ["temporary_cluster", "find_pg_bin", "PostgresNotFound"]
 
 _USER = "noderag"
 
 
-class PostgresNotFound(FileNotFoundError):
+class PostgresNotFound(NodeRAGError, FileNotFoundError):
     """No ``initdb``/``pg_ctl`` on this machine (install Debian's ``postgresql`` package)."""
 
 

@@ -27,13 +27,15 @@ import pyarrow.csv as pacsv
 from .source import ExportSource
 from .text import drop_nul, join_list
 
+from ..errors import NodeRAGError
+
 __all__ = ["write_postgres", "TABLES", "ExportDatabaseError"]
 
 TABLES = ("documents", "nodes", "edges", "vectors")
 _CSV = pacsv.WriteOptions(include_header=False, quoting_style="needed")
 
 
-class ExportDatabaseError(RuntimeError):
+class ExportDatabaseError(NodeRAGError, RuntimeError):
     """The database refused the export (connection, permissions, existing tables); nothing was changed."""
 
 

@@ -19,6 +19,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ..errors import NodeRAGError
+
 #: Version of the on-disk index layout written by this package (2: generations, decompositions.parquet).
 FORMAT_VERSION = 2
 
@@ -37,7 +39,7 @@ __all__ = [
 ]
 
 
-class FormatVersionError(ValueError):
+class FormatVersionError(NodeRAGError, ValueError):
     """The on-disk format version differs from the one this package reads."""
 
 

@@ -17,7 +17,6 @@ import warnings
 #: old module under ``noderag.index`` -> its new dotted path
 MOVED = {
     "pipeline": "noderag.build.driver",
-    "build_stages": "noderag.build.stages",
     "ingest": "noderag.build.ingest",
     "chunk": "noderag.build.chunk",
     "sentences": "noderag.lang.sentences",
@@ -46,6 +45,14 @@ MOVED = {
 }
 
 
+#: old modules whose contents went to several new ones: importing them is an error naming those
+SPLIT = {
+    "build_stages": "one module per stage: noderag.build.chunk, noderag.build.decompose.stage, "
+                    "noderag.build.assemble, noderag.build.embed, noderag.build.attributes, "
+                    "noderag.build.communities and noderag.build.finalize",
+}
+
+
 def new_name(old: str) -> str | None:
     """The new dotted path of ``noderag.index.<old>...``, or None when it is not a moved module."""
     head, _, rest = old.removeprefix(__name__ + ".").partition(".")
@@ -57,11 +64,15 @@ class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """Resolves ``noderag.index.X`` to the module at its new home (one module object under both names)."""
 
     def find_spec(self, fullname, path=None, target=None):
-        if fullname.startswith(__name__ + ".") and new_name(fullname) is not None:
+        if fullname.startswith(__name__ + ".") and (new_name(fullname) is not None
+                                                    or fullname.removeprefix(__name__ + ".") in SPLIT):
             return importlib.util.spec_from_loader(fullname, self)
         return None
 
     def exec_module(self, module) -> None:
+        split = SPLIT.get(module.__name__.removeprefix(__name__ + "."))
+        if split is not None:
+            raise ModuleNotFoundError(f"{module.__name__} was split into {split}", name=module.__name__)
         target = new_name(module.__name__)
         warnings.warn(f"{module.__name__} moved to {target}; import it from there", DeprecationWarning, stacklevel=2)
         sys.modules[module.__name__] = importlib.import_module(target)

@@ -11,6 +11,8 @@ import json
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
+from ..errors import NodeRAGError
+
 __all__ = [
     "LLM_OPTIONS",
     "SAMPLING_OPTIONS",
@@ -21,7 +23,7 @@ __all__ = [
 ]
 
 
-class OptionError(ValueError):
+class OptionError(NodeRAGError, ValueError):
     """A ``KEY=VALUE`` backend option is malformed, unknown or out of range; the message names the key."""
 
 

@@ -6,6 +6,8 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 
+from ..errors import NodeRAGError
+
 __all__ = [
     "Sampling",
     "LLMRequest",
@@ -21,7 +23,7 @@ __all__ = [
 STAGES = ("decompose", "attributes", "communities", "query", "answer")
 
 
-class LLMError(RuntimeError):
+class LLMError(NodeRAGError, RuntimeError):
     """Raised for backend configuration errors (never for a single failed request)."""
 
 

@@ -17,12 +17,14 @@ import socket
 import time
 from pathlib import Path
 
+from ..errors import NodeRAGError
+
 __all__ = ["LOCK_FILE", "IndexLockedError", "WriterLock"]
 
 LOCK_FILE = ".writer.lock"
 
 
-class IndexLockedError(RuntimeError):
+class IndexLockedError(NodeRAGError, RuntimeError):
     """Another process is writing the index (build, insert or delete)."""
 
 

@@ -34,6 +34,8 @@ from ..graph.storage import atomic_write_parquet, check_format_version, read_jso
 
 from .text_column import NAME_IS_TEXT as _NAME_IS_TEXT
 
+from ..errors import NodeRAGError
+
 __all__ = [
     "IndexStore",
     "IndexNotFoundError",
@@ -52,7 +54,7 @@ NODE_COLUMNS = ("id", "type", "key", "name", "text", "doc_id", "chunk_id", "sour
 _STORED_NODE_COLUMNS = tuple(c for c in NODE_COLUMNS if c != "key")
 
 
-class IndexNotFoundError(FileNotFoundError):
+class IndexNotFoundError(NodeRAGError, FileNotFoundError):
     """The directory holds no finished index."""
 
 

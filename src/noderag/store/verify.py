@@ -28,6 +28,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ..errors import NodeRAGError
+
 __all__ = ["CHECKSUMS", "IndexDamagedError", "VerifyReport", "file_checksums", "graph_damage", "manifest_digest",
            "reading", "verify_index", "VERIFY_LEVELS"]
 
@@ -44,7 +46,7 @@ _EMBEDDED_TYPES = (0, 1, 4, 5)
 _TYPE_NAMES = ("text", "semantic_unit", "entity", "relationship", "attribute", "high_level", "overview")
 
 
-class IndexDamagedError(ValueError):
+class IndexDamagedError(NodeRAGError, ValueError):
     """An index file is missing, truncated, altered or inconsistent; ``file`` is its path in the index."""
 
     def __init__(self, root: str | os.PathLike, file: str, problem: str, detail: str = "") -> None:

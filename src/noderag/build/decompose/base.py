@@ -6,6 +6,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence, runtime_checkable
 
+from ...errors import NodeRAGError
+
 __all__ = ["Unit", "ChunkDecomposition", "ChunkInput", "Decomposer", "DecomposeFailure"]
 
 
@@ -72,7 +74,7 @@ class ChunkDecomposition:
         return cls(int(obj["chunk_id"]), units, None if err is None else str(err))
 
 
-class DecomposeFailure(RuntimeError):
+class DecomposeFailure(NodeRAGError, RuntimeError):
     """Chunks failed to decompose after retries; ``failures`` maps chunk id to the error."""
 
     def __init__(self, failures: dict[int, str]):

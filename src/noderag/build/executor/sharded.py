@@ -10,6 +10,7 @@ import numpy as np
 
 from ..assembly_plan import PlannedChunks, plan_chunks, planned_from_table
 from ..decompose.base import ChunkDecomposition
+from ..journal import checkpoint  # the resume tests' fault injection
 
 __all__ = ["Executors", "DecomposedRecords", "decompose_sharded", "embed_sharded"]
 
@@ -17,12 +18,6 @@ __all__ = ["Executors", "DecomposedRecords", "decompose_sharded", "embed_sharded
 def _plan_digest(plan) -> str:
     """Identity of a decompose pass: its chunk ids, shard by shard."""
     return hashlib.blake2b(json.dumps([[c[0] for c in p] for p in plan]).encode(), digest_size=16).hexdigest()
-
-
-def _checkpoint(name: str) -> None:
-    from ..driver import _checkpoint as checkpoint  # the resume tests' fault injection
-
-    checkpoint(name)
 
 
 class Executors:
@@ -183,7 +178,7 @@ def decompose_sharded(executor: Executors, config, backend, llm, root: Path, chu
 
                     ledger.merge(TokenLedger.from_dict(meta["ledger"]))
                 bar.update(out.num_rows)
-                _checkpoint("decompose-batch")
+                checkpoint("decompose-batch")
 
             ex.run_stage(stage, {i: chunk_table([(cid, text, doc_of[did].title, doc_of[did].source)
                                              for cid, did, text in plan[i]])

@@ -16,7 +16,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..decompose.base import ChunkDecomposition, ChunkInput
-from ..driver import BuildError
+from ...errors import BuildError
 
 __all__ = ["ExecutorError", "DecomposeStage", "EmbedStage", "decompose_batch", "embed_batch",
            "chunk_table", "text_table", "records_of", "vectors_of"]

@@ -1,0 +1,172 @@
+"""One build run as a record: what it builds on, its configuration, its new documents and its journal.
+
+:func:`start_run` does everything before the first stage, under the writer lock: open the previous
+generation, reconcile the configuration once, ingest, resolve deletions and replacements, and
+identify the run (a rerun with the same inputs resumes it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from ..config import BUILD_SECTIONS, NodeRAGConfig
+from ..errors import BuildError
+from ..graph.storage import atomic_write_json
+from ..store.tables import IndexNotFoundError, check_layout
+from .assemble import EdgeList, NodeTable
+from .ingest import IngestError, ingest
+from .journal import Journal
+from .previous import Previous, load_base, load_tables, open_previous
+from .progress import Progress
+
+__all__ = ["BuildRun", "BuildReport", "start_run", "documents_without_text"]
+
+
+@dataclass
+class BuildReport:
+    """What a build or insert did: new documents, duplicates skipped, the manifest written."""
+
+    added_documents: int
+    duplicates: int
+    manifest: dict[str, Any]
+    deleted_documents: int = 0
+    generation: int | None = None
+
+
+@dataclass
+class BuildRun:
+    """Everything a run's stages share; the stages' own outputs stay in the driver's locals."""
+
+    root: Path
+    config: NodeRAGConfig
+    previous: Previous | None
+    say: Callable[[str], None]
+    bars: Progress
+    journal: Journal
+    run_id: str
+    table: NodeTable  # the node table (the previous generation's survivors first)
+    base: EdgeList  # their decomposed edges
+    traces: Any  # their chunk traces (None once handed to the assembly)
+    docs_rows: list  # document rows, new ones appended by the assemble stage
+    vec_src: np.ndarray  # old id of each previous node whose vector is reused
+    new_docs: list  # the ingested documents (emptied once chunked)
+    duplicates: int
+    drop: list[int]  # doc ids deleted or replaced
+    ingest_s: float
+    language: dict | None  # what "auto" saw of the corpus
+    llm: Any = None  # the caller's LLM (backend or spec), or None
+    embedder: Any = None  # the caller's embedder, or None
+    allow_failures: bool = False
+    chunk_rows: list | None = None  # [chunk id, doc id, text] rows, until assembled
+    doc_of: dict = field(default_factory=dict)  # doc id -> new document record (no text)
+    n_new: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.n_new = len(self.new_docs)
+
+    @property
+    def stages(self) -> Path:
+        return self.root / "stages"
+
+    @property
+    def final(self) -> Path:
+        return self.stages / "final"
+
+    @property
+    def old_n(self) -> int:
+        """Nodes that existed before this run (after deletions)."""
+        return len(self.vec_src)
+
+
+def _digest(obj: Any) -> str:
+    return hashlib.blake2b(json.dumps(obj, sort_keys=True, ensure_ascii=False).encode("utf-8"),
+                           digest_size=16).hexdigest()
+
+
+def start_run(inputs: Sequence, root: Path, config, *, llm=None, embedder=None, progress: bool = True,
+              allow_failures: bool = False, log=None, delete=None, executor=None) -> "BuildRun | BuildReport":
+    """The run to execute, or the report of a run with nothing to do (every document already indexed)."""
+    say = log or (lambda msg: None)
+    check_layout(root)
+    previous = open_previous(root, say)
+    if previous is None and delete is not None:
+        raise IndexNotFoundError(f"{root}: no finished index to delete from")
+    config, notes = NodeRAGConfig.for_run(config, (previous.manifest.get("config") or {}) if previous else None,
+                                          llm_given=llm is not None, executor=executor)
+    for note in notes:
+        say(note)
+    if previous is not None:
+        from ..store.verify import verify_index
+
+        verify_index(previous.path, "full", manifest=previous.manifest)  # an insert must not build on damaged files
+        table, docs_rows, traces = load_tables(previous.path)
+    else:
+        table, docs_rows, traces = NodeTable(), [], []
+    drop = delete.resolve(docs_rows) if delete is not None else []
+    t0 = time.perf_counter()
+    new_docs, dupes = (ingest(inputs, known_hashes=[d["content_hash"] for d in docs_rows]) if inputs or delete is None
+                       else ([], 0))
+    ingest_s = time.perf_counter() - t0
+    # a new document with the source id of an indexed one (other content) replaces it
+    new_sources = {d.source for d in new_docs}
+    drop = sorted(set(drop) | {int(d["doc_id"]) for d in docs_rows if d["source"] in new_sources})
+    vec_src = np.arange(len(table), dtype=np.int64)
+    if drop:
+        from .delete import reassemble_survivors
+
+        table, docs_rows, base, traces, vec_src = reassemble_survivors(table, docs_rows, traces, set(drop))
+    else:
+        base = load_base(previous.path) if previous is not None else EdgeList()
+    stages = root / "stages"
+    if not new_docs and not drop and not stages.exists():
+        if previous is not None:
+            say("nothing new to add: every input document is already in the index")
+            return BuildReport(0, dupes, previous.manifest, generation=previous.generation)
+        raise IngestError(f"no documents found in {', '.join(str(p) for p in inputs)} "
+                          "(expected non-empty .txt, .md or .jsonl files)")
+    language = (previous.manifest.get("embedder", {}).get("auto") if previous is not None else None)
+    if config.embed.spec == "auto":  # a new index: choose the embedder from the corpus (noderag.lang)
+        from ..embed import resolve_auto_spec
+
+        spec, language = resolve_auto_spec(d.text for d in new_docs)
+        config = config.with_overrides({"embed.spec": spec})
+        say(f"embed.spec auto: {spec} ({language['chinese_documents']} of {language['documents']} documents Chinese)")
+    run_id = _digest({"config": {k: config.to_dict()[k] for k in BUILD_SECTIONS},
+                      "docs": [d.content_hash for d in new_docs], "base_nodes": len(table),
+                      "generation": previous.generation if previous else None, "drop": drop})
+    _claim_stages(root, run_id, len(new_docs), len(drop), say)
+    from .heap import release
+
+    journal = Journal(stages / "state.json", log=log, on_finish=release)  # each stage's freed memory goes back
+    return BuildRun(root, config, previous, say, Progress(progress), journal, run_id, table, base, traces, docs_rows,
+                    vec_src, new_docs, dupes, drop, ingest_s, language, llm=llm, embedder=embedder,
+                    allow_failures=allow_failures)
+
+
+def _claim_stages(root: Path, run_id: str, n_docs: int, n_drop: int, say) -> None:
+    """Record the run in ``stages/run.json``, or resume the pending run there if it is this one."""
+    stages = root / "stages"
+    stages.mkdir(exist_ok=True)
+    run_path = stages / "run.json"
+    if run_path.is_file():
+        if json.loads(run_path.read_text("utf-8")).get("run_id") != run_id:
+            raise BuildError(
+                f"{root}: an unfinished build with different inputs or configuration is pending; "
+                f"rerun it with the same inputs to resume, or delete {stages} to discard it")
+        say("resuming the unfinished build")
+    else:
+        atomic_write_json(run_path, {"run_id": run_id, "n_docs": n_docs, "drop": n_drop})
+
+
+def documents_without_text(run: BuildRun) -> dict:
+    """doc id -> document record of the run's new documents, texts dropped (they live on in the chunks)."""
+    first = len(run.docs_rows)
+    return {first + i: replace(d, text="") for i, d in enumerate(run.new_docs)}
+
