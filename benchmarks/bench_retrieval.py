@@ -145,7 +145,9 @@ ABLATIONS = {
     "no_lexical_seeds": {"lexical_weight": 0.0},
     "no_lexical_rank": {"passage_lexical_weight": 0.0},
     "no_bridging": {"bridge_top": 0},
+    "about_bridges_only": {"bridge_mode": "about"},
     "shared_entity_bridges": {"bridge_mode": "shared"},
+    "no_agreed_floor": {"bridge_agree_top": 0},
     "no_fill": {"min_passages": 0},
     "no_ppr": {"use_ppr": False},
     # the default runs on the structural layer alone (semantic_weight 0, chosen by this benchmark)

@@ -10,7 +10,7 @@ __all__ = ["SearchConfig", "QuotaConfig"]
 from ..errors import ConfigError
 from ..graph.ppr import DEFAULT_RULE, RULES as _RULES
 _ENTITY_SOURCES = ("nlp", "llm", "none")
-_BRIDGE_MODES = ("about", "shared")
+_BRIDGE_MODES = ("about_shared", "about", "shared")
 #: Renamed fields: old name -> new name (accepted when loading).
 _RENAMED = {"passage_entry_weight": "passage_dense_weight"}
 
@@ -89,10 +89,17 @@ class SearchConfig:
         Cross-encoder spec (:class:`noderag.search.rerank.CrossEncoderReranker`) that reorders the
         ``rerank_top`` best passages; off by default.
     rerank_top : int, default=20
-    bridge_mode : {"about", "shared"}, default="about"
+    bridge_mode : {"about_shared", "about", "shared"}, default="about_shared"
         Query-time bridging from the ``bridge_top`` best passages: "about" adds the passages *about* an
         entity they name that the question does not (at least half of the passage's units name it);
-        "shared" (the earlier rule) adds every passage sharing an entity of degree <= ``bridge_max_degree``.
+        "shared" (the earlier rule) adds every passage sharing an entity of degree <= ``bridge_max_degree``;
+        "about_shared" adds the "about" passages and, per source passage, the
+        ``bridge_shared_per_source`` passages sharing such an entity that the question ranks best.
+    bridge_shared_per_source : int, default=1
+        Shared-entity bridges kept per source passage in "about_shared" mode (0: "about" alone).
+    bridge_agree_top : int, default=2
+        A bridge lifts a passage at most to just below the passages that are among the
+        ``bridge_agree_top`` best by cosine and by BM25 alike (0: no such floor).
     bridge_top, bridge_weight, bridge_max_degree
         Passages bridged from, the most a bridge adds to a passage's score, and the degree cap of a
         bridging entity.
@@ -133,7 +140,9 @@ class SearchConfig:
     min_passages: int = 10
     rerank: str | None = None
     rerank_top: int = 20
-    bridge_mode: str = "about"
+    bridge_mode: str = "about_shared"
+    bridge_shared_per_source: int = 1
+    bridge_agree_top: int = 2
     bridge_top: int = 2
     bridge_weight: float = 0.6
     bridge_max_degree: int = 60
@@ -160,6 +169,8 @@ class SearchConfig:
         _int("ppr_candidates", 1)
         _int("context_tokens", 0)
         _int("bridge_top", 0)
+        _int("bridge_shared_per_source", 0)
+        _int("bridge_agree_top", 0)
         _int("lexical_top_k", 0)
         _int("min_passages", 0)
         _int("rerank_top", 1)

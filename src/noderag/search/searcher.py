@@ -464,9 +464,10 @@ class Searcher:
         2. Score = ``passage_dense_weight`` * cos(query, chunk) + ``passage_text_weight`` *
            propagated T mass / max + ``passage_unit_weight`` * propagated S mass (summed per
            chunk) / max, where *propagated* excludes the mass a seed keeps for itself.
-        3. Entity bridges: from the ``bridge_top`` best chunks, follow chunk -> S -> N -> S ->
-           chunk through entities of degree <= ``bridge_max_degree``; every chunk reached gets
-           ``bridge_weight`` * min(1, sum over bridging entities of 1 / log(1 + degree)).
+        3. Entity bridges (:meth:`_bridge_bonus`): from the ``bridge_top`` best chunks, the chunks
+           about an entity they name and (``about_shared``) the best chunk sharing one with each get
+           ``bridge_weight`` * their bridge strength, up to just below the passages dense and lexical
+           both rank top (:meth:`_agreed_floor`).
         """
         cfg = self.config
         parts_c = [self._chunk[prep.entry_ids]] if prep.entry_ids.size else []
@@ -509,17 +510,18 @@ class Searcher:
         if cfg.bridge_top > 0 and cfg.bridge_weight > 0:
             order = np.lexsort((chunks, -score))[: cfg.bridge_top]
             hop1 = [int(chunks[i]) for i in order]
-            if cfg.bridge_mode == "about":
-                bonus = self._about_bridges(hop1, set(prep.name_ids.tolist()))
-            else:
-                bonus = self._bridges(hop1)
+            bonus, follows = self._bridge_bonus(hop1, prep)
             new = np.fromiter((c for c in bonus if c not in total), dtype=np.int64)
             if new.size:
                 new.sort()
                 base = cfg.passage_dense_weight * self._dense(new, prep.vector) + self._lexical_term(new, prep)
                 total.update(zip(new.tolist(), base.tolist()))
+            cap = self._agreed_floor(chunks, total, prep)
+            below_hop1 = min(cap, min(total[h] for h in hop1) - 1e-9)
             for c, b in bonus.items():
-                total[c] += cfg.bridge_weight * min(b, 1.0)
+                top = below_hop1 if c in follows else cap
+                if total[c] < top:
+                    total[c] = min(total[c] + cfg.bridge_weight * min(b, 1.0), top)
         ranked = sorted(total.items(), key=lambda kv: (-kv[1], kv[0]))
         labels: list[str] = []
         scores_out: list[float] = []
@@ -617,6 +619,56 @@ class Searcher:
             out[present] = rows @ vector.astype(np.float64)
         return out
 
+    def _bridge_bonus(self, hop1: list[int], prep: _Prepared) -> tuple[dict[int, float], set[int]]:
+        """Bridge strength of every chunk reached from the ``hop1`` chunks under ``bridge_mode``, and the
+        chunks that rank below every ``hop1`` chunk (the weaker, shared-entity bridges of "about_shared").
+
+        "about_shared" takes the "about" bridges and, from each ``hop1`` chunk, the
+        ``bridge_shared_per_source`` best (by dense + lexical score against the question) of the chunks
+        sharing a low-degree entity with it that the question does not name. The second hop of a
+        question is not always *about* the bridge entity (a granddaughter's passage says where the
+        author was born); the question itself picks that passage among the few sharing an entity.
+        Such a bridge follows the passages it comes from: it ranks after them.
+        """
+        cfg = self.config
+        names = set(prep.name_ids.tolist())
+        if cfg.bridge_mode == "shared":
+            return self._bridges(hop1), set()
+        out = self._about_bridges(hop1, names)
+        follows: set[int] = set()
+        if cfg.bridge_mode == "about" or cfg.bridge_shared_per_source == 0:
+            return out, follows
+        about = set(out)
+        for c in hop1:
+            shared = self._bridges([c], names, skip=hop1)
+            if not shared:
+                continue
+            cand = np.fromiter(sorted(shared), dtype=np.int64, count=len(shared))
+            fit = cfg.passage_dense_weight * self._dense(cand, prep.vector) + self._lexical_term(cand, prep)
+            for i in np.lexsort((cand, -fit))[: cfg.bridge_shared_per_source].tolist():
+                c2 = int(cand[i])
+                out[c2] = max(out.get(c2, 0.0), min(shared[c2], 1.0))
+                if c2 not in about:
+                    follows.add(c2)
+        return out, follows
+
+    def _agreed_floor(self, chunks: np.ndarray, total: dict[int, float], prep: _Prepared) -> float:
+        """The score a bridged passage may not reach: just below the passages dense and lexical both rank top.
+
+        A passage in the ``bridge_agree_top`` best of the candidates by cosine *and* by BM25 is one
+        both first-hop signals agree on (on single-hop questions, most often the answer); a bridge
+        bonus lifts a passage at most to just below it. ``inf`` when the two signals agree on none.
+        """
+        j = self.config.bridge_agree_top
+        if j == 0 or not chunks.size or not prep.lex_ids.size:
+            return np.inf
+        dense = self._dense(chunks, prep.vector)
+        lex = self._lexical_term(chunks, prep)
+        if not lex.any():
+            return np.inf
+        agreed = set(chunks[np.lexsort((chunks, -dense))[:j]].tolist()) & set(chunks[np.lexsort((chunks, -lex))[:j]].tolist())
+        return min(total[a] for a in agreed) - 1e-9 if agreed else np.inf
+
     def _about_bridges(self, hop1: list[int], exclude: set[int]) -> dict[int, float]:
         """Query-time bridging: the passages about an entity that the ``hop1`` passages name and the question does not.
 
@@ -651,19 +703,26 @@ class Searcher:
                         out[c2] = max(out.get(c2, 0.0), about)
         return out
 
-    def _bridges(self, hop1: list[int]) -> dict[int, float]:
-        """Chunks linked to the ``hop1`` chunks through a shared low-degree entity, with bridge strength."""
+    def _bridges(self, hop1: list[int], exclude: set[int] | None = None,
+                 skip: list[int] | None = None) -> dict[int, float]:
+        """Chunks linked to the ``hop1`` chunks through a shared low-degree entity, with bridge strength.
+
+        Entities in ``exclude`` do not bridge; chunks in ``skip`` (default ``hop1``) are not bridged to.
+        """
         maxdeg = self.config.bridge_max_degree
+        skip = hop1 if skip is None else skip
         out: dict[int, float] = {}
         for c in hop1:
             for s_node in self._neighbours_of_type(c, _S).tolist():
                 for n in self._neighbours_of_type(s_node, _N).tolist():
+                    if exclude is not None and n in exclude:
+                        continue
                     d = np.float64(self._s_indptr[n + 1] - self._s_indptr[n])
                     if d > maxdeg:
                         continue
                     w = 1.0 / np.log1p(d)
                     for c2 in self._chunk[self._neighbours_of_type(n, _S)].tolist():
-                        if c2 >= 0 and c2 != c and c2 not in hop1:
+                        if c2 >= 0 and c2 != c and c2 not in skip:
                             out[c2] = out.get(c2, 0.0) + w
         return out
 

@@ -1,0 +1,112 @@
+"""Query-time bridging rules on a hand-built graph: "about" passages, the best shared-entity passage per
+source (``about_shared``), shared bridges ranking after their source, and the floor of agreed passages."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from noderag.graph.hetero import HeteroGraph
+from noderag.graph.keys import canonical_name, node_keys
+from noderag.graph.types import NodeType as NT
+from noderag.search import Searcher, SearchConfig
+
+from test_search import BagEmbedder, ExactVectors, ToyStore
+
+# id, type, text, name, chunk, source
+NODES = [
+    (0, NT.T, "Hello Love is an album by Hank Snow.", None, 0, "p-album"),
+    (1, NT.T, "Hank Snow was born in Canada.", None, 1, "p-snow"),
+    (2, NT.T, "Nora Snow is a writer. She is the granddaughter of Hank Snow. She lives in Halifax.", None, 2, "p-grand"),
+    (3, NT.T, "Hank Snow fans meet every year. They eat pie. Pie is sweet.", None, 3, "p-fans"),
+    (4, NT.S, "Hello Love is an album by Hank Snow.", None, 0, "p-album"),
+    (5, NT.S, "Hank Snow was born in Canada.", None, 1, "p-snow"),
+    (6, NT.S, "Nora Snow is a writer.", None, 2, "p-grand"),
+    (7, NT.S, "She is the granddaughter of Hank Snow.", None, 2, "p-grand"),
+    (8, NT.S, "She lives in Halifax.", None, 2, "p-grand"),
+    (9, NT.S, "Hank Snow fans meet every year.", None, 3, "p-fans"),
+    (10, NT.S, "They eat pie.", None, 3, "p-fans"),
+    (11, NT.S, "Pie is sweet.", None, 3, "p-fans"),
+    (12, NT.N, "Hank Snow", "Hank Snow", -1, None),
+    (13, NT.N, "Hello Love", "Hello Love", -1, None),
+    (14, NT.N, "Nora Snow", "Nora Snow", -1, None),
+    (15, NT.N, "Halifax", "Halifax", -1, None),
+]
+# units -> their passage, units -> the entities they name ("Hank Snow" is named by one unit of p-grand
+# and of p-fans out of three: they share the entity without being about it)
+STRUCT = [(4, 0), (5, 1), (6, 2), (7, 2), (8, 2), (9, 3), (10, 3), (11, 3),
+          (4, 12), (4, 13), (5, 12), (6, 14), (7, 12), (8, 15), (9, 12)]
+
+
+def bridge_store() -> ToyStore:
+    types = np.array([t for _, t, *_ in NODES], np.uint8)
+    keys = node_keys(types.tolist(), [canonical_name(x[2]) for x in NODES])
+    s, d = (np.array(c) for c in zip(*STRUCT))
+    g = HeteroGraph.from_coo(types, keys, s, d, np.ones(s.size, np.float32))
+    table = pa.table({
+        "id": pa.array([x[0] for x in NODES], pa.int32()),
+        "type": pa.array(types, pa.uint8()),
+        "key": pa.array(keys, pa.uint64()),
+        "name": pa.array([x[3] for x in NODES], pa.string()),
+        "text": pa.array([x[2] for x in NODES], pa.string()),
+        "doc_id": pa.array([x[4] for x in NODES], pa.int32()),
+        "chunk_id": pa.array([x[4] for x in NODES], pa.int32()),
+        "source_id": pa.array([x[5] for x in NODES], pa.string()),
+        "mentions": pa.array([1] * len(NODES), pa.int32()),
+    })
+    emb = BagEmbedder()
+    embedded = [x[0] for x in NODES if x[1] in (NT.T, NT.S)]
+    return ToyStore(g, table, ExactVectors(embedded, emb.embed([NODES[i][2] for i in embedded])), emb)
+
+
+@pytest.fixture(scope="module")
+def store():
+    return bridge_store()
+
+
+# one entry point (p-album), no PPR, no names from the question: the bridges alone add passages
+BASE = SearchConfig(vector_top_k=1, use_ppr=False, match_names_in_query=False, entity_source="none",
+                    lexical_top_k=0, passage_lexical_weight=0.0, min_passages=0, bridge_top=1, bridge_agree_top=0,
+                    bridge_weight=0.3)
+Q = "Hello Love album: where does the granddaughter live?"
+
+
+def test_about_mode_adds_only_the_passage_about_the_bridge_entity(store):
+    r = Searcher(store, BASE.replace(bridge_mode="about")).retrieve(Q)
+    assert r.passages == ["p-album", "p-snow"]
+
+
+def test_about_shared_adds_the_shared_entity_passage_the_question_ranks_best(store):
+    r = Searcher(store, BASE).retrieve(Q)
+    assert r.passages[0] == "p-album"
+    assert set(r.passages) == {"p-album", "p-snow", "p-grand"}  # p-grand shares Hank Snow and fits the question
+    assert Searcher(store, BASE.replace(bridge_shared_per_source=0)).retrieve(Q).passages == ["p-album", "p-snow"]
+    wide = Searcher(store, BASE.replace(bridge_shared_per_source=3)).retrieve(Q)
+    assert set(wide.passages) == {"p-album", "p-snow", "p-grand", "p-fans"}
+
+
+def test_a_shared_entity_bridge_ranks_after_its_source_and_an_about_bridge_need_not(store):
+    r = Searcher(store, BASE.replace(bridge_weight=5.0)).retrieve(Q)
+    assert r.passages[0] == "p-snow"  # an "about" bridge with a large bonus may lead
+    assert r.passages.index("p-grand") > r.passages.index("p-album")
+    assert r.passage_scores[r.passages.index("p-grand")] < r.passage_scores[r.passages.index("p-album")]
+
+
+def test_bridges_stay_below_the_passage_dense_and_lexical_agree_on(store):
+    lexical = BASE.replace(lexical_top_k=1, passage_lexical_weight=0.5, bridge_weight=5.0)
+    q = "Hello Love album"
+    free = Searcher(store, lexical).retrieve(q)
+    assert free.passages[0] == "p-snow"  # without the floor the bonus lifts the bridge above the answer
+    floored = Searcher(store, lexical.replace(bridge_agree_top=2)).retrieve(q)
+    assert floored.passages[:2] == ["p-album", "p-snow"]
+
+
+def test_bridge_fields_are_validated():
+    with pytest.raises(ValueError, match="bridge_mode"):
+        SearchConfig(bridge_mode="both").validate()
+    with pytest.raises(ValueError, match="bridge_shared_per_source"):
+        SearchConfig(bridge_shared_per_source=-1).validate()
+    with pytest.raises(ValueError, match="bridge_agree_top"):
+        SearchConfig(bridge_agree_top=1.5).validate()
+    assert SearchConfig().bridge_mode == "about_shared"
