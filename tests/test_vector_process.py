@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from noderag.config import EmbedConfig
-from noderag.build.embed import start_vector_index
+from noderag.build.embedding import start_vector_index
 from noderag.build.node_vectors import NodeVectors
 from noderag.build.vector_process import VectorBuild
 

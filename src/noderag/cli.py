@@ -13,6 +13,8 @@ from typing import Sequence
 
 __all__ = ["main", "format_summary"]
 
+from .store.summary import format_bytes, format_summary  # noqa: E402  (format_summary is re-exported)
+
 
 def _user_errors() -> tuple[type[BaseException], ...]:
     """What the command reports as one line (exit 1) instead of a traceback: every error noderag raises on
@@ -20,72 +22,6 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from .errors import NodeRAGError
 
     return (NodeRAGError, OSError)
-
-
-#: The build's stages in the order they run (the summary table lists them so, whatever the manifest's key order).
-_STAGE_ORDER = ("ingest", "chunk", "decompose", "assemble", "embed", "attributes", "communities", "tables",
-                "semantic", "finalize")
-
-
-def _fmt_bytes(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1024 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} GB"
-
-
-def format_summary(manifest: dict) -> str:
-    """Plain-text summary table of a manifest: nodes per type, edges, tokens, time, bytes."""
-    from .store.manifest import bytes_by_component
-
-    counts = manifest.get("counts", {})
-    lines = []
-    nodes = counts.get("nodes", {})
-    active = counts.get("active_nodes", nodes)
-    lines.append(f"documents {counts.get('documents', 0)}   chunks {counts.get('chunks', 0)}   "
-                 f"communities {counts.get('communities', 0)}")
-    lines.append("")
-    lines.append(f"{'node type':<16}{'nodes':>10}{'active':>10}")
-    for name, v in nodes.items():
-        lines.append(f"{name:<16}{v:>10,}{active.get(name, v):>10,}")
-    lines.append(f"{'total':<16}{sum(nodes.values()):>10,}{sum(active.values()):>10,}")
-    lines.append("")
-    edges = counts.get("edges", {})
-    lines.append(f"{'edges':<16}{'count':>10}")
-    for name, v in edges.items():
-        lines.append(f"{name:<24}{v:>10,}" if "." in name else f"{name:<16}{v:>10,}")
-    lines.append("")
-    stages = manifest.get("stages", {})  # a manifest read back from disk has its keys sorted: pipeline order again
-    stages = {k: stages[k] for k in sorted(stages, key=lambda k: (_STAGE_ORDER.index(k) if k in _STAGE_ORDER
-                                                                  else len(_STAGE_ORDER)))}
-    tokens = manifest.get("tokens", {})
-    lines.append(f"{'stage':<16}{'time s':>10}{'LLM tokens':>12}")
-    total_t = 0.0
-    for name, st in stages.items():
-        t = float(st.get("time_s", 0.0))
-        total_t += t
-        tk = {"decompose": "decompose", "attributes": "attributes", "communities": "communities"}.get(name)
-        tok = tokens.get(tk, {}) if tk else {}
-        ntok = int(tok.get("prompt_tokens", 0)) + int(tok.get("completion_tokens", 0))
-        lines.append(f"{name:<16}{t:>10.2f}{ntok:>12,}")
-    all_tok = sum(int(v.get("prompt_tokens", 0)) + int(v.get("completion_tokens", 0))
-                  for v in tokens.values() if isinstance(v, dict))
-    lines.append(f"{'total':<16}{total_t:>10.2f}{all_tok:>12,}")
-    lines.append("")
-    lines.append(f"{'component':<20}{'bytes':>12}")
-    for name, b in bytes_by_component(manifest.get("bytes", {})).items():
-        lines.append(f"{name:<20}{_fmt_bytes(b):>12}")
-    lines.append(f"{'total':<20}{_fmt_bytes(manifest.get('bytes_total', 0)):>12}")
-    fails = manifest.get("failures", {})
-    nf = sum(len(v) for v in fails.values() if isinstance(v, dict))
-    if nf:
-        lines.append("")
-        lines.append(f"WARNING: {nf} item(s) failed and are recorded in manifest.json 'failures':")
-        for stage, items in fails.items():
-            for k, v in list(items.items())[:5]:
-                lines.append(f"  {stage} {k}: {v}")
-    return "\n".join(lines)
 
 
 def _cmd_insert(args: argparse.Namespace) -> int:
@@ -103,7 +39,7 @@ def _cmd_insert(args: argparse.Namespace) -> int:
 
 
 def _cmd_repair(args: argparse.Namespace) -> int:
-    from .store.generations import repair_pointer
+    from .store.repair import repair_pointer
 
     report = repair_pointer(args.index, wait=args.wait)
     for line in report.skipped:
@@ -216,7 +152,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     for w in report.warnings:
         print(f"noderag: warning: {w}", file=sys.stderr)
     what = "sizes and headers" if args.cheap else "checksums and structure"
-    print(f"index {args.index}: ok ({level} check of {report.files} files, {_fmt_bytes(report.bytes)}: {what}; "
+    print(f"index {args.index}: ok ({level} check of {report.files} files, {format_bytes(report.bytes)}: {what}; "
           f"{report.seconds:.2f} s)")
     return 0
 

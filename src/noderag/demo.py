@@ -33,7 +33,7 @@ def add_demo_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _run(args: argparse.Namespace, index_dir: Path, out) -> int:
     import noderag
-    from .cli import format_summary
+    from .store.summary import format_summary
     from .data import demo_dir, demo_questions
     from .search.cli import format_result
 

@@ -35,7 +35,7 @@ def attributes_stage(table: NodeTable, base: EdgeList, link: EdgeList, vec: Node
     """Important entities (k-core, betweenness, mentions) and their A nodes, with A vectors in ``vec``."""
     from ..graph.importance import important_entities
 
-    from .embed import embed_texts_resumable
+    from .embedding import embed_texts_resumable
 
     n0 = len(table)
     types = table.types_array()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ..store.layout import LLM_CACHE
 __all__ = ["open_llm", "close_llm"]
 
 
@@ -17,7 +18,7 @@ def open_llm(llm: Any, config, root: Path, executor=None):
     """
     if llm is None and config.llm.spec is None:
         return None
-    cache_path = (root / "llm_cache.sqlite") if config.llm.cache else None
+    cache_path = (root / LLM_CACHE) if config.llm.cache else None
     if llm is None or isinstance(llm, str):
         from ..llm import make_llm
 

@@ -46,7 +46,7 @@ def communities_stage(table: NodeTable, base: EdgeList, link: EdgeList, attrs: A
     if config.communities.enabled:
         from ..graph.communities import leiden
 
-        from .embed import embed_texts_resumable
+        from .embedding import embed_texts_resumable
 
         types = table.types_array()
         n1 = len(table)

@@ -33,6 +33,7 @@ from typing import Sequence
 
 import numpy as np
 
+from ..store.layout import LLM_CACHE, VECTORS
 from ..errors import BuildError
 from ..graph.storage import atomic_write_json
 from ..graph.types import NodeType
@@ -140,10 +141,10 @@ def _execute(run: BuildRun) -> BuildReport:
         executor.close()
         close_llm(backend, run.llm)
     if run.drop:  # before the commit, so that a kill cannot leave unused entries behind a finished delete
-        from .delete import prune_llm_cache
+        from .survivors import prune_llm_cache
 
         used = getattr(backend, "used_keys", None)
-        prune_llm_cache(run.root / "llm_cache.sqlite", set(used) if used is not None else set())
+        prune_llm_cache(run.root / LLM_CACHE, set(used) if used is not None else set())
     manifest = _manifest(run, emb, backend, graph, edges, failures, attrs, comm, n_chunks)
     return _commit(run, manifest)
 
@@ -210,7 +211,7 @@ def _embed(run: BuildRun, executor):
     emb = run.embedder if run.embedder is not None else make_embedder(config.embed.spec,
                                                                       **config.embed.backend_options())
     with run.journal.stage("embed") as info:
-        old = (run.previous.path / "vectors.usearch", run.vec_src) if run.previous is not None else None
+        old = (run.previous.path / VECTORS, run.vec_src) if run.previous is not None else None
         vec = embed_stage(run.table, run.old_n, emb, executor, config, run.stages, run.bars, run.doc_of,
                           run.embedder is not None, old_vectors=old,
                           vectors_file=run.stages / "vectors" / "build_vectors.npy")
@@ -248,7 +249,7 @@ def _tables(run: BuildRun, link, attrs: Attributes, comm: Communities):
 
 def _vectors(run: BuildRun, vec, vbuild):
     with run.journal.stage("semantic") as info, run.bars.spinner("vectors"):
-        saved, semantic = vector_stage(run.table, vec, run.config, vbuild, run.final / "vectors.usearch")
+        saved, semantic = vector_stage(run.table, vec, run.config, vbuild, run.final / VECTORS)
         info.update(edges=int(semantic.nnz // 2))
     return saved, semantic
 
@@ -264,8 +265,8 @@ def _manifest(run: BuildRun, emb, backend, graph, edges, failures, attrs: Attrib
               n_chunks: int) -> dict:
     config = run.config
     sizes = dir_sizes(run.final)
-    if (run.root / "llm_cache.sqlite").is_file():
-        sizes["llm_cache.sqlite"] = (run.root / "llm_cache.sqlite").stat().st_size
+    if (run.root / LLM_CACHE).is_file():
+        sizes[LLM_CACHE] = (run.root / LLM_CACHE).stat().st_size
     ledger = getattr(backend, "ledger", None)
     embedder = {"name": getattr(emb, "name", config.embed.spec), "dim": int(emb.dim),
                 **({"auto": run.language} if run.language is not None else {})}

@@ -32,6 +32,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ..store.layout import CURRENT, LLM_CACHE
 __all__ = ["estimate_build", "format_estimate", "DEFAULT_COMPLETION_RATIO"]
 
 STAGES = ("decompose", "attributes", "communities")
@@ -178,12 +179,12 @@ def estimate_build(inputs: Sequence[str | os.PathLike], config=None, *, index_di
     t0 = time.perf_counter()
     known: set[str] = set()
     cache_path = None
-    if index_dir is not None and (Path(index_dir) / "CURRENT").is_file():
+    if index_dir is not None and (Path(index_dir) / CURRENT).is_file():
         from ..store.tables import IndexStore
 
         with IndexStore.open(index_dir) as store:
             known = set(store.documents.column("content_hash").to_pylist())
-        cache_path = Path(index_dir) / "llm_cache.sqlite"
+        cache_path = Path(index_dir) / LLM_CACHE
     docs, dupes = ingest(list(inputs), known_hashes=known)
     chunks = [(d.title, c) for d in docs for c in chunk_text(d.text, config.chunk.max_tokens, config.chunk.min_tokens)]
     n_chunks = len(chunks)

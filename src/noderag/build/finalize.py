@@ -12,6 +12,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ..store.layout import DOCUMENTS, NODES, VECTORS
 from ..graph.types import NodeType
 
 from .assemble import EdgeList, NodeTable
@@ -56,7 +57,7 @@ def vector_stage(table: NodeTable, vec: NodeVectors, config, build, path: Path) 
     if config.semantic.enabled:
         from ..graph.vectors import VectorIndex
 
-        from .embed import semantic_layer
+        from .embedding import semantic_layer
 
         build.finish(path)
         emb_ids = np.flatnonzero(np.isin(types, (T, S, A, H)) & active)
@@ -76,8 +77,8 @@ def tables_stage(final: Path, table: NodeTable, mentions: np.ndarray, docs_rows:
     """
     from ..store.tables import write_documents, write_nodes
 
-    write_nodes(final / "nodes.parquet", table, mentions)
-    write_documents(final / "documents.parquet", docs_rows)
+    write_nodes(final / NODES, table, mentions)
+    write_documents(final / DOCUMENTS, docs_rows)
     table.release_strings()
 
 
@@ -112,7 +113,7 @@ def finalize_stage(final: Path, table: NodeTable, edges: tuple[np.ndarray, np.nd
         t2 = time.perf_counter()
         parts = {"query_index_s": round(t1 - t0, 2), "graph_files_s": round(t2 - t1, 2)}
         if not saved:  # the vector shards finished while the files above were written
-            vbuild.finish(final / "vectors.usearch")
+            vbuild.finish(final / VECTORS)
             parts["vector_wait_s"] = round(time.perf_counter() - t2, 2)
     return graph, parts
 

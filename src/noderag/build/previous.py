@@ -10,6 +10,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ..store.layout import DOCUMENTS, LINKED, NODES, NODE_KEYS
 from ..errors import BuildError
 from ..graph.types import NodeType
 from ..store.decompositions import DECOMPOSITIONS, read_decompositions
@@ -20,8 +21,6 @@ from .assemble import EdgeList, NodeTable
 __all__ = ["LINKED", "Previous", "open_previous", "load_tables", "load_base", "derive_base"]
 
 R = int(NodeType.R)
-#: name-link S-N edges of the last run; the decomposed base edges are derived from the graph with them
-LINKED = "linked.parquet"
 
 
 @dataclass(frozen=True)
@@ -65,15 +64,15 @@ def load_tables(root: Path):
 
     from ..store.tables import read_nodes_file
 
-    tab = read_nodes_file(root / "nodes.parquet")
+    tab = read_nodes_file(root / NODES)
     cols = {c: tab.column(c).to_pylist() for c in ("type", "name", "text", "doc_id", "chunk_id",
                                                    "source_id", "active")}
-    cols["key"] = load_npy(root / "node_keys.npy", mmap=False, shape=(tab.num_rows,)).tolist()
+    cols["key"] = load_npy(root / NODE_KEYS, mmap=False, shape=(tab.num_rows,)).tolist()
     table = NodeTable(types=cols["type"], keys=cols["key"], names=cols["name"], texts=cols["text"],
                       doc_ids=cols["doc_id"], chunk_ids=cols["chunk_id"], source_ids=cols["source_id"],
                       active=cols["active"])
     table.index = {k: i for i, k in enumerate(table.keys)}
-    dtab = pq.read_table(root / "documents.parquet").to_pylist()
+    dtab = pq.read_table(root / DOCUMENTS).to_pylist()
     return table, dtab, read_decompositions(root / DECOMPOSITIONS)
 
 

@@ -119,7 +119,7 @@ def start_run(inputs: Sequence, root: Path, config, *, llm=None, embedder=None, 
     drop = sorted(set(drop) | {int(d["doc_id"]) for d in docs_rows if d["source"] in new_sources})
     vec_src = np.arange(len(table), dtype=np.int64)
     if drop:
-        from .delete import reassemble_survivors
+        from .survivors import reassemble_survivors
 
         table, docs_rows, base, traces, vec_src = reassemble_survivors(table, docs_rows, traces, set(drop))
     else:

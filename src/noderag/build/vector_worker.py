@@ -27,7 +27,7 @@ def serve(stdin, stdout) -> int:
 
     from ..config import EmbedConfig
 
-    from .embed import start_vector_index
+    from .embedding import start_vector_index
 
     index = None
     error = None

@@ -30,6 +30,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from ..store.layout import CURRENT, LLM_CACHE
 from .answers import exact_match, judge_request, parse_judgement, token_f1
 from .loaders import Dataset, DatasetError, load_dataset, write_corpus_jsonl
 from .metrics import bootstrap_interval, breakdown, paired_bootstrap, passage_scores
@@ -121,7 +122,7 @@ def open_or_build(ds: Dataset, index_dir: Path, *, build_config: Any = None, pro
     index_dir = Path(index_dir)
     with tempfile.TemporaryDirectory(prefix="noderag-eval-") as tmp:
         corpus_path = ds.corpus_file or write_corpus_jsonl(ds, Path(tmp) / f"{ds.name}.corpus.jsonl")
-        if not (index_dir / "CURRENT").is_file():
+        if not (index_dir / CURRENT).is_file():
             if log:
                 log(f"index {index_dir} has no finished build: building it from the {len(ds.corpus):,} passages "
                     "of the dataset")
@@ -566,7 +567,7 @@ def _resolve_llm(spec: Any, out: Path) -> Any:
         return spec
     from ..llm import make_llm
 
-    return make_llm(spec, cache_path=out / "llm_cache.sqlite")
+    return make_llm(spec, cache_path=out / LLM_CACHE)
 
 
 def _run(ds, ix, build_info, out, methods, ks, depth, llm, judge, search_config, batch_size, latency, per_question,

@@ -27,6 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from ..store.layout import DOCUMENTS, NODES
 from .source import DOCUMENT_SCHEMA, EDGE_SCHEMA, NODE_SCHEMA, ExportSource
 
 __all__ = ["write_parquet", "LAYOUT"]
@@ -55,7 +56,7 @@ def write_parquet(source: ExportSource, root: Path) -> dict[str, int]:
     if vw is not None:
         counts["vectors"] = 0
     try:
-        with pq.ParquetWriter(root / "nodes.parquet", NODE_SCHEMA, **_OPTIONS) as w:
+        with pq.ParquetWriter(root / NODES, NODE_SCHEMA, **_OPTIONS) as w:
             for batch in source.node_batches():
                 if vw is not None:
                     vb = _vector_batch(batch, dim)
@@ -71,7 +72,7 @@ def write_parquet(source: ExportSource, root: Path) -> dict[str, int]:
         for batch in source.edge_batches():
             w.write_batch(batch)
             counts["edges"] += batch.num_rows
-    with pq.ParquetWriter(root / "documents.parquet", DOCUMENT_SCHEMA, **_OPTIONS) as w:
+    with pq.ParquetWriter(root / DOCUMENTS, DOCUMENT_SCHEMA, **_OPTIONS) as w:
         for batch in source.document_batches():
             w.write_batch(batch)
             counts["documents"] += batch.num_rows

@@ -31,6 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from ..store.layout import DOCUMENTS, NODES
 from ..graph.types import EMBEDDED_TYPES, N_TYPES, NodeType, parse_type
 from ..store.text_column import NAME_IS_TEXT
 
@@ -126,7 +127,7 @@ class ExportSource:
 
     def node_batches(self) -> Iterator[pa.RecordBatch]:
         """Record batches of the exported nodes (``NODE_SCHEMA``, plus ``vector`` with vectors), by id."""
-        path = self.path / "nodes.parquet"
+        path = self.path / NODES
         pf = pq.ParquetFile(path, memory_map=True)
         stored = set(pf.schema_arrow.names)
         derived = "name" not in stored
@@ -242,7 +243,7 @@ class ExportSource:
 
     def document_batches(self) -> Iterator[pa.RecordBatch]:
         """Record batches of ``documents.parquet`` (``DOCUMENT_SCHEMA``)."""
-        pf = pq.ParquetFile(self.path / "documents.parquet", memory_map=True)
+        pf = pq.ParquetFile(self.path / DOCUMENTS, memory_map=True)
         for batch in pf.iter_batches(batch_size=self.node_batch, columns=list(DOCUMENT_SCHEMA.names),
                                      use_threads=False):
             yield pa.RecordBatch.from_arrays([batch.column(c).cast(DOCUMENT_SCHEMA.field(c).type)

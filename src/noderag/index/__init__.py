@@ -24,7 +24,7 @@ MOVED = {
     "assemble": "noderag.build.assemble",
     "assembly_plan": "noderag.build.assembly_plan",
     "augment": "noderag.build.augment",
-    "enrich": "noderag.build.embed",
+    "enrich": "noderag.build.embedding",
     "executor": "noderag.build.executor",
     "insert": "noderag.build.insert",
     "delete": "noderag.build.delete",

@@ -30,6 +30,7 @@ import sys
 import threading
 from typing import Any
 
+from ..store.layout import LLM_CACHE
 __all__ = ["create_server", "add_mcp_arguments", "run_mcp", "MAX_K", "MAX_QUESTIONS"]
 
 MAX_K = 100
@@ -190,7 +191,7 @@ def run_mcp(args: argparse.Namespace) -> int:
 
         try:
             opts = {**index.config.llm.backend_options(), **parse_llm_options(args.llm_option)}
-            llm = make_llm(spec, cache_path=index.root / "llm_cache.sqlite", **opts)
+            llm = make_llm(spec, cache_path=index.root / LLM_CACHE, **opts)
         except (OptionError, ValueError, TypeError) as exc:
             print(f"noderag mcp: error: {exc}", file=sys.stderr)
             return 1

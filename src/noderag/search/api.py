@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Sequence
 
+from ..store.layout import LLM_CACHE
 from .config import SearchConfig
 from .result import AnswerResult, RetrievalResult
 from .searcher import Searcher
@@ -48,7 +49,7 @@ def _resolve_llm(index: Any, llm: Any) -> Any:
 
                 llm_config = getattr(index.config, "llm", None)
                 opts = llm_config.backend_options() if hasattr(llm_config, "backend_options") else {}
-                cache[spec] = make_llm(spec, cache_path=index.root / "llm_cache.sqlite", **opts)
+                cache[spec] = make_llm(spec, cache_path=index.root / LLM_CACHE, **opts)
     return cache[spec]
 
 

@@ -8,6 +8,7 @@ import sys
 import textwrap
 from typing import Any, TextIO
 
+from ..store.layout import LLM_CACHE
 from .config import SearchConfig
 from .result import AnswerResult, RetrievalResult
 
@@ -117,7 +118,7 @@ def run_query(args: argparse.Namespace, *, out: TextIO | None = None) -> int:
             try:
                 # the index's [llm] settings, then --llm-option on top
                 opts = {**store.config.llm.backend_options(), **parse_llm_options(getattr(args, "llm_option", None))}
-                llm = make_llm(spec, cache_path=store.root / "llm_cache.sqlite", **opts)
+                llm = make_llm(spec, cache_path=store.root / LLM_CACHE, **opts)
             except (OptionError, ValueError, TypeError) as exc:
                 print(f"noderag query: error: {exc}", file=sys.stderr)
                 return 1

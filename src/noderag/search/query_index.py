@@ -25,11 +25,11 @@ from typing import Any
 
 import numpy as np
 
+from ..store.layout import DOCUMENTS, NODES, QUERY_DIR
 from ..graph.storage import atomic_save_npy, atomic_write_bytes, load_npy, read_json
 
 __all__ = ["QUERY_DIR", "QueryIndex", "write_query_index", "passage_labels", "document_labels", "display_texts"]
 
-QUERY_DIR = "query"
 _FORMAT = 1
 _T = 0
 _NAMED = (2, 6)  # N and O: matched by name
@@ -132,9 +132,9 @@ def write_query_index(index_dir: str | os.PathLike) -> Path:
     def save(key: str, arr: np.ndarray) -> None:  # fsynced like every index file: the commit only renames folders
         atomic_save_npy(out / f"{key}.npy", arr)
 
-    nodes_path = root / "nodes.parquet"
+    nodes_path = root / NODES
     nodes = read_nodes_file(nodes_path, columns=("type", "doc_id", "chunk_id", "active", "source_id"))
-    docs_path = root / "documents.parquet"
+    docs_path = root / DOCUMENTS
     documents = pq.read_table(docs_path) if docs_path.is_file() else None
     n = nodes.num_rows
     types = np.asarray(nodes.column("type").to_numpy(zero_copy_only=False), dtype=np.uint8)

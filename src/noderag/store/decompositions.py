@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from .layout import DECOMPOSITIONS
 __all__ = ["DECOMPOSITIONS", "ChunkTrace", "read_decompositions", "traces_columns", "traces_table",
            "write_decompositions"]
 
-DECOMPOSITIONS = "decompositions.parquet"
 
 
 @dataclass(frozen=True)

@@ -51,17 +51,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from .layout import CURRENT, GENERATIONS, MANIFEST, READERS
 from ..graph.storage import atomic_write_bytes, fsync_dir
 
-from .verify import IndexDamagedError
+from .errors import IndexDamagedError, IndexPointerError
 
-__all__ = ["CURRENT", "GENERATIONS", "READERS", "IndexPointerError", "Pin", "current_generation", "current_path",
+__all__ = [CURRENT, "GENERATIONS", "READERS", "IndexPointerError", "Pin", "current_generation", "current_path",
            "generation_path", "pin", "commit_generation", "collect_garbage", "remove_old_generations", "fsync_tree",
-           "newest_complete", "finish_pending_switch", "remove_temp_files", "repair_pointer", "RepairReport"]
+           "newest_complete", "finish_pending_switch", "remove_temp_files"]
 
-CURRENT = "CURRENT"
-GENERATIONS = "generations"
-READERS = ".readers"
 _TRASH_PREFIX = ".trash-"
 
 
@@ -69,33 +67,15 @@ _NUMBER = re.compile(r"[0-9]{1,18}")
 _RUN_JSON = Path("stages") / "run.json"
 
 
-class IndexPointerError(IndexDamagedError):
-    """The index folder holds generations but no valid ``CURRENT`` pointer; ``newest`` is the newest
-    complete generation (None when none is left). Every command refuses such a folder; ``noderag repair``
-    restores the pointer."""
-
-    def __init__(self, root: str | os.PathLike, problem: str, newest: int | None) -> None:
-        self.root = str(root)
-        self.file = CURRENT
-        self.problem = problem
-        self.newest = newest
-        if newest is None:
-            tail = "no complete generation is left: rebuild the index or restore a copy"
-        else:
-            tail = (f"the newest complete generation is {newest} ({GENERATIONS}/{newest}): run `noderag repair "
-                    f"{root}` to point {CURRENT} at the newest generation that passes the full check")
-        ValueError.__init__(self, f"{root}/{problem}; the index is damaged: {tail}")
-
-
 def generation_path(root: str | os.PathLike, gen: int) -> Path:
     """Folder of generation ``gen`` of the index in ``root``."""
     return Path(root) / GENERATIONS / str(int(gen))
 
 
-def _manifest_of(folder: Path) -> dict | None:
+def manifest_of(folder: Path) -> dict | None:
     """The parsed manifest of a generation folder, or None when it is missing or unreadable."""
     try:
-        data = json.loads((folder / "manifest.json").read_bytes().decode("utf-8"))
+        data = json.loads((folder / MANIFEST).read_bytes().decode("utf-8"))
     except (OSError, UnicodeDecodeError, ValueError):
         return None
     return data if isinstance(data, dict) else None
@@ -104,14 +84,14 @@ def _manifest_of(folder: Path) -> dict | None:
 def newest_complete(root: str | os.PathLike) -> int | None:
     """The newest generation of ``root`` whose manifest reads as complete (a cheap check: the manifest only)."""
     root = Path(root)
-    for n in reversed(_numbers(root)):
-        m = _manifest_of(generation_path(root, n))
+    for n in reversed(generation_numbers(root)):
+        m = manifest_of(generation_path(root, n))
         if m is not None and m.get("state") == "complete":
             return n
     return None
 
 
-def _pending_first_switch(root: Path, nums: list[int]) -> bool:
+def pending_first_switch(root: Path, nums: list[int]) -> bool:
     """True when ``root`` is a first build killed between renaming its folder into place and writing ``CURRENT``.
 
     Then ``stages/run.json`` (removed only after a commit) names the run of every generation folder there.
@@ -123,10 +103,10 @@ def _pending_first_switch(root: Path, nums: list[int]) -> bool:
     run_id = run.get("run_id") if isinstance(run, dict) else None
     if not run_id or not nums:
         return False
-    return all((_manifest_of(generation_path(root, n)) or {}).get("run_id") == run_id for n in nums)
+    return all((manifest_of(generation_path(root, n)) or {}).get("run_id") == run_id for n in nums)
 
 
-def _read_pointer(root: Path) -> str | None:
+def read_pointer(root: Path) -> str | None:
     """The stripped text of ``root/CURRENT``, or None when it does not exist."""
     try:
         raw = (root / CURRENT).read_bytes()
@@ -146,11 +126,11 @@ def current_generation(root: str | os.PathLike) -> int | None:
     meanwhile: the pointer is read again before it is called dangling).
     """
     root = Path(root)
-    text = _read_pointer(root)
+    text = read_pointer(root)
     for _ in range(100):
         if text is None:
-            nums = _numbers(root)
-            if not nums or _pending_first_switch(root, nums):
+            nums = generation_numbers(root)
+            if not nums or pending_first_switch(root, nums):
                 return None
             raise IndexPointerError(root, f"{CURRENT}: missing, but {GENERATIONS}/ holds generation(s) "
                                     f"{', '.join(map(str, nums[-5:]))}", newest_complete(root))
@@ -160,7 +140,7 @@ def current_generation(root: str | os.PathLike) -> int | None:
         gen = int(text)
         if generation_path(root, gen).is_dir():
             return gen
-        again = _read_pointer(root)  # a writer may have switched and removed the old folder meanwhile
+        again = read_pointer(root)  # a writer may have switched and removed the old folder meanwhile
         if again == text:
             raise IndexPointerError(root, f"{CURRENT}: names generation {gen}, which does not exist "
                                     f"(no folder {GENERATIONS}/{gen})", newest_complete(root))
@@ -191,7 +171,7 @@ def fsync_tree(folder: Path) -> None:
         fsync_dir(Path(dirpath))
 
 
-def _numbers(root: Path) -> list[int]:
+def generation_numbers(root: Path) -> list[int]:
     gdir = root / GENERATIONS
     if not gdir.is_dir():
         return []
@@ -209,7 +189,7 @@ def commit_generation(root: str | os.PathLike, staged: str | os.PathLike,
     """
     root, staged = Path(root), Path(staged)
     cur = current_generation(root)
-    gen = max(_numbers(root) + [cur or 0]) + 1
+    gen = max(generation_numbers(root) + [cur or 0]) + 1
     (staged / READERS).write_bytes(b"")
     fsync_tree(staged)
     gdir = root / GENERATIONS
@@ -275,8 +255,8 @@ def finish_pending_switch(root: str | os.PathLike) -> int | None:
     Call as the writer. Returns the generation ``CURRENT`` now names, or None when nothing was pending.
     """
     root = Path(root)
-    nums = _numbers(root)
-    if _read_pointer(root) is not None or not _pending_first_switch(root, nums):
+    nums = generation_numbers(root)
+    if read_pointer(root) is not None or not pending_first_switch(root, nums):
         return None
     gen = nums[-1]
     (generation_path(root, gen) / READERS).touch(exist_ok=True)
@@ -299,7 +279,7 @@ def collect_garbage(root: str | os.PathLike) -> list[int]:
         return []
     keep = {cur, newest_complete(root)}
     removed = []
-    for n in _numbers(root):
+    for n in generation_numbers(root):
         if n not in keep and _try_remove(gdir / str(n), f"{_TRASH_PREFIX}{n}"):
             removed.append(n)
     if removed:
@@ -320,76 +300,8 @@ def remove_old_generations(root: str | os.PathLike, *, wait: float | None = None
         removed = collect_garbage(root)
         cur = current_generation(root)
         keep = {cur, newest_complete(root)}
-        left = [n for n in _numbers(root) if n not in keep]
+        left = [n for n in generation_numbers(root) if n not in keep]
     return removed, left
-
-
-@dataclass
-class RepairReport:
-    """What :func:`repair_pointer` did: the generation ``CURRENT`` names now, whether it changed, the
-    temporary files removed, and each newer generation skipped with why (one line each)."""
-
-    generation: int
-    changed: bool
-    removed: list[str]
-    skipped: list[str]
-    before: str | None
-
-
-def repair_pointer(root: str | os.PathLike, *, wait: float | None = None,
-                   progress: Callable[[str], None] | None = None) -> RepairReport:
-    """Point ``CURRENT`` at the newest generation that passes the full check (``noderag repair``).
-
-    Under the writer lock: removes orphaned temporary files; keeps a valid ``CURRENT`` whose
-    generation passes the full check; otherwise tries the generations newest first and switches
-    the pointer to the first that passes. Raises :class:`IndexPointerError` when none passes, and
-    :class:`~noderag.store.tables.IndexNotFoundError` when the folder holds no generation.
-    """
-    from .lock import WriterLock
-    from .tables import IndexNotFoundError
-    from .verify import verify_index
-
-    root = Path(root)
-    if not root.is_dir():
-        raise IndexNotFoundError(f"{root}: no such index directory")
-    with WriterLock(root, wait=wait):
-        removed = remove_temp_files(root)
-        nums = _numbers(root)
-        if not nums:
-            raise IndexNotFoundError(f"{root}: no {GENERATIONS}/ to repair from (not an index, or its first build "
-                                     "never finished)")
-        try:
-            before = _read_pointer(root)
-        except IndexPointerError:
-            before = "(a directory)"
-            shutil.rmtree(root / CURRENT)
-        try:
-            cur = current_generation(root)
-        except IndexPointerError:
-            cur = None
-        if cur is not None and not _pending_first_switch(root, nums):
-            order = [cur] + [n for n in reversed(nums) if n < cur]  # a valid pointer only ever moves back
-        else:
-            order = list(reversed(nums))
-        skipped = []
-        for n in order:
-            folder = generation_path(root, n)
-            m = _manifest_of(folder)
-            if m is None or m.get("state") != "complete":
-                skipped.append(f"generation {n}: no complete manifest")
-                continue
-            try:
-                verify_index(folder, "full", progress=progress)
-            except IndexDamagedError as exc:
-                skipped.append(f"generation {n}: {exc.problem} in {exc.file}")
-                continue
-            (folder / READERS).touch(exist_ok=True)  # a reader file lost with the pointer
-            changed = cur != n or before is None or before != str(n)
-            if changed:
-                atomic_write_bytes(root / CURRENT, f"{n}\n".encode("ascii"))
-            return RepairReport(n, changed, removed, skipped, before)
-        raise IndexPointerError(root, f"{CURRENT}: no generation passes the full check "
-                                f"({'; '.join(skipped[:5])})", None)
 
 
 @dataclass

@@ -17,11 +17,11 @@ import socket
 import time
 from pathlib import Path
 
+from .layout import LOCK_FILE
 from ..errors import NodeRAGError
 
 __all__ = ["LOCK_FILE", "IndexLockedError", "WriterLock"]
 
-LOCK_FILE = ".writer.lock"
 
 
 class IndexLockedError(NodeRAGError, RuntimeError):

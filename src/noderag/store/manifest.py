@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from .layout import MANIFEST
 from ..graph.storage import FORMAT_VERSION, dir_bytes, read_json
 
 __all__ = ["MANIFEST", "read_manifest", "dir_sizes", "bytes_by_component", "index_manifest"]
 
-MANIFEST = "manifest.json"
 
 
 def read_manifest(root: Path) -> dict[str, Any] | None:

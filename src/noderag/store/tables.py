@@ -30,11 +30,12 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from .layout import DOCUMENTS, MANIFEST, NODES, VECTORS
 from ..graph.storage import atomic_write_parquet, check_format_version, read_json
 
 from .text_column import NAME_IS_TEXT as _NAME_IS_TEXT
 
-from ..errors import NodeRAGError
+from .errors import IndexNotFoundError
 
 __all__ = [
     "IndexStore",
@@ -48,14 +49,9 @@ __all__ = [
     "MANIFEST",
 ]
 
-MANIFEST = "manifest.json"
 NODE_COLUMNS = ("id", "type", "key", "name", "text", "doc_id", "chunk_id", "source_id", "mentions", "active")
 # the key column is not stored twice: node_keys.npy (HeteroGraph.save) holds it
 _STORED_NODE_COLUMNS = tuple(c for c in NODE_COLUMNS if c != "key")
-
-
-class IndexNotFoundError(NodeRAGError, FileNotFoundError):
-    """The directory holds no finished index."""
 
 
 def check_layout(root: Path) -> None:
@@ -286,8 +282,8 @@ class IndexStore:
     def nodes(self):
         from .verify import reading
 
-        path = self.path / "nodes.parquet"
-        with reading(self.path, "nodes.parquet"):
+        path = self.path / NODES
+        with reading(self.path, NODES):
             tab = read_nodes_file(path)
         import pyarrow as pa
 
@@ -302,8 +298,8 @@ class IndexStore:
 
         from .verify import reading
 
-        with reading(self.path, "documents.parquet"):
-            return pq.read_table(self.path / "documents.parquet", memory_map=True)
+        with reading(self.path, DOCUMENTS):
+            return pq.read_table(self.path / DOCUMENTS, memory_map=True)
 
     def _np(self, name: str) -> np.ndarray:
         return self.nodes.column(name).to_numpy(zero_copy_only=False)
@@ -348,12 +344,12 @@ class IndexStore:
     def vectors(self):
         from ..graph.vectors import VectorIndex
 
-        path = self.path / "vectors.usearch"
+        path = self.path / VECTORS
         if not path.is_file():
             raise IndexNotFoundError(f"{path}: missing")
         from .verify import reading
 
-        with reading(self.path, "vectors.usearch"):
+        with reading(self.path, VECTORS):
             return VectorIndex.load(path, view=True)
 
     def embedder(self):

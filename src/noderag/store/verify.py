@@ -28,35 +28,22 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..errors import NodeRAGError
+from .layout import CURRENT, DOCUMENTS, LINKED, LLM_CACHE, LOCK_FILE, MANIFEST, NODES, NODE_KEYS, NODE_TYPES, READERS, VECTORS
+from .errors import IndexDamagedError
 
 __all__ = ["CHECKSUMS", "IndexDamagedError", "VerifyReport", "file_checksums", "graph_damage", "manifest_digest",
            "reading", "verify_index", "VERIFY_LEVELS"]
 
 CHECKSUMS = "checksums"
 VERIFY_LEVELS = ("none", "cheap", "full")
-_MANIFEST = "manifest.json"
 # files of an index folder that are not index content: the writer lock, a readers' lock file, and the
 # LLM cache that queries append to
-_NOT_CONTENT = frozenset({".writer.lock", ".readers", "llm_cache.sqlite", _MANIFEST})
+_NOT_CONTENT = frozenset({LOCK_FILE, READERS, LLM_CACHE, MANIFEST})
 _BLOCK = 1 << 20
 # node type codes (graph.types.NodeType): T S N R A H O; the embedded ones are T, S, A, H
 _N_TYPES = 7
 _EMBEDDED_TYPES = (0, 1, 4, 5)
 _TYPE_NAMES = ("text", "semantic_unit", "entity", "relationship", "attribute", "high_level", "overview")
-
-
-class IndexDamagedError(NodeRAGError, ValueError):
-    """An index file is missing, truncated, altered or inconsistent; ``file`` is its path in the index."""
-
-    def __init__(self, root: str | os.PathLike, file: str, problem: str, detail: str = "") -> None:
-        self.root = str(root)
-        self.file = file
-        self.problem = problem
-        detail = " ".join("".join(c if c.isprintable() else " " for c in detail).split())  # one clean line
-        extra = f" ({detail})" if detail else ""
-        super().__init__(f"{root}: {problem} in {file}{extra}; the index is damaged: run `noderag verify` for a "
-                         "full check, then rebuild it or restore a copy")
 
 
 @contextmanager
@@ -244,12 +231,12 @@ def _json_file(root: Path, rel: str) -> Any:
 # ----------------------------------------------------------------------------- the checks
 
 def _read_manifest(root: Path) -> dict[str, Any]:
-    path = root / _MANIFEST
+    path = root / MANIFEST
     if not path.is_file():
-        raise IndexDamagedError(root, _MANIFEST, "missing file")
-    data = _json_file(root, _MANIFEST)
+        raise IndexDamagedError(root, MANIFEST, "missing file")
+    data = _json_file(root, MANIFEST)
     if not isinstance(data, dict):
-        raise IndexDamagedError(root, _MANIFEST, "damaged JSON", "not an object")
+        raise IndexDamagedError(root, MANIFEST, "damaged JSON", "not an object")
     return data
 
 
@@ -274,7 +261,7 @@ def verify_index(root: str | os.PathLike, level: str = "full", *, manifest: dict
     if level not in VERIFY_LEVELS:
         raise ValueError(f"verify must be one of {VERIFY_LEVELS}, got {level!r}")
     root = Path(root)
-    if (root / "CURRENT").is_file():  # an index directory: check the generation readers open
+    if (root / CURRENT).is_file():  # an index directory: check the generation readers open
         from .generations import current_path
 
         root = current_path(root)
@@ -316,9 +303,9 @@ def verify_index(root: str | os.PathLike, level: str = "full", *, manifest: dict
     if level == "full":
         if sums is not None:
             if manifest_digest(manifest) != sums.get("manifest"):
-                raise IndexDamagedError(root, _MANIFEST, "checksum mismatch", "its content differs from the build's")
-            if (root / _MANIFEST).read_bytes() != _manifest_bytes(manifest):
-                raise IndexDamagedError(root, _MANIFEST, "altered bytes", "not as the manifest writer wrote it")
+                raise IndexDamagedError(root, MANIFEST, "checksum mismatch", "its content differs from the build's")
+            if (root / MANIFEST).read_bytes() != _manifest_bytes(manifest):
+                raise IndexDamagedError(root, MANIFEST, "altered bytes", "not as the manifest writer wrote it")
             for rel in files:
                 if progress is not None:
                     progress(rel)
@@ -337,7 +324,7 @@ def _check_header_facts(root: Path, manifest: dict[str, Any], facts: dict[str, A
     n = meta.get("n")
     if isinstance(n, bool) or not isinstance(n, int) or n < 0:
         raise IndexDamagedError(root, "graph/meta.json", "damaged field", f"n = {n!r}")
-    for rel in ("node_types.npy", "node_keys.npy"):
+    for rel in (NODE_TYPES, NODE_KEYS):
         if rel in facts and facts[rel][1] != (n,):
             raise IndexDamagedError(root, rel, "wrong shape", f"{facts[rel][1]}, the graph has {n} nodes")
     for layer, sub in (("structural", "graph"), ("semantic", "semantic")):
@@ -349,15 +336,15 @@ def _check_header_facts(root: Path, manifest: dict[str, Any], facts: dict[str, A
             rel = f"{sub}/{name}.npy"
             if rel in facts and facts[rel][1] != (nnz,):
                 raise IndexDamagedError(root, rel, "wrong shape", f"{facts[rel][1]}, graph/meta.json says nnz = {nnz}")
-    if "nodes.parquet" in facts and facts["nodes.parquet"].num_rows != n:
-        raise IndexDamagedError(root, "nodes.parquet", "wrong row count",
+    if NODES in facts and facts[NODES].num_rows != n:
+        raise IndexDamagedError(root, NODES, "wrong row count",
                                 f"{facts['nodes.parquet'].num_rows} rows, the graph has {n} nodes")
     shards = [facts[rel] for rel in _vector_shard_files(facts)]
     if shards:
         count = sum(v["count"] for v in shards)
         want = _embedded_count(manifest)
         if want is not None and count != want:
-            raise IndexDamagedError(root, "vectors.usearch", "wrong vector count",
+            raise IndexDamagedError(root, VECTORS, "wrong vector count",
                                     f"{count} vectors, the manifest has {want} embedded nodes")
         dim = (manifest.get("embedder") or {}).get("dim")
         for rel in _vector_shard_files(facts):
@@ -370,8 +357,8 @@ def _vector_shard_files(facts: dict[str, Any]) -> list[str]:
     from ..graph.vectors import shard_path
 
     out = []
-    while str(shard_path("vectors.usearch", len(out))) in facts:
-        out.append(str(shard_path("vectors.usearch", len(out))))
+    while str(shard_path(VECTORS, len(out))) in facts:
+        out.append(str(shard_path(VECTORS, len(out))))
     return out
 
 
@@ -405,11 +392,11 @@ def _check_graph_arrays(root: Path, meta: dict[str, Any]) -> np.ndarray:
     """Node types in range; each layer's CSR ``indptr`` from 0 to nnz and monotone, ``indices`` in [0, n),
     ``weights`` finite and >= 0 (O(n + nnz)); returns the node types. Raises IndexDamagedError naming the file."""
     n = int(meta["n"])
-    types = _array(root, "node_types.npy")
+    types = _array(root, NODE_TYPES)
     if types.shape != (n,):
-        raise IndexDamagedError(root, "node_types.npy", "wrong shape", f"{types.shape}, the graph has {n} nodes")
+        raise IndexDamagedError(root, NODE_TYPES, "wrong shape", f"{types.shape}, the graph has {n} nodes")
     if types.size and int(types.max()) >= _N_TYPES:
-        raise IndexDamagedError(root, "node_types.npy", "value out of range", f"type code {int(types.max())}")
+        raise IndexDamagedError(root, NODE_TYPES, "value out of range", f"type code {int(types.max())}")
     for layer, sub in (("structural", "graph"), ("semantic", "semantic")):
         nnz = int(meta.get(f"{layer}_nnz", 0))
         indptr = _array(root, f"{sub}/indptr.npy").astype(np.int64)
@@ -445,7 +432,7 @@ def graph_damage(root: str | os.PathLike, exc: BaseException) -> BaseException:
         meta = _json_file(root, "graph/meta.json")
         if not isinstance(meta, dict) or isinstance(meta.get("n"), bool) or not isinstance(meta.get("n"), int):
             raise IndexDamagedError(root, "graph/meta.json", "damaged field", f"n = {meta!r}"[:80])
-        for rel in ("node_types.npy", "node_keys.npy", "graph/indptr.npy", "graph/indices.npy",
+        for rel in (NODE_TYPES, NODE_KEYS, "graph/indptr.npy", "graph/indices.npy",
                     "graph/weights.npy", "semantic/indptr.npy", "semantic/indices.npy", "semantic/weights.npy"):
             if (root / rel).is_file():
                 _npy_header(root, rel)
@@ -474,44 +461,44 @@ def _read_table(root: Path, rel: str, columns: list[str]):
 
 
 def _check_tables(root: Path, n: int, types: np.ndarray) -> None:
-    nodes = _read_table(root, "nodes.parquet", ["id", "type", "doc_id", "chunk_id", "active"])
-    if not np.array_equal(_column(root, "nodes.parquet", nodes, "id"), np.arange(n)):
-        raise IndexDamagedError(root, "nodes.parquet", "wrong node ids", "ids are not 0..n-1")
-    if not np.array_equal(_column(root, "nodes.parquet", nodes, "type"), np.asarray(types)):
-        raise IndexDamagedError(root, "nodes.parquet", "node types differ from node_types.npy")
-    docs = _read_table(root, "documents.parquet", ["doc_id", "chunk_ids"])
+    nodes = _read_table(root, NODES, ["id", "type", "doc_id", "chunk_id", "active"])
+    if not np.array_equal(_column(root, NODES, nodes, "id"), np.arange(n)):
+        raise IndexDamagedError(root, NODES, "wrong node ids", "ids are not 0..n-1")
+    if not np.array_equal(_column(root, NODES, nodes, "type"), np.asarray(types)):
+        raise IndexDamagedError(root, NODES, "node types differ from node_types.npy")
+    docs = _read_table(root, DOCUMENTS, ["doc_id", "chunk_ids"])
     n_docs = docs.num_rows
-    doc_ids = _column(root, "nodes.parquet", nodes, "doc_id")
+    doc_ids = _column(root, NODES, nodes, "doc_id")
     if doc_ids.size and (int(doc_ids.min()) < -1 or int(doc_ids.max()) >= max(n_docs, 1)):
-        raise IndexDamagedError(root, "nodes.parquet", "document id out of range", f"{n_docs} documents")
-    chunk_ids = _column(root, "nodes.parquet", nodes, "chunk_id")
+        raise IndexDamagedError(root, NODES, "document id out of range", f"{n_docs} documents")
+    chunk_ids = _column(root, NODES, nodes, "chunk_id")
     if chunk_ids.size and (int(chunk_ids.min()) < -1 or int(chunk_ids.max()) >= n):
-        raise IndexDamagedError(root, "nodes.parquet", "chunk id out of range", f"{n} nodes")
+        raise IndexDamagedError(root, NODES, "chunk id out of range", f"{n} nodes")
     flat = docs.column("chunk_ids").combine_chunks().flatten().to_numpy(zero_copy_only=False)
     if flat.size and (int(flat.min()) < 0 or int(flat.max()) >= n or np.any(np.asarray(types)[flat] != 0)):
-        raise IndexDamagedError(root, "documents.parquet", "chunk id out of range", "not a text node id")
-    if (root / "linked.parquet").is_file():
-        linked = _read_table(root, "linked.parquet", ["src", "dst"])
+        raise IndexDamagedError(root, DOCUMENTS, "chunk id out of range", "not a text node id")
+    if (root / LINKED).is_file():
+        linked = _read_table(root, LINKED, ["src", "dst"])
         for c in ("src", "dst"):
-            v = _column(root, "linked.parquet", linked, c)
+            v = _column(root, LINKED, linked, c)
             if v.size and (int(v.min()) < 0 or int(v.max()) >= n):
-                raise IndexDamagedError(root, "linked.parquet", "node id out of range", c)
+                raise IndexDamagedError(root, LINKED, "node id out of range", c)
 
 
 def _check_vectors(root: Path, n: int, types: np.ndarray) -> None:
-    if not (root / "vectors.usearch").is_file():
+    if not (root / VECTORS).is_file():
         return
     import pyarrow.parquet as pq
 
     from ..graph.vectors import VectorIndex
 
     try:
-        vindex = VectorIndex.load(root / "vectors.usearch", view=True)
+        vindex = VectorIndex.load(root / VECTORS, view=True)
         keys = np.sort(vindex.keys())
     except Exception as exc:  # usearch raises RuntimeError ("Out of memory!") on a damaged body
-        raise IndexDamagedError(root, "vectors.usearch", "unreadable vectors", f"{type(exc).__name__}: {exc}"[:200]) from None
-    active = pq.read_table(root / "nodes.parquet", columns=["active"]).column("active").to_numpy(zero_copy_only=False)
+        raise IndexDamagedError(root, VECTORS, "unreadable vectors", f"{type(exc).__name__}: {exc}"[:200]) from None
+    active = pq.read_table(root / NODES, columns=["active"]).column("active").to_numpy(zero_copy_only=False)
     want = np.flatnonzero(np.isin(np.asarray(types), _EMBEDDED_TYPES) & active.astype(bool))
     if not np.array_equal(keys, want):
-        raise IndexDamagedError(root, "vectors.usearch", "wrong vector keys",
+        raise IndexDamagedError(root, VECTORS, "wrong vector keys",
                                 f"{keys.size} keys, {want.size} embedded nodes")

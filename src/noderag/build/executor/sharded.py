@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ...store.layout import LLM_CACHE
 from ..assembly_plan import PlannedChunks, plan_chunks, planned_from_table
 from ..decompose.base import ChunkDecomposition
 from ..journal import checkpoint  # the resume tests' fault injection
@@ -205,7 +206,7 @@ def _remote_decompose_stage(ex, stage, config, root: Path):
         # bounded per worker and in total: executor.llm_concurrency requests in flight across the pool
         n = ex.workers(stage.num_gpus)
         opts["max_concurrency"] = max(1, int(config.executor.llm_concurrency) // n)
-    cache = ex.cache_actor(root / "llm_cache.sqlite") if config.llm.cache else None
+    cache = ex.cache_actor(root / LLM_CACHE) if config.llm.cache else None
     return stage.remote(cache=cache, llm_options=opts)
 
 
@@ -217,7 +218,7 @@ def embed_sharded(executor: Executors, config, emb, embedder_given: bool, texts:
     """
     from ...graph.arrays import drop_resident
 
-    from ..embed import _texts_digest
+    from ..embedding import texts_digest
     from .shards import ShardStore
     from .stages import EmbedStage, text_table, vectors_of
 
@@ -231,7 +232,7 @@ def embed_sharded(executor: Executors, config, emb, embedder_given: bool, texts:
         return out
     starts = list(range(0, len(texts), bs))
     kept = "float16" if out.dtype == np.float16 else "float32"  # shards hold what ``out`` keeps
-    store = ShardStore(stage_dir, _texts_digest(getattr(emb, "name", type(emb).__name__), texts, bs,
+    store = ShardStore(stage_dir, texts_digest(getattr(emb, "name", type(emb).__name__), texts, bs,
                                                 "" if kept == "float32" else kept), len(starts))
     done = store.done()
 

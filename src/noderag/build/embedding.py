@@ -1,0 +1,234 @@
+"""Embedding in large batches, resumable per batch (T, S, A, H texts; late-chunked units); the semantic kNN layer."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from ..graph.storage import atomic_save_npy, atomic_write_json, load_npy, read_json
+
+__all__ = ["embed_late_resumable", "embed_texts_resumable", "unit_spans", "semantic_layer", "load_vectors", "start_vector_index"]
+
+
+def texts_digest(name: str, texts: Sequence[str], batch_size: int, mode: str = "") -> str:
+    h = hashlib.blake2b(digest_size=16)
+    h.update(f"{name}\x00{batch_size}\x00{len(texts)}\x00{mode}\x00".encode())
+    for t in texts:
+        h.update(t.encode("utf-8"))
+        h.update(b"\x00")
+    return h.hexdigest()
+
+
+class _Parts:
+    """Batches of vectors saved atomically under ``stage_dir`` and reused while ``digest`` matches."""
+
+    def __init__(self, stage_dir: Path | None, digest: str, n: int, dim: int) -> None:
+        self.dir = None if stage_dir is None else Path(stage_dir)
+        self.dim = dim
+        if self.dir is not None:
+            meta_path = self.dir / "meta.json"
+            meta = read_json(meta_path) if meta_path.is_file() else None
+            if not isinstance(meta, dict) or meta.get("digest") != digest:
+                if self.dir.exists():
+                    shutil.rmtree(self.dir)
+                self.dir.mkdir(parents=True)
+                atomic_write_json(meta_path, {"digest": digest, "n": n, "dim": dim})
+
+    def load(self, b: int, rows: int) -> np.ndarray | None:
+        part = None if self.dir is None else self.dir / f"part-{b:06d}.npy"
+        if part is None or not part.is_file():
+            return None
+        try:
+            return np.asarray(load_npy(part, mmap=False, dtype=np.float32, shape=(rows, self.dim)))
+        except ValueError:
+            return None
+
+    def save(self, b: int, vec: np.ndarray) -> None:
+        if self.dir is not None:
+            atomic_save_npy(self.dir / f"part-{b:06d}.npy", vec)
+
+
+def _embed_checked(embedder, texts: Sequence[str], dim: int) -> np.ndarray:
+    vec = np.asarray(embedder.embed(list(texts)), dtype=np.float32)
+    if vec.shape != (len(texts), dim):
+        raise ValueError(f"embedder {getattr(embedder, 'name', embedder)!r} returned shape {vec.shape}, "
+                         f"expected ({len(texts)}, {dim})")
+    return vec
+
+
+def embed_texts_resumable(embedder, texts: Sequence[str], stage_dir: Path | None, *, batch_size: int = 1024,
+                          progress=None) -> np.ndarray:
+    """Embed ``texts`` in batches of ``batch_size``; with ``stage_dir`` each batch is saved atomically.
+
+    A rerun after a kill reuses the saved batches (checked against a digest of all texts,
+    the batch size and the embedder name). Returns float32 of shape (len(texts), dim).
+    """
+    texts = list(texts)
+    dim = int(embedder.dim)
+    out = np.zeros((len(texts), dim), dtype=np.float32)
+    if not texts:
+        return out
+    parts = _Parts(stage_dir, texts_digest(getattr(embedder, "name", type(embedder).__name__), texts, batch_size),
+                   len(texts), dim)
+    for b, start in enumerate(range(0, len(texts), batch_size)):
+        stop = min(start + batch_size, len(texts))
+        vec = parts.load(b, stop - start)
+        if vec is None:
+            vec = _embed_checked(embedder, texts[start:stop], dim)
+            parts.save(b, vec)
+        out[start:stop] = vec
+        if progress is not None:
+            progress.update(stop - start)
+    return out
+
+
+def _collapsed(text: str) -> tuple[str, np.ndarray, np.ndarray]:
+    """``text`` with whitespace runs collapsed to one space, and each kept char's start/end in ``text``."""
+    words = [(m.start(), m.end()) for m in re.finditer(r"\S+", text)]
+    pieces, starts, ends = [], [], []
+    for k, (a, b) in enumerate(words):
+        if k:
+            pieces.append(" ")
+            starts.append(a)
+            ends.append(a)
+        pieces.append(text[a:b])
+        starts.extend(range(a, b))
+        ends.extend(range(a + 1, b + 1))
+    return "".join(pieces), np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64)
+
+
+def unit_spans(chunk: str, units: Sequence[str], prefix: str | None = None) -> list[tuple[int, int] | None]:
+    """Character span in ``chunk`` of each unit that is a verbatim extract of it (up to whitespace).
+
+    A unit may carry ``prefix`` (e.g. "Title: ") that is not part of the chunk; it is
+    ignored. Units are searched in order, each from where the previous one ended, then
+    from the start. ``None`` for a unit that is not found.
+    """
+    flat, starts, ends = _collapsed(chunk)
+    out: list[tuple[int, int] | None] = []
+    pos = 0
+    for unit in units:
+        needle = " ".join(unit.split())
+        if prefix and needle.startswith(prefix) and needle not in flat:
+            needle = needle[len(prefix):].strip()
+        at = flat.find(needle, pos) if needle else -1
+        if at < 0 and needle:
+            at = flat.find(needle)
+        if at < 0:
+            out.append(None)
+            continue
+        pos = at + len(needle)
+        out.append((int(starts[at]), int(ends[at + len(needle) - 1])))
+    return out
+
+
+def embed_late_resumable(embedder, chunks: Sequence[str], units: Sequence[str], unit_chunk: np.ndarray,
+                         prefixes: Sequence[str | None], stage_dir: Path | None, *, batch_size: int = 1024,
+                         progress=None) -> tuple[np.ndarray, np.ndarray, int]:
+    """Embed chunks and their units, the units by late chunking from the chunks' forward passes.
+
+    ``unit_chunk[u]`` is the position in ``chunks`` of unit ``u``'s chunk; ``prefixes[c]`` is
+    a prefix the units of chunk ``c`` may carry. Units that are not verbatim spans of their
+    chunk, or that ``embedder.embed_with_spans`` does not cover, are embedded on their own.
+    Batches of ``batch_size`` chunks (with their units) are saved under ``stage_dir`` as in
+    ``embed_texts_resumable``. Returns (chunk vectors, unit vectors, units embedded late).
+    """
+    chunks, units = list(chunks), list(units)
+    unit_chunk = np.asarray(unit_chunk, dtype=np.int64)
+    if unit_chunk.shape != (len(units),) or (unit_chunk.size and (unit_chunk.min() < 0
+                                                                    or unit_chunk.max() >= len(chunks))):
+        raise ValueError("unit_chunk must give a chunk position for every unit")
+    dim = int(embedder.dim)
+    chunk_vecs = np.zeros((len(chunks), dim), dtype=np.float32)
+    unit_vecs = np.zeros((len(units), dim), dtype=np.float32)
+    if not chunks:
+        if units:
+            raise ValueError("units without chunks")
+        return chunk_vecs, unit_vecs, 0
+    name = getattr(embedder, "name", type(embedder).__name__)
+    digest = texts_digest(name, chunks + units + [str(c) for c in unit_chunk.tolist()]
+                           + [p or "" for p in prefixes], batch_size, "late")
+    parts = _Parts(stage_dir, digest, len(chunks) + len(units), dim)
+    order = np.argsort(unit_chunk, kind="stable")
+    bounds = np.searchsorted(unit_chunk[order], np.arange(len(chunks) + 1), side="left")
+    late = 0
+    for b, start in enumerate(range(0, len(chunks), batch_size)):
+        stop = min(start + batch_size, len(chunks))
+        members = order[bounds[start]:bounds[stop]]
+        rows = (stop - start) + members.size
+        vec = parts.load(b, rows)
+        if vec is None:
+            vec = np.zeros((rows, dim), dtype=np.float32)
+            spans: list[list[tuple[int, int]]] = []
+            where: list[int] = []  # unit (position in members) of each span, in flattened order
+            for c in range(start, stop):
+                lo, hi = bounds[c] - bounds[start], bounds[c + 1] - bounds[start]
+                found = unit_spans(chunks[c], [units[u] for u in members[lo:hi].tolist()], prefixes[c])
+                spans.append([sp for sp in found if sp is not None])
+                where.extend(lo + k for k, sp in enumerate(found) if sp is not None)
+            heads = [len(prefixes[c] or "") for c in range(start, stop)]
+            inputs = [(prefixes[c] or "") + chunks[c] for c in range(start, stop)]
+            spans = [[(a + h, b + h) for a, b in sp] for sp, h in zip(spans, heads)]
+            text_vecs, span_vecs, covered = embedder.embed_with_spans(inputs, spans, heads)
+            vec[: stop - start] = text_vecs
+            done = np.zeros(members.size, dtype=bool)
+            where_arr = np.asarray(where, dtype=np.int64)
+            vec[stop - start + where_arr[covered]] = span_vecs[covered]
+            done[where_arr[covered]] = True
+            rest = np.flatnonzero(~done)
+            if rest.size:
+                vec[stop - start + rest] = _embed_checked(embedder, [units[u] for u in members[rest].tolist()], dim)
+            parts.save(b, vec)
+            late += int(covered.sum())
+        chunk_vecs[start:stop] = vec[: stop - start]
+        unit_vecs[members] = vec[stop - start:]
+        if progress is not None:
+            progress.update(rows)
+    return chunk_vecs, unit_vecs, late
+
+
+def start_vector_index(ids: np.ndarray, vectors: np.ndarray, dim: int, embed_config, parallel: int | None = None):
+    """An HNSW index keyed by node id whose first ``vectors`` are being added in the background.
+
+    ``embed_config.vector_shard_count(len(ids))`` shards, each built by one thread, up to ``parallel``
+    (default: every core) at once: identical files every run. Add the rest with ``add_in_background``;
+    call ``wait()`` before using it.
+    """
+    from ..graph.vectors import VectorIndex
+
+    shards = embed_config.vector_shard_count(int(ids.size))
+    index = VectorIndex(dim, metric="cos", dtype=embed_config.vector_dtype, connectivity=embed_config.connectivity,
+                        expansion_add=embed_config.expansion_add, shards=shards,
+                        parallel=parallel or max(1, min(shards, os.cpu_count() or 1)))
+    index.add_in_background(np.asarray(ids, dtype=np.int64), vectors)  # float16 or float32
+    return index
+
+
+def semantic_layer(n: int, ids: np.ndarray, vectors: np.ndarray, k: int, index=None):
+    """kNN semantic layer (CSR over ``n`` nodes, weight = cosine similarity > 0) among ``ids``."""
+    from ..graph.csr import CSR
+    from ..graph.vectors import knn_csr
+
+    if ids.size < 2:
+        return CSR.empty(n)
+    return knn_csr(n, np.asarray(ids, dtype=np.int64), np.asarray(vectors, dtype=np.float32),
+                   k=min(k, ids.size - 1), index=index if ids.size >= 4096 else None)
+
+
+def load_vectors(path: Path, ids: np.ndarray, dim: int) -> np.ndarray:
+    """Unit-norm vectors of ``ids`` stored in a saved ``vectors.usearch`` (float32 (len(ids), dim))."""
+    from ..graph.vectors import VectorIndex
+
+    if ids.size == 0:
+        return np.zeros((0, dim), np.float32)
+    arr = np.asarray(VectorIndex.load(path, view=True).get(np.asarray(ids, dtype=np.int64)), dtype=np.float32)
+    if arr.shape != (ids.size, dim):
+        raise ValueError(f"{path}: stored vectors have shape {arr.shape}, expected ({ids.size}, {dim})")
+    norms = np.linalg.norm(arr, axis=1, keepdims=True)
+    return arr / np.maximum(norms, 1e-12)

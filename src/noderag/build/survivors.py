@@ -1,0 +1,141 @@
+"""What a delete or a replacement keeps: the documents to drop, the survivors re-assembled, the LLM cache pruned.
+
+The survivors' chunks are re-assembled from ``decompositions.parquet`` in their original order with a
+fresh node table, so every surviving node gets the id a fresh build of the survivors would give it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from ..graph.types import NodeType
+
+from .assemble import ChunkRecord, EdgeList, NodeTable, assemble_chunks
+from .decompose.base import ChunkDecomposition, Unit
+from ..store.decompositions import ChunkTrace
+
+from ..errors import NodeRAGError
+
+__all__ = ["Deletion", "UnknownDocumentError", "reassemble_survivors", "prune_llm_cache"]
+
+T, S = int(NodeType.T), int(NodeType.S)
+
+
+class UnknownDocumentError(NodeRAGError, ValueError):
+    """Some documents to delete are not in the index; nothing was changed."""
+
+
+@dataclass(frozen=True)
+class Deletion:
+    """Documents to delete: source ids (the JSONL ``id`` or the file path the build saw) and/or the
+    documents that the files, folders or JSONL corpora in ``paths`` would add (matched by source
+    id or by content)."""
+
+    ids: tuple[str, ...] = ()
+    paths: tuple[str, ...] = ()
+
+    def resolve(self, docs_rows: Sequence[dict]) -> list[int]:
+        """Index document ids to drop (ascending); raises :class:`UnknownDocumentError` listing what matched nothing."""
+        by_source: dict[str, list[int]] = {}
+        by_hash: dict[str, list[int]] = {}
+        for d in docs_rows:
+            by_source.setdefault(d["source"], []).append(int(d["doc_id"]))
+            by_hash.setdefault(d["content_hash"], []).append(int(d["doc_id"]))
+        drop: set[int] = set()
+        unknown: list[str] = []
+        for i in dict.fromkeys(str(x) for x in self.ids):
+            hit = by_source.get(i)
+            if hit:
+                drop.update(hit)
+            else:
+                unknown.append(i)
+        if self.paths:
+            from .ingest import iter_documents
+
+            for doc in iter_documents(list(self.paths)):
+                hit = by_source.get(doc.source, []) + by_hash.get(doc.content_hash, [])
+                if hit:
+                    drop.update(hit)
+                else:
+                    unknown.append(doc.source)
+        if unknown:
+            shown = ", ".join(repr(u) for u in unknown[:20]) + (f" (+{len(unknown) - 20} more)" if len(unknown) > 20
+                                                                else "")
+            raise UnknownDocumentError(f"{len(unknown)} document(s) to delete are not in the index: {shown}; "
+                                       "nothing was deleted")
+        if not drop:
+            raise UnknownDocumentError("nothing to delete: give document ids or --all-from paths")
+        return sorted(drop)
+
+
+def reassemble_survivors(old: NodeTable, docs_rows: Sequence[dict], traces: Sequence[ChunkTrace],
+                         drop: set[int]):
+    """Re-assemble the T/S/N/R graph of the documents not in ``drop`` (old document ids).
+
+    Returns (table, documents rows renumbered, decomposed edges, chunk traces, vec_src) where
+    ``vec_src[i]`` is the old id of new T/S node ``i`` (its vector is reused), -1 elsewhere.
+    """
+    keep_docs = [d for d in docs_rows if int(d["doc_id"]) not in drop]
+    new_did = {int(d["doc_id"]): k for k, d in enumerate(keep_docs)}
+    doc_of = {int(d["doc_id"]): d for d in keep_docs}
+    crecs, decs, kept = [], [], []
+    for tr in traces:
+        if tr.doc_id not in new_did:
+            continue
+        d = doc_of[tr.doc_id]
+        k = len(crecs)
+        crecs.append(ChunkRecord(k, new_did[tr.doc_id], old.texts[tr.t], d["source"], d["title"]))
+        decs.append(ChunkDecomposition(k, [Unit(old.texts[s], list(e), [tuple(r) for r in rel])
+                                           for s, e, rel in tr.units]))
+        kept.append(tr)
+    table = NodeTable()
+    made: list = []
+    base = EdgeList()
+    base.extend(assemble_chunks(table, crecs, decs, trace=made))
+    traces_new = [ChunkTrace(c.doc_id, int(t), tuple(units)) for c, (t, units) in zip(crecs, made)]
+    doc_chunks: dict[int, list[int]] = {}
+    for i, t in enumerate(table.types):
+        if t == T:
+            doc_chunks.setdefault(table.doc_ids[i], []).append(i)
+    rows = [{"doc_id": k, "source": d["source"], "title": d["title"], "content_hash": d["content_hash"],
+             "chunk_ids": doc_chunks.get(k, [])} for k, d in enumerate(keep_docs)]
+    vec_src = np.full(len(table), -1, dtype=np.int64)
+    for i, (t, key) in enumerate(zip(table.types, table.keys)):
+        if t in (T, S):
+            vec_src[i] = old.index[key]
+    return table, rows, base, traces_new, vec_src
+
+
+def prune_llm_cache(path: Path, keep: set[str]) -> int:
+    """Drop every entry of the index's LLM cache not in ``keep``; overwrite freed pages; return the count.
+
+    After a delete the cache keeps only the responses the new generation's run looked up
+    (attribute and community summaries, decompositions of replacement documents):
+    decompositions of kept chunks are stored in the index and never asked again, and
+    anything else (cached answers, summaries of the old graph) may quote a deleted
+    document. ``secure_delete``, a vacuum and a truncating WAL checkpoint leave no copy of
+    a dropped entry in the database or its WAL file.
+    """
+    import sqlite3
+
+    if not path.is_file():
+        return 0
+    conn = sqlite3.connect(str(path), timeout=60.0, isolation_level=None)
+    try:
+        conn.execute("PRAGMA busy_timeout=60000")
+        conn.execute("PRAGMA secure_delete=ON")
+        rows = [r[0] for r in conn.execute("SELECT key FROM responses")]
+        gone = [(k,) for k in rows if k not in keep]
+        if gone:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.executemany("DELETE FROM responses WHERE key = ?", gone)
+            conn.execute("COMMIT")
+        conn.execute("VACUUM")
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    finally:
+        conn.close()
+    return len(gone)

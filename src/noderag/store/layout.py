@@ -1,0 +1,100 @@
+"""Every file name of the on-disk format, in one place, and the paths they make under an index.
+
+An index directory holds ``CURRENT`` (the number of the current generation), ``generations/<n>/``
+(each a complete, immutable index), the writer lock, the LLM cache, and ``stages/`` while a
+build runs. A generation folder holds the files named here (and the graph's own arrays,
+:mod:`noderag.graph.hetero`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["CURRENT", "GENERATIONS", "READERS", "LOCK_FILE", "LLM_CACHE", "STAGES", "MANIFEST", "NODES", "DOCUMENTS",
+           "DECOMPOSITIONS", "LINKED", "VECTORS", "QUERY_DIR", "NODE_TYPES", "NODE_KEYS", "IndexLayout",
+           "GenerationLayout"]
+
+# the index directory
+CURRENT = "CURRENT"  # the current generation's number
+GENERATIONS = "generations"  # one folder per generation
+LOCK_FILE = ".writer.lock"  # one writer at a time (fcntl.flock)
+LLM_CACHE = "llm_cache.sqlite"  # every LLM call of the index's builds and answers
+STAGES = "stages"  # an unfinished build's resumable work
+
+# a generation folder
+READERS = ".readers"  # readers' shared locks pin a generation
+MANIFEST = "manifest.json"  # configuration, counts, stage report, checksums
+NODES = "nodes.parquet"  # the node table (texts, names, ids, flags)
+DOCUMENTS = "documents.parquet"  # one row per document
+DECOMPOSITIONS = "decompositions.parquet"  # what each chunk contributed (an insert re-assembles from it)
+LINKED = "linked.parquet"  # the name-link S-N edges
+VECTORS = "vectors.usearch"  # the HNSW index (and its shards vectors.<k>.usearch)
+QUERY_DIR = "query"  # the prepared query tables
+NODE_TYPES = "node_types.npy"  # written by the graph
+NODE_KEYS = "node_keys.npy"
+
+
+@dataclass(frozen=True)
+class IndexLayout:
+    """The paths of one index directory."""
+
+    root: Path
+
+    @property
+    def current(self) -> Path:
+        return self.root / CURRENT
+
+    @property
+    def generations(self) -> Path:
+        return self.root / GENERATIONS
+
+    @property
+    def lock(self) -> Path:
+        return self.root / LOCK_FILE
+
+    @property
+    def llm_cache(self) -> Path:
+        return self.root / LLM_CACHE
+
+    @property
+    def stages(self) -> Path:
+        return self.root / STAGES
+
+    def generation(self, number: int) -> "GenerationLayout":
+        return GenerationLayout(self.generations / str(number))
+
+
+@dataclass(frozen=True)
+class GenerationLayout:
+    """The paths of one generation folder."""
+
+    path: Path
+
+    @property
+    def manifest(self) -> Path:
+        return self.path / MANIFEST
+
+    @property
+    def nodes(self) -> Path:
+        return self.path / NODES
+
+    @property
+    def documents(self) -> Path:
+        return self.path / DOCUMENTS
+
+    @property
+    def decompositions(self) -> Path:
+        return self.path / DECOMPOSITIONS
+
+    @property
+    def linked(self) -> Path:
+        return self.path / LINKED
+
+    @property
+    def vectors(self) -> Path:
+        return self.path / VECTORS
+
+    @property
+    def query(self) -> Path:
+        return self.path / QUERY_DIR
