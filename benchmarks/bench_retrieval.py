@@ -148,6 +148,7 @@ ABLATIONS = {
     "about_bridges_only": {"bridge_mode": "about"},
     "shared_entity_bridges": {"bridge_mode": "shared"},
     "no_agreed_floor": {"bridge_agree_top": 0},
+    "no_title_bridges": {"bridge_titles": False},
     "no_fill": {"min_passages": 0},
     "no_ppr": {"use_ppr": False},
     # the default runs on the structural layer alone (semantic_weight 0, chosen by this benchmark)

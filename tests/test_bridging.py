@@ -16,11 +16,11 @@ from test_search import BagEmbedder, ExactVectors, ToyStore
 
 # id, type, text, name, chunk, source
 NODES = [
-    (0, NT.T, "Hello Love is an album by Hank Snow.", None, 0, "p-album"),
+    (0, NT.T, "Hello Love is an album by Hank Snow recorded in Nashville.", None, 0, "p-album"),
     (1, NT.T, "Hank Snow was born in Canada.", None, 1, "p-snow"),
     (2, NT.T, "Nora Snow is a writer. She is the granddaughter of Hank Snow. She lives in Halifax.", None, 2, "p-grand"),
     (3, NT.T, "Hank Snow fans meet every year. They eat pie. Pie is sweet.", None, 3, "p-fans"),
-    (4, NT.S, "Hello Love is an album by Hank Snow.", None, 0, "p-album"),
+    (4, NT.S, "Hello Love is an album by Hank Snow recorded in Nashville.", None, 0, "p-album"),
     (5, NT.S, "Hank Snow was born in Canada.", None, 1, "p-snow"),
     (6, NT.S, "Nora Snow is a writer.", None, 2, "p-grand"),
     (7, NT.S, "She is the granddaughter of Hank Snow.", None, 2, "p-grand"),
@@ -32,10 +32,14 @@ NODES = [
     (13, NT.N, "Hello Love", "Hello Love", -1, None),
     (14, NT.N, "Nora Snow", "Nora Snow", -1, None),
     (15, NT.N, "Halifax", "Halifax", -1, None),
+    (16, NT.T, "It is the capital of the state and a centre of country music.", None, 4, "p-nash"),
+    (17, NT.S, "It is the capital of the state and a centre of country music.", None, 4, "p-nash"),
 ]
+# document titles: p-nash is reached only through its title, which p-album names ("Nashville")
+TITLES = {0: "Hello Love (song)", 1: "Hank Snow", 2: "Nora Snow", 3: "Snow fans", 4: "Nashville, Tennessee"}
 # units -> their passage, units -> the entities they name ("Hank Snow" is named by one unit of p-grand
 # and of p-fans out of three: they share the entity without being about it)
-STRUCT = [(4, 0), (5, 1), (6, 2), (7, 2), (8, 2), (9, 3), (10, 3), (11, 3),
+STRUCT = [(4, 0), (5, 1), (6, 2), (7, 2), (8, 2), (9, 3), (10, 3), (11, 3), (17, 16),
           (4, 12), (4, 13), (5, 12), (6, 14), (7, 12), (8, 15), (9, 12)]
 
 
@@ -57,7 +61,9 @@ def bridge_store() -> ToyStore:
     })
     emb = BagEmbedder()
     embedded = [x[0] for x in NODES if x[1] in (NT.T, NT.S)]
-    return ToyStore(g, table, ExactVectors(embedded, emb.embed([NODES[i][2] for i in embedded])), emb)
+    store = ToyStore(g, table, ExactVectors(embedded, emb.embed([NODES[i][2] for i in embedded])), emb)
+    store.documents = pa.table({"doc_id": pa.array(list(TITLES), pa.int32()), "title": list(TITLES.values())})
+    return store
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +74,7 @@ def store():
 # one entry point (p-album), no PPR, no names from the question: the bridges alone add passages
 BASE = SearchConfig(vector_top_k=1, use_ppr=False, match_names_in_query=False, entity_source="none",
                     lexical_top_k=0, passage_lexical_weight=0.0, min_passages=0, bridge_top=1, bridge_agree_top=0,
-                    bridge_weight=0.3)
+                    bridge_weight=0.3, bridge_titles=False)
 Q = "Hello Love album: where does the granddaughter live?"
 
 
@@ -102,6 +108,31 @@ def test_bridges_stay_below_the_passage_dense_and_lexical_agree_on(store):
     assert floored.passages[:2] == ["p-album", "p-snow"]
 
 
+def test_title_bridges_reach_the_document_a_passage_names_by_title(store):
+    assert "p-nash" not in Searcher(store, BASE).retrieve(Q).passages  # no entity links it
+    r = Searcher(store, BASE.replace(bridge_titles=True, bridge_weight=5.0)).retrieve(Q)
+    assert "p-nash" in r.passages
+    assert r.passages.index("p-nash") > r.passages.index("p-album")  # after its source, whatever the bonus
+    # a title the question names itself is no bridge (its passages are the question's own matches)
+    named = Searcher(store, BASE.replace(bridge_titles=True)).retrieve(Q + " Nashville")
+    assert "p-nash" not in named.passages
+
+
+def test_title_heads_match_capitalised_whole_word_phrases_longest_first():
+    from noderag.search.titles import TitleLinks, title_head
+
+    assert title_head("Brand (play)") == "Brand"
+    assert title_head("West Chicago, Illinois") == "West Chicago"
+    assert title_head("Jackson County Courthouse (Jacksonville, Oregon)") == "Jackson County Courthouse"
+    links = TitleLinks({0: "West Chicago, Illinois", 1: "Chicago", 2: "The (band)", 3: "West Chicago High School"},
+                       np.array([10, 11, 12, 13]), np.array([0, 1, 2, 3]))
+    assert links.named_docs("He went to West Chicago High School in Chicago.") == [3, 1]
+    assert links.named_docs("a school in west chicago") == []  # not capitalised: no name
+    assert links.named_docs("The band played.") == []  # a lone stop word is no title
+    assert links.named_docs("Born in West Chicago.") == [0]
+    assert links.passages(1).tolist() == [11] and links.passages(7).tolist() == []
+
+
 def test_bridge_fields_are_validated():
     with pytest.raises(ValueError, match="bridge_mode"):
         SearchConfig(bridge_mode="both").validate()
@@ -109,4 +140,6 @@ def test_bridge_fields_are_validated():
         SearchConfig(bridge_shared_per_source=-1).validate()
     with pytest.raises(ValueError, match="bridge_agree_top"):
         SearchConfig(bridge_agree_top=1.5).validate()
+    with pytest.raises(ValueError, match="bridge_titles"):
+        SearchConfig(bridge_titles=1).validate()
     assert SearchConfig().bridge_mode == "about_shared"

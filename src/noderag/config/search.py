@@ -97,6 +97,9 @@ class SearchConfig:
         ``bridge_shared_per_source`` passages sharing such an entity that the question ranks best.
     bridge_shared_per_source : int, default=1
         Shared-entity bridges kept per source passage in "about_shared" mode (0: "about" alone).
+    bridge_titles : bool, default=True
+        Also bridge to the passage (the question's best) of every document whose title a source passage
+        names ("... West Chicago High School" -> "West Chicago, Illinois"); ranked after its source.
     bridge_agree_top : int, default=2
         A bridge lifts a passage at most to just below the passages that are among the
         ``bridge_agree_top`` best by cosine and by BM25 alike (0: no such floor).
@@ -143,6 +146,7 @@ class SearchConfig:
     bridge_mode: str = "about_shared"
     bridge_shared_per_source: int = 1
     bridge_agree_top: int = 2
+    bridge_titles: bool = True
     bridge_top: int = 2
     bridge_weight: float = 0.6
     bridge_max_degree: int = 60
@@ -189,6 +193,8 @@ class SearchConfig:
             raise ConfigError(f"search.min_similarity must be a number in [-1, 1], got {self.min_similarity!r}")
         if self.rule not in _RULES:
             raise ConfigError(f"search.rule must be one of {_RULES}, got {self.rule!r}")
+        if not isinstance(self.bridge_titles, bool):
+            raise ConfigError(f"search.bridge_titles must be true or false, got {self.bridge_titles!r}")
         if self.bridge_mode not in _BRIDGE_MODES:
             raise ConfigError(f"search.bridge_mode must be one of {_BRIDGE_MODES}, got {self.bridge_mode!r}")
         if self.entity_source not in _ENTITY_SOURCES:

@@ -137,6 +137,7 @@ class Searcher:
         self._reranker = None
         self._reranker_lock = threading.Lock()
         self._titles: dict[int, str] | None = None  # doc_id -> title, read at the first rerank
+        self._title_links = None  # title heads -> documents, built at the first query that bridges by title
 
     def node_texts(self, ids) -> list[str]:
         """Display texts of some nodes (text, else name), reading only those nodes' bytes."""
@@ -628,7 +629,8 @@ class Searcher:
         sharing a low-degree entity with it that the question does not name. The second hop of a
         question is not always *about* the bridge entity (a granddaughter's passage says where the
         author was born); the question itself picks that passage among the few sharing an entity.
-        Such a bridge follows the passages it comes from: it ranks after them.
+        Such a bridge follows the passages it comes from: it ranks after them. With ``bridge_titles``
+        the best passage of each document whose title a ``hop1`` passage names joins them (same rank rule).
         """
         cfg = self.config
         names = set(prep.name_ids.tolist())
@@ -636,9 +638,11 @@ class Searcher:
             return self._bridges(hop1), set()
         out = self._about_bridges(hop1, names)
         follows: set[int] = set()
+        if cfg.bridge_titles:
+            self._title_bridges(hop1, prep, out, follows)
         if cfg.bridge_mode == "about" or cfg.bridge_shared_per_source == 0:
             return out, follows
-        about = set(out)
+        about = set(out) - follows
         for c in hop1:
             shared = self._bridges([c], names, skip=hop1)
             if not shared:
@@ -651,6 +655,33 @@ class Searcher:
                 if c2 not in about:
                     follows.add(c2)
         return out, follows
+
+    def _title_bridges(self, hop1: list[int], prep: _Prepared, out: dict[int, float], follows: set[int]) -> None:
+        """Add to ``out`` (strength 1, ranked after its source) the passage the question fits best of each
+        document whose title a ``hop1`` passage names (:class:`~noderag.search.titles.TitleLinks`), unless
+        the question names that title itself or it is the passage's own document."""
+        if self._title_links is None:
+            from .titles import TitleLinks
+
+            if self._titles is None:
+                self._titles = document_titles(self.store)
+            self._title_links = TitleLinks.of(self._titles, self.types, self._doc, self._active, _T)
+        links = self._title_links
+        in_query = set(links.named_docs(prep.query))
+        for c, text in zip(hop1, self.tables.texts(hop1)):
+            own = int(self._doc[c])
+            for d in links.named_docs(text or ""):
+                if d == own or d in in_query:
+                    continue
+                cand = links.passages(d)
+                cand = cand[~np.isin(cand, hop1)]
+                if not cand.size:
+                    continue
+                fit = self.config.passage_dense_weight * self._dense(cand, prep.vector) + self._lexical_term(cand, prep)
+                c2 = int(cand[np.lexsort((cand, -fit))[0]])
+                if c2 not in out:
+                    out[c2] = 1.0
+                    follows.add(c2)
 
     def _agreed_floor(self, chunks: np.ndarray, total: dict[int, float], prep: _Prepared) -> float:
         """The score a bridged passage may not reach: just below the passages dense and lexical both rank top.

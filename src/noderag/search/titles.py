@@ -1,0 +1,99 @@
+"""Title links: the documents whose title a passage names (query-time bridging by document title).
+
+A multi-hop question's next passage is often the article about a place or person the first passage
+names ("... a graduate of West Chicago High School" -> the article "West Chicago, Illinois"); the
+entity graph misses it when the name in the passage is longer, shorter or qualified differently from
+the one the article's sentences use. Titles are matched by their head (the title without a trailing
+parenthesis or comma qualifier: "Brand (play)" -> "Brand", "West Chicago, Illinois" -> "West Chicago")
+as whole-word phrases of the passage that start with a capitalised word (or a digit or a Han character).
+
+The phrase table is built in memory at the first query that uses it, O(documents); a look-up costs a
+few dict probes per capitalised word of the text.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+
+from ..lang.entities import STOP
+from ..lang.zh import is_han_token, match_tokens
+
+__all__ = ["TitleLinks", "title_head"]
+
+_PAREN = re.compile(r"\s*\([^()]*\)\s*$")
+_COMMA = re.compile(r"\s*,[^,]*$")
+#: Longest title head (in match tokens) looked up.
+MAX_HEAD_TOKENS = 8
+
+
+def title_head(title: str) -> str:
+    """A title without its trailing qualifier: a final "(...)", then a final ", ..." ("Brand (play)" -> "Brand")."""
+    t = _PAREN.sub("", title.strip())
+    return _COMMA.sub("", t) or t or title.strip()
+
+
+def _key(tokens: list[str]) -> str:
+    return " ".join(t.casefold() for t in tokens)
+
+
+class TitleLinks:
+    """Documents by the title heads a text names, and each document's passages (T nodes).
+
+    Parameters
+    ----------
+    titles : dict of int -> str
+        doc_id -> title.
+    t_ids, t_docs : ndarray
+        The active passages (T node ids) and their doc ids.
+    """
+
+    def __init__(self, titles: dict[int, str], t_ids: np.ndarray, t_docs: np.ndarray) -> None:
+        self._heads: dict[str, list[int]] = {}
+        self.max_tokens = 0
+        for d in sorted(titles):
+            toks = match_tokens(title_head(titles[d]))
+            if not toks or len(toks) > MAX_HEAD_TOKENS or (len(toks) == 1 and toks[0].casefold() in STOP):
+                continue
+            self._heads.setdefault(_key(toks), []).append(int(d))
+            self.max_tokens = max(self.max_tokens, len(toks))
+        order = np.lexsort((t_ids, t_docs))
+        self._docs = np.asarray(t_docs, np.int64)[order]
+        self._ids = np.asarray(t_ids, np.int64)[order]
+
+    @classmethod
+    def of(cls, titles: dict[int, str], types: np.ndarray, doc: Any, active: Any, t_type: int) -> "TitleLinks":
+        """Over the active T nodes of an index (``types``, their ``doc`` column and ``active`` flags)."""
+        t_ids = np.flatnonzero((np.asarray(types) == t_type) & np.asarray(active, dtype=bool))
+        return cls(titles, t_ids, np.asarray(doc)[t_ids])
+
+    def named_docs(self, text: str) -> list[int]:
+        """Documents whose title head ``text`` names, in text order, no repeats; the longest head at a
+        position wins and heads inside a longer match are skipped."""
+        if not self._heads or not text:
+            return []
+        surface = match_tokens(text)
+        folded = [w.casefold() for w in surface]
+        out: list[int] = []
+        s, n_tok = 0, len(surface)
+        while s < n_tok:
+            w = surface[s]
+            if not (w[:1].isupper() or w[:1].isdigit() or is_han_token(w)):
+                s += 1
+                continue
+            hit = 0
+            for n in range(min(self.max_tokens, n_tok - s), 0, -1):
+                docs = self._heads.get(" ".join(folded[s:s + n]))
+                if docs:
+                    out.extend(d for d in docs if d not in out)
+                    hit = n
+                    break
+            s += hit or 1
+        return out
+
+    def passages(self, doc: int) -> np.ndarray:
+        """The passages (T node ids, ascending) of one document."""
+        lo, hi = np.searchsorted(self._docs, [doc, doc + 1])
+        return self._ids[lo:hi]
