@@ -87,3 +87,27 @@ def test_insert_and_delete_keep_the_lexical_tables_consistent(tmp_path):
     index = index.delete(["b0"])
     assert index.query_index.lexical.search("zircon", 3)[0].size == 0
     assert "b0" not in index.retrieve("zircon quarry").passages
+
+
+@settings(max_examples=40, deadline=None)
+@given(texts=st.lists(st.text(alphabet="abcde ", max_size=30), min_size=1, max_size=12),
+       query=st.text(alphabet="abcde ", max_size=12), offset=st.integers(0, 50))
+def test_scratch_accumulator_gives_the_unique_sums(texts, query, offset):
+    ids = np.arange(len(texts), dtype=np.int64) * 3 + offset  # passages spread over the node ids
+    plain = LexicalIndex(lexical_arrays(ids, texts))
+    bound = LexicalIndex(lexical_arrays(ids, texts))
+    bound.bind_passages(np.concatenate([ids, ids[:1] + 1]))  # a bound id that no posting names
+    for _ in range(2):  # the scratch arrays are reset after each query
+        a, b = plain.scores(query), bound.scores(query)
+        assert a[0].tolist() == b[0].tolist()
+        assert a[1].tolist() == b[1].tolist()  # same float64 sums, same order of addition
+
+
+def test_scratch_accumulator_falls_back_for_a_posting_outside_the_bound_passages():
+    ids = np.array([2, 5, 9])
+    idx = LexicalIndex(lexical_arrays(ids, ["red apple", "green apple", "red car"]))
+    idx.bind_passages(np.array([2, 5]))  # 9 is missing: the query must not lose it
+    got = idx.scores("red apple")
+    assert got[0].tolist() == [2, 5, 9]
+    idx.bind_passages(np.array([2, 5, 9]))
+    assert idx.scores("red apple")[0].tolist() == [2, 5, 9]

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -58,6 +58,7 @@ class _Prepared:
     lex_ids: np.ndarray  # int64, sorted: every passage sharing a term with the query
     lex_scores: np.ndarray  # float64, their BM25 scores
     lex_top: np.ndarray  # int64: the ``lexical_top_k`` best of them, best first
+    cosines: dict[int, float] = field(default_factory=dict)  # chunk -> cos(query, chunk), read once per query
 
 
 class Searcher:
@@ -170,9 +171,12 @@ class Searcher:
             return None
         mapped = getattr(tables, "lexical", None)
         if mapped is not None:
+            mapped.bind_passages(np.flatnonzero(self.types == _T))  # O(n) numpy, once per open
             return mapped
         t_ids = np.flatnonzero((self.types == _T) & np.asarray(self._active, dtype=bool))
-        return LexicalIndex.from_texts(t_ids, passage_texts(self.store, tables, t_ids))
+        lex = LexicalIndex.from_texts(t_ids, passage_texts(self.store, tables, t_ids))
+        lex.bind_passages(t_ids)
+        return lex
 
     @property
     def reranker(self) -> Any:
@@ -497,7 +501,7 @@ class Searcher:
         if not cands.size:
             return [], [], []
         chunks = cands
-        score = cfg.passage_dense_weight * self._dense(chunks, prep.vector)
+        score = cfg.passage_dense_weight * self._cosines(chunks, prep)
         for (ch, m), w in zip(masses, (cfg.passage_text_weight, cfg.passage_unit_weight)):
             if w <= 0 or not ch.size:
                 continue
@@ -515,7 +519,7 @@ class Searcher:
             new = np.fromiter((c for c in bonus if c not in total), dtype=np.int64)
             if new.size:
                 new.sort()
-                base = cfg.passage_dense_weight * self._dense(new, prep.vector) + self._lexical_term(new, prep)
+                base = cfg.passage_dense_weight * self._cosines(new, prep) + self._lexical_term(new, prep)
                 total.update(zip(new.tolist(), base.tolist()))
             cap = self._agreed_floor(chunks, total, prep)
             below_hop1 = min(cap, min(total[h] for h in hop1) - 1e-9)
@@ -580,7 +584,7 @@ class Searcher:
         extra = extra[np.fromiter((c not in ranked for c in extra.tolist()), dtype=bool, count=extra.size)]
         if not extra.size:
             return
-        base = cfg.passage_dense_weight * self._dense(extra, prep.vector) + self._lexical_term(extra, prep)
+        base = cfg.passage_dense_weight * self._cosines(extra, prep) + self._lexical_term(extra, prep)
         floor = scores[-1] if scores else 0.0
         for i in np.lexsort((extra, -base)).tolist():
             lab = self.tables.label(int(extra[i]))
@@ -603,6 +607,16 @@ class Searcher:
         pos = np.minimum(np.searchsorted(prep.lex_ids, chunks), prep.lex_ids.size - 1)
         got = np.where(prep.lex_ids[pos] == chunks, prep.lex_scores[pos], 0.0)
         return w * got / float(prep.lex_scores.max())
+
+    def _cosines(self, chunks: np.ndarray, prep: _Prepared) -> np.ndarray:
+        """:meth:`_dense` of some chunks for one query, each chunk's vector read once per query (the
+        candidates, bridges, title links and the fill ask for overlapping sets)."""
+        memo = prep.cosines
+        ids = chunks.tolist()
+        missing = [c for c in ids if c not in memo]
+        if missing:
+            memo.update(zip(missing, self._dense(np.asarray(missing, dtype=np.int64), prep.vector).tolist()))
+        return np.fromiter((memo[c] for c in ids), dtype=np.float64, count=len(ids))
 
     def _dense(self, chunks: np.ndarray, vector: np.ndarray) -> np.ndarray:
         """Cosine similarity of the query with the stored vectors of some T nodes (0 when not stored)."""
@@ -648,7 +662,7 @@ class Searcher:
             if not shared:
                 continue
             cand = np.fromiter(sorted(shared), dtype=np.int64, count=len(shared))
-            fit = cfg.passage_dense_weight * self._dense(cand, prep.vector) + self._lexical_term(cand, prep)
+            fit = cfg.passage_dense_weight * self._cosines(cand, prep) + self._lexical_term(cand, prep)
             for i in np.lexsort((cand, -fit))[: cfg.bridge_shared_per_source].tolist():
                 c2 = int(cand[i])
                 out[c2] = max(out.get(c2, 0.0), min(shared[c2], 1.0))
@@ -677,7 +691,7 @@ class Searcher:
                 cand = cand[~np.isin(cand, hop1)]
                 if not cand.size:
                     continue
-                fit = self.config.passage_dense_weight * self._dense(cand, prep.vector) + self._lexical_term(cand, prep)
+                fit = self.config.passage_dense_weight * self._cosines(cand, prep) + self._lexical_term(cand, prep)
                 c2 = int(cand[np.lexsort((cand, -fit))[0]])
                 if c2 not in out:
                     out[c2] = 1.0
@@ -693,7 +707,7 @@ class Searcher:
         j = self.config.bridge_agree_top
         if j == 0 or not chunks.size or not prep.lex_ids.size:
             return np.inf
-        dense = self._dense(chunks, prep.vector)
+        dense = self._cosines(chunks, prep)
         lex = self._lexical_term(chunks, prep)
         if not lex.any():
             return np.inf
