@@ -207,7 +207,7 @@ def test_eight_threads_prepare_the_searcher_once(index, monkeypatch):
         t.join()
     assert not errors, errors
     assert len(calls) == 1
-    assert len({id(s) for s in fresh.__dict__["_searchers"].values()}) == 1
+    assert len({id(s) for s in fresh._search.searchers.values()}) == 1
     for i in range(8):
         assert results[i] == expected
 

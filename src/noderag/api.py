@@ -33,35 +33,33 @@ class Index(IndexStore):
 
         return open_query_index(self.path)
 
+    def __init__(self, path: str | os.PathLike, *, verify: str = "cheap") -> None:
+        super().__init__(path, verify=verify)
+        from .search.api import SearcherCache
+
+        self._search = SearcherCache()
+
     def searcher(self, config=None, *, llm=None):
         """The (cached, thread-safely prepared) Searcher of this index for ``config`` (default: the defaults).
 
         ``llm`` is a backend, a spec string, or None for the index config's ``llm.spec``.
         """
-        from .search.api import searcher
-
-        return searcher(self, config, llm=llm)
+        return self._search.searcher(self, config, llm=llm)
 
     def retrieve(self, query: str, *, config=None):
         """Retrieve nodes, ranked source passages and a budgeted context for one question."""
-        from .search.api import retrieve
-
-        return retrieve(self, query, config=config)
+        return self.searcher(config).retrieve(query)
 
     def retrieve_many(self, queries: Sequence[str], *, config=None) -> list:
         """Retrieve for many questions: one embedding batch and one multi-threaded PPR call."""
-        from .search.api import retrieve_many
-
-        return retrieve_many(self, queries, config=config)
+        return self.searcher(config).retrieve_many(queries)
 
     def answer(self, query: str, *, llm=None, config=None):
         """Answer with one LLM call over the retrieved context, citing node ids.
 
         Raises ``LLMNotConfiguredError`` (only retrieval is available) without an LLM.
         """
-        from .search.api import answer
-
-        return answer(self, query, llm=llm, config=config)
+        return self.searcher(config, llm=llm).answer(query)
 
     def stats(self) -> dict[str, Any]:
         """Generation, counts, bytes, token use and per-stage times of this index (from its manifest)."""

@@ -173,7 +173,7 @@ def _parser() -> argparse.ArgumentParser:
                         "temperature, api_key_env, ...; see [llm] in the README)")
     b.add_argument("--embed", metavar="SPEC", help="embedding backend (default: config or 'auto': chosen by the corpus language)")
     b.add_argument("--config", metavar="FILE", help="TOML or YAML configuration file")
-    b.add_argument("--seed", type=int, metavar="N", help="seed of every random algorithm")
+    b.add_argument("--seed", type=int, metavar="N", help="seed of every random algorithm of the build (Leiden, betweenness pivots, sampling)")
     b.add_argument("--chunk-tokens", type=int, metavar="N", help="maximum tokens per chunk")
     b.add_argument("--allow-failures", action="store_true",
                    help="finish even when some chunks fail to decompose (recorded in the manifest)")

@@ -44,7 +44,7 @@ def attributes_stage(table: NodeTable, base: EdgeList, link: EdgeList, vec: Node
     snr = subgraph_csr(n0, types, s1, d1, w1, (S, N, R))
     del s1, d1, w1
     important = important_entities(snr, types, mentions, config.importance,
-                                   nodes=np.flatnonzero(np.isin(types, (S, N, R))))
+                                   nodes=np.flatnonzero(np.isin(types, (S, N, R))), seed=config.seed)
     a_ids, a_edges, a_fail, a_sources = add_attributes(table, snr, mentions, important, config.attributes,
                                                        llm=backend, seed=config.seed)
     a_arr = np.asarray(a_ids, dtype=np.int64)

@@ -20,14 +20,14 @@ def open_llm(llm: Any, config, root: Path, executor=None):
         return None
     cache_path = (root / LLM_CACHE) if config.llm.cache else None
     if llm is None or isinstance(llm, str):
-        from ..llm import make_llm
+        from ..llm import from_config
 
         spec = llm if isinstance(llm, str) else config.llm.spec
         if config.executor.kind == "ray" and spec.strip().lower().startswith("vllm:") and executor is not None:
             from .executor.ray_llm import make_ray_vllm
 
             return make_ray_vllm(spec, executor.get(), cache_path=cache_path, **config.llm.backend_options())
-        return make_llm(spec, cache_path=cache_path, **config.llm.backend_options())
+        return from_config(config.llm, spec=spec, cache_path=cache_path)
     from ..llm import CachedBackend, LLMCache
 
     if config.llm.cache and not isinstance(llm, CachedBackend) and hasattr(llm, "generate"):

@@ -75,7 +75,7 @@ def build_index(inputs: Sequence[str | os.PathLike], index_dir: str | os.PathLik
     index_dir : index directory (created when missing)
     config : NodeRAGConfig, optional (an existing index keeps its own build configuration)
     llm : LLM backend or spec string, optional; given, decomposition and augmentation use it
-    embedder : Embedder, optional (default: ``make_embedder(config.embed.spec, **config.embed.backend_options())``)
+    embedder : Embedder, optional (default: ``noderag.embed.from_config(config.embed)``)
     progress : bool, default=True
         Progress bars per stage on stderr.
     allow_failures : bool, default=False
@@ -205,11 +205,10 @@ def _decompose_and_assemble(run: BuildRun, executor, backend):
 
 def _embed(run: BuildRun, executor):
     """(the embedder, the T/S vectors: new ones embedded, old ones read from the previous generation)."""
-    from ..embed import make_embedder
+    from .. import embed
 
     config = run.config
-    emb = run.embedder if run.embedder is not None else make_embedder(config.embed.spec,
-                                                                      **config.embed.backend_options())
+    emb = run.embedder if run.embedder is not None else embed.from_config(config.embed)
     with run.journal.stage("embed") as info:
         old = (run.previous.path / VECTORS, run.vec_src) if run.previous is not None else None
         vec = embed_stage(run.table, run.old_n, emb, executor, config, run.stages, run.bars, run.doc_of,

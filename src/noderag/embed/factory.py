@@ -128,3 +128,11 @@ def resolve_auto_spec(texts: Iterable[str]) -> tuple[str, dict[str, Any]]:
     mix = corpus_language(texts)
     spec = AUTO_SPECS["multilingual" if mix.multilingual else "en"]
     return spec, {"spec": "auto", "resolved": spec, **mix.to_dict()}
+
+
+def from_config(config: Any) -> Embedder:
+    """The embedder an ``[embed]`` section (:class:`noderag.config.EmbedConfig`) names, with its settings.
+
+    The one way the package makes an embedder from configuration.
+    """
+    return make_embedder(config.spec, **config.backend_options())

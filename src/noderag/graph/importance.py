@@ -53,7 +53,8 @@ class ImportanceConfig:
     weighted : bool, default=False
         Use edge weights as lengths in betweenness (the reference does not).
     seed : int, default=0
-        Seed of the pivot sample.
+        Seed of the pivot sample when :func:`important_entities` is called on its own; a build passes
+        the configuration's top-level ``seed`` instead (the one seed of every random algorithm).
     """
 
     k_core: int | None = None
@@ -106,6 +107,7 @@ def important_entities(
     config: ImportanceConfig = ImportanceConfig(),
     *,
     nodes=None,
+    seed: int | None = None,
 ) -> np.ndarray:
     """Sorted int32 ids of the important entities of ``csr`` (see the module docstring).
 
@@ -121,6 +123,8 @@ def important_entities(
     nodes : array-like of int or None, default=None
         Measure centrality on the subgraph induced by these node ids (duplicates
         ignored); ``None`` uses the whole graph. Returned ids are ids of ``csr``.
+    seed : int or None, default=None
+        Seed of the betweenness pivot sample (default: ``config.seed``).
     """
     if not isinstance(csr, CSR):
         raise TypeError(f"csr must be a noderag.graph.csr.CSR, got {type(csr).__name__}")
@@ -150,7 +154,8 @@ def important_entities(
     from .kcore import core_numbers  # load Numba (0.6 s at every Index.open)
 
     central = core_numbers(checked) >= k
-    scores = betweenness(checked, k=config.betweenness_pivots, seed=config.seed, weighted=config.weighted)
+    scores = betweenness(checked, k=config.betweenness_pivots, seed=config.seed if seed is None else seed,
+                         weighted=config.weighted)
     central |= scores > scores.mean() * factor
     local = np.flatnonzero(candidates & central)
     return (local if members is None else members[local]).astype(np.int32)

@@ -30,7 +30,6 @@ import sys
 import threading
 from typing import Any
 
-from ..store.layout import LLM_CACHE
 __all__ = ["create_server", "add_mcp_arguments", "run_mcp", "MAX_K", "MAX_QUESTIONS"]
 
 MAX_K = 100
@@ -186,12 +185,11 @@ def run_mcp(args: argparse.Namespace) -> int:
     spec = args.llm or getattr(getattr(index.config, "llm", None), "spec", None)
     llm = None
     if spec:
-        from ..llm import make_llm
-        from ..llm.options import OptionError, parse_llm_options
+        from ..llm.options import OptionError
+        from ..search.api import index_llm
 
         try:
-            opts = {**index.config.llm.backend_options(), **parse_llm_options(args.llm_option)}
-            llm = make_llm(spec, cache_path=index.root / LLM_CACHE, **opts)
+            llm = index_llm(index, spec, args.llm_option)
         except (OptionError, ValueError, TypeError) as exc:
             print(f"noderag mcp: error: {exc}", file=sys.stderr)
             return 1

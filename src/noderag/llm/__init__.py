@@ -14,14 +14,14 @@ if TYPE_CHECKING:
     from .accounting import StageStats, TokenLedger
     from .base import BaseBackend
     from .cache import CachedBackend, LLMCache, cache_key
-    from .factory import make_llm, parse_llm_spec
+    from .factory import from_config, make_llm, parse_llm_spec
     from .types import STAGES, LLMBackend, LLMError, LLMRequest, LLMResult, Sampling, Usage
 
 _HOME = {
     "StageStats": "accounting", "TokenLedger": "accounting",
     "BaseBackend": "base",
     "CachedBackend": "cache", "LLMCache": "cache", "cache_key": "cache",
-    "make_llm": "factory", "parse_llm_spec": "factory",
+    "make_llm": "factory", "parse_llm_spec": "factory", "from_config": "factory",
     "STAGES": "types", "LLMBackend": "types", "LLMError": "types", "LLMRequest": "types", "LLMResult": "types",
     "Sampling": "types", "Usage": "types",
 }

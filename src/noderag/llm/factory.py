@@ -11,7 +11,7 @@ from .options import LLM_OPTIONS, split_llm_options
 from .sampling import SamplingOverride
 from .types import LLMError
 
-__all__ = ["parse_llm_spec", "make_llm", "BACKEND_KINDS"]
+__all__ = ["parse_llm_spec", "make_llm", "from_config", "BACKEND_KINDS"]
 
 BACKEND_KINDS = ("openai", "vllm", "llamacpp")
 
@@ -82,3 +82,18 @@ def make_llm(
     if sampling:
         backend = SamplingOverride(backend, **sampling)
     return backend
+
+
+def from_config(config: Any, *, spec: str | None = None, cache_path: str | os.PathLike[str] | None = None,
+                options: dict[str, Any] | None = None, ledger: TokenLedger | None = None):
+    """The backend an ``[llm]`` section (:class:`noderag.config.LLMConfig`) describes, or None without a spec.
+
+    ``spec`` replaces ``config.spec``; ``options`` (checked ``--llm-option`` values) go on top of the
+    section's settings; ``cache_path`` is used when ``config.cache`` is on. The one way the package
+    makes an LLM from configuration.
+    """
+    spec = spec or config.spec
+    if not spec:
+        return None
+    return make_llm(spec, cache_path=cache_path if config.cache else None, ledger=ledger,
+                    **{**config.backend_options(), **(options or {})})

@@ -8,7 +8,6 @@ import sys
 import textwrap
 from typing import Any, TextIO
 
-from ..store.layout import LLM_CACHE
 from .config import SearchConfig
 from .result import AnswerResult, RetrievalResult
 
@@ -112,13 +111,11 @@ def run_query(args: argparse.Namespace, *, out: TextIO | None = None) -> int:
     if args.answer:
         spec = args.llm or getattr(getattr(store.config, "llm", None), "spec", None)
         if spec:
-            from ..llm import make_llm
-            from ..llm.options import OptionError, parse_llm_options
+            from ..llm.options import OptionError
+            from .api import index_llm
 
-            try:
-                # the index's [llm] settings, then --llm-option on top
-                opts = {**store.config.llm.backend_options(), **parse_llm_options(getattr(args, "llm_option", None))}
-                llm = make_llm(spec, cache_path=store.root / LLM_CACHE, **opts)
+            try:  # the index's [llm] settings, then --llm-option on top
+                llm = index_llm(store, spec, getattr(args, "llm_option", None))
             except (OptionError, ValueError, TypeError) as exc:
                 print(f"noderag query: error: {exc}", file=sys.stderr)
                 return 1

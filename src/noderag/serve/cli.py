@@ -78,12 +78,11 @@ def run_serve(args: argparse.Namespace) -> int:
     spec = args.llm or getattr(getattr(store.config, "llm", None), "spec", None)
     llm = None
     if spec:
-        from ..llm import make_llm
-        from ..llm.options import OptionError, parse_llm_options
+        from ..llm.options import OptionError
+        from ..search.api import index_llm
 
-        try:
-            opts = {**store.config.llm.backend_options(), **parse_llm_options(args.llm_option)}
-            llm = make_llm(spec, **opts)
+        try:  # through the index's LLM cache, as the CLI's answers
+            llm = index_llm(store, spec, args.llm_option)
         except (OptionError, ValueError, TypeError) as exc:
             print(f"noderag serve: error: {exc}", file=sys.stderr)
             return 1

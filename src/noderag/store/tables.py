@@ -208,6 +208,7 @@ class IndexStore:
         from .generations import pin, pin_finalizer
 
         self.root = Path(path)
+        self._embedder = None  # made on the first call of embedder()
         check_layout(self.root)
         p = pin(self.root)
         if p is None:
@@ -354,13 +355,11 @@ class IndexStore:
 
     def embedder(self):
         """The embedder named in the index config (created on first call, then reused)."""
-        emb = self.__dict__.get("_embedder")
-        if emb is None:
-            from ..embed import make_embedder
+        if self._embedder is None:
+            from .. import embed
 
-            emb = make_embedder(self.config.embed.spec, **self.config.embed.backend_options())
-            self.__dict__["_embedder"] = emb
-        return emb
+            self._embedder = embed.from_config(self.config.embed)
+        return self._embedder
 
     def counts(self) -> dict[str, Any]:
         """Node counts per type and edges per layer from the manifest."""
