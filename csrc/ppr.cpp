@@ -30,6 +30,8 @@ inline void move_to_frontier(double* acc, int32_t v, int32_t* ids, double* mass,
     n += (val != 0.0);
 }
 
+}  // namespace
+
 // Bounded heaps per type (worst kept element on top). thr_[t] is the score a
 // candidate must reach: +inf for k = 0, the smallest positive double while the
 // heap is not full (zero scores are never returned), else the heap's worst score
@@ -128,8 +130,6 @@ class TopK {
     double bonus_[kNumTypes];
     Correction corr_{};
 };
-
-}  // namespace
 
 PPRScratch::PPRScratch(int64_t n)
     : acc(new double[static_cast<size_t>(n)]()),
@@ -293,176 +293,22 @@ void PPRKernel::release_scratch(std::unique_ptr<PPRScratch> scratch) const {
     pool_.push_back(std::move(scratch));
 }
 
-void PPRKernel::run_one(PPRScratch& sc, const int32_t* seeds, const float* weights, int64_t n_seeds,
-                        const PPRParams& prm, int32_t* out_ids, float* out_scores, double* out_error,
-                        int64_t* out_support, bool allow_prune) const {
-    ensure_grouped();
-    // Invariant: acc is all zero between steps. A step adds into acc, then one
-    // compaction pass over every id it added to (the `extra` ids and the scattered
-    // index ranges) moves the nonzero entries into a sparse vector and zeroes them;
-    // later duplicates read 0 and are dropped. Tracking the support this way costs
-    // no per-edge bookkeeping in the scatter loop.
-    double* const acc = sc.acc.get();
-    const int64_t* const indptr = indptr_;
-    const int32_t* const indices = indices_;
-    const float* const wts = weights_;
-    const uint8_t* const types = types_;
-    const double* const inv_s = inv_strength_.data();
-    const double a = prm.alpha, one_minus_a = 1.0 - prm.alpha;
-
+// The normalised, deduplicated seed vector s (first-occurrence order, zero entries dropped) as the first
+// frontier (fid, fm, nf) and in sc.seed_ids / sc.seed_mass.
+static void seed_frontier(PPRScratch& sc, const int32_t* seeds, const float* weights, int64_t n_seeds,
+                          int32_t* fid, double* fm, int64_t& nf) {
     double total = 0.0;
     for (int64_t i = 0; i < n_seeds; ++i) total += static_cast<double>(weights[i]);
     if (!(total > 0.0) || !std::isfinite(total)) throw std::invalid_argument("seed weights must sum to a positive finite value");
-
-    int cur = 0;
-    int32_t* fid = sc.ids[cur].get();
-    double* fm = sc.mass[cur].get();
-    int64_t nf = 0;
-    // Normalised, deduplicated seed vector s (first-occurrence order, zero entries dropped).
+    double* const acc = sc.acc.get();
     for (int64_t i = 0; i < n_seeds; ++i) acc[seeds[i]] += static_cast<double>(weights[i]) / total;
     for (int64_t i = 0; i < n_seeds; ++i) move_to_frontier(acc, seeds[i], fid, fm, nf);
     sc.seed_ids.assign(fid, fid + nf);
     sc.seed_mass.assign(fm, fm + nf);
+}
 
-    TopK topk(sc.heap, prm.k_per_type);
-    double dropped = 0.0;
-    const bool bounded = prm.epsilon > 0.0;
-    auto& extra = sc.extra;
-    auto& ranges = sc.ranges;
-    double* const skip_c = sc.skip_c.get();
-    uint8_t* const skip_types = sc.skip_types.get();
-    sc.skipped.clear();
-    for (auto& sh : sc.skip_share) sh.clear();
-    double bonus[kNumTypes] = {0, 0, 0, 0, 0, 0, 0};
-    bool pruned_any = false;
-    for (int64_t it = 0; it < prm.iterations; ++it) {
-        const bool last = it + 1 == prm.iterations;
-        // Exact-mode pruning (last step, mirrored graphs): large segments whose per-node
-        // share is below kExactPruneShare are skipped and added back to the candidates;
-        // the result is certified afterwards (no node reached only through them can
-        // enter a top-k), else the query reruns without pruning.
-        const bool prune = !bounded && allow_prune && last && mirrored_;
-        const bool record_skips = last && mirrored_;
-        const double skip_below = bounded ? prm.epsilon : kExactPruneShare;
-        extra.clear();
-        ranges.clear();
-        // Non-propagating term: (1 - a) * s (restart) or (1 - a) * p (lazy).
-        if (prm.restart) {
-            const int64_t n_s = static_cast<int64_t>(sc.seed_ids.size());
-            for (int64_t i = 0; i < n_s; ++i) acc[sc.seed_ids[i]] += one_minus_a * sc.seed_mass[i];
-            extra.insert(extra.end(), sc.seed_ids.begin(), sc.seed_ids.end());
-        } else {
-            for (int64_t i = 0; i < nf; ++i) acc[fid[i]] += one_minus_a * fm[i];
-            extra.insert(extra.end(), fid, fid + nf);
-        }
-        // a * P^T p over the frontier (all its masses are nonzero).
-        if (a > 0.0) {
-            for (int64_t i = 0; i < nf; ++i) {
-                const double m = fm[i];
-                const int32_t u = fid[i];
-                const double is = inv_s[u];
-                if (is == 0.0) {  // dangling: keeps its mass (self-loop)
-                    acc[u] += a * m;
-                    extra.push_back(u);
-                    continue;
-                }
-                const double c = a * m * is;
-                const int32_t g = (bounded || prune) ? group_of_[u] : -1;
-                if (g < 0) {
-                    const int64_t b = indptr[u], e = indptr[u + 1];
-                    for (int64_t j = b; j < e; ++j) acc[indices[j]] += c * static_cast<double>(wts[j]);
-                    ranges.emplace_back(indices + b, e - b);
-                    continue;
-                }
-                const int64_t* off = &seg_offsets_[static_cast<size_t>(g) * (kNumTypes + 1)];
-                const double* maxw = &seg_maxw_[static_cast<size_t>(g) * kNumTypes];
-                const double* strength = &seg_strength_[static_cast<size_t>(g) * kNumTypes];
-                uint8_t mask = 0;
-                for (int t = 0; t < kNumTypes; ++t) {
-                    const int64_t b = off[t], e = off[t + 1];
-                    if (e == b) continue;
-                    if (e - b >= kMinSkipSegment && c * maxw[t] < skip_below) {
-                        if (bounded) dropped += c * strength[t];
-                        if (record_skips) {
-                            mask = static_cast<uint8_t>(mask | (1u << t));
-                            sc.skip_share[t].push_back(c * maxw[t]);
-                        }
-                        continue;
-                    }
-                    const int32_t* gi = grouped_indices_.data();
-                    const float* gw = grouped_weights_.data();
-                    for (int64_t j = b; j < e; ++j) acc[gi[j]] += c * static_cast<double>(gw[j]);
-                    ranges.emplace_back(gi + b, e - b);
-                }
-                if (mask) {
-                    skip_c[u] = c;
-                    skip_types[u] = mask;
-                    sc.skipped.push_back(u);
-                }
-            }
-        }
-        int64_t cnt = 0;
-        if (last) {
-            pruned_any = prune && !sc.skipped.empty();
-            // Last step: compaction fused with the top-k selection.
-            if (!sc.skipped.empty()) {
-                // bonus[t]: the most the skipped segments can give one node of type t, the
-                // sum of its max_grouped_nbrs_[t] largest shares.
-                for (int t = 0; t < kNumTypes; ++t) {
-                    auto& sh = sc.skip_share[t];
-                    const size_t d = static_cast<size_t>(max_grouped_nbrs_[t]);
-                    if (sh.size() > d) std::nth_element(sh.begin(), sh.begin() + static_cast<std::ptrdiff_t>(d), sh.end(), std::greater<double>());
-                    const size_t take = std::min(d, sh.size());
-                    for (size_t i = 0; i < take; ++i) bonus[t] += sh[i];
-                }
-            }
-            if (!sc.skipped.empty())
-                topk.enable_correction({bonus, indptr, indices, wts, skip_c, skip_types, &sc.skipped, group_of_.data(),
-                                        seg_offsets_.data(), grouped_indices_.data(), grouped_weights_.data()});
-            for (const int32_t v : extra) {
-                const double val = acc[v];
-                acc[v] = 0.0;
-                cnt += (val != 0.0);
-                topk.offer(v, val, types[v]);
-            }
-            for (const auto& r : ranges) {
-                const int32_t* idx = r.first;
-                const int64_t len = r.second;
-                for (int64_t j = 0; j < len; ++j) {
-                    const int32_t v = idx[j];
-                    const double val = acc[v];
-                    acc[v] = 0.0;
-                    cnt += (val != 0.0);
-                    topk.offer(v, val, types[v]);
-                }
-            }
-            for (const int32_t u : sc.skipped) {
-                skip_c[u] = 0.0;
-                skip_types[u] = 0;
-            }
-            nf = cnt;
-            break;
-        }
-        // Compaction into the other buffer.
-        int32_t* const nid = sc.ids[1 - cur].get();
-        double* const nm = sc.mass[1 - cur].get();
-        for (const int32_t v : extra) move_to_frontier(acc, v, nid, nm, cnt);
-        for (const auto& r : ranges) {
-            const int32_t* idx = r.first;
-            const int64_t len = r.second;
-            for (int64_t j = 0; j < len; ++j) move_to_frontier(acc, idx[j], nid, nm, cnt);
-        }
-        cur = 1 - cur;
-        fid = nid;
-        fm = nm;
-        nf = cnt;
-    }
-    if (prm.iterations == 0)
-        for (int64_t i = 0; i < nf; ++i) topk.offer(fid[i], fm[i], types[fid[i]]);
-
-    if (pruned_any && !topk.certified())
-        return run_one(sc, seeds, weights, n_seeds, prm, out_ids, out_scores, out_error, out_support, false);
-    const int64_t K = prm.k_max;
+// The per-type heaps, best first, as rows of out_ids / out_scores (shape (7, K), -1 / 0 padded).
+static void write_rows(PPRScratch& sc, int64_t K, int32_t* out_ids, float* out_scores) {
     for (int t = 0; t < kNumTypes; ++t) {
         auto& h = sc.heap[t];
         std::sort_heap(h.begin(), h.end(), ranks_above);  // best first
@@ -478,6 +324,178 @@ void PPRKernel::run_one(PPRScratch& sc, const int32_t* seeds, const float* weigh
             sc_row[j] = 0.0f;
         }
     }
+}
+
+void PPRKernel::scatter(PPRScratch& sc, const int32_t* fid, const double* fm, int64_t nf, double a,
+                        const StepRule& rule, double& dropped) const {
+    double* const acc = sc.acc.get();
+    const int64_t* const indptr = indptr_;
+    const int32_t* const indices = indices_;
+    const float* const wts = weights_;
+    const double* const inv_s = inv_strength_.data();
+    double* const skip_c = sc.skip_c.get();
+    uint8_t* const skip_types = sc.skip_types.get();
+    auto& extra = sc.extra;
+    auto& ranges = sc.ranges;
+    for (int64_t i = 0; i < nf; ++i) {  // every frontier mass is nonzero
+        const double m = fm[i];
+        const int32_t u = fid[i];
+        const double is = inv_s[u];
+        if (is == 0.0) {  // dangling: keeps its mass (self-loop)
+            acc[u] += a * m;
+            extra.push_back(u);
+            continue;
+        }
+        const double c = a * m * is;
+        const int32_t g = (rule.bounded || rule.prune) ? group_of_[u] : -1;
+        if (g < 0) {
+            const int64_t b = indptr[u], e = indptr[u + 1];
+            for (int64_t j = b; j < e; ++j) acc[indices[j]] += c * static_cast<double>(wts[j]);
+            ranges.emplace_back(indices + b, e - b);
+            continue;
+        }
+        const int64_t* off = &seg_offsets_[static_cast<size_t>(g) * (kNumTypes + 1)];
+        const double* maxw = &seg_maxw_[static_cast<size_t>(g) * kNumTypes];
+        const double* strength = &seg_strength_[static_cast<size_t>(g) * kNumTypes];
+        uint8_t mask = 0;
+        for (int t = 0; t < kNumTypes; ++t) {
+            const int64_t b = off[t], e = off[t + 1];
+            if (e == b) continue;
+            if (e - b >= kMinSkipSegment && c * maxw[t] < rule.skip_below) {
+                if (rule.bounded) dropped += c * strength[t];
+                if (rule.record_skips) {
+                    mask = static_cast<uint8_t>(mask | (1u << t));
+                    sc.skip_share[t].push_back(c * maxw[t]);
+                }
+                continue;
+            }
+            const int32_t* gi = grouped_indices_.data();
+            const float* gw = grouped_weights_.data();
+            for (int64_t j = b; j < e; ++j) acc[gi[j]] += c * static_cast<double>(gw[j]);
+            ranges.emplace_back(gi + b, e - b);
+        }
+        if (mask) {
+            skip_c[u] = c;
+            skip_types[u] = mask;
+            sc.skipped.push_back(u);
+        }
+    }
+}
+
+int64_t PPRKernel::select_last(PPRScratch& sc, TopK& topk) const {
+    double* const acc = sc.acc.get();
+    const uint8_t* const types = types_;
+    double bonus[kNumTypes] = {0, 0, 0, 0, 0, 0, 0};
+    if (!sc.skipped.empty()) {
+        // bonus[t]: the most the skipped segments can give one node of type t, the
+        // sum of its max_grouped_nbrs_[t] largest shares.
+        for (int t = 0; t < kNumTypes; ++t) {
+            auto& sh = sc.skip_share[t];
+            const size_t d = static_cast<size_t>(max_grouped_nbrs_[t]);
+            if (sh.size() > d) std::nth_element(sh.begin(), sh.begin() + static_cast<std::ptrdiff_t>(d), sh.end(), std::greater<double>());
+            const size_t take = std::min(d, sh.size());
+            for (size_t i = 0; i < take; ++i) bonus[t] += sh[i];
+        }
+        topk.enable_correction({bonus, indptr_, indices_, weights_, sc.skip_c.get(), sc.skip_types.get(), &sc.skipped,
+                                group_of_.data(), seg_offsets_.data(), grouped_indices_.data(),
+                                grouped_weights_.data()});
+    }
+    int64_t cnt = 0;
+    for (const int32_t v : sc.extra) {
+        const double val = acc[v];
+        acc[v] = 0.0;
+        cnt += (val != 0.0);
+        topk.offer(v, val, types[v]);
+    }
+    for (const auto& r : sc.ranges) {
+        const int32_t* idx = r.first;
+        const int64_t len = r.second;
+        for (int64_t j = 0; j < len; ++j) {
+            const int32_t v = idx[j];
+            const double val = acc[v];
+            acc[v] = 0.0;
+            cnt += (val != 0.0);
+            topk.offer(v, val, types[v]);
+        }
+    }
+    for (const int32_t u : sc.skipped) {
+        sc.skip_c[u] = 0.0;
+        sc.skip_types[u] = 0;
+    }
+    return cnt;
+}
+
+void PPRKernel::run_one(PPRScratch& sc, const int32_t* seeds, const float* weights, int64_t n_seeds,
+                        const PPRParams& prm, int32_t* out_ids, float* out_scores, double* out_error,
+                        int64_t* out_support, bool allow_prune) const {
+    ensure_grouped();
+    // Invariant: acc is all zero between steps. A step adds into acc, then one
+    // compaction pass over every id it added to (the `extra` ids and the scattered
+    // index ranges) moves the nonzero entries into a sparse vector and zeroes them;
+    // later duplicates read 0 and are dropped. Tracking the support this way costs
+    // no per-edge bookkeeping in the scatter loop.
+    double* const acc = sc.acc.get();
+    const double a = prm.alpha, one_minus_a = 1.0 - prm.alpha;
+    int cur = 0;
+    int32_t* fid = sc.ids[cur].get();
+    double* fm = sc.mass[cur].get();
+    int64_t nf = 0;
+    seed_frontier(sc, seeds, weights, n_seeds, fid, fm, nf);
+
+    TopK topk(sc.heap, prm.k_per_type);
+    double dropped = 0.0;
+    const bool bounded = prm.epsilon > 0.0;
+    auto& extra = sc.extra;
+    auto& ranges = sc.ranges;
+    sc.skipped.clear();
+    for (auto& sh : sc.skip_share) sh.clear();
+    bool pruned_any = false;
+    for (int64_t it = 0; it < prm.iterations; ++it) {
+        const bool last = it + 1 == prm.iterations;
+        // Exact-mode pruning (last step, mirrored graphs): large segments whose per-node
+        // share is below kExactPruneShare are skipped and added back to the candidates;
+        // the result is certified afterwards (no node reached only through them can
+        // enter a top-k), else the query reruns without pruning.
+        const bool prune = !bounded && allow_prune && last && mirrored_;
+        const StepRule rule{bounded, prune, last && mirrored_, bounded ? prm.epsilon : kExactPruneShare};
+        extra.clear();
+        ranges.clear();
+        // Non-propagating term: (1 - a) * s (restart) or (1 - a) * p (lazy).
+        if (prm.restart) {
+            const int64_t n_s = static_cast<int64_t>(sc.seed_ids.size());
+            for (int64_t i = 0; i < n_s; ++i) acc[sc.seed_ids[i]] += one_minus_a * sc.seed_mass[i];
+            extra.insert(extra.end(), sc.seed_ids.begin(), sc.seed_ids.end());
+        } else {
+            for (int64_t i = 0; i < nf; ++i) acc[fid[i]] += one_minus_a * fm[i];
+            extra.insert(extra.end(), fid, fid + nf);
+        }
+        if (a > 0.0) scatter(sc, fid, fm, nf, a, rule, dropped);
+        if (last) {
+            pruned_any = prune && !sc.skipped.empty();
+            nf = select_last(sc, topk);  // compaction fused with the top-k selection
+            break;
+        }
+        // Compaction into the other buffer.
+        int64_t cnt = 0;
+        int32_t* const nid = sc.ids[1 - cur].get();
+        double* const nm = sc.mass[1 - cur].get();
+        for (const int32_t v : extra) move_to_frontier(acc, v, nid, nm, cnt);
+        for (const auto& r : ranges) {
+            const int32_t* idx = r.first;
+            const int64_t len = r.second;
+            for (int64_t j = 0; j < len; ++j) move_to_frontier(acc, idx[j], nid, nm, cnt);
+        }
+        cur = 1 - cur;
+        fid = nid;
+        fm = nm;
+        nf = cnt;
+    }
+    if (prm.iterations == 0)
+        for (int64_t i = 0; i < nf; ++i) topk.offer(fid[i], fm[i], types_[fid[i]]);
+
+    if (pruned_any && !topk.certified())
+        return run_one(sc, seeds, weights, n_seeds, prm, out_ids, out_scores, out_error, out_support, false);
+    write_rows(sc, prm.k_max, out_ids, out_scores);
     *out_error = dropped;
     *out_support = nf;
 }

@@ -67,6 +67,8 @@ struct PPRScratch {
     std::vector<std::pair<double, int32_t>> heap[kNumTypes];
 };
 
+class TopK;  // the per-type bounded heaps of one query (ppr.cpp)
+
 class PPRKernel {
   public:
     // The arrays must stay alive and unmodified for the kernel's lifetime (the
@@ -104,6 +106,19 @@ class PPRKernel {
     void release_scratch(std::unique_ptr<PPRScratch> scratch) const;
 
   private:
+    // What one propagation step may skip (see run_one).
+    struct StepRule {
+        bool bounded;       // epsilon > 0: skip segments below epsilon, their mass counted as dropped
+        bool prune;         // exact mode, last step: skip segments below kExactPruneShare, certify after
+        bool record_skips;  // remember the skipped segments (last step of a mirrored graph)
+        double skip_below;
+    };
+    // a * P^T p of the frontier (fid, fm, nf) into sc.acc, the touched ids into sc.extra / sc.ranges.
+    void scatter(PPRScratch& sc, const int32_t* fid, const double* fm, int64_t nf, double a, const StepRule& rule,
+                 double& dropped) const;
+    // The last step's compaction fused with the top-k selection; returns the support size.
+    int64_t select_last(PPRScratch& sc, TopK& topk) const;
+
     int64_t n_;
     const int64_t* indptr_;
     const int32_t* indices_;

@@ -157,33 +157,37 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     return 0
 
 
-def _parser() -> argparse.ArgumentParser:
-    from . import __version__
+def _add_wait(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--wait", type=float, metavar="SECONDS", default=None,
+                        help="wait up to SECONDS for another writer of the index to finish (default: fail at once)")
 
-    p = argparse.ArgumentParser(prog="noderag", description="NodeRAG heterograph indexing and retrieval.")
-    p.add_argument("--version", action="version", version=f"noderag {__version__}")
-    p.add_argument("--debug", action="store_true", help="print the traceback of an error")
-    sub = p.add_subparsers(dest="command", required=True)
+
+def _add_run_options(parser: argparse.ArgumentParser, llm_help: str) -> None:
+    """The options build and insert share: LLM, failures, executor, progress, waiting for the writer lock."""
+    parser.add_argument("--llm", metavar="SPEC", help=llm_help)
+    parser.add_argument("--llm-option", action="append", metavar="KEY=VALUE", default=None,
+                        help="LLM backend setting, repeatable (dialect, max_concurrency, timeout_s, max_retries, "
+                             "temperature, api_key_env, ...; see docs/llm.md)")
+    parser.add_argument("--allow-failures", action="store_true",
+                        help="finish even when some chunks fail to decompose (recorded in the manifest)")
+    parser.add_argument("--executor", choices=("local", "ray"), default=None,
+                        help="where decomposition and embedding run (default: config [executor] or local)")
+    parser.add_argument("--ray-address", metavar="ADDR", default=None,
+                        help="Ray cluster for --executor ray: auto, HOST:PORT or ray://HOST:PORT (needs noderag[ray])")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    _add_wait(parser)
+
+
+def _add_build(sub) -> None:
     b = sub.add_parser("build", help="build an index (or add new documents to an existing one)")
     b.add_argument("inputs", nargs="+", metavar="INPUT", help=".txt/.md/.jsonl files or directories")
     b.add_argument("--index", required=True, metavar="DIR", help="index directory")
-    b.add_argument("--llm", metavar="SPEC", help="LLM backend for decomposition (default: nlp, no LLM)")
-    b.add_argument("--llm-option", action="append", metavar="KEY=VALUE", default=None,
-                   help="LLM backend setting, repeatable (dialect, max_concurrency, timeout_s, max_retries, "
-                        "temperature, api_key_env, ...; see [llm] in the README)")
+    _add_run_options(b, "LLM backend for decomposition (default: nlp, no LLM)")
     b.add_argument("--embed", metavar="SPEC", help="embedding backend (default: config or 'auto': chosen by the corpus language)")
     b.add_argument("--config", metavar="FILE", help="TOML or YAML configuration file")
-    b.add_argument("--seed", type=int, metavar="N", help="seed of every random algorithm of the build (Leiden, betweenness pivots, sampling)")
+    b.add_argument("--seed", type=int, metavar="N",
+                   help="seed of every random algorithm of the build (Leiden, betweenness pivots, sampling)")
     b.add_argument("--chunk-tokens", type=int, metavar="N", help="maximum tokens per chunk")
-    b.add_argument("--allow-failures", action="store_true",
-                   help="finish even when some chunks fail to decompose (recorded in the manifest)")
-    b.add_argument("--executor", choices=("local", "ray"), default=None,
-                   help="where decomposition and embedding run (default: config [executor] or local)")
-    b.add_argument("--ray-address", metavar="ADDR", default=None,
-                   help="Ray cluster for --executor ray: auto, HOST:PORT or ray://HOST:PORT (needs noderag[ray])")
-    b.add_argument("--no-progress", action="store_true", help="no progress bars")
-    b.add_argument("--wait", type=float, metavar="SECONDS", default=None,
-                   help="wait up to SECONDS for another writer of the index to finish (default: fail at once)")
     b.add_argument("--estimate", action="store_true",
                    help="print what an LLM build of INPUT would cost (requests and tokens per stage, embedding, "
                         "time) without calling any model; builds nothing")
@@ -192,20 +196,14 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--estimate-sample", type=int, metavar="N", default=None,
                    help="with --estimate: render only N chunks spread over the input and extrapolate")
     b.set_defaults(func=_cmd_build)
+
+
+def _add_writers(sub) -> None:
+    """insert, delete, gc and repair: the commands that write an existing index."""
     ins = sub.add_parser("insert", help="add documents to an existing index (what `build --index` of one does)")
     ins.add_argument("index", metavar="DIR", help="index directory (must hold a finished index)")
     ins.add_argument("inputs", nargs="+", metavar="INPUT", help=".txt/.md/.jsonl files or directories")
-    ins.add_argument("--llm", metavar="SPEC", help="LLM backend (an LLM-built index needs it again)")
-    ins.add_argument("--llm-option", action="append", metavar="KEY=VALUE", default=None,
-                     help="LLM backend setting, repeatable (as for build)")
-    ins.add_argument("--allow-failures", action="store_true",
-                     help="finish even when some chunks fail to decompose (recorded in the manifest)")
-    ins.add_argument("--executor", choices=("local", "ray"), default=None,
-                     help="where decomposition and embedding run (default: local)")
-    ins.add_argument("--ray-address", metavar="ADDR", default=None, help="Ray cluster for --executor ray")
-    ins.add_argument("--no-progress", action="store_true", help="no progress bars")
-    ins.add_argument("--wait", type=float, metavar="SECONDS", default=None,
-                     help="wait up to SECONDS for another writer of the index to finish (default: fail at once)")
+    _add_run_options(ins, "LLM backend (an LLM-built index needs it again)")
     ins.set_defaults(func=_cmd_insert)
     dl = sub.add_parser("delete", help="delete documents (by source id, or every document of some inputs)")
     dl.add_argument("index", metavar="DIR", help="index directory")
@@ -214,20 +212,47 @@ def _parser() -> argparse.ArgumentParser:
                     help="delete every document these files, folders or JSONL corpora would add")
     dl.add_argument("--llm", metavar="SPEC", help="LLM backend (an LLM-built index recomputes its summaries)")
     dl.add_argument("--no-progress", action="store_true", help="no progress bars")
-    dl.add_argument("--wait", type=float, metavar="SECONDS", default=None,
-                    help="wait up to SECONDS for another writer of the index to finish (default: fail at once)")
+    _add_wait(dl)
     dl.set_defaults(func=_cmd_delete)
     g = sub.add_parser("gc", help="remove the old generations that no reader holds open any more")
     g.add_argument("index", metavar="DIR", help="index directory")
-    g.add_argument("--wait", type=float, metavar="SECONDS", default=None,
-                   help="wait up to SECONDS for another writer of the index to finish (default: fail at once)")
+    _add_wait(g)
     g.set_defaults(func=_cmd_gc)
     rp = sub.add_parser("repair", help="point CURRENT at the newest generation that passes the full check and "
                                        "remove temporary files a killed writer left")
     rp.add_argument("index", metavar="DIR", help="index directory")
-    rp.add_argument("--wait", type=float, metavar="SECONDS", default=None,
-                    help="wait up to SECONDS for another writer of the index to finish (default: fail at once)")
+    _add_wait(rp)
     rp.set_defaults(func=_cmd_repair)
+
+
+#: commands whose arguments and run function live in their package: (name, help, module, adder, runner)
+_DELEGATED = (
+    ("query", "retrieve (and optionally answer) for questions over an index", "search.cli", "add_query_arguments",
+     "run_query"),
+    ("demo", "build an index from the shipped demo corpus, then retrieve for demo questions", "demo",
+     "add_demo_arguments", "run_demo"),
+    ("serve", "serve an index over HTTP: JSON API and a web page (extra: noderag[serve])", "serve.cli",
+     "add_serve_arguments", "run_serve"),
+    ("eval", "evaluate retrieval (and answers) on a dataset, with dense and BM25 baselines", "eval.cli",
+     "add_eval_arguments", "run_eval"),
+    ("export", "export the graph as GraphML, Neo4j import CSVs, PostgreSQL tables or Parquet", "export.cli",
+     "add_export_arguments", "run_export"),
+    ("mcp", "serve an index to agents over MCP: stdio, or streamable HTTP (extra: noderag[mcp])",
+     "integrations.mcp", "add_mcp_arguments", "run_mcp"),
+)
+
+
+def _parser() -> argparse.ArgumentParser:
+    import importlib
+
+    from . import __version__
+
+    p = argparse.ArgumentParser(prog="noderag", description="NodeRAG heterograph indexing and retrieval.")
+    p.add_argument("--version", action="version", version=f"noderag {__version__}")
+    p.add_argument("--debug", action="store_true", help="print the traceback of an error")
+    sub = p.add_subparsers(dest="command", required=True)
+    _add_build(sub)
+    _add_writers(sub)
     s = sub.add_parser("stats", help="print the summary of an index")
     s.add_argument("index", metavar="DIR")
     s.add_argument("--json", action="store_true", help="machine-readable output")
@@ -236,36 +261,11 @@ def _parser() -> argparse.ArgumentParser:
     v.add_argument("index", metavar="DIR")
     v.add_argument("--cheap", action="store_true", help="sizes and headers only, as every open does")
     v.set_defaults(func=_cmd_verify)
-    q = sub.add_parser("query", help="retrieve (and optionally answer) for questions over an index")
-    from .search.cli import add_query_arguments, run_query  # the search package owns `query`
-
-    add_query_arguments(q)
-    q.set_defaults(func=run_query)
-    d = sub.add_parser("demo", help="build an index from the shipped demo corpus, then retrieve for demo questions")
-    from .demo import add_demo_arguments, run_demo  # the search helper owns the demo
-
-    add_demo_arguments(d)
-    d.set_defaults(func=run_demo)
-    v = sub.add_parser("serve", help="serve an index over HTTP: JSON API and a web page (extra: noderag[serve])")
-    from .serve.cli import add_serve_arguments, run_serve  # imports FastAPI only when run
-
-    add_serve_arguments(v)
-    v.set_defaults(func=run_serve)
-    ev = sub.add_parser("eval", help="evaluate retrieval (and answers) on a dataset, with dense and BM25 baselines")
-    from .eval.cli import add_eval_arguments, run_eval  # the eval package owns `eval`
-
-    add_eval_arguments(ev)
-    ev.set_defaults(func=run_eval)
-    x = sub.add_parser("export", help="export the graph as GraphML, Neo4j import CSVs, PostgreSQL tables or Parquet")
-    from .export.cli import add_export_arguments, run_export
-
-    add_export_arguments(x)
-    x.set_defaults(func=run_export)
-    m = sub.add_parser("mcp", help="serve an index to agents over MCP: stdio, or streamable HTTP (extra: noderag[mcp])")
-    from .integrations.mcp import add_mcp_arguments, run_mcp  # imports the MCP SDK only when run
-
-    add_mcp_arguments(m)
-    m.set_defaults(func=run_mcp)
+    for name, help_text, module, adder, runner in _DELEGATED:  # heavy imports (FastAPI, MCP) happen only when run
+        mod = importlib.import_module(f".{module}", __package__)
+        cmd = sub.add_parser(name, help=help_text)
+        getattr(mod, adder)(cmd)
+        cmd.set_defaults(func=getattr(mod, runner))
     return p
 
 

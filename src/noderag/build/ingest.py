@@ -1,6 +1,6 @@
 """Ingest: files, folders and JSONL corpora into document records (content-hash deduplicated).
 
-Input rules (README "Input rules"): files are UTF-8, or UTF-8/UTF-16/UTF-32 with a byte-order
+Input rules (docs/build.md, "Inputs"): files are UTF-8, or UTF-8/UTF-16/UTF-32 with a byte-order
 mark; a NUL character anywhere (raw or as a JSON ``\\u0000`` escape) is an error naming the
 file and line, as is an unpaired surrogate escape; line breaks become ``\\n`` (``\\r\\n``,
 ``\\r``, vertical tab, form feed and NEL included); the other control characters (U+0001-U+0008,

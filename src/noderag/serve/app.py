@@ -216,6 +216,51 @@ def create_app(index: Any, *, llm: Any = None, settings: ServeSettings | None = 
     embedder : Embedder or None
         Overrides the index's embedder (tests).
     """
+    served = _serving(index, llm=llm, settings=settings or ServeSettings(), search_config=search_config,
+                      embedder=embedder)
+    worker, live, watcher, settings = served.worker, served.live, served.watcher, served.settings
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        yield
+        if watcher is not None:
+            watcher.close()
+        worker.close()
+
+    app = FastAPI(title="noderag", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None,
+                  description="Retrieval and answers over one NodeRAG index. Errors are "
+                              "`{\"error\": message, \"field\": field}` with a 4xx status.")
+    app.state.worker = worker
+    app.state.live = live
+    app.state.watcher = watcher
+    app.state.settings = settings
+
+    _add_error_handlers(app, served.counters)
+    _add_retrieval_routes(app, served)
+    _add_index_routes(app, served)
+    app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+    app.add_middleware(_Guard, api_key=settings.api_key, max_body_bytes=settings.max_body_bytes)
+    return app
+
+
+@dataclass
+class _Served:
+    """What the routes share: the retrieval worker, the live generation, its watcher, settings, counters."""
+
+    worker: Any
+    live: Any
+    watcher: Any
+    settings: "ServeSettings"
+    counters: dict
+
+
+#: error responses every route documents
+_ERR_RESPONSES = {400: {"model": ErrorOut}, 401: {"model": ErrorOut}, 413: {"model": ErrorOut},
+                  422: {"model": ErrorOut}}
+
+
+def _serving(index: Any, *, llm: Any, settings: "ServeSettings", search_config: Any, embedder: Any) -> _Served:
+    """Open the index, warm its searcher up, and start the retrieval worker and the generation watcher."""
     from ..store.tables import IndexStore
 
     settings = settings or ServeSettings()
@@ -245,26 +290,11 @@ def create_app(index: Any, *, llm: Any = None, settings: ServeSettings | None = 
     watcher = None
     if settings.reload_s and getattr(store, "root", None) is not None:
         watcher = GenerationWatcher(store.root, lambda: live.current, prepare, swap, interval_s=settings.reload_s)
-    del store, searcher  # only `live` and the worker hold generations from here on
-    counters = {"requests": 0, "errors": 0, "started": time.time()}
+    return _Served(worker, live, watcher, settings, {"requests": 0, "errors": 0, "started": time.time()})
 
-    @asynccontextmanager
-    async def lifespan(app: FastAPI):
-        yield
-        if watcher is not None:
-            watcher.close()
-        worker.close()
 
-    app = FastAPI(title="noderag", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None,
-                  description="Retrieval and answers over one NodeRAG index. Errors are "
-                              "`{\"error\": message, \"field\": field}` with a 4xx status.")
-    app.state.worker = worker
-    app.state.live = live
-    app.state.watcher = watcher
-    app.state.settings = settings
-    err_responses = {400: {"model": ErrorOut}, 401: {"model": ErrorOut}, 413: {"model": ErrorOut},
-                     422: {"model": ErrorOut}}
-
+def _add_error_handlers(app: FastAPI, counters: dict) -> None:
+    """Every error as ``{"error": message, "field": field}`` with its status (and counted)."""
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         errors = list(exc.errors())
@@ -294,31 +324,21 @@ def create_app(index: Any, *, llm: Any = None, settings: ServeSettings | None = 
         log.exception("unexpected error on %s %s", request.method, request.url.path)
         return _error(500, "internal error (logged on the server)")
 
+
+def _add_retrieval_routes(app: FastAPI, served: _Served) -> None:
+    """POST /retrieve, /retrieve_many and /answer, through the batching retrieval worker."""
+    worker, live, counters = served.worker, served.live, served.counters
+
     def encode(k: int | None, explain: bool) -> Callable[[Any, Generation], tuple[Any, bytes]]:
         def finish(res: Any, gen: Generation) -> tuple[Any, bytes]:  # gen: the generation that retrieved res
             return res, json.dumps(_result_dict(res, gen.view, k, explain), ensure_ascii=False).encode()
         return finish
 
-    def server_timing(t: Timing, total_s: float) -> dict[str, str]:
-        """Per-request components on the server's clock (ms): the W3C ``Server-Timing`` header.
-
-        queue: waiting for the embedder; embed: its embedding call; handoff: waiting for the search
-        stage; search: its ``retrieve_many`` part (search_cpu: the search thread's CPU time in it, search_preempted: times the OS
-        took its core meanwhile); serialise: its JSON encoding; total: the endpoint's
-        whole time (the rest is request hand-over to and from the event loop).
-        """
-        return {"Server-Timing": f"queue;dur={t.queue_s * 1e3:.3f}, embed;dur={t.embed_s * 1e3:.3f}, "
-                                 f"handoff;dur={t.handoff_s * 1e3:.3f}, search;dur={t.search_s * 1e3:.3f}, "
-                                 f"search_cpu;dur={t.search_cpu_s * 1e3:.3f}, "
-                                 f"serialise;dur={t.serialise_s * 1e3:.3f}, total;dur={total_s * 1e3:.3f}, "
-                                 f"batch;desc=\"{t.batch_size}\", embed_batch;desc=\"{t.embed_batch_size}\", "
-                                 f"search_preempted;desc=\"{t.search_preempted}\""}
-
     async def run_one(question: str, k: int | None, explain: bool) -> tuple[Any, bytes, Timing]:
         (res, body), timing = await asyncio.wrap_future(worker.submit(question, encode(k, explain)))
         return res, body, timing
 
-    @app.post("/retrieve", response_model=RetrievalOut, responses=err_responses, tags=["retrieval"])
+    @app.post("/retrieve", response_model=RetrievalOut, responses=_ERR_RESPONSES, tags=["retrieval"])
     async def retrieve(req: RetrieveRequest) -> Response:
         """Retrieve for one question: nodes, ranked passages, context and citations (`noderag query --json`)."""
         t0 = time.perf_counter()
@@ -327,7 +347,7 @@ def create_app(index: Any, *, llm: Any = None, settings: ServeSettings | None = 
         return Response(body, media_type="application/json",
                         headers=server_timing(timing, time.perf_counter() - t0))
 
-    @app.post("/retrieve_many", response_model=RetrieveManyOut, responses=err_responses, tags=["retrieval"])
+    @app.post("/retrieve_many", response_model=RetrieveManyOut, responses=_ERR_RESPONSES, tags=["retrieval"])
     async def retrieve_many(req: RetrieveManyRequest) -> Response:
         """Retrieve for several questions in one batch; `results` in question order."""
         counters["requests"] += 1
@@ -337,7 +357,7 @@ def create_app(index: Any, *, llm: Any = None, settings: ServeSettings | None = 
         return Response(body, media_type="application/json")
 
     @app.post("/answer", response_model=AnswerOut, responses={
-        **err_responses, 200: {"description": "with `stream` (the default): `text/event-stream` events "
+        **_ERR_RESPONSES, 200: {"description": "with `stream` (the default): `text/event-stream` events "
                                               "`retrieval` (as /retrieve with explain), `token` ({text}), "
                                               "`answer` ({answer, cited_ids, error, usage}), `done`; "
                                               "without: the JSON of `noderag query --answer --json`",
@@ -374,7 +394,12 @@ def create_app(index: Any, *, llm: Any = None, settings: ServeSettings | None = 
         return StreamingResponse(events(), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
-    @app.get("/nodes/{node_id}", response_model=NodeOut, responses={404: {"model": ErrorOut}, **err_responses},
+
+def _add_index_routes(app: FastAPI, served: _Served) -> None:
+    """GET /nodes/{id}, /stats, /health and the page."""
+    worker, live, watcher, settings, counters = served.worker, served.live, served.watcher, served.settings, served.counters
+
+    @app.get("/nodes/{node_id}", response_model=NodeOut, responses={404: {"model": ErrorOut}, **_ERR_RESPONSES},
              tags=["graph"])
     async def node(node_id: int) -> JSONResponse:
         """One node: text, type, source passage and neighbours (first 50, by type)."""
@@ -388,7 +413,7 @@ def create_app(index: Any, *, llm: Any = None, settings: ServeSettings | None = 
         finally:
             gen.release()
 
-    @app.get("/stats", response_model=StatsOut, responses=err_responses, tags=["index"])
+    @app.get("/stats", response_model=StatsOut, responses=_ERR_RESPONSES, tags=["index"])
     async def stats() -> JSONResponse:
         """Index counts and server counters."""
         gen = live.acquire()
@@ -411,7 +436,7 @@ def create_app(index: Any, *, llm: Any = None, settings: ServeSettings | None = 
                                   "max_body_bytes": settings.max_body_bytes}},
         })
 
-    @app.get("/health", response_model=HealthOut, responses=err_responses, tags=["index"])
+    @app.get("/health", response_model=HealthOut, responses=_ERR_RESPONSES, tags=["index"])
     async def health() -> dict:
         """Liveness: the index is open."""
         gen = live.acquire()
@@ -424,9 +449,21 @@ def create_app(index: Any, *, llm: Any = None, settings: ServeSettings | None = 
     async def page() -> Response:
         return Response((STATIC_DIR / "index.html").read_bytes(), media_type="text/html; charset=utf-8")
 
-    app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
-    app.add_middleware(_Guard, api_key=settings.api_key, max_body_bytes=settings.max_body_bytes)
-    return app
+
+def server_timing(t: Timing, total_s: float) -> dict[str, str]:
+    """Per-request components on the server's clock (ms): the W3C ``Server-Timing`` header.
+
+    queue: waiting for the embedder; embed: its embedding call; handoff: waiting for the search
+    stage; search: its ``retrieve_many`` part (search_cpu: the search thread's CPU time in it, search_preempted: times the OS
+    took its core meanwhile); serialise: its JSON encoding; total: the endpoint's
+    whole time (the rest is request hand-over to and from the event loop).
+    """
+    return {"Server-Timing": f"queue;dur={t.queue_s * 1e3:.3f}, embed;dur={t.embed_s * 1e3:.3f}, "
+                             f"handoff;dur={t.handoff_s * 1e3:.3f}, search;dur={t.search_s * 1e3:.3f}, "
+                             f"search_cpu;dur={t.search_cpu_s * 1e3:.3f}, "
+                             f"serialise;dur={t.serialise_s * 1e3:.3f}, total;dur={total_s * 1e3:.3f}, "
+                             f"batch;desc=\"{t.batch_size}\", embed_batch;desc=\"{t.embed_batch_size}\", "
+                             f"search_preempted;desc=\"{t.search_preempted}\""}
 
 
 def _result_dict(res: Any, view: GraphView, k: int | None, explain: bool) -> dict[str, Any]:
