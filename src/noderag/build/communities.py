@@ -111,46 +111,9 @@ def add_communities(table: NodeTable, graph: CSR, membership: np.ndarray, snr_sn
     member_mask = np.isin(types, (S, N, R, A)) & (np.diff(graph.indptr) > 0)
     groups = [g for g in _community_lists(membership[:n], member_mask)
               if g.size >= config.min_size and np.any(types[g] == S)]
-    # community elements: (community index, description, title, representative unit ids or None)
-    elements: list[tuple[int, str, str, list[int] | None]] = []
     failures: dict[str, str] = {}
-    if llm is None:
-        sn_matrix = snr_sn.to_scipy()  # once: building it per community cost 3 s at 10^5 passages
-        for ci, g in enumerate(groups):
-            su = g[types[g] == S]
-            sims = block_sims(su, vectors_of, block_mean(su, vectors_of))
-            order = np.lexsort((su, -sims))
-            rep_ids = su[order][:3].tolist()
-            desc, k = budget_join_count([table.texts[i] for i in rep_ids], config.summary_tokens)
-            rep_ids = rep_ids[:k]
-            ents = g[types[g] == N]
-            if ents.size:
-                # in-community mention weight of each entity (S-N edges from member units)
-                weight = column_sums(sn_matrix[su], ents)
-                wordy = np.asarray([any(ch.isalpha() for ch in (table.names[i] or "")) for i in ents.tolist()])
-                top = ents[np.lexsort((ents, -weight, ~wordy))][: config.title_entities]
-                title = ", ".join(table.names[i] or table.texts[i] for i in top.tolist())
-            else:
-                title = " ".join(desc.split()[:8])
-            elements.append((ci, desc, title, rep_ids))
-    else:
-        from ..llm.prompts import community_request
-
-        reqs = []
-        for ci, g in enumerate(groups):
-            ms = g[np.isin(types[g], (S, A))]
-            texts = [table.texts[i] for i in ms[: config.max_members].tolist()]
-            reqs.append(community_request(texts, seed=seed, id=f"community-{ci}"))
-        results = llm.run(reqs, stage="communities") if reqs else []
-        for ci, res in enumerate(results):
-            els = res.value.get("elements") if res.error is None and isinstance(res.value, dict) else None
-            if not isinstance(els, list):
-                failures[f"community {ci}"] = res.error or "reply has no 'elements' list"
-                continue
-            for el in els:
-                if isinstance(el, dict) and isinstance(el.get("description"), str) and el["description"].strip():
-                    title = el.get("title") if isinstance(el.get("title"), str) else ""
-                    elements.append((ci, " ".join(el["description"].split()), " ".join(title.split()), None))
+    elements = (_extractive_elements(table, types, groups, snr_sn, config, vectors_of) if llm is None
+                else _llm_elements(table, types, groups, config, llm, seed, failures))
     h_ids: list[int] = []
     h_seen: set[int] = set()
     o_ids: list[int] = []
@@ -193,3 +156,53 @@ def add_communities(table: NodeTable, graph: CSR, membership: np.ndarray, snr_sn
     edges = EdgeList()
     edges.add(src, dst, wts)
     return h_ids, o_ids, edges, failures, hv
+
+
+def _extractive_elements(table: NodeTable, types: np.ndarray, groups: list[np.ndarray], snr_sn: CSR, config,
+                         vectors_of: Callable[[np.ndarray], np.ndarray]) -> list[tuple[int, str, str, list[int]]]:
+    """One element per community without an LLM: its most central units as the description, its most
+    mentioned entities as the title. (community index, description, title, representative unit ids)."""
+    elements = []
+    sn_matrix = snr_sn.to_scipy()  # once: building it per community cost 3 s at 10^5 passages
+    for ci, g in enumerate(groups):
+        su = g[types[g] == S]
+        sims = block_sims(su, vectors_of, block_mean(su, vectors_of))
+        order = np.lexsort((su, -sims))
+        rep_ids = su[order][:3].tolist()
+        desc, k = budget_join_count([table.texts[i] for i in rep_ids], config.summary_tokens)
+        rep_ids = rep_ids[:k]
+        ents = g[types[g] == N]
+        if ents.size:
+            # in-community mention weight of each entity (S-N edges from member units)
+            weight = column_sums(sn_matrix[su], ents)
+            wordy = np.asarray([any(ch.isalpha() for ch in (table.names[i] or "")) for i in ents.tolist()])
+            top = ents[np.lexsort((ents, -weight, ~wordy))][: config.title_entities]
+            title = ", ".join(table.names[i] or table.texts[i] for i in top.tolist())
+        else:
+            title = " ".join(desc.split()[:8])
+        elements.append((ci, desc, title, rep_ids))
+    return elements
+
+
+def _llm_elements(table: NodeTable, types: np.ndarray, groups: list[np.ndarray], config, llm, seed: int,
+                  failures: dict[str, str]) -> list[tuple[int, str, str, None]]:
+    """The elements the LLM writes for each community (one request each); failures are noted by community."""
+    from ..llm.prompts import community_request
+
+    reqs = []
+    for ci, g in enumerate(groups):
+        ms = g[np.isin(types[g], (S, A))]
+        texts = [table.texts[i] for i in ms[: config.max_members].tolist()]
+        reqs.append(community_request(texts, seed=seed, id=f"community-{ci}"))
+    results = llm.run(reqs, stage="communities") if reqs else []
+    elements = []
+    for ci, res in enumerate(results):
+        els = res.value.get("elements") if res.error is None and isinstance(res.value, dict) else None
+        if not isinstance(els, list):
+            failures[f"community {ci}"] = res.error or "reply has no 'elements' list"
+            continue
+        for el in els:
+            if isinstance(el, dict) and isinstance(el.get("description"), str) and el["description"].strip():
+                title = el.get("title") if isinstance(el.get("title"), str) else ""
+                elements.append((ci, " ".join(el["description"].split()), " ".join(title.split()), None))
+    return elements

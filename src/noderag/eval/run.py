@@ -570,6 +570,46 @@ def _resolve_llm(spec: Any, out: Path) -> Any:
     return make_llm(spec, cache_path=out / LLM_CACHE)
 
 
+def _score_batch(b: int, batch: list, methods: Sequence[str], searcher, base: "_Baselines", depth: int, latency: bool,
+                 llm_b, judge_b, budget: int) -> dict[str, Any]:
+    """The record of one batch of questions: each method's ranked passages (and timings, answers)."""
+    texts = [q.question for q in batch]
+    rec: dict[str, Any] = {"batch": b, "ids": [q.id for q in batch], "methods": {}}
+    qvecs = None
+    if "noderag" in methods or "dense" in methods:
+        t0 = time.perf_counter()
+        qvecs = searcher.embed(texts)
+        rec["embed_s"] = time.perf_counter() - t0
+    res = None
+    if "noderag" in methods:
+        t0 = time.perf_counter()
+        res = searcher.retrieve_many(texts, query_vectors=qvecs)
+        batch_s = time.perf_counter() - t0
+        lat = []
+        if latency:
+            for q, v in zip(texts, qvecs):
+                t0 = time.perf_counter()
+                searcher.retrieve(q, query_vector=v)
+                lat.append(time.perf_counter() - t0)
+        rec["methods"]["noderag"] = {"ranked": [list(r.passages[:depth]) for r in res],
+                                     "ctx": [int(r.context_tokens) for r in res], "lat": lat,
+                                     "batch_s": batch_s}
+    if "dense" in methods:
+        rec["methods"]["dense"] = _baseline_batch(base.dense.scores, qvecs, base, depth, latency)
+    if "bm25" in methods:
+        rec["methods"]["bm25"] = _baseline_batch(base.bm25.scores, texts, base, depth, latency)
+    if llm_b is not None:
+        from ..llm.answer import retrieval_context
+
+        for m in methods:
+            ctxs = ([retrieval_context(r) for r in res] if m == "noderag" else
+                    [_baseline_context(rows, base, budget) for rows in rec["methods"][m]["_rows"]])
+            rec["methods"][m]["answers"] = _answers(llm_b, judge_b, batch, ctxs, m)
+    for m in methods:
+        rec["methods"][m].pop("_rows", None)
+    return rec
+
+
 def _run(ds, ix, build_info, out, methods, ks, depth, llm, judge, search_config, batch_size, latency, per_question,
          n_resamples, level, seed, by, restart, progress, log, t_start, load_start, revision, write) -> dict:
     from tqdm.auto import tqdm
@@ -614,47 +654,13 @@ def _run(ds, ix, build_info, out, methods, ks, depth, llm, judge, search_config,
     resumed = sum(len(state.batches[b]["ids"]) for b in done)
     if resumed and log:
         log(f"resuming: {resumed:,} of {len(qs):,} questions were scored by an earlier run ({out / 'state'})")
-    budget = cfg.context_tokens
     bar = tqdm(total=len(qs), initial=resumed, desc="questions", unit="q", disable=not progress)
     try:
         for b in range(n_batches):
             if b in state.batches:
                 continue
             batch = qs[b * batch_size:(b + 1) * batch_size]
-            texts = [q.question for q in batch]
-            rec: dict[str, Any] = {"batch": b, "ids": [q.id for q in batch], "methods": {}}
-            qvecs = None
-            if "noderag" in methods or "dense" in methods:
-                t0 = time.perf_counter()
-                qvecs = searcher.embed(texts)
-                rec["embed_s"] = time.perf_counter() - t0
-            res = None
-            if "noderag" in methods:
-                t0 = time.perf_counter()
-                res = searcher.retrieve_many(texts, query_vectors=qvecs)
-                batch_s = time.perf_counter() - t0
-                lat = []
-                if latency:
-                    for q, v in zip(texts, qvecs):
-                        t0 = time.perf_counter()
-                        searcher.retrieve(q, query_vector=v)
-                        lat.append(time.perf_counter() - t0)
-                rec["methods"]["noderag"] = {"ranked": [list(r.passages[:depth]) for r in res],
-                                             "ctx": [int(r.context_tokens) for r in res], "lat": lat,
-                                             "batch_s": batch_s}
-            if "dense" in methods:
-                rec["methods"]["dense"] = _baseline_batch(base.dense.scores, qvecs, base, depth, latency)
-            if "bm25" in methods:
-                rec["methods"]["bm25"] = _baseline_batch(base.bm25.scores, texts, base, depth, latency)
-            if llm_b is not None:
-                from ..llm.answer import retrieval_context
-
-                for m in methods:
-                    ctxs = ([retrieval_context(r) for r in res] if m == "noderag" else
-                            [_baseline_context(rows, base, budget) for rows in rec["methods"][m]["_rows"]])
-                    rec["methods"][m]["answers"] = _answers(llm_b, judge_b, batch, ctxs, m)
-            for m in methods:
-                rec["methods"][m].pop("_rows", None)
+            rec = _score_batch(b, batch, methods, searcher, base, depth, latency, llm_b, judge_b, cfg.context_tokens)
             state.append(rec)
             bar.update(len(batch))
     finally:
