@@ -138,6 +138,7 @@ class Searcher:
         self._reranker = None
         self._reranker_lock = threading.Lock()
         self._titles: dict[int, str] | None = None  # doc_id -> title, read at the first rerank
+        self._name_flags: dict[int, bool] = {}  # entity id -> its name has a letter (bridging)
         self._title_links = None  # title heads -> documents, built at the first query that bridges by title
 
     def node_texts(self, ids) -> list[str]:
@@ -389,6 +390,33 @@ class Searcher:
         """Structural degree of some nodes (float64), read from indptr: no O(n) array."""
         ids = np.asarray(ids, dtype=np.int64)
         return (self._s_indptr[ids + 1] - self._s_indptr[ids]).astype(np.float64)
+
+    def _typed_neighbours(self, nodes: np.ndarray, node_type: int) -> tuple[np.ndarray, np.ndarray]:
+        """Active structural neighbours of type ``node_type`` of many nodes at once: (position in ``nodes``
+        of each neighbour's owner, neighbour ids), grouped by owner in adjacency order (one numpy gather)."""
+        nodes = np.asarray(nodes, dtype=np.int64)
+        starts = self._s_indptr[nodes].astype(np.int64)
+        lens = self._s_indptr[nodes + 1].astype(np.int64) - starts
+        total = int(lens.sum())
+        if total == 0:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        owner = np.repeat(np.arange(nodes.size), lens)
+        offsets = np.cumsum(lens) - lens
+        nb = self._s_indices[starts[owner] + (np.arange(total) - offsets[owner])].astype(np.int64)
+        keep = (self.types[nb] == node_type) & self._active[nb]
+        return owner[keep], nb[keep]
+
+    def _is_name(self, ents: np.ndarray) -> np.ndarray:
+        """Which entity nodes have a name with a letter (a year or a number is no entity a passage is about);
+        names are read once per searcher (a bounded cache)."""
+        cache = self._name_flags
+        todo = [e for e in ents.tolist() if e not in cache]
+        if todo:
+            if len(cache) > 1_000_000:
+                cache.clear()
+            for e, name in zip(todo, self.tables.texts(todo)):
+                cache[e] = any(ch.isalpha() for ch in (name or ""))
+        return np.fromiter((cache[e] for e in ents.tolist()), dtype=bool, count=ents.size)
 
     def _neighbours_of_type(self, node: int, node_type: int) -> np.ndarray:
         nb = self._s_indices[self._s_indptr[node]:self._s_indptr[node + 1]]
@@ -726,26 +754,35 @@ class Searcher:
         """
         maxdeg = self.config.bridge_max_degree
         out: dict[int, float] = {}
+        hop = np.asarray(hop1, dtype=np.int64)
+        excl = np.fromiter(exclude, dtype=np.int64, count=len(exclude))
         n_units: dict[int, int] = {}
         for c in hop1:
-            units = self._neighbours_of_type(c, _S)
-            ents = np.unique(np.concatenate([self._neighbours_of_type(u, _N) for u in units.tolist()])) if units.size else units
-            names = self.tables.texts(ents.tolist())
-            for n, name in zip(ents.tolist(), names):
-                if n in exclude or not any(ch.isalpha() for ch in name):
-                    continue  # a year or a number is no entity a passage is about
-                s_of_n = self._neighbours_of_type(n, _S)
-                if s_of_n.size > maxdeg:
-                    continue
-                ch, cnt = np.unique(self._chunk[s_of_n], return_counts=True)
-                for c2, k in zip(ch.tolist(), cnt.tolist()):
-                    if c2 < 0 or c2 == c or c2 in hop1:
-                        continue
-                    if c2 not in n_units:
-                        n_units[c2] = max(int(self._neighbours_of_type(c2, _S).size), 1)
-                    about = k / n_units[c2]
-                    if about >= ABOUT_SHARE:
-                        out[c2] = max(out.get(c2, 0.0), about)
+            _, units = self._typed_neighbours(np.asarray([c]), _S)
+            _, ents = self._typed_neighbours(units, _N)
+            ents = np.unique(ents)
+            ents = ents[~np.isin(ents, excl)]
+            if not ents.size:
+                continue
+            ents = ents[self._is_name(ents)]
+            owner, s_of = self._typed_neighbours(ents, _S)
+            small = np.bincount(owner, minlength=ents.size) <= maxdeg  # hubs do not bridge
+            owner, s_of = owner[small[owner]], s_of[small[owner]]
+            ch = self._chunk[s_of].astype(np.int64)
+            ok = (ch >= 0) & (ch != c) & ~np.isin(ch, hop)
+            owner, ch = owner[ok], ch[ok]
+            if not ch.size:
+                continue
+            pair, k = np.unique(owner * (self.n + 1) + ch, return_counts=True)  # (entity, chunk) -> its units
+            c2s = pair % (self.n + 1)
+            new = np.unique(c2s[~np.isin(c2s, np.fromiter(n_units, dtype=np.int64, count=len(n_units)))])
+            if new.size:
+                o2, _ = self._typed_neighbours(new, _S)
+                n_units.update(zip(new.tolist(), np.maximum(np.bincount(o2, minlength=new.size), 1).tolist()))
+            for c2, kk in zip(c2s.tolist(), k.tolist()):
+                about = kk / n_units[c2]
+                if about >= ABOUT_SHARE:
+                    out[c2] = max(out.get(c2, 0.0), about)
         return out
 
     def _bridges(self, hop1: list[int], exclude: set[int] | None = None,
@@ -755,20 +792,27 @@ class Searcher:
         Entities in ``exclude`` do not bridge; chunks in ``skip`` (default ``hop1``) are not bridged to.
         """
         maxdeg = self.config.bridge_max_degree
-        skip = hop1 if skip is None else skip
+        skip_a = np.asarray(hop1 if skip is None else skip, dtype=np.int64)
+        excl = np.fromiter(exclude or (), dtype=np.int64, count=len(exclude or ()))
         out: dict[int, float] = {}
         for c in hop1:
-            for s_node in self._neighbours_of_type(c, _S).tolist():
-                for n in self._neighbours_of_type(s_node, _N).tolist():
-                    if exclude is not None and n in exclude:
-                        continue
-                    d = np.float64(self._s_indptr[n + 1] - self._s_indptr[n])
-                    if d > maxdeg:
-                        continue
-                    w = 1.0 / np.log1p(d)
-                    for c2 in self._chunk[self._neighbours_of_type(n, _S)].tolist():
-                        if c2 >= 0 and c2 != c and c2 not in skip:
-                            out[c2] = out.get(c2, 0.0) + w
+            _, units = self._typed_neighbours(np.asarray([c]), _S)
+            _, ents = self._typed_neighbours(units, _N)  # an entity once per unit naming it
+            if excl.size:
+                ents = ents[~np.isin(ents, excl)]
+            deg = (self._s_indptr[ents + 1] - self._s_indptr[ents]).astype(np.float64)
+            ents, deg = ents[deg <= maxdeg], deg[deg <= maxdeg]
+            if not ents.size:
+                continue
+            owner, s_of = self._typed_neighbours(ents, _S)
+            ch = self._chunk[s_of].astype(np.int64)
+            ok = (ch >= 0) & (ch != c) & ~np.isin(ch, skip_a)
+            ch, w = ch[ok], (1.0 / np.log1p(deg))[owner[ok]]
+            if not ch.size:
+                continue
+            uniq, inv = np.unique(ch, return_inverse=True)
+            for c2, b in zip(uniq.tolist(), np.bincount(inv, weights=w, minlength=uniq.size).tolist()):
+                out[c2] = out.get(c2, 0.0) + b
         return out
 
     def _finish(self, prep: _Prepared, ppr: tuple[np.ndarray, np.ndarray] | None) -> RetrievalResult:
