@@ -58,3 +58,17 @@ def test_build_is_callable_whether_or_not_the_build_package_was_imported(tmp_pat
 def test_split_module_fails_naming_its_new_homes():
     with pytest.raises(ModuleNotFoundError, match=r"split into .*noderag\.build\.attributes"):
         importlib.import_module("noderag.index.build_stages")
+
+
+def test_layout_names_the_files_a_build_writes(tmp_path):
+    from noderag.store.generations import current_generation
+    from noderag.store.layout import IndexLayout
+
+    (tmp_path / "a.txt").write_text("Ada Lovelace wrote the first program. Charles Babbage built the engine.\n")
+    noderag.build([str(tmp_path / "a.txt")], str(tmp_path / "idx"), embed="hash:32", progress=False).close()
+    layout = IndexLayout(tmp_path / "idx")
+    gen = layout.generation(current_generation(layout.folder))
+    assert layout.current.is_file() and layout.generations.is_dir() and layout.lock.exists()
+    for path in (gen.manifest, gen.nodes, gen.documents, gen.decompositions, gen.linked, gen.vectors):
+        assert path.is_file(), path
+    assert gen.query.is_dir()

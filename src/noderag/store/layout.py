@@ -35,66 +35,37 @@ NODE_TYPES = "node_types.npy"  # written by the graph
 NODE_KEYS = "node_keys.npy"
 
 
+def _file(name: str) -> property:
+    """A path property: ``name`` under the layout's folder."""
+    return property(lambda self: self.folder / name, doc=f"``{name}``")
+
+
 @dataclass(frozen=True)
 class IndexLayout:
     """The paths of one index directory."""
 
-    root: Path
+    folder: Path
 
-    @property
-    def current(self) -> Path:
-        return self.root / CURRENT
-
-    @property
-    def generations(self) -> Path:
-        return self.root / GENERATIONS
-
-    @property
-    def lock(self) -> Path:
-        return self.root / LOCK_FILE
-
-    @property
-    def llm_cache(self) -> Path:
-        return self.root / LLM_CACHE
-
-    @property
-    def stages(self) -> Path:
-        return self.root / STAGES
+    current = _file(CURRENT)
+    generations = _file(GENERATIONS)
+    lock = _file(LOCK_FILE)
+    llm_cache = _file(LLM_CACHE)
+    stages = _file(STAGES)
 
     def generation(self, number: int) -> "GenerationLayout":
-        return GenerationLayout(self.generations / str(number))
+        return GenerationLayout(self.folder / GENERATIONS / str(number))
 
 
 @dataclass(frozen=True)
 class GenerationLayout:
     """The paths of one generation folder."""
 
-    path: Path
+    folder: Path
 
-    @property
-    def manifest(self) -> Path:
-        return self.path / MANIFEST
-
-    @property
-    def nodes(self) -> Path:
-        return self.path / NODES
-
-    @property
-    def documents(self) -> Path:
-        return self.path / DOCUMENTS
-
-    @property
-    def decompositions(self) -> Path:
-        return self.path / DECOMPOSITIONS
-
-    @property
-    def linked(self) -> Path:
-        return self.path / LINKED
-
-    @property
-    def vectors(self) -> Path:
-        return self.path / VECTORS
-
-    @property
-    def query(self) -> Path:
-        return self.path / QUERY_DIR
+    manifest = _file(MANIFEST)
+    nodes = _file(NODES)
+    documents = _file(DOCUMENTS)
+    decompositions = _file(DECOMPOSITIONS)
+    linked = _file(LINKED)
+    vectors = _file(VECTORS)
+    query = _file(QUERY_DIR)
