@@ -90,3 +90,17 @@ def test_cli_build_rejects_unknown_llm_option_naming_it(tmp_path):
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 1, p.stderr
     assert "unknown LLM option 'max_concurency'" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_llm_settings_are_declared_once():
+    """Every [llm] setting of the config tree is an option of the one table, and every non-engine option is one."""
+    from dataclasses import fields
+
+    from noderag.config import LLMConfig
+    from noderag.llm.options import CONFIG_KEYS, LLM_OPTIONS
+
+    settings = tuple(f.name for f in fields(LLMConfig) if f.name not in ("spec", "cache", "options"))
+    assert set(settings) == set(CONFIG_KEYS)
+    assert all(LLMConfig.__dataclass_fields__[k].default is None for k in settings)  # None: the backend's default
+    assert set(LLM_OPTIONS) - set(CONFIG_KEYS) == {"tensor_parallel_size", "gpu_memory_utilization", "max_model_len",
+                                                   "n_ctx", "n_threads", "n_gpu_layers"}

@@ -35,6 +35,8 @@ class _Opt:
     choices: tuple[str, ...] | None = None
     #: backends the option applies to (None: every backend)
     backends: tuple[str, ...] | None = None
+    #: an engine setting of one backend: kept in the ``[llm] options`` table, not a key of ``[llm]``
+    engine: bool = False
 
 
 #: Settings shared by the LLM backends (``[llm]`` keys and ``--llm-option`` keys).
@@ -54,12 +56,12 @@ LLM_OPTIONS: dict[str, _Opt] = {
     "seed": _Opt(int, "sampling seed of every request (default 0)", 0),
     "max_tokens": _Opt(int, "completion budget of every request (default: per task)", 1),
     # backend-specific engine settings
-    "tensor_parallel_size": _Opt(int, "GPUs per model (vllm)", 1, backends=("vllm",)),
-    "gpu_memory_utilization": _Opt(float, "fraction of GPU memory (vllm)", 0.01, backends=("vllm",)),
-    "max_model_len": _Opt(int, "context length (vllm)", 1, backends=("vllm",)),
-    "n_ctx": _Opt(int, "context length (llamacpp)", 1, backends=("llamacpp",)),
-    "n_threads": _Opt(int, "CPU threads (llamacpp)", 1, backends=("llamacpp",)),
-    "n_gpu_layers": _Opt(int, "layers offloaded to the GPU (llamacpp; -1 all)", -1, backends=("llamacpp",)),
+    "tensor_parallel_size": _Opt(int, "GPUs per model (vllm)", 1, backends=("vllm",), engine=True),
+    "gpu_memory_utilization": _Opt(float, "fraction of GPU memory (vllm)", 0.01, backends=("vllm",), engine=True),
+    "max_model_len": _Opt(int, "context length (vllm)", 1, backends=("vllm",), engine=True),
+    "n_ctx": _Opt(int, "context length (llamacpp)", 1, backends=("llamacpp",), engine=True),
+    "n_threads": _Opt(int, "CPU threads (llamacpp)", 1, backends=("llamacpp",), engine=True),
+    "n_gpu_layers": _Opt(int, "layers offloaded to the GPU (llamacpp; -1 all)", -1, backends=("llamacpp",), engine=True),
 }
 
 #: Options applied to each request's sampling (part of the cache key), not to the backend.
@@ -123,18 +125,17 @@ def split_llm_options(kind: str, options: Mapping[str, Any]) -> tuple[dict[str, 
     return backend, sampling
 
 
-#: ``[llm]`` keys of :class:`noderag.config.LLMConfig`; the other options go to its ``options`` table.
-_CONFIG_KEYS = ("dialect", "max_concurrency", "timeout_s", "connect_timeout_s", "max_retries", "backoff_base_s",
-                "backoff_max_s", "max_validation_retries", "api_key_env", "temperature", "top_p", "seed",
-                "max_tokens")
+#: ``[llm]`` keys of :class:`noderag.config.LLMConfig` (its fields, pinned by a test); engine settings go to
+#: its ``options`` table.
+CONFIG_KEYS = tuple(k for k, o in LLM_OPTIONS.items() if not o.engine)
 
 
 def llm_option_overrides(items: Iterable[str] | None, engine_options: Mapping[str, Any] | None = None
                          ) -> dict[str, Any]:
     """Dotted config overrides (``{"llm.dialect": ..., "llm.options": {...}}``) from ``--llm-option`` items."""
     parsed = parse_llm_options(items)
-    out: dict[str, Any] = {f"llm.{k}": v for k, v in parsed.items() if k in _CONFIG_KEYS}
-    engine = {k: v for k, v in parsed.items() if k not in _CONFIG_KEYS}
+    out: dict[str, Any] = {f"llm.{k}": v for k, v in parsed.items() if k in CONFIG_KEYS}
+    engine = {k: v for k, v in parsed.items() if k not in CONFIG_KEYS}
     if engine:
         out["llm.options"] = {**dict(engine_options or {}), **engine}
     return out
