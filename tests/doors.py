@@ -8,22 +8,15 @@ skipping it, so a green CI run means every door was exercised.
 from __future__ import annotations
 
 import importlib
-import json
-import os
-from pathlib import Path
 
 import pytest
 
 import noderag
 from noderag.data import demo_dir
 
-REPO = Path(__file__).resolve().parents[1]
-DEV = REPO.parent / "shared" / "data" / "musique"
+from conftest import MUSIQUE, musique_queries, under_ci
+
 _BUILT: dict[str, object] = {}
-
-
-def under_ci() -> bool:
-    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
 
 
 def need(module: str):
@@ -45,18 +38,14 @@ def demo(tmp_path_factory) -> noderag.Index:
 
 
 def dev_sample(tmp_path_factory) -> tuple[noderag.Index, list[str]]:
-    """A 150-passage slice of the MuSiQue dev sample (built once per session) and its first 40 questions."""
+    """The first 150 passages of the MuSiQue slice in ``tests/data`` (built once per session) and 40 queries
+    (``conftest.musique_queries``: the slice's questions, then their gold sub-questions)."""
     if "dev" not in _BUILT:
-        if not (DEV / "corpus.jsonl").is_file():
-            if under_ci():
-                raise AssertionError(f"{DEV}: the dev sample is missing (CI lays shared/ beside the clone)")
-            pytest.skip(f"{DEV}: dev sample not present")
         root = tmp_path_factory.mktemp("doors-dev")
         corpus = root / "corpus.jsonl"
-        with open(DEV / "corpus.jsonl", encoding="utf-8") as fh:
+        with open(MUSIQUE / "corpus.jsonl", encoding="utf-8") as fh:
             corpus.write_text("".join(line for _, line in zip(range(150), fh)), encoding="utf-8")
-        with open(DEV / "questions.jsonl", encoding="utf-8") as fh:
-            questions = [json.loads(line)["question"] for _, line in zip(range(40), fh)]
+        questions = musique_queries(40)
         index = noderag.build([str(corpus)], str(root / "idx"), embed="hash:64", progress=False)
         _BUILT["dev"] = (index, questions)
     return _BUILT["dev"]

@@ -16,9 +16,7 @@ import bench_scale  # noqa: E402
 import scale_corpus  # noqa: E402
 from scale_corpus import copy_suffix, generate, rewrite  # noqa: E402
 
-DATA = scale_corpus.DEFAULT_DATA
-needs_data = pytest.mark.skipif(not all((DATA / s / "corpus.jsonl").is_file() for s in scale_corpus.DEFAULT_SOURCES),
-                                reason=f"dev samples not under {DATA}")
+from conftest import DATA  # noqa: E402  (the MuSiQue and HotpotQA slices: scale_corpus.DEFAULT_SOURCES)
 
 
 def _rows(path: Path) -> list[dict]:
@@ -38,12 +36,11 @@ def test_rewrite_suffixes_capitalised_words_only():
     assert rewrite(text, 2) == "The Journalqb of Oqb'Brienqb met 3M in 1960 at Überlingenqb. Who saw USAqb?"
 
 
-@needs_data
 def test_generator_is_deterministic_exact_and_keeps_copies_apart(tmp_path):
     pool = sum(len((DATA / s / "corpus.jsonl").read_text("utf-8").splitlines()) for s in scale_corpus.DEFAULT_SOURCES)
     n = 2 * pool + 17
-    a = generate(n, tmp_path / "a")
-    b = generate(n, tmp_path / "b")
+    a = generate(n, tmp_path / "a", data=DATA)
+    b = generate(n, tmp_path / "b", data=DATA)
     assert a.corpus.read_bytes() == b.corpus.read_bytes()
     assert a.questions.read_bytes() == b.questions.read_bytes()
     rows = _rows(a.corpus)
@@ -64,10 +61,10 @@ def test_generator_is_deterministic_exact_and_keeps_copies_apart(tmp_path):
     assert all(g in ids and g.endswith(f".c{a.question_copy}") for q in qs for g in q["supporting_ids"])
     # reuse: same parameters -> same files, not rewritten
     mtime = a.corpus.stat().st_mtime_ns
-    again = generate(n, tmp_path / "a")
+    again = generate(n, tmp_path / "a", data=DATA)
     assert again.reused and a.corpus.stat().st_mtime_ns == mtime
     # a different seed is a different generation, not a reuse
-    assert not generate(n, tmp_path / "a", seed=5).reused
+    assert not generate(n, tmp_path / "a", data=DATA, seed=5).reused
 
 
 def test_run_child_records_guard_and_failures(tmp_path):
@@ -89,10 +86,9 @@ def test_loglog_slope():
     assert bench_scale.loglog_slope([10], [1.0]) is None
 
 
-@needs_data
 def test_tiny_end_to_end_run(tmp_path):
     out = tmp_path / "out"
-    rc = bench_scale.main(["--passages", "200,400", "--embed", "hash:64", "--work", str(tmp_path / "work"),
+    rc = bench_scale.main(["--data", str(DATA), "--passages", "200,400", "--embed", "hash:64", "--work", str(tmp_path / "work"),
                            "--out", str(out), "--embed-sample", "40", "--repeats", "1", "--paired", "200,400", "--warmup", "100",
                            "--build-repeats", "2", "--repeat-up-to", "200"])
     assert rc == 0

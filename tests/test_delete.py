@@ -25,9 +25,9 @@ from noderag.build.delete import UnknownDocumentError, delete_documents
 from noderag.store.generations import current_generation, generation_path
 from noderag.build.driver import build_index
 from noderag.store.tables import IndexStore
+from conftest import MUSIQUE
 
 T, S, N, R, A, H, O = (int(t) for t in NodeType)
-MUSIQUE = Path("/work/shared/data/musique/corpus.jsonl")
 
 
 def _config(**over) -> NodeRAGConfig:
@@ -130,9 +130,8 @@ def _write_jsonl(path: Path, rows: list[dict]) -> Path:
     return path
 
 
-@pytest.mark.skipif(not MUSIQUE.is_file(), reason="MuSiQue sample not present")
 def test_delete_invariant_on_musique_slice(tmp_path):
-    rows = _slice(MUSIQUE, 300)
+    rows = _slice(MUSIQUE / "corpus.jsonl", 300)
     a_rows = [r for i, r in enumerate(rows) if i % 3 != 0]
     b_ids = [r["id"] for i, r in enumerate(rows) if i % 3 == 0]
     cfg = _config(**{"embed.spec": "hash:32"})

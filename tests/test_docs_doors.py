@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from doors import REPO, need, under_ci  # noqa: E402
+from conftest import REPO, under_ci  # noqa: E402
+from doors import need  # noqa: E402
 
 DOCS = REPO / "docs"
 _BLOCK = re.compile(r"^```(\w+)\n(.*?)^```", re.M | re.S)

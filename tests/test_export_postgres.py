@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from doors import demo, need, under_ci  # noqa: E402
+from conftest import under_ci  # noqa: E402
+from doors import demo, need  # noqa: E402
 
 from noderag.cli import main  # noqa: E402
 from noderag.export import export_index  # noqa: E402

@@ -5,7 +5,7 @@
    ran, the token ledger is filled per stage and the manifest records it.
 2. ``noderag query --answer`` answers the 5 demo questions: an answer or a per-question error each,
    citations only of context nodes.
-3. ``benchmarks/bench_qa.py`` on 5 questions of the MuSiQue dev sample: well-formed JSON + markdown,
+3. ``benchmarks/bench_qa.py`` on 5 questions of the MuSiQue slice in ``tests/data``: well-formed JSON + markdown,
    EM/F1 computed by ``noderag.eval``; a rerun is served from the LLM cache.
 
 Requirements as in ``tests/test_llm_server.py`` (``.ci/run`` installs them). Quality is not tested: a
@@ -15,32 +15,18 @@ Requirements as in ``tests/test_llm_server.py`` (``.ci/run`` installs them). Qua
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from noderag.data import demo_dir, demo_questions
 from noderag.eval import exact_match, token_f1
-from test_llm_server import Server, gguf  # noqa: F401  (module fixture: skip/fail when llama_cpp is missing)
+from conftest import MUSIQUE, REPO
 
 pytestmark = pytest.mark.server
 
-REPO = Path(__file__).resolve().parents[1]
-DATA = Path(os.environ.get("NODERAG_DATA", REPO.parent / "shared" / "data")) / "musique"
-
-
-@pytest.fixture(scope="module")
-def server(gguf, tmp_path_factory):  # noqa: F811
-    s = Server(gguf, tmp_path_factory.mktemp("llama_server_cli") / "server.log")
-    try:
-        s.wait_ready()
-        yield s
-    finally:
-        s.stop()
 
 
 def _cli(*args: str, timeout: float = 1200) -> subprocess.CompletedProcess:
@@ -49,13 +35,13 @@ def _cli(*args: str, timeout: float = 1200) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def llm_demo(server, tmp_path_factory):
+def llm_demo(llama_server, tmp_path_factory):
     index = tmp_path_factory.mktemp("llm_demo") / "index"
     t0 = time.perf_counter()
-    p = _cli("build", str(demo_dir()), "--index", str(index), "--llm", f"openai:smollm2@{server.url}",
+    p = _cli("build", str(demo_dir()), "--index", str(index), "--llm", f"openai:smollm2@{llama_server.url}",
              "--no-progress")
     wall = time.perf_counter() - t0
-    assert p.returncode == 0, f"build failed ({wall:.0f}s):\n{p.stderr[-3000:]}\nserver:\n{server.tail()}"
+    assert p.returncode == 0, f"build failed ({wall:.0f}s):\n{p.stderr[-3000:]}\nserver:\n{llama_server.tail()}"
     manifest = json.loads((index / "manifest.json").read_text()) if (index / "manifest.json").is_file() else None
     if manifest is None:  # generations: the pointer names the current folder
         from noderag.store.tables import IndexStore
@@ -91,7 +77,7 @@ def test_every_llm_stage_ran_and_the_ledger_is_filled_per_stage(llm_demo):
     assert all(nodes.get(t, 0) > 0 for t in names), nodes  # every stage produced its nodes
 
 
-def test_query_answers_the_five_demo_questions(llm_demo, server):
+def test_query_answers_the_five_demo_questions(llm_demo, llama_server):
     index, _, _ = llm_demo
     qs = [q["question"] for q in demo_questions()]
     p = _cli("query", str(index), *qs, "--answer", "--json", "--context-tokens", "400")
@@ -108,11 +94,10 @@ def test_query_answers_the_five_demo_questions(llm_demo, server):
         assert "no answer for" in p.stderr
 
 
-@pytest.mark.skipif(not (DATA / "questions.jsonl").is_file(), reason=f"dev sample {DATA} not present")
-def test_bench_qa_smoke_on_five_questions(server, tmp_path):
+def test_bench_qa_smoke_on_five_questions(llama_server, tmp_path):
     out = tmp_path / "qa.json"
-    cmd = [sys.executable, str(REPO / "benchmarks" / "bench_qa.py"), "--data", str(DATA),
-           "--llm", f"openai:smollm2@{server.url}", "--limit", "5", "--subset", "--distractors", "10",
+    cmd = [sys.executable, str(REPO / "benchmarks" / "bench_qa.py"), "--data", str(MUSIQUE),
+           "--llm", f"openai:smollm2@{llama_server.url}", "--limit", "5", "--subset", "--distractors", "10",
            "--context-tokens", "400", "--index", str(tmp_path / "index"), "--out", str(out)]
     t0 = time.perf_counter()
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)

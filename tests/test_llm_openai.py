@@ -6,7 +6,6 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -17,6 +16,7 @@ import pytest
 
 from noderag.llm import CachedBackend, LLMCache, LLMError, LLMRequest, Sampling, make_llm
 from noderag.llm.backends.openai import OpenAIBackend, OpenAIConfig, build_chat_body, parse_chat_response
+from conftest import free_port
 
 SCHEMA = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"], "additionalProperties": False}
 
@@ -225,14 +225,8 @@ def test_run_inside_running_loop_and_arun():
     assert llm.ledger.stages["answer"].requests == 2
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_unreachable_server_gives_clear_error_in_bounded_time():
-    port = _free_port()
+    port = free_port()
     llm = make_llm(f"openai:m@http://127.0.0.1:{port}/v1", max_retries=2, backoff_base_s=0.01, connect_timeout_s=1.0)
     t0 = time.perf_counter()
     out = llm.run([req(0), req(1)], stage="decompose")

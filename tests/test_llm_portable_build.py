@@ -4,13 +4,14 @@ advertises AMX compiles ggml's AMX backend, which dies with SIGILL on the first 
 from __future__ import annotations
 
 import importlib.util
-import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from conftest import under_ci
 
 ROOT = Path(__file__).resolve().parents[1]
 FLAGS = ("-DGGML_NATIVE=OFF", "-DGGML_AVX2=ON", "-DGGML_FMA=ON", "-DGGML_F16C=ON")
@@ -40,7 +41,7 @@ def test_llama_cpp_is_installed_portably(rel):
 
 def test_installed_llama_cpp_has_no_native_amx_backend():
     if importlib.util.find_spec("llama_cpp") is None:
-        if os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no"):
+        if under_ci():
             pytest.fail("CI is set but llama_cpp is not installed (.ci/run installs it)")
         pytest.skip("llama_cpp is not installed")
     r = subprocess.run([sys.executable, "-c", "import llama_cpp; print(llama_cpp.llama_print_system_info().decode())"],

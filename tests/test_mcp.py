@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from conftest import free_port  # noqa: E402
 from doors import demo, need  # noqa: E402
 from scripted_openai import ScriptedOpenAIServer  # noqa: E402
 
@@ -137,14 +138,8 @@ def test_answer_tool_only_with_an_llm(mcp, index):
         assert len(llm.requests) == 1
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_streamable_http_on_loopback(mcp, index):
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(_command(index, "--http", str(port)), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             text=True)
     try:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 import sys
@@ -19,8 +18,8 @@ from noderag.search.query_index import QUERY_DIR, QueryIndex, write_query_index
 from noderag.store.verify import IndexDamagedError
 from noderag.search import SearchConfig, Searcher
 from noderag.search.entities import EntityMatcher, MappedNames, name_arrays, name_index_arrays, name_tokens
+from conftest import MUSIQUE, musique_queries
 
-DEV = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "musique"
 
 
 def _without_query_index(index, tmp: Path):
@@ -39,15 +38,13 @@ def demo(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def dev(tmp_path_factory):
-    """A 150-passage slice of the MuSiQue dev sample and its first 40 questions."""
-    if not (DEV / "corpus.jsonl").is_file():
-        pytest.skip(f"{DEV}: dev sample not present")
+    """The first 150 passages of the MuSiQue slice in ``tests/data`` and 40 queries: its 15 questions, then
+    their gold sub-questions."""
     root = tmp_path_factory.mktemp("qdev")
     corpus = root / "corpus.jsonl"
-    with open(DEV / "corpus.jsonl", encoding="utf-8") as fh:
+    with open(MUSIQUE / "corpus.jsonl", encoding="utf-8") as fh:
         corpus.write_text("".join(line for _, line in zip(range(150), fh)), encoding="utf-8")
-    with open(DEV / "questions.jsonl", encoding="utf-8") as fh:
-        questions = [json.loads(line)["question"] for _, line in zip(range(40), fh)]
+    questions = musique_queries(40)
     return noderag.build([str(corpus)], str(root / "idx"), embed="hash:64", progress=False), questions
 
 

@@ -12,7 +12,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -26,11 +25,11 @@ import pytest
 from noderag.config import ExecutorConfig, NodeRAGConfig
 from noderag.data import demo_dir
 from noderag.build.driver import build_index
+from conftest import RAY_PORTS, free_port, under_ci, wait_for_port
 
 pytestmark = [pytest.mark.ray, pytest.mark.filterwarnings("ignore::DeprecationWarning:ray.*")]
 
 CONFIG = {"decompose": {"batch_size": 2}, "embed": {"batch_size": 16}}
-_CI = os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
 
 
 def _require_ray() -> None:
@@ -38,25 +37,14 @@ def _require_ray() -> None:
         import ray  # noqa: F401
         import ray.data  # noqa: F401
     except ImportError as exc:
-        if _CI:
+        if under_ci():
             pytest.fail(f"CI is set but Ray is not installed ({exc}): pip install -e '.[ray]'")
         pytest.skip(f"Ray not installed ({exc})")
 
 
-# ports a Ray node takes by default whatever we pass: gcs, dashboard, client server, dashboard agent (http),
-# and the worker range; a free port drawn by the OS can land on one (CI once drew 52365 for the GCS)
-_RAY_DEFAULT_PORTS = {6379, 8265, 10001, 52365}
-_RAY_WORKER_PORTS = range(10002, 20000)
-
-
-def _free_port() -> int:
-    """A free loopback port that none of Ray's own default ports or worker ports can collide with."""
-    while True:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port not in _RAY_DEFAULT_PORTS and port not in _RAY_WORKER_PORTS:
-            return port
+def _free_port(*taken: int) -> int:
+    """A free loopback port off Ray's own default and worker ports (``conftest.RAY_PORTS``) and off ``taken``."""
+    return free_port(avoid=RAY_PORTS | set(taken))
 
 
 def _procs() -> dict[int, tuple[int, str]]:
@@ -92,11 +80,15 @@ class Cluster:
         self.port = _free_port()
         self.address = f"127.0.0.1:{self.port}"
         self.marks = [self.tmp, self.address]
-        self.env = dict(os.environ, RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0")
+        # the head's Ray Client proxy waits up to 30 s by default for the per-client server it spawns: too
+        # short for a loaded 2-core machine, where starting that Python process alone can take longer
+        self.env = dict(os.environ, RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0",
+                        RAY_CLIENT_SERVER_CHECK_CHANNEL_TIMEOUT_S="120")
         self.ray = str(Path(sys.executable).parent / "ray")
         common = ["--num-cpus", "1", "--object-store-memory", "100000000", "--disable-usage-stats",
                   "--node-ip-address", "127.0.0.1"]
-        self.client_port = _free_port()  # the Ray Client server (ray://) on the head
+        # the Ray Client server (ray://) on the head: drawn fresh for each cluster, never the GCS port
+        self.client_port = _free_port(self.port)
         self._run([self.ray, "start", "--head", "--port", str(self.port), "--temp-dir", self.tmp,
                    "--ray-client-server-port", str(self.client_port), "--include-dashboard=False", *common])
         self._run([self.ray, "start", "--address", self.address, *common])
@@ -106,6 +98,12 @@ class Cluster:
         if p.returncode != 0:
             self.stop()
             raise RuntimeError(f"{' '.join(cmd)} failed:\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
+
+    def client_server_log(self) -> str:
+        """The tail of the head's Ray Client server logs, for a failure message."""
+        logs = sorted(Path(self.tmp).glob("session_*/logs/ray_client_server*"))
+        tails = [f"\n--- {p.name}:\n{p.read_text(errors='replace')[-1500:]}" for p in logs if p.is_file()]
+        return "".join(tails) or f"\n(no ray_client_server log under {self.tmp})"
 
     def workers(self) -> list[int]:
         """pids of the Ray Data actors (map workers) of this cluster."""
@@ -189,6 +187,9 @@ def test_ray_client_address_builds_the_local_index(cluster, local_index, tmp_pat
     """``ray://HOST:PORT``: the driver is a Ray Client; Ray Data runs in a cluster-side actor, shards land here."""
     out = tmp_path / "ray-client"
     logs: list[str] = []
+    # `ray start --head` returns before the client server listens; the driver retries a refused port for
+    # only 5 s, which a loaded machine outlasts: wait for the port first, then connect
+    wait_for_port("127.0.0.1", cluster.client_port, 120, "the head's Ray Client server", cluster.client_server_log)
     try:
         build_index([demo_dir()], out, _config(), progress=False, log=logs.append,
                     executor=ExecutorConfig(kind="ray", address=f"ray://127.0.0.1:{cluster.client_port}"))
@@ -272,32 +273,15 @@ def test_unreachable_address_fails_clearly_within_30_s(cluster, tmp_path):
 
 # ----------------------------------------------------------------------------- openai server through Ray
 
-@pytest.fixture(scope="module")
-def llm_server(tmp_path_factory):
-    from test_llm_server import Server, _requirements
-
-    path, why = _requirements()
-    if why is not None:
-        if _CI:
-            pytest.fail(f"CI is set but the real-server test cannot run: {why}")
-        pytest.skip(why)
-    s = Server(path, tmp_path_factory.mktemp("llama_server_ray") / "server.log")
-    try:
-        s.wait_ready()
-        yield s
-    finally:
-        s.stop()
-
-
 @pytest.mark.server
-def test_openai_server_through_ray_workers_shares_the_cache(cluster, llm_server, tmp_path):
+def test_openai_server_through_ray_workers_shares_the_cache(cluster, llama_server, tmp_path):
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     (corpus / "a.txt").write_text("Oda Lindqvist built the Haldis Lighthouse on Skarn Island in 1887.", "utf-8")
     (corpus / "b.txt").write_text("The Grey Heron Line ferry links Kessel with Port Emmerich.", "utf-8")
     cfg = NodeRAGConfig.from_dict({"decompose": {"batch_size": 1, "method": "llm"},
                                    "communities": {"enabled": False}, "attributes": {"summary_tokens": 16},
-                                   "llm": {"spec": f"openai:smollm2@{llm_server.url}"}})
+                                   "llm": {"spec": f"openai:smollm2@{llama_server.url}"}})
     ex = ExecutorConfig(kind="ray", address=cluster.address, llm_concurrency=2)
     a = tmp_path / "a"
     rep = build_index([corpus], a, cfg, progress=False, executor=ex, allow_failures=True)

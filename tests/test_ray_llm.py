@@ -9,10 +9,11 @@ CPU stand-in for the engine runs on the real cluster in ``test_ray_executor.py``
 from __future__ import annotations
 
 import json
-import os
 import warnings
 
 import pytest
+
+from conftest import under_ci
 
 pytestmark = [pytest.mark.ray, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 
@@ -21,7 +22,7 @@ try:
         warnings.simplefilter("ignore")
         import ray.data.llm as llm_mod
 except ImportError as exc:  # under CI (.ci/run installs the ray extra) a missing Ray fails
-    if os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no"):
+    if under_ci():
         raise
     pytest.skip(f"the ray extra is not installed ({exc})", allow_module_level=True)
 

@@ -23,16 +23,13 @@ pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
 from cdp import Chromium, find_chromium  # noqa: E402
+from conftest import under_ci  # noqa: E402
 from scripted_openai import ScriptedOpenAIServer  # noqa: E402
 from serve_index import QUESTION, demo_index  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 SCREENSHOT = REPO / "benchmarks" / "results" / "serve_page.png"
 SCREENSHOT_200 = REPO / "benchmarks" / "results" / "serve_page_200_nodes.png"
-
-
-def _under_ci() -> bool:
-    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
 
 
 def _noderag_command() -> list[str]:
@@ -134,7 +131,7 @@ def test_real_process_over_http(server, llm_server):
 def _chromium() -> str:
     binary = find_chromium()
     if binary is None:
-        if _under_ci():
+        if under_ci():
             pytest.fail("chromium is not installed (.ci/run installs Debian's chromium)")
         pytest.skip("chromium is not installed (apt-get install chromium)")
     return binary
