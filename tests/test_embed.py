@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 
-from noderag.embed import Embedder, HashEmbedder, make_embedder, parse_embed_spec
+from noderag.embed import HashEmbedder, make_embedder, parse_embed_spec
 from noderag.embed.onnx import MINILM_NAME, OnnxEmbedder, minilm_model_path, minilm_tokenizer_path
 
 
@@ -17,7 +17,6 @@ def minilm():
 
 
 def test_default_shape_norm_and_empty(minilm):
-    assert isinstance(minilm, Embedder)
     assert minilm.name == MINILM_NAME
     assert minilm.dim == 384
     v = minilm.embed(["hello world", "", "NodeRAG builds a heterograph."])
@@ -25,6 +24,9 @@ def test_default_shape_norm_and_empty(minilm):
     np.testing.assert_allclose(np.linalg.norm(v, axis=1), 1.0, atol=1e-5)
     empty = minilm.embed([])
     assert empty.shape == (0, 384) and empty.dtype == np.float32
+    # the Embedder protocol's batch_size keyword: the same rows (to padding noise) one text per batch
+    np.testing.assert_allclose(minilm.embed(["hello world", "", "NodeRAG builds a heterograph."], batch_size=1), v,
+                               atol=1e-4)
 
 
 def test_default_deterministic_and_order_preserving(minilm):
@@ -89,7 +91,7 @@ def test_onnx_file_checks(tmp_path):
 
 def test_hash_embedder_properties():
     e = make_embedder("hash:512")
-    assert isinstance(e, HashEmbedder) and e.dim == 512 and isinstance(e, Embedder)
+    assert isinstance(e, HashEmbedder) and e.dim == 512 and e.name == "hash-512-n2-s0"
     texts = ["The quick brown fox", "the QUICK brown fox!", "quantum chromodynamics lecture", "", "…"]
     v = e.embed(texts)
     assert v.shape == (5, 512) and v.dtype == np.float32
@@ -98,6 +100,7 @@ def test_hash_embedder_properties():
     np.testing.assert_allclose(v[0], v[1])  # case-folded, punctuation ignored
     assert v[0] @ v[2] < 0.5
     np.testing.assert_array_equal(v, HashEmbedder(512).embed(texts))
+    np.testing.assert_array_equal(e.embed(texts, batch_size=2), v)  # the protocol's batch_size keyword
     assert not np.array_equal(HashEmbedder(512, seed=1).embed(texts[:1]), v[:1])
     assert e.embed([]).shape == (0, 512)
     with pytest.raises(ValueError, match="dim"):

@@ -10,6 +10,7 @@ from noderag.build.decompose.base import ChunkInput, DecomposeFailure
 from noderag.build.decompose.llm import LLMDecomposer
 from noderag.build.decompose.nlp import extract_mentions
 from noderag.build.driver import build_index
+from noderag.store.errors import IndexNotFoundError
 from noderag.store.tables import IndexStore
 from noderag.llm.prompts import SYSTEM_PROMPTS
 from noderag.llm.testing import ScriptedLLM
@@ -64,8 +65,10 @@ def test_llm_build_reports_failures_and_resumes(tmp_path):
     assert script.timed_out  # the timeout was retried and then succeeded
     # 2 validation attempts per call, 3 calls (decompose.max_retries = 2) for the bad chunk
     assert sum(BAD in t for t in script.decompose_texts) == 6
-    with pytest.raises(Exception):
+    # the failed build left no finished index behind, only its resumable stages
+    with pytest.raises(IndexNotFoundError, match="index build is not finished"):
         IndexStore.open(out)
+    assert (out / "stages").is_dir() and not (out / "manifest.json").exists()
 
     # rerun: only the failed chunk is asked again; with allow_failures the index is finished
     script2 = Script()

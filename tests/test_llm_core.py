@@ -200,12 +200,16 @@ def test_cache_concurrent_writer_processes(tmp_path):
 
 
 def test_backends_satisfy_the_protocol(tmp_path):
-    from noderag.llm import LLMBackend
-
-    scripted = ScriptedLLM(lambda r: {"n": 1})
+    """What ``LLMBackend`` promises: a ``model_id`` and ``run`` giving one result per request, in request order."""
+    scripted = ScriptedLLM(lambda r: {"n": n_of(r)})
     cached = CachedBackend(scripted, LLMCache(tmp_path / "c.sqlite"))
-    assert isinstance(scripted, LLMBackend) and isinstance(cached, LLMBackend)
+    assert isinstance(scripted.model_id, str) and scripted.model_id
     assert cached.ledger is scripted.ledger and cached.model_id == scripted.model_id
+    for backend in (scripted, cached, cached):  # the cached backend twice: its second run answers from the cache
+        out = backend.run([req(3), req(1), req(2)], stage="decompose")
+        assert [(r.id, r.value, r.ok) for r in out] == [("r3", {"n": 3}, True), ("r1", {"n": 1}, True),
+                                                       ("r2", {"n": 2}, True)]
+    assert [r.cached for r in out] == [True, True, True]
     assert scripted.run([], stage="decompose") == [] and cached.run([], stage="decompose") == []
     with pytest.raises(TypeError, match=r"requests\[0\]"):
         scripted.run([{"messages": []}], stage="decompose")
