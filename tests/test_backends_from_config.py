@@ -100,3 +100,34 @@ def test_the_build_seed_reaches_the_betweenness_pivots(monkeypatch, tmp_path):
     noderag.build([str(tmp_path / "a.txt")], str(tmp_path / "idx"), config=config, embed="hash:16",
                   progress=False).close()
     assert seen and set(seen) == {7}
+
+
+def test_streaming_belongs_to_the_backend():
+    """A backend without a stream says so (the server falls back to run); wrappers pass astream through,
+    the sampling wrapper with its sampling applied."""
+    import asyncio
+
+    from noderag.llm.base import BaseBackend
+    from noderag.llm.prompts import answer_request
+    from noderag.llm.sampling import SamplingOverride
+    from noderag.llm.types import StreamUnavailable
+
+    seen = []
+
+    class Streams(BaseBackend):
+        model_id = "streams"
+
+        async def astream(self, request):
+            seen.append(request.sampling.temperature)
+            yield '{"answer": "ok", "citations": ["1"]}'
+
+    async def collect(backend, req):
+        return [p async for p in backend.astream(req)]
+
+    req = answer_request("q?", [(1, "a passage")])
+    with pytest.raises(StreamUnavailable):
+        asyncio.run(collect(BaseBackend(), req))
+    wrapped = SamplingOverride(Streams(), temperature=0.5)
+    assert asyncio.run(collect(wrapped, req)) == ['{"answer": "ok", "citations": ["1"]}'] and seen == [0.5]
+    res = wrapped.streamed_result(req, '{"answer": "ok", "citations": ["1"]}', 0.01)
+    assert res.error is None and res.value["answer"] == "ok"

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import AsyncIterator, Callable, Sequence
 
 from .accounting import TokenLedger
-from .types import LLMRequest, LLMResult, ResultCallback, Sampling, Usage, now
+from .types import LLMRequest, LLMResult, ResultCallback, Sampling, StreamUnavailable, Usage, now
 from .validate import SchemaValidators, check_output
 
 __all__ = ["RawOutput", "BaseBackend", "finish_result", "validated_batch", "estimate_usage", "retry_request"]
@@ -128,6 +128,20 @@ class BaseBackend:
         results = self.generate(requests) if requests else []
         self.ledger.record(stage, results, now() - t0)
         return results
+
+    async def astream(self, request: LLMRequest) -> AsyncIterator[str]:
+        """The completion of ``request`` as text pieces while the model writes them.
+
+        Raises :class:`~noderag.llm.types.StreamUnavailable` where the backend cannot stream (the
+        default); the caller then uses :meth:`run`.
+        """
+        raise StreamUnavailable(f"the {type(self).__name__} backend does not stream")
+        yield ""  # pragma: no cover - makes this an async generator
+
+    def streamed_result(self, request: LLMRequest, text: str, wall_s: float) -> LLMResult:
+        """The checked result of a streamed completion (schema-validated as :meth:`run` would)."""
+        value, err = check_output(text, request.schema, self.validators)
+        return LLMResult(value=value, text=text, usage=Usage(estimated=True), latency_s=wall_s, error=err)
 
     def close(self) -> None:
         """Release resources (no-op by default)."""

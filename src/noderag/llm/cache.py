@@ -9,7 +9,7 @@ import sqlite3
 import threading
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import AsyncIterator, Any, Sequence
 
 from .base import _check_requests
 from .types import LLMRequest, LLMResult, ResultCallback, Usage, now
@@ -130,6 +130,13 @@ class CachedBackend:
         self.ledger = backend.ledger
         #: every cache key looked up through this wrapper (a delete keeps only these entries)
         self.used_keys: set[str] = set()
+
+    def astream(self, request: LLMRequest) -> AsyncIterator[str]:
+        """The wrapped backend's stream (a streamed answer is not cached: it is a preview of a live call)."""
+        return self.backend.astream(request)
+
+    def streamed_result(self, request: LLMRequest, text: str, wall_s: float) -> LLMResult:
+        return self.backend.streamed_result(request, text, wall_s)
 
     def generate(
         self, requests: Sequence[LLMRequest], *, on_result: ResultCallback | None = None

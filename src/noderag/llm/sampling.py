@@ -6,7 +6,7 @@ It sits outside the cache, so the overridden sampling is part of each request's 
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, Sequence
+from typing import AsyncIterator, Any, Sequence
 
 from .types import LLMRequest, LLMResult, ResultCallback, Sampling
 
@@ -36,6 +36,13 @@ class SamplingOverride:
     def run(self, requests: Sequence[LLMRequest], *, stage: str) -> list[LLMResult]:
         """Run the rewritten requests for ``stage`` (accounted by the wrapped backend)."""
         return self.backend.run(self._rewrite(requests), stage=stage)
+
+    def astream(self, request: LLMRequest) -> AsyncIterator[str]:
+        """The wrapped backend's stream of ``request`` with this wrapper's sampling."""
+        return self.backend.astream(self._rewrite([request])[0])
+
+    def streamed_result(self, request: LLMRequest, text: str, wall_s: float) -> LLMResult:
+        return self.backend.streamed_result(self._rewrite([request])[0], text, wall_s)
 
     def close(self) -> None:
         """Close the wrapped backend."""

@@ -9,6 +9,7 @@ from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 from ..errors import NodeRAGError
 
 __all__ = [
+    "StreamUnavailable",
     "Sampling",
     "LLMRequest",
     "Usage",
@@ -25,6 +26,10 @@ STAGES = ("decompose", "attributes", "communities", "query", "answer")
 
 class LLMError(NodeRAGError, RuntimeError):
     """Raised for backend configuration errors (never for a single failed request)."""
+
+
+class StreamUnavailable(LLMError):
+    """This backend or its server cannot stream this request; use the batched path instead."""
 
 
 @dataclass(frozen=True)

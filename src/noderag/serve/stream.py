@@ -1,9 +1,9 @@
 """Answers for ``POST /answer``: the LLM's tokens as they arrive, then the checked answer and citations.
 
-An OpenAI-compatible backend is asked with ``stream: true`` and the characters of the JSON answer's
-``"answer"`` string are forwarded as they decode. Other backends (vLLM, llama.cpp in-process, test
-doubles), a server that refuses streaming, or a streamed output that fails validation go through the
-normal batched path (with its retries), and the answer arrives as one token event.
+A backend that streams (``astream``: the OpenAI-compatible one asks its server with ``stream: true``) has
+the characters of the JSON answer's ``"answer"`` string forwarded as they decode. Other backends (vLLM,
+llama.cpp in-process, test doubles), a server that refuses streaming, or a streamed output that fails
+validation go through the normal batched path (with its retries), and the answer arrives as one token event.
 """
 
 from __future__ import annotations
@@ -12,13 +12,11 @@ import asyncio
 import json
 import re
 import time
-from dataclasses import replace
 from typing import Any, AsyncIterator
 
 from ..llm.answer import answer_many, parse_answer, retrieval_context
 from ..llm.prompts import answer_request
-from ..llm.types import LLMRequest, LLMResult, Usage
-from ..llm.validate import check_output
+from ..llm.types import StreamUnavailable
 
 __all__ = ["AnswerTextStream", "answer_events", "sse"]
 
@@ -85,69 +83,6 @@ class AnswerTextStream:
         return "".join(out)
 
 
-def _unwrap(llm: Any) -> tuple[Any, dict[str, Any]]:
-    """The innermost backend under cache / sampling wrappers, and the sampling overrides on the way."""
-    sampling: dict[str, Any] = {}
-    inner = llm
-    for _ in range(8):
-        if isinstance(getattr(inner, "sampling", None), dict):
-            sampling = {**inner.sampling, **sampling}
-        nxt = inner.__dict__.get("backend") if hasattr(inner, "__dict__") else None
-        if nxt is None:
-            break
-        inner = nxt
-    return inner, sampling
-
-
-class _NoStream(Exception):
-    """Streaming did not work for this request: use the batched path."""
-
-
-async def _openai_deltas(backend: Any, req: LLMRequest) -> AsyncIterator[str]:
-    """Text pieces of one streamed chat completion from an :class:`OpenAIBackend`'s server."""
-    import httpx
-
-    from ..llm.backends.openai import build_chat_body, parse_chat_response
-
-    cfg = backend.config
-    body = build_chat_body(req, model=cfg.model, dialect=backend.dialect, send_seed=cfg.send_seed,
-                           strict=cfg.strict, extra_body=cfg.extra_body)
-    body["stream"] = True
-    headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
-    if cfg.api_key:
-        headers["Authorization"] = f"Bearer {cfg.api_key}"
-    timeout = httpx.Timeout(cfg.timeout_s, connect=cfg.connect_timeout_s)
-    async with httpx.AsyncClient(base_url=cfg.base_url, headers=headers, timeout=timeout, trust_env=False,
-                                 transport=backend.transport) as client:
-        try:
-            async with client.stream("POST", "/chat/completions", json=body) as resp:
-                if resp.status_code >= 400:
-                    await resp.aread()
-                    raise _NoStream(f"HTTP {resp.status_code}")
-                if "text/event-stream" not in resp.headers.get("content-type", ""):
-                    raw = parse_chat_response(json.loads(await resp.aread()))  # the server ignored stream
-                    if raw.error is not None:
-                        raise _NoStream(raw.error)
-                    yield raw.text
-                    return
-                async for line in resp.aiter_lines():
-                    if not line.startswith("data:"):
-                        continue
-                    data = line[5:].strip()
-                    if data == "[DONE]":
-                        break
-                    try:
-                        choices = json.loads(data).get("choices") or []
-                    except (ValueError, AttributeError):
-                        continue
-                    if choices and isinstance(choices[0], dict):
-                        piece = (choices[0].get("delta") or {}).get("content")
-                        if piece:
-                            yield str(piece)
-        except httpx.HTTPError as exc:
-            raise _NoStream(f"{type(exc).__name__}") from None
-
-
 def _answer_payload(answer: str, cited: list[str], error: str | None, usage: dict[str, Any]) -> dict[str, Any]:
     return {"answer": answer, "cited_ids": [int(c) for c in cited if str(c).lstrip("-").isdigit()], "error": error,
             "usage": usage}
@@ -161,30 +96,23 @@ async def answer_events(llm: Any, query: str, retrieval: Any) -> AsyncIterator[t
     """
     ctx = retrieval_context(retrieval)
     ctx_ids = [cid for cid, _ in ctx]
-    inner, sampling = _unwrap(llm)
-    from ..llm.backends.openai import OpenAIBackend
-
-    if isinstance(inner, OpenAIBackend):
+    if callable(getattr(llm, "astream", None)):
         req = answer_request(query, ctx)
-        if sampling:
-            req = replace(req, sampling=replace(req.sampling, **sampling))
         dec = AnswerTextStream()
         t0 = time.perf_counter()
         try:
-            async for piece in _openai_deltas(inner, req):
+            async for piece in llm.astream(req):
                 shown = dec.feed(piece)
                 if shown:
                     yield "token", {"text": shown}
-            text = dec.buf
-            value, err = check_output(text, req.schema, inner.validators)
             wall = time.perf_counter() - t0
-            res = LLMResult(value=value, text=text, usage=Usage(estimated=True), latency_s=wall, error=err)
+            res = llm.streamed_result(req, dec.buf, wall)
             answer, cited, _invalid, err = parse_answer(res, ctx_ids)
             if err is None:
-                inner.ledger.record("answer", [res], wall)
+                llm.ledger.record("answer", [res], wall)
                 yield "answer", _answer_payload(answer, cited, None, {"wall_s": round(wall, 4), "streamed": True})
                 return
-        except _NoStream:
+        except StreamUnavailable:
             pass
     t0 = time.perf_counter()
     out = (await asyncio.to_thread(answer_many, llm, [(query, ctx)], stage="answer"))[0]

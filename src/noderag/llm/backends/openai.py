@@ -3,20 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import random
 import re
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, AsyncIterator, Sequence
 
 import httpx
 
 from ..._overrides import with_overrides
 from ..accounting import TokenLedger
 from ..base import BaseBackend, RawOutput, _check_requests, estimate_usage, finish_result, retry_request
-from ..types import LLMError, LLMRequest, LLMResult, ResultCallback, Usage, now
+from ..types import LLMError, LLMRequest, LLMResult, ResultCallback, StreamUnavailable, Usage, now
 
 __all__ = ["DIALECTS", "OpenAIConfig", "OpenAIBackend", "build_chat_body", "parse_chat_response",
            "is_permanent_http_error", "rejects_response_format"]
@@ -335,6 +336,47 @@ class OpenAIBackend(BaseBackend):
             latency_s=now() - t0,
             error=f"{cfg.base_url}/chat/completions failed after {cfg.max_retries + 1} attempts: {last}",
         )
+
+    async def astream(self, request: LLMRequest) -> AsyncIterator[str]:
+        """Text pieces of one streamed chat completion (``stream: true``); :class:`StreamUnavailable` when the
+        server refuses it or fails (the caller falls back to :meth:`run`, with its retries)."""
+        cfg = self.config
+        body = build_chat_body(request, model=cfg.model, dialect=self.dialect, send_seed=cfg.send_seed,
+                               strict=cfg.strict, extra_body=cfg.extra_body)
+        body["stream"] = True
+        headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+        if cfg.api_key:
+            headers["Authorization"] = f"Bearer {cfg.api_key}"
+        timeout = httpx.Timeout(cfg.timeout_s, connect=cfg.connect_timeout_s)
+        async with httpx.AsyncClient(base_url=cfg.base_url, headers=headers, timeout=timeout, trust_env=False,
+                                     transport=self.transport) as client:
+            try:
+                async with client.stream("POST", "/chat/completions", json=body) as resp:
+                    if resp.status_code >= 400:
+                        await resp.aread()
+                        raise StreamUnavailable(f"HTTP {resp.status_code}")
+                    if "text/event-stream" not in resp.headers.get("content-type", ""):
+                        raw = parse_chat_response(json.loads(await resp.aread()))  # the server ignored stream
+                        if raw.error is not None:
+                            raise StreamUnavailable(raw.error)
+                        yield raw.text
+                        return
+                    async for line in resp.aiter_lines():
+                        if not line.startswith("data:"):
+                            continue
+                        data = line[5:].strip()
+                        if data == "[DONE]":
+                            break
+                        try:
+                            choices = json.loads(data).get("choices") or []
+                        except (ValueError, AttributeError):
+                            continue
+                        if choices and isinstance(choices[0], dict):
+                            piece = (choices[0].get("delta") or {}).get("content")
+                            if piece:
+                                yield str(piece)
+            except httpx.HTTPError as exc:
+                raise StreamUnavailable(f"{type(exc).__name__}") from None
 
     def _switch_dialect(self, rejected: str, why: str) -> bool:
         """Switch an ``auto`` backend from json_schema to json_object once; False when no fallback is left."""
