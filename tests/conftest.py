@@ -87,7 +87,7 @@ def wait_for_port(host: str, port: int, timeout_s: float, what: str, detail=lamb
         except OSError as exc:
             err = exc
         if time.monotonic() - t0 >= timeout_s:
-            pytest.fail(f"{what} at {host}:{port} accepted no connection within {timeout_s:.0f} s "
+            pytest.fail(f"{what} at {host}:{port} accepted no connection within {timeout_s:g} s "
                         f"(last error: {err}){detail()}")
         time.sleep(0.2)
 
