@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import os
 import random
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from .._overrides import with_overrides
+from ..retry import Transient, attempts_made, retrying
 from .base import check_batch_size, check_texts, l2_normalize
 
 from ..errors import NodeRAGError
@@ -18,6 +18,10 @@ from ..errors import NodeRAGError
 __all__ = ["EmbeddingServerError", "OpenAIEmbedConfig", "OpenAIEmbedder"]
 
 _RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
+
+
+class _Refused(Exception):
+    """A response retrying cannot change (a 4xx other than 408/409/425/429)."""
 
 
 class EmbeddingServerError(NodeRAGError, RuntimeError):
@@ -117,43 +121,40 @@ class OpenAIEmbedder:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _backoff(self, attempt: int, retry_after: str | None) -> float:
-        cfg = self.config
-        delay = min(cfg.backoff_max_s, cfg.backoff_base_s * (2**attempt))
-        delay *= 0.5 + self._rng.random() * 0.5
-        if retry_after:
-            try:
-                delay = max(delay, min(cfg.backoff_max_s, float(retry_after)))
-            except ValueError:
-                pass
-        return delay
-
     def _post(self, texts: list[str]) -> np.ndarray:
         cfg = self.config
         url = f"{cfg.base_url}/embeddings"
         payload = {"model": cfg.model, "input": texts, "encoding_format": "float"}
-        last = ""
-        for attempt in range(cfg.max_retries + 1):
-            retry_after = None
-            self.requests += 1
-            try:
-                resp = self._client.post(url, json=payload)
-            except (self._httpx.TimeoutException, self._httpx.TransportError) as exc:
-                last = f"{type(exc).__name__}: {exc}"
-            else:
-                if resp.status_code == 200:
-                    return self._parse(resp, len(texts))
-                last = f"HTTP {resp.status_code}: {resp.text[:300]}"
-                if resp.status_code not in _RETRY_STATUS:
-                    break
-                retry_after = resp.headers.get("retry-after")
-            if attempt < cfg.max_retries:
-                self.retries += 1
-                time.sleep(self._backoff(attempt, retry_after))
+        policy = retrying(cfg.max_retries, cfg.backoff_base_s, cfg.backoff_max_s, self._rng,
+                          on_retry=self._count_retry)
+        try:
+            for attempt in policy:
+                with attempt:
+                    return self._post_once(url, payload, len(texts))
+        except Transient as exc:
+            failed, attempts = str(exc), attempts_made(policy)
+        except _Refused as exc:
+            failed, attempts = str(exc), attempts_made(policy)
         raise EmbeddingServerError(
             f"embeddings request to {url} (model {cfg.model!r}, {len(texts)} texts) failed "
-            f"after {attempt + 1} attempt(s): {last}"
+            f"after {attempts} attempt(s): {failed}"
         )
+
+    def _count_retry(self) -> None:
+        self.retries += 1
+
+    def _post_once(self, url: str, payload: dict, n: int) -> np.ndarray:
+        self.requests += 1
+        try:
+            resp = self._client.post(url, json=payload)
+        except (self._httpx.TimeoutException, self._httpx.TransportError) as exc:
+            raise Transient(f"{type(exc).__name__}: {exc}") from None
+        if resp.status_code == 200:
+            return self._parse(resp, n)
+        failed = f"HTTP {resp.status_code}: {resp.text[:300]}"
+        if resp.status_code not in _RETRY_STATUS:
+            raise _Refused(failed)
+        raise Transient(failed, resp.headers.get("retry-after"))
 
     def _parse(self, resp: object, n: int) -> np.ndarray:
         url = f"{self.config.base_url}/embeddings"

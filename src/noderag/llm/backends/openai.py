@@ -15,6 +15,7 @@ from typing import Any, AsyncIterator, Sequence
 import httpx
 
 from ..._overrides import with_overrides
+from ...retry import Transient, async_retrying
 from ..accounting import TokenLedger
 from ..base import BaseBackend, RawOutput, _check_requests, estimate_usage, finish_result, retry_request
 from ..types import LLMError, LLMRequest, LLMResult, ResultCallback, StreamUnavailable, Usage, now
@@ -176,10 +177,8 @@ def parse_chat_response(data: Any) -> RawOutput:
     return RawOutput(text=str(content), usage=usage, finish_reason=finish)
 
 
-class _RetryableError(Exception):
-    def __init__(self, message: str, retry_after: float | None = None) -> None:
-        super().__init__(message)
-        self.retry_after = retry_after
+class _RetryableError(Transient):
+    """A transient failure of one request (retried by the policy of :mod:`noderag.retry`)."""
 
 
 class OpenAIBackend(BaseBackend):
@@ -304,8 +303,20 @@ class OpenAIBackend(BaseBackend):
     async def _post_with_retries(self, client: httpx.AsyncClient, req: LLMRequest) -> RawOutput:
         cfg = self.config
         t0 = now()
-        last = ""
-        k = 0
+        try:
+            async for attempt in async_retrying(cfg.max_retries, cfg.backoff_base_s, cfg.backoff_max_s, self._rng):
+                with attempt:
+                    return await self._post_once(client, req, t0)
+        except _RetryableError as e:
+            return RawOutput(
+                latency_s=now() - t0,
+                error=f"{cfg.base_url}/chat/completions failed after {cfg.max_retries + 1} attempts: {e}",
+            )
+        raise AssertionError("unreachable: the retry loop returns or raises")  # pragma: no cover
+
+    async def _post_once(self, client: httpx.AsyncClient, req: LLMRequest, t0: float) -> RawOutput:
+        """One attempt (a dialect the server rejects is switched and resent within it)."""
+        cfg = self.config
         while True:
             dialect = self.dialect
             body = build_chat_body(
@@ -314,28 +325,14 @@ class OpenAIBackend(BaseBackend):
             )
             try:
                 data = await self._post(client, body)
-                out = parse_chat_response(data)
-                return RawOutput(out.text, out.usage, now() - t0, out.error, out.finish_reason)
             except _DialectRejected as e:
                 if self._switch_dialect(dialect, str(e)):
                     continue  # the same request in the fallback dialect; not counted as a retry
                 return RawOutput(latency_s=now() - t0, error=str(e))
-            except _RetryableError as e:
-                last = str(e)
-                if k == cfg.max_retries:
-                    break
-                delay = min(cfg.backoff_max_s, cfg.backoff_base_s * (2**k))
-                delay = delay / 2 + self._rng.uniform(0, delay / 2)  # equal jitter
-                if e.retry_after is not None:
-                    delay = max(delay, min(e.retry_after, cfg.backoff_max_s))
-                k += 1
-                await asyncio.sleep(delay)
             except _FatalHTTPError as e:
                 return RawOutput(latency_s=now() - t0, error=str(e))
-        return RawOutput(
-            latency_s=now() - t0,
-            error=f"{cfg.base_url}/chat/completions failed after {cfg.max_retries + 1} attempts: {last}",
-        )
+            out = parse_chat_response(data)
+            return RawOutput(out.text, out.usage, now() - t0, out.error, out.finish_reason)
 
     async def astream(self, request: LLMRequest) -> AsyncIterator[str]:
         """Text pieces of one streamed chat completion (``stream: true``); :class:`StreamUnavailable` when the
