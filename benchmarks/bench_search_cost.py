@@ -7,8 +7,9 @@ Usage::
 
 The questions are embedded once with the index's embedder; then for every question each configuration
 retrieves it in turn (interleaved, so both see the same machine load) ``--repeats`` times and keeps its best
-time: the latency of one query *without* the query embedding. Reports p50/p95 ms per configuration, the p50
-ratio against ``before``, and the process CPU time of the same calls. With ``--rerank SPEC`` a third
+time: the latency of one query *without* the query embedding. Besides ``before`` and ``default``, the
+defaults with one bridging component off (``COMPONENTS``) say what each component costs. Reports p50/p95 ms
+per configuration, the p50 ratio against ``before``, and the process CPU time of the same calls. With ``--rerank SPEC`` a third
 configuration reranks the top passages with that cross-encoder.
 
 Writes ``--out`` (JSON) and the same name with ``.md``.
@@ -34,6 +35,12 @@ from noderag.search import Searcher, SearchConfig  # noqa: E402
 from noderag.search.metrics import percentile_ms  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
+#: The defaults with one bridging component off, timed beside them: what each costs.
+COMPONENTS = {
+    "about_bridges_only": {"bridge_mode": "about", "bridge_agree_top": 0, "bridge_titles": False},
+    "no_title_bridges": {"bridge_titles": False},
+    "no_bridging": {"bridge_top": 0},
+}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -52,6 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     open_s = time.perf_counter() - t0
     base = SearchConfig()
     configs = {"before": base.replace(**BEFORE), "default": base}
+    configs.update({name: base.replace(**change) for name, change in COMPONENTS.items()})
     if args.rerank:
         configs["default+rerank"] = base.replace(rerank=args.rerank)
     searchers = {name: Searcher(index, cfg) for name, cfg in configs.items()}

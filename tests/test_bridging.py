@@ -143,3 +143,21 @@ def test_bridge_fields_are_validated():
     with pytest.raises(ValueError, match="bridge_titles"):
         SearchConfig(bridge_titles=1).validate()
     assert SearchConfig().bridge_mode == "about_shared"
+
+
+def test_absent_is_the_complement_of_isin_for_small_and_large_exclusions():
+    from noderag.search.searcher import _absent
+
+    rng = np.random.default_rng(3)
+    a = rng.integers(0, 50, 200)
+    for size in (0, 1, 5, 16, 17, 40):
+        b = rng.integers(0, 50, size)
+        assert _absent(a, b).tolist() == (~np.isin(a, b)).tolist()
+
+
+def test_title_links_skip_words_that_start_no_title():
+    from noderag.search.titles import TitleLinks
+
+    links = TitleLinks({0: "Hank Snow", 1: "Nashville, Tennessee"}, np.array([5, 6]), np.array([0, 1]))
+    assert links.named_docs("Snow fell on Hank Snow in Nashville and Tennessee.") == [0, 1]
+    assert links.named_docs("Snow Hank.") == []

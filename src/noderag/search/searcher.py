@@ -716,7 +716,7 @@ class Searcher:
                 if d == own or d in in_query:
                     continue
                 cand = links.passages(d)
-                cand = cand[~np.isin(cand, hop1)]
+                cand = cand[_absent(cand, np.asarray(hop1, dtype=np.int64))]
                 if not cand.size:
                     continue
                 fit = self.config.passage_dense_weight * self._cosines(cand, prep) + self._lexical_term(cand, prep)
@@ -761,7 +761,7 @@ class Searcher:
             _, units = self._typed_neighbours(np.asarray([c]), _S)
             _, ents = self._typed_neighbours(units, _N)
             ents = np.unique(ents)
-            ents = ents[~np.isin(ents, excl)]
+            ents = ents[_absent(ents, excl)]
             if not ents.size:
                 continue
             ents = ents[self._is_name(ents)]
@@ -769,13 +769,13 @@ class Searcher:
             small = np.bincount(owner, minlength=ents.size) <= maxdeg  # hubs do not bridge
             owner, s_of = owner[small[owner]], s_of[small[owner]]
             ch = self._chunk[s_of].astype(np.int64)
-            ok = (ch >= 0) & (ch != c) & ~np.isin(ch, hop)
+            ok = (ch >= 0) & (ch != c) & _absent(ch, hop)
             owner, ch = owner[ok], ch[ok]
             if not ch.size:
                 continue
             pair, k = np.unique(owner * (self.n + 1) + ch, return_counts=True)  # (entity, chunk) -> its units
             c2s = pair % (self.n + 1)
-            new = np.unique(c2s[~np.isin(c2s, np.fromiter(n_units, dtype=np.int64, count=len(n_units)))])
+            new = np.unique(c2s[_absent(c2s, np.fromiter(n_units, dtype=np.int64, count=len(n_units)))])
             if new.size:
                 o2, _ = self._typed_neighbours(new, _S)
                 n_units.update(zip(new.tolist(), np.maximum(np.bincount(o2, minlength=new.size), 1).tolist()))
@@ -799,14 +799,14 @@ class Searcher:
             _, units = self._typed_neighbours(np.asarray([c]), _S)
             _, ents = self._typed_neighbours(units, _N)  # an entity once per unit naming it
             if excl.size:
-                ents = ents[~np.isin(ents, excl)]
+                ents = ents[_absent(ents, excl)]
             deg = (self._s_indptr[ents + 1] - self._s_indptr[ents]).astype(np.float64)
             ents, deg = ents[deg <= maxdeg], deg[deg <= maxdeg]
             if not ents.size:
                 continue
             owner, s_of = self._typed_neighbours(ents, _S)
             ch = self._chunk[s_of].astype(np.int64)
-            ok = (ch >= 0) & (ch != c) & ~np.isin(ch, skip_a)
+            ok = (ch >= 0) & (ch != c) & _absent(ch, skip_a)
             ch, w = ch[ok], (1.0 / np.log1p(deg))[owner[ok]]
             if not ch.size:
                 continue
@@ -842,6 +842,16 @@ class Searcher:
                                list(prep.entities), prep.name_ids.tolist(),
                                generation=getattr(self.store, "generation", None), best_similarity=best,
                                min_similarity=min_sim, matched=matched)
+
+
+def _absent(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``~np.isin(a, b)``; for the few ids a bridge walk excludes (``b`` of at most 16), one broadcast
+    comparison instead of ``np.isin``'s sort."""
+    if b.size == 0:
+        return np.ones(a.shape[0], bool)
+    if b.size <= 16:
+        return ~(a[:, None] == b[None, :]).any(axis=1)
+    return ~np.isin(a, b)
 
 
 def _search_graph(store: Any) -> Any:

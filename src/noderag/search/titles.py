@@ -52,12 +52,14 @@ class TitleLinks:
 
     def __init__(self, titles: dict[int, str], t_ids: np.ndarray, t_docs: np.ndarray) -> None:
         self._heads: dict[str, list[int]] = {}
+        self._first: set[str] = set()  # first tokens of the heads: a position starting no head is skipped
         self.max_tokens = 0
         for d in sorted(titles):
             toks = match_tokens(title_head(titles[d]))
             if not toks or len(toks) > MAX_HEAD_TOKENS or (len(toks) == 1 and toks[0].casefold() in STOP):
                 continue
             self._heads.setdefault(_key(toks), []).append(int(d))
+            self._first.add(toks[0].casefold())
             self.max_tokens = max(self.max_tokens, len(toks))
         order = np.lexsort((t_ids, t_docs))
         self._docs = np.asarray(t_docs, np.int64)[order]
@@ -80,7 +82,7 @@ class TitleLinks:
         s, n_tok = 0, len(surface)
         while s < n_tok:
             w = surface[s]
-            if not (w[:1].isupper() or w[:1].isdigit() or is_han_token(w)):
+            if folded[s] not in self._first or not (w[:1].isupper() or w[:1].isdigit() or is_han_token(w)):
                 s += 1
                 continue
             hit = 0
