@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -69,3 +71,15 @@ def l2_normalize(x: np.ndarray) -> np.ndarray:
     x = np.asarray(x, dtype=np.float32)
     norms = np.linalg.norm(x, axis=1, keepdims=True)
     return np.divide(x, norms, out=np.zeros_like(x), where=norms > 0)
+
+
+def shipped_file(module: str, distribution: str, relpath: str, needs: str) -> Path:
+    """A file shipped inside the installed package ``module`` (pip name ``distribution``), found without
+    importing (executing) it; ImportError says what to install (``needs``), FileNotFoundError names the path."""
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError(needs)
+    path = Path(next(iter(spec.submodule_search_locations))) / relpath
+    if not path.is_file():
+        raise FileNotFoundError(f"{distribution} is installed but {path} is missing")
+    return path

