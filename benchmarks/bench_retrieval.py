@@ -146,6 +146,8 @@ ABLATIONS = {
     "no_lexical_rank": {"passage_lexical_weight": 0.0},
     "no_bridging": {"bridge_top": 0},
     "about_bridges_only": {"bridge_mode": "about"},
+    # the defaults of issue 26's first round ("about" bridges alone, no floor, no title bridges)
+    "first_round_bridging": {"bridge_mode": "about", "bridge_agree_top": 0, "bridge_titles": False},
     "shared_entity_bridges": {"bridge_mode": "shared"},
     "no_agreed_floor": {"bridge_agree_top": 0},
     "no_title_bridges": {"bridge_titles": False},
