@@ -138,6 +138,7 @@ def real_build(sample: Path, cfg, gguf: Path, work: Path, n_ctx: int, threads: i
     if ix.exists():
         shutil.rmtree(ix)
     server = Server(gguf, work / "server.log", n_ctx, threads)
+    (work / "calls.jsonl").unlink(missing_ok=True)
     calls: list[dict] = []
     real_post = oa.OpenAIBackend._post
     try:
@@ -151,6 +152,8 @@ def real_build(sample: Path, cfg, gguf: Path, work: Path, n_ctx: int, threads: i
             calls.append({"stage": _stage_of(body), "seed": body.get("seed"),
                           "prompt_tokens": u.get("prompt_tokens"), "completion_tokens": u.get("completion_tokens"),
                           "finish_reason": ch.get("finish_reason"), "messages": body.get("messages")})
+            with open(work / "calls.jsonl", "a", encoding="utf-8") as fh:  # as they come: a killed run keeps them
+                fh.write(json.dumps(calls[-1], ensure_ascii=False) + "\n")
             return data
 
         oa.OpenAIBackend._post = logged_post

@@ -6,10 +6,16 @@ every LLM request offline. So the decompose prompts are the real prompts rendere
 chunks, and the attribute and community prompts are rendered by the real augment code on a graph
 built from offline stand-in answers: the ``nlp`` decomposer's units, entities and relations for
 each chunk, extractive attribute summaries of ``attributes.summary_tokens`` tokens and one element
-per community. Decompose figures are therefore exact up to the tokenizer (the project's offline
-tokenizer, plus 4 tokens of chat framing per message, as :func:`noderag.llm.base.estimate_usage`);
-attribute and community figures depend on the graph an LLM would extract and are an estimate from
-the nlp graph. Retries of invalid replies are not counted.
+per community. Decompose figures are therefore exact up to the tokenizer; attribute and community
+figures depend on the graph an LLM would extract and are an estimate from the nlp graph. Retries of
+invalid replies are not counted.
+
+Tokenizer (:func:`prompt_counter`): when the model is known as a GGUF file (``llamacpp:PATH.gguf``, or
+``tokenizer=PATH.gguf``), each request is rendered with the chat format a llama.cpp server picks for that
+model and tokenized with the model's vocabulary (loaded alone, no weights): exactly the ``prompt_tokens``
+the server reports, chat template included. Otherwise the project's offline cl100k tokenizer plus 4
+tokens of chat framing per message (as :func:`noderag.llm.base.estimate_usage`), which undercounts a
+model with a smaller vocabulary and a longer template (SmolLM2: about 10%).
 
 Completion tokens: the completion/prompt ratio per stage measured in an LLM cache (``llm_cache.sqlite``
 of the index, when it holds answers of that stage), else the ratios of the committed LLM build of the
