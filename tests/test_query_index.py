@@ -123,10 +123,18 @@ def test_hash_collisions_are_verified_not_trusted():
 
 
 def test_open_and_retrieve_never_read_the_node_table(demo):
+    from noderag.search import SearchConfig
+
+    plain = noderag.Index.open(demo.root)
+    res = plain.retrieve("Which river flows through the capital?", config=SearchConfig(bridge_titles=False))
+    assert res.nodes and res.passages
+    assert "nodes" not in plain.__dict__ and "documents" not in plain.__dict__  # cached_property never ran
+    plain.close()
+    # title links (the default) read the documents' titles once, at the first query: never the node table
     fresh = noderag.Index.open(demo.root)
     res = fresh.retrieve("Which river flows through the capital?")
     assert res.nodes and res.passages
-    assert "nodes" not in fresh.__dict__ and "documents" not in fresh.__dict__  # cached_property never ran
+    assert "nodes" not in fresh.__dict__
     texts = fresh.searcher().node_texts([n.id for n in res.nodes])
     assert texts == [n.text for n in res.nodes]
     assert texts == [t if t is not None else (nm or "") for t, nm in

@@ -23,6 +23,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ..embed.base import embed_queries
+from ..errors import NodeRAGError
 from ..graph.types import N_TYPES, NodeType
 from .config import SearchConfig
 from .context import assemble_context
@@ -39,7 +40,7 @@ _OTHER_TYPES = frozenset((_T, _S, _A, _H))
 ABOUT_SHARE = 0.5
 
 
-class LLMNotConfiguredError(RuntimeError):
+class LLMNotConfiguredError(NodeRAGError, RuntimeError):
     """Raised by ``answer`` when no LLM backend is configured: only retrieval is available."""
 
 
