@@ -246,6 +246,50 @@ def _cache_ratios(cache_path: Path) -> dict[str, tuple[float, int]]:
     return {k: (v[1] / v[0], v[2]) for k, v in sums.items() if v[2] and v[0]}
 
 
+def _dry_run(chunks: list, pick: list[int], n_chunks: int, config, count, progress: bool, log
+             ) -> tuple[dict[str, dict], dict[str, int]]:
+    """Requests and prompt tokens per LLM stage, and embedding texts and tokens, of the build pipeline run on
+    the picked chunks with a stand-in LLM that counts (no model is called)."""
+    from ..tokenize import count_tokens
+
+    stages: dict[str, dict] = {s: {"requests": 0, "prompt_tokens": 0} for s in STAGES}
+    embed = {"texts": 0, "tokens": 0}
+    if not pick:
+        return stages, embed
+    dry_cfg = replace(config, decompose=replace(config.decompose, method="llm"),
+                      embed=replace(config.embed, spec="hash:64"),  # vectors never reach a prompt
+                      llm=replace(config.llm, spec=None, cache=False))
+    llm = _DryRunLLM(dry_cfg.decompose, count)
+    llm.summary_tokens = int(config.attributes.summary_tokens)
+    from .driver import build_index
+    from ..store.tables import IndexStore
+
+    with tempfile.TemporaryDirectory(prefix="noderag-estimate-") as tmp:
+        part = Path(tmp) / "sample.jsonl"
+        with open(part, "w", encoding="utf-8") as fh:  # each picked chunk as one document: chunked alike
+            for k, i in enumerate(pick):
+                title, text = chunks[i]
+                fh.write(json.dumps({"id": f"chunk-{k}", "title": title, "text": text}, ensure_ascii=False)
+                         + "\n")
+        if log:
+            log(f"estimate: dry run of the build pipeline on {len(pick):,} of {n_chunks:,} chunks "
+                "(no model is called)")
+        build_index([str(part)], Path(tmp) / "ix", dry_cfg, llm=llm, progress=progress, allow_failures=True)
+        for s in STAGES:
+            stages[s] = {"requests": llm.requests.get(s, 0), "prompt_tokens": llm.prompt.get(s, 0)}
+        with IndexStore.open(Path(tmp) / "ix") as store:
+            from ..graph.types import NodeType
+
+            types = store.types
+            texts = store.texts
+            want = [int(NodeType[n]) for n in _EMBEDDED_TYPES]
+            active = np.asarray(store.active, dtype=bool)
+            for i in np.flatnonzero(np.isin(types, want) & active).tolist():
+                embed["texts"] += 1
+                embed["tokens"] += count_tokens(texts[i])
+    return stages, embed
+
+
 def estimate_build(inputs: Sequence[str | os.PathLike], config=None, *, index_dir: str | os.PathLike | None = None,
                    sample: int | None = None, tps: float | None = None, progress: bool = False,
                    log=None, tokenizer=None) -> dict:
@@ -292,40 +336,7 @@ def estimate_build(inputs: Sequence[str | os.PathLike], config=None, *, index_di
     factor = n_chunks / len(pick) if pick else 1.0
     chunk_tokens = sum(count_tokens(c) for _, c in chunks)
 
-    stages: dict[str, dict] = {s: {"requests": 0, "prompt_tokens": 0} for s in STAGES}
-    embed = {"texts": 0, "tokens": 0}
-    if pick:
-        dry_cfg = replace(config, decompose=replace(config.decompose, method="llm"),
-                          embed=replace(config.embed, spec="hash:64"),  # vectors never reach a prompt
-                          llm=replace(config.llm, spec=None, cache=False))
-        llm = _DryRunLLM(dry_cfg.decompose, count)
-        llm.summary_tokens = int(config.attributes.summary_tokens)
-        from .driver import build_index
-        from ..store.tables import IndexStore
-
-        with tempfile.TemporaryDirectory(prefix="noderag-estimate-") as tmp:
-            part = Path(tmp) / "sample.jsonl"
-            with open(part, "w", encoding="utf-8") as fh:  # each picked chunk as one document: chunked alike
-                for k, i in enumerate(pick):
-                    title, text = chunks[i]
-                    fh.write(json.dumps({"id": f"chunk-{k}", "title": title, "text": text}, ensure_ascii=False)
-                             + "\n")
-            if log:
-                log(f"estimate: dry run of the build pipeline on {len(pick):,} of {n_chunks:,} chunks "
-                    "(no model is called)")
-            build_index([str(part)], Path(tmp) / "ix", dry_cfg, llm=llm, progress=progress, allow_failures=True)
-            for s in STAGES:
-                stages[s] = {"requests": llm.requests.get(s, 0), "prompt_tokens": llm.prompt.get(s, 0)}
-            with IndexStore.open(Path(tmp) / "ix") as store:
-                from ..graph.types import NodeType
-
-                types = store.types
-                texts = store.texts
-                want = [int(NodeType[n]) for n in _EMBEDDED_TYPES]
-                active = np.asarray(store.active, dtype=bool)
-                for i in np.flatnonzero(np.isin(types, want) & active).tolist():
-                    embed["texts"] += 1
-                    embed["tokens"] += count_tokens(texts[i])
+    stages, embed = _dry_run(chunks, pick, n_chunks, config, count, progress, log)
     measured = _cache_ratios(cache_path) if cache_path is not None else {}
     out_stages = {}
     for s in STAGES:
