@@ -167,7 +167,6 @@ def _chunk(run: BuildRun) -> None:
             run.chunk_rows = chunk_stage(run.new_docs, len(run.docs_rows), run.config, run.bars)
             atomic_write_json(path, run.chunk_rows)
             info.update(chunks=len(run.chunk_rows))
-        # (checkpoint "chunk" passed by the stage)
     run.doc_of = documents_without_text(run)  # the documents' texts live on in their chunks
     run.new_docs = []
 

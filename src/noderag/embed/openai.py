@@ -131,9 +131,7 @@ class OpenAIEmbedder:
             for attempt in policy:
                 with attempt:
                     return self._post_once(url, payload, len(texts))
-        except Transient as exc:
-            failed, attempts = str(exc), attempts_made(policy)
-        except _Refused as exc:
+        except (Transient, _Refused) as exc:
             failed, attempts = str(exc), attempts_made(policy)
         raise EmbeddingServerError(
             f"embeddings request to {url} (model {cfg.model!r}, {len(texts)} texts) failed "

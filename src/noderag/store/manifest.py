@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .layout import MANIFEST
+from .layout import MANIFEST, READERS
 from ..graph.storage import FORMAT_VERSION, dir_bytes, read_json
 
 __all__ = ["MANIFEST", "read_manifest", "dir_sizes", "bytes_by_component", "index_manifest"]
@@ -33,8 +33,6 @@ def read_manifest(root: Path) -> dict[str, Any] | None:
 
 def dir_sizes(root: Path) -> dict[str, int]:
     """Bytes per file (relative POSIX paths, sorted) under ``root``, without the readers' lock file."""
-    from .generations import READERS
-
     return {name: size for name, size in dir_bytes(root).items() if name != READERS}
 
 

@@ -30,7 +30,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .layout import DOCUMENTS, MANIFEST, NODES, VECTORS
+from .layout import CURRENT, DOCUMENTS, GENERATIONS, MANIFEST, NODES, READERS, VECTORS
 from ..graph.storage import atomic_write_parquet, check_format_version, read_json
 
 from .text_column import NAME_IS_TEXT as _NAME_IS_TEXT
@@ -57,8 +57,6 @@ _STORED_NODE_COLUMNS = tuple(c for c in NODE_COLUMNS if c != "key")
 def check_layout(root: Path) -> None:
     """Refuse the flat single-folder layout of format version 1 with a clear 'rebuild it' error."""
     from ..graph.storage import FORMAT_VERSION, FormatVersionError
-
-    from .generations import CURRENT, GENERATIONS, READERS
 
     if root.parent.name == GENERATIONS and (root / READERS).is_file():
         raise IndexNotFoundError(f"{root}: a generation folder; open the index directory {root.parent.parent} instead")
