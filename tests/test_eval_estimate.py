@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
 from noderag.cli import main
 from noderag.config import NodeRAGConfig
+from noderag.errors import ConfigError
 from noderag.build.chunk import chunk_text
 from noderag.build.decompose.llm import LLMDecomposer
 from noderag.build.decompose.base import ChunkInput
@@ -98,8 +100,41 @@ def test_prompts_are_counted_with_the_given_counter():
     for s, v in ones["stages"].items():
         assert v["requests"] == base["stages"][s]["requests"] and v["prompt_tokens"] == 2 * v["requests"]
     assert base["tokenizer"] == CL100K_COUNTER and ones["tokenizer"] == "<lambda>"
-    with pytest.raises(ValueError, match="expected 'cl100k', a .gguf model file or a callable"):
+    with pytest.raises(ConfigError, match="unknown tokenizer 'gpt2': expected 'cl100k' or the path of a GGUF"):
         estimate_build([CORPUS], NodeRAGConfig(), tokenizer="gpt2")
+
+
+def test_bad_tokenizer_values_name_the_value(tmp_path):
+    """An unknown name, a missing file, a folder and a file that is no GGUF: one ConfigError line each."""
+    (tmp_path / "notes.txt").write_text("not a model")
+    cases = {"o200k": "unknown tokenizer 'o200k'", str(tmp_path / "m.gguf"): f"tokenizer {tmp_path}/m.gguf: no such",
+             str(tmp_path / "sub" / "model"): "no such GGUF file", str(tmp_path): "not a file",
+             str(tmp_path / "notes.txt"): "notes.txt: not a GGUF model file"}
+    for value, msg in cases.items():
+        with pytest.raises(ConfigError, match=re.escape(msg)):
+            prompt_counter(value)
+    with pytest.raises(ConfigError, match="tokenizer 3: expected 'cl100k'"):
+        prompt_counter(3)
+    assert prompt_counter("cl100k")[1] == CL100K_COUNTER
+
+
+@pytest.mark.parametrize("value,msg", [("gpt2", "unknown tokenizer 'gpt2': expected 'cl100k' or the path of a GGUF"),
+                                       ("missing.gguf", "tokenizer missing.gguf: no such GGUF file")])
+def test_cli_estimate_tokenizer_errors_in_one_line(tmp_path, capsys, value, msg):
+    ix = tmp_path / "ix"
+    assert main(["build", str(CORPUS), "--index", str(ix), "--estimate", "--estimate-tokenizer", value,
+                 "--no-progress"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"noderag: error: {msg}")
+    assert not ix.exists()
+
+
+def test_cli_estimate_tokenizer_cl100k(tmp_path, capsys):
+    assert main(["build", str(CORPUS), "--index", str(tmp_path / "ix"), "--estimate", "--estimate-tokenizer",
+                 "cl100k", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    want = estimate_build([CORPUS], NodeRAGConfig(), tokenizer="cl100k")["total"]["prompt_tokens"]
+    assert f"tokens counted with {CL100K_COUNTER}" in out and f"{want:,}" in out
 
 
 def test_the_llm_spec_names_the_tokenizer(tmp_path):
@@ -152,3 +187,20 @@ def test_gguf_counter_is_what_llama_cpp_reports(tmp_path):
     cfg = NodeRAGConfig().with_overrides({"llm.spec": f"llamacpp:{gguf}"})
     est = estimate_build([CORPUS], cfg, sample=2)
     assert est["tokenizer"] == how
+
+
+def test_cli_estimate_tokenizer_gguf(tmp_path, capsys):
+    """``--estimate-tokenizer PATH`` counts with that GGUF (found by its magic, whatever the file's name), as
+    ``estimate_build(..., tokenizer=PATH)`` does, and overrides the GGUF an LLM spec names."""
+    gguf = _smollm2_gguf()
+    renamed = tmp_path / "smollm2.bin"
+    renamed.symlink_to(gguf)
+    want = estimate_build([CORPUS], NodeRAGConfig(), sample=2, tokenizer=str(gguf))
+    assert want["tokenizer"].startswith(f"the tokenizer of {gguf.name}")
+    assert main(["build", str(CORPUS), "--index", str(tmp_path / "ix"), "--estimate", "--estimate-sample", "2",
+                 "--estimate-tokenizer", str(renamed), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "tokens counted with the tokenizer of smollm2.bin" in out
+    assert f"{want['total']['prompt_tokens']:,}" in out
+    cfg = NodeRAGConfig().with_overrides({"llm.spec": f"llamacpp:{gguf}"})
+    assert estimate_build([CORPUS], cfg, sample=2, tokenizer="cl100k")["tokenizer"] == CL100K_COUNTER

@@ -195,6 +195,9 @@ def _add_build(sub) -> None:
                    help="with --estimate: LLM throughput in tokens/s, for a time range")
     b.add_argument("--estimate-sample", type=int, metavar="N", default=None,
                    help="with --estimate: render only N chunks spread over the input and extrapolate")
+    b.add_argument("--estimate-tokenizer", metavar="NAME|PATH", default=None,
+                   help="with --estimate: count prompt tokens with 'cl100k' (+4 per message) or the vocabulary and "
+                        "chat template of a GGUF model file (default: the GGUF --llm names, else cl100k)")
     b.set_defaults(func=_cmd_build)
 
 

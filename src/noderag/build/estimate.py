@@ -38,8 +38,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ..errors import ConfigError
 from ..store.layout import CURRENT, LLM_CACHE
-__all__ = ["estimate_build", "format_estimate", "DEFAULT_COMPLETION_RATIO"]
+
+__all__ = ["estimate_build", "format_estimate", "prompt_counter", "gguf_path", "DEFAULT_COMPLETION_RATIO"]
 
 STAGES = ("decompose", "attributes", "communities")
 # completion / prompt tokens per stage in the committed LLM build of the demo corpus (12 chunks,
@@ -133,6 +135,7 @@ class _DryRunLLM:
 
 
 CL100K_COUNTER = "noderag.tokenize (offline cl100k) + 4 tokens of chat framing per message"
+TOKENIZER_CHOICES = "expected 'cl100k' or the path of a GGUF model file (its vocabulary and chat template)"
 
 
 def _cl100k_count(messages: Sequence[dict]) -> int:
@@ -153,12 +156,14 @@ def _gguf_counter(path: Path):
         from llama_cpp import llama_cpp as lc
         from llama_cpp._internals import LlamaModel
     except ImportError as e:
-        raise ValueError(f"counting with {path.name} needs llama-cpp-python (pip install llama-cpp-python): {e}")
-    if not path.is_file():
-        raise ValueError(f"tokenizer {path}: no such GGUF file")
+        raise ConfigError(f"tokenizer {path}: counting with a GGUF needs llama-cpp-python "
+                          f"(pip install llama-cpp-python): {e}") from None
     params = lc.llama_model_default_params()
     params.vocab_only = True
-    model = LlamaModel(path_model=str(path), params=params, verbose=False)
+    try:
+        model = LlamaModel(path_model=str(path), params=params, verbose=False)
+    except (ValueError, RuntimeError, OSError) as e:
+        raise ConfigError(f"tokenizer {path}: llama.cpp cannot read its vocabulary: {e}") from None
     meta = model.metadata()
     template = meta.get("tokenizer.chat_template")
     guessed = lcf.guess_chat_format_from_gguf_metadata(meta) if template else None
@@ -185,18 +190,38 @@ def _gguf_counter(path: Path):
 def prompt_counter(tokenizer=None):
     """``(count, description)``: ``count(messages)`` is the prompt tokens of one request.
 
-    ``tokenizer``: None or ``"cl100k"`` (the offline tokenizer + 4 tokens of framing per message); a ``.gguf``
-    path (its vocabulary and chat template, exactly what a llama.cpp server of that model reports); or a
-    callable ``count(messages) -> int``.
+    ``tokenizer``: None or ``"cl100k"`` (the offline tokenizer + 4 tokens of framing per message); the path of a
+    GGUF model file (its vocabulary and chat template, exactly what a llama.cpp server of that model reports);
+    or a callable ``count(messages) -> int``. Anything else is a :class:`~noderag.errors.ConfigError` naming it.
     """
     if tokenizer is None or tokenizer == "cl100k":
         return _cl100k_count, CL100K_COUNTER
     if callable(tokenizer):
         return tokenizer, getattr(tokenizer, "__name__", "the caller's counter")
-    path = Path(os.fspath(tokenizer)).expanduser()
-    if path.suffix.lower() == ".gguf":
-        return _gguf_counter(path)
-    raise ValueError(f"tokenizer {tokenizer!r}: expected 'cl100k', a .gguf model file or a callable")
+    return _gguf_counter(gguf_path(tokenizer))
+
+
+def gguf_path(tokenizer) -> Path:
+    """The GGUF model file a tokenizer value names (checked by its magic bytes, so any file name works).
+
+    A value that is no file is a :class:`~noderag.errors.ConfigError` in one line: "no such GGUF file" when it
+    looks like a path (a ``.gguf`` suffix or a folder in it), else "unknown tokenizer" with the choices.
+    """
+    try:
+        text = os.fspath(tokenizer)
+    except TypeError:
+        raise ConfigError(f"tokenizer {tokenizer!r}: {TOKENIZER_CHOICES}") from None
+    path = Path(text).expanduser()
+    if path.is_file():
+        with open(path, "rb") as fh:
+            if fh.read(4) != b"GGUF":
+                raise ConfigError(f"tokenizer {text}: not a GGUF model file (no GGUF magic at its start)")
+        return path
+    if path.exists():
+        raise ConfigError(f"tokenizer {text}: not a file (a GGUF model file is expected)")
+    if path.suffix.lower() == ".gguf" or os.sep in text or (os.altsep and os.altsep in text):
+        raise ConfigError(f"tokenizer {text}: no such GGUF file")
+    raise ConfigError(f"unknown tokenizer {text!r}: {TOKENIZER_CHOICES}")
 
 
 def _spec_tokenizer(spec: str | None):
@@ -303,9 +328,11 @@ def estimate_build(inputs: Sequence[str | os.PathLike], config=None, *, index_di
         ones), and its ``llm_cache.sqlite`` gives the completion/prompt ratios when it has them
     sample : render and dry-run only this many chunks, spread over the input, and extrapolate
     tps : LLM throughput in tokens per second, for the time range
-    tokenizer : how prompt tokens are counted (:func:`prompt_counter`): a ``.gguf`` model file counts exactly
-        as a llama.cpp server of that model does (its vocabulary and chat template); ``"cl100k"`` the offline
-        tokenizer plus 4 tokens per message. Default: the GGUF that ``config.llm.spec`` names, else cl100k.
+    tokenizer : how prompt tokens are counted (:func:`prompt_counter`; ``--estimate-tokenizer``): the path of a
+        GGUF model file counts exactly as a llama.cpp server of that model does (its vocabulary and chat
+        template); ``"cl100k"`` the offline tokenizer plus 4 tokens per message; a callable counts itself.
+        Default: the GGUF that ``config.llm.spec`` names, else cl100k. An unknown value or a missing file is a
+        :class:`~noderag.errors.ConfigError`, raised before any input is read.
     """
     from ..config import NodeRAGConfig
     from ..tokenize import count_tokens
@@ -394,7 +421,8 @@ def format_estimate(est: dict) -> str:
 
 
 def run_estimate(args, config, log=None) -> int:
-    """``noderag build INPUT... --index DIR --estimate [--estimate-tps N] [--estimate-sample N]``."""
+    """``noderag build INPUT... --index DIR --estimate [--estimate-tps N] [--estimate-sample N]
+    [--estimate-tokenizer cl100k|PATH.gguf]``."""
     from ..config import ConfigError
 
     if args.estimate_tps is not None and not args.estimate_tps > 0:
@@ -402,6 +430,7 @@ def run_estimate(args, config, log=None) -> int:
     if args.estimate_sample is not None and args.estimate_sample < 1:
         raise ConfigError(f"--estimate-sample must be >= 1, got {args.estimate_sample}")
     est = estimate_build(args.inputs, config, index_dir=args.index, sample=args.estimate_sample,
-                         tps=args.estimate_tps, progress=False, log=log)
+                         tps=args.estimate_tps, progress=False, log=log,
+                         tokenizer=getattr(args, "estimate_tokenizer", None))
     print(format_estimate(est))
     return 0
