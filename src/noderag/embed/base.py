@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol, runtime_checkable
@@ -66,11 +68,51 @@ def check_batch_size(batch_size: object, name: str = "batch_size") -> int:
     return int(batch_size)
 
 
+def thread_count(n_threads: object, cap: int | None) -> int:
+    """``n_threads`` as a positive int; None picks ``min(cap, os.cpu_count())`` (every core when ``cap`` is None)."""
+    if n_threads is None:
+        cores = os.cpu_count() or 1
+        return cores if cap is None else min(cap, cores)
+    return check_batch_size(n_threads, "n_threads")
+
+
+def batch_frame(texts: object, batch_size: object, default: int, dim: int) -> tuple[list[str], int, np.ndarray]:
+    """The checked ``texts``, the batch size to use (``default`` for None) and a zeroed float32 output
+    of shape (len(texts), dim): what every ``embed`` starts from."""
+    texts = check_texts(texts)
+    bs = default if batch_size is None else check_batch_size(batch_size)
+    return texts, bs, np.zeros((len(texts), dim), dtype=np.float32)
+
+
 def l2_normalize(x: np.ndarray) -> np.ndarray:
     """Return float32 rows of ``x`` scaled to unit L2 norm (all-zero rows stay zero)."""
     x = np.asarray(x, dtype=np.float32)
     norms = np.linalg.norm(x, axis=1, keepdims=True)
     return np.divide(x, norms, out=np.zeros_like(x), where=norms > 0)
+
+
+def sha256_file(path: Path) -> str:
+    """Hex sha256 of a (model) file, read in 1 MiB blocks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def check_sha256(digest: str, expected: str, what: str) -> None:
+    """Raise ValueError when a file's ``digest`` is not the ``expected`` one (``what`` names the file)."""
+    if digest != expected:
+        raise ValueError(f"{what} has sha256 {digest}, expected {expected}")
+
+
+def check_pinned(path: Path, expected: str, release: str) -> None:
+    """Raise ValueError when shipped weights are not the pinned file of ``release`` (a changed package
+    would silently change the vectors of an index built under the model's name)."""
+    got = sha256_file(path)
+    if got != expected:
+        raise ValueError(f"{path}: sha256 {got} is not the pinned {expected} "
+                         f"({release}); pass verify=False to use it anyway")
 
 
 def shipped_file(module: str, distribution: str, relpath: str, needs: str) -> Path:

