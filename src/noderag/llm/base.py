@@ -3,13 +3,23 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import AsyncIterator, Callable, Sequence
+from typing import Any, AsyncIterator, Callable, Sequence
 
+from .._overrides import with_overrides
 from .accounting import TokenLedger
 from .types import LLMRequest, LLMResult, ResultCallback, Sampling, StreamUnavailable, Usage, now
 from .validate import SchemaValidators, check_output
 
-__all__ = ["RawOutput", "BaseBackend", "finish_result", "validated_batch", "estimate_usage", "retry_request"]
+__all__ = [
+    "RawOutput",
+    "BaseBackend",
+    "BatchedBackend",
+    "finish_result",
+    "validated_batch",
+    "estimate_usage",
+    "retry_request",
+    "run_stage",
+]
 
 
 @dataclass(frozen=True)
@@ -123,11 +133,7 @@ class BaseBackend:
 
     def run(self, requests: Sequence[LLMRequest], *, stage: str) -> list[LLMResult]:
         """Run a batch for ``stage``; results in request order; failures returned, never dropped."""
-        requests = _check_requests(requests)
-        t0 = now()
-        results = self.generate(requests) if requests else []
-        self.ledger.record(stage, results, now() - t0)
-        return results
+        return run_stage(self, requests, stage)
 
     async def astream(self, request: LLMRequest) -> AsyncIterator[str]:
         """The completion of ``request`` as text pieces while the model writes them.
@@ -151,6 +157,55 @@ class BaseBackend:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class BatchedBackend(BaseBackend):
+    """A backend that answers a list of requests in one ``_call_batch``: ``generate`` runs the requests in
+    batches of ``_batch_size`` through the validate-then-retry loop, reporting each result as it lands."""
+
+    def _configure(self, config: Any, overrides: dict[str, Any], ledger: TokenLedger | None, owner: str) -> Any:
+        """Apply ``overrides`` to the settings dataclass ``config``, check it and set up the base (``owner``
+        names the backend in the error of an unknown option); the settings become ``self.config``."""
+        cfg = with_overrides(config, overrides, owner)
+        cfg.check()
+        super().__init__(max_validation_retries=cfg.max_validation_retries, ledger=ledger)
+        self.config = cfg
+        return cfg
+
+    def _batch_size(self, n: int) -> int:
+        """Requests per ``_call_batch`` in a call of ``n`` requests (default: all of them at once)."""
+        return max(1, n)
+
+    def _call_batch(self, batch: list[LLMRequest]) -> list[RawOutput]:
+        """The raw outputs of ``batch``, one per request (a failing item is an error output, not a raise)."""
+        raise NotImplementedError
+
+    def generate(
+        self, requests: Sequence[LLMRequest], *, on_result: ResultCallback | None = None
+    ) -> list[LLMResult]:
+        """Run requests in batches of ``_batch_size``, validating each output and retrying invalid ones."""
+        reqs = _check_requests(requests)
+        bs = self._batch_size(len(reqs))
+        results: list[LLMResult] = []
+        for start in range(0, len(reqs), bs):
+
+            def cb(j: int, r: LLMRequest, res: LLMResult, _o: int = start) -> None:
+                if on_result is not None:
+                    on_result(_o + j, r, res)
+
+            results += validated_batch(reqs[start : start + bs], self._call_batch, self.validators,
+                                       self.max_validation_retries, cb)
+        return results
+
+
+def run_stage(backend: Any, requests: Sequence[LLMRequest], stage: str) -> list[LLMResult]:
+    """``backend.generate(requests)`` with its results and wall time recorded under ``stage`` in
+    ``backend.ledger``: the ``run`` of every backend and wrapper (no call for no requests)."""
+    requests = _check_requests(requests)
+    t0 = now()
+    results = backend.generate(requests) if requests else []
+    backend.ledger.record(stage, results, now() - t0)
+    return results
 
 
 def _check_requests(requests: Sequence[LLMRequest]) -> list[LLMRequest]:

@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 from typing import AsyncIterator, Any, Sequence
 
-from .base import _check_requests
-from .types import LLMRequest, LLMResult, ResultCallback, Usage, now
+from .base import _check_requests, run_stage
+from .types import LLMRequest, LLMResult, ResultCallback, Usage
 from .validate import canonical_json
 
 __all__ = ["cache_key", "LLMCache", "CachedBackend"]
@@ -184,11 +184,7 @@ class CachedBackend:
 
     def run(self, requests: Sequence[LLMRequest], *, stage: str) -> list[LLMResult]:
         """Run a batch for ``stage`` through the cache; accounting goes to the wrapped backend's ledger."""
-        reqs = _check_requests(requests)
-        t0 = now()
-        results = self.generate(reqs) if reqs else []
-        self.ledger.record(stage, results, now() - t0)
-        return results
+        return run_stage(self, requests, stage)
 
     def close(self) -> None:
         """Close the backend and the cache."""

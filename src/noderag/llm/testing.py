@@ -4,21 +4,22 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 from .accounting import TokenLedger
-from .base import BaseBackend, RawOutput, _check_requests, validated_batch
-from .types import LLMRequest, LLMResult, ResultCallback, Usage
+from .base import BatchedBackend, RawOutput
+from .types import LLMRequest, Usage
 
 __all__ = ["ScriptedLLM", "rule_based_respond"]
 
 
-class ScriptedLLM(BaseBackend):
+class ScriptedLLM(BatchedBackend):
     """Test double: ``respond(request)`` gives each reply; output is validated like a real backend's.
 
     ``respond`` returns a JSON-able value (serialised with ``json.dumps``) or a ``str`` (sent as
     the raw reply text, so tests can script invalid JSON); raising marks that request failed.
-    Usage is a deterministic whitespace token count. ``calls`` counts requests answered.
+    Usage is a deterministic whitespace token count. ``calls`` counts requests answered, ``batches``
+    the batches (a ``generate`` call is one batch, and one more per round of validation retries).
     """
 
     def __init__(
@@ -36,13 +37,6 @@ class ScriptedLLM(BaseBackend):
         self.model_id = model_id
         self.calls = 0
         self.batches = 0
-
-    def generate(
-        self, requests: Sequence[LLMRequest], *, on_result: ResultCallback | None = None
-    ) -> list[LLMResult]:
-        """Answer every request through the callback, validating and retrying like a real backend."""
-        reqs = _check_requests(requests)
-        return validated_batch(reqs, self._call_batch, self.validators, self.max_validation_retries, on_result)
 
     def _call_batch(self, batch: list[LLMRequest]) -> list[RawOutput]:
         self.batches += 1

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
-from ..._overrides import with_overrides
 from ..accounting import TokenLedger
-from ..base import BaseBackend, RawOutput, _check_requests, validated_batch
-from ..types import LLMError, LLMRequest, LLMResult, ResultCallback, now
+from ..base import BatchedBackend, RawOutput
+from ..types import LLMError, LLMRequest, now
 from .openai import parse_chat_response
 
 __all__ = ["LlamaCppConfig", "LlamaCppBackend", "llamacpp_completion_kwargs"]
@@ -55,14 +54,11 @@ def llamacpp_completion_kwargs(req: LLMRequest) -> dict[str, Any]:
     return kw
 
 
-class LlamaCppBackend(BaseBackend):
+class LlamaCppBackend(BatchedBackend):
     """llama.cpp in this process; requests run one after another (the model is not thread-safe)."""
 
     def __init__(self, config: LlamaCppConfig | None = None, *, ledger: TokenLedger | None = None, **overrides: Any):
-        cfg = with_overrides(config or LlamaCppConfig(), overrides, "LlamaCppBackend")
-        cfg.check()
-        super().__init__(max_validation_retries=cfg.max_validation_retries, ledger=ledger)
-        self.config = cfg
+        cfg = self._configure(config or LlamaCppConfig(), overrides, ledger, "LlamaCppBackend")
         self.model_id = f"llamacpp:{Path(cfg.model_path).name}"
         try:
             from llama_cpp import Llama
@@ -73,20 +69,9 @@ class LlamaCppBackend(BaseBackend):
             n_gpu_layers=cfg.n_gpu_layers, seed=cfg.seed, verbose=False, **cfg.llama_kwargs,
         )
 
-    def generate(
-        self, requests: Sequence[LLMRequest], *, on_result: ResultCallback | None = None
-    ) -> list[LLMResult]:
-        """Run requests one by one, validating each and retrying invalid output."""
-        reqs = _check_requests(requests)
-        out: list[LLMResult] = []
-        for i, r in enumerate(reqs):  # one at a time so each result is reported (and cached) as it lands
-
-            def cb(_j: int, req: LLMRequest, res: LLMResult, _i: int = i) -> None:
-                if on_result is not None:
-                    on_result(_i, req, res)
-
-            out += validated_batch([r], self._call_batch, self.validators, self.max_validation_retries, cb)
-        return out
+    def _batch_size(self, n: int) -> int:
+        """One request per batch, so each result is reported (and cached) as it lands."""
+        return 1
 
     def _call_batch(self, batch: list[LLMRequest]) -> list[RawOutput]:
         raws = []

@@ -7,12 +7,11 @@ imported only when a :class:`VLLMBackend` is constructed.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
-from ..._overrides import with_overrides
 from ..accounting import TokenLedger
-from ..base import BaseBackend, RawOutput, _check_requests, validated_batch
-from ..types import LLMError, LLMRequest, LLMResult, ResultCallback, Usage, now
+from ..base import BatchedBackend, RawOutput
+from ..types import LLMError, LLMRequest, Usage, now
 
 __all__ = [
     "VLLMConfig",
@@ -126,35 +125,19 @@ def parse_request_output(out: Any) -> RawOutput:
     return RawOutput(text=comp.text or "", usage=usage, finish_reason=getattr(comp, "finish_reason", None))
 
 
-class VLLMBackend(BaseBackend):
+class VLLMBackend(BatchedBackend):
     """vLLM in-process: each stage batch goes to one ``LLM.chat`` call (structured outputs, prefix cache)."""
 
     def __init__(self, config: VLLMConfig | None = None, *, ledger: TokenLedger | None = None, **overrides: Any):
-        cfg = with_overrides(config or VLLMConfig(), overrides, "VLLMBackend")
-        cfg.check()
-        super().__init__(max_validation_retries=cfg.max_validation_retries, ledger=ledger)
-        self.config = cfg
+        cfg = self._configure(config or VLLMConfig(), overrides, ledger, "VLLMBackend")
         self.model_id = f"vllm:{cfg.model}"
         LLM, self._SamplingParams, self._Structured = import_vllm()
         self.llm = LLM(**cfg.engine_args())
         self.chat_calls = 0
 
-    def generate(
-        self, requests: Sequence[LLMRequest], *, on_result: ResultCallback | None = None
-    ) -> list[LLMResult]:
-        """Run requests in ``LLM.chat`` calls of ``batch_size`` (default: all at once), then validate."""
-        reqs = _check_requests(requests)
-        bs = self.config.batch_size or max(1, len(reqs))
-        results: list[LLMResult] = []
-        for start in range(0, len(reqs), bs):
-            part = reqs[start : start + bs]
-
-            def cb(j: int, r: LLMRequest, res: LLMResult, _o: int = start) -> None:
-                if on_result is not None:
-                    on_result(_o + j, r, res)
-
-            results += validated_batch(part, self._call_batch, self.validators, self.max_validation_retries, cb)
-        return results
+    def _batch_size(self, n: int) -> int:
+        """``config.batch_size`` requests per ``LLM.chat`` call (default: all at once)."""
+        return self.config.batch_size or max(1, n)
 
     def _call_batch(self, batch: list[LLMRequest]) -> list[RawOutput]:
         convs = [to_conversation(r) for r in batch]
