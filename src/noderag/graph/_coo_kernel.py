@@ -8,6 +8,17 @@ from numba import njit
 
 
 @njit(cache=True)
+def _scatter(rows, to, w, cur, cols, vals):  # pragma: no cover - compiled
+    """Write each entry ``rows[i] -> to[i]`` (self-loops skipped) at its row's cursor ``cur``, in input order."""
+    for i in range(rows.shape[0]):
+        if rows[i] != to[i]:
+            k = cur[rows[i]]
+            cols[k] = to[i]
+            vals[k] = w[i]
+            cur[rows[i]] = k + 1
+
+
+@njit(cache=True)
 def coo_to_csr_kernel(n, src, dst, w, symmetric):  # pragma: no cover - compiled
     """Counting sort by row, then a stable per-row sort by column and in-order duplicate sums, O(m + n)."""
     m = src.shape[0]
@@ -25,19 +36,9 @@ def coo_to_csr_kernel(n, src, dst, w, symmetric):  # pragma: no cover - compiled
     cur = ptr[:n].copy()
     # forward entries first, then the mirrored ones: the order a stable sort of
     # the concatenation [src->dst, dst->src] would give within each row
-    for i in range(m):
-        if src[i] != dst[i]:
-            k = cur[src[i]]
-            cols[k] = dst[i]
-            vals[k] = w[i]
-            cur[src[i]] = k + 1
+    _scatter(src, dst, w, cur, cols, vals)
     if symmetric:
-        for i in range(m):
-            if src[i] != dst[i]:
-                k = cur[dst[i]]
-                cols[k] = src[i]
-                vals[k] = w[i]
-                cur[dst[i]] = k + 1
+        _scatter(dst, src, w, cur, cols, vals)
     indptr = np.zeros(n + 1, np.int64)
     out = 0
     for r in range(n):

@@ -8,7 +8,7 @@ import sys
 
 import numpy as np
 
-__all__ = ["distinct", "drop_resident", "intersect_sorted"]
+__all__ = ["distinct", "drop_resident", "intersect_sorted", "out_of_range"]
 
 
 def distinct(values: np.ndarray) -> np.ndarray:
@@ -21,6 +21,15 @@ def distinct(values: np.ndarray) -> np.ndarray:
     if out.size > 1:
         out = out[np.concatenate(([True], out[1:] != out[:-1]))]
     return out
+
+
+def out_of_range(values: np.ndarray, n: int):
+    """The value of a non-empty integer array to report as outside ``[0, n)``: its minimum when that is
+    negative, else its maximum when that is ``n`` or more; None when every value lies inside."""
+    lo, hi = values.min(), values.max()
+    if lo < 0 or hi >= n:
+        return lo if lo < 0 else hi
+    return None
 
 
 def intersect_sorted(small: np.ndarray, large: np.ndarray) -> np.ndarray:

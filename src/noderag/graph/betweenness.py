@@ -86,6 +86,13 @@ def _brandes_bfs(indptr, indices, s, state, order, acc):
 
 
 @njit(cache=True, nogil=True)
+def _heap_put(heap, hpos, i, v):
+    """Put node ``v`` in heap slot ``i`` and record the slot in ``hpos`` (the two stay in step)."""
+    heap[i] = v
+    hpos[v] = i
+
+
+@njit(cache=True, nogil=True)
 def _heap_sift_up(heap, hpos, key, i):
     """Move heap entry ``i`` up to restore the min-heap order on ``key``."""
     v = heap[i]
@@ -95,11 +102,9 @@ def _heap_sift_up(heap, hpos, key, i):
         p = heap[parent]
         if key[p] <= kv:
             break
-        heap[i] = p
-        hpos[p] = i
+        _heap_put(heap, hpos, i, p)
         i = parent
-    heap[i] = v
-    hpos[v] = i
+    _heap_put(heap, hpos, i, v)
 
 
 @njit(cache=True, nogil=True)
@@ -119,11 +124,9 @@ def _heap_sift_down(heap, hpos, key, i, size):
                 c = c2
         if key[c] >= kv:
             break
-        heap[i] = c
-        hpos[c] = i
+        _heap_put(heap, hpos, i, c)
         i = child
-    heap[i] = v
-    hpos[v] = i
+    _heap_put(heap, hpos, i, v)
 
 
 @njit(cache=True, nogil=True)
@@ -134,16 +137,14 @@ def _brandes_dijkstra(indptr, indices, weights, s, dist, sigma, order, heap, hpo
     """
     dist[s] = 0.0
     sigma[s] = 1.0
-    heap[0] = s
-    hpos[s] = 0
+    _heap_put(heap, hpos, 0, s)
     size = 1
     n_settled = 0
     while size > 0:
         v = heap[0]
         size -= 1
         if size > 0:
-            heap[0] = heap[size]
-            hpos[heap[0]] = 0
+            _heap_put(heap, hpos, 0, heap[size])
             _heap_sift_down(heap, hpos, dist, 0, size)
         hpos[v] = -2  # settled
         order[n_settled] = v
@@ -159,8 +160,7 @@ def _brandes_dijkstra(indptr, indices, weights, s, dist, sigma, order, heap, hpo
             if hw == -1:
                 dist[w] = nd
                 sigma[w] = sv
-                heap[size] = w
-                hpos[w] = size
+                _heap_put(heap, hpos, size, w)
                 size += 1
                 _heap_sift_up(heap, hpos, dist, size - 1)
             elif nd < dist[w]:

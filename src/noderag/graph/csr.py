@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .arrays import distinct
+from .arrays import distinct, out_of_range
 
 INDPTR_DTYPE = np.dtype(np.int64)
 INDEX_DTYPE = np.dtype(np.int32)
@@ -87,11 +87,9 @@ def validate_csr(indptr, indices, weights=None, *, n: int | None = None, name: s
     if steps.size and steps.min() < 0:
         bad = int(np.argmax(steps < 0))
         raise ValueError(f"{name}.indptr must be non-decreasing; indptr[{bad + 1}] = {indptr[bad + 1]} < indptr[{bad}] = {indptr[bad]}")
-    if indices.size:
-        lo, hi = indices.min(), indices.max()
-        if lo < 0 or hi >= n_rows:
-            bad = lo if lo < 0 else hi
-            raise ValueError(f"{name}.indices must lie in [0, {n_rows}), found {bad}")
+    bad = out_of_range(indices, n_rows) if indices.size else None
+    if bad is not None:
+        raise ValueError(f"{name}.indices must lie in [0, {n_rows}), found {bad}")
     if weights is None:
         weights = np.ones(indices.shape[0], WEIGHT_DTYPE)
     weights = np.asarray(weights)

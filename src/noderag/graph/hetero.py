@@ -29,7 +29,7 @@ from typing import Iterable
 
 import numpy as np
 
-from .arrays import distinct
+from .arrays import distinct, out_of_range
 from .csr import CSR, INDEX_DTYPE, INDPTR_DTYPE, WEIGHT_DTYPE, csr_from_coo, validate_csr
 from .keys import KEY_DTYPE
 from .storage import (
@@ -91,6 +91,18 @@ def _readonly(arr: np.ndarray) -> np.ndarray:
     return view
 
 
+def _check_codes(arr: np.ndarray, name: str, what: str, n: int, span: str) -> None:
+    """Raise ValueError unless ``arr`` is a 1-D integer array of ``what`` (type codes, node ids) in
+    ``[0, n)``, which the message writes as ``span``."""
+    if arr.ndim != 1:
+        raise ValueError(f"{name} must be 1-D, got shape {arr.shape}")
+    if arr.dtype.kind not in "iu":
+        raise ValueError(f"{name} must hold integer {what}, got dtype {arr.dtype}")
+    bad = out_of_range(arr, n) if arr.size else None
+    if bad is not None:
+        raise ValueError(f"{name} must hold {what} in {span}, found {bad}")
+
+
 def _as_types(types, name: str) -> np.ndarray:
     """Validate node type codes (ints, NodeType or letters) -> uint8 array."""
     if isinstance(types, np.ndarray) and types.dtype.kind in "iu":
@@ -105,15 +117,7 @@ def _as_types(types, name: str) -> np.ndarray:
         arr = np.asarray(seq)
         if arr.size == 0:
             arr = arr.astype(np.int64)
-    if arr.ndim != 1:
-        raise ValueError(f"{name} must be 1-D, got shape {arr.shape}")
-    if arr.dtype.kind not in "iu":
-        raise ValueError(f"{name} must hold integer type codes, got dtype {arr.dtype}")
-    if arr.size:
-        lo, hi = arr.min(), arr.max()
-        if lo < 0 or hi >= N_TYPES:
-            bad = lo if lo < 0 else hi
-            raise ValueError(f"{name} must hold type codes in 0..{N_TYPES - 1}, found {bad}")
+    _check_codes(arr, name, "type codes", N_TYPES, f"0..{N_TYPES - 1}")
     return np.ascontiguousarray(arr, TYPE_DTYPE)
 
 
@@ -148,15 +152,7 @@ def _as_ids(ids, n: int, name: str) -> np.ndarray:
     arr = np.asarray(ids)
     if arr.size == 0:
         arr = arr.astype(np.int64).reshape(-1)
-    if arr.ndim != 1:
-        raise ValueError(f"{name} must be 1-D, got shape {arr.shape}")
-    if arr.dtype.kind not in "iu":
-        raise ValueError(f"{name} must hold integer node ids, got dtype {arr.dtype}")
-    if arr.size:
-        lo, hi = arr.min(), arr.max()
-        if lo < 0 or hi >= n:
-            bad = lo if lo < 0 else hi
-            raise ValueError(f"{name} must hold node ids in [0, {n}), found {bad}")
+    _check_codes(arr, name, "node ids", n, f"[0, {n})")
     return arr.astype(np.int64, copy=False)
 
 

@@ -66,6 +66,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import _core
+from .arrays import out_of_range
 from .csr import CSR, validate_csr
 from .types import N_TYPES
 
@@ -200,9 +201,9 @@ def _seed_ids(seeds, n: int, where: str) -> np.ndarray:
         raise ValueError(f"{where}seeds must be non-empty")
     if not np.issubdtype(ids.dtype, np.integer):
         raise ValueError(f"{where}seeds must be integer node ids, got dtype {ids.dtype}")
-    lo, hi = ids.min(), ids.max()
-    if lo < 0 or hi >= n:
-        raise ValueError(f"{where}seeds must lie in [0, {n}), found {lo if lo < 0 else hi}")
+    bad = out_of_range(ids, n)
+    if bad is not None:
+        raise ValueError(f"{where}seeds must lie in [0, {n}), found {bad}")
     return np.ascontiguousarray(ids, np.int32)
 
 

@@ -28,6 +28,7 @@ import threading
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -200,14 +201,19 @@ class VectorIndex:
                 f"{', view=' + repr(self._path) if self._view else ''})")
 
     # -- mutation ---------------------------------------------------------------------
-    def add(self, ids, vectors, *, threads: int | None = None) -> None:
-        """Add ``vectors`` (n, ndim) under the node ``ids`` (n,); ids must be new and distinct."""
+    def _rows_to_add(self, ids, vectors) -> tuple[np.ndarray, np.ndarray]:
+        """``ids`` (int64) and ``vectors`` checked for an add: a writable index, one ``ndim`` row per id."""
         if self._view:
             raise ValueError(f"index viewed from {self._path!r} is read-only; load it with view=False to add")
         ids = _as_ids(ids)
         vectors = _as_vectors(vectors, self.ndim)
         if vectors.shape[0] != ids.shape[0]:
             raise ValueError(f"vectors has {vectors.shape[0]} rows but ids has {ids.shape[0]} entries")
+        return ids, vectors
+
+    def add(self, ids, vectors, *, threads: int | None = None) -> None:
+        """Add ``vectors`` (n, ndim) under the node ``ids`` (n,); ids must be new and distinct."""
+        ids, vectors = self._rows_to_add(ids, vectors)
         if ids.size == 0:
             return
         uniq, counts = np.unique(ids, return_counts=True)
@@ -233,12 +239,7 @@ class VectorIndex:
         order. Call :meth:`wait` before using the index. Ids are not checked against the
         pending adds: they must be new.
         """
-        if self._view:
-            raise ValueError(f"index viewed from {self._path!r} is read-only; load it with view=False to add")
-        ids = _as_ids(ids)
-        vectors = _as_vectors(vectors, self.ndim)
-        if vectors.shape[0] != ids.shape[0]:
-            raise ValueError(f"vectors has {vectors.shape[0]} rows but ids has {ids.shape[0]} entries")
+        ids, vectors = self._rows_to_add(ids, vectors)
         if distinct(ids).size != ids.size:
             raise ValueError("ids must be distinct")
         self._submit(ids, vectors)
@@ -686,34 +687,23 @@ def _exact_knn(ids: np.ndarray, unit: np.ndarray, kk: int, batch_size: int):
     return out_ids, out_sim
 
 
-def knn_csr(
-    n: int,
-    ids,
-    vectors,
-    k: int = 10,
-    *,
-    exact_below: int = 4096,
-    index: VectorIndex | None = None,
-    dtype: str = "f16",
-    batch_size: int = 16384,
-    threads: int = 0,
-    add_threads: int = 1,
-) -> CSR:
+def knn_csr(n: int, ids, vectors, k: int = 10, **search: Any) -> CSR:
     """Semantic layer: symmetric kNN graph over ``n`` nodes from the embedded nodes' vectors.
 
     Each embedded node links to its ``k`` most cosine-similar other embedded nodes
-    (see :func:`knn_search`); edges with similarity <= 0 are dropped. An edge found
-    from both ends is kept once (the pair is deduplicated, keeping the larger of the
-    two similarities, which are equal when both come from ``vectors``), so a mutual
-    neighbour pair is not weighted double. Weight = cosine similarity (float32).
+    (see :func:`knn_search`, which takes the keyword options ``search``: ``exact_below``,
+    ``index``, ``dtype``, ``batch_size``, ``threads``, ``add_threads``); edges with
+    similarity <= 0 are dropped. An edge found from both ends is kept once (the pair is
+    deduplicated, keeping the larger of the two similarities, which are equal when both
+    come from ``vectors``), so a mutual neighbour pair is not weighted double.
+    Weight = cosine similarity (float32).
     """
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
         raise ValueError(f"n must be a non-negative integer, got {n!r}")
     ids_arr = _as_ids(ids)
     if ids_arr.size and ids_arr.max() >= n:
         raise ValueError(f"ids must lie in [0, {n}), found {ids_arr.max()}")
-    nbrs, sims = knn_search(ids_arr, vectors, k, exact_below=exact_below, index=index, dtype=dtype,
-                            batch_size=batch_size, threads=threads, add_threads=add_threads)
+    nbrs, sims = knn_search(ids_arr, vectors, k, **search)
     if nbrs.size == 0:
         return CSR.empty(n)
     src = np.repeat(ids_arr, nbrs.shape[1])
