@@ -30,22 +30,16 @@ try:
 except ImportError as exc:  # the optional extra is missing
     raise ImportError("noderag.integrations.langchain needs LangChain: pip install 'noderag[langchain]'") from exc
 
-from .passages import open_index, passages, search_config
+from .passages import PassageRetriever, open_index, search_config
 
 __all__ = ["NodeRAGRetriever"]
 
 
-class NodeRAGRetriever(BaseRetriever):
+class NodeRAGRetriever(PassageRetriever, BaseRetriever):
     """Ranked passages of a noderag index as LangChain ``Document`` objects.
 
-    Fields
-    ------
-    index : noderag.Index
-        The opened index (``from_path`` opens a directory).
-    k : int or None
-        Passages returned per question (None: every ranked passage). Default 5.
-    search : SearchConfig, dict or None
-        Search settings (``noderag.search.SearchConfig`` or a dict of its fields); None: the defaults.
+    Fields ``index`` (an opened ``noderag.Index``, or an index directory that it opens), ``k`` and
+    ``search``, as :class:`~noderag.integrations.passages.PassageRetriever` describes them.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
@@ -71,15 +65,8 @@ class NodeRAGRetriever(BaseRetriever):
     def _config(cls, value: Any) -> Any:
         return search_config(value)
 
-    @classmethod
-    def from_path(cls, path: Any, **fields: Any) -> "NodeRAGRetriever":
-        """Open the index in directory ``path`` and wrap it (``k``, ``search`` and the base fields as keywords)."""
-        return cls(index=open_index(path), **fields)
-
     def _documents(self, query: str) -> list[Document]:
-        result = self.index.retrieve(query, config=self.search)
-        return [Document(page_content=p["text"], metadata=p["metadata"])
-                for p in passages(self.index, result, self.k, config=self.search)]
+        return [Document(page_content=p["text"], metadata=p["metadata"]) for p in self._passages(query)]
 
     def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun) -> list[Document]:
         return self._documents(query)

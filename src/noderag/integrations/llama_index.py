@@ -30,22 +30,17 @@ try:
 except ImportError as exc:  # the optional extra is missing
     raise ImportError("noderag.integrations.llama_index needs LlamaIndex: pip install 'noderag[llamaindex]'") from exc
 
-from .passages import BULKY_KEYS, open_index, passages, search_config
+from .passages import BULKY_KEYS, PassageRetriever, open_index, search_config
 
 __all__ = ["NodeRAGRetriever"]
 
 
-class NodeRAGRetriever(BaseRetriever):
+class NodeRAGRetriever(PassageRetriever, BaseRetriever):
     """Ranked passages of a noderag index as LlamaIndex ``NodeWithScore`` objects.
 
-    Parameters
-    ----------
-    index : noderag.Index or index directory
-    k : int or None
-        Passages returned per question (None: every ranked passage). Default 5.
-    search : SearchConfig, dict or None
-        Search settings (``noderag.search.SearchConfig`` or a dict of its fields); None: the defaults.
-    callback_manager, verbose : as for every LlamaIndex retriever
+    ``index`` (an opened ``noderag.Index`` or an index directory), ``k`` and ``search`` are as
+    :class:`~noderag.integrations.passages.PassageRetriever` describes them; ``callback_manager``
+    and ``verbose`` as for every LlamaIndex retriever.
     """
 
     def __init__(self, index: Any, *, k: int | None = 5, search: Any = None,
@@ -57,15 +52,9 @@ class NodeRAGRetriever(BaseRetriever):
         self.search = search_config(search)
         super().__init__(callback_manager=callback_manager, verbose=verbose)
 
-    @classmethod
-    def from_path(cls, path: Any, **kwargs: Any) -> "NodeRAGRetriever":
-        """Open the index in directory ``path`` and wrap it."""
-        return cls(open_index(path), **kwargs)
-
     def _nodes(self, query: str) -> list[NodeWithScore]:
-        result = self.index.retrieve(query, config=self.search)
         out = []
-        for p in passages(self.index, result, self.k, config=self.search):
+        for p in self._passages(query):
             meta = p["metadata"]
             node = TextNode(id_=f"noderag-{meta['generation']}-{meta['node_id']}", text=p["text"], metadata=meta,
                             excluded_llm_metadata_keys=list(BULKY_KEYS),

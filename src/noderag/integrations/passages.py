@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any, Mapping
 
-__all__ = ["open_index", "search_config", "passages", "node_payload"]
+__all__ = ["open_index", "search_config", "passages", "node_payload", "PassageRetriever"]
 
 #: metadata keys too large or too query-specific to show an LLM or embed with each passage
 BULKY_KEYS = ("context", "context_node_ids", "nodes", "query")
@@ -92,3 +92,23 @@ def _titles(index: Any, docs: list[int]) -> dict[int, str | None]:
         rows = np.flatnonzero(ids == d) if not (0 <= d < ids.shape[0] and ids[d] == d) else [d]
         out[d] = titles[int(rows[0])].as_py() if len(rows) else None
     return out
+
+
+class PassageRetriever:
+    """What the framework retrievers share: the fields ``index``, ``k`` and ``search``, ``from_path``
+    and the passages of one question.
+
+    ``index`` is an opened ``noderag.Index``; ``k`` the passages returned per question (None: every
+    ranked passage; default 5); ``search`` the search settings (``noderag.search.SearchConfig`` or a
+    dict of its fields; None: the defaults).
+    """
+
+    @classmethod
+    def from_path(cls, path: Any, **fields: Any):
+        """Open the index in directory ``path`` and wrap it; ``fields`` are the others (``k``, ``search``, ...)."""
+        return cls(index=open_index(path), **fields)
+
+    def _passages(self, query: str) -> list[dict[str, Any]]:
+        """The first ``k`` ranked passages of ``Index.retrieve(query)`` as ``{"text", "metadata"}`` dicts."""
+        result = self.index.retrieve(query, config=self.search)
+        return passages(self.index, result, self.k, config=self.search)
