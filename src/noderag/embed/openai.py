@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from .._overrides import with_overrides
+from .._overrides import openai_endpoint, with_overrides
 from ..retry import Transient, attempts_made, retrying
 from .base import check_batch_size, check_texts, l2_normalize
 
@@ -50,14 +49,8 @@ class OpenAIEmbedConfig:
 
     def resolved(self) -> "OpenAIEmbedConfig":
         """Return a copy with environment defaults filled in and every field checked."""
-        env = os.environ
-        model = self.model or env.get("NODERAG_EMBED_MODEL")
-        base_url = self.base_url or env.get("NODERAG_EMBED_BASE_URL") or "https://api.openai.com/v1"
-        api_key = self.api_key or env.get("NODERAG_EMBED_API_KEY") or env.get("OPENAI_API_KEY") or ""
-        if not model:
-            raise ValueError("openai embedder: no model given (pass model= or set NODERAG_EMBED_MODEL)")
-        if not base_url.startswith(("http://", "https://")):
-            raise ValueError(f"openai embedder: base_url must start with http:// or https://, got {base_url!r}")
+        model, base_url, api_key = openai_endpoint(self.model, self.base_url, self.api_key, env="EMBED",
+                                                   owner="openai embedder", error=ValueError)
         if self.dim is not None:
             check_batch_size(self.dim, "dim")
         check_batch_size(self.batch_size)

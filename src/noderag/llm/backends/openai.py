@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import random
 import re
 import threading
@@ -14,7 +13,7 @@ from typing import Any, AsyncIterator, Sequence
 
 import httpx
 
-from ..._overrides import with_overrides
+from ..._overrides import openai_endpoint, with_overrides
 from ...retry import Transient, async_retrying
 from ..accounting import TokenLedger
 from ..base import BaseBackend, RawOutput, _check_requests, estimate_usage, finish_result, retry_request
@@ -83,14 +82,8 @@ class OpenAIConfig:
 
     def resolved(self) -> "OpenAIConfig":
         """Return a copy with environment defaults filled in and every field checked."""
-        env = os.environ
-        model = self.model or env.get("NODERAG_LLM_MODEL")
-        base_url = self.base_url or env.get("NODERAG_LLM_BASE_URL") or "https://api.openai.com/v1"
-        api_key = self.api_key or env.get("NODERAG_LLM_API_KEY") or env.get("OPENAI_API_KEY") or ""
-        if not model:
-            raise LLMError("openai backend: no model given (pass model= or set NODERAG_LLM_MODEL)")
-        if not base_url.startswith(("http://", "https://")):
-            raise LLMError(f"openai backend: base_url must start with http:// or https://, got {base_url!r}")
+        model, base_url, api_key = openai_endpoint(self.model, self.base_url, self.api_key, env="LLM",
+                                                   owner="openai backend", error=LLMError)
         if self.dialect not in DIALECTS:
             raise LLMError(f"openai backend: dialect must be one of {DIALECTS}, got {self.dialect!r}")
         for name in ("max_concurrency",):
