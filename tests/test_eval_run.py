@@ -224,3 +224,79 @@ def test_demo_dataset_on_an_index_of_the_demo_folder(tmp_path):
     res = evaluate("demo", tmp_path / "ix", methods=("noderag", "bm25"), **FAST)
     assert res["index"]["built"] is False and res["dataset"]["stats"]["gold_unmapped"] == 0
     assert 0.0 < res["methods"]["bm25"]["metrics"]["recall@10"]["mean"] <= 1.0
+
+
+def test_named_variants_rank_like_noderag_with_their_search_settings(built):
+    from noderag.search import SearchConfig
+
+    root, ref = built
+    res = evaluate(DATA / "noderag", root / "ix", methods=("noderag", "no_ppr", "bm25"),
+                   variants={"no_ppr": {"use_ppr": False}, "unused": {"iterations": 1}},
+                   compare=[("no_ppr", "noderag"), ("noderag", "bm25")], **FAST)
+    alone = evaluate(DATA / "noderag", root / "ix", methods=("noderag",),
+                     search_config=SearchConfig().replace(use_ppr=False), **FAST)
+    assert res["methods"]["no_ppr"]["metrics"] == alone["methods"]["noderag"]["metrics"]
+    assert res["methods"]["noderag"]["metrics"] == ref["methods"]["noderag"]["metrics"]
+    assert set(res["paired"]) == {"no_ppr - noderag", "noderag - bm25"}
+    assert res["config"]["variants"] == {"no_ppr": {"use_ppr": False}}  # only the ranked ones are recorded
+
+
+def test_bad_variants_and_comparisons_name_what_is_wrong(built):
+    from noderag.errors import ConfigError
+
+    root, _ = built
+    with pytest.raises(DatasetError, match="variant 'bm25': the name of a built-in method"):
+        evaluate(DATA / "noderag", root / "ix", methods=("noderag", "bm25"), variants={"bm25": {}}, **FAST)
+    with pytest.raises(ConfigError, match="variant 'x': .*nope"):
+        evaluate(DATA / "noderag", root / "ix", methods=("noderag", "x"), variants={"x": {"nope": 1}}, **FAST)
+    with pytest.raises(DatasetError, match=r"unknown method\(s\) \['y'\]: choose from noderag, dense, bm25, "
+                                           r"bm25_segmenter, x"):
+        evaluate(DATA / "noderag", root / "ix", methods=("noderag", "y"), variants={"x": {}}, **FAST)
+    with pytest.raises(DatasetError, match=r"comparison \('noderag', 'dense'\): expected two different methods"):
+        evaluate(DATA / "noderag", root / "ix", methods=("noderag", "bm25"), compare=[("noderag", "dense")], **FAST)
+
+
+@pytest.fixture(scope="module")
+def two_seeds(built, tmp_path_factory):
+    """A second build of the fixture corpus with another seed, beside the first."""
+    root, _ = built
+    cfg = NodeRAGConfig().with_overrides({"embed.spec": "hash:64", "seed": 7})
+    from noderag.build.driver import build_index
+
+    other = tmp_path_factory.mktemp("seed7") / "ix"
+    build_index([str(DATA / "noderag" / "corpus.jsonl")], other, cfg, progress=False)
+    return [root / "ix", other]
+
+
+def test_several_indexes_average_noderag_and_report_each(two_seeds, tmp_path):
+    import numpy as np
+
+    res = evaluate(DATA / "noderag", two_seeds, out=tmp_path / "out", per_question=True, **FAST)
+    alone = [evaluate(DATA / "noderag", ix, **FAST) for ix in two_seeds]
+    assert len(res["per_index"]) == 2 and res["index"]["path"] == str(two_seeds[0])
+    for one, single in zip(res["per_index"], alone):
+        assert set(one["methods"]) == {"noderag"}  # the baselines rank once, on the first index
+        assert one["methods"]["noderag"]["metrics"] == single["methods"]["noderag"]["metrics"]
+        assert one["paired"] == single["paired"] and one["breakdown"]["hops"] == single["breakdown"]["hops"]
+    for m in ("dense", "bm25"):
+        assert res["methods"][m]["metrics"] == alone[0]["methods"][m]["metrics"]
+    rows = [[json.loads(x) for x in (tmp_path / "out" / f"index-{i}" / "per_question.jsonl").read_text().splitlines()]
+            for i in range(2)]
+    mean = np.mean([[r["methods"]["noderag"]["scores"]["recall@5"] for r in rr] for rr in rows], axis=0).mean()
+    assert res["methods"]["noderag"]["metrics"]["recall@5"]["mean"] == pytest.approx(mean, abs=1e-4)
+    assert "## Per index" in (tmp_path / "out" / "results.md").read_text()
+    again = evaluate(DATA / "noderag", two_seeds, out=tmp_path / "out", **FAST)  # every index resumes
+    assert again["run"]["questions_resumed"] == 8 and again["methods"] == res["methods"]
+
+
+def test_cli_several_indexes_and_one_line_errors(two_seeds, tmp_path, capsys):
+    args = ["eval", str(DATA / "noderag"), "--index", str(two_seeds[0]), "--index", str(two_seeds[1]),
+            "--no-progress", "--no-latency", "--resamples", "200"]
+    assert main([*args, "--out", str(tmp_path / "o")]) == 0
+    res = json.loads((tmp_path / "o" / "results.json").read_text())
+    assert [p["index"]["path"] for p in res["per_index"]] == [str(p) for p in two_seeds]
+    capsys.readouterr()
+    assert main([*args, "--out", str(tmp_path / "o2"), "--llm", "scripted"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["noderag: error: answers are evaluated on one index, 2 were given: leave out --llm/--judge or "
+                   "give one --index"]

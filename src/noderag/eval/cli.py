@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from .loaders import FORMATS, DatasetError
-from .run import METHODS, evaluate
+from .run import KNOWN_METHODS, METHODS, evaluate
 
 __all__ = ["add_eval_arguments", "run_eval"]
 
@@ -23,9 +23,9 @@ def _int_list(text: str) -> list[int]:
 
 def _methods(text: str) -> list[str]:
     vals = [x.strip() for x in text.split(",") if x.strip()]
-    bad = [m for m in vals if m not in METHODS]
+    bad = [m for m in vals if m not in KNOWN_METHODS]
     if bad or not vals:
-        raise argparse.ArgumentTypeError(f"unknown method(s) {bad or text!r}: choose from {','.join(METHODS)}")
+        raise argparse.ArgumentTypeError(f"unknown method(s) {bad or text!r}: choose from {','.join(KNOWN_METHODS)}")
     return vals
 
 
@@ -33,12 +33,15 @@ def add_eval_arguments(p: argparse.ArgumentParser) -> None:
     """The options of ``noderag eval``."""
     p.add_argument("data", metavar="DATA", help="dataset folder or file (noderag, BEIR, HippoRAG, raw MuSiQue, "
                                                 "2WikiMultiHopQA or HotpotQA), or 'demo': the shipped demo corpus")
-    p.add_argument("--index", required=True, metavar="DIR",
-                   help="index directory (built from the dataset's corpus when it has no finished build)")
+    p.add_argument("--index", required=True, metavar="DIR", action="append",
+                   help="index directory (built from the dataset's corpus when it has no finished build); repeat "
+                        "it for several builds of the corpus (e.g. one per --seed): noderag's per-question scores "
+                        "are averaged over them, and each one's figures are reported too")
     p.add_argument("--out", metavar="DIR", default=None,
                    help="results folder: results.json/.md, recall.png, state/ for resuming (default eval-<dataset>)")
     p.add_argument("--methods", type=_methods, default=list(METHODS), metavar="M,M",
-                   help=f"methods, the first being the reference of paired comparisons (default {','.join(METHODS)})")
+                   help=f"methods ({','.join(KNOWN_METHODS)}), the first being the reference of paired "
+                        f"comparisons (default {','.join(METHODS)})")
     p.add_argument("--k", type=_int_list, default=[2, 5, 10], metavar="K,K", help="recall@k cut-offs (default 2,5,10)")
     p.add_argument("--format", choices=FORMATS, default=None, help="dataset format (default: detected)")
     p.add_argument("--split", default=None, help="BEIR qrels split (default: test, or the only one)")
@@ -77,7 +80,8 @@ def run_eval(args: argparse.Namespace) -> int:
         build_config = (build_config or NodeRAGConfig()).with_overrides({"embed.spec": args.embed})
     out = Path(args.out) if args.out else Path(f"eval-{Path(args.data).resolve().name.split('.')[0]}")
     try:
-        res = evaluate(args.data, args.index, out=out, methods=args.methods, ks=args.k, format=args.format,
+        index = args.index[0] if len(args.index) == 1 else args.index
+        res = evaluate(args.data, index, out=out, methods=args.methods, ks=args.k, format=args.format,
                        split=args.split, llm=args.llm, judge=args.judge, build_config=build_config,
                        batch_size=args.batch_size, latency=not args.no_latency, per_question=args.per_question,
                        n_resamples=args.resamples, seed=args.seed,
@@ -91,6 +95,9 @@ def run_eval(args: argparse.Namespace) -> int:
     for m, row in res["methods"].items():
         print(f"{m:<10}" + "".join(f"{row['metrics'][k]['mean']:>12.4f}" for k in keys)
               + f"{row['p50_ms'] if row['p50_ms'] is not None else '':>10}{row['batch_qps'] or '':>10}")
+    for i, one in enumerate(res.get("per_index", [])):  # several indexes: each one's own noderag figures
+        for m, row in one["methods"].items():
+            print(f"{f'{m}[{i}]':<10}" + "".join(f"{row['metrics'][k]['mean']:>12.4f}" for k in keys))
     print(f"wrote {out / 'results.json'}, {out / 'results.md'}"
           + (f", {out / 'recall.png'}" if (out / "recall.png").is_file() else "")
           + (f", {out / 'per_question.jsonl'}" if args.per_question else ""))
