@@ -6,16 +6,26 @@ Usage::
 
 ``--data DIR`` holds ``corpus.jsonl`` ({id, title, text}) and ``questions.jsonl``
 ({id, question, supporting_ids, ...}). The index is built in ``nlp`` mode with the embedder
-``auto`` picks for the corpus, once per build seed (``--build-seeds N``: seeds 0..N-1; Leiden,
-betweenness sampling and HNSW move single-seed figures), one embedding pass for all of them.
-Every method ranks the same passages. Per question we score recall@2/5/10, all gold in the top 8,
-MRR and nDCG@10 (``noderag.eval.metrics``), average them over the seeds, and report means with 95%
-bootstrap intervals, paired bootstrap differences (noderag against the configuration before the
-lexical entry point and bridging round, and against the baselines), a breakdown by question type
-(HotpotQA bridge/comparison, MuSiQue 2/3/4 hops) and ablation rows that each remove one component.
-Latency: p50/p95 of one query *without* the query embedding, and batch throughput.
+``auto`` picks for the corpus (``--embed SPEC`` names another), once per build seed (``--build-seeds
+N``: seeds 0..N-1; Leiden, betweenness sampling and HNSW move single-seed figures), one embedding pass
+for all of them; ``--index DIR`` (repeatable) evaluates existing indexes instead.
 
-Writes ``FILE`` (JSON), ``FILE`` with ``.md`` and ``.png`` suffixes.
+This script is a thin caller of ``noderag.eval.evaluate`` (what ``noderag eval`` runs): the package
+ranks every method on the same passages, scores each question (recall@2/5/10, all gold in the top 8,
+MRR, nDCG@10), averages the per-question scores over the seeds, and computes the means with 95%
+bootstrap intervals, the paired bootstrap differences (noderag against the configuration before the
+lexical entry point and bridging round, and against the baselines), the breakdown by question type
+(HotpotQA bridge/comparison, MuSiQue 2/3/4 hops) and every ablation row. The ablations are defined
+here, as named search variants that each remove one component, and evaluated there, each paired
+against the defaults. Latency: p50/p95 of one query *without* the query embedding (first seed), and
+batch throughput.
+
+Per build seed, the noderag row of that seed's index alone (``per_seed``): ``noderag eval DATA --index
+DIR`` on an index built with ``noderag build DATA/corpus.jsonl --index DIR --seed S`` and the
+benchmark's build settings (``[semantic] enabled = true``) gives exactly those figures.
+
+Writes ``FILE`` (JSON), ``FILE`` with ``.md`` and ``.png`` suffixes, and the package's own results
+(``results.json``/``.md``, the per-index state) in ``WORK/eval_<name>``.
 """
 
 from __future__ import annotations
@@ -32,15 +42,14 @@ from pathlib import Path
 import numpy as np
 
 from noderag.lang import corpus_language
-from noderag.search import Searcher, SearchConfig
-from noderag.search.baselines import BM25Retriever, DenseRetriever, top_k_rows
-from noderag.eval.metrics import bootstrap_interval, musique_hops, paired_bootstrap, passage_scores
-from noderag.search.metrics import percentile_ms, retrieval_metrics
+from noderag.search import Searcher
+from noderag.search.metrics import percentile_ms, retrieval_metrics  # noqa: F401  (bench_hnsw_leiden uses it)
 
 REPO = Path(__file__).resolve().parents[1]
 DEPTH = 10  # ranked passages kept per question
 
 
+# load_jsonl, load_sample, _git_revision, MemoEmbedder, BEFORE: also imported by other benchmarks
 def load_jsonl(path: Path) -> list[dict]:
     """Rows of a JSON Lines file; a malformed line is an error naming file and line."""
     rows = []
@@ -78,6 +87,8 @@ def _git_revision() -> str | None:
         return None
 
 
+# time_noderag and noderag_row: scale_query.py's timing of one searcher (this benchmark's figures come from
+# noderag.eval.evaluate)
 def time_noderag(searcher: Searcher, queries: list[str], qvecs: np.ndarray, repeats: int = 3):
     """Ranked passages, context tokens, per-query latencies (best of ``repeats``) and batch times."""
     results = [searcher.retrieve(q, query_vector=v) for q, v in zip(queries, qvecs)]  # warm-up + results
@@ -120,25 +131,6 @@ def _add_timing(row: dict, lat, batch_s: float, n_q: int, embed_s=None, cpu=None
     return row
 
 
-def baseline_row(name, score_fn, queries_in, ids, gold, n_q, contexts, embed_s=None) -> dict:
-    """Rank with ``score_fn`` (batch of inputs -> score matrix); time single queries and one batch."""
-    scores = score_fn(queries_in)
-    idx, _ = top_k_rows(scores, DEPTH)
-    ranked = [[ids[j] for j in row] for row in idx.tolist()]
-    lat = []
-    for i in range(n_q):
-        t0 = time.perf_counter()
-        top_k_rows(score_fn(queries_in[i:i + 1]), DEPTH)
-        lat.append(time.perf_counter() - t0)
-    t0 = time.perf_counter()
-    top_k_rows(score_fn(queries_in), DEPTH)
-    batch_s = time.perf_counter() - t0
-    row = retrieval_metrics(ranked, gold)
-    # context of a passage retriever: its top-5 passages (title + text)
-    row["avg_context_tokens"] = round(float(np.mean([sum(contexts[j] for j in r[:5]) for r in idx.tolist()])), 1)
-    return _add_timing(row, lat, batch_s, n_q, embed_s), ranked
-
-
 ABLATIONS = {
     # the components of the hybrid search, each removed alone
     "no_lexical": {"lexical_top_k": 0, "lexical_weight": 0.0, "passage_lexical_weight": 0.0},
@@ -165,6 +157,8 @@ BEFORE = {"lexical_top_k": 0, "lexical_weight": 0.0, "passage_lexical_weight": 0
 
 
 METRICS = ("recall@2", "recall@5", "recall@10", "all_gold@8", "mrr", "ndcg@10")
+PAIRED = ("recall@2", "recall@5", "all_gold@8")  # the paired differences this benchmark reports
+TIMING = ("avg_context_tokens", "p50_ms", "p95_ms", "p50_cpu_ms", "batch_qps", "batch_qps_with_embedding")
 
 
 class MemoEmbedder:
@@ -209,85 +203,82 @@ class MemoEmbedder:
         return np.stack([self.memo[k] for k in keys])
 
 
-def question_group(q: dict) -> str:
-    """The question type a breakdown groups by: HotpotQA ``type``, MuSiQue hop count, else 'all'."""
-    if q.get("type"):
-        return str(q["type"])
-    try:
-        return musique_hops(q.get("id", ""))
-    except ValueError:
-        return "all"
-
-
-def per_question(results, gold) -> dict[str, np.ndarray]:
-    """Per-question passage scores of one method (noderag.eval.metrics)."""
-    return passage_scores([r.passages[:DEPTH] for r in results], gold)
-
-
-def summarise(values: dict[str, np.ndarray]) -> dict:
-    """Mean and 95% bootstrap interval of every metric."""
-    out = {}
-    for m in METRICS:
-        mean, lo, hi = bootstrap_interval(values[m])
-        out[m] = round(mean, 4)
-        out[m + "_ci"] = [round(lo, 4), round(hi, 4)]
-    return out
-
-
-def paired(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> dict:
-    """Paired bootstrap of a - b on recall@2/@5 and all-gold@8."""
-    return {m: {k: (round(v, 4) if isinstance(v, float) else v) for k, v in paired_bootstrap(a[m], b[m]).items()}
-            for m in ("recall@2", "recall@5", "all_gold@8")}
-
-
-def mean_over_seeds(runs: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-    """Per-question scores averaged over build seeds (the bootstrap then resamples questions)."""
-    return {m: np.mean([r[m] for r in runs], axis=0) for m in runs[0]}
-
-
 def fmt_ci(row: dict, m: str) -> str:
     lo, hi = row.get(m + "_ci", (None, None))
     return f"{row[m]:.3f} [{lo:.3f}, {hi:.3f}]" if lo is not None else f"{row[m]:.3f}"
 
 
-def write_markdown(path: Path, out: dict) -> None:
-    """Methods, paired differences, question-type breakdown and ablations as markdown tables."""
-    lines = [f"# Retrieval benchmark: {out['dataset']}", "",
-             f"{out['n_questions']} questions, {out['n_passages']} passages; embedder `{out['embedder']}`; "
-             f"{out['build_seeds']} build seed(s) (per-question scores averaged over seeds); {out['machine']}; "
-             f"git {out.get('git_revision')}.", "",
-             "Command: `" + out["command"] + "`", "",
-             "Means with 95% bootstrap intervals over questions (2,000 resamples). Latency is per query without "
-             "the query embedding (seed 0, best of 3), on a shared machine (load average "
-             f"{out['load_average']}).", "",
-             "| method | recall@2 | recall@5 | recall@10 | all-gold@8 | MRR | context tokens | p50 ms | p95 ms |",
+def _methods_table(out: dict) -> list[str]:
+    """The methods with their intervals, context tokens and latency."""
+    lines = ["| method | recall@2 | recall@5 | recall@10 | all-gold@8 | MRR | context tokens | p50 ms | p95 ms |",
              "|---|---|---|---|---|---|---|---|---|"]
     for name, row in out["methods"].items():
         lines.append(f"| {name} | " + " | ".join(fmt_ci(row, m) for m in METRICS[:4]) +
                      f" | {row['mrr']:.3f} | {row.get('avg_context_tokens', '')} | {row.get('p50_ms', '')} | "
                      f"{row.get('p95_ms', '')} |")
-    lines += ["", "## Paired differences (bootstrap over the same questions)", "",
-              "| comparison | metric | difference | 95% interval | P(diff <= 0) |", "|---|---|---|---|---|"]
+    return lines
+
+
+def _paired_and_types(out: dict) -> list[str]:
+    """Paired differences, then the breakdown by question type."""
+    lines = ["", "## Paired differences (bootstrap over the same questions)", "",
+             "| comparison | metric | difference | 95% interval | P(diff <= 0) |", "|---|---|---|---|---|"]
     for name, cmp in out["paired"].items():
         for m, d in cmp.items():
             lines.append(f"| {name} | {m} | {d['diff']:+.4f} | [{d['low']:+.4f}, {d['high']:+.4f}] | {d['p_le_0']} |")
     lines += ["", "## By question type", "",
-              "| type | questions | avg. gold | method | recall@2 | recall@5 | all-gold@8 |", "|---|---|---|---|---|---|---|"]
+              "| type | questions | avg. gold | method | recall@2 | recall@5 | all-gold@8 |",
+              "|---|---|---|---|---|---|---|"]
     for group, per in out["breakdown"].items():
         for name, row in per["methods"].items():
             lines.append(f"| {group} | {per['n']} | {per['avg_gold']} | {name} | {row['recall@2']:.3f} | "
                          f"{row['recall@5']:.3f} | {row['all_gold@8']:.3f} |")
-    if out["ablations"]:
-        lines += ["", "## Ablations (noderag, one setting changed from the defaults)", "",
-                  "| variant | change | recall@2 | recall@5 | all-gold@8 | Δ recall@5 vs default [95%] | "
-                  "Δ all-gold@8 [95%] | context tokens | p50 ms |", "|---|---|---|---|---|---|---|---|---|"]
-        for name, row in out["ablations"].items():
-            change = ", ".join(f"{k}={v}" for k, v in row["change"].items())
-            d5, d8 = row["vs_default"]["recall@5"], row["vs_default"]["all_gold@8"]
-            lines.append(f"| {name} | {change} | {fmt_ci(row, 'recall@2')} | {fmt_ci(row, 'recall@5')} | "
-                         f"{fmt_ci(row, 'all_gold@8')} | {d5['diff']:+.3f} [{d5['low']:+.3f}, {d5['high']:+.3f}] | "
-                         f"{d8['diff']:+.3f} [{d8['low']:+.3f}, {d8['high']:+.3f}] | {row.get('avg_context_tokens', '')} "
-                         f"| {row.get('p50_ms', '')} |")
+    return lines
+
+
+def _ablations_table(out: dict) -> list[str]:
+    """The ablation rows, each paired against the defaults (nothing with --no-ablations)."""
+    if not out["ablations"]:
+        return []
+    lines = ["", "## Ablations (noderag, one setting changed from the defaults)", "",
+             "| variant | change | recall@2 | recall@5 | all-gold@8 | Δ recall@5 vs default [95%] | "
+             "Δ all-gold@8 [95%] | context tokens | p50 ms |", "|---|---|---|---|---|---|---|---|---|"]
+    for name, row in out["ablations"].items():
+        change = ", ".join(f"{k}={v}" for k, v in row["change"].items())
+        d5, d8 = row["vs_default"]["recall@5"], row["vs_default"]["all_gold@8"]
+        lines.append(f"| {name} | {change} | {fmt_ci(row, 'recall@2')} | {fmt_ci(row, 'recall@5')} | "
+                     f"{fmt_ci(row, 'all_gold@8')} | {d5['diff']:+.3f} [{d5['low']:+.3f}, {d5['high']:+.3f}] | "
+                     f"{d8['diff']:+.3f} [{d8['low']:+.3f}, {d8['high']:+.3f}] | {row.get('avg_context_tokens', '')} "
+                     f"| {row.get('p50_ms', '')} |")
+    return lines
+
+
+def _per_seed_table(out: dict) -> list[str]:
+    """noderag on each seed's index alone, and how `noderag eval` reproduces it."""
+    lines = ["", "## Per build seed (noderag on that seed's index alone)", "",
+             "`noderag eval DATA --index DIR` on an index built with `noderag build DATA/corpus.jsonl --index DIR "
+             "--seed S` and the benchmark's build settings (a config file with `[semantic] enabled = true`"
+             + (f", `--embed {out['embed_spec']}`" if out.get("embed_spec") else "") +
+             ") gives exactly the figures of seed S.", "",
+             "| seed | recall@2 | recall@5 | recall@10 | all-gold@8 | MRR | nDCG@10 | context tokens |",
+             "|---|---|---|---|---|---|---|---|"]
+    for row in out["per_seed"]:
+        lines.append(f"| {row['seed']} | " + " | ".join(fmt_ci(row, m) for m in METRICS) +
+                     f" | {row.get('avg_context_tokens', '')} |")
+    return lines
+
+
+def write_markdown(path: Path, out: dict) -> None:
+    """Methods, paired differences, question-type breakdown, ablations and per-seed rows as markdown tables."""
+    lines = [f"# Retrieval benchmark: {out['dataset']}", "",
+             f"{out['n_questions']} questions, {out['n_passages']} passages; embedder `{out['embedder']}`; "
+             f"{out['build_seeds']} build seed(s) (per-question scores averaged over seeds); {out['machine']}; "
+             f"git {out.get('git_revision')}.", "",
+             "Command: `" + out["command"] + "`", "",
+             "Means with 95% bootstrap intervals over questions (2,000 resamples), all computed by "
+             "`noderag.eval.evaluate`. Latency is per query without the query embedding (seed 0, one pass), on a "
+             f"shared machine (load average {out['load_average']}).", ""]
+    lines += _methods_table(out) + _paired_and_types(out) + _ablations_table(out) + _per_seed_table(out)
     lines += ["", "## Search defaults", "", "```json", json.dumps(out["search_config"], indent=1), "```", ""]
     path.write_text("\n".join(lines), encoding="utf-8")
 
@@ -326,16 +317,18 @@ def write_plot(path: Path, out: dict) -> bool:
     return True
 
 
-def build_seeds(data: Path, work: Path, seeds: int, embedder, rebuild: bool) -> list[tuple[Path, float | None]]:
+def build_seeds(data: Path, work: Path, seeds: int, embedder, rebuild: bool,
+                embed_spec: str | None = None) -> list[tuple[Path, float | None]]:
     """Build (or reuse) one index per seed, nlp mode, the semantic layer on (for its ablation row)."""
     import shutil
 
     import noderag
 
     digest = hashlib.sha256((data / "corpus.jsonl").read_bytes()).hexdigest()
+    suffix = "" if embed_spec is None else "_" + "".join(c if c.isalnum() else "-" for c in embed_spec)
     out = []
     for seed in range(seeds):
-        d = work / f"{data.name}_seed{seed}"
+        d = work / f"{data.name}{suffix}_seed{seed}"
         stamp = d / "bench_corpus.sha256"
         if (not rebuild and stamp.is_file() and stamp.read_text().strip() == digest
                 and any(d.glob("generations/*/query/lex_term_hash.npy"))):  # built with the lexical tables
@@ -343,129 +336,152 @@ def build_seeds(data: Path, work: Path, seeds: int, embedder, rebuild: bool) -> 
             continue
         if d.exists():
             shutil.rmtree(d)
-        cfg = noderag.NodeRAGConfig().with_overrides({"semantic.enabled": True, "seed": seed})
         t0 = time.perf_counter()
-        noderag.build([str(data / "corpus.jsonl")], str(d), config=cfg, embed=embedder, progress=True)
+        noderag.build([str(data / "corpus.jsonl")], str(d), config=bench_build_config(seed, embed_spec),
+                      embed=embedder, progress=True)
         out.append((d, time.perf_counter() - t0))
         stamp.write_text(digest + "\n")
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
+def bench_build_config(seed: int, embed_spec: str | None = None):
+    """The benchmark's build settings: the defaults with the semantic layer on (for its ablation row) and the seed."""
+    import noderag
+
+    change = {"semantic.enabled": True, "seed": seed, **({"embed.spec": embed_spec} if embed_spec else {})}
+    return noderag.NodeRAGConfig().with_overrides(change)
+
+
+def _flat(row: dict, keep: tuple[str, ...] = TIMING) -> dict:
+    """A package row in this benchmark's shape: each metric's mean and ``_ci`` [low, high], then ``keep``."""
+    out = {}
+    for m in METRICS:
+        d = row["metrics"][m]
+        out[m] = d["mean"]
+        out[m + "_ci"] = [d["low"], d["high"]]
+    return {**out, **{k: row[k] for k in keep if row.get(k) is not None}}
+
+
+def _paired3(d: dict) -> dict:
+    """The paired differences this benchmark reports (recall@2/@5, all-gold@8)."""
+    return {m: d[m] for m in PAIRED}
+
+
+def _by_type(res: dict, ds, methods: list[str]) -> dict:
+    """The breakdown by question type (HotpotQA ``type``, else MuSiQue ``hops``, else one group 'all')."""
+    field = next((f for f in ("type", "hops") if f in res["breakdown"]), None)
+    if field is None:
+        n_gold = [len(set(q.gold)) for q in ds.questions]
+        return {"all": {"n": len(n_gold), "avg_gold": round(float(np.mean(n_gold)), 2),
+                        "methods": {m: {k: res["methods"][m]["metrics"][k]["mean"] for k in METRICS}
+                                    for m in methods}}}
+    per = res["breakdown"][field]
+    return {g: {"n": d["n"], "avg_gold": round(d["avg_gold"], 2),
+                "methods": {m: {k: per[m][g][k] for k in METRICS} for m in methods}}
+            for g, d in per[methods[0]].items()}
+
+
+def _per_seed(res: dict, built: list[tuple[Path, float | None]]) -> list[dict]:
+    """noderag's row on each seed's index alone (the package's ``per_index``; one seed: the row itself)."""
+    rows = [one["methods"]["noderag"] for one in res["per_index"]] if "per_index" in res else \
+        [res["methods"]["noderag"]]
+    return [{"seed": s, "index": str(d), **_flat(row, ("avg_context_tokens",))}
+            for s, ((d, _), row) in enumerate(zip(built, rows))]
+
+
+def bench_output(res: dict, ds, built, ablations: dict, baselines: list[str], args, argv, eval_out: Path) -> dict:
+    """The benchmark's JSON from the package's results: the same keys as before, plus ``per_seed``."""
+    heads = ["noderag", "before_issue_26", *baselines]
+    n_q = res["dataset"]["n_questions"]
+    return {
+        "dataset": ds.name,
+        "command": "python benchmarks/bench_retrieval.py " + " ".join(sys.argv[1:] if argv is None else argv),
+        "n_questions": n_q, "n_passages": res["dataset"]["n_passages"], "embedder": res["index"]["embedder"],
+        "embed_spec": args.embed, "build_seeds": len(built),
+        "index_build_s": [None if b is None else round(b, 1) for _, b in built],
+        "query_embedding_ms_per_query_batched": round(1e3 * res["run"]["query_embedding_s"] / n_q, 3),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, python {platform.python_version()}",
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+        "git_revision": res["git_revision"],
+        "search_config": res["config"]["search_config"],
+        "methods": {m: _flat(res["methods"][m]) for m in heads},
+        "paired": {f"noderag - {m}": _paired3(res["paired"][f"noderag - {m}"]) for m in heads[1:]},
+        "breakdown": _by_type(res, ds, heads),
+        "ablations": {v: {"change": change, **_flat(res["methods"][v], ("avg_context_tokens", "p50_ms")),
+                          "vs_default": _paired3(res["paired"][f"{v} - noderag"])}
+                      for v, change in ablations.items()},
+        "per_seed": _per_seed(res, built),
+        "eval_results": str(eval_out),
+    }
+
+
+def _arguments(argv: list[str] | None) -> argparse.Namespace:
+    """The command line, checked (a missing --data file is a usage error)."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", required=True, type=Path, help="folder with corpus.jsonl and questions.jsonl")
     ap.add_argument("--out", type=Path, default=None,
                     help="JSON output file (default benchmarks/results/retrieval_<name>.json)")
     ap.add_argument("--work", type=Path, default=None,
-                    help="folder of the per-seed indexes (default .benchcache/retrieval)")
+                    help="folder of the per-seed indexes and the evaluation's state (default .benchcache/retrieval)")
     ap.add_argument("--build-seeds", type=int, default=1, help="build the index with seeds 0..N-1 and average")
+    ap.add_argument("--index", type=Path, action="append", default=None, metavar="DIR",
+                    help="evaluate this existing index (repeatable: one per seed) instead of building")
+    ap.add_argument("--embed", default=None, metavar="SPEC",
+                    help="embedder of the builds (default: what 'auto' picks for the corpus)")
     ap.add_argument("--rebuild", action="store_true", help="rebuild the indexes even if they are up to date")
     ap.add_argument("--no-ablations", action="store_true")
     args = ap.parse_args(argv)
     if args.build_seeds < 1:
         ap.error(f"--build-seeds must be >= 1, got {args.build_seeds}")
+    for f in ("corpus.jsonl", "questions.jsonl"):
+        if not (args.data / f).is_file():
+            ap.error(f"--data {args.data.resolve()}: missing {f}")
+    return args
 
+
+def _indexes(args, data: Path, work: Path, texts: list[str]) -> list[tuple[Path, float | None]]:
+    """The indexes to evaluate: ``--index`` as given, else one build per seed (one embedding pass for all)."""
+    if args.index:
+        return [(d.resolve(), None) for d in args.index]
     import noderag
     from noderag.embed import make_embedder
-    from noderag.embed.base import embed_queries
     from noderag.embed.factory import resolve_auto_spec
 
+    spec = args.embed or resolve_auto_spec(texts)[0]
+    opts = noderag.NodeRAGConfig().embed.backend_options()
+    embedder = MemoEmbedder(make_embedder(spec, **opts), work / f"embed_memo_{spec.replace(':', '-')}.npz")
+    return build_seeds(data, work, args.build_seeds, embedder, args.rebuild, args.embed)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Build (or reuse) the seeds' indexes, evaluate them through noderag.eval, write JSON, markdown and plot."""
+    args = _arguments(argv)
+    from noderag.eval import evaluate, load_dataset
+
     data = args.data.resolve()
-    for f in ("corpus.jsonl", "questions.jsonl"):
-        if not (data / f).is_file():
-            ap.error(f"--data {data}: missing {f}")
-    name = data.name
-    out_path = args.out or REPO / "benchmarks" / "results" / f"retrieval_{name}.json"
+    out_path = args.out or REPO / "benchmarks" / "results" / f"retrieval_{data.name}.json"
     work = (args.work or REPO / ".benchcache" / "retrieval").resolve()
     work.mkdir(parents=True, exist_ok=True)
-
-    corpus, questions = load_sample(data)
-    queries = [q["question"] for q in questions]
-    gold = [q["supporting_ids"] for q in questions]
-    groups = [question_group(q) for q in questions]
-    pids = [c["id"] for c in corpus]
-    ptexts = [f"{c.get('title') or ''}\n{c['text']}".strip() for c in corpus]
-    spec, _ = resolve_auto_spec(c["text"] for c in corpus)
-    cfg0 = noderag.NodeRAGConfig()
-    embedder = MemoEmbedder(make_embedder(spec, **cfg0.embed.backend_options()), work / f"embed_memo_{spec}.npz")
-    built = build_seeds(data, work, args.build_seeds, embedder, args.rebuild)
-
-    t0 = time.perf_counter()
-    qvecs = np.asarray(embed_queries(embedder.inner, queries), dtype=np.float32)
-    embed_s = time.perf_counter() - t0
-
-    base = SearchConfig()
-    variants = {"noderag": {}, "before_issue_26": BEFORE}
-    if not args.no_ablations:
-        variants.update(ABLATIONS)
-    scores: dict[str, list[dict[str, np.ndarray]]] = {v: [] for v in variants}
-    rows: dict[str, dict] = {}
-    for seed, (d, _) in enumerate(built):
-        index = noderag.Index.open(d)
-        for v, change in variants.items():
-            s = Searcher(index, base.replace(**change), embedder=embedder)
-            if seed == 0:
-                res, lat, batch_s = time_noderag(s, queries, qvecs, repeats=3 if v == "noderag" else 1)
-                rows[v] = noderag_row(res, lat, batch_s, gold, len(queries), embed_s)
-            else:
-                res = s.retrieve_many(queries, query_vectors=qvecs)
-            scores[v].append(per_question(res, gold))
-            print(f"  seed {seed} {v}: recall@5 {scores[v][-1]['recall@5'].mean():.4f}", file=sys.stderr, flush=True)
-        index.close()
-    pq = {v: mean_over_seeds(r) for v, r in scores.items()}
-
-    from noderag.tokenize import count_tokens
-
-    ptokens = [count_tokens(t) for t in ptexts]
-    pvecs = np.asarray(embedder.embed(ptexts), dtype=np.float32)
-    dense = DenseRetriever(pids, pvecs)
-    bm25 = BM25Retriever(pids, ptexts)
-    baselines = {"dense": (dense.scores, qvecs, embed_s), "bm25": (bm25.scores, queries, None)}
-    if corpus_language(ptexts).chinese:  # Chinese terms: bigrams above, segmenter words here
-        baselines["bm25_segmenter"] = (BM25Retriever(pids, ptexts, cjk="segment").scores, queries, None)
-    for b, (fn, inputs, es) in baselines.items():
-        row, ranked = baseline_row(b, fn, inputs, pids, gold, len(queries), ptokens, es)
-        rows[b] = row
-        pq[b] = passage_scores(ranked, gold)
-
-    keep = ("avg_context_tokens", "p50_ms", "p95_ms", "p50_cpu_ms", "batch_qps", "batch_qps_with_embedding")
-    methods = {m: {**summarise(pq[m]), **{k: rows[m][k] for k in keep if k in rows[m]}}
-               for m in ("noderag", "before_issue_26", *baselines)}
-    cmp = {f"noderag - {m}": paired(pq["noderag"], pq[m]) for m in ("before_issue_26", *baselines)}
-    ablations = {v: {"change": change, **summarise(pq[v]), "vs_default": paired(pq[v], pq["noderag"]),
-                     **{k: rows[v][k] for k in ("avg_context_tokens", "p50_ms") if k in rows[v]}}
-                 for v, change in variants.items() if v in ABLATIONS}
-    n_gold = np.array([len(set(g)) for g in gold], dtype=np.float64)
-    by_type = {}
-    for g in sorted(set(groups)):
-        mask = np.array([x == g for x in groups])
-        by_type[g] = {"n": int(mask.sum()), "avg_gold": round(float(n_gold[mask].mean()), 2),
-                      "methods": {m: {k: round(float(pq[m][k][mask].mean()), 4) for k in METRICS}
-                                  for m in ("noderag", "before_issue_26", *baselines)}}
-    out = {
-        "dataset": name,
-        "command": "python benchmarks/bench_retrieval.py " + " ".join(sys.argv[1:] if argv is None else argv),
-        "n_questions": len(questions),
-        "n_passages": len(corpus),
-        "embedder": embedder.name,
-        "build_seeds": args.build_seeds,
-        "index_build_s": [None if b is None else round(b, 1) for _, b in built],
-        "query_embedding_ms_per_query_batched": round(1e3 * embed_s / len(queries), 3),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, python {platform.python_version()}",
-        "load_average": [round(x, 2) for x in os.getloadavg()],
-        "git_revision": _git_revision(),
-        "search_config": base.to_dict(),
-        "methods": methods,
-        "paired": cmp,
-        "breakdown": by_type,
-        "ablations": ablations,
-    }
+    ds = load_dataset(data, format="noderag")
+    texts = [r["text"] for r in ds.corpus]
+    built = _indexes(args, data, work, texts)
+    ablations = {} if args.no_ablations else dict(ABLATIONS)
+    baselines = ["dense", "bm25"] + (["bm25_segmenter"] if corpus_language(texts).chinese else [])
+    compare = [("noderag", m) for m in ("before_issue_26", *baselines)] + [(v, "noderag") for v in ablations]
+    eval_out = work / (f"eval_{data.name}" + (f"_{args.embed.replace(':', '-')}" if args.embed else ""))
+    res = evaluate(ds, [d for d, _ in built], out=eval_out, methods=["noderag", "before_issue_26", *baselines,
+                                                                     *ablations],
+                   variants={"before_issue_26": BEFORE, **ablations}, compare=compare, restart=True,
+                   log=lambda msg: print(f"bench_retrieval: {msg}", file=sys.stderr, flush=True))
+    out = bench_output(res, ds, built, ablations, baselines, args, argv, eval_out)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     out_path.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
     write_markdown(out_path.with_suffix(".md"), out)
     plotted = write_plot(out_path.with_suffix(".png"), out)
-    for m, row in methods.items():
+    for m, row in out["methods"].items():
         print(f"{m:16s} " + " ".join(f"{k} {row[k]}" for k in METRICS[:4]))
+    for row in out["per_seed"]:
+        print(f"seed {row['seed']} noderag " + " ".join(f"{k} {row[k]}" for k in METRICS[:4]))
     print(f"wrote {out_path}, {out_path.with_suffix('.md')}" + (f", {out_path.with_suffix('.png')}" if plotted else ""))
     return 0
 
