@@ -13,8 +13,9 @@ the server reported for the build (the manifest's ``tokens``), their ratio, and 
 within 10%.
 
 Two estimates are reported: counted with the model's own tokenizer and chat template (the GGUF's,
-what ``estimate_build(..., tokenizer=GGUF)`` and ``--llm llamacpp:GGUF --estimate`` count with) and
-with the package's offline cl100k tokenizer (the default when the model's tokenizer is unknown).
+what ``estimate_build(..., tokenizer=GGUF)``, ``--estimate --estimate-tokenizer GGUF`` and ``--llm
+llamacpp:GGUF --estimate`` count with) and with the package's offline cl100k tokenizer (``--estimate-tokenizer
+cl100k``, the default when the model's tokenizer is unknown).
 
 Every HTTP call of the real build is logged (stage, attempt, server prompt tokens, finish reason), so
 the gap can be split into counting (same requests, other tokenizer) and requests (retries, a different
