@@ -5,6 +5,7 @@ temporary files of a killed commit are removed by the next writer, ``gc`` and ``
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -124,7 +125,9 @@ def test_repair_skips_a_damaged_newer_generation(idx, two_generations):
     (idx / "generations" / ".trash-7").mkdir()
     report = repair_pointer(idx)
     assert report.generation == 1 and report.changed and report.before is None
-    assert report.skipped == ["generation 2: checksum mismatch in nodes.parquet"]
+    # the flipped byte is caught by the checksum or, where it lands in the footer, by the cheap check first
+    assert len(report.skipped) == 1 and re.fullmatch(r"generation 2: (checksum mismatch|damaged footer) in "
+                                                     r"nodes\.parquet", report.skipped[0])
     assert report.removed == [".CURRENT.x1y2.tmp", "generations/.trash-7"]
     assert (idx / CURRENT).read_text() == "1\n" and not (idx / ".CURRENT.x1y2.tmp").exists()
     assert not (idx / "generations" / ".trash-7").exists()

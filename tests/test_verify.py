@@ -176,17 +176,44 @@ def test_cli_verify_and_stats(index_copy, capsys):
     assert "graph/indptr.npy" in err and len(err.strip().splitlines()) == 1
 
 
-def test_insert_refuses_a_damaged_index(index_copy, tmp_path):
-    path = _gen(index_copy) / "graph" / "weights.npy"
+def _flip_one_bit(path):
     b = bytearray(path.read_bytes())
-    b[-2] ^= 0x01  # a weight changed slightly: only the checksum sees it
+    b[-2] ^= 0x01  # one value changed slightly: only the checksum sees it
     path.write_bytes(bytes(b))
-    before = path.read_bytes()
+    return bytes(b)
+
+
+def _one_new_document(tmp_path):
     new = tmp_path / "new.jsonl"
     new.write_text(json.dumps({"id": "n1", "text": "Kessel Harbour was rebuilt in 1902."}) + "\n", encoding="utf-8")
+    return new
+
+
+def test_insert_refuses_a_damaged_index(index_copy, tmp_path):
+    """An insert that recomputes the index reads every file: any damage stops it."""
+    path = _gen(index_copy) / "graph" / "weights.npy"
+    before = _flip_one_bit(path)
+    whole = NodeRAGConfig().with_overrides({"update.segments": False})
     with pytest.raises(IndexDamagedError, match=r"checksum mismatch in graph/weights\.npy"):
-        build_index([new], index_copy, progress=False)
+        build_index([_one_new_document(tmp_path)], index_copy, whole, progress=False)
     assert path.read_bytes() == before and (_gen(index_copy) / "manifest.json").is_file()
+
+
+def test_a_delta_insert_refuses_damage_in_what_it_reads(index_copy, tmp_path):
+    path = _gen(index_copy) / "query" / "text.npy"
+    before = _flip_one_bit(path)
+    with pytest.raises(IndexDamagedError, match=r"checksum mismatch in query/text\.npy"):
+        build_index([_one_new_document(tmp_path)], index_copy, progress=False)
+    assert path.read_bytes() == before
+
+
+def test_a_delta_insert_never_launders_damage_in_what_it_shares(index_copy, tmp_path):
+    """A file a delta only shares keeps its recorded checksum in the new generation: the damage stays visible."""
+    _flip_one_bit(_gen(index_copy) / "graph" / "weights.npy")
+    report = build_index([_one_new_document(tmp_path)], index_copy, progress=False)
+    assert report.manifest["deltas"] and report.added_documents == 1
+    with pytest.raises(IndexDamagedError, match=r"checksum mismatch in graph/weights\.npy"):
+        verify_index(index_copy, "full")
 
 
 def test_a_sharded_vector_index_verifies_and_a_missing_shard_is_named(tmp_path):

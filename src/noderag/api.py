@@ -28,10 +28,15 @@ class Index(IndexStore):
 
     @cached_property
     def query_index(self):
-        """The build-time query tables (``query/``, memory-mapped), or None for an index without them."""
+        """The build-time query tables (``query/``, memory-mapped; one per segment), or None for an index without them."""
         from .search.query_index import open_query_index
 
-        return open_query_index(self.path)
+        if not self.deltas:
+            return open_query_index(self.path)
+        from .search.segments import SegmentedTables
+
+        parts = [open_query_index(f) for f in self.segment_folders]
+        return SegmentedTables(parts) if all(p is not None for p in parts) else None
 
     def __init__(self, path: str | os.PathLike, *, verify: str = "cheap") -> None:
         super().__init__(path, verify=verify)

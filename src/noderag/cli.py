@@ -1,4 +1,4 @@
-"""The ``noderag`` command: ``build``, ``insert``, ``delete``, ``gc``, ``repair``, ``stats``, ``verify``, ``query``,
+"""The ``noderag`` command: ``build``, ``insert``, ``delete``, ``compact``, ``gc``, ``repair``, ``stats``, ``verify``, ``query``,
 ``demo`` and ``serve``."""
 
 from __future__ import annotations
@@ -116,6 +116,17 @@ def _cmd_delete(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_compact(args: argparse.Namespace) -> int:
+    from .build.compact import compact_index
+
+    progress = not args.no_progress
+    log = (lambda msg: print(f"noderag: {msg}", file=sys.stderr)) if progress else None
+    report = compact_index(args.index, full=args.full, llm=args.llm, progress=progress, log=log, wait=args.wait)
+    print(f"index {args.index}: compacted ({'full' if args.full else 'merge'}) into generation {report.generation}")
+    print(format_summary(report.manifest))
+    return 0
+
+
 def _cmd_gc(args: argparse.Namespace) -> int:
     from .store.generations import remove_old_generations
     from .store.tables import check_layout
@@ -202,7 +213,7 @@ def _add_build(sub) -> None:
 
 
 def _add_writers(sub) -> None:
-    """insert, delete, gc and repair: the commands that write an existing index."""
+    """insert, delete, compact, gc and repair: the commands that write an existing index."""
     ins = sub.add_parser("insert", help="add documents to an existing index (what `build --index` of one does)")
     ins.add_argument("index", metavar="DIR", help="index directory (must hold a finished index)")
     ins.add_argument("inputs", nargs="+", metavar="INPUT", help=".txt/.md/.jsonl files or directories")
@@ -217,6 +228,15 @@ def _add_writers(sub) -> None:
     dl.add_argument("--no-progress", action="store_true", help="no progress bars")
     _add_wait(dl)
     dl.set_defaults(func=_cmd_delete)
+    cp = sub.add_parser("compact", help="merge the delta segments of inserts into one, recomputing every global "
+                                        "stage (communities, importance, name links)")
+    cp.add_argument("index", metavar="DIR", help="index directory")
+    cp.add_argument("--full", action="store_true",
+                    help="also re-assemble and re-embed every document: the bytes of a fresh build of them")
+    cp.add_argument("--llm", metavar="SPEC", help="LLM backend (an LLM-built index recomputes its summaries)")
+    cp.add_argument("--no-progress", action="store_true", help="no progress bars")
+    _add_wait(cp)
+    cp.set_defaults(func=_cmd_compact)
     g = sub.add_parser("gc", help="remove the old generations that no reader holds open any more")
     g.add_argument("index", metavar="DIR", help="index directory")
     _add_wait(g)

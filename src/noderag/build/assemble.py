@@ -74,6 +74,26 @@ class NodeTable:
         for i, (t, name) in enumerate(zip(self.types, names)):
             self.names.note(i, t, self.texts[i], name)
 
+    @classmethod
+    def from_columns(cls, types: np.ndarray, keys: np.ndarray, texts: TextColumn, doc_ids: np.ndarray,
+                     chunk_ids: np.ndarray, active: np.ndarray) -> "NodeTable":
+        """A table of existing nodes from typed arrays (no Python object per node but the key map);
+        every name is derived from its text and no source id is known (what a delta insert needs of
+        the nodes it builds on: their keys to merge with, and their names)."""
+        table = cls()
+        table.types.frombytes(np.ascontiguousarray(types, dtype=np.uint8).tobytes())
+        table.keys.frombytes(np.ascontiguousarray(keys, dtype=np.uint64).tobytes())
+        table.doc_ids.frombytes(np.ascontiguousarray(doc_ids, dtype=np.int64).tobytes())
+        table.chunk_ids.frombytes(np.ascontiguousarray(chunk_ids, dtype=np.int64).tobytes())
+        table.active = bytearray(np.ascontiguousarray(active, dtype=np.uint8).tobytes())
+        table.texts = texts
+        table.names = DerivedNames(table.types, texts)
+        table.source_ids = [None] * len(table.types)
+        table.index = dict(zip(np.asarray(keys, dtype=np.uint64).tolist(), range(len(table.types))))
+        if not len(texts) == len(table.types) == len(table.keys) == len(table.doc_ids) == len(table.active):
+            raise ValueError("node table columns differ in length")
+        return table
+
     def __len__(self) -> int:
         return len(self.types)
 
@@ -243,8 +263,12 @@ LINK_BATCH = 8192
 
 
 def link_known_names(table: NodeTable, base_src: np.ndarray, base_dst: np.ndarray,
-                     base_w: np.ndarray, workers: int | None = 1) -> EdgeList:
+                     base_w: np.ndarray, workers: int | None = 1, *, units: np.ndarray | None = None,
+                     entities: np.ndarray | None = None) -> EdgeList:
     """S-N edges for every known entity name occurring as a whole-word phrase in a unit.
+
+    ``units`` and ``entities`` (node ids; default: every S node, every active N node) narrow the
+    search: a delta insert links only its new units, against the names that may occur in them.
 
     Matching is case-insensitive on word tokens, but a match must start with an
     upper-case letter or a digit in the unit text; at each position the longest
@@ -254,9 +278,10 @@ def link_known_names(table: NodeTable, base_src: np.ndarray, base_dst: np.ndarra
     result depends only on all units and all names, never on insertion history.
     """
     types = table.types_array()
-    ent_ids = np.flatnonzero((types == N) & np.asarray(table.active, dtype=bool))
+    ent_ids = np.flatnonzero((types == N) & np.asarray(table.active, dtype=bool)) if entities is None \
+        else np.unique(np.asarray(entities, dtype=np.int64))
     known = _KnownNames(table.names, ent_ids)
-    s_ids = np.flatnonzero(types == S)
+    s_ids = np.flatnonzero(types == S) if units is None else np.asarray(units, dtype=np.int64)
     step = LINK_BATCH  # worker processes (``workers``) only for several batches
     batches = [(s_ids[b:b + step],) for b in range(0, s_ids.size, step)]
     from .executor.local import fork_map
@@ -416,8 +441,11 @@ class Assembly:
         self.parts.append(traces_columns([c.doc_id for c in crecs], [t for t, _ in made], units))
 
 
-def assemble_stage(assembly: Assembly, records):
+def assemble_stage(assembly: Assembly, records, link_scope=None):
     """Finish ``assembly``: add the chunks not assembled yet, append the documents' rows, link known names.
+
+    ``link_scope``: ``(table, old_n) -> {"units": ..., "entities": ...}`` narrows the name linking
+    (a delta insert's, :func:`noderag.build.delta.link_scope`); default: every unit and name.
 
     ``records``: the decompose stage's :class:`~noderag.build.executor.sharded.DecomposedRecords`
     (every chunk noted), read in chunk order one group at a time. Returns (chunk traces as an
@@ -442,7 +470,8 @@ def assemble_stage(assembly: Assembly, records):
         assembly.docs_rows.append({"doc_id": did, "source": d.source, "title": d.title,
                                    "content_hash": d.content_hash, "chunk_ids": doc_chunks.get(did, [])})
     bsrc, bdst, bw = assembly.base.arrays()
-    link = (link_known_names(table, bsrc, bdst, bw, workers=config.executor.workers)
+    scope = link_scope(table, old_n) if link_scope is not None else {}
+    link = (link_known_names(table, bsrc, bdst, bw, workers=config.executor.workers, **scope)
             if config.decompose.link_known_names else EdgeList())
     table.keep_index_for((A, H, O))
     return traces, link

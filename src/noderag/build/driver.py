@@ -33,13 +33,14 @@ from typing import Sequence
 
 import numpy as np
 
-from ..store.layout import LLM_CACHE, VECTORS
+from ..store.layout import DELTAS, LLM_CACHE, VECTORS
 from ..errors import BuildError
 from ..graph.storage import atomic_write_json
 from ..graph.types import NodeType
 from ..store.decompositions import DECOMPOSITIONS, write_decompositions
 from ..store.generations import collect_garbage, commit_generation
 from ..store.lock import WriterLock
+from ..store.segments import delta_entry, deltas_of, next_delta_name, segment_folders, share_generation
 from ..store.manifest import MANIFEST, dir_sizes, index_manifest
 from ..store.verify import CHECKSUMS, file_checksums
 from . import heap
@@ -49,6 +50,7 @@ from .backends import close_llm, open_llm
 from .chunk import chunk_stage
 from .communities import Communities, communities_stage
 from .decompose.base import DecomposeFailure
+from .delta import delta_counts, link_scope, write_delta_segment
 from .decompose.stage import decompose_stage
 from .embed import embed_stage
 from .executor.sharded import Executors
@@ -63,7 +65,7 @@ T, S = int(NodeType.T), int(NodeType.S)
 
 def build_index(inputs: Sequence[str | os.PathLike], index_dir: str | os.PathLike, config=None, *,
                 llm=None, embedder=None, progress: bool = True, allow_failures: bool = False,
-                log=None, wait: float | None = None, delete=None, executor=None) -> BuildReport:
+                log=None, wait: float | None = None, delete=None, executor=None, compact: str | None = None) -> BuildReport:
     """Build a new index in ``index_dir`` or add the new documents of ``inputs`` to the one there.
 
     A new document whose source id (JSONL ``id`` or file path) is already in the index with
@@ -91,6 +93,8 @@ def build_index(inputs: Sequence[str | os.PathLike], index_dir: str | os.PathLik
     executor : ExecutorConfig, optional
         Where decomposition and T/S embedding run (default: ``config.executor``, local); it
         does not change the index.
+    compact : {"merge", "full"}, optional
+        Compact the index instead of adding documents (see :func:`noderag.build.compact.compact_index`).
     """
     root = Path(index_dir)
     if root.exists() and not root.is_dir():
@@ -102,7 +106,8 @@ def build_index(inputs: Sequence[str | os.PathLike], index_dir: str | os.PathLik
     with WriterLock(root, wait=wait), _arrow_memory_returned(), heap.large_blocks_mapped(), heap.collector_paused():
         try:
             run = start_run(inputs, root, config, llm=llm, embedder=embedder, progress=progress,
-                            allow_failures=allow_failures, log=log, delete=delete, executor=executor)
+                            allow_failures=allow_failures, log=log, delete=delete, executor=executor,
+                            compact=compact)
             return run if isinstance(run, BuildReport) else _execute(run)
         except BaseException:
             if created:  # a failed first build leaves no empty index folder behind
@@ -117,6 +122,8 @@ def build_index(inputs: Sequence[str | os.PathLike], index_dir: str | os.PathLik
 
 def _execute(run: BuildRun) -> BuildReport:
     """The stages in pipeline order, then the manifest and the commit."""
+    if run.delta:
+        return _execute_delta(run)
     _ingest(run)
     _chunk(run)
     executor = Executors(run.config, run.say)
@@ -149,6 +156,33 @@ def _execute(run: BuildRun) -> BuildReport:
     return _commit(run, manifest)
 
 
+def _execute_delta(run: BuildRun) -> BuildReport:
+    """An insert as a delta segment (:mod:`noderag.build.delta`): the new documents' stages, the segment, the commit."""
+    _ingest(run)
+    _chunk(run)
+    executor = Executors(run.config, run.say)
+    backend = open_llm(run.llm, run.config, run.root, executor)
+    try:
+        failures, n_chunks, link = _decompose_and_assemble(run, executor, backend, link_scope(run.segments))
+        emb, vec = _embed(run, executor)
+    finally:
+        executor.close()
+        close_llm(backend, run.llm)
+    with run.journal.stage("segment") as info, run.bars.spinner("delta segment"):
+        traces = run.stages / "delta_traces.parquet"  # the new chunks' traces go to the segment, not the base
+        os.replace(run.final / DECOMPOSITIONS, traces)
+        shared, copied = share_generation(run.previous.path, run.final)
+        deltas = deltas_of(run.previous.manifest, run.previous.path)
+        name = next_delta_name(deltas)
+        delta = write_delta_segment(run.final / DELTAS / name, run.table, run.old_n, run.docs_rows,
+                                    run.first_document, run.base, link, traces, vec, run.config,
+                                    run.segments, name)
+        info.update(nodes=delta.nodes, documents=delta.documents, shared_files=len(shared), copied_bytes=copied)
+    manifest = _delta_manifest(run, emb, backend, deltas + [delta], failures, n_chunks)
+    known = (run.previous.manifest.get(CHECKSUMS) or {}).get("files") or {}
+    return _commit(run, manifest, known={rel: known[rel] for rel in shared if rel in known})
+
+
 def _ingest(run: BuildRun) -> None:
     if not run.journal.done("ingest"):
         with run.journal.stage("ingest", already_s=run.ingest_s) as info:
@@ -171,9 +205,10 @@ def _chunk(run: BuildRun) -> None:
     run.new_docs = []
 
 
-def _decompose_and_assemble(run: BuildRun, executor, backend):
+def _decompose_and_assemble(run: BuildRun, executor, backend, link_scope=None):
     """(decompose failures, chunk count, name-link edges); the decomposed nodes and edges are in the run's
-    table and base, the chunk traces in ``final/``. Chunks are assembled as their records arrive."""
+    table and base, the chunk traces in ``final/``. Chunks are assembled as their records arrive.
+    ``link_scope``: narrows the name linking (a delta run's, see :func:`assemble_stage`)."""
     config, journal = run.config, run.journal
     if config.decompose.method == "llm" and backend is None:
         from ..config import ConfigError
@@ -193,7 +228,7 @@ def _decompose_and_assemble(run: BuildRun, executor, backend):
     run.final.mkdir(parents=True)  # the finished files; each is written as soon as it is final
     with journal.stage("assemble") as info:
         with run.bars.spinner("assemble"):
-            traces, link = assemble_stage(assembly, records)
+            traces, link = assemble_stage(assembly, records, link_scope)
         del assembly, records  # the shards on disk keep the records; the graph needs only the table now
         n_chunks = len(run.chunk_rows)
         run.chunk_rows = None  # the table holds the chunk texts now
@@ -209,8 +244,14 @@ def _embed(run: BuildRun, executor):
     config = run.config
     emb = run.embedder if run.embedder is not None else embed.from_config(config.embed)
     with run.journal.stage("embed") as info:
-        old = (run.previous.path / VECTORS, run.vec_src) if run.previous is not None else None
-        vec = embed_stage(run.table, run.old_n, emb, executor, config, run.stages, run.bars, run.doc_of,
+        old = (([f / VECTORS for f in segment_folders(run.previous.path, run.previous.manifest)], run.vec_src)
+               if run.previous is not None and not run.delta else None)
+        doc_of = run.doc_of
+        if run.compact == "full":  # every document's title, for late unit embeddings
+            from types import SimpleNamespace
+
+            doc_of = {int(d["doc_id"]): SimpleNamespace(title=d["title"]) for d in run.docs_rows}
+        vec = embed_stage(run.table, run.old_n, emb, executor, config, run.stages, run.bars, doc_of,
                           run.embedder is not None, old_vectors=old,
                           vectors_file=run.stages / "vectors" / "build_vectors.npy")
         executor.close()
@@ -276,13 +317,33 @@ def _manifest(run: BuildRun, emb, backend, graph, edges, failures, attrs: Attrib
         failures={"decompose": {str(k): v for k, v in failures.items()},
                   "attributes": {str(k): v for k, v in attrs.failures.items()}, "communities": comm.failures},
         sizes=sizes, run={"documents_added": run.n_new, "duplicates": run.duplicates, "chunks": n_chunks,
-                          "documents_deleted": len(run.drop)},
+                          "documents_deleted": len(run.drop), **({"compaction": run.compact} if run.compact else {})},
         run_id=run.run_id, previous=run.previous.manifest if run.previous is not None else None)
 
 
-def _commit(run: BuildRun, manifest: dict) -> BuildReport:
-    """Checksum and write the manifest, switch ``CURRENT`` to the new generation, drop the stages."""
-    manifest[CHECKSUMS] = file_checksums(run.final, manifest)  # last: its manifest digest covers every entry above
+def _delta_manifest(run: BuildRun, emb, backend, deltas: list, failures, n_chunks: int) -> dict:
+    """The previous generation's manifest with the delta's counts, runs, stage report and the segment list."""
+    prev = run.previous.manifest
+    ledger = getattr(backend, "ledger", None)
+    sizes = dir_sizes(run.final)
+    if (run.root / LLM_CACHE).is_file():
+        sizes[LLM_CACHE] = (run.root / LLM_CACHE).stat().st_size
+    manifest = index_manifest(
+        config=run.config.to_index_dict(), embedder=prev.get("embedder") or {"name": emb.name, "dim": int(emb.dim)},
+        counts=delta_counts(prev.get("counts") or {}, run.table, run.old_n, run.n_new, n_chunks, run.base),
+        stages=run.journal.stages, tokens=ledger.to_dict() if ledger is not None else {},
+        failures={**(prev.get("failures") or {}), "decompose": {str(k): v for k, v in failures.items()}},
+        sizes=sizes, run={"documents_added": run.n_new, "duplicates": run.duplicates, "chunks": n_chunks,
+                          "documents_deleted": 0, "delta_segment": deltas[-1].name},
+        run_id=run.run_id, previous=prev)
+    manifest[DELTAS] = [delta_entry(d) for d in deltas]
+    return manifest
+
+
+def _commit(run: BuildRun, manifest: dict, known: dict | None = None) -> BuildReport:
+    """Checksum and write the manifest, switch ``CURRENT`` to the new generation, drop the stages.
+    ``known``: checksums of files shared with the previous generation (not read again)."""
+    manifest[CHECKSUMS] = file_checksums(run.final, manifest, known)  # last: its manifest digest covers every entry
     atomic_write_json(run.final / MANIFEST, manifest)
     checkpoint("commit")
     gen_new = commit_generation(run.root, run.final, before_switch=lambda: checkpoint("switch"))

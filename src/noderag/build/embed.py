@@ -17,10 +17,10 @@ T, S = int(NodeType.T), int(NodeType.S)
 
 
 def embed_stage(table: NodeTable, old_n: int, emb, executor, config, stages: Path, bars, doc_of,
-                embedder_given: bool, old_vectors: tuple[Path, np.ndarray] | None = None,
+                embedder_given: bool, old_vectors: tuple[list[Path], np.ndarray] | None = None,
                 vectors_file: Path | None = None) -> NodeVectors:
     """Vectors of every T/S node: the new ones embedded (resumable shards), the old ones read from
-    ``old_vectors`` = (the previous generation's vectors.usearch, old id of each node).
+    ``old_vectors`` = (the previous generation's vectors.usearch of each segment, old id of each node).
 
     ``vectors_file``: keep them in this ``.npy`` file (room for the A and H vectors included), which
     the vector index worker maps too; the build then holds only the rows it is using in memory."""

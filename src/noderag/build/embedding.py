@@ -221,14 +221,17 @@ def semantic_layer(n: int, ids: np.ndarray, vectors: np.ndarray, k: int, index=N
                    k=min(k, ids.size - 1), index=index if ids.size >= 4096 else None)
 
 
-def load_vectors(path: Path, ids: np.ndarray, dim: int) -> np.ndarray:
-    """Unit-norm vectors of ``ids`` stored in a saved ``vectors.usearch`` (float32 (len(ids), dim))."""
+def load_vectors(path, ids: np.ndarray, dim: int) -> np.ndarray:
+    """The vectors of ``ids`` as a build stored them, in a saved ``vectors.usearch`` or several (a generation's
+    segments): float32 (len(ids), dim). Exactly the values the build held (never re-normalised), so a
+    run that reuses them computes what a fresh build computes."""
     from ..graph.vectors import VectorIndex
 
     if ids.size == 0:
         return np.zeros((0, dim), np.float32)
-    arr = np.asarray(VectorIndex.load(path, view=True).get(np.asarray(ids, dtype=np.int64)), dtype=np.float32)
+    paths = [path] if isinstance(path, (str, Path)) else list(path)
+    arr = np.asarray(VectorIndex.load_segments(paths, view=True).get(np.asarray(ids, dtype=np.int64)),
+                     dtype=np.float32)
     if arr.shape != (ids.size, dim):
         raise ValueError(f"{path}: stored vectors have shape {arr.shape}, expected ({ids.size}, {dim})")
-    norms = np.linalg.norm(arr, axis=1, keepdims=True)
-    return arr / np.maximum(norms, 1e-12)
+    return arr

@@ -56,36 +56,48 @@ def open_previous(root: Path, say: Callable[[str], None]) -> Previous | None:
     return Previous(gen, path, manifest)
 
 
-def load_tables(root: Path):
-    """(NodeTable, docs list, chunk traces) of the finished generation folder ``root``."""
-    import pyarrow.parquet as pq
+def load_tables(root: Path, manifest: dict | None = None):
+    """(NodeTable, docs list, chunk traces) of the finished generation folder ``root``, every segment's rows in id order."""
+    import pyarrow as pa
 
-    from ..graph.storage import load_npy
-
+    from ..graph.keys import KEY_DTYPE
+    from ..store.segments import concat_npy, concat_parquet, segment_folders
     from ..store.tables import read_nodes_file
 
-    tab = read_nodes_file(root / NODES)
+    folders = segment_folders(root, manifest if manifest is not None else read_manifest(root) or {})
+    parts = [read_nodes_file(f / NODES) for f in folders]
+    tab = parts[0] if len(parts) == 1 else pa.concat_tables(parts)
     cols = {c: tab.column(c).to_pylist() for c in ("type", "name", "text", "doc_id", "chunk_id",
                                                    "source_id", "active")}
-    cols["key"] = load_npy(root / NODE_KEYS, mmap=False, shape=(tab.num_rows,)).tolist()
+    cols["key"] = concat_npy(folders, NODE_KEYS, KEY_DTYPE).tolist()
+    if len(cols["key"]) != tab.num_rows:
+        raise ValueError(f"{root / NODE_KEYS}: {len(cols['key'])} keys for {tab.num_rows} nodes")
     table = NodeTable(types=cols["type"], keys=cols["key"], names=cols["name"], texts=cols["text"],
                       doc_ids=cols["doc_id"], chunk_ids=cols["chunk_id"], source_ids=cols["source_id"],
                       active=cols["active"])
     table.index = {k: i for i, k in enumerate(table.keys)}
-    dtab = pq.read_table(root / DOCUMENTS).to_pylist()
-    return table, dtab, read_decompositions(root / DECOMPOSITIONS)
+    dtab = concat_parquet(folders, DOCUMENTS).to_pylist()
+    traces = [t for f in folders for t in read_decompositions(f / DECOMPOSITIONS)]
+    return table, dtab, traces
 
 
-def load_base(root: Path) -> EdgeList:
-    """The decomposed T/S/N/R edges of the generation folder ``root`` (its graph minus ``linked.parquet``)."""
+def load_base(root: Path, manifest: dict | None = None) -> EdgeList:
+    """The decomposed T/S/N/R edges of the generation folder ``root`` (its graph minus the name links, every segment)."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     from ..graph.hetero import HeteroGraph
+    from ..store.segments import deltas_of, segmented_graph
 
-    ltab = pq.read_table(root / LINKED)
+    manifest = manifest if manifest is not None else read_manifest(root) or {}
+    deltas = deltas_of(manifest, root)
+    graph = segmented_graph(root, deltas) if deltas else HeteroGraph.load(root, mmap=True)
+    from ..store.segments import segment_folders
+
+    ltab = pa.concat_tables([pq.read_table(f / LINKED) for f in segment_folders(root, manifest)])
     base = EdgeList()
-    base.add(*derive_base(HeteroGraph.load(root, mmap=True), ltab.column("src").to_numpy(),
-                          ltab.column("dst").to_numpy(), ltab.column("w").to_numpy()))
+    base.add(*derive_base(graph, ltab.column("src").to_numpy(), ltab.column("dst").to_numpy(),
+                          ltab.column("w").to_numpy()))
     return base
 
 

@@ -23,6 +23,9 @@ from ..store.tables import IndexNotFoundError, check_layout
 from .assemble import EdgeList, NodeTable
 from .ingest import IngestError, ingest
 from .journal import Journal
+from ..store.layout import DELTAS, NODE_KEYS, NODE_TYPES, QUERY_DIR
+from ..store.segments import deltas_of
+from .delta import delta_reason, delta_table, load_documents
 from .previous import Previous, load_base, load_tables, open_previous
 from .progress import Progress
 
@@ -64,12 +67,17 @@ class BuildRun:
     llm: Any = None  # the caller's LLM (backend or spec), or None
     embedder: Any = None  # the caller's embedder, or None
     allow_failures: bool = False
+    delta: bool = False  # the run adds a delta segment (noderag.build.delta) instead of recomputing the index
+    compact: str | None = None  # "merge" or "full": a compaction (noderag.build.compact)
+    segments: list = field(default_factory=list)  # a delta run: the query tables of the segments it builds on
     chunk_rows: list | None = None  # [chunk id, doc id, text] rows, until assembled
     doc_of: dict = field(default_factory=dict)  # doc id -> new document record (no text)
     n_new: int = field(init=False)
+    first_document: int = field(init=False)
 
     def __post_init__(self) -> None:
         self.n_new = len(self.new_docs)
+        self.first_document = len(self.docs_rows)  # the id of the run's first new document
 
     @property
     def stages(self) -> Path:
@@ -91,46 +99,51 @@ def _digest(obj: Any) -> str:
 
 
 def start_run(inputs: Sequence, root: Path, config, *, llm=None, embedder=None, progress: bool = True,
-              allow_failures: bool = False, log=None, delete=None, executor=None) -> "BuildRun | BuildReport":
-    """The run to execute, or the report of a run with nothing to do (every document already indexed)."""
+              allow_failures: bool = False, log=None, delete=None, executor=None,
+              compact: str | None = None) -> "BuildRun | BuildReport":
+    """The run to execute, or the report of a run with nothing to do (every document already indexed).
+
+    ``compact``: "merge" recomputes every global stage over every segment into one; "full" also
+    re-assembles every document in its original order, as a fresh build does (``noderag compact``).
+    """
     say = log or (lambda msg: None)
     check_layout(root)
     previous = open_previous(root, say)
-    if previous is None and delete is not None:
-        raise IndexNotFoundError(f"{root}: no finished index to delete from")
+    if previous is None and (delete is not None or compact is not None):
+        raise IndexNotFoundError(f"{root}: no finished index to {'delete from' if delete is not None else 'compact'}")
     config, notes = NodeRAGConfig.for_run(config, (previous.manifest.get("config") or {}) if previous else None,
                                           llm_given=llm is not None, executor=executor)
     for note in notes:
         say(note)
-    if previous is not None:
-        from ..store.verify import verify_index
-
-        verify_index(previous.path, "full", manifest=previous.manifest)  # an insert must not build on damaged files
-        table, docs_rows, traces = load_tables(previous.path)
-    else:
-        table, docs_rows, traces = NodeTable(), [], []
+    docs_rows = load_documents(previous.path, previous.manifest) if previous is not None else []
     drop = delete.resolve(docs_rows) if delete is not None else []
     t0 = time.perf_counter()
-    new_docs, dupes = (ingest(inputs, known_hashes=[d["content_hash"] for d in docs_rows]) if inputs or delete is None
-                       else ([], 0))
+    new_docs, dupes = (ingest(inputs, known_hashes=[d["content_hash"] for d in docs_rows])
+                       if compact is None and (inputs or delete is None) else ([], 0))
     ingest_s = time.perf_counter() - t0
     # a new document with the source id of an indexed one (other content) replaces it
     new_sources = {d.source for d in new_docs}
     drop = sorted(set(drop) | {int(d["doc_id"]) for d in docs_rows if d["source"] in new_sources})
-    vec_src = np.arange(len(table), dtype=np.int64)
-    if drop:
-        from .survivors import reassemble_survivors
-
-        table, docs_rows, base, traces, vec_src = reassemble_survivors(table, docs_rows, traces, set(drop))
-    else:
-        base = load_base(previous.path) if previous is not None else EdgeList()
     stages = root / "stages"
-    if not new_docs and not drop and not stages.exists():
+    if not new_docs and not drop and compact is None and not stages.exists():
         if previous is not None:
             say("nothing new to add: every input document is already in the index")
             return BuildReport(0, dupes, previous.manifest, generation=previous.generation)
         raise IngestError(f"no documents found in {', '.join(str(p) for p in inputs)} "
                           "(expected non-empty .txt, .md or .jsonl files)")
+    reason = f"compaction ({compact})" if compact is not None else delta_reason(previous, config, drop, len(new_docs))
+    if previous is not None and reason is not None and (deltas_of(previous.manifest, previous.path) or
+                                                        (new_docs and not drop and config.update.segments)):
+        say(f"recomputing the whole index: {reason}")
+    table, base, traces, segments = _previous_nodes(previous, reason is None,
+                                                    need_edges=not drop and compact != "full")
+    vec_src = np.arange(len(table), dtype=np.int64)
+    if drop or compact == "full":  # re-assembled in their original order, numbered as a fresh build numbers them
+        from .survivors import reassemble_survivors
+
+        table, docs_rows, base, traces, vec_src = reassemble_survivors(table, docs_rows, traces, set(drop))
+        if compact == "full":  # every vector embedded again: stored ones are quantised, a fresh build's are not
+            vec_src = np.zeros(0, np.int64)
     language = (previous.manifest.get("embedder", {}).get("auto") if previous is not None else None)
     if config.embed.spec == "auto":  # a new index: choose the embedder from the corpus (noderag.lang)
         from ..embed import resolve_auto_spec
@@ -140,14 +153,43 @@ def start_run(inputs: Sequence, root: Path, config, *, llm=None, embedder=None, 
         say(f"embed.spec auto: {spec} ({language['chinese_documents']} of {language['documents']} documents Chinese)")
     run_id = _digest({"config": {k: config.to_dict()[k] for k in BUILD_SECTIONS},
                       "docs": [d.content_hash for d in new_docs], "base_nodes": len(table),
-                      "generation": previous.generation if previous else None, "drop": drop})
+                      "generation": previous.generation if previous else None, "drop": drop,
+                      **({"delta": True} if reason is None else {}),
+                      **({"compact": compact} if compact is not None else {})})
     _claim_stages(root, run_id, len(new_docs), len(drop), say)
     from .heap import release
 
     journal = Journal(stages / "state.json", log=log, on_finish=release)  # each stage's freed memory goes back
     return BuildRun(root, config, previous, say, Progress(progress), journal, run_id, table, base, traces, docs_rows,
                     vec_src, new_docs, dupes, drop, ingest_s, language, llm=llm, embedder=embedder,
-                    allow_failures=allow_failures)
+                    allow_failures=allow_failures, delta=reason is None, segments=segments, compact=compact)
+
+
+#: The files a delta run reads of the generation it builds on (paths relative to it, every segment's).
+DELTA_READS = (NODE_TYPES, NODE_KEYS, f"{QUERY_DIR}/", f"{DELTAS}/")
+
+
+def _previous_nodes(previous: Previous | None, delta: bool, need_edges: bool = True):
+    """(node table, decomposed edges, chunk traces, segments' query tables) the run builds on.
+
+    A delta run needs only the existing nodes' keys, types and texts (no edges, no traces: its segment
+    holds what it adds); a run that recomputes the index needs everything, checked byte for byte first.
+    """
+    if previous is None:
+        return NodeTable(), EdgeList(), [], []
+    from ..store.verify import check_files, verify_index
+
+    # an insert must not build on damaged files: a full run reads every file, so it checks every byte; a
+    # delta reads only the node arrays and query tables (checked byte for byte here) and shares the rest
+    # as it is, checksums included, so damage there stays as visible to `noderag verify` as before
+    verify_index(previous.path, "cheap" if delta else "full", manifest=previous.manifest)
+    if delta:
+        check_files(previous.path, previous.manifest, DELTA_READS)
+        table, segments = delta_table(previous.path, previous.manifest)
+        return table, EdgeList(), [], segments
+    table, _, traces = load_tables(previous.path, previous.manifest)
+    base = load_base(previous.path, previous.manifest) if need_edges else EdgeList()  # a delete re-assembles them
+    return table, base, traces, []
 
 
 def _claim_stages(root: Path, run_id: str, n_docs: int, n_drop: int, say) -> None:

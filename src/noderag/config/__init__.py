@@ -15,6 +15,7 @@ from typing import Any, Mapping
 __all__ = [
     "ChunkConfig",
     "ExecutorConfig",
+    "UpdateConfig",
     "DecomposeConfig",
     "AttributeConfig",
     "CommunityConfig",
@@ -470,6 +471,34 @@ class ExecutorConfig:
                and self.connect_timeout_s > 0, "executor.connect_timeout_s", self.connect_timeout_s, "a number > 0")
 
 
+@dataclass
+class UpdateConfig:
+    """How an insert writes a finished index: a small delta segment beside the base, or the whole index again.
+
+    Not part of the index's identity (like ``executor``): it decides how a write is done, and
+    ``noderag compact --full`` gives the index a fresh build of the same documents gives.
+
+    Attributes
+    ----------
+    segments : bool, default=True
+        An insert of new documents writes only a delta segment (their nodes, edges, vectors and
+        query tables; ``noderag.store.segments``); the global stages (importance and A nodes,
+        communities and H/O nodes, name links from older units to the new names) wait for the next
+        compaction. ``False``: every insert recomputes them over the whole index, as a build does.
+    max_delta_share : float, default=0.25
+        An insert whose deltas would then hold more nodes than this share of the base compacts
+        instead (recomputing every global stage), so queries never pay for many large deltas.
+    """
+
+    segments: bool = True
+    max_delta_share: float = 0.25
+
+    def validate(self) -> None:
+        _check(isinstance(self.segments, bool), "update.segments", self.segments, "a bool")
+        _check(isinstance(self.max_delta_share, (int, float)) and not isinstance(self.max_delta_share, bool)
+               and 0 <= self.max_delta_share, "update.max_delta_share", self.max_delta_share, "a number >= 0")
+
+
 #: The sections that shape an index: an insert must use the ones the index was built with.
 BUILD_SECTIONS = ("chunk", "decompose", "importance", "attributes", "communities", "embed", "semantic", "seed")
 
@@ -488,12 +517,14 @@ class NodeRAGConfig:
     llm: LLMConfig = field(default_factory=LLMConfig)
     search: SearchConfig = field(default_factory=SearchConfig)
     executor: ExecutorConfig = field(default_factory=ExecutorConfig)
+    update: UpdateConfig = field(default_factory=UpdateConfig)
     seed: int = 0
 
     def validate(self) -> "NodeRAGConfig":
         """Check every section; raise ``ConfigError`` naming the bad value. Returns self."""
         _check(_is_int(self.seed) and self.seed >= 0, "seed", self.seed, "an int >= 0")
-        for name in ("chunk", "decompose", "attributes", "communities", "embed", "semantic", "llm", "executor"):
+        for name in ("chunk", "decompose", "attributes", "communities", "embed", "semantic", "llm", "executor",
+                     "update"):
             getattr(self, name).validate()
         imp = self.importance
         _check(isinstance(imp, ImportanceConfig), "importance", imp, "an ImportanceConfig")
@@ -512,13 +543,15 @@ class NodeRAGConfig:
         return out
 
     def to_index_dict(self) -> dict[str, Any]:
-        """What an index records of its configuration: everything but ``search``.
+        """What an index records of its configuration: everything but ``search`` and ``update``.
 
-        Search settings are query-time settings (the current defaults, a config file, flags); a
-        copy in the manifest would only suggest that queries read it.
+        Search settings are query-time settings (the current defaults, a config file, flags) and
+        update settings say how the next write is done; a copy in the manifest would only suggest
+        that queries or later writes read it.
         """
         out = self.to_dict()
         out.pop("search", None)
+        out.pop("update", None)
         return out
 
     @classmethod
@@ -532,7 +565,8 @@ class NodeRAGConfig:
         kwargs: dict[str, Any] = {}
         simple = {"chunk": ChunkConfig, "decompose": DecomposeConfig, "attributes": AttributeConfig,
                   "communities": CommunityConfig, "embed": EmbedConfig, "semantic": SemanticConfig,
-                  "llm": LLMConfig, "importance": ImportanceConfig, "executor": ExecutorConfig}
+                  "llm": LLMConfig, "importance": ImportanceConfig, "executor": ExecutorConfig,
+                  "update": UpdateConfig}
         for name, value in data.items():
             if name == "seed":
                 kwargs["seed"] = value
@@ -590,7 +624,7 @@ class NodeRAGConfig:
             raise ConfigError(
                 f"the index was built with a different configuration ({', '.join(diff)} differ); "
                 "an insert uses the index's own configuration — pass no config or the same one")
-        kept.llm, kept.search, kept.executor = config.llm, config.search, config.executor
+        kept.llm, kept.search, kept.executor, kept.update = config.llm, config.search, config.executor, config.update
         return kept.validate()
 
     def with_overrides(self, overrides: Mapping[str, Any]) -> "NodeRAGConfig":

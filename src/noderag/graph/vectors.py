@@ -428,18 +428,30 @@ class VectorIndex:
     @classmethod
     def load(cls, path, view: bool = True, *, threads: int = 1) -> "VectorIndex":
         """Open a saved index (and its shard siblings); ``view=True`` memory-maps it read-only instead of loading it."""
-        target = Path(path)
-        if not target.is_file():
-            raise FileNotFoundError(f"no vector index file at {str(target)!r}")
+        return cls.load_segments([path], view, threads=threads)
+
+    @classmethod
+    def load_segments(cls, paths, view: bool = True, *, threads: int = 1) -> "VectorIndex":
+        """Open several saved indexes (each with its shard siblings) as one whose shards are all of theirs, in order.
+
+        A generation with delta segments keeps one index per segment (keys are node ids, so no key
+        is in two of them); a search asks every shard and merges, as for one sharded index.
+        """
+        targets = [Path(p) for p in paths]
         shards = []
-        j = 0
-        while j == 0 or shard_path(target, j).is_file():
-            shards.append(_load_one(shard_path(target, j), view))
-            j += 1
-        first = shards[0]
-        for j, x in enumerate(shards[1:], 1):
+        for target in targets:
+            if not target.is_file():
+                raise FileNotFoundError(f"no vector index file at {str(target)!r}")
+            j = 0
+            while j == 0 or shard_path(target, j).is_file():
+                shards.append((_load_one(shard_path(target, j), view), shard_path(target, j)))
+                j += 1
+        first = shards[0][0]
+        for x, where in shards[1:]:
             if (x.ndim, str(x.metric), str(x.dtype)) != (first.ndim, str(first.metric), str(first.dtype)):
-                raise ValueError(f"{str(shard_path(target, j))!r}: shard settings differ from {str(target)!r}")
+                raise ValueError(f"{str(where)!r}: shard settings differ from {str(targets[0])!r}")
+        shards = [x for x, _ in shards]
+        target = targets[0]
         obj = cls.__new__(cls)
         obj.threads = _check_threads(threads)
         obj.parallel = 1

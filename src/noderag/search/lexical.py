@@ -51,9 +51,11 @@ def titled(text: str | None, title: str | None) -> str:
 
 
 def lexical_arrays(node_ids: np.ndarray, texts: Iterable[str], *, k1: float = 1.2, b: float = 0.75,
-                   block: int = 65536) -> dict[str, np.ndarray]:
+                   block: int = 65536, background=None) -> dict[str, np.ndarray]:
     """BM25 impact postings of the passages ``node_ids`` (their texts, title included, in ``texts``).
 
+    ``background``: (passages elsewhere, ``term hashes -> their document frequencies there``): the
+    idf counts those passages too (a delta segment's impacts on the scale of the whole index).
     Deterministic: the same texts give the same arrays in any process. Memory stays near one copy
     of the postings (term counts are gathered ``block`` passages at a time).
     """
@@ -94,12 +96,17 @@ def lexical_arrays(node_ids: np.ndarray, texts: Iterable[str], *, k1: float = 1.
     dl = np.bincount(r, weights=tf, minlength=n_docs)
     avgdl = float(dl.mean()) if n_docs else 1.0
     df = np.bincount(c, minlength=n_terms).astype(np.float64)
-    idf = np.log1p((n_docs - df + 0.5) / (df + 0.5))
+    term_hash = np.fromiter((hash64(t) for t in vocab), dtype=np.uint64, count=n_terms)
+    del vocab
+    n_all = n_docs
+    if background is not None:
+        n_other, df_of = background
+        n_all += int(n_other)
+        df += np.asarray(df_of(term_hash), dtype=np.float64)
+    idf = np.log1p((n_all - df + 0.5) / (df + 0.5))
     impact = (idf[c] * tf * (k1 + 1.0) / (tf + k1 * (1.0 - b + b * dl[r] / max(avgdl, 1e-9)))).astype(np.float32)
     del tf, dl
     # term-major, terms in hash order, postings by impact descending then node id
-    term_hash = np.fromiter((hash64(t) for t in vocab), dtype=np.uint64, count=n_terms)
-    del vocab
     rank_of_term = np.empty(n_terms, np.int64)
     by_hash = np.argsort(term_hash, kind="stable")
     rank_of_term[by_hash] = np.arange(n_terms)
@@ -155,6 +162,16 @@ class LexicalIndex:
     @property
     def n_terms(self) -> int:
         return int(self._hash.shape[0])
+
+    def document_frequencies(self, hashes: np.ndarray) -> np.ndarray:
+        """Passages holding each term (by hash; 0 for a term this index lacks): its posting count."""
+        hashes = np.asarray(hashes, dtype=np.uint64)
+        pos = np.minimum(np.searchsorted(self._hash, hashes), max(self._hash.shape[0] - 1, 0))
+        out = np.zeros(hashes.shape[0], np.int64)
+        if self._hash.shape[0]:
+            hit = self._hash[pos] == hashes
+            out[hit] = self._ptr[pos[hit] + 1] - self._ptr[pos[hit]]
+        return out
 
     def scores(self, query: str) -> tuple[np.ndarray, np.ndarray]:
         """BM25 score of every passage that shares a term with ``query``: (node ids sorted, int64; scores, float64).

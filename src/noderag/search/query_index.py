@@ -107,13 +107,18 @@ def _py_blob(strings: list[str]) -> tuple[np.ndarray, np.ndarray]:
     return _blob(strings)
 
 
-def write_query_index(index_dir: str | os.PathLike) -> Path:
+def write_query_index(index_dir: str | os.PathLike, *, first_node: int = 0, lexical_background=None) -> Path:
     """Write ``query/`` into ``index_dir`` from its ``nodes.parquet`` and ``documents.parquet``; returns the folder.
 
     Called by the build (and insert) pipeline right after the finished files are written, so
     every index opens without O(n) preparation. Replaces an existing ``query/`` folder. Each
     array is written as soon as it is made and the node table is dropped before the name index
     is built, so the peak stays near one copy of the texts.
+
+    A delta segment (:mod:`noderag.store.segments`) holds nodes ``first_node..``: its per-node
+    arrays are by position in the segment, every node id it lists is global, and
+    ``lexical_background`` (see :func:`~noderag.search.lexical.lexical_arrays`) puts its BM25
+    impacts on the scale of the whole index.
     """
     import shutil
 
@@ -150,7 +155,7 @@ def write_query_index(index_dir: str | os.PathLike) -> Path:
     del shown
     save("text_off", text_off)
     save("text", text)
-    _save_lexical(save, types, active, doc, text_off, text, documents)
+    _save_lexical(save, types, active, doc, text_off, text, documents, first_node, lexical_background)
     del text_off, text
     t_ids = np.flatnonzero(types == _T)
     src = nodes.column("source_id").take(t_ids).to_pylist()
@@ -160,7 +165,7 @@ def write_query_index(index_dir: str | os.PathLike) -> Path:
     dl = document_labels(documents)
     labels = passage_labels(types, src_full, doc, dl)
     del src, src_full
-    save("label_node", t_ids.astype(np.int64))
+    save("label_node", t_ids.astype(np.int64) + first_node)
     for key, arr in zip(("label_off", "label"), _py_blob([labels[i] for i in t_ids.tolist()])):
         save(key, arr)
     del labels
@@ -171,18 +176,18 @@ def write_query_index(index_dir: str | os.PathLike) -> Path:
     del nodes
     named = np.flatnonzero(np.isin(types, _NAMED) & active)
     names = read_nodes_file(nodes_path, columns=("name",)).column("name").take(named).to_pylist()
-    name_index, max_tokens = name_arrays(named, names)
+    name_index, max_tokens = name_arrays(named + first_node, names)
     del names
     for key in sorted(name_index):
         save(key, name_index[key])
     meta = {"format": _FORMAT, "n": int(n), "names": int(name_index["name_node"].shape[0]),
-            "max_tokens": max_tokens}
+            "max_tokens": max_tokens, **({"first_node": int(first_node)} if first_node else {})}
     atomic_write_bytes(out / "meta.json", (json.dumps(meta, sort_keys=True) + "\n").encode("utf-8"))
     return out
 
 
 def _save_lexical(save, types: np.ndarray, active: np.ndarray, doc: np.ndarray, text_off: np.ndarray,
-                  text: np.ndarray, documents: Any) -> None:
+                  text: np.ndarray, documents: Any, first_node: int = 0, background=None) -> None:
     """The passages' BM25 postings (``lex_*``, :mod:`noderag.search.lexical`): titled texts of active T nodes."""
     from .lexical import lexical_arrays, titled
 
@@ -193,7 +198,7 @@ def _save_lexical(save, types: np.ndarray, active: np.ndarray, doc: np.ndarray, 
     t_ids = np.flatnonzero((types == _T) & active)
     texts = (titled(QueryIndex._get(text_off, text, i), titles.get(d))
              for i, d in zip(t_ids.tolist(), doc[t_ids].tolist()))
-    for key, arr in lexical_arrays(t_ids, texts).items():
+    for key, arr in lexical_arrays(t_ids + first_node, texts, background=background).items():
         save(key, arr)
 
 
@@ -218,7 +223,7 @@ def _load_lexical(folder: Path, arrays: dict[str, np.ndarray]) -> None:
                          f"for {p} postings")
 
 
-def _check_damage(folder: Path, arrays: dict[str, np.ndarray], n: int, m: int) -> None:
+def _check_damage(folder: Path, arrays: dict[str, np.ndarray], n: int, m: int, first: int = 0) -> None:
     """Cheap structural checks of the loaded query arrays (O(n), at open): offsets and CSR pointers start
     at 0, end at their blob's length and never decrease; node and name ids are in range. Raises
     :class:`~noderag.store.verify.IndexDamagedError` naming the file that is wrong."""
@@ -235,8 +240,8 @@ def _check_damage(folder: Path, arrays: dict[str, np.ndarray], n: int, m: int) -
             raise bad(ptr, "invalid offsets", f"they do not span {blob}.npy ({arrays[blob].shape[0]} entries)")
         if o.shape[0] > 1 and bool(np.any(o[1:] < o[:-1])):
             raise bad(ptr, "invalid offsets", "not monotone")
-    for key, hi in (("label_node", n), ("name_node", n), ("exact_name", m), ("phrase_name", m),
-                    ("post_name", m), ("chunk", n), ("doc", None), ("doclabel_id", None)):
+    for key, hi in (("label_node", first + n), ("name_node", first + n), ("exact_name", m), ("phrase_name", m),
+                    ("post_name", m), ("chunk", first + n), ("doc", None), ("doclabel_id", None)):
         a = arrays[key]
         if a.size and (int(a.min()) < -1 or (hi is not None and int(a.max()) >= hi)):
             raise bad(key, "id out of range", f"[{int(a.min())}, {int(a.max())}]" + (f", {hi} ids" if hi else ""))
@@ -260,6 +265,7 @@ class QueryIndex:
 
         self.folder = folder
         self.n = int(meta["n"])
+        self.first = int(meta.get("first_node", 0))  # a delta segment's first node id (0: the base)
         self._a = arrays
         self.chunk = arrays["chunk"]
         self.doc = arrays["doc"]
@@ -283,7 +289,9 @@ class QueryIndex:
         meta = read_json(mpath)
         if not isinstance(meta, dict) or meta.get("format") != _FORMAT:
             raise ValueError(f"{mpath}: unknown query index format {meta.get('format') if isinstance(meta, dict) else meta!r}")
-        for key in ("n", "names", "max_tokens"):
+        for key in ("n", "names", "max_tokens", "first_node"):
+            if key == "first_node" and key not in meta:
+                continue
             if isinstance(meta.get(key), bool) or not isinstance(meta.get(key), int) or meta[key] < 0:
                 raise ValueError(f"{mpath}: field {key!r} must be a non-negative integer, got {meta.get(key)!r}")
         nn = meta["n"]
@@ -321,7 +329,7 @@ class QueryIndex:
         v = arrays["tok_hash"].shape[0]
         if arrays["tok_off"].shape[0] != v + 1 or arrays["post_ptr"].shape[0] != v + 1:
             raise ValueError(f"{folder / 'tok_off.npy'}: tok_off and post_ptr must have len(tok_hash) + 1 entries")
-        _check_damage(folder, arrays, nn, m)  # offsets, pointers and ids in range (O(n)), naming the file
+        _check_damage(folder, arrays, nn, m, meta.get("first_node", 0))  # ids in range (O(n)), naming the file
         _load_lexical(folder, arrays)
         return cls(folder, meta, arrays)
 
@@ -341,7 +349,7 @@ class QueryIndex:
 
     def texts(self, ids) -> list[str]:
         """Display texts of some nodes (reads only their bytes)."""
-        return [self._text("text", int(i)) for i in ids]
+        return [self._text("text", int(i) - self.first) for i in ids]
 
     def label(self, node: int) -> str | None:
         """Source-passage label of a T node (None for other nodes and out-of-range ids)."""

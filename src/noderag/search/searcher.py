@@ -862,7 +862,7 @@ def _search_graph(store: Any) -> Any:
     column ranges, weights and type codes, O(nnz)), so the graph's own compiled check would only
     repeat it, and loading numba's kernel cache costs ~0.5 s at the first query after open.
     """
-    if "graph" in getattr(store, "__dict__", {}) or not hasattr(store, "path"):
+    if "graph" in getattr(store, "__dict__", {}) or not hasattr(store, "path") or getattr(store, "deltas", None):
         return store.graph
     from ..graph.hetero import HeteroGraph
 

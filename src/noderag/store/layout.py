@@ -3,7 +3,8 @@
 An index directory holds ``CURRENT`` (the number of the current generation), ``generations/<n>/``
 (each a complete, immutable index), the writer lock, the LLM cache, and ``stages/`` while a
 build runs. A generation folder holds the files named here (and the graph's own arrays,
-:mod:`noderag.graph.hetero`).
+:mod:`noderag.graph.hetero`): its base segment at the top, and the delta segments that
+inserts added since the last compaction under ``deltas/<k>/`` (:mod:`noderag.store.segments`).
 """
 
 from __future__ import annotations
@@ -12,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = ["CURRENT", "GENERATIONS", "READERS", "LOCK_FILE", "LLM_CACHE", "STAGES", "MANIFEST", "NODES", "DOCUMENTS",
-           "DECOMPOSITIONS", "LINKED", "VECTORS", "QUERY_DIR", "NODE_TYPES", "NODE_KEYS", "IndexLayout",
-           "GenerationLayout"]
+           "DECOMPOSITIONS", "LINKED", "VECTORS", "QUERY_DIR", "NODE_TYPES", "NODE_KEYS", "DELTAS", "DELTA_EDGES",
+           "IndexLayout", "GenerationLayout"]
 
 # the index directory
 CURRENT = "CURRENT"  # the current generation's number
@@ -33,6 +34,8 @@ VECTORS = "vectors.usearch"  # the HNSW index (and its shards vectors.<k>.usearc
 QUERY_DIR = "query"  # the prepared query tables
 NODE_TYPES = "node_types.npy"  # written by the graph
 NODE_KEYS = "node_keys.npy"
+DELTAS = "deltas"  # the delta segments of inserts (deltas/<k>/, each a small index of its new nodes)
+DELTA_EDGES = "edges"  # a delta's new structural edges (src, dst, w .npy; global node ids, each edge once)
 
 
 def _file(name: str) -> property:
@@ -69,3 +72,8 @@ class GenerationLayout:
     linked = _file(LINKED)
     vectors = _file(VECTORS)
     query = _file(QUERY_DIR)
+    deltas = _file(DELTAS)
+
+    def delta(self, name: str) -> "GenerationLayout":
+        """The layout of the delta segment ``name`` (its files are named as the base's)."""
+        return GenerationLayout(self.folder / DELTAS / name)

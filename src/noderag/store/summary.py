@@ -9,7 +9,7 @@ __all__ = ["format_summary", "format_bytes"]
 
 #: The build's stages in the order they run (the summary table lists them so, whatever the manifest's key order).
 _STAGE_ORDER = ("ingest", "chunk", "decompose", "assemble", "embed", "attributes", "communities", "tables",
-                "semantic", "finalize")
+                "semantic", "finalize", "segment")
 
 
 def format_bytes(n: float) -> str:
@@ -29,6 +29,11 @@ def format_summary(manifest: dict) -> str:
     active = counts.get("active_nodes", nodes)
     lines.append(f"documents {counts.get('documents', 0)}   chunks {counts.get('chunks', 0)}   "
                  f"communities {counts.get('communities', 0)}")
+    deltas = manifest.get("deltas") or []
+    if deltas:  # what `noderag compact` would merge
+        lines.append(f"segments: the base and {len(deltas)} delta(s) of {sum(d['documents'] for d in deltas)} "
+                     f"document(s), {sum(d['nodes'] for d in deltas)} node(s); communities, A/H/O nodes and "
+                     "importance describe the base until `noderag compact`")
     lines.append("")
     lines.append(f"{'node type':<16}{'nodes':>10}{'active':>10}")
     for name, v in nodes.items():

@@ -81,8 +81,9 @@ _NAME_META = b"noderag.name"
 _NAME_META_VALUE = b"text of types 2,6, else null"
 
 
-def nodes_table(table, mentions: np.ndarray):
-    """The ``nodes.parquet`` table of a :class:`~noderag.build.assemble.NodeTable` (no ``key`` column).
+def nodes_table(table, mentions: np.ndarray, first: int = 0):
+    """The ``nodes.parquet`` table of a :class:`~noderag.build.assemble.NodeTable` (no ``key`` column):
+    its rows ``first..`` (a delta segment holds only the nodes its insert added; ``mentions`` covers every row).
 
     The ``name`` column is left out (and the schema metadata says so) when every
     N/O name equals its text and every other name is null, as the builders make them.
@@ -90,19 +91,21 @@ def nodes_table(table, mentions: np.ndarray):
     import pyarrow as pa
 
     n = len(table)
-    types = table.types_array()
-    derived = not table.names.exceptions
+    rows = slice(first, n)
+    types = table.types_array()[rows]
+    derived = not any(i >= first for i in table.names.exceptions)
     schema = _schema_nodes()
     tab = pa.Table.from_arrays([
-        pa.array(np.arange(n, dtype=np.int32)),
+        pa.array(np.arange(first, n, dtype=np.int32)),
         pa.array(types),
-        pa.nulls(n, pa.string()) if derived else pa.array(list(table.names), type=pa.string()),
-        table.texts.to_arrow(),
-        pa.array(np.asarray(table.doc_ids, dtype=np.int32)),
-        pa.array(np.asarray(table.chunk_ids, dtype=np.int32)),
-        pa.array(table.source_ids, type=pa.string()),
-        pa.array(np.asarray(mentions, dtype=np.int32)),
-        pa.array(np.asarray(table.active, dtype=bool)),
+        pa.nulls(n - first, pa.string()) if derived else pa.array(table.names.take(np.arange(first, n)),
+                                                                  type=pa.string()),
+        table.texts.to_arrow(first),
+        pa.array(np.asarray(table.doc_ids, dtype=np.int32)[rows]),
+        pa.array(np.asarray(table.chunk_ids, dtype=np.int32)[rows]),
+        pa.array(table.source_ids[first:], type=pa.string()),
+        pa.array(np.asarray(mentions, dtype=np.int32)[rows]),
+        pa.array(np.asarray(table.active, dtype=bool)[rows]),
     ], schema=schema)
     if derived:
         tab = tab.drop_columns(["name"]).replace_schema_metadata({_NAME_META: _NAME_META_VALUE})
@@ -164,10 +167,10 @@ def documents_table(docs: Sequence[dict]):
 PARQUET_OPTIONS = {"compression": "zstd", "compression_level": 6, "use_dictionary": False}
 
 
-def write_nodes(path: str | os.PathLike, table, mentions: np.ndarray) -> Path:
-    """Write ``nodes.parquet`` atomically."""
+def write_nodes(path: str | os.PathLike, table, mentions: np.ndarray, first: int = 0) -> Path:
+    """Write ``nodes.parquet`` atomically (rows ``first..`` of the table, see :func:`nodes_table`)."""
     # id is the row number: delta-encoded it takes ~200 bytes instead of ~90 KB (MuSiQue)
-    return atomic_write_parquet(path, nodes_table(table, mentions), **PARQUET_OPTIONS,
+    return atomic_write_parquet(path, nodes_table(table, mentions, first), **PARQUET_OPTIONS,
                                 column_encoding={"id": "DELTA_BINARY_PACKED"})
 
 
@@ -231,10 +234,20 @@ class IndexStore:
             if manifest.get("state") != "complete":
                 raise IndexNotFoundError(f"{mpath}: generation is not complete (state {manifest.get('state')!r})")
             verify_index(self.path, verify, manifest=manifest)  # IndexDamagedError naming the file
+            from .segments import deltas_of
+
+            self.deltas = deltas_of(manifest, self.path)  # the delta segments after the base (oldest first)
         except BaseException:
             p.close()
             raise
         self.manifest: dict[str, Any] = manifest
+
+    @property
+    def segment_folders(self) -> list[Path]:
+        """The folders of the pinned generation's segments: its own (the base), then each delta's."""
+        from .layout import DELTAS
+
+        return [self.path] + [self.path / DELTAS / d.name for d in self.deltas]
 
     @classmethod
     def open(cls, path: str | os.PathLike, *, verify: str = "cheap") -> "IndexStore":
@@ -275,16 +288,22 @@ class IndexStore:
         from .verify import reading
 
         with reading(self.path, "graph/"):
+            if self.deltas:
+                from .segments import segmented_graph
+
+                return segmented_graph(self.path, self.deltas)
             return HeteroGraph.load(self.path, mmap=True)
 
     @cached_property
     def nodes(self):
         from .verify import reading
 
+        import pyarrow as pa
+
         path = self.path / NODES
         with reading(self.path, NODES):
-            tab = read_nodes_file(path)
-        import pyarrow as pa
+            parts = [read_nodes_file(f / NODES) for f in self.segment_folders]
+        tab = parts[0] if len(parts) == 1 else pa.concat_tables(parts)
 
         keys = np.asarray(self.graph.keys)  # stored once, in node_keys.npy
         if keys.shape[0] != tab.num_rows:
@@ -298,6 +317,10 @@ class IndexStore:
         from .verify import reading
 
         with reading(self.path, DOCUMENTS):
+            if self.deltas:
+                from .segments import concat_parquet
+
+                return concat_parquet(self.segment_folders, DOCUMENTS)
             return pq.read_table(self.path / DOCUMENTS, memory_map=True)
 
     def _np(self, name: str) -> np.ndarray:
@@ -349,7 +372,7 @@ class IndexStore:
         from .verify import reading
 
         with reading(self.path, VECTORS):
-            return VectorIndex.load(path, view=True)
+            return VectorIndex.load_segments([f / VECTORS for f in self.segment_folders], view=True)
 
     def embedder(self):
         """The embedder named in the index config (created on first call, then reused)."""

@@ -33,6 +33,16 @@ class TextColumn:
         for t in texts:
             self.append(t)
 
+    @classmethod
+    def from_buffer(cls, offsets, data) -> "TextColumn":
+        """Texts given as int64 ``offsets`` (n + 1, from 0) into the UTF-8 bytes ``data`` (both copied once)."""
+        import numpy as np
+
+        col = cls()
+        col._data = bytearray(np.asarray(data, dtype=np.uint8).tobytes())
+        col._ends.frombytes(np.ascontiguousarray(np.asarray(offsets, dtype=np.int64)[1:]).tobytes())
+        return col
+
     def __len__(self) -> int:
         return len(self._ends)
 
@@ -93,18 +103,18 @@ class TextColumn:
         """Bytes held by the buffer and the offsets."""
         return len(self._data) + self._ends.itemsize * len(self._ends)
 
-    def to_arrow(self):
-        """The texts as an Arrow string column (chunked), built from the buffer without Python strings."""
+    def to_arrow(self, first: int = 0):
+        """Texts ``first..`` as an Arrow string column (chunked), built from the buffer without Python strings."""
         import numpy as np
         import pyarrow as pa
 
         n = len(self._ends)
-        if n == 0:
+        if n <= first:
             return pa.chunked_array([pa.array([], pa.string())])
         ends = np.frombuffer(self._ends, dtype=np.int64)
         data = np.frombuffer(self._data, dtype=np.uint8)
         chunks = []
-        for lo in range(0, n, ARROW_CHUNK_ROWS):
+        for lo in range(first, n, ARROW_CHUNK_ROWS):
             hi = min(n, lo + ARROW_CHUNK_ROWS)
             start = int(ends[lo - 1]) if lo else 0
             offsets = np.empty(hi - lo + 1, dtype=np.int64)
@@ -116,12 +126,12 @@ class TextColumn:
             chunks.append(pa.StringArray.from_buffers(hi - lo, pa.py_buffer(offsets.astype(np.int32)),
                                                       pa.py_buffer(body)))
         col = pa.chunked_array(chunks, type=pa.string())
-        if self._replaced:
+        if any(i >= first for i in self._replaced):
             import pyarrow.compute as pc
 
-            idx = sorted(self._replaced)
-            mask = np.zeros(n, dtype=bool)
-            mask[idx] = True
+            idx = sorted(i for i in self._replaced if i >= first)
+            mask = np.zeros(n - first, dtype=bool)
+            mask[np.asarray(idx, dtype=np.int64) - first] = True
             # replace_with_mask takes the replacements in row order
             col = pc.replace_with_mask(col, pa.array(mask), pa.array([self._replaced[i] for i in idx], pa.string()))
         return col

@@ -28,7 +28,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .layout import CURRENT, DOCUMENTS, LINKED, LLM_CACHE, LOCK_FILE, MANIFEST, NODES, NODE_KEYS, NODE_TYPES, READERS, VECTORS
+from .layout import CURRENT, DELTAS, DOCUMENTS, LINKED, LLM_CACHE, LOCK_FILE, MANIFEST, NODES, NODE_KEYS, NODE_TYPES, READERS, VECTORS
 from .errors import IndexDamagedError
 
 __all__ = ["CHECKSUMS", "IndexDamagedError", "VerifyReport", "file_checksums", "graph_damage", "manifest_digest",
@@ -125,14 +125,18 @@ def _content_files(root: Path) -> list[str]:
     return out
 
 
-def file_checksums(root: str | os.PathLike, manifest: dict[str, Any]) -> dict[str, Any]:
+def file_checksums(root: str | os.PathLike, manifest: dict[str, Any],
+                   known: dict[str, str] | None = None) -> dict[str, Any]:
     """The ``checksums`` entry of a manifest: blake2b-128 of every index file in ``root`` and of the manifest.
 
-    Call it last, with every other manifest entry set: the manifest digest covers them.
+    ``known``: checksums of files shared (hard-linked) from a generation that recorded them, taken
+    as they are instead of reading the bytes again. Call it last, with every other manifest entry
+    set: the manifest digest covers them.
     """
     root = Path(root)
+    known = known or {}
     return {"algorithm": "blake2b-128",
-            "files": {rel: _blake2b_file(root / rel) for rel in _content_files(root)},
+            "files": {rel: known[rel] if rel in known else _blake2b_file(root / rel) for rel in _content_files(root)},
             "manifest": manifest_digest(manifest)}
 
 
@@ -316,6 +320,21 @@ def verify_index(root: str | os.PathLike, level: str = "full", *, manifest: dict
     return report
 
 
+def check_files(root: str | os.PathLike, manifest: dict[str, Any], prefixes: tuple[str, ...]) -> int:
+    """Checksum the files of a generation folder whose paths start with one of ``prefixes`` (the ones a
+    writer is about to read); raise :class:`IndexDamagedError` naming the first that differs. Returns bytes read."""
+    root = Path(root)
+    sums = ((manifest.get(CHECKSUMS) or {}).get("files")) or {}
+    read = 0
+    for rel in sorted(r for r in sums if r.startswith(prefixes)):
+        if not (root / rel).is_file():
+            raise IndexDamagedError(root, rel, "missing file")
+        if _blake2b_file(root / rel) != sums[rel]:
+            raise IndexDamagedError(root, rel, "checksum mismatch")
+        read += (root / rel).stat().st_size
+    return read
+
+
 def _check_header_facts(root: Path, manifest: dict[str, Any], facts: dict[str, Any]) -> None:
     """Cheap cross-checks: array shapes against graph/meta.json, table rows and vector count against the graph."""
     meta = facts.get("graph/meta.json")
@@ -339,7 +358,11 @@ def _check_header_facts(root: Path, manifest: dict[str, Any], facts: dict[str, A
     if NODES in facts and facts[NODES].num_rows != n:
         raise IndexDamagedError(root, NODES, "wrong row count",
                                 f"{facts['nodes.parquet'].num_rows} rows, the graph has {n} nodes")
+    deltas = _deltas(root, manifest)
+    for d in deltas:
+        _check_delta_facts(root, d, facts, (manifest.get("embedder") or {}).get("dim"))
     shards = [facts[rel] for rel in _vector_shard_files(facts)]
+    shards += [facts[f"{DELTAS}/{d.name}/{VECTORS}"] for d in deltas if f"{DELTAS}/{d.name}/{VECTORS}" in facts]
     if shards:
         count = sum(v["count"] for v in shards)
         want = _embedded_count(manifest)
@@ -350,6 +373,29 @@ def _check_header_facts(root: Path, manifest: dict[str, Any], facts: dict[str, A
         for rel in _vector_shard_files(facts):
             if isinstance(dim, int) and facts[rel]["dim"] != dim:
                 raise IndexDamagedError(root, rel, "wrong dimension", f"{facts[rel]['dim']}, the embedder has {dim}")
+
+
+def _deltas(root: Path, manifest: dict[str, Any]) -> list:
+    from .segments import deltas_of
+
+    return deltas_of(manifest, root)
+
+
+def _check_delta_facts(root: Path, d, facts: dict[str, Any], dim) -> None:
+    """A delta segment's node arrays, node rows and vector dimension against its manifest entry."""
+    pre = f"{DELTAS}/{d.name}/"
+    for rel in (NODE_TYPES, NODE_KEYS, "query/active.npy"):
+        if pre + rel not in facts:
+            raise IndexDamagedError(root, pre + rel, "missing file")
+        if facts[pre + rel][1] != (d.nodes,):
+            raise IndexDamagedError(root, pre + rel, "wrong shape", f"{facts[pre + rel][1]}, the manifest lists "
+                                    f"{d.nodes} nodes in {DELTAS}/{d.name}")
+    if pre + NODES in facts and facts[pre + NODES].num_rows != d.nodes:
+        raise IndexDamagedError(root, pre + NODES, "wrong row count", f"{facts[pre + NODES].num_rows} rows, "
+                                f"the manifest lists {d.nodes} nodes")
+    vec = facts.get(pre + VECTORS)
+    if vec is not None and isinstance(dim, int) and vec["dim"] != dim:
+        raise IndexDamagedError(root, pre + VECTORS, "wrong dimension", f"{vec['dim']}, the embedder has {dim}")
 
 
 def _vector_shard_files(facts: dict[str, Any]) -> list[str]:

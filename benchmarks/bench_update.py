@@ -1,0 +1,296 @@
+"""Update benchmark: inserts and deletes as delta segments against recomputing the whole index, side by side.
+
+For each corpus size N (``scale_corpus``: the dev passages repeated with per-copy entity names) the
+base index of the first N passages is built once; then, on a fresh copy of it each time, the next C
+passages (C in ``--changes``) are inserted two ways, each in its own child process:
+
+- ``segments``: the default, a delta segment beside the shared base (``noderag.build.delta``);
+- ``rebuild``: ``update.segments = false``, every global stage recomputed over the whole index (what
+  every insert did before segments).
+
+Per run: wall and CPU seconds, peak RSS of the process tree, bytes the process wrote (``wchar`` of
+``/proc/PID/io``) and bytes of files new to the index (the new generation's files that are not hard
+links of the previous one's), and query p50 before and after (``scale_query --paired``: both indexes
+timed interleaved in one process). Then the same C documents are deleted again from each copy.
+Also: ``--deltas K`` inserts of 10 documents each, then query p50 with K deltas against the same
+index compacted, and open + first query of both; with ``--retrieval``, recall on the dev samples of
+build(half) + insert(other half) as a delta against build(all) and after ``compact --full``.
+
+    python benchmarks/bench_update.py [--sizes 10000,100000] [--changes 10,100,1000] [--embed hash:384]
+                                      [--deltas 10] [--retrieval musique,hotpotqa] [--out DIR] [--work DIR]
+
+Writes ``OUT/update.json`` and ``OUT/update.md`` (default ``benchmarks/results``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from bench_scale import REPO, run_child, run_query_child  # noqa: E402
+from scale_corpus import DEFAULT_DATA, generate  # noqa: E402
+
+_WRITE = """
+import json, sys, time
+from noderag.config import NodeRAGConfig
+from noderag.build.driver import build_index
+from noderag.build.delete import delete_documents
+op, mode, idx, arg = sys.argv[1:5]
+cfg = None if mode == "segments" else NodeRAGConfig().with_overrides({"update.segments": False})
+t0 = time.perf_counter()
+if op == "insert":
+    rep = build_index([arg], idx, cfg, progress=False)
+else:
+    rep = delete_documents(idx, json.loads(open(arg).read()))
+wall = time.perf_counter() - t0
+io = dict(line.split(": ") for line in open("/proc/self/io").read().splitlines())
+print(json.dumps({"inner_wall_s": round(wall, 3), "wchar": int(io["wchar"]), "write_bytes": int(io["write_bytes"]),
+                  "deltas": len(rep.manifest.get("deltas") or []),
+                  "stages": {k: v.get("time_s") for k, v in rep.manifest.get("stages", {}).items()}}))
+"""
+
+
+def _lines(path: Path, start: int, stop: int, out: Path) -> Path:
+    with open(path, "rb") as src, open(out, "wb") as dst:
+        for i, line in enumerate(src):
+            if i >= stop:
+                break
+            if i >= start:
+                dst.write(line)
+    return out
+
+
+def _generation_files(idx: Path) -> dict[str, tuple[int, int]]:
+    from noderag.store.generations import current_path
+
+    gen = current_path(idx)
+    return {p.relative_to(gen).as_posix(): (p.stat().st_ino, p.stat().st_size) for p in gen.rglob("*") if p.is_file()}
+
+
+def _write_child(op: str, mode: str, idx: Path, arg: Path, log: Path, args) -> dict:
+    """Run one insert or delete in a child process; its figures and the index bytes it added."""
+    from noderag.store.tables import IndexStore
+
+    with IndexStore.open(idx):  # pinned: the previous generation stays, so new files are told from shared ones
+        before = {ino for ino, _ in _generation_files(idx).values()}
+        r = run_child([sys.executable, "-c", _WRITE, op, mode, str(idx), str(arg)], log, args.max_seconds, None)
+        after = _generation_files(idx)
+    if r["ok"]:
+        r.update(json.loads(r.pop("stdout").strip().splitlines()[-1]))
+    r["new_index_bytes"] = sum(size for ino, size in after.values() if ino not in before)
+    r["index_bytes"] = sum(size for _, size in after.values())
+    return r
+
+
+def _paired_p50(a: Path, b: Path, questions: Path, log: Path, args) -> dict:
+    q = run_query_child([str(a), str(questions), "--paired", str(b), str(questions)], log, args)
+    return {k: q.get(k) for k in ("p50_ms", "p50_cpu_ms", "p50_ratio", "p50_cpu_ratio", "ok", "reason")}
+
+
+def _open_first(idx: Path, questions: Path, log: Path, args) -> dict:
+    q = run_query_child([str(idx), str(questions)], log, args)
+    return {k: q.get(k) for k in ("open_s", "first_retrieve_s", "open_plus_first_retrieve_s", "p50_ms", "ok")}
+
+
+def bench_size(n: int, args, work: Path) -> dict:
+    """Base build of ``n`` passages, then every change size both ways, then the many-deltas check."""
+    extra = max(args.changes + [10 * args.deltas])
+    sc = generate(n + extra, work, data=args.data)
+    corpus_a = _lines(sc.corpus, 0, n, work / f"base-{n}.jsonl")
+    questions = work / f"questions-{n}.jsonl"
+    qs = sc.questions.read_text("utf-8").splitlines()[:args.questions]
+    questions.write_text("\n".join(qs) + "\n", encoding="utf-8")
+    base = work / f"index-{n}"
+    print(f"== {n:,} passages: base build", file=sys.stderr, flush=True)
+    shutil.rmtree(base, ignore_errors=True)
+    b = run_child([sys.executable, "-m", "noderag.cli", "build", str(corpus_a), "--index", str(base), "--embed",
+                   args.embed, "--no-progress"], work / f"build-{n}.log", args.max_seconds, None)
+    b.pop("stdout", None)
+    res: dict = {"passages": n, "build": b, "changes": []}
+    if not b["ok"]:
+        return res
+    for c in args.changes:
+        new = _lines(sc.corpus, n, n + c, work / f"new-{n}-{c}.jsonl")
+        ids = work / f"ids-{n}-{c}.json"
+        ids.write_text(json.dumps([json.loads(line)["id"] for line in new.read_text("utf-8").splitlines()]))
+        row = {"documents": c}
+        for mode in ("segments", "rebuild"):
+            print(f"== {n:,} passages: insert {c} ({mode})", file=sys.stderr, flush=True)
+            copy = work / f"copy-{mode}"
+            shutil.rmtree(copy, ignore_errors=True)
+            shutil.copytree(base, copy)
+            ins = _write_child("insert", mode, copy, new, work / f"insert-{n}-{c}-{mode}.log", args)
+            ins["query"] = _paired_p50(base, copy, questions, work / f"q-{n}-{c}-{mode}.log", args)
+            dele = _write_child("delete", mode, copy, ids, work / f"delete-{n}-{c}-{mode}.log", args)
+            row[mode] = {"insert": ins, "delete": dele}
+            shutil.rmtree(copy, ignore_errors=True)
+        res["changes"].append(row)
+    res["many_deltas"] = _many_deltas(n, sc.corpus, base, questions, args, work)
+    shutil.rmtree(base, ignore_errors=True)
+    return res
+
+
+def _many_deltas(n: int, corpus: Path, base: Path, questions: Path, args, work: Path) -> dict:
+    """``args.deltas`` inserts of 10 documents, then query p50 against the same documents compacted."""
+    segs, compacted = work / "many-deltas", work / "many-compacted"
+    for p in (segs, compacted):
+        shutil.rmtree(p, ignore_errors=True)
+    shutil.copytree(base, segs)
+    walls = []
+    for k in range(args.deltas):
+        part = _lines(corpus, n + 10 * k, n + 10 * (k + 1), work / f"delta-{k}.jsonl")
+        r = _write_child("insert", "segments", segs, part, work / f"delta-{k}.log", args)
+        walls.append(r.get("inner_wall_s"))
+    shutil.copytree(segs, compacted)
+    from noderag.build.compact import compact_index
+
+    t0 = time.perf_counter()
+    compact_index(compacted)
+    compact_s = time.perf_counter() - t0
+    out = {"deltas": args.deltas, "insert_wall_s": walls, "compact_s": round(compact_s, 3),
+           "paired": _paired_p50(compacted, segs, questions, work / "q-many.log", args),
+           "open_deltas": _open_first(segs, questions, work / "open-deltas.log", args),
+           "open_compacted": _open_first(compacted, questions, work / "open-compacted.log", args)}
+    for p in (segs, compacted):
+        shutil.rmtree(p, ignore_errors=True)
+    return out
+
+
+def bench_retrieval(sample: str, args, work: Path) -> dict:
+    """Recall on a dev sample: build(all) vs build(first half) + insert(second half) as a delta vs compact --full."""
+    from noderag.build.compact import compact_index
+    from noderag.build.driver import build_index
+    from noderag.config import NodeRAGConfig
+    from noderag.eval import evaluate
+
+    data = Path(args.data) / sample
+    lines = (data / "corpus.jsonl").read_text("utf-8").splitlines(keepends=True)
+    half = len(lines) // 2
+    a, b = work / f"{sample}-a.jsonl", work / f"{sample}-b.jsonl"
+    a.write_text("".join(lines[:half]), encoding="utf-8")
+    b.write_text("".join(lines[half:]), encoding="utf-8")
+    cfg = NodeRAGConfig().with_overrides({"embed.spec": args.retrieval_embed, "update.max_delta_share": 1.0})
+    full, inc = work / f"{sample}-full", work / f"{sample}-inc"
+    for p in (full, inc):
+        shutil.rmtree(p, ignore_errors=True)
+    build_index([a, b], full, cfg, progress=False)
+    build_index([a], inc, cfg, progress=False)
+    t0 = time.perf_counter()
+    rep = build_index([b], inc, cfg, progress=False)
+    insert_s = time.perf_counter() - t0
+    out = {"sample": sample, "passages": len(lines), "insert_s": round(insert_s, 2),
+           "delta": bool(rep.manifest.get("deltas"))}
+    for name, idx in (("full build", full), ("half + delta insert", inc)):
+        out[name] = _recall(evaluate(data, idx, methods=["noderag"], latency=False, progress=False))
+    compact_index(inc, full=True)
+    out["after compact --full"] = _recall(evaluate(data, inc, methods=["noderag"], latency=False, progress=False))
+    return out
+
+
+def _recall(res: dict) -> dict:
+    m = res["methods"]["noderag"] if "methods" in res else res["rows"]["noderag"]
+    return {k: m[k] for k in m if k.startswith(("recall@", "all_gold", "mrr"))}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sizes", default="10000,100000")
+    ap.add_argument("--changes", default="10,100,1000")
+    ap.add_argument("--deltas", type=int, default=10)
+    ap.add_argument("--questions", type=int, default=100)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--embed", default="hash:384")
+    ap.add_argument("--retrieval", default="", help="dev samples for the recall check, e.g. musique,hotpotqa")
+    ap.add_argument("--retrieval-embed", default="auto")
+    ap.add_argument("--data", default=str(DEFAULT_DATA))
+    ap.add_argument("--max-seconds", type=float, default=3600)
+    ap.add_argument("--work", type=Path, default=REPO / ".benchcache" / "update")
+    ap.add_argument("--out", type=Path, default=HERE / "results")
+    args = ap.parse_args(argv)
+    args.changes = [int(x) for x in args.changes.split(",") if x]
+    args.max_rss_bytes = None
+    args.work.mkdir(parents=True, exist_ok=True)
+    res = {"machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
+                       "load_before": os.getloadavg()[0]}, "embed": args.embed, "sizes": [], "retrieval": []}
+    for n in (int(x) for x in args.sizes.split(",") if x):
+        res["sizes"].append(bench_size(n, args, args.work))
+        _save(res, args.out)
+    for sample in (s for s in args.retrieval.split(",") if s):
+        res["retrieval"].append(bench_retrieval(sample, args, args.work))
+        _save(res, args.out)
+    res["machine"]["load_after"] = os.getloadavg()[0]
+    _save(res, args.out)
+    print(to_markdown(res))
+    return 0
+
+
+def _save(res: dict, out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "update.json").write_text(json.dumps(res, indent=1) + "\n", encoding="utf-8")
+    (out / "update.md").write_text(to_markdown(res), encoding="utf-8")
+
+
+def _mb(b) -> str:
+    return f"{b / 1e6:.1f} MB" if isinstance(b, (int, float)) else "–"
+
+
+def to_markdown(res: dict) -> str:
+    lines = ["# Updates: delta segments against recomputing the whole index", "",
+             f"Embedder `{res['embed']}`; machine {res['machine']['cpus']} CPUs, load "
+             f"{res['machine']['load_before']:.1f} before" +
+             (f", {res['machine']['load_after']:.1f} after" if "load_after" in res["machine"] else "") + ".", ""]
+    for s in res["sizes"]:
+        b = s["build"]
+        lines += [f"## {s['passages']:,} passages (base build {b['wall_s']:.1f} s)", "",
+                  "| change | mode | insert wall s | CPU s | new index bytes | share of index | wrote (wchar) | "
+                  "peak RSS | query p50 after / before | delete wall s | delete new bytes |",
+                  "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for row in s["changes"]:
+            for mode in ("segments", "rebuild"):
+                ins, dele = row[mode]["insert"], row[mode]["delete"]
+                ratio = (ins.get("query") or {}).get("p50_ratio") or [None, None]
+                share = ins["new_index_bytes"] / max(ins["index_bytes"], 1)
+                lines.append(f"| insert {row['documents']} | {mode} | {ins['wall_s']:.2f} | {ins['cpu_s']:.2f} | "
+                             f"{_mb(ins['new_index_bytes'])} | {share:.1%} | {_mb(ins.get('wchar'))} | "
+                             f"{_mb(ins['peak_rss_bytes'])} | {ratio[1] if ratio[1] is not None else '–'} | "
+                             f"{dele['wall_s']:.2f} | {_mb(dele['new_index_bytes'])} |")
+            seg, reb = row["segments"]["insert"], row["rebuild"]["insert"]
+            lines.append(f"| | **ratio** rebuild / segments | **{reb['wall_s'] / max(seg['wall_s'], 1e-9):.1f}x** | | "
+                         f"**{reb['new_index_bytes'] / max(seg['new_index_bytes'], 1):.0f}x** | | | | | | |")
+        md = s.get("many_deltas")
+        if md:
+            p = md["paired"]
+            lines += ["", f"{md['deltas']} delta segments of 10 documents each (inserts "
+                      f"{', '.join(f'{w:.2f}' for w in md['insert_wall_s'] if w is not None)} s), against the same "
+                      f"index compacted ({md['compact_s']:.1f} s): query p50 {p['p50_ms'][1]} ms vs {p['p50_ms'][0]} ms, "
+                      f"**ratio {p['p50_ratio'][1]}** (CPU {p['p50_cpu_ratio'][1]}); open + first query "
+                      f"{md['open_deltas']['open_plus_first_retrieve_s']} s vs "
+                      f"{md['open_compacted']['open_plus_first_retrieve_s']} s.", ""]
+    if res["retrieval"]:
+        lines += ["## Retrieval after build(half) + insert(other half) as a delta", "",
+                  "| sample | index | recall@2 | recall@5 | all-gold@8 |", "|---|---|---:|---:|---:|"]
+        for r in res["retrieval"]:
+            for name in ("full build", "half + delta insert", "after compact --full"):
+                m = r[name]
+                lines.append(f"| {r['sample']} | {name} | {_fmt(m.get('recall@2'))} | {_fmt(m.get('recall@5'))} | "
+                             f"{_fmt(m.get('all_gold@8'))} |")
+    return "\n".join(lines) + "\n"
+
+
+def _fmt(v) -> str:
+    if isinstance(v, dict):
+        return f"{v['value']:.3f} [{v['low']:.3f}, {v['high']:.3f}]" if "low" in v else f"{v.get('value', 0):.3f}"
+    return f"{v:.3f}" if isinstance(v, (int, float)) else "–"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

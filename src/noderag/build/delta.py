@@ -1,0 +1,203 @@
+"""Delta inserts: new documents become a delta segment beside the shared segments of the previous generation.
+
+An insert of new documents (nothing deleted or replaced) runs chunk, decompose, assemble and embed
+for the new documents only, against a node table of the existing nodes made from the segments'
+typed arrays and text blobs (:func:`delta_table`: no Python object per node but the key map). Nodes
+whose key exists merge into the existing node, exactly as in a build; the new nodes get the next
+ids. The new generation shares every file of the previous one (hard links) and adds the delta
+segment (:mod:`noderag.store.segments`): the new nodes' rows, documents and decompositions, the
+structural edges the new chunks brought (an edge may end at an older node), name links of the new
+units, an HNSW index of the new T/S vectors and query tables whose BM25 impacts use the whole
+index's passage counts.
+
+What waits for the next compaction (``noderag compact``; an insert compacts by itself once the
+deltas hold ``update.max_delta_share`` of the base's documents): importance and A nodes, Leiden
+communities and H/O nodes, the mention counts of older entities, name links from older units to the
+names the new documents introduce, and the BM25 statistics of older passages. New passages are
+found by dense, lexical and name search and reached by PPR through every entity they share with
+older ones.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+from ..graph.types import NodeType
+from ..store.layout import DELTA_EDGES, DOCUMENTS, NODE_KEYS, NODE_TYPES, NODES, VECTORS
+from ..store.segments import Delta, deltas_of, segment_folders
+from .assemble import EdgeList, NodeTable
+
+__all__ = ["delta_reason", "load_documents", "delta_table", "link_scope", "write_delta_segment", "delta_counts"]
+
+T, S, N = int(NodeType.T), int(NodeType.S), int(NodeType.N)
+
+
+def delta_reason(previous, config, drop, n_new: int) -> str | None:
+    """Why this run must recompute the whole index instead of adding a delta segment (None: it may add one)."""
+    if previous is None:
+        return "a new index"
+    if not config.update.segments:
+        return "update.segments = false"
+    if drop:
+        return "documents are deleted or replaced"
+    if config.semantic.enabled:
+        return "the semantic kNN layer is on (a delta segment does not extend it)"
+    deltas = deltas_of(previous.manifest, previous.path)
+    documents = int((previous.manifest.get("counts") or {}).get("documents", 0))
+    in_deltas = sum(d.documents for d in deltas) + n_new
+    base = documents - sum(d.documents for d in deltas)
+    if in_deltas > config.update.max_delta_share * max(base, 1):
+        return (f"the deltas would hold {in_deltas} documents, over update.max_delta_share = "
+                f"{config.update.max_delta_share} of the base's {base}: compacting")
+    return None
+
+
+def load_documents(path: Path, manifest: dict) -> list[dict]:
+    """The document rows of every segment of a generation, in id order."""
+    from ..store.segments import concat_parquet
+
+    return concat_parquet(segment_folders(path, manifest), DOCUMENTS).to_pylist()
+
+
+def _query_tables(path: Path, manifest: dict) -> list:
+    from ..search.query_index import open_query_index
+
+    tables = [open_query_index(f) for f in segment_folders(path, manifest)]
+    missing = [str(f) for f, t in zip(segment_folders(path, manifest), tables) if t is None]
+    if missing:
+        from ..errors import BuildError
+
+        raise BuildError(f"{missing[0]}: no query tables to insert a delta beside (compact the index first)")
+    return tables
+
+
+def delta_table(path: Path, manifest: dict) -> tuple[NodeTable, list]:
+    """(the node table of every existing node, made from the segments' arrays; the segments' query tables)."""
+    from ..graph.keys import KEY_DTYPE
+    from ..graph.types import TYPE_DTYPE
+    from ..store.segments import concat_npy
+    from ..store.text_column import TextColumn
+
+    folders = segment_folders(path, manifest)
+    tables = _query_tables(path, manifest)
+    offsets = [np.zeros(1, np.int64)]
+    end = 0
+    for t in tables:
+        off = np.asarray(t._a["text_off"], dtype=np.int64)
+        offsets.append(off[1:] + end)
+        end += int(off[-1])
+    texts = TextColumn.from_buffer(np.concatenate(offsets), np.concatenate([np.asarray(t._a["text"]) for t in tables]))
+    table = NodeTable.from_columns(
+        concat_npy(folders, NODE_TYPES, TYPE_DTYPE), concat_npy(folders, NODE_KEYS, KEY_DTYPE), texts,
+        np.concatenate([np.asarray(t.doc) for t in tables]), np.concatenate([np.asarray(t.chunk) for t in tables]),
+        np.concatenate([np.asarray(t.active) for t in tables]))
+    return table, tables
+
+
+def link_scope(tables: list):
+    """The name-linking scope of a delta insert, for :func:`~noderag.build.assemble.assemble_stage`: the new
+    units, against the new names and the older names that share a word with them (found through the
+    segments' name postings; a name that occurs in a unit has all its words there)."""
+
+    def scope(table: NodeTable, old_n: int) -> dict:
+        from ..search.entities import name_tokens
+
+        types = table.types_array()
+        active = table.active_array()
+        units = old_n + np.flatnonzero(types[old_n:] == S)
+        tokens: set[str] = set()
+        for text in table.texts.take(units):
+            tokens.update(name_tokens(text))
+        found = [np.zeros(0, np.int64)]
+        for t in tables:
+            names = t.names
+            for tok in tokens:
+                js = names._posting(tok)
+                if js is not None and js.size:
+                    found.append(np.asarray(names._name_node)[js].astype(np.int64))
+        old = np.unique(np.concatenate(found))
+        old = old[(types[old] == N) & active[old]]
+        new = old_n + np.flatnonzero((types[old_n:] == N) & active[old_n:])
+        return {"units": units, "entities": np.concatenate([old, new])}
+
+    return scope
+
+
+def write_delta_segment(folder: Path, table: NodeTable, old_n: int, docs_rows: list, first_document: int,
+                        edges: EdgeList, link: EdgeList, traces: Path, vec, config, tables: list, name: str) -> Delta:
+    """Write the delta segment ``folder`` (``deltas/<name>`` of the new generation); returns its manifest entry.
+
+    ``edges``: the decomposed edges of the new chunks; ``traces``: their ``decompositions.parquet``, moved in.
+    """
+    from ..graph.storage import atomic_save_npy
+    from ..search.query_index import write_query_index
+    from ..store.decompositions import DECOMPOSITIONS
+    from ..store.layout import LINKED
+    from ..store.tables import write_documents, write_nodes
+    from .assemble import cat_edges, mention_counts
+    from .finalize import write_linked
+
+    folder.mkdir(parents=True)
+    n = len(table)
+    types = table.types_array()
+    src, dst, w = cat_edges(edges, link)
+    write_nodes(folder / NODES, table, mention_counts(n, types, src, dst, w), first=old_n)
+    write_documents(folder / DOCUMENTS, docs_rows[first_document:])
+    os.replace(traces, folder / DECOMPOSITIONS)
+    atomic_save_npy(folder / NODE_TYPES, types[old_n:])
+    atomic_save_npy(folder / NODE_KEYS, table.keys_array()[old_n:])
+    (folder / DELTA_EDGES).mkdir()
+    for key, arr, dtype in (("src", src, np.int64), ("dst", dst, np.int64), ("w", w, np.float32)):
+        atomic_save_npy(folder / DELTA_EDGES / f"{key}.npy", np.asarray(arr, dtype=dtype))
+    write_linked(folder / LINKED, *link.arrays())
+    _write_vectors(folder / VECTORS, table, old_n, vec, config)
+    passages = int(sum(int(np.sum((np.asarray(t.active) & (_types_of(t) == T)))) for t in tables))
+    lexicals = [t.lexical for t in tables if t.lexical is not None]
+    background = (passages, lambda h: sum((x.document_frequencies(h) for x in lexicals), np.zeros(len(h), np.int64)))
+    write_query_index(folder, first_node=old_n, lexical_background=background)
+    return Delta(name, old_n, n - old_n, first_document, len(docs_rows) - first_document)
+
+
+def _types_of(qi) -> np.ndarray:
+    """Node types of one segment's query tables (read from the segment's ``node_types.npy``)."""
+    from ..graph.storage import load_npy
+
+    return np.asarray(load_npy(qi.folder.parent / NODE_TYPES, True, dtype=np.uint8, ndim=1, shape=(qi.n,)))
+
+
+def _write_vectors(path: Path, table: NodeTable, old_n: int, vec, config) -> None:
+    """The HNSW index of the new T/S nodes' vectors (keys: node ids), one shard as small deltas need."""
+    from ..graph.vectors import VectorIndex
+
+    types = table.types_array()
+    ids = old_n + np.flatnonzero(np.isin(types[old_n:], (T, S)) & table.active_array()[old_n:])
+    emb = config.embed
+    index = VectorIndex(vec.dim, metric="cos", dtype=emb.vector_dtype, connectivity=emb.connectivity,
+                        expansion_add=emb.expansion_add)
+    index.add(ids, np.asarray(vec[ids], dtype=np.float32))
+    index.save(path)
+
+
+
+def delta_counts(prev: dict, table: NodeTable, old_n: int, n_docs: int, n_chunks: int, edges: EdgeList) -> dict:
+    """The previous generation's ``counts`` plus the delta's nodes, documents and chunks and its decomposed
+    edges as listed (an edge the base has too counts again until compaction recounts them)."""
+    from ..graph.types import TYPE_NAMES
+
+    types = table.types_array()[old_n:]
+    active = table.active_array()[old_n:]
+    out = {k: (dict(v) if isinstance(v, dict) else v) for k, v in prev.items()}
+    for key, mask in (("nodes", np.ones(types.shape[0], bool)), ("active_nodes", active)):
+        per = out.setdefault(key, {})
+        for t in range(7):
+            name = TYPE_NAMES[NodeType(t)]
+            per[name] = int(per.get(name, 0)) + int(np.sum((types == t) & mask))
+    out["documents"] = int(out.get("documents", 0)) + n_docs
+    out["chunks"] = int(out.get("chunks", 0)) + n_chunks
+    src, _, _ = edges.arrays()
+    edge_counts = out.setdefault("edges", {})
+    edge_counts["structural"] = int(edge_counts.get("structural", 0)) + int(src.shape[0])
+    return out

@@ -1,0 +1,187 @@
+"""Segments of a generation: the base at the top of its folder, and the delta segments inserts add.
+
+A generation folder holds its base segment (the files :mod:`noderag.store.layout` names) and,
+after inserts that ran as deltas, delta segments under ``deltas/<name>/``. A delta is a small
+index of what one insert added: the rows of its nodes and documents, their decompositions, the
+structural edges it brought (global node ids; an edge may end at an older node), its name links,
+its vectors (an HNSW shard of its own) and its query tables. Node and document ids are global and
+contiguous: the base holds nodes ``[0, n0)``, each delta the next range.
+
+An insert's new generation shares every file of the previous one as a hard link (the same bytes on
+disk, never copied) and adds one delta folder and a new manifest. The checksums of shared files are
+carried over (same inode, same bytes), so a commit reads and writes only the delta. The removal
+rule stays per generation: a shared file lives while any generation links it.
+
+Manifest entry ``deltas``: a list, oldest first, of ``{"name", "first_node", "nodes",
+"first_document", "documents"}``; absent (or empty) for a compacted index, whose folder is exactly
+what a fresh build writes.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .errors import IndexDamagedError
+from .layout import DELTAS, MANIFEST, READERS
+
+__all__ = ["Delta", "deltas_of", "segment_folders", "share_generation", "next_delta_name", "delta_entry",
+           "concat_npy", "concat_parquet"]
+
+
+@dataclass(frozen=True)
+class Delta:
+    """One delta segment as the manifest lists it: its folder name and its node and document id ranges."""
+
+    name: str
+    first_node: int
+    nodes: int
+    first_document: int
+    documents: int
+
+    @property
+    def end_node(self) -> int:
+        return self.first_node + self.nodes
+
+
+def deltas_of(manifest: dict[str, Any], where: Path) -> list[Delta]:
+    """The delta segments of a generation (oldest first), checked to continue each other's id ranges."""
+    raw = manifest.get(DELTAS) or []
+    if not isinstance(raw, list):
+        raise IndexDamagedError(where, MANIFEST, "damaged field", f"{DELTAS} must be a list")
+    out: list[Delta] = []
+    for i, entry in enumerate(raw):
+        try:
+            d = Delta(**entry)
+        except TypeError as exc:
+            raise IndexDamagedError(where, MANIFEST, "damaged field", f"{DELTAS}[{i}]: {exc}") from None
+        ints = (d.first_node, d.nodes, d.first_document, d.documents)
+        if not isinstance(d.name, str) or not d.name.isdigit() or any(
+                isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in ints):
+            raise IndexDamagedError(where, MANIFEST, "damaged field", f"{DELTAS}[{i}] = {entry!r}")
+        if out and (d.first_node != out[-1].end_node
+                    or d.first_document != out[-1].first_document + out[-1].documents):
+            raise IndexDamagedError(where, MANIFEST, "damaged field",
+                                    f"{DELTAS}[{i}] does not continue the id ranges of {DELTAS}[{i - 1}]")
+        out.append(d)
+    return out
+
+
+def delta_entry(d: Delta) -> dict[str, Any]:
+    """The manifest entry of one delta."""
+    return asdict(d)
+
+
+def segment_folders(path: Path, manifest: dict[str, Any]) -> list[Path]:
+    """The folders of a generation's segments, base first."""
+    return [path] + [path / DELTAS / d.name for d in deltas_of(manifest, path)]
+
+
+def next_delta_name(deltas: list[Delta]) -> str:
+    """A folder name no delta of the generation uses (names only grow, so a shared folder keeps its own)."""
+    return str(max((int(d.name) for d in deltas), default=0) + 1)
+
+
+def share_generation(src: Path, dst: Path) -> tuple[list[str], int]:
+    """Hard-link every index file of the generation folder ``src`` into ``dst`` (not its manifest or readers' lock).
+
+    Returns (relative paths shared, bytes copied): a file system without hard links between these
+    folders gets copies instead, and the bytes say what that cost.
+    """
+    shared: list[str] = []
+    copied = 0
+    for p in sorted(src.rglob("*")):
+        rel = p.relative_to(src).as_posix()
+        if not p.is_file() or p.is_symlink() or rel in (MANIFEST, READERS):
+            continue
+        target = dst / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.link(p, target)
+        except OSError:  # EXDEV, EPERM (no hard links here): a copy keeps the generation complete
+            shutil.copyfile(p, target)
+            copied += target.stat().st_size
+        shared.append(rel)
+    return shared, copied
+
+
+def concat_npy(folders: list[Path], name: str, dtype) -> np.ndarray:
+    """One ``.npy`` array of every segment, concatenated (memory-mapped when there is only the base)."""
+    from ..graph.storage import load_npy
+
+    parts = [np.asarray(load_npy(f / name, True, dtype=dtype, ndim=1, shape=None)) for f in folders]
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+def concat_parquet(folders: list[Path], name: str, columns=None):
+    """One Parquet table of every segment, concatenated (the base's rows first; no copy of the data)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    tables = [pq.read_table(f / name, columns=columns, memory_map=True) for f in folders]
+    return tables[0] if len(tables) == 1 else pa.concat_tables(tables, promote_options="default")
+
+
+def delta_edges(folder: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(src, dst, w) of the structural edges a delta segment brought (each undirected edge once)."""
+    from ..graph.storage import load_npy
+    from .layout import DELTA_EDGES
+
+    sub = folder / DELTA_EDGES
+    src = np.asarray(load_npy(sub / "src.npy", True, dtype=np.int64, ndim=1, shape=None))
+    dst = np.asarray(load_npy(sub / "dst.npy", True, dtype=np.int64, ndim=1, shape=src.shape))
+    w = np.asarray(load_npy(sub / "w.npy", True, dtype=np.float32, ndim=1, shape=src.shape))
+    return src, dst, w
+
+
+def _padded(csr, n: int):
+    """``csr`` over ``n >= csr.n`` nodes (the new nodes have no edges in it), as a scipy matrix."""
+    import scipy.sparse as sp
+
+    indptr = np.asarray(csr.indptr, dtype=np.int64)
+    if n > csr.n:
+        indptr = np.concatenate([indptr, np.full(n - csr.n, indptr[-1], np.int64)])
+    return sp.csr_array((np.asarray(csr.weights), np.asarray(csr.indices), indptr), shape=(n, n))
+
+
+def segmented_graph(path: Path, deltas: list[Delta], *, validate: bool = True):
+    """The graph of a generation with delta segments: the base's layers over every node, plus each delta's edges.
+
+    O(edges) at open (one sparse sum); a compacted generation opens its graph memory-mapped instead.
+    """
+    import scipy.sparse as sp
+
+    from ..graph.csr import CSR
+    from ..graph.hetero import HeteroGraph
+    from ..graph.keys import KEY_DTYPE
+    from ..graph.types import TYPE_DTYPE
+    from .layout import NODE_KEYS, NODE_TYPES
+
+    base = HeteroGraph.load(path, mmap=True, validate=validate)
+    folders = [path / DELTAS / d.name for d in deltas]
+    types = np.concatenate([np.asarray(base.types)] + [concat_npy([f], NODE_TYPES, TYPE_DTYPE) for f in folders])
+    keys = np.concatenate([np.asarray(base.keys)] + [concat_npy([f], NODE_KEYS, KEY_DTYPE) for f in folders])
+    n = int(types.shape[0])
+    if n != (deltas[-1].end_node if deltas else base.n):
+        raise IndexDamagedError(path, MANIFEST, "damaged field", f"{DELTAS} end at node {deltas[-1].end_node}, "
+                                f"the segments hold {n} nodes")
+    parts = [delta_edges(f) for f in folders]
+    src = np.concatenate([p[0] for p in parts])
+    dst = np.concatenate([p[1] for p in parts])
+    w = np.concatenate([p[2] for p in parts])
+    if src.size and (min(src.min(), dst.min()) < 0 or max(src.max(), dst.max()) >= n):
+        raise IndexDamagedError(path, f"{DELTAS}/.../edges", "id out of range", f"edges must end at nodes < {n}")
+    added = sp.coo_array((w, (src, dst)), shape=(n, n))
+    merged = (_padded(base.structural, n) + added + added.T).tocsr()
+    merged.sort_indices()
+    structural = CSR(merged.indptr.astype(np.int64), merged.indices.astype(np.int32),
+                     merged.data.astype(np.float32))
+    semantic = _padded(base.semantic, n)
+    semantic_csr = CSR(semantic.indptr.astype(np.int64), semantic.indices.astype(np.int32),
+                       semantic.data.astype(np.float32))
+    return HeteroGraph(types.astype(TYPE_DTYPE), keys.astype(KEY_DTYPE), structural, semantic_csr)

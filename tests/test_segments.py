@@ -1,0 +1,219 @@
+"""Delta segments: an insert writes only what it adds, shares the rest, and searches as one index."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+import noderag
+from noderag.build.driver import build_index
+from noderag.config import NodeRAGConfig
+from noderag.graph.types import NodeType
+from noderag.store.generations import current_path
+from noderag.store.tables import IndexStore
+from noderag.store.verify import IndexDamagedError, verify_index
+
+CORPUS = Path(__file__).parent / "data" / "musique" / "corpus.jsonl"
+CFG = NodeRAGConfig().with_overrides({"embed.spec": "hash:64"})
+T, S, N, R = (int(NodeType.T), int(NodeType.S), int(NodeType.N), int(NodeType.R))
+
+
+def _split(tmp_path: Path, cuts=(270, 280)) -> list[Path]:
+    """The test corpus cut into consecutive JSONL parts (the first is the base)."""
+    lines = CORPUS.read_text("utf-8").splitlines(keepends=True)
+    out = []
+    for k, (a, b) in enumerate(zip((0,) + tuple(cuts), tuple(cuts) + (len(lines),))):
+        part = tmp_path / f"part{k}.jsonl"
+        part.write_text("".join(lines[a:b]), encoding="utf-8")
+        out.append(part)
+    return out
+
+
+@pytest.fixture(scope="module")
+def parts(tmp_path_factory):
+    return _split(tmp_path_factory.mktemp("segments"))
+
+
+@pytest.fixture(scope="module")
+def base(parts, tmp_path_factory):
+    idx = tmp_path_factory.mktemp("base") / "idx"
+    build_index([parts[0]], idx, CFG, progress=False)
+    return idx
+
+
+def _copy(src: Path, dst: Path) -> Path:
+    import shutil
+
+    shutil.copytree(src, dst)
+    return dst
+
+
+def _files(gen: Path) -> dict[str, os.stat_result]:
+    return {p.relative_to(gen).as_posix(): p.stat() for p in sorted(gen.rglob("*")) if p.is_file()}
+
+
+def test_an_insert_adds_a_delta_segment_and_shares_every_other_file(base, parts, tmp_path):
+    idx = _copy(base, tmp_path / "idx")
+    with IndexStore.open(idx) as before:  # pinned: the old generation stays, so its files can be compared
+        old = _files(before.path)
+        report = build_index([parts[1]], idx, progress=False)
+        new = _files(current_path(idx))
+    assert [d["name"] for d in report.manifest["deltas"]] == ["1"]
+    assert report.manifest["stages"].keys() >= {"segment"} and "communities" not in report.manifest["stages"]
+    shared = {rel for rel in old if rel not in ("manifest.json", ".readers")}
+    for rel in shared:  # the same inode: nothing of the base was written again
+        assert new[rel].st_ino == old[rel].st_ino, rel
+    added = set(new) - set(old)
+    assert added and all(rel.startswith("deltas/1/") for rel in added)
+    written = sum(new[rel].st_size for rel in added)
+    assert written < 0.2 * sum(s.st_size for s in old.values())
+    verify_index(idx, "full")
+
+
+def test_inserted_documents_are_found_and_merge_with_known_nodes(base, parts, tmp_path):
+    idx = _copy(base, tmp_path / "idx")
+    index = noderag.Index.open(idx).insert([parts[1]])
+    assert len(index.deltas) == 1
+    docs = [json.loads(line) for line in parts[1].read_text("utf-8").splitlines()]
+    for d in docs:  # each new passage is found by its own words (dense, lexical and name search)
+        assert d["id"] in index.retrieve(d["text"][:160]).passages[:3]
+    first = index.deltas[0].first_node
+    keys = np.asarray(index.keys)
+    assert len(set(keys.tolist())) == keys.size  # a known name merged into its node: no key twice
+    # a new unit links to an entity the base already had (the PPR graph joins the segments)
+    g = index.graph.structural
+    rows = np.repeat(np.arange(g.n), np.diff(g.indptr))
+    cross = (rows >= first) & (np.asarray(g.indices) < first)
+    assert cross.any()
+
+
+def _key_view(store):
+    """T/S/N/R nodes (type, key, text) and their decomposed edges by key, of an opened index."""
+    types, keys = np.asarray(store.types), np.asarray(store.keys)
+    keep = np.isin(types, (T, S, N, R))
+    texts = store.nodes.column("text").to_pylist()
+    nodes = {(int(types[i]), int(keys[i]), texts[i]) for i in np.flatnonzero(keep)}
+    from noderag.build.previous import load_base
+
+    src, dst, w = load_base(store.path, store.manifest).arrays()
+    pairs: dict = {}
+    for s, d, x in zip(keys[src].tolist(), keys[dst].tolist(), w.tolist()):
+        k = (min(s, d), max(s, d))
+        pairs[k] = pairs.get(k, 0.0) + x
+    return nodes, pairs
+
+
+def test_a_delta_holds_the_nodes_and_decomposed_edges_of_a_full_build(base, parts, tmp_path):
+    idx = _copy(base, tmp_path / "idx")
+    build_index([parts[1]], idx, progress=False)
+    build_index([parts[2]], idx, progress=False)
+    full = tmp_path / "full"
+    build_index(parts, full, CFG, progress=False)
+    with IndexStore.open(idx) as a, IndexStore.open(full) as b:
+        assert len(a.deltas) == 2 and not b.deltas
+        assert _key_view(a) == _key_view(b)
+
+
+def test_compaction_gives_the_bytes_of_a_fresh_build(base, parts, tmp_path):
+    from noderag.build.compact import compact_index
+
+    idx = _copy(base, tmp_path / "idx")
+    build_index([parts[1]], idx, progress=False)
+    build_index([parts[2]], idx, progress=False)
+    report = compact_index(idx, full=True, progress=False)
+    assert not report.manifest.get("deltas")
+    fresh = tmp_path / "fresh"
+    build_index(parts, fresh, CFG, progress=False)
+    a, b = current_path(idx), current_path(fresh)
+    fa = {p.relative_to(a).as_posix() for p in a.rglob("*") if p.is_file()}
+    fb = {p.relative_to(b).as_posix() for p in b.rglob("*") if p.is_file()}
+    assert fa == fb
+    for rel in sorted(fa - {"manifest.json", ".readers"}):
+        assert (a / rel).read_bytes() == (b / rel).read_bytes(), rel
+    ma, mb = (json.loads((x / "manifest.json").read_text()) for x in (a, b))
+    assert ma["checksums"]["files"] == mb["checksums"]["files"] and ma["counts"] == mb["counts"]
+
+
+def test_deltas_past_the_share_compact_by_themselves(base, parts, tmp_path):
+    idx = _copy(base, tmp_path / "idx")
+    small = NodeRAGConfig().with_overrides({"update.max_delta_share": 0.02})  # 10 of 270 is over 2%
+    messages: list[str] = []
+    report = build_index([parts[1]], idx, small, progress=False, log=messages.append)
+    assert not report.manifest.get("deltas") and "communities" in report.manifest["stages"]
+    assert any("update.max_delta_share" in m for m in messages)
+    off = NodeRAGConfig().with_overrides({"update.segments": False})
+    report = build_index([parts[2]], idx, off, progress=False)
+    assert not report.manifest.get("deltas")
+
+
+def test_a_damaged_delta_is_named(base, parts, tmp_path):
+    idx = _copy(base, tmp_path / "idx")
+    build_index([parts[1]], idx, progress=False)
+    path = current_path(idx) / "deltas" / "1" / "query" / "text.npy"
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0x20
+    path.write_bytes(bytes(data))
+    with pytest.raises(IndexDamagedError, match=r"checksum mismatch in deltas/1/query/text\.npy"):
+        verify_index(idx, "full")
+    with pytest.raises(IndexDamagedError, match=r"deltas/1/query/text\.npy"):
+        build_index([parts[2]], idx, progress=False)
+
+
+def test_a_delete_rewrites_the_segments_without_the_text(base, parts, tmp_path):
+    idx = _copy(base, tmp_path / "idx")
+    build_index([parts[1]], idx, progress=False)
+    gone = json.loads(parts[1].read_text("utf-8").splitlines()[0])
+    index = noderag.Index.open(idx).delete([gone["id"]])
+    assert not index.deltas
+    needle = gone["text"][20:80].encode("utf-8")
+    for p in current_path(idx).rglob("*"):
+        if p.is_file() and p.suffix == ".npy":
+            assert needle not in p.read_bytes(), p
+    assert gone["id"] not in index.retrieve(gone["text"][:160]).passages
+
+
+_SUB = """
+import sys
+from noderag.build.driver import build_index
+build_index([sys.argv[1]], sys.argv[2], progress=False)
+"""
+
+KILL_POINTS = ("chunk", "decompose-batch", "assemble", "embed", "segment", "commit", "switch", "committed")
+
+
+def _insert(part: Path, idx: Path, kill_at: str | None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "NODERAG_TEST_KILL_AT"}
+    if kill_at:
+        env["NODERAG_TEST_KILL_AT"] = kill_at
+    return subprocess.run([sys.executable, "-c", _SUB, str(part), str(idx)], env=env, capture_output=True,
+                          text=True, timeout=600)
+
+
+def _generation_bytes(idx: Path) -> dict[str, bytes]:
+    gen = current_path(idx)
+    out = {p.relative_to(gen).as_posix(): p.read_bytes() for p in sorted(gen.rglob("*")) if p.is_file()}
+    m = json.loads(out.pop("manifest.json"))
+    m.pop("stages")
+    m["checksums"].pop("manifest")
+    out["manifest.json"] = json.dumps(m, sort_keys=True).encode()
+    return out
+
+
+def test_a_delta_insert_killed_anywhere_resumes_to_the_same_bytes(base, parts, tmp_path):
+    clean = _copy(base, tmp_path / "clean")
+    assert _insert(parts[1], clean, None).returncode == 0
+    want = _generation_bytes(clean)
+    for point in KILL_POINTS:
+        idx = _copy(base, tmp_path / point)
+        killed = _insert(parts[1], idx, point)
+        assert killed.returncode == -9, (point, killed.stderr[-2000:])
+        again = _insert(parts[1], idx, None)
+        assert again.returncode == 0, (point, again.stderr[-2000:])
+        assert _generation_bytes(idx) == want, point
