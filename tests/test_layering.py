@@ -15,7 +15,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "noderag"
 
 #: floor of each top-level module or package; imports go to the same floor or a lower one
 FLOORS = {
-    "_core": 0, "_overrides": 0, "retry": 0, "errors": 0, "tokenize": 0, "lang": 0, "data": 0,
+    "_core": 0, "_overrides": 0, "retry": 0, "errors": 0, "tokenize": 0, "lang": 0, "data": 0, "jsonl": 0,
     "graph": 1, "embed": 1, "llm": 1,
     "config": 2,
     "store": 3,

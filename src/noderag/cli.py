@@ -212,6 +212,14 @@ def _add_build(sub) -> None:
     b.set_defaults(func=_cmd_build)
 
 
+def _add_recompute_options(p, func) -> None:
+    """--llm, --no-progress and --wait of a command that recomputes an index's summaries; runs ``func``."""
+    p.add_argument("--llm", metavar="SPEC", help="LLM backend (an LLM-built index recomputes its summaries)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    _add_wait(p)
+    p.set_defaults(func=func)
+
+
 def _add_writers(sub) -> None:
     """insert, delete, compact, gc and repair: the commands that write an existing index."""
     ins = sub.add_parser("insert", help="add documents to an existing index (what `build --index` of one does)")
@@ -224,19 +232,13 @@ def _add_writers(sub) -> None:
     dl.add_argument("doc_ids", nargs="*", metavar="DOC_ID", help="source ids: the JSONL 'id' or the file path")
     dl.add_argument("--all-from", nargs="+", metavar="PATH",
                     help="delete every document these files, folders or JSONL corpora would add")
-    dl.add_argument("--llm", metavar="SPEC", help="LLM backend (an LLM-built index recomputes its summaries)")
-    dl.add_argument("--no-progress", action="store_true", help="no progress bars")
-    _add_wait(dl)
-    dl.set_defaults(func=_cmd_delete)
+    _add_recompute_options(dl, _cmd_delete)
     cp = sub.add_parser("compact", help="merge the delta segments of inserts into one, recomputing every global "
                                         "stage (communities, importance, name links)")
     cp.add_argument("index", metavar="DIR", help="index directory")
     cp.add_argument("--full", action="store_true",
                     help="also re-assemble and re-embed every document: the bytes of a fresh build of them")
-    cp.add_argument("--llm", metavar="SPEC", help="LLM backend (an LLM-built index recomputes its summaries)")
-    cp.add_argument("--no-progress", action="store_true", help="no progress bars")
-    _add_wait(cp)
-    cp.set_defaults(func=_cmd_compact)
+    _add_recompute_options(cp, _cmd_compact)
     g = sub.add_parser("gc", help="remove the old generations that no reader holds open any more")
     g.add_argument("index", metavar="DIR", help="index directory")
     _add_wait(g)

@@ -11,7 +11,7 @@ import re
 import time
 from array import array
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 
@@ -40,7 +40,6 @@ class ChunkRecord:
     title: str | None
 
 
-@dataclass
 class NodeTable:
     """The node table as growing columns plus a key -> id map (never reuses ids).
 
@@ -49,24 +48,18 @@ class NodeTable:
     derived from them (:class:`DerivedNames`: an N/O name is its text, others are None).
     """
 
-    types: Any = field(default_factory=list)
-    keys: Any = field(default_factory=list)
-    names: Any = field(default_factory=list)
-    texts: Any = field(default_factory=list)
-    doc_ids: Any = field(default_factory=list)
-    chunk_ids: Any = field(default_factory=list)
-    source_ids: list[str | None] = field(default_factory=list)
-    active: Any = field(default_factory=list)
-    index: dict[int, int] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        self.types = array("B", self.types)
-        self.keys = array("Q", self.keys)
-        self.doc_ids = array("q", self.doc_ids)
-        self.chunk_ids = array("q", self.chunk_ids)
-        self.active = bytearray(1 if a else 0 for a in self.active)
-        names = list(self.names)
-        self.texts = TextColumn(self.texts)
+    def __init__(self, types: Sequence[int] = (), keys: Sequence[int] = (), names: Sequence[str | None] = (),
+                 texts: Sequence[str] = (), doc_ids: Sequence[int] = (), chunk_ids: Sequence[int] = (),
+                 source_ids: Sequence[str | None] = (), active: Sequence[bool] = ()) -> None:
+        self.types = array("B", types)
+        self.keys = array("Q", keys)
+        self.doc_ids = array("q", doc_ids)
+        self.chunk_ids = array("q", chunk_ids)
+        self.source_ids: list[str | None] = list(source_ids)
+        self.active = bytearray(1 if a else 0 for a in active)
+        self.index: dict[int, int] = {}  # key -> id of the nodes later ones may merge with
+        names = list(names)
+        self.texts = TextColumn(texts)
         if len(names) != len(self.texts) or len(self.texts) != len(self.types):
             raise ValueError(f"node table columns differ in length: {len(self.types)} types, "
                              f"{len(names)} names, {len(self.texts)} texts")

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import codecs
 import hashlib
-import json
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
+from ..jsonl import json_objects
 from ..errors import NodeRAGError
 
 __all__ = ["Document", "IngestError", "ingest", "iter_documents", "content_hash", "SUPPORTED_SUFFIXES"]
@@ -150,15 +150,7 @@ def _md_title(text: str) -> str | None:
 
 def _iter_jsonl(path: Path) -> Iterator[Document]:
     text = _decode(path)  # fields are cleaned one by one: a form feed must not split a JSON line
-    for lineno, line in enumerate(text.split("\n"), start=1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise IngestError(f"{path}:{lineno}: malformed JSON ({exc.msg} at column {exc.colno})") from None
-        if not isinstance(obj, dict):
-            raise IngestError(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
+    for lineno, obj in json_objects(text.split("\n"), path, IngestError):
         body = obj.get("text")
         if not isinstance(body, str):
             raise IngestError(f"{path}:{lineno}: missing string field 'text'")

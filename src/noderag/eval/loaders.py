@@ -41,6 +41,7 @@ from typing import Any, Iterator, Sequence
 from .metrics import musique_hops
 
 from ..errors import NodeRAGError
+from ..jsonl import json_objects
 
 __all__ = ["DatasetError", "Question", "Dataset", "FORMATS", "detect_format", "load_dataset", "write_corpus_jsonl"]
 
@@ -101,16 +102,7 @@ def _read_json(path: Path) -> Any:
 def _iter_jsonl(path: Path) -> Iterator[tuple[int, dict]]:
     try:
         with open(path, encoding="utf-8") as fh:
-            for lineno, line in enumerate(fh, 1):
-                if not line.strip():
-                    continue
-                try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise DatasetError(f"{path}:{lineno}: invalid JSON ({exc.msg})") from None
-                if not isinstance(obj, dict):
-                    raise DatasetError(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
-                yield lineno, obj
+            yield from json_objects(fh, path, DatasetError)
     except UnicodeDecodeError as exc:
         raise DatasetError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
 

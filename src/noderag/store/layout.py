@@ -38,41 +38,33 @@ DELTAS = "deltas"  # the delta segments of inserts (deltas/<k>/, each a small in
 DELTA_EDGES = "edges"  # a delta's new structural edges (src, dst, w .npy; global node ids, each edge once)
 
 
-def _file(name: str) -> property:
-    """A path property: ``name`` under the layout's folder."""
-    return property(lambda self: self.folder / name, doc=f"``{name}``")
+def _with_files(**names: str):
+    """Give a layout class one path property per file: ``attribute = file name`` under its folder."""
+    def add(cls):
+        for attr, name in names.items():
+            setattr(cls, attr, property(lambda self, name=name: self.folder / name, doc=f"``{name}``"))
+        return cls
+    return add
 
 
+@_with_files(current=CURRENT, generations=GENERATIONS, lock=LOCK_FILE, llm_cache=LLM_CACHE, stages=STAGES)
 @dataclass(frozen=True)
 class IndexLayout:
     """The paths of one index directory."""
 
     folder: Path
 
-    current = _file(CURRENT)
-    generations = _file(GENERATIONS)
-    lock = _file(LOCK_FILE)
-    llm_cache = _file(LLM_CACHE)
-    stages = _file(STAGES)
-
     def generation(self, number: int) -> "GenerationLayout":
         return GenerationLayout(self.folder / GENERATIONS / str(number))
 
 
+@_with_files(manifest=MANIFEST, nodes=NODES, documents=DOCUMENTS, decompositions=DECOMPOSITIONS, linked=LINKED,
+             vectors=VECTORS, query=QUERY_DIR, deltas=DELTAS)
 @dataclass(frozen=True)
 class GenerationLayout:
-    """The paths of one generation folder."""
+    """The paths of one generation folder (or of one delta segment in it)."""
 
     folder: Path
-
-    manifest = _file(MANIFEST)
-    nodes = _file(NODES)
-    documents = _file(DOCUMENTS)
-    decompositions = _file(DECOMPOSITIONS)
-    linked = _file(LINKED)
-    vectors = _file(VECTORS)
-    query = _file(QUERY_DIR)
-    deltas = _file(DELTAS)
 
     def delta(self, name: str) -> "GenerationLayout":
         """The layout of the delta segment ``name`` (its files are named as the base's)."""
