@@ -217,3 +217,53 @@ def test_a_delta_insert_killed_anywhere_resumes_to_the_same_bytes(base, parts, t
         again = _insert(parts[1], idx, None)
         assert again.returncode == 0, (point, again.stderr[-2000:])
         assert _generation_bytes(idx) == want, point
+
+
+def test_flat_vectors_search_exactly():
+    from noderag.graph.vectors import FlatVectors
+
+    rng = np.random.default_rng(3)
+    vecs = rng.normal(size=(50, 8)).astype(np.float32)
+    ids = rng.permutation(1000)[:50]
+    flat = FlatVectors(ids, vecs)
+    q = rng.normal(size=(4, 8)).astype(np.float32)
+    got_ids, got_dist = flat.search(q, 7)
+    unit = vecs / np.linalg.norm(vecs, axis=1, keepdims=True)
+    dist = 1 - (q / np.linalg.norm(q, axis=1, keepdims=True)) @ unit.T
+    for r in range(4):
+        want = np.argsort(dist[r], kind="stable")[:7]
+        assert got_ids[r].tolist() == ids[want].tolist()
+        assert np.allclose(got_dist[r], dist[r][want], atol=1e-6)
+    assert np.array_equal(flat.get(ids[[5, 2]]), vecs[[5, 2]])
+    wide_ids, wide_dist = flat.search(q, 60)  # more than it holds: padded as the HNSW index pads
+    assert (wide_ids[:, 50:] == -1).all() and np.isinf(wide_dist[:, 50:]).all()
+
+
+def test_merged_postings_score_as_their_parts():
+    from noderag.search.lexical import LexicalIndex, lexical_arrays
+    from noderag.search.segments import merged_lexical
+
+    a = LexicalIndex(lexical_arrays(np.array([10, 11, 12]), ["red apple tree", "green apple", "blue sky"]))
+    b = LexicalIndex(lexical_arrays(np.array([20, 21]), ["apple pie", "red car sky"]))
+    m = merged_lexical([a, b])
+    for q in ("red apple", "sky", "pie tree green", "nothing"):
+        ids_a, sa = a.scores(q)
+        ids_b, sb = b.scores(q)
+        ids_m, sm = m.scores(q)
+        assert ids_m.tolist() == ids_a.tolist() + ids_b.tolist()
+        assert np.allclose(sm, np.concatenate([sa, sb]))
+
+
+def test_names_over_segments_match_as_one_matcher():
+    from noderag.search.entities import EntityMatcher
+    from noderag.search.segments import SegmentedNames
+
+    base = EntityMatcher([1, 2, 3], ["Hank Snow", "Canada", "Hello Love"])
+    delta = EntityMatcher([7, 8], ["Publix", "Snow Canada Records"])
+    one = EntityMatcher([1, 2, 3, 7, 8], ["Hank Snow", "Canada", "Hello Love", "Publix", "Snow Canada Records"])
+    both = SegmentedNames([base, delta])
+    for text in ("Hank Snow left Canada for Publix.", "Snow Canada Records signed Hank Snow", "nothing here"):
+        assert sorted(both.in_text(text)) == sorted(one.in_text(text))
+    assert both.exact("publix") == [7] and sorted(both.containing("Canada", 5)) == [2, 8]
+    got = both.match(["Hank Snow", "Publix"], "Who sang Hello Love?")
+    assert [(m.node_id, m.kind) for m in got] == [(1, "exact"), (7, "exact"), (3, "in_query")]

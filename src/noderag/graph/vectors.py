@@ -732,3 +732,96 @@ def knn_csr(n: int, ids, vectors, k: int = 10, **search: Any) -> CSR:
     first = np.concatenate(([True], pair[1:] != pair[:-1]))
     pair, w = pair[first], w[first]
     return csr_from_coo(n, pair // n, pair % n, w)
+
+
+class FlatVectors:
+    """A small set of vectors searched exactly (one matrix product a batch): the delta segments of a generation.
+
+    Same interface as :class:`VectorIndex` for what a reader asks (``search``, ``get``, ``contains``,
+    ``keys``); cosine distance as the HNSW index measures it, on the stored (rounded) vectors.
+    """
+
+    def __init__(self, ids: np.ndarray, vectors: np.ndarray) -> None:
+        ids = np.asarray(ids, dtype=np.int64)
+        order = np.argsort(ids, kind="stable")
+        self._ids = ids[order]
+        self._raw = np.ascontiguousarray(np.asarray(vectors, dtype=np.float32)[order])
+        norms = np.linalg.norm(self._raw, axis=1, keepdims=True)
+        self._unit = self._raw / np.maximum(norms, 1e-12)
+        self.ndim = int(self._raw.shape[1]) if self._raw.ndim == 2 else 0
+
+    @classmethod
+    def of(cls, indexes: list["VectorIndex"]) -> "FlatVectors":
+        """Every vector of some (small) saved indexes."""
+        ids = np.concatenate([x.keys() for x in indexes]) if indexes else np.zeros(0, np.int64)
+        ndim = indexes[0].ndim if indexes else 0
+        vecs = np.concatenate([x.get(x.keys()) for x in indexes]) if indexes else np.zeros((0, ndim), np.float32)
+        return cls(ids, vecs)
+
+    def __len__(self) -> int:
+        return int(self._ids.shape[0])
+
+    def keys(self) -> np.ndarray:
+        return self._ids.copy()
+
+    def contains(self, ids) -> np.ndarray:
+        ids = _as_ids(ids)
+        pos = np.minimum(np.searchsorted(self._ids, ids), max(len(self) - 1, 0))
+        return (self._ids[pos] == ids) if len(self) else np.zeros(ids.shape[0], bool)
+
+    def get(self, ids) -> np.ndarray:
+        ids = _as_ids(ids)
+        hit = self.contains(ids)
+        if not hit.all():
+            raise ValueError(f"ids not in the index: {ids[~hit][:5].tolist()}")
+        return self._raw[np.searchsorted(self._ids, ids)]
+
+    def search(self, vectors, k: int, *, threads: int = 0, expansion: int | None = None):
+        """Exact k nearest of each query row: (ids (q, k) int64 padded with -1, cosine distances padded with +inf)."""
+        q = np.asarray(vectors, dtype=np.float32).reshape(-1, self.ndim)
+        out_ids = np.full((q.shape[0], k), -1, np.int64)
+        out_dist = np.full((q.shape[0], k), np.inf, np.float32)
+        if len(self) == 0 or q.shape[0] == 0:
+            return out_ids, out_dist
+        qn = q / np.maximum(np.linalg.norm(q, axis=1, keepdims=True), 1e-12)
+        dist = 1.0 - qn @ self._unit.T
+        m = min(k, len(self))
+        top = np.argpartition(dist, m - 1, axis=1)[:, :m] if m < len(self) else np.tile(np.arange(m), (q.shape[0], 1))
+        d = np.take_along_axis(dist, top, 1)
+        order = np.lexsort((self._ids[top], d), axis=-1)  # by distance, ties by id: the same in any process
+        top = np.take_along_axis(top, order, 1)
+        out_ids[:, :m] = self._ids[top]
+        out_dist[:, :m] = np.take_along_axis(dist, top, 1)
+        return out_ids, out_dist
+
+
+class LayeredVectors:
+    """The base's HNSW index and the deltas' flat vectors, searched and read as one index."""
+
+    def __init__(self, index: "VectorIndex", flat: FlatVectors) -> None:
+        self.index, self.flat = index, flat
+        self.ndim = index.ndim
+
+    def __len__(self) -> int:
+        return len(self.index) + len(self.flat)
+
+    def keys(self) -> np.ndarray:
+        return np.concatenate([self.index.keys(), self.flat.keys()])
+
+    def contains(self, ids) -> np.ndarray:
+        return np.asarray(self.index.contains(ids), dtype=bool) | self.flat.contains(ids)
+
+    def get(self, ids) -> np.ndarray:
+        ids = _as_ids(ids)
+        out = np.zeros((ids.shape[0], self.ndim), np.float32)
+        flat = self.flat.contains(ids)
+        if flat.any():
+            out[flat] = self.flat.get(ids[flat])
+        if (~flat).any():
+            out[~flat] = self.index.get(ids[~flat])
+        return out
+
+    def search(self, vectors, k: int, *, threads: int = 0, expansion: int | None = None):
+        """The ``k`` nearest over both (ties: the base first)."""
+        a = self.index.search(vectors, k, threads=threads, expansion=expansion)
+        return _merge_nearest([a, self.flat.search(vectors, k)], k)

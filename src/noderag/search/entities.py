@@ -243,6 +243,10 @@ class EntityMatcher(_NameMatching):
     def _posting(self, tok: str) -> np.ndarray | None:
         return self._postings.get(tok)
 
+    def _may_occur(self, words: list[str]) -> list[bool]:
+        # as MappedNames: a space-free piece of a name phrase is one of its tokens
+        return [" " in w or w in self._postings for w in words]
+
     def _query_seq(self, toks: tuple[str, ...]) -> tuple:
         return toks
 

@@ -9,6 +9,7 @@ impacts are on the scale of the whole index, see :class:`SegmentedLexical`).
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from typing import Sequence
 
 import numpy as np
@@ -16,17 +17,19 @@ import numpy as np
 from .entities import _NameMatching
 from .lexical import top_scored
 
-__all__ = ["SegmentedTables", "SegmentedNames", "SegmentedLexical"]
+__all__ = ["SegmentedTables", "SegmentedNames", "SegmentedLexical", "merged_names", "merged_lexical"]
 
 
 class SegmentedNames(_NameMatching):
     """Name look-ups over every segment's name tables: each segment holds the names its nodes brought.
 
     A name is in one segment only (an insert merges a known name into the node that has it), so
-    exact and phrase look-ups are unions. Containment lists a segment's hits after the earlier
-    segments' (shortest names first within a segment), and spans found in a query are resolved
-    longest-first within each segment; compaction makes both exact again.
+    exact and phrase look-ups are unions, and names in a text are found once over all segments
+    (longest span first, as in one segment). Containment lists a segment's hits after the earlier
+    segments' (shortest names first within a segment); compaction makes that order exact again.
     """
+
+    _PART = 40  # a name of part k, position j, is known here as (k << 40) | j
 
     def __init__(self, parts: Sequence[_NameMatching]) -> None:
         self.parts = list(parts)
@@ -34,6 +37,17 @@ class SegmentedNames(_NameMatching):
 
     def __len__(self) -> int:
         return sum(len(p) for p in self.parts)
+
+    def _node_id(self, j: int) -> int:
+        return self.parts[j >> self._PART]._node_id(j & ((1 << self._PART) - 1))
+
+    def _may_occur(self, words: list[str]) -> list[bool]:
+        flags = [p._may_occur(words) for p in self.parts]
+        return [any(f[i] for f in flags) for i in range(len(words))]
+
+    def _phrase_js_many(self, phrases: list[str]) -> list[list[int]]:
+        per = [p._phrase_js_many(phrases) for p in self.parts]
+        return [[(k << self._PART) | j for k, hits in enumerate(col) for j in hits] for col in zip(*per)]
 
     def exact(self, entity: str) -> list[int]:
         return [nid for p in self.parts for nid in p.exact(entity)]
@@ -45,9 +59,6 @@ class SegmentedNames(_NameMatching):
                 break
             out.extend(p.containing(entity, limit - len(out)))
         return out
-
-    def in_text(self, text: str) -> list[tuple[int, str]]:
-        return [hit for p in self.parts for hit in p.in_text(text)]
 
 
 class SegmentedLexical:
@@ -89,12 +100,45 @@ class SegmentedLexical:
         return top_scored(*self.scores(query), k)
 
 
+def merged_names(parts: Sequence) -> _NameMatching:
+    """One in-memory matcher over the names of several segments' :class:`MappedNames` (their canonical forms:
+    canonicalising is idempotent, so it matches as they do)."""
+    import pyarrow as pa
+
+    from .entities import EntityMatcher
+
+    ids, names = [], []
+    for p in parts:
+        off = np.asarray(p._name_canon_off, dtype=np.int64)
+        blob = pa.LargeStringArray.from_buffers(off.shape[0] - 1, pa.py_buffer(off),
+                                                pa.py_buffer(np.asarray(p._name_canon, dtype=np.uint8)))
+        ids.append(np.asarray(p._name_node, dtype=np.int64))
+        names.extend(blob.to_pylist())
+    return EntityMatcher(np.concatenate(ids) if ids else np.zeros(0, np.int64), names)
+
+
+def merged_lexical(parts: Sequence):
+    """One in-memory BM25 index over the postings of several segments (impacts kept; per term by impact, then id)."""
+    from .lexical import LexicalIndex
+
+    h = np.concatenate([np.repeat(np.asarray(p._hash), np.diff(np.asarray(p._ptr))) for p in parts])
+    node = np.concatenate([np.asarray(p._node) for p in parts])
+    w = np.concatenate([np.asarray(p._weight) for p in parts])
+    order = np.lexsort((node, -w, h))
+    h, node, w = h[order], node[order], w[order]
+    terms, starts = np.unique(h, return_index=True)
+    ptr = np.append(starts, h.shape[0]).astype(np.int64)
+    return LexicalIndex({"lex_term_hash": terms, "lex_post_ptr": ptr, "lex_post_node": np.ascontiguousarray(node),
+                         "lex_post_weight": np.ascontiguousarray(w)}, max_postings=parts[0].max_postings)
+
+
 class SegmentedTables:
     """The query tables of every segment of a generation, answering as one :class:`QueryIndex` does."""
 
     def __init__(self, parts: Sequence) -> None:
         self.parts = list(parts)
         self._starts = np.asarray([p.first for p in self.parts], dtype=np.int64)
+        self._first = self._starts.tolist()
         end = 0
         for p in self.parts:
             if p.first != end:
@@ -105,9 +149,16 @@ class SegmentedTables:
         self.chunk = np.concatenate([np.asarray(p.chunk) for p in self.parts])
         self.doc = np.concatenate([np.asarray(p.doc) for p in self.parts])
         self.active = np.concatenate([np.asarray(p.active) for p in self.parts])
-        self.names = SegmentedNames([p.names for p in self.parts])
+        # the deltas' names and postings are merged once into one in-memory part (O(their size)): a query
+        # then looks up two parts, however many deltas there are
+        names = [p.names for p in self.parts]
+        self.names = SegmentedNames(names[:1] + ([merged_names(names[1:])] if len(names) > 2 else names[1:]))
         lex = [p.lexical for p in self.parts]
-        self.lexical = SegmentedLexical(lex, self._starts) if all(x is not None for x in lex) else None
+        if all(x is not None for x in lex):
+            merged = lex[:1] + ([merged_lexical(lex[1:])] if len(lex) > 2 else lex[1:])
+            self.lexical = SegmentedLexical(merged, self._starts[:len(merged)])
+        else:
+            self.lexical = None
 
     def _part_of(self, ids: np.ndarray) -> np.ndarray:
         return np.searchsorted(self._starts, ids, side="right") - 1
@@ -126,7 +177,7 @@ class SegmentedTables:
     def label(self, node: int) -> str | None:
         if not 0 <= node < self.n:
             return None
-        return self.parts[int(self._part_of(np.asarray([node]))[0])].label(node)
+        return self.parts[bisect_right(self._first, node) - 1].label(node)
 
     def doc_label(self, doc: int) -> str:
         for p in self.parts:

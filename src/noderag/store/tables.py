@@ -179,6 +179,11 @@ def write_documents(path: str | os.PathLike, docs: Sequence[dict]) -> Path:
     return atomic_write_parquet(path, documents_table(docs), **PARQUET_OPTIONS)
 
 
+#: Up to this many delta vectors a reader searches them exactly (one matrix product a query batch) beside the
+#: base's HNSW index; more are searched as HNSW shards of their own.
+FLAT_DELTA_VECTORS = 32768
+
+
 class IndexStore:
     """One generation of a finished index opened read-only (arrays memory-mapped).
 
@@ -372,7 +377,14 @@ class IndexStore:
         from .verify import reading
 
         with reading(self.path, VECTORS):
-            return VectorIndex.load_segments([f / VECTORS for f in self.segment_folders], view=True)
+            if not self.deltas:
+                return VectorIndex.load(path, view=True)
+            from ..graph.vectors import FlatVectors, LayeredVectors
+
+            parts = [VectorIndex.load(f / VECTORS, view=True) for f in self.segment_folders[1:]]
+            if sum(len(x) for x in parts) > FLAT_DELTA_VECTORS:  # many: each delta's HNSW, searched as shards
+                return VectorIndex.load_segments([f / VECTORS for f in self.segment_folders], view=True)
+            return LayeredVectors(VectorIndex.load(path, view=True), FlatVectors.of(parts))
 
     def embedder(self):
         """The embedder named in the index config (created on first call, then reused)."""
