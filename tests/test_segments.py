@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import pyarrow.parquet as pq
 import pytest
 
 import noderag
@@ -267,3 +266,18 @@ def test_names_over_segments_match_as_one_matcher():
     assert both.exact("publix") == [7] and sorted(both.containing("Canada", 5)) == [2, 8]
     got = both.match(["Hank Snow", "Publix"], "Who sang Hello Love?")
     assert [(m.node_id, m.kind) for m in got] == [(1, "exact"), (7, "exact"), (3, "in_query")]
+
+
+def test_export_reads_every_segment(base, parts, tmp_path):
+    from noderag.export import export_index
+
+    idx = _copy(base, tmp_path / "idx")
+    build_index([parts[1]], idx, progress=False)
+    out = tmp_path / "out"
+    export_index(idx, "parquet", out=out)
+    import pyarrow.parquet as pq
+
+    with IndexStore.open(idx) as store:
+        nodes = pq.read_table(out / "nodes.parquet")
+        assert nodes.num_rows == len(store) and nodes.column("id").to_pylist() == list(range(len(store)))
+        assert pq.read_table(out / "documents.parquet").num_rows == store.manifest["counts"]["documents"] == 280

@@ -125,21 +125,34 @@ class ExportSource:
 
     # ------------------------------------------------------------------ nodes
 
+    @property
+    def segment_folders(self) -> list[Path]:
+        """The folders of the generation's segments, base first (each holds the rows of its own nodes)."""
+        return list(getattr(self.store, "segment_folders", [self.path]))
+
     def node_batches(self) -> Iterator[pa.RecordBatch]:
         """Record batches of the exported nodes (``NODE_SCHEMA``, plus ``vector`` with vectors), by id."""
-        path = self.path / NODES
-        pf = pq.ParquetFile(path, memory_map=True)
+        files = [(f / NODES, pq.ParquetFile(f / NODES, memory_map=True)) for f in self.segment_folders]
+        rows = sum(pf.metadata.num_rows for _, pf in files)
+        keys = np.asarray(self.store.keys)
+        if keys.shape[0] != rows or self.n != rows:
+            raise ValueError(f"{files[0][0]}: {rows} rows but the graph has {self.n} nodes")
+        start = 0
+        for path, pf in files:
+            for out in self._node_file_batches(path, pf, keys, start):
+                yield out
+            start += pf.metadata.num_rows
+
+    def _node_file_batches(self, path: Path, pf, keys: np.ndarray, start: int) -> Iterator[pa.RecordBatch]:
+        """The exported nodes of one segment's ``nodes.parquet``, whose first row is node ``start``."""
         stored = set(pf.schema_arrow.names)
         derived = "name" not in stored
         if derived and (pf.schema_arrow.metadata or {}).get(_NAME_META) != _NAME_META_VALUE:
             raise ValueError(f"{path}: no name column and no {_NAME_META.decode()} metadata saying how to derive it")
         cols = [c for c in _STORED if c in stored]
-        keys = np.asarray(self.store.keys)
-        if keys.shape[0] != pf.metadata.num_rows or self.n != pf.metadata.num_rows:
-            raise ValueError(f"{path}: {pf.metadata.num_rows} rows but the graph has {self.n} nodes")
         letters = pa.array(LETTERS, pa.string())
         name_types = pa.array(NAME_IS_TEXT, pa.uint8())
-        start = 0
+        end = start + pf.metadata.num_rows
         for batch in pf.iter_batches(batch_size=self.node_batch, columns=cols, use_threads=False):
             m = batch.num_rows
             ids = np.asarray(batch.column("id").to_numpy(zero_copy_only=False), dtype=np.int32)
@@ -174,8 +187,8 @@ class ExportSource:
                 out = out.filter(pa.array(keep))
             if out.num_rows:
                 yield out
-        if start != self.n:
-            raise ValueError(f"{path}: {start} rows read but the graph has {self.n} nodes")
+        if start != end:
+            raise ValueError(f"{path}: {start - end + pf.metadata.num_rows} rows read of {pf.metadata.num_rows}")
 
     def _vectors(self, ids: np.ndarray, tnp: np.ndarray, active) -> pa.Array:
         """The stored vector of each embedded, active node of a batch as list<float32> (null elsewhere)."""
@@ -243,8 +256,9 @@ class ExportSource:
 
     def document_batches(self) -> Iterator[pa.RecordBatch]:
         """Record batches of ``documents.parquet`` (``DOCUMENT_SCHEMA``)."""
-        pf = pq.ParquetFile(self.path / DOCUMENTS, memory_map=True)
-        for batch in pf.iter_batches(batch_size=self.node_batch, columns=list(DOCUMENT_SCHEMA.names),
-                                     use_threads=False):
-            yield pa.RecordBatch.from_arrays([batch.column(c).cast(DOCUMENT_SCHEMA.field(c).type)
-                                              for c in DOCUMENT_SCHEMA.names], schema=DOCUMENT_SCHEMA)
+        for folder in self.segment_folders:
+            pf = pq.ParquetFile(folder / DOCUMENTS, memory_map=True)
+            for batch in pf.iter_batches(batch_size=self.node_batch, columns=list(DOCUMENT_SCHEMA.names),
+                                         use_threads=False):
+                yield pa.RecordBatch.from_arrays([batch.column(c).cast(DOCUMENT_SCHEMA.field(c).type)
+                                                  for c in DOCUMENT_SCHEMA.names], schema=DOCUMENT_SCHEMA)
