@@ -197,8 +197,8 @@ def bench_retrieval(sample: str, args, work: Path) -> dict:
 
 
 def _recall(res: dict) -> dict:
-    m = res["methods"]["noderag"] if "methods" in res else res["rows"]["noderag"]
-    return {k: m[k] for k in m if k.startswith(("recall@", "all_gold", "mrr"))}
+    """noderag's passage metrics with their 95% intervals ({"mean", "low", "high"} each)."""
+    return dict(res["methods"]["noderag"]["metrics"])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -288,7 +288,7 @@ def to_markdown(res: dict) -> str:
 
 def _fmt(v) -> str:
     if isinstance(v, dict):
-        return f"{v['value']:.3f} [{v['low']:.3f}, {v['high']:.3f}]" if "low" in v else f"{v.get('value', 0):.3f}"
+        return f"{v['mean']:.3f} [{v['low']:.3f}, {v['high']:.3f}]"
     return f"{v:.3f}" if isinstance(v, (int, float)) else "–"
 
 

@@ -23,7 +23,7 @@ from .decompose.base import ChunkDecomposition
 from ..store.decompositions import traces_columns, traces_table
 from ..store.text_column import DerivedNames, TextColumn
 
-__all__ = ["NodeTable", "EdgeList", "assemble_chunks", "assemble_planned", "link_known_names", "ChunkRecord",
+__all__ = ["NodeTable", "KeyIndex", "EdgeList", "assemble_chunks", "assemble_planned", "link_known_names", "ChunkRecord",
            "Assembly", "assemble_stage", "cat_edges", "mention_counts"]
 
 T, S, N, R, A, H, O = (int(t) for t in NodeType)
@@ -38,6 +38,36 @@ class ChunkRecord:
     text: str
     source: str
     title: str | None
+
+
+class KeyIndex:
+    """key -> id of existing nodes, looked up in their sorted keys (no Python object per node), plus a
+    dict of the keys added since: what a delta insert merges with, at the cost of what it adds."""
+
+    def __init__(self, keys: np.ndarray) -> None:
+        keys = np.asarray(keys, dtype=np.uint64)
+        self._order = np.argsort(keys, kind="stable")
+        self._sorted = keys[self._order]
+        self._added: dict[int, int] = {}
+
+    def get(self, key: int, default=None):
+        hit = self._added.get(key)
+        if hit is not None:
+            return hit
+        k = np.uint64(key)
+        p = int(np.searchsorted(self._sorted, k))
+        if p < self._sorted.shape[0] and self._sorted[p] == k:
+            return int(self._order[p])
+        return default
+
+    def __getitem__(self, key: int) -> int:
+        got = self.get(key)
+        if got is None:
+            raise KeyError(key)
+        return got
+
+    def __setitem__(self, key: int, nid: int) -> None:
+        self._added[key] = nid
 
 
 class NodeTable:
@@ -82,7 +112,7 @@ class NodeTable:
         table.texts = texts
         table.names = DerivedNames(table.types, texts)
         table.source_ids = [None] * len(table.types)
-        table.index = dict(zip(np.asarray(keys, dtype=np.uint64).tolist(), range(len(table.types))))
+        table.index = KeyIndex(keys)
         if not len(texts) == len(table.types) == len(table.keys) == len(table.doc_ids) == len(table.active):
             raise ValueError("node table columns differ in length")
         return table
@@ -466,5 +496,6 @@ def assemble_stage(assembly: Assembly, records, link_scope=None):
     scope = link_scope(table, old_n) if link_scope is not None else {}
     link = (link_known_names(table, bsrc, bdst, bw, workers=config.executor.workers, **scope)
             if config.decompose.link_known_names else EdgeList())
-    table.keep_index_for((A, H, O))
+    if link_scope is None:  # a delta run (which narrows the links) adds no A/H/O node: its key map stays
+        table.keep_index_for((A, H, O))
     return traces, link

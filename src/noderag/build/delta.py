@@ -99,18 +99,22 @@ def delta_table(path: Path, manifest: dict) -> tuple[NodeTable, list]:
 
 def link_scope(tables: list):
     """The name-linking scope of a delta insert, for :func:`~noderag.build.assemble.assemble_stage`: the new
-    units, against the new names and the older names that share a word with them (found through the
-    segments' name postings; a name that occurs in a unit has all its words there)."""
+    units, against the new names and the older names that hold a word a match can start with (found
+    through the segments' name postings). Name linking matches from a word that starts with a capital
+    or a digit (``assemble._match_names``), and a name that matches there has that word's tokens."""
 
     def scope(table: NodeTable, old_n: int) -> dict:
         from ..search.entities import name_tokens
+        from .assemble import _WORD
 
         types = table.types_array()
         active = table.active_array()
         units = old_n + np.flatnonzero(types[old_n:] == S)
         tokens: set[str] = set()
         for text in table.texts.take(units):
-            tokens.update(name_tokens(text))
+            for word in set(_WORD.findall(text)):
+                if word[0].isupper() or word[0].isdigit():
+                    tokens.update(name_tokens(word))
         found = [np.zeros(0, np.int64)]
         for t in tables:
             names = t.names

@@ -180,7 +180,7 @@ def _execute_delta(run: BuildRun) -> BuildReport:
         info.update(nodes=delta.nodes, documents=delta.documents, shared_files=len(shared), copied_bytes=copied)
     manifest = _delta_manifest(run, emb, backend, deltas + [delta], failures, n_chunks)
     known = (run.previous.manifest.get(CHECKSUMS) or {}).get("files") or {}
-    return _commit(run, manifest, known={rel: known[rel] for rel in shared if rel in known})
+    return _commit(run, manifest, known={rel: known[rel] for rel in shared if rel in known}, durable=frozenset(shared))
 
 
 def _ingest(run: BuildRun) -> None:
@@ -340,13 +340,14 @@ def _delta_manifest(run: BuildRun, emb, backend, deltas: list, failures, n_chunk
     return manifest
 
 
-def _commit(run: BuildRun, manifest: dict, known: dict | None = None) -> BuildReport:
+def _commit(run: BuildRun, manifest: dict, known: dict | None = None,
+            durable: frozenset[str] = frozenset()) -> BuildReport:
     """Checksum and write the manifest, switch ``CURRENT`` to the new generation, drop the stages.
-    ``known``: checksums of files shared with the previous generation (not read again)."""
+    ``known`` and ``durable``: checksums and paths of files shared with the previous generation (not read again)."""
     manifest[CHECKSUMS] = file_checksums(run.final, manifest, known)  # last: its manifest digest covers every entry
     atomic_write_json(run.final / MANIFEST, manifest)
     checkpoint("commit")
-    gen_new = commit_generation(run.root, run.final, before_switch=lambda: checkpoint("switch"))
+    gen_new = commit_generation(run.root, run.final, before_switch=lambda: checkpoint("switch"), durable=durable)
     checkpoint("committed")  # a kill here leaves stages/ behind: the next writer sees its run_id committed
     shutil.rmtree(run.stages, ignore_errors=True)
     collect_garbage(run.root)

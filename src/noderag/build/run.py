@@ -159,7 +159,8 @@ def start_run(inputs: Sequence, root: Path, config, *, llm=None, embedder=None, 
     _claim_stages(root, run_id, len(new_docs), len(drop), say)
     from .heap import release
 
-    journal = Journal(stages / "state.json", log=log, on_finish=release)  # each stage's freed memory goes back
+    # each stage's freed memory goes back (a full collection: not worth it for a delta's few objects)
+    journal = Journal(stages / "state.json", log=log, on_finish=release if reason is not None else None)
     return BuildRun(root, config, previous, say, Progress(progress), journal, run_id, table, base, traces, docs_rows,
                     vec_src, new_docs, dupes, drop, ingest_s, language, llm=llm, embedder=embedder,
                     allow_failures=allow_failures, delta=reason is None, segments=segments, compact=compact)

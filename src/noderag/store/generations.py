@@ -156,12 +156,16 @@ def current_path(root: str | os.PathLike) -> Path:
     return generation_path(root, gen)
 
 
-def fsync_tree(folder: Path) -> None:
-    """Fsync every file and directory under ``folder`` (bottom-up), so a rename of it is durable with its content."""
+def fsync_tree(folder: Path, durable: frozenset[str] = frozenset()) -> None:
+    """Fsync every file and directory under ``folder`` (bottom-up), so a rename of it is durable with its content.
+
+    ``durable``: files (relative POSIX paths) known to be on disk already, e.g. hard links of a committed
+    generation's files: their directory entries are synced, their data is not read again.
+    """
     for dirpath, _dirnames, filenames in os.walk(folder, topdown=False):
         for name in filenames:
             p = os.path.join(dirpath, name)
-            if os.path.islink(p):
+            if os.path.islink(p) or (durable and Path(p).relative_to(folder).as_posix() in durable):
                 continue
             fd = os.open(p, os.O_RDONLY)
             try:
@@ -179,19 +183,20 @@ def generation_numbers(root: Path) -> list[int]:
 
 
 def commit_generation(root: str | os.PathLike, staged: str | os.PathLike,
-                      before_switch: Callable[[], None] | None = None) -> int:
+                      before_switch: Callable[[], None] | None = None, durable: frozenset[str] = frozenset()) -> int:
     """Make the finished folder ``staged`` the next generation of ``root`` and point ``CURRENT`` at it.
 
     Call with the writer lock held. Returns the new generation number: one more than the
     current one and any folder left, so no number a reader may have pinned is used again
     (only an orphan's, which no reader ever saw, after it was removed).
-    ``before_switch`` runs after the rename and before the pointer switch (fault injection).
+    ``before_switch`` runs after the rename and before the pointer switch (fault injection);
+    ``durable``: files of ``staged`` already on disk (hard links of a committed generation's).
     """
     root, staged = Path(root), Path(staged)
     cur = current_generation(root)
     gen = max(generation_numbers(root) + [cur or 0]) + 1
     (staged / READERS).write_bytes(b"")
-    fsync_tree(staged)
+    fsync_tree(staged, durable)
     gdir = root / GENERATIONS
     gdir.mkdir(exist_ok=True)
     dest = gdir / str(gen)
