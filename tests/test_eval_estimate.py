@@ -204,3 +204,11 @@ def test_cli_estimate_tokenizer_gguf(tmp_path, capsys):
     assert f"{want['total']['prompt_tokens']:,}" in out
     cfg = NodeRAGConfig().with_overrides({"llm.spec": f"llamacpp:{gguf}"})
     assert estimate_build([CORPUS], cfg, sample=2, tokenizer="cl100k")["tokenizer"] == CL100K_COUNTER
+
+
+def test_estimate_options_without_estimate_are_an_error(tmp_path, capsys):
+    from noderag.cli import main
+
+    assert main(["build", str(tmp_path), "--index", str(tmp_path / "idx"), "--estimate-sample", "3"]) == 1
+    err = capsys.readouterr().err
+    assert "--estimate-sample only applies with --estimate" in err and not (tmp_path / "idx").exists()

@@ -184,7 +184,7 @@ from noderag.build.driver import build_index
 build_index([sys.argv[1]], sys.argv[2], progress=False)
 """
 
-KILL_POINTS = ("chunk", "decompose-batch", "assemble", "embed", "segment", "commit", "switch", "committed")
+KILL_POINTS = ("assemble", "embed", "segment", "commit", "switch", "committed")  # the earlier ones as in a build
 
 
 def _insert(part: Path, idx: Path, kill_at: str | None) -> subprocess.CompletedProcess:

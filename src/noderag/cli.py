@@ -87,6 +87,9 @@ def _cmd_build(args: argparse.Namespace) -> int:
         from .build.estimate import run_estimate
 
         return run_estimate(args, config, log)
+    given = [f"--estimate-{k}" for k in ("tps", "sample", "tokenizer") if getattr(args, f"estimate_{k}", None) is not None]
+    if given:  # they would be silently ignored by a real build
+        raise ConfigError(f"{', '.join(given)} only applies with --estimate")
     executor = None
     if args.executor or args.ray_address:  # where decompose/embed run: no part of the index's configuration
         from dataclasses import replace
