@@ -158,18 +158,11 @@ def write_delta_segment(folder: Path, table: NodeTable, old_n: int, docs_rows: l
         atomic_save_npy(folder / DELTA_EDGES / f"{key}.npy", np.asarray(arr, dtype=dtype))
     write_linked(folder / LINKED, *link.arrays())
     _write_vectors(folder / VECTORS, table, old_n, vec, config)
-    passages = int(sum(int(np.sum((np.asarray(t.active) & (_types_of(t) == T)))) for t in tables))
+    passages = int(np.sum((types[:old_n] == T) & table.active_array()[:old_n]))  # the older passages BM25 counts
     lexicals = [t.lexical for t in tables if t.lexical is not None]
     background = (passages, lambda h: sum((x.document_frequencies(h) for x in lexicals), np.zeros(len(h), np.int64)))
     write_query_index(folder, first_node=old_n, lexical_background=background)
     return Delta(name, old_n, n - old_n, first_document, len(docs_rows) - first_document)
-
-
-def _types_of(qi) -> np.ndarray:
-    """Node types of one segment's query tables (read from the segment's ``node_types.npy``)."""
-    from ..graph.storage import load_npy
-
-    return np.asarray(load_npy(qi.folder.parent / NODE_TYPES, True, dtype=np.uint8, ndim=1, shape=(qi.n,)))
 
 
 def _write_vectors(path: Path, table: NodeTable, old_n: int, vec, config) -> None:
