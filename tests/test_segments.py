@@ -118,6 +118,31 @@ def test_a_delta_holds_the_nodes_and_decomposed_edges_of_a_full_build(base, part
     with IndexStore.open(idx) as a, IndexStore.open(full) as b:
         assert len(a.deltas) == 2 and not b.deltas
         assert _key_view(a) == _key_view(b)
+        # the last insert's units link to older names and new ones alike as in the full build; units of earlier
+        # inserts miss only the links to names that later inserts introduced (left for compaction)
+        keys = np.asarray(a.keys)
+        last = {int(k) for k in keys[a.deltas[-1].first_node:]}
+        earlier = {int(k) for k in keys[a.deltas[0].first_node:a.deltas[-1].first_node]}
+        links_a, links_b = _links(a), _links(b)
+        assert {k: v for k, v in links_b.items() if k[0] in last} == {k: v for k, v in links_a.items() if k[0] in last}
+        got = {k: v for k, v in links_a.items() if k[0] in earlier}
+        want = {k: v for k, v in links_b.items() if k[0] in earlier}
+        assert got and got.items() <= want.items()
+        later_names = {int(k) for k in keys[a.deltas[-1].first_node:]}
+        assert all(k[1] in later_names for k in set(want) - set(got))
+
+
+def _links(store) -> dict:
+    """(unit key, entity key) -> weight of the name links of every segment."""
+    import pyarrow.parquet as pq
+
+    keys = np.asarray(store.keys)
+    out = {}
+    for folder in store.segment_folders:
+        t = pq.read_table(folder / "linked.parquet")
+        for s, d, w in zip(t.column("src").to_pylist(), t.column("dst").to_pylist(), t.column("w").to_pylist()):
+            out[(int(keys[s]), int(keys[d]))] = w
+    return out
 
 
 def test_compaction_gives_the_bytes_of_a_fresh_build(base, parts, tmp_path):

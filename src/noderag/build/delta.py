@@ -99,9 +99,10 @@ def delta_table(path: Path, manifest: dict) -> tuple[NodeTable, list]:
 
 def link_scope(tables: list):
     """The name-linking scope of a delta insert, for :func:`~noderag.build.assemble.assemble_stage`: the new
-    units, against the new names and the older names that hold a word a match can start with (found
-    through the segments' name postings). Name linking matches from a word that starts with a capital
-    or a digit (``assemble._match_names``), and a name that matches there has that word's tokens."""
+    units, against the new names and the older names whose first token is that of a word a match can
+    start with (found through the segments' name postings). Name linking matches from a word that
+    starts with a capital or a digit (``assemble._match_names``), and a name matching there starts
+    with that word."""
 
     def scope(table: NodeTable, old_n: int) -> dict:
         from ..search.entities import name_tokens
@@ -118,9 +119,11 @@ def link_scope(tables: list):
         found = [np.zeros(0, np.int64)]
         for t in tables:
             names = t.names
+            first_tok = np.asarray(names._name_tok)[np.asarray(names._name_tok_ptr)[:-1]] if len(names) else None
             for tok in tokens:
                 js = names._posting(tok)
                 if js is not None and js.size:
+                    js = js[first_tok[js] == names._tid(tok)]  # names that start with it: a match starts there
                     found.append(np.asarray(names._name_node)[js].astype(np.int64))
         old = np.unique(np.concatenate(found))
         old = old[(types[old] == N) & active[old]]

@@ -180,7 +180,10 @@ def _execute_delta(run: BuildRun) -> BuildReport:
         info.update(nodes=delta.nodes, documents=delta.documents, shared_files=len(shared), copied_bytes=copied)
     manifest = _delta_manifest(run, emb, backend, deltas + [delta], failures, n_chunks)
     known = (run.previous.manifest.get(CHECKSUMS) or {}).get("files") or {}
-    return _commit(run, manifest, known={rel: known[rel] for rel in shared if rel in known}, durable=frozenset(shared))
+    # every file of the new generation is on disk already: shared ones are committed files, the delta's own
+    # were written atomically (fsynced); the commit syncs the folders
+    written = frozenset(p.relative_to(run.final).as_posix() for p in run.final.rglob("*") if p.is_file())
+    return _commit(run, manifest, known={rel: known[rel] for rel in shared if rel in known}, durable=written)
 
 
 def _ingest(run: BuildRun) -> None:
