@@ -124,14 +124,17 @@ def bench_size(n: int, args, work: Path) -> dict:
         ids.write_text(json.dumps([json.loads(line)["id"] for line in new.read_text("utf-8").splitlines()]))
         row = {"documents": c}
         for mode in ("segments", "rebuild"):
+            if mode == "rebuild" and c not in args.rebuild_changes:
+                continue
             print(f"== {n:,} passages: insert {c} ({mode})", file=sys.stderr, flush=True)
             copy = work / f"copy-{mode}"
             shutil.rmtree(copy, ignore_errors=True)
             shutil.copytree(base, copy)
             ins = _write_child("insert", mode, copy, new, work / f"insert-{n}-{c}-{mode}.log", args)
             ins["query"] = _paired_p50(base, copy, questions, work / f"q-{n}-{c}-{mode}.log", args)
-            dele = _write_child("delete", mode, copy, ids, work / f"delete-{n}-{c}-{mode}.log", args)
-            row[mode] = {"insert": ins, "delete": dele}
+            row[mode] = {"insert": ins}
+            if c in args.delete_changes:
+                row[mode]["delete"] = _write_child("delete", mode, copy, ids, work / f"delete-{n}-{c}-{mode}.log", args)
             shutil.rmtree(copy, ignore_errors=True)
         res["changes"].append(row)
     res["many_deltas"] = _many_deltas(n, sc.corpus, base, questions, args, work)
@@ -205,6 +208,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", default="10000,100000")
     ap.add_argument("--changes", default="10,100,1000")
+    ap.add_argument("--rebuild-changes", default="10,100,1000",
+                    help="the change sizes that also run the rebuild alternative (the costly side)")
+    ap.add_argument("--delete-changes", default="10,100,1000",
+                    help="the change sizes whose documents are deleted again afterwards (a delete recomputes the index)")
     ap.add_argument("--deltas", type=int, default=10)
     ap.add_argument("--questions", type=int, default=100)
     ap.add_argument("--repeats", type=int, default=3)
@@ -217,6 +224,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=HERE / "results")
     args = ap.parse_args(argv)
     args.changes = [int(x) for x in args.changes.split(",") if x]
+    args.rebuild_changes = [int(x) for x in args.rebuild_changes.split(",") if x]
+    args.delete_changes = [int(x) for x in args.delete_changes.split(",") if x]
     args.max_rss_bytes = None
     args.work.mkdir(parents=True, exist_ok=True)
     res = {"machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
@@ -256,16 +265,19 @@ def to_markdown(res: dict) -> str:
                   "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for row in s["changes"]:
             for mode in ("segments", "rebuild"):
-                ins, dele = row[mode]["insert"], row[mode]["delete"]
+                if mode not in row:
+                    continue
+                ins, dele = row[mode]["insert"], row[mode].get("delete")
                 ratio = (ins.get("query") or {}).get("p50_ratio") or [None, None]
                 share = ins["new_index_bytes"] / max(ins["index_bytes"], 1)
+                deleted = f"{dele['wall_s']:.2f} | {_mb(dele['new_index_bytes'])}" if dele else "– | –"
                 lines.append(f"| insert {row['documents']} | {mode} | {ins['wall_s']:.2f} | {ins['cpu_s']:.2f} | "
                              f"{_mb(ins['new_index_bytes'])} | {share:.1%} | {_mb(ins.get('wchar'))} | "
-                             f"{_mb(ins['peak_rss_bytes'])} | {ratio[1] if ratio[1] is not None else '–'} | "
-                             f"{dele['wall_s']:.2f} | {_mb(dele['new_index_bytes'])} |")
-            seg, reb = row["segments"]["insert"], row["rebuild"]["insert"]
-            lines.append(f"| | **ratio** rebuild / segments | **{reb['wall_s'] / max(seg['wall_s'], 1e-9):.1f}x** | | "
-                         f"**{reb['new_index_bytes'] / max(seg['new_index_bytes'], 1):.0f}x** | | | | | | |")
+                             f"{_mb(ins['peak_rss_bytes'])} | {ratio[1] if ratio[1] is not None else '–'} | {deleted} |")
+            if "rebuild" in row:
+                seg, reb = row["segments"]["insert"], row["rebuild"]["insert"]
+                lines.append(f"| | **ratio** rebuild / segments | **{reb['wall_s'] / max(seg['wall_s'], 1e-9):.1f}x** | "
+                             f"| **{reb['new_index_bytes'] / max(seg['new_index_bytes'], 1):.0f}x** | | | | | | |")
         md = s.get("many_deltas")
         if md:
             p = md["paired"]

@@ -190,16 +190,47 @@ def test_a_damaged_delta_is_named(base, parts, tmp_path):
         build_index([parts[2]], idx, progress=False)
 
 
-def test_a_delete_rewrites_the_segments_without_the_text(base, parts, tmp_path):
+def test_a_delete_inside_the_deltas_rewrites_only_them(base, parts, tmp_path):
     idx = _copy(base, tmp_path / "idx")
     build_index([parts[1]], idx, progress=False)
-    gone = json.loads(parts[1].read_text("utf-8").splitlines()[0])
-    index = noderag.Index.open(idx).delete([gone["id"]])
-    assert not index.deltas
+    build_index([parts[2]], idx, progress=False)
+    first = [json.loads(line) for line in parts[1].read_text("utf-8").splitlines()]
+    gone = first[0]
+    with IndexStore.open(idx) as before:
+        old = _files(before.path)
+        index = noderag.Index.open(idx).delete([gone["id"]])
+        new = _files(index.path)
+    assert [d.name for d in index.deltas] == ["3"] and index.manifest["counts"]["documents"] == 299
+    assert index.manifest["runs"][-1]["documents_deleted"] == 1 and "communities" not in index.manifest["stages"]
+    for rel in (r for r in old if not r.startswith("deltas/") and r not in ("manifest.json", ".readers")):
+        assert new[rel].st_ino == old[rel].st_ino, rel  # the base is shared, not rewritten
+    assert not any(r.startswith(("deltas/1/", "deltas/2/")) for r in new)
     needle = gone["text"][20:80].encode("utf-8")
-    for p in current_path(idx).rglob("*"):
-        if p.is_file() and p.suffix == ".npy":
-            assert needle not in p.read_bytes(), p
+    for p in index.path.rglob("*.npy"):
+        assert needle not in p.read_bytes(), p
+    assert gone["id"] not in index.retrieve(gone["text"][:160]).passages
+    for d in first[1:4] + [json.loads(parts[2].read_text("utf-8").splitlines()[0])]:  # the others are still found
+        assert d["id"] in index.retrieve(d["text"][:160]).passages[:3]
+    verify_index(idx, "full")
+    # and then the same documents as a fresh build of the survivors has them (nodes and decomposed edges by key)
+    survivors = tmp_path / "survivors.jsonl"
+    lines = [line for p in parts for line in p.read_text("utf-8").splitlines() if json.loads(line)["id"] != gone["id"]]
+    survivors.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    fresh = tmp_path / "fresh"
+    build_index([survivors], fresh, CFG, progress=False)
+    with IndexStore.open(idx) as a, IndexStore.open(fresh) as b:
+        assert _key_view(a) == _key_view(b)
+
+
+def test_a_delete_of_a_base_document_recomputes_the_index(base, parts, tmp_path):
+    idx = _copy(base, tmp_path / "idx")
+    build_index([parts[1]], idx, progress=False)
+    gone = json.loads(parts[0].read_text("utf-8").splitlines()[0])
+    index = noderag.Index.open(idx).delete([gone["id"]])
+    assert not index.deltas and "communities" in index.manifest["stages"]
+    needle = gone["text"][20:80].encode("utf-8")
+    for p in index.path.rglob("*.npy"):
+        assert needle not in p.read_bytes(), p
     assert gone["id"] not in index.retrieve(gone["text"][:160]).passages
 
 

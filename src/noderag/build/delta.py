@@ -30,7 +30,8 @@ from ..store.layout import DELTA_EDGES, DOCUMENTS, NODE_KEYS, NODE_TYPES, NODES,
 from ..store.segments import Delta, deltas_of, segment_folders
 from .assemble import EdgeList, NodeTable
 
-__all__ = ["delta_reason", "load_documents", "delta_table", "link_scope", "write_delta_segment", "delta_counts"]
+__all__ = ["delta_reason", "load_documents", "delta_table", "delete_plan", "rewrite_deltas", "link_scope",
+           "write_delta_segment", "delta_counts"]
 
 T, S, N = int(NodeType.T), int(NodeType.S), int(NodeType.N)
 
@@ -62,11 +63,11 @@ def load_documents(path: Path, manifest: dict) -> list[dict]:
     return concat_parquet(segment_folders(path, manifest), DOCUMENTS).to_pylist()
 
 
-def _query_tables(path: Path, manifest: dict) -> list:
+def _query_tables(folders: list[Path]) -> list:
     from ..search.query_index import open_query_index
 
-    tables = [open_query_index(f) for f in segment_folders(path, manifest)]
-    missing = [str(f) for f, t in zip(segment_folders(path, manifest), tables) if t is None]
+    tables = [open_query_index(f) for f in folders]
+    missing = [str(f) for f, t in zip(folders, tables) if t is None]
     if missing:
         from ..errors import BuildError
 
@@ -74,15 +75,14 @@ def _query_tables(path: Path, manifest: dict) -> list:
     return tables
 
 
-def delta_table(path: Path, manifest: dict) -> tuple[NodeTable, list]:
-    """(the node table of every existing node, made from the segments' arrays; the segments' query tables)."""
+def delta_table(folders: list[Path]) -> tuple[NodeTable, list]:
+    """(the node table of every node of the segments in ``folders``, made from their arrays; their query tables)."""
     from ..graph.keys import KEY_DTYPE
     from ..graph.types import TYPE_DTYPE
     from ..store.segments import concat_npy
     from ..store.text_column import TextColumn
 
-    folders = segment_folders(path, manifest)
-    tables = _query_tables(path, manifest)
+    tables = _query_tables(folders)
     offsets = [np.zeros(1, np.int64)]
     end = 0
     for t in tables:
@@ -97,7 +97,40 @@ def delta_table(path: Path, manifest: dict) -> tuple[NodeTable, list]:
     return table, tables
 
 
-def link_scope(tables: list):
+def delete_plan(previous, config, drop) -> int | None:
+    """The first delta segment a delete must rewrite when every dropped document is in a delta, or None when
+    the delete recomputes the index (a document of the base, segments off, the semantic layer on, or an LLM
+    cache whose replies may quote the documents: the full delete prunes it)."""
+    from ..store.layout import LLM_CACHE
+
+    deltas = deltas_of(previous.manifest, previous.path)
+    if not drop or not deltas or min(drop) < deltas[0].first_document or not config.update.segments \
+            or config.semantic.enabled or (previous.path.parent.parent / LLM_CACHE).is_file():
+        return None
+    return max(i for i, d in enumerate(deltas) if d.first_document <= min(drop))
+
+
+def rewrite_deltas(previous, k: int, drop, docs_rows: list):
+    """A delete inside the deltas: the surviving documents of deltas ``k..`` re-assembled, from their stored
+    decompositions and in their original order, onto the segments before them (which stay as they are).
+
+    Returns (table, decomposed edges, chunk traces, kept segments' query tables, document rows, vec_src,
+    first node of the new delta): what :func:`noderag.build.run.start_run` holds for a delta run.
+    """
+    from ..store.decompositions import DECOMPOSITIONS, read_decompositions
+    from .survivors import reassemble_survivors
+
+    folders = segment_folders(previous.path, previous.manifest)
+    d = deltas_of(previous.manifest, previous.path)[k]
+    old, _ = delta_table(folders)  # every node: the rewritten deltas' texts and keys
+    kept, segments = delta_table(folders[:1 + k])
+    traces = [t for f in folders[1 + k:] for t in read_decompositions(f / DECOMPOSITIONS)]
+    table, rows, base, traces, vec_src = reassemble_survivors(old, docs_rows[d.first_document:], traces, set(drop),
+                                                              into=kept, first_document=d.first_document)
+    return table, base, traces, segments, docs_rows[:d.first_document] + rows, vec_src, d.first_node
+
+
+def link_scope(tables: list, first: int | None = None):
     """The name-linking scope of a delta insert, for :func:`~noderag.build.assemble.assemble_stage`: the new
     units, against the new names and the older names whose first token is that of a word a match can
     start with (found through the segments' name postings). Name linking matches from a word that
@@ -107,6 +140,8 @@ def link_scope(tables: list):
     def scope(table: NodeTable, old_n: int) -> dict:
         from ..search.entities import name_tokens
         from .assemble import _WORD
+
+        old_n = old_n if first is None else first  # a delete's delta: its re-assembled nodes from ``first`` on
 
         types = table.types_array()
         active = table.active_array()
@@ -182,22 +217,36 @@ def _write_vectors(path: Path, table: NodeTable, old_n: int, vec, config) -> Non
 
 
 
-def delta_counts(prev: dict, table: NodeTable, old_n: int, n_docs: int, n_chunks: int, edges: EdgeList) -> dict:
-    """The previous generation's ``counts`` plus the delta's nodes, documents and chunks and its decomposed
-    edges as listed (an edge the base has too counts again until compaction recounts them)."""
+def delta_counts(prev: dict, table: NodeTable, first: int, n_docs: int, edges: EdgeList,
+                 removed: list[Path] = ()) -> dict:
+    """The previous generation's ``counts`` with the nodes (chunks: its T nodes), documents and decomposed edges
+    of the new delta added and those of the ``removed`` delta folders (a delete's) taken away. An edge the
+    base has too counts again until compaction recounts them."""
+    from ..graph.storage import load_npy
     from ..graph.types import TYPE_NAMES
 
-    types = table.types_array()[old_n:]
-    active = table.active_array()[old_n:]
     out = {k: (dict(v) if isinstance(v, dict) else v) for k, v in prev.items()}
-    for key, mask in (("nodes", np.ones(types.shape[0], bool)), ("active_nodes", active)):
-        per = out.setdefault(key, {})
-        for t in range(7):
-            name = TYPE_NAMES[NodeType(t)]
-            per[name] = int(per.get(name, 0)) + int(np.sum((types == t) & mask))
-    out["documents"] = int(out.get("documents", 0)) + n_docs
-    out["chunks"] = int(out.get("chunks", 0)) + n_chunks
-    src, _, _ = edges.arrays()
-    edge_counts = out.setdefault("edges", {})
-    edge_counts["structural"] = int(edge_counts.get("structural", 0)) + int(src.shape[0])
+    parts = [(table.types_array()[first:], 1, int(edges.arrays()[0].shape[0]), n_docs)]
+    for folder in removed:
+        types = np.asarray(load_npy(folder / NODE_TYPES, True, dtype=np.uint8, ndim=1, shape=None))
+        gone = int(np.asarray(load_npy(folder / DELTA_EDGES / "src.npy", True, ndim=1, shape=None)).shape[0])
+        docs = int(pq_rows(folder / DOCUMENTS))
+        parts.append((types, -1, gone, docs))
+    for types, sign, n_edges, docs in parts:
+        for key in ("nodes", "active_nodes"):  # a delta's nodes are all active
+            per = out.setdefault(key, {})
+            for t in range(7):
+                name = TYPE_NAMES[NodeType(t)]
+                per[name] = int(per.get(name, 0)) + sign * int(np.sum(types == t))
+        out["documents"] = int(out.get("documents", 0)) + sign * docs
+        out["chunks"] = int(out.get("chunks", 0)) + sign * int(np.sum(types == T))
+        edge_counts = out.setdefault("edges", {})
+        edge_counts["structural"] = int(edge_counts.get("structural", 0)) + sign * n_edges
     return out
+
+
+def pq_rows(path: Path) -> int:
+    """Rows of a Parquet file (from its footer)."""
+    import pyarrow.parquet as pq
+
+    return pq.ParquetFile(path).metadata.num_rows

@@ -163,7 +163,8 @@ def _execute_delta(run: BuildRun) -> BuildReport:
     executor = Executors(run.config, run.say)
     backend = open_llm(run.llm, run.config, run.root, executor)
     try:
-        failures, n_chunks, link = _decompose_and_assemble(run, executor, backend, link_scope(run.segments))
+        failures, n_chunks, link = _decompose_and_assemble(run, executor, backend,
+                                                           link_scope(run.segments, run.delta_from))
         emb, vec = _embed(run, executor)
     finally:
         executor.close()
@@ -171,14 +172,18 @@ def _execute_delta(run: BuildRun) -> BuildReport:
     with run.journal.stage("segment") as info, run.bars.spinner("delta segment"):
         traces = run.stages / "delta_traces.parquet"  # the new chunks' traces go to the segment, not the base
         os.replace(run.final / DECOMPOSITIONS, traces)
-        shared, copied = share_generation(run.previous.path, run.final)
         deltas = deltas_of(run.previous.manifest, run.previous.path)
+        replaced = deltas[run.rewrites:] if run.rewrites is not None else []  # a delete's: rewritten as one
+        shared, copied = share_generation(run.previous.path, run.final,
+                                          skip=tuple(f"{DELTAS}/{d.name}/" for d in replaced))
         name = next_delta_name(deltas)
-        delta = write_delta_segment(run.final / DELTAS / name, run.table, run.old_n, run.docs_rows,
+        deltas = deltas[:len(deltas) - len(replaced)]
+        delta = write_delta_segment(run.final / DELTAS / name, run.table, run.segment_start, run.docs_rows,
                                     run.first_document, run.base, link, traces, vec, run.config,
                                     run.segments, name)
         info.update(nodes=delta.nodes, documents=delta.documents, shared_files=len(shared), copied_bytes=copied)
-    manifest = _delta_manifest(run, emb, backend, deltas + [delta], failures, n_chunks)
+    manifest = _delta_manifest(run, emb, backend, deltas + [delta], failures, n_chunks,
+                               [run.previous.path / DELTAS / d.name for d in replaced])
     known = (run.previous.manifest.get(CHECKSUMS) or {}).get("files") or {}
     # every file of the new generation is on disk already: shared ones are committed files, the delta's own
     # were written atomically (fsynced); the commit syncs the folders
@@ -248,7 +253,7 @@ def _embed(run: BuildRun, executor):
     emb = run.embedder if run.embedder is not None else embed.from_config(config.embed)
     with run.journal.stage("embed") as info:
         old = (([f / VECTORS for f in segment_folders(run.previous.path, run.previous.manifest)], run.vec_src)
-               if run.previous is not None and not run.delta else None)
+               if run.previous is not None and (not run.delta or run.delta_from is not None) else None)
         doc_of = run.doc_of
         if run.compact == "full":  # every document's title, for late unit embeddings
             from types import SimpleNamespace
@@ -324,7 +329,7 @@ def _manifest(run: BuildRun, emb, backend, graph, edges, failures, attrs: Attrib
         run_id=run.run_id, previous=run.previous.manifest if run.previous is not None else None)
 
 
-def _delta_manifest(run: BuildRun, emb, backend, deltas: list, failures, n_chunks: int) -> dict:
+def _delta_manifest(run: BuildRun, emb, backend, deltas: list, failures, n_chunks: int, replaced: list) -> dict:
     """The previous generation's manifest with the delta's counts, runs, stage report and the segment list."""
     prev = run.previous.manifest
     ledger = getattr(backend, "ledger", None)
@@ -333,11 +338,12 @@ def _delta_manifest(run: BuildRun, emb, backend, deltas: list, failures, n_chunk
         sizes[LLM_CACHE] = (run.root / LLM_CACHE).stat().st_size
     manifest = index_manifest(
         config=run.config.to_index_dict(), embedder=prev.get("embedder") or {"name": emb.name, "dim": int(emb.dim)},
-        counts=delta_counts(prev.get("counts") or {}, run.table, run.old_n, run.n_new, n_chunks, run.base),
+        counts=delta_counts(prev.get("counts") or {}, run.table, run.segment_start,
+                            len(run.docs_rows) - run.first_document, run.base, replaced),
         stages=run.journal.stages, tokens=ledger.to_dict() if ledger is not None else {},
         failures={**(prev.get("failures") or {}), "decompose": {str(k): v for k, v in failures.items()}},
         sizes=sizes, run={"documents_added": run.n_new, "duplicates": run.duplicates, "chunks": n_chunks,
-                          "documents_deleted": 0, "delta_segment": deltas[-1].name},
+                          "documents_deleted": len(run.drop), "delta_segment": deltas[-1].name},
         run_id=run.run_id, previous=prev)
     manifest[DELTAS] = [delta_entry(d) for d in deltas]
     return manifest

@@ -40,6 +40,7 @@ def embed_stage(table: NodeTable, old_n: int, emb, executor, config, stages: Pat
     if old_vectors is not None:
         path, vec_src = old_vectors
         old_ids = np.flatnonzero(np.isin(types[:old_n], (T, S)))
+        old_ids = old_ids[vec_src[old_ids] >= 0]  # a delete's untouched segments need no vectors here
         vec[old_ids] = load_vectors(path, vec_src[old_ids], dim)
     new_ids = np.flatnonzero(np.isin(types, (T, S)) & (np.arange(n_ts) >= old_n))
     with bars.bar(int(new_ids.size), "embed T/S") as bar:

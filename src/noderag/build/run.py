@@ -24,8 +24,8 @@ from .assemble import EdgeList, NodeTable
 from .ingest import IngestError, ingest
 from .journal import Journal
 from ..store.layout import DELTAS, NODE_KEYS, NODE_TYPES, QUERY_DIR
-from ..store.segments import deltas_of
-from .delta import delta_reason, delta_table, load_documents
+from ..store.segments import deltas_of, segment_folders
+from .delta import delete_plan, delta_reason, delta_table, load_documents, rewrite_deltas
 from .previous import Previous, load_base, load_tables, open_previous
 from .progress import Progress
 
@@ -69,6 +69,8 @@ class BuildRun:
     allow_failures: bool = False
     delta: bool = False  # the run adds a delta segment (noderag.build.delta) instead of recomputing the index
     compact: str | None = None  # "merge" or "full": a compaction (noderag.build.compact)
+    delta_from: int | None = None  # a delete inside the deltas: the first node of the delta that replaces them
+    rewrites: int | None = None  # ... and the first of the deltas it replaces (noderag.build.delta.rewrite_deltas)
     segments: list = field(default_factory=list)  # a delta run: the query tables of the segments it builds on
     chunk_rows: list | None = None  # [chunk id, doc id, text] rows, until assembled
     doc_of: dict = field(default_factory=dict)  # doc id -> new document record (no text)
@@ -86,6 +88,11 @@ class BuildRun:
     @property
     def final(self) -> Path:
         return self.stages / "final"
+
+    @property
+    def segment_start(self) -> int:
+        """The first node of the delta segment a delta run writes."""
+        return self.old_n if self.delta_from is None else self.delta_from
 
     @property
     def old_n(self) -> int:
@@ -131,19 +138,14 @@ def start_run(inputs: Sequence, root: Path, config, *, llm=None, embedder=None, 
             return BuildReport(0, dupes, previous.manifest, generation=previous.generation)
         raise IngestError(f"no documents found in {', '.join(str(p) for p in inputs)} "
                           "(expected non-empty .txt, .md or .jsonl files)")
-    reason = f"compaction ({compact})" if compact is not None else delta_reason(previous, config, drop, len(new_docs))
+    rewrite = delete_plan(previous, config, drop) if previous is not None and not new_docs and compact is None else None
+    reason = (f"compaction ({compact})" if compact is not None else None if rewrite is not None
+              else delta_reason(previous, config, drop, len(new_docs)))
     if previous is not None and reason is not None and (deltas_of(previous.manifest, previous.path) or
                                                         (new_docs and not drop and config.update.segments)):
         say(f"recomputing the whole index: {reason}")
-    table, base, traces, segments = _previous_nodes(previous, reason is None,
-                                                    need_edges=not drop and compact != "full")
-    vec_src = np.arange(len(table), dtype=np.int64)
-    if drop or compact == "full":  # re-assembled in their original order, numbered as a fresh build numbers them
-        from .survivors import reassemble_survivors
-
-        table, docs_rows, base, traces, vec_src = reassemble_survivors(table, docs_rows, traces, set(drop))
-        if compact == "full":  # every vector embedded again: stored ones are quantised, a fresh build's are not
-            vec_src = np.zeros(0, np.int64)
+    table, base, traces, segments, docs_rows, vec_src, delta_from = _run_nodes(previous, reason, rewrite, drop,
+                                                                               compact, docs_rows)
     language = (previous.manifest.get("embedder", {}).get("auto") if previous is not None else None)
     if config.embed.spec == "auto":  # a new index: choose the embedder from the corpus (noderag.lang)
         from ..embed import resolve_auto_spec
@@ -161,9 +163,32 @@ def start_run(inputs: Sequence, root: Path, config, *, llm=None, embedder=None, 
 
     # each stage's freed memory goes back (a full collection: not worth it for a delta's few objects)
     journal = Journal(stages / "state.json", log=log, on_finish=release if reason is not None else None)
-    return BuildRun(root, config, previous, say, Progress(progress), journal, run_id, table, base, traces, docs_rows,
-                    vec_src, new_docs, dupes, drop, ingest_s, language, llm=llm, embedder=embedder,
-                    allow_failures=allow_failures, delta=reason is None, segments=segments, compact=compact)
+    run = BuildRun(root, config, previous, say, Progress(progress), journal, run_id, table, base, traces, docs_rows,
+                   vec_src, new_docs, dupes, drop, ingest_s, language, llm=llm, embedder=embedder,
+                   allow_failures=allow_failures, delta=reason is None, segments=segments, compact=compact,
+                   delta_from=delta_from, rewrites=rewrite)
+    if rewrite is not None:  # the re-assembled documents are the new delta's
+        run.first_document = deltas_of(previous.manifest, previous.path)[rewrite].first_document
+    return run
+
+
+def _run_nodes(previous: Previous | None, reason: str | None, rewrite: int | None, drop: list[int],
+               compact: str | None, docs_rows: list):
+    """(table, decomposed edges, traces, segments' query tables, document rows, vec_src, the first node of a
+    delete's delta or None): the nodes the run builds on, documents deleted or re-assembled as it needs."""
+    if rewrite is not None:  # a delete inside the deltas: they are rewritten, the rest stays
+        _check_previous(previous, delta=True)
+        return rewrite_deltas(previous, rewrite, drop, docs_rows)
+    table, base, traces, segments = _previous_nodes(previous, reason is None,
+                                                    need_edges=not drop and compact != "full")
+    vec_src = np.arange(len(table), dtype=np.int64)
+    if drop or compact == "full":  # re-assembled in their original order, numbered as a fresh build numbers them
+        from .survivors import reassemble_survivors
+
+        table, docs_rows, base, traces, vec_src = reassemble_survivors(table, docs_rows, traces, set(drop))
+        if compact == "full":  # every vector embedded again: stored ones are quantised, a fresh build's are not
+            vec_src = np.zeros(0, np.int64)
+    return table, base, traces, segments, docs_rows, vec_src, None
 
 
 #: The files a delta run reads of the generation it builds on (paths relative to it, every segment's).
@@ -178,19 +203,24 @@ def _previous_nodes(previous: Previous | None, delta: bool, need_edges: bool = T
     """
     if previous is None:
         return NodeTable(), EdgeList(), [], []
-    from ..store.verify import check_files, verify_index
-
-    # an insert must not build on damaged files: a full run reads every file, so it checks every byte; a
-    # delta reads only the node arrays and query tables (checked byte for byte here) and shares the rest
-    # as it is, checksums included, so damage there stays as visible to `noderag verify` as before
-    verify_index(previous.path, "cheap" if delta else "full", manifest=previous.manifest)
+    _check_previous(previous, delta)
     if delta:
-        check_files(previous.path, previous.manifest, DELTA_READS)
-        table, segments = delta_table(previous.path, previous.manifest)
+        table, segments = delta_table(segment_folders(previous.path, previous.manifest))
         return table, EdgeList(), [], segments
     table, _, traces = load_tables(previous.path, previous.manifest)
     base = load_base(previous.path, previous.manifest) if need_edges else EdgeList()  # a delete re-assembles them
     return table, base, traces, []
+
+
+def _check_previous(previous: Previous, delta: bool) -> None:
+    """An insert must not build on damaged files: a full run reads every file, so it checks every byte; a
+    delta reads only the node arrays and query tables (checked byte for byte here) and shares the rest as
+    it is, checksums included, so damage there stays as visible to `noderag verify` as before."""
+    from ..store.verify import check_files, verify_index
+
+    verify_index(previous.path, "cheap" if delta else "full", manifest=previous.manifest)
+    if delta:
+        check_files(previous.path, previous.manifest, DELTA_READS)
 
 
 def _claim_stages(root: Path, run_id: str, n_docs: int, n_drop: int, say) -> None:

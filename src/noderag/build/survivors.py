@@ -73,14 +73,17 @@ class Deletion:
 
 
 def reassemble_survivors(old: NodeTable, docs_rows: Sequence[dict], traces: Sequence[ChunkTrace],
-                         drop: set[int]):
+                         drop: set[int], into: NodeTable | None = None, first_document: int = 0):
     """Re-assemble the T/S/N/R graph of the documents not in ``drop`` (old document ids).
 
     Returns (table, documents rows renumbered, decomposed edges, chunk traces, vec_src) where
     ``vec_src[i]`` is the old id of new T/S node ``i`` (its vector is reused), -1 elsewhere.
+    ``into``: a table of the nodes that stay as they are (the segments a delete leaves untouched) to
+    assemble onto, and ``first_document`` the id of the first re-assembled document; by default the
+    table is new and documents are numbered from 0.
     """
     keep_docs = [d for d in docs_rows if int(d["doc_id"]) not in drop]
-    new_did = {int(d["doc_id"]): k for k, d in enumerate(keep_docs)}
+    new_did = {int(d["doc_id"]): first_document + k for k, d in enumerate(keep_docs)}
     doc_of = {int(d["doc_id"]): d for d in keep_docs}
     crecs, decs, kept = [], [], []
     for tr in traces:
@@ -92,21 +95,23 @@ def reassemble_survivors(old: NodeTable, docs_rows: Sequence[dict], traces: Sequ
         decs.append(ChunkDecomposition(k, [Unit(old.texts[s], list(e), [tuple(r) for r in rel])
                                            for s, e, rel in tr.units]))
         kept.append(tr)
-    table = NodeTable()
+    table = into if into is not None else NodeTable()
+    start = len(table)
     made: list = []
     base = EdgeList()
     base.extend(assemble_chunks(table, crecs, decs, trace=made))
     traces_new = [ChunkTrace(c.doc_id, int(t), tuple(units)) for c, (t, units) in zip(crecs, made)]
     doc_chunks: dict[int, list[int]] = {}
-    for i, t in enumerate(table.types):
-        if t == T:
+    for i in range(start, len(table)):
+        if table.types[i] == T:
             doc_chunks.setdefault(table.doc_ids[i], []).append(i)
-    rows = [{"doc_id": k, "source": d["source"], "title": d["title"], "content_hash": d["content_hash"],
-             "chunk_ids": doc_chunks.get(k, [])} for k, d in enumerate(keep_docs)]
+    rows = [{"doc_id": first_document + k, "source": d["source"], "title": d["title"],
+             "content_hash": d["content_hash"], "chunk_ids": doc_chunks.get(first_document + k, [])}
+            for k, d in enumerate(keep_docs)]
     vec_src = np.full(len(table), -1, dtype=np.int64)
-    for i, (t, key) in enumerate(zip(table.types, table.keys)):
-        if t in (T, S):
-            vec_src[i] = old.index[key]
+    for i in range(start, len(table)):
+        if table.types[i] in (T, S):
+            vec_src[i] = old.index[table.keys[i]]
     return table, rows, base, traces_new, vec_src
 
 

@@ -87,8 +87,9 @@ def next_delta_name(deltas: list[Delta]) -> str:
     return str(max((int(d.name) for d in deltas), default=0) + 1)
 
 
-def share_generation(src: Path, dst: Path) -> tuple[list[str], int]:
-    """Hard-link every index file of the generation folder ``src`` into ``dst`` (not its manifest or readers' lock).
+def share_generation(src: Path, dst: Path, skip: tuple[str, ...] = ()) -> tuple[list[str], int]:
+    """Hard-link every index file of the generation folder ``src`` into ``dst`` (not its manifest or readers' lock,
+    nor the files under the ``skip`` prefixes: the delta segments a delete rewrites).
 
     Returns (relative paths shared, bytes copied): a file system without hard links between these
     folders gets copies instead, and the bytes say what that cost.
@@ -97,7 +98,7 @@ def share_generation(src: Path, dst: Path) -> tuple[list[str], int]:
     copied = 0
     for p in sorted(src.rglob("*")):
         rel = p.relative_to(src).as_posix()
-        if not p.is_file() or p.is_symlink() or rel in (MANIFEST, READERS):
+        if not p.is_file() or p.is_symlink() or rel in (MANIFEST, READERS) or (skip and rel.startswith(skip)):
             continue
         target = dst / rel
         target.parent.mkdir(parents=True, exist_ok=True)
