@@ -337,3 +337,33 @@ def test_export_reads_every_segment(base, parts, tmp_path):
         nodes = pq.read_table(out / "nodes.parquet")
         assert nodes.num_rows == len(store) and nodes.column("id").to_pylist() == list(range(len(store)))
         assert pq.read_table(out / "documents.parquet").num_rows == store.manifest["counts"]["documents"] == 280
+
+
+_DELETE = """
+import sys
+from noderag.build.delete import delete_documents
+delete_documents(sys.argv[2], [sys.argv[1]])
+"""
+
+
+def test_a_delete_inside_the_deltas_killed_resumes_to_the_same_bytes(base, parts, tmp_path):
+    with_delta = _copy(base, tmp_path / "with-delta")
+    build_index([parts[1]], with_delta, progress=False)
+    gone = json.loads(parts[1].read_text("utf-8").splitlines()[2])["id"]
+
+    def delete(idx: Path, kill_at: str | None) -> subprocess.CompletedProcess:
+        env = {k: v for k, v in os.environ.items() if k != "NODERAG_TEST_KILL_AT"}
+        if kill_at:
+            env["NODERAG_TEST_KILL_AT"] = kill_at
+        return subprocess.run([sys.executable, "-c", _DELETE, gone, str(idx)], env=env, capture_output=True,
+                              text=True, timeout=600)
+
+    clean = _copy(with_delta, tmp_path / "clean")
+    assert delete(clean, None).returncode == 0
+    want = _generation_bytes(clean)
+    for point in ("segment", "switch"):
+        idx = _copy(with_delta, tmp_path / point)
+        assert delete(idx, point).returncode == -9
+        again = delete(idx, None)
+        assert again.returncode == 0, again.stderr[-2000:]
+        assert _generation_bytes(idx) == want, point
