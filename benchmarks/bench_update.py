@@ -19,7 +19,7 @@ build(half) + insert(other half) as a delta against build(all) and after ``compa
     python benchmarks/bench_update.py [--sizes 10000,100000] [--changes 10,100,1000] [--embed hash:384]
                                       [--deltas 10] [--retrieval musique,hotpotqa] [--out DIR] [--work DIR]
 
-Writes ``OUT/update.json`` and ``OUT/update.md`` (default ``benchmarks/results``).
+Writes ``OUT/NAME.json`` and ``OUT/NAME.md`` (default ``benchmarks/results/update.*``).
 """
 
 from __future__ import annotations
@@ -222,6 +222,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-seconds", type=float, default=3600)
     ap.add_argument("--work", type=Path, default=REPO / ".benchcache" / "update")
     ap.add_argument("--out", type=Path, default=HERE / "results")
+    ap.add_argument("--name", default="update", help="results file stem (NAME.json, NAME.md)")
+    ap.add_argument("--merge", action="store_true", help="replace only the sizes run now in an existing NAME.json")
     args = ap.parse_args(argv)
     args.changes = [int(x) for x in args.changes.split(",") if x]
     args.rebuild_changes = [int(x) for x in args.rebuild_changes.split(",") if x]
@@ -230,22 +232,25 @@ def main(argv: list[str] | None = None) -> int:
     args.work.mkdir(parents=True, exist_ok=True)
     res = {"machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
                        "load_before": os.getloadavg()[0]}, "embed": args.embed, "sizes": [], "retrieval": []}
+    if args.merge and (args.out / f"{args.name}.json").is_file():  # keep the other sizes of an earlier run
+        res["sizes"] = json.loads((args.out / f"{args.name}.json").read_text("utf-8")).get("sizes", [])
     for n in (int(x) for x in args.sizes.split(",") if x):
-        res["sizes"].append(bench_size(n, args, args.work))
-        _save(res, args.out)
+        res["sizes"] = sorted([s for s in res["sizes"] if s["passages"] != n] + [bench_size(n, args, args.work)],
+                              key=lambda s: s["passages"])
+        _save(res, args.out, args.name)
     for sample in (s for s in args.retrieval.split(",") if s):
         res["retrieval"].append(bench_retrieval(sample, args, args.work))
-        _save(res, args.out)
+        _save(res, args.out, args.name)
     res["machine"]["load_after"] = os.getloadavg()[0]
-    _save(res, args.out)
+    _save(res, args.out, args.name)
     print(to_markdown(res))
     return 0
 
 
-def _save(res: dict, out: Path) -> None:
+def _save(res: dict, out: Path, name: str = "update") -> None:
     out.mkdir(parents=True, exist_ok=True)
-    (out / "update.json").write_text(json.dumps(res, indent=1) + "\n", encoding="utf-8")
-    (out / "update.md").write_text(to_markdown(res), encoding="utf-8")
+    (out / f"{name}.json").write_text(json.dumps(res, indent=1) + "\n", encoding="utf-8")
+    (out / f"{name}.md").write_text(to_markdown(res), encoding="utf-8")
 
 
 def _mb(b) -> str:

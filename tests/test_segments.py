@@ -367,3 +367,15 @@ def test_a_delete_inside_the_deltas_killed_resumes_to_the_same_bytes(base, parts
         again = delete(idx, None)
         assert again.returncode == 0, again.stderr[-2000:]
         assert _generation_bytes(idx) == want, point
+
+
+def test_deleting_every_document_of_the_deltas_leaves_the_base(base, parts, tmp_path):
+    idx = _copy(base, tmp_path / "idx")
+    build_index([parts[1]], idx, progress=False)
+    ids = [json.loads(line)["id"] for line in parts[1].read_text("utf-8").splitlines()]
+    index = noderag.Index.open(idx).delete(ids)
+    assert index.deltas == [] and index.manifest["counts"]["documents"] == 270
+    assert not (index.path / "deltas").exists()
+    with IndexStore.open(base) as b:
+        assert index.manifest["counts"]["nodes"] == b.manifest["counts"]["nodes"]
+    assert index.retrieve(json.loads(parts[0].read_text("utf-8").splitlines()[5])["text"][:160]).passages

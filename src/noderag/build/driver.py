@@ -178,11 +178,14 @@ def _execute_delta(run: BuildRun) -> BuildReport:
                                           skip=tuple(f"{DELTAS}/{d.name}/" for d in replaced))
         name = next_delta_name(deltas)
         deltas = deltas[:len(deltas) - len(replaced)]
-        delta = write_delta_segment(run.final / DELTAS / name, run.table, run.segment_start, run.docs_rows,
-                                    run.first_document, run.base, link, traces, vec, run.config,
-                                    run.segments, name)
-        info.update(nodes=delta.nodes, documents=delta.documents, shared_files=len(shared), copied_bytes=copied)
-    manifest = _delta_manifest(run, emb, backend, deltas + [delta], failures, n_chunks,
+        wrote = len(run.table) > run.segment_start  # a delete of every document of the deltas leaves none
+        if wrote:
+            deltas.append(write_delta_segment(run.final / DELTAS / name, run.table, run.segment_start,
+                                              run.docs_rows, run.first_document, run.base, link, traces, vec,
+                                              run.config, run.segments, name))
+        info.update(nodes=len(run.table) - run.segment_start, documents=len(run.docs_rows) - run.first_document,
+                    shared_files=len(shared), copied_bytes=copied)
+    manifest = _delta_manifest(run, emb, backend, deltas, name if wrote else None, failures, n_chunks,
                                [run.previous.path / DELTAS / d.name for d in replaced])
     known = (run.previous.manifest.get(CHECKSUMS) or {}).get("files") or {}
     # every file of the new generation is on disk already: shared ones are committed files, the delta's own
@@ -329,7 +332,8 @@ def _manifest(run: BuildRun, emb, backend, graph, edges, failures, attrs: Attrib
         run_id=run.run_id, previous=run.previous.manifest if run.previous is not None else None)
 
 
-def _delta_manifest(run: BuildRun, emb, backend, deltas: list, failures, n_chunks: int, replaced: list) -> dict:
+def _delta_manifest(run: BuildRun, emb, backend, deltas: list, segment: str | None, failures, n_chunks: int,
+                    replaced: list) -> dict:
     """The previous generation's manifest with the delta's counts, runs, stage report and the segment list."""
     prev = run.previous.manifest
     ledger = getattr(backend, "ledger", None)
@@ -343,7 +347,7 @@ def _delta_manifest(run: BuildRun, emb, backend, deltas: list, failures, n_chunk
         stages=run.journal.stages, tokens=ledger.to_dict() if ledger is not None else {},
         failures={**(prev.get("failures") or {}), "decompose": {str(k): v for k, v in failures.items()}},
         sizes=sizes, run={"documents_added": run.n_new, "duplicates": run.duplicates, "chunks": n_chunks,
-                          "documents_deleted": len(run.drop), "delta_segment": deltas[-1].name},
+                          "documents_deleted": len(run.drop), "delta_segment": segment},
         run_id=run.run_id, previous=prev)
     manifest[DELTAS] = [delta_entry(d) for d in deltas]
     return manifest
