@@ -29,14 +29,9 @@ class Index(IndexStore):
     @cached_property
     def query_index(self):
         """The build-time query tables (``query/``, memory-mapped; one per segment), or None for an index without them."""
-        from .search.query_index import open_query_index
+        from .search.segments import open_segment_tables
 
-        if not self.deltas:
-            return open_query_index(self.path)
-        from .search.segments import SegmentedTables
-
-        parts = [open_query_index(f) for f in self.segment_folders]
-        return SegmentedTables(parts) if all(p is not None for p in parts) else None
+        return open_segment_tables(self)
 
     def __init__(self, path: str | os.PathLike, *, verify: str = "cheap") -> None:
         super().__init__(path, verify=verify)

@@ -121,9 +121,9 @@ class Searcher:
         # else built in memory from the node table (O(n))
         tables = getattr(store, "query_index", None)
         if tables is None and isinstance(getattr(store, "path", None), Path):
-            from .query_index import open_query_index
+            from .segments import open_segment_tables
 
-            tables = open_query_index(store.path)
+            tables = open_segment_tables(store)
         if tables is None:
             from .tables import InMemoryTables
 

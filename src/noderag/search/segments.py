@@ -17,7 +17,8 @@ import numpy as np
 from .entities import _NameMatching
 from .lexical import top_scored
 
-__all__ = ["SegmentedTables", "SegmentedNames", "SegmentedLexical", "merged_names", "merged_lexical"]
+__all__ = ["SegmentedTables", "SegmentedNames", "SegmentedLexical", "merged_names", "merged_lexical",
+           "open_segment_tables"]
 
 
 class SegmentedNames(_NameMatching):
@@ -186,3 +187,14 @@ class SegmentedTables:
             if pos < ids.shape[0] and int(ids[pos]) == doc:
                 return p._text("doclabel", pos)
         return f"doc:{doc}"
+
+
+def open_segment_tables(store):
+    """The query tables of an opened store: its generation's ``query/`` (memory-mapped), or one table over every
+    segment when it has deltas; None for an index without them."""
+    from .query_index import open_query_index
+
+    if not getattr(store, "deltas", None):
+        return open_query_index(store.path)
+    parts = [open_query_index(f) for f in store.segment_folders]
+    return SegmentedTables(parts) if all(p is not None for p in parts) else None
