@@ -89,9 +89,6 @@ class SegmentedLexical:
         for p, part in zip(self.parts, np.split(ids, bounds)):
             p.bind_passages(part)
 
-    def document_frequencies(self, hashes: np.ndarray) -> np.ndarray:
-        return sum((p.document_frequencies(hashes) for p in self.parts), np.zeros(len(hashes), np.int64))
-
     def scores(self, query: str) -> tuple[np.ndarray, np.ndarray]:
         """(node ids ascending, BM25 scores) of every passage sharing a term with ``query``, all segments."""
         got = [p.scores(query) for p in self.parts]
