@@ -74,3 +74,20 @@ def test_take_gathers_like_indexing(texts, data):
     assert names.take(pos) == [names[i] for i in pos]
     with pytest.raises(IndexError, match="text ids must lie in"):
         col.take([len(texts)])
+
+
+def test_from_buffers_reads_several_blobs_as_one_column():
+    import numpy as np
+
+    from noderag.store.text_column import TextColumn
+
+    a, b = TextColumn(["alpha", "", "βeta"]), TextColumn(["gamma", "δ"])
+
+    def blob(col):
+        ends = np.frombuffer(col._ends, dtype=np.int64)
+        return np.concatenate([[0], ends]), np.frombuffer(bytes(col._data), dtype=np.uint8)
+
+    both = TextColumn.from_buffers([blob(a), blob(b)])
+    assert list(both) == ["alpha", "", "βeta", "gamma", "δ"] and both.take([4, 0]) == ["δ", "alpha"]
+    both.append("new")
+    assert both[5] == "new" and len(both) == 6

@@ -83,13 +83,7 @@ def delta_table(folders: list[Path]) -> tuple[NodeTable, list]:
     from ..store.text_column import TextColumn
 
     tables = _query_tables(folders)
-    offsets = [np.zeros(1, np.int64)]
-    end = 0
-    for t in tables:
-        off = np.asarray(t._a["text_off"], dtype=np.int64)
-        offsets.append(off[1:] + end)
-        end += int(off[-1])
-    texts = TextColumn.from_buffer(np.concatenate(offsets), np.concatenate([np.asarray(t._a["text"]) for t in tables]))
+    texts = TextColumn.from_buffers((t._a["text_off"], t._a["text"]) for t in tables)
     table = NodeTable.from_columns(
         concat_npy(folders, NODE_TYPES, TYPE_DTYPE), concat_npy(folders, NODE_KEYS, KEY_DTYPE), texts,
         np.concatenate([np.asarray(t.doc) for t in tables]), np.concatenate([np.asarray(t.chunk) for t in tables]),

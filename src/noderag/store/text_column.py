@@ -34,13 +34,17 @@ class TextColumn:
             self.append(t)
 
     @classmethod
-    def from_buffer(cls, offsets, data) -> "TextColumn":
-        """Texts given as int64 ``offsets`` (n + 1, from 0) into the UTF-8 bytes ``data`` (both copied once)."""
+    def from_buffers(cls, parts) -> "TextColumn":
+        """Texts given as (int64 offsets from 0, UTF-8 bytes) pairs, e.g. the text blobs of an index's segments,
+        one after the other; each buffer is copied once, straight into the column."""
         import numpy as np
 
         col = cls()
-        col._data = bytearray(np.asarray(data, dtype=np.uint8).tobytes())
-        col._ends.frombytes(np.ascontiguousarray(np.asarray(offsets, dtype=np.int64)[1:]).tobytes())
+        for offsets, data in parts:
+            start = len(col._data)
+            col._data += memoryview(np.ascontiguousarray(data, dtype=np.uint8))
+            ends = np.asarray(offsets, dtype=np.int64)[1:]
+            col._ends.frombytes((ends + start).tobytes() if start else np.ascontiguousarray(ends).tobytes())
         return col
 
     def __len__(self) -> int:
