@@ -232,8 +232,11 @@ def main(argv: list[str] | None = None) -> int:
     args.work.mkdir(parents=True, exist_ok=True)
     res = {"machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
                        "load_before": os.getloadavg()[0]}, "embed": args.embed, "sizes": [], "retrieval": []}
-    if args.merge and (args.out / f"{args.name}.json").is_file():  # keep the other sizes of an earlier run
-        res["sizes"] = json.loads((args.out / f"{args.name}.json").read_text("utf-8")).get("sizes", [])
+    if args.merge and (args.out / f"{args.name}.json").is_file():  # keep what this run does not measure again
+        earlier = json.loads((args.out / f"{args.name}.json").read_text("utf-8"))
+        res["sizes"] = earlier.get("sizes", [])
+        if not args.retrieval:
+            res["retrieval"] = earlier.get("retrieval", [])
     for n in (int(x) for x in args.sizes.split(",") if x):
         res["sizes"] = sorted([s for s in res["sizes"] if s["passages"] != n] + [bench_size(n, args, args.work)],
                               key=lambda s: s["passages"])
