@@ -271,6 +271,42 @@ def test_unreachable_address_fails_clearly_within_30_s(cluster, tmp_path):
     assert wall < 30, wall
 
 
+def test_a_client_server_that_fails_to_start_once_is_retried_and_other_errors_are_not(monkeypatch):
+    """A Ray Client head may fail to start a client's server under load; the next try usually works."""
+    _require_ray()
+    import ray
+
+    from noderag.build.executor import ray_exec
+    from noderag.build.executor.stages import ExecutorError
+
+    calls: list[str] = []
+
+    def flaky_init(address=None, **kw):
+        calls.append(address)
+        if len(calls) == 1:
+            raise ConnectionError("Initialization failure from server: RuntimeError: Starting Ray client server "
+                                  "failed. See ray_client_server_23000.err for detailed logs.")
+
+    monkeypatch.setattr(ray_exec, "_check_reachable", lambda address, timeout_s: None)
+    monkeypatch.setattr(ray_exec.time, "sleep", lambda s: None)
+    monkeypatch.setattr(ray, "init", flaky_init)
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "shutdown", lambda: None)
+    monkeypatch.setattr(ray_exec, "_CONNECTED", None)
+    ray_exec.connect("ray://127.0.0.1:1", timeout_s=5)
+    assert calls == ["ray://127.0.0.1:1"] * 2 and ray_exec._CONNECTED == "ray://127.0.0.1:1"
+
+    def refused(address=None, **kw):
+        calls.append(address)
+        raise ConnectionError("GCS refused")
+
+    calls.clear()
+    monkeypatch.setattr(ray, "init", refused)
+    with pytest.raises(ExecutorError, match="cannot connect to the Ray cluster at 10.0.0.1:6379"):
+        ray_exec.connect("10.0.0.1:6379", timeout_s=5)
+    assert calls == ["10.0.0.1:6379"]  # not a client-server start: no retry
+
+
 # ----------------------------------------------------------------------------- openai server through Ray
 
 @pytest.mark.server

@@ -32,6 +32,7 @@ _PIECE = "__piece"
 _ROWS = "__rows"
 _META = "__meta"
 _CONNECTED: str | None = None  # the address this process's ray.init used
+_CLIENT_SERVER_START_FAILED = "Starting Ray client server failed"
 
 
 def _check_reachable(address: str, timeout_s: float) -> None:
@@ -70,10 +71,22 @@ def connect(address: str | None, timeout_s: float = 20.0, env_vars: dict[str, st
                           "configure_logging": False}
     if env_vars:
         kw["runtime_env"] = {"env_vars": env_vars}
-    try:
-        ray.init(address=None if address == "local" else address, **kw)
-    except ConnectionError as exc:
-        raise ExecutorError(f"cannot connect to the Ray cluster at {address}: {exc}") from None
+    deadline = time.monotonic() + max(timeout_s, 30.0)
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            ray.init(address=None if address == "local" else address, **kw)
+            break
+        except ConnectionError as exc:
+            # a Ray Client head starts one server process per client; on a loaded head that start can fail
+            # once and work on the next try, so a ray:// connection is retried until the deadline
+            transient = str(address).startswith("ray://") and _CLIENT_SERVER_START_FAILED in str(exc)
+            if not transient or time.monotonic() >= deadline:
+                raise ExecutorError(f"cannot connect to the Ray cluster at {address} "
+                                    f"(attempt {attempt}): {exc}") from None
+            ray.shutdown()
+            time.sleep(min(2.0 * attempt, 10.0))
     _CONNECTED = address
 
 
