@@ -137,7 +137,8 @@ def bench_size(n: int, args, work: Path) -> dict:
                 row[mode]["delete"] = _write_child("delete", mode, copy, ids, work / f"delete-{n}-{c}-{mode}.log", args)
             shutil.rmtree(copy, ignore_errors=True)
         res["changes"].append(row)
-    res["many_deltas"] = _many_deltas(n, sc.corpus, base, questions, args, work)
+    if args.deltas:  # (0: skip it, and the full recomputation of its compaction)
+        res["many_deltas"] = _many_deltas(n, sc.corpus, base, questions, args, work)
     shutil.rmtree(base, ignore_errors=True)
     return res
 
@@ -295,6 +296,7 @@ def to_markdown(res: dict) -> str:
                       f"**ratio {p['p50_ratio'][1]}** (CPU {p['p50_cpu_ratio'][1]}); open + first query "
                       f"{md['open_deltas']['open_plus_first_retrieve_s']} s vs "
                       f"{md['open_compacted']['open_plus_first_retrieve_s']} s.", ""]
+    lines += _slopes(res["sizes"])
     if res["retrieval"]:
         lines += ["## Retrieval after build(half) + insert(other half) as a delta", "",
                   "| sample | index | recall@2 | recall@5 | all-gold@8 |", "|---|---|---:|---:|---:|"]
@@ -304,6 +306,33 @@ def to_markdown(res: dict) -> str:
                 lines.append(f"| {r['sample']} | {name} | {_fmt(m.get('recall@2'))} | {_fmt(m.get('recall@5'))} | "
                              f"{_fmt(m.get('all_gold@8'))} |")
     return "\n".join(lines) + "\n"
+
+
+def _slopes(sizes: list) -> list[str]:
+    """How a segment insert's wall grows with the corpus: the log-log slope between each pair of sizes."""
+    import math
+
+    walls: dict[int, dict[int, float]] = {}
+    for s in sizes:
+        for row in s["changes"]:
+            seg = (row.get("segments") or {}).get("insert") or {}
+            if seg.get("ok", True) and isinstance(seg.get("wall_s"), (int, float)):
+                walls.setdefault(row["documents"], {})[s["passages"]] = seg["wall_s"]
+    rows = []
+    for c, by_n in sorted(walls.items()):
+        ns = sorted(by_n)
+        for a, b in zip(ns, ns[1:]) if len(ns) > 1 else ():
+            rows.append(f"| insert {c} | {a:,} -> {b:,} | {by_n[a]:.2f} -> {by_n[b]:.2f} | "
+                        f"{math.log(by_n[b] / by_n[a]) / math.log(b / a):.3f} |")
+        if len(ns) > 2:
+            a, b = ns[0], ns[-1]
+            rows.append(f"| insert {c} | {a:,} -> {b:,} | {by_n[a]:.2f} -> {by_n[b]:.2f} | "
+                        f"**{math.log(by_n[b] / by_n[a]) / math.log(b / a):.3f}** |")
+    if not rows:
+        return []
+    return ["## Growth with the corpus (segment inserts)", "",
+            "Log-log slope of the insert's wall against the index's passages (0: independent of the corpus, 1: linear).",
+            "", "| change | passages | wall s | slope |", "|---|---|---|---:|"] + rows + [""]
 
 
 def _fmt(v) -> str:

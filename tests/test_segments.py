@@ -186,7 +186,11 @@ def test_a_damaged_delta_is_named(base, parts, tmp_path):
     path.write_bytes(bytes(data))
     with pytest.raises(IndexDamagedError, match=r"checksum mismatch in deltas/1/query/text\.npy"):
         verify_index(idx, "full")
-    with pytest.raises(IndexDamagedError, match=r"deltas/1/query/text\.npy"):
+    keys = current_path(idx) / "deltas" / "1" / "node_keys.npy"  # read whole by the next insert: checked first
+    data = bytearray(keys.read_bytes())
+    data[-1] ^= 0x20
+    keys.write_bytes(bytes(data))
+    with pytest.raises(IndexDamagedError, match=r"deltas/1/node_keys\.npy"):
         build_index([parts[2]], idx, progress=False)
 
 

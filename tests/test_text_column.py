@@ -91,3 +91,39 @@ def test_from_buffers_reads_several_blobs_as_one_column():
     assert list(both) == ["alpha", "", "βeta", "gamma", "δ"] and both.take([4, 0]) == ["δ", "alpha"]
     both.append("new")
     assert both[5] == "new" and len(both) == 6
+    assert both.take([5, 3, -1, 0]) == ["new", "gamma", "new", "alpha"]
+
+
+def test_a_column_over_read_only_blobs_behaves_as_one_built_by_appending(tmp_path):
+    """Memory-mapped parts are referenced, never copied or written: every read equals a plain column's."""
+    import numpy as np
+
+    rng = np.random.default_rng(3)
+    words = ["Kessel", "", "βeta", "馬祖列島", "a b c", "x" * 300]
+    parts, every = [], []
+    for p in range(3):
+        texts = [words[int(i)] + str(p) * int(j) for i, j in rng.integers(0, 6, size=(int(rng.integers(1, 40)), 2))]
+        data = b"".join(t.encode("utf-8") for t in texts)
+        offsets = np.concatenate([[0], np.cumsum([len(t.encode("utf-8")) for t in texts])]).astype(np.int64)
+        np.save(tmp_path / f"o{p}.npy", offsets)
+        np.save(tmp_path / f"d{p}.npy", np.frombuffer(data, dtype=np.uint8))
+        parts.append((np.load(tmp_path / f"o{p}.npy", mmap_mode="r"), np.load(tmp_path / f"d{p}.npy", mmap_mode="r")))
+        every += texts
+    col = TextColumn.from_buffers(parts)
+    plain = TextColumn(every)
+    for t in ("appended", "Ünïcode"):
+        col.append(t)
+        plain.append(t)
+    col[2] = plain[2] = "replaced"
+    col[len(col) - 1] = plain[len(plain) - 1] = "replaced tail"
+    assert len(col) == len(plain) and list(col) == list(plain) and col == plain
+    ids = rng.integers(-len(col), len(col), size=200)
+    assert col.take(ids) == plain.take(ids)
+    first = len(every)  # what a delta writes: the appended rows only
+    assert col.to_arrow(first).to_pylist() == plain.to_arrow(first).to_pylist() == ["appended", "replaced tail"]
+    assert col.to_arrow(1).to_pylist() == plain.to_arrow(1).to_pylist()
+    assert col.nbytes() == len("appended".encode()) + len("Ünïcode".encode()) + 16  # the parts are not held
+    with pytest.raises(IndexError):
+        col[len(col)]
+    with pytest.raises(ValueError, match="text offsets must run from 0"):
+        TextColumn.from_buffers([(np.array([0, 5], np.int64), np.zeros(4, np.uint8))])

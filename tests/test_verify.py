@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 
 import numpy as np
@@ -199,12 +200,22 @@ def test_insert_refuses_a_damaged_index(index_copy, tmp_path):
     assert path.read_bytes() == before and (_gen(index_copy) / "manifest.json").is_file()
 
 
-def test_a_delta_insert_refuses_damage_in_what_it_reads(index_copy, tmp_path):
-    path = _gen(index_copy) / "query" / "text.npy"
+@pytest.mark.parametrize("rel", ["node_keys.npy", "query/active.npy"])
+def test_a_delta_insert_refuses_damage_in_what_it_reads_whole(index_copy, tmp_path, rel):
+    path = _gen(index_copy) / rel
     before = _flip_one_bit(path)
-    with pytest.raises(IndexDamagedError, match=r"checksum mismatch in query/text\.npy"):
+    with pytest.raises(IndexDamagedError, match=rf"checksum mismatch in {re.escape(rel)}"):
         build_index([_one_new_document(tmp_path)], index_copy, progress=False)
     assert path.read_bytes() == before
+
+
+def test_damage_in_the_texts_a_delta_only_looks_into_stays_visible(index_copy, tmp_path):
+    """The text blob is read a few rows at a time (never whole): an insert goes on, the damage stays recorded."""
+    _flip_one_bit(_gen(index_copy) / "query" / "text.npy")
+    report = build_index([_one_new_document(tmp_path)], index_copy, progress=False)
+    assert report.manifest["deltas"] and report.added_documents == 1
+    with pytest.raises(IndexDamagedError, match=r"checksum mismatch in query/text\.npy"):
+        verify_index(index_copy, "full")
 
 
 def test_a_delta_insert_never_launders_damage_in_what_it_shares(index_copy, tmp_path):

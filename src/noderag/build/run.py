@@ -192,7 +192,16 @@ def _run_nodes(previous: Previous | None, reason: str | None, rewrite: int | Non
 
 
 #: The files a delta run reads of the generation it builds on (paths relative to it, every segment's).
-DELTA_READS = (NODE_TYPES, NODE_KEYS, f"{QUERY_DIR}/", f"{DELTAS}/")
+#: What a delta insert reads whole of every segment (checked byte for byte first): the node arrays its ids
+#: and merges follow from. Of the texts, names and BM25 postings it reads the few rows it looks up.
+DELTA_READS = (NODE_TYPES, NODE_KEYS, f"{QUERY_DIR}/doc.npy", f"{QUERY_DIR}/chunk.npy", f"{QUERY_DIR}/active.npy",
+               f"{QUERY_DIR}/meta.json")
+
+
+def delta_reads(manifest: dict) -> tuple[str, ...]:
+    """The files of a generation that a delta insert reads whole: :data:`DELTA_READS` of the base and of each delta."""
+    prefixes = [""] + [f"{DELTAS}/{d['name']}/" for d in manifest.get(DELTAS) or []]
+    return tuple(p + name for p in prefixes for name in DELTA_READS)
 
 
 def _previous_nodes(previous: Previous | None, delta: bool, need_edges: bool = True):
@@ -214,13 +223,15 @@ def _previous_nodes(previous: Previous | None, delta: bool, need_edges: bool = T
 
 def _check_previous(previous: Previous, delta: bool) -> None:
     """An insert must not build on damaged files: a full run reads every file, so it checks every byte; a
-    delta reads only the node arrays and query tables (checked byte for byte here) and shares the rest as
-    it is, checksums included, so damage there stays as visible to `noderag verify` as before."""
+    delta reads whole only the node arrays (checked byte for byte here), looks up a few rows of the texts,
+    names and BM25 postings, and shares every file as it is, checksums included, so damage anywhere stays
+    as visible to `noderag verify` as before. Checking only what it reads whole keeps an insert's cost
+    independent of the size of the texts."""
     from ..store.verify import check_files, verify_index
 
     verify_index(previous.path, "cheap" if delta else "full", manifest=previous.manifest)
     if delta:
-        check_files(previous.path, previous.manifest, DELTA_READS)
+        check_files(previous.path, previous.manifest, delta_reads(previous.manifest))
 
 
 def _claim_stages(root: Path, run_id: str, n_docs: int, n_drop: int, say) -> None:

@@ -8,6 +8,7 @@ table held 2.1M texts). One buffer plus an offsets array costs 8 bytes a text an
 from __future__ import annotations
 
 from array import array
+from bisect import bisect_right
 from typing import Iterable, Iterator
 
 __all__ = ["TextColumn", "DerivedNames", "NAME_IS_TEXT"]
@@ -23,59 +24,78 @@ class TextColumn:
     """Append-only texts stored as UTF-8 in one ``bytearray`` with int64 end offsets.
 
     Reading a text decodes its slice. A text replaced after it was appended (an A or H node
-    reactivated by an insert) lives in a small override map.
+    reactivated by an insert) lives in a small override map. A column made :meth:`from_buffers`
+    starts with read-only parts (an index's memory-mapped text blobs, never copied) that the
+    appended texts follow.
     """
 
     def __init__(self, texts: Iterable[str] = ()) -> None:
         self._data = bytearray()
         self._ends = array("q")
         self._replaced: dict[int, str] = {}
+        self._parts: list[tuple] = []  # read-only leading parts: (int64 offsets from 0, uint8 bytes)
+        self._part_starts = [0]  # first text of each part, then the count of read-only texts
         for t in texts:
             self.append(t)
 
     @classmethod
     def from_buffers(cls, parts) -> "TextColumn":
-        """Texts given as (int64 offsets from 0, UTF-8 bytes) pairs, e.g. the text blobs of an index's segments,
-        one after the other; each buffer is copied once, straight into the column."""
+        """Texts given as (int64 offsets from 0, UTF-8 bytes) pairs, e.g. the memory-mapped text blobs of an
+        index's segments, one after the other. They are referenced, not copied: a text is read from its
+        part when asked for (a delta insert reads few of the index's texts)."""
         import numpy as np
 
         col = cls()
         for offsets, data in parts:
-            start = len(col._data)
-            col._data += memoryview(np.ascontiguousarray(data, dtype=np.uint8))
-            ends = np.asarray(offsets, dtype=np.int64)[1:]
-            col._ends.frombytes((ends + start).tobytes() if start else np.ascontiguousarray(ends).tobytes())
+            offsets = np.asarray(offsets, dtype=np.int64)
+            data = np.asarray(data, dtype=np.uint8)
+            if offsets.ndim != 1 or offsets.shape[0] < 1 or int(offsets[0]) != 0 or int(offsets[-1]) != data.shape[0]:
+                raise ValueError(f"text offsets must run from 0 to the {data.shape[0]} bytes of their part, "
+                                 f"got {offsets.shape[0]} offsets ending at {int(offsets[-1]) if offsets.size else None}")
+            col._parts.append((offsets, data))
+            col._part_starts.append(col._part_starts[-1] + offsets.shape[0] - 1)
         return col
 
+    @property
+    def _n_frozen(self) -> int:
+        return self._part_starts[-1]
+
     def __len__(self) -> int:
-        return len(self._ends)
+        return self._n_frozen + len(self._ends)
 
     def append(self, text: str) -> None:
         self._data += text.encode("utf-8")
         self._ends.append(len(self._data))
 
-    def _span(self, i: int) -> tuple[int, int]:
-        n = len(self._ends)
+    def _index(self, i: int) -> int:
+        n = len(self)
         if i < 0:
             i += n
         if not 0 <= i < n:
             raise IndexError(f"text index {i} out of range for {n} texts")
-        return (self._ends[i - 1] if i else 0), self._ends[i]
+        return i
 
     def __getitem__(self, i: int) -> str:
+        i = self._index(i)
         if self._replaced:
-            hit = self._replaced.get(i if i >= 0 else i + len(self._ends))
+            hit = self._replaced.get(i)
             if hit is not None:
                 return hit
-        a, b = self._span(i)
-        return self._data[a:b].decode("utf-8")
+        f = self._n_frozen
+        if i < f:
+            p = bisect_right(self._part_starts, i) - 1
+            offsets, data = self._parts[p]
+            j = i - self._part_starts[p]
+            return bytes(data[int(offsets[j]):int(offsets[j + 1])]).decode("utf-8")
+        i -= f
+        a = self._ends[i - 1] if i else 0
+        return self._data[a:self._ends[i]].decode("utf-8")
 
     def __setitem__(self, i: int, text: str) -> None:
-        self._span(i)  # bounds check
-        self._replaced[i if i >= 0 else i + len(self._ends)] = str(text)
+        self._replaced[self._index(i)] = str(text)
 
     def __iter__(self) -> Iterator[str]:
-        for i in range(len(self._ends)):
+        for i in range(len(self)):
             yield self[i]
 
     def __eq__(self, other) -> bool:
@@ -83,20 +103,40 @@ class TextColumn:
             return len(self) == len(other) and all(a == b for a, b in zip(self, other))
         return NotImplemented
 
+    def _arrow_parts(self):
+        """(first text, Arrow LargeString array) of every part, the appended texts last (no copy)."""
+        import numpy as np
+        import pyarrow as pa
+
+        out = [(start, pa.LargeStringArray.from_buffers(offsets.shape[0] - 1, pa.py_buffer(offsets), pa.py_buffer(data)))
+               for start, (offsets, data) in zip(self._part_starts, self._parts)]
+        n = len(self._ends)
+        offsets = np.zeros(n + 1, dtype=np.int64)
+        offsets[1:] = np.frombuffer(self._ends, dtype=np.int64)
+        out.append((self._n_frozen, pa.LargeStringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(self._data))))
+        return out
+
     def take(self, ids) -> list[str]:
-        """The texts of ``ids`` (ints, any order) as a list: one Arrow gather, ~10x faster than indexing."""
+        """The texts of ``ids`` (ints, any order) as a list: one Arrow gather per part, ~10x faster than indexing."""
         import numpy as np
         import pyarrow as pa
 
         ids = np.asarray(ids, dtype=np.int64)
-        n = len(self._ends)
+        n = len(self)
         if ids.size and (ids.min() < -n or ids.max() >= n):
             raise IndexError(f"text ids must lie in [{-n}, {n}), got {int(ids.min())}..{int(ids.max())}")
         ids = np.where(ids < 0, ids + n, ids)
-        offsets = np.zeros(n + 1, dtype=np.int64)
-        offsets[1:] = np.frombuffer(self._ends, dtype=np.int64)
-        arr = pa.LargeStringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(self._data))
-        out = arr.take(pa.array(ids)).to_pylist()
+        parts = self._arrow_parts()
+        if len(parts) == 1:
+            out = parts[0][1].take(pa.array(ids)).to_pylist()
+        else:
+            out: list = [None] * ids.shape[0]
+            which = np.searchsorted(np.asarray([s for s, _ in parts]), ids, side="right") - 1
+            for p, (start, arr) in enumerate(parts):
+                at = np.flatnonzero(which == p)
+                if at.size:
+                    for k, text in zip(at.tolist(), arr.take(pa.array(ids[at] - start)).to_pylist()):
+                        out[k] = text
         if self._replaced:
             for k, i in enumerate(ids.tolist()):
                 if i in self._replaced:
@@ -104,7 +144,7 @@ class TextColumn:
         return out
 
     def nbytes(self) -> int:
-        """Bytes held by the buffer and the offsets."""
+        """Bytes held in memory by the appended texts and their offsets (read-only parts are not held)."""
         return len(self._data) + self._ends.itemsize * len(self._ends)
 
     def to_arrow(self, first: int = 0):
@@ -112,7 +152,13 @@ class TextColumn:
         import numpy as np
         import pyarrow as pa
 
+        f = self._n_frozen
+        if first < f:  # read-only parts are an index's own texts: written again only by a test or a rewrite
+            head = self.take(np.arange(first, f))
+            tail = self.to_arrow(f)
+            return pa.chunked_array([pa.array(head, pa.string())] + tail.chunks, type=pa.string())
         n = len(self._ends)
+        first -= f
         if n <= first:
             return pa.chunked_array([pa.array([], pa.string())])
         ends = np.frombuffer(self._ends, dtype=np.int64)
@@ -130,11 +176,12 @@ class TextColumn:
             chunks.append(pa.StringArray.from_buffers(hi - lo, pa.py_buffer(offsets.astype(np.int32)),
                                                       pa.py_buffer(body)))
         col = pa.chunked_array(chunks, type=pa.string())
+        first += f
         if any(i >= first for i in self._replaced):
             import pyarrow.compute as pc
 
             idx = sorted(i for i in self._replaced if i >= first)
-            mask = np.zeros(n - first, dtype=bool)
+            mask = np.zeros(len(self) - first, dtype=bool)
             mask[np.asarray(idx, dtype=np.int64) - first] = True
             # replace_with_mask takes the replacements in row order
             col = pc.replace_with_mask(col, pa.array(mask), pa.array([self._replaced[i] for i in idx], pa.string()))
