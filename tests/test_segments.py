@@ -383,3 +383,38 @@ def test_deleting_every_document_of_the_deltas_leaves_the_base(base, parts, tmp_
     with IndexStore.open(base) as b:
         assert index.manifest["counts"]["nodes"] == b.manifest["counts"]["nodes"]
     assert index.retrieve(json.loads(parts[0].read_text("utf-8").splitlines()[5])["text"][:160]).passages
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_splicing_delta_edges_equals_the_sparse_sum_of_the_whole_matrices(seed):
+    """``with_edges`` (the touched rows summed, the rest copied) against scipy's ``B + A + A.T`` over every
+    node: same structure, same float32 weights bit for bit (edges repeated, edges the base has, new nodes)."""
+    import scipy.sparse as sp
+
+    from noderag.graph.csr import CSR
+    from noderag.store.segments import with_edges
+
+    rng = np.random.default_rng(seed)
+    n_base = int(rng.integers(1, 300))
+    n = n_base + int(rng.integers(0, 50))
+    m = int(rng.integers(0, 4 * n_base))
+    r, c = rng.integers(0, n_base, m), rng.integers(0, n_base, m)
+    b = sp.coo_array((rng.random(m, dtype=np.float32), (r, c)), shape=(n_base, n_base))
+    b = (b + b.T).tocsr()
+    b.sum_duplicates()
+    base = CSR(b.indptr.astype(np.int64), b.indices.astype(np.int32), b.data.astype(np.float32))
+    k = int(rng.integers(0, 60)) if seed else 0
+    src = rng.integers(0, n, k).astype(np.int64)
+    dst = rng.integers(0, n, k).astype(np.int64)
+    if k > 3:
+        src[:2], dst[:2] = r[:2], c[:2]  # edges the base has
+        src[2], dst[2] = src[3], dst[3]  # one edge twice
+    w = rng.random(k, dtype=np.float32)
+    indptr, indices, weights = with_edges(base, n, src, dst, w)
+    padded = sp.csr_array((b.data, b.indices, np.concatenate([b.indptr, np.full(n - n_base, b.indptr[-1])])),
+                          shape=(n, n))
+    added = sp.coo_array((w, (src, dst)), shape=(n, n))
+    want = (padded + added + added.T).tocsr()
+    want.sort_indices()
+    assert np.array_equal(indptr, want.indptr) and np.array_equal(indices, want.indices)
+    assert weights.dtype == np.float32 and np.array_equal(weights.view(np.uint32), want.data.astype(np.float32).view(np.uint32))
