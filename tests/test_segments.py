@@ -387,8 +387,9 @@ def test_deleting_every_document_of_the_deltas_leaves_the_base(base, parts, tmp_
 
 @pytest.mark.parametrize("seed", range(6))
 def test_splicing_delta_edges_equals_the_sparse_sum_of_the_whole_matrices(seed):
-    """``with_edges`` (the touched rows summed, the rest copied) against scipy's ``B + A + A.T`` over every
-    node: same structure, same float32 weights bit for bit (edges repeated, edges the base has, new nodes)."""
+    """``with_edges`` (the touched rows summed, the rest copied; or, past its row limit, the whole sum) against
+    scipy's ``B + A + A.T`` over every node: same structure, same float32 weights bit for bit (edges
+    repeated, edges the base has, new nodes)."""
     import scipy.sparse as sp
 
     from noderag.graph.csr import CSR
@@ -410,7 +411,7 @@ def test_splicing_delta_edges_equals_the_sparse_sum_of_the_whole_matrices(seed):
         src[:2], dst[:2] = r[:2], c[:2]  # edges the base has
         src[2], dst[2] = src[3], dst[3]  # one edge twice
     w = rng.random(k, dtype=np.float32)
-    indptr, indices, weights = with_edges(base, n, src, dst, w)
+    indptr, indices, weights = with_edges(base, n, src, dst, w, max_spliced_rows=65536 if seed % 2 else 4)
     padded = sp.csr_array((b.data, b.indices, np.concatenate([b.indptr, np.full(n - n_base, b.indptr[-1])])),
                           shape=(n, n))
     added = sp.coo_array((w, (src, dst)), shape=(n, n))

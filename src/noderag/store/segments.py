@@ -184,14 +184,15 @@ def segmented_graph(path: Path, deltas: list[Delta], *, validate: bool = True):
     return HeteroGraph(types.astype(TYPE_DTYPE), keys.astype(KEY_DTYPE), structural, semantic_csr)
 
 
-def with_edges(csr, n: int, src: np.ndarray, dst: np.ndarray, w: np.ndarray):
+def with_edges(csr, n: int, src: np.ndarray, dst: np.ndarray, w: np.ndarray, *, max_spliced_rows: int = 65536):
     """(indptr, indices, weights) of ``csr`` over ``n`` nodes plus the undirected edges ``(src, dst, w)``.
 
     The sum ``csr + A + A.T`` (``A``: the edges as a sparse matrix; an edge already there adds to its
     weight), computed for the rows the edges touch only and spliced between the untouched rows'
     runs, which are copied as they are: a graph with small deltas opens in one copy of its arrays
     instead of a sparse sum over every edge. Equal, entry for entry, to scipy's sum of the whole
-    matrices (``tests/test_segments.py``).
+    matrices (``tests/test_segments.py``). Past ``max_spliced_rows`` touched rows (deltas near a quarter of
+    the base) the splice's per-row pieces cost more than the whole sum, which is then what runs.
     """
     import scipy.sparse as sp
 
@@ -203,6 +204,13 @@ def with_edges(csr, n: int, src: np.ndarray, dst: np.ndarray, w: np.ndarray):
     if not src.size:
         return indptr, indices, weights
     rows = np.unique(np.concatenate([src, dst]))
+    if rows.size > max_spliced_rows:
+        whole = sp.csr_array((weights, indices, indptr), shape=(n, n))
+        added = sp.coo_array((w, (src, dst)), shape=(n, n))
+        merged = (whole + added + added.T).tocsr()
+        merged.sort_indices()
+        return (merged.indptr.astype(np.int64), merged.indices.astype(np.int32, copy=False),
+                merged.data.astype(np.float32, copy=False))
     starts, ends = indptr[rows], indptr[rows + 1]
     lens = ends - starts
     local_ptr = np.zeros(rows.size + 1, np.int64)
