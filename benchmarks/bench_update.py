@@ -247,7 +247,8 @@ def main(argv: list[str] | None = None) -> int:
     args.delete_changes = [int(x) for x in args.delete_changes.split(",") if x]
     args.max_rss_bytes = None
     args.work.mkdir(parents=True, exist_ok=True)
-    res = {"machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
+    res = {"command": "python benchmarks/bench_update.py " + " ".join(sys.argv[1:] if argv is None else argv),
+           "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
                        "load_before": os.getloadavg()[0]}, "embed": args.embed, "sizes": [], "retrieval": []}
     if args.merge and (args.out / f"{args.name}.json").is_file():  # keep what this run does not measure again
         earlier = json.loads((args.out / f"{args.name}.json").read_text("utf-8"))
@@ -282,6 +283,8 @@ def to_markdown(res: dict) -> str:
              f"Embedder `{res['embed']}`; machine {res['machine']['cpus']} CPUs, load "
              f"{res['machine']['load_before']:.1f} before" +
              (f", {res['machine']['load_after']:.1f} after" if "load_after" in res["machine"] else "") + ".", ""]
+    if res.get("command"):
+        lines += [f"Command: `{res['command']}`", ""]
     for s in res["sizes"]:
         b = s["build"]
         lines += [f"## {s['passages']:,} passages (base build {b['wall_s']:.1f} s)", "",
@@ -308,7 +311,7 @@ def to_markdown(res: dict) -> str:
         if reps:
             lines += ["", "Segment inserts: the median of " + "; ".join(
                 f"insert {c}: {', '.join(f'{w:.2f}' for w in ws)} s" for c, ws in reps) +
-                " (each into a fresh copy of the base)."]
+                " (each into a fresh copy of the base).", ""]
         md = s.get("many_deltas")
         if md:
             p = md["paired"]
