@@ -143,11 +143,12 @@ def test_open_and_retrieve_never_read_the_node_table(demo):
 
 
 def test_open_and_retrieve_load_no_build_time_modules(demo):
-    """Opening and querying an index loads neither Numba (build kernels: ~0.6 s) nor the LLM stack (jsonschema)."""
+    """Opening and querying an index loads neither Numba (build kernels: ~0.6 s), the LLM stack (jsonschema), nor
+    pyarrow.dataset (which ``pq.read_table`` imports, and pandas with it: ~0.5 s of a first query)."""
     code = ("import sys, noderag; ix = noderag.Index.open(sys.argv[1]); "
             "r = ix.retrieve('Which river flows through the capital?'); assert r.passages; "
-            "print(sorted(m for m in ('numba', 'jsonschema', 'noderag.llm.base', 'noderag.graph._hetero_kernels') "
-            "if m in sys.modules))")
+            "print(sorted(m for m in ('numba', 'jsonschema', 'noderag.llm.base', 'noderag.graph._hetero_kernels', "
+            "'pyarrow.dataset', 'pandas') if m in sys.modules))")
     r = subprocess.run([sys.executable, "-c", code, str(demo.root)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "[]", r.stdout
