@@ -193,6 +193,8 @@ def test_ray_client_address_builds_the_local_index(cluster, local_index, tmp_pat
     try:
         build_index([demo_dir()], out, _config(), progress=False, log=logs.append,
                     executor=ExecutorConfig(kind="ray", address=f"ray://127.0.0.1:{cluster.client_port}"))
+    except Exception as exc:  # the head's client-server logs say why a connection failed
+        pytest.fail(f"{type(exc).__name__}: {exc}{cluster.client_server_log()}")
     finally:
         import ray
 
@@ -295,6 +297,17 @@ def test_a_client_server_that_fails_to_start_once_is_retried_and_other_errors_ar
     monkeypatch.setattr(ray_exec, "_CONNECTED", None)
     ray_exec.connect("ray://127.0.0.1:1", timeout_s=5)
     assert calls == ["ray://127.0.0.1:1"] * 2 and ray_exec._CONNECTED == "ray://127.0.0.1:1"
+
+    def never_starts(address=None, **kw):
+        calls.append(address)
+        raise ConnectionError("Initialization failure from server: Starting Ray client server failed.")
+
+    calls.clear()
+    monkeypatch.setattr(ray, "init", never_starts)
+    monkeypatch.setattr(ray_exec, "_CONNECTED", None)
+    with pytest.raises(ExecutorError, match=r"ray://127\.0\.0\.1:1 \(attempt 3\)"):
+        ray_exec.connect("ray://127.0.0.1:1", timeout_s=5)
+    assert len(calls) == 3  # bounded
 
     def refused(address=None, **kw):
         calls.append(address)

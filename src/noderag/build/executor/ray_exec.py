@@ -33,6 +33,7 @@ _ROWS = "__rows"
 _META = "__meta"
 _CONNECTED: str | None = None  # the address this process's ray.init used
 _CLIENT_SERVER_START_FAILED = "Starting Ray client server failed"
+_CLIENT_ATTEMPTS = 3  # tries of a ray:// connection whose head failed to start the client's server
 
 
 def _check_reachable(address: str, timeout_s: float) -> None:
@@ -71,7 +72,6 @@ def connect(address: str | None, timeout_s: float = 20.0, env_vars: dict[str, st
                           "configure_logging": False}
     if env_vars:
         kw["runtime_env"] = {"env_vars": env_vars}
-    deadline = time.monotonic() + max(timeout_s, 30.0)
     attempt = 0
     while True:
         attempt += 1
@@ -80,13 +80,14 @@ def connect(address: str | None, timeout_s: float = 20.0, env_vars: dict[str, st
             break
         except ConnectionError as exc:
             # a Ray Client head starts one server process per client; on a loaded head that start can fail
-            # once and work on the next try, so a ray:// connection is retried until the deadline
+            # once and work on the next try (a failed try itself can take a minute there, so the count, not
+            # a deadline, bounds the retries)
             transient = str(address).startswith("ray://") and _CLIENT_SERVER_START_FAILED in str(exc)
-            if not transient or time.monotonic() >= deadline:
+            if not transient or attempt >= _CLIENT_ATTEMPTS:
                 raise ExecutorError(f"cannot connect to the Ray cluster at {address} "
                                     f"(attempt {attempt}): {exc}") from None
             ray.shutdown()
-            time.sleep(min(2.0 * attempt, 10.0))
+            time.sleep(2.0 * attempt)
     _CONNECTED = address
 
 
