@@ -41,12 +41,12 @@ class ChunkRecord:
 
 
 class KeyIndex:
-    """key -> id of existing nodes, looked up in their sorted keys (no Python object per node), plus a
+    """key -> id of existing nodes, looked up in buckets of their keys (no Python object per node), plus a
     dict of the keys added since: what a delta insert merges with, at the cost of what it adds.
 
     Keys are 64-bit hashes, uniform over their range: the nodes are ordered by the top 16 bits of
-    their key (a stable radix sort, ~4x a full argsort's speed at 10^6 nodes) and a look-up scans one
-    bucket (n / 65,536 keys). Of equal keys the lowest id is found, as a sorted search would.
+    their key (a stable radix sort: 0.11 s at 2.1M nodes, a full argsort 0.40 s) and a look-up scans
+    one bucket (n / 65,536 keys). Of equal keys the lowest id is found, as a sorted search would.
     """
 
     BITS = 16

@@ -191,9 +191,9 @@ def _run_nodes(previous: Previous | None, reason: str | None, rewrite: int | Non
     return table, base, traces, segments, docs_rows, vec_src, None
 
 
-#: The files a delta run reads of the generation it builds on (paths relative to it, every segment's).
-#: What a delta insert reads whole of every segment (checked byte for byte first): the node arrays its ids
-#: and merges follow from. Of the texts, names and BM25 postings it reads the few rows it looks up.
+#: What a delta run reads whole of each segment of the generation it builds on (paths relative to the segment;
+#: checked byte for byte first): the node arrays its ids and merges follow from. Of the texts, names and BM25
+#: postings it reads the few rows it looks up.
 DELTA_READS = (NODE_TYPES, NODE_KEYS, f"{QUERY_DIR}/doc.npy", f"{QUERY_DIR}/chunk.npy", f"{QUERY_DIR}/active.npy",
                f"{QUERY_DIR}/meta.json")
 
