@@ -153,7 +153,8 @@ def bench_size(n: int, args, work: Path) -> dict:
         res["changes"].append(row)
     if args.deltas:  # (0: skip it, and the full recomputation of its compaction)
         res["many_deltas"] = _many_deltas(n, sc.corpus, base, questions, args, work)
-    shutil.rmtree(base, ignore_errors=True)
+    if not args.keep_base:
+        shutil.rmtree(base, ignore_errors=True)
     return res
 
 
@@ -240,6 +241,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--work", type=Path, default=REPO / ".benchcache" / "update")
     ap.add_argument("--out", type=Path, default=HERE / "results")
     ap.add_argument("--name", default="update", help="results file stem (NAME.json, NAME.md)")
+    ap.add_argument("--keep-base", action="store_true",
+                    help="keep each size's base index (WORK/index-N) for profiling, instead of removing it")
     ap.add_argument("--merge", action="store_true", help="replace only the sizes run now in an existing NAME.json")
     args = ap.parse_args(argv)
     args.changes = [int(x) for x in args.changes.split(",") if x]

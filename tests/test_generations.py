@@ -34,7 +34,8 @@ def _jsonl(path: Path, rows: list[dict]) -> Path:
 
 
 def _cfg() -> NodeRAGConfig:
-    return NodeRAGConfig().with_overrides({"embed.spec": "hash:32"})
+    # no background compaction: these tests count and pin the generations their own writes commit
+    return NodeRAGConfig().with_overrides({"embed.spec": "hash:32", "update.compaction": "off"})
 
 
 def _folder(tmp_path: Path, name: str) -> Path:
@@ -86,7 +87,7 @@ def test_killed_reader_releases_its_generation(tmp_path):
     with subprocess.Popen([sys.executable, "-c", _PIN, str(idx)], stdout=subprocess.PIPE, text=True) as p:
         try:
             assert p.stdout.readline().strip() == "1"
-            build_index([_jsonl(tmp_path / "b.jsonl", _rows("bravo", 2))], idx, None, progress=False)
+            build_index([_jsonl(tmp_path / "b.jsonl", _rows("bravo", 2))], idx, _cfg(), progress=False)
             assert sorted(q.name for q in (idx / "generations").iterdir()) == ["1", "2"]  # pinned by the reader
         finally:
             p.send_signal(signal.SIGKILL)
@@ -100,7 +101,7 @@ def test_cli_gc_removes_released_generations(tmp_path, capsys):
     idx = tmp_path / "idx"
     build_index([_jsonl(tmp_path / "a.jsonl", _rows("alpha", 4))], idx, _cfg(), progress=False)
     reader = IndexStore.open(idx)
-    build_index([_jsonl(tmp_path / "b.jsonl", _rows("bravo", 2))], idx, None, progress=False)
+    build_index([_jsonl(tmp_path / "b.jsonl", _rows("bravo", 2))], idx, _cfg(), progress=False)
     assert main(["gc", str(idx)]) == 0
     assert "removed 0 old generation(s); 1 still open by a reader: 1" in capsys.readouterr().out
     reader.close()
@@ -158,8 +159,10 @@ import json, sys
 from pathlib import Path
 from noderag.build.driver import build_index
 from noderag.build.delete import delete_documents
+from noderag.config import NodeRAGConfig
 from noderag.store.tables import IndexStore
 root, tmp, log = Path(sys.argv[1]), Path(sys.argv[2]), open(sys.argv[3], "w")
+cfg = NodeRAGConfig().with_overrides({"embed.spec": "hash:32", "update.compaction": "off"})
 
 def record(gen):
     with IndexStore.open(root) as st:
@@ -175,9 +178,9 @@ for k in range(10):
             for i in range(3)]
     path = tmp / f"w{k}.jsonl"
     path.write_text("".join(json.dumps(r) + "\\n" for r in rows))
-    rep = build_index([path], root, None, progress=False, wait=60)
+    rep = build_index([path], root, cfg, progress=False, wait=60)
     record(rep.generation)
-    rep = delete_documents(root, [r["id"] for r in rows] if k % 2 else [rows[0]["id"]], wait=60)
+    rep = delete_documents(root, [r["id"] for r in rows] if k % 2 else [rows[0]["id"]], wait=60, config=cfg)
     record(rep.generation)
 print("done")
 """

@@ -167,7 +167,8 @@ def test_compaction_gives_the_bytes_of_a_fresh_build(base, parts, tmp_path):
 
 def test_deltas_past_the_share_compact_by_themselves(base, parts, tmp_path):
     idx = _copy(base, tmp_path / "idx")
-    small = NodeRAGConfig().with_overrides({"update.max_delta_share": 0.02})  # 10 of 270 is over 2%
+    small = NodeRAGConfig().with_overrides({"update.max_delta_share": 0.02,  # 10 of 270 is over 2%
+                                            "update.compaction": "inline"})
     messages: list[str] = []
     report = build_index([parts[1]], idx, small, progress=False, log=messages.append)
     assert not report.manifest.get("deltas") and "communities" in report.manifest["stages"]

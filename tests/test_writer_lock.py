@@ -79,6 +79,49 @@ def test_lock_of_a_killed_writer_is_taken_over(tmp_path):
         pass
 
 
+_HOLD_AS = """
+import sys, time
+from noderag.store.lock import WriterLock
+WriterLock(sys.argv[1], role=sys.argv[2] or None).acquire()
+print("held", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_background_compaction_yields_to_any_other_writer(tmp_path):
+    from noderag.store.lock import BACKGROUND
+
+    idx = tmp_path / "idx"
+    with subprocess.Popen([sys.executable, "-c", _HOLD_AS, str(idx), BACKGROUND], stdout=subprocess.PIPE,
+                          text=True, start_new_session=True) as p:
+        try:
+            assert p.stdout.readline().strip() == "held"
+            with pytest.raises(IndexLockedError, match=f"pid {p.pid} .*background compaction"):
+                WriterLock(idx, role=BACKGROUND).acquire()  # one background compaction never stops another
+            t0 = time.monotonic()
+            with WriterLock(idx):  # no wait given: the holder is stopped and the lock taken
+                assert p.wait(timeout=30) == -signal.SIGTERM
+            assert time.monotonic() - t0 < 30
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait(timeout=30)
+
+
+def test_a_writer_that_is_not_a_background_compaction_is_never_stopped(tmp_path):
+    idx = tmp_path / "idx"
+    with subprocess.Popen([sys.executable, "-c", _HOLD_AS, str(idx), ""], stdout=subprocess.PIPE,
+                          text=True, start_new_session=True) as p:
+        try:
+            assert p.stdout.readline().strip() == "held"
+            with pytest.raises(IndexLockedError):
+                WriterLock(idx, wait=0.5).acquire()
+            assert p.poll() is None
+        finally:
+            p.kill()
+            p.wait(timeout=30)
+
+
 def _cli_insert(corpus, idx, *extra):
     return subprocess.Popen([sys.executable, "-m", "noderag.cli", "build", str(corpus), "--index", str(idx),
                              "--no-progress", *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

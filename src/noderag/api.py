@@ -70,21 +70,22 @@ class Index(IndexStore):
 
     def insert(self, docs_or_paths: Sequence[str | os.PathLike] | str | os.PathLike, *, llm=None,
                embedder=None, progress: bool = False, allow_failures: bool = False,
-               wait: float | None = None) -> "Index":
+               wait: float | None = None, config=None) -> "Index":
         """Add documents (files, folders, JSONL corpora) and return the reopened index.
 
         ``wait``: seconds to wait for another writer of this index (default: fail at once).
+        ``config``: the index's configuration with other ``update`` settings (``update.compaction``), if any.
         """
         from .build.insert import insert_documents
 
         if isinstance(docs_or_paths, (str, os.PathLike)):
             docs_or_paths = [docs_or_paths]
         insert_documents(self.root, docs_or_paths, llm=llm, embedder=embedder, progress=progress,
-                         allow_failures=allow_failures, wait=wait)
+                         allow_failures=allow_failures, wait=wait, config=config)
         return type(self).open(self.root)
 
     def delete(self, doc_ids: Sequence[str] | str = (), *, all_from: Sequence[str | os.PathLike] = (), llm=None,
-               embedder=None, progress: bool = False, wait: float | None = None) -> "Index":
+               embedder=None, progress: bool = False, wait: float | None = None, config=None) -> "Index":
         """Delete documents by source id (or every document of ``all_from`` paths); return the reopened index.
 
         Unknown ids raise :class:`~noderag.build.delete.UnknownDocumentError` and change nothing.
@@ -93,7 +94,7 @@ class Index(IndexStore):
         from .build.delete import delete_documents
 
         delete_documents(self.root, doc_ids, all_from=all_from, llm=llm, embedder=embedder, progress=progress,
-                         wait=wait)
+                         wait=wait, config=config)
         return type(self).open(self.root)
 
 

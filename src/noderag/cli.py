@@ -104,7 +104,16 @@ def _cmd_build(args: argparse.Namespace) -> int:
     print(f"index {args.index}: {report.added_documents} new document(s), {report.duplicates} duplicate(s) skipped"
           f"{replaced}")
     print(format_summary(report.manifest))
+    _say_background(args.index, report)
     return 0
+
+
+def _say_background(index, report) -> None:
+    if report.background_compaction:
+        from .build.background import LOG
+
+        print(f"index {index}: compacting the delta segments in the background (pid {report.background_compaction}, "
+              f"log {Path(index) / LOG}); readers and writers need not wait for it")
 
 
 def _cmd_delete(args: argparse.Namespace) -> int:
@@ -116,6 +125,7 @@ def _cmd_delete(args: argparse.Namespace) -> int:
                               progress=progress, log=log, wait=args.wait)
     print(f"index {args.index}: {report.deleted_documents} document(s) deleted, generation {report.generation}")
     print(format_summary(report.manifest))
+    _say_background(args.index, report)
     return 0
 
 

@@ -19,10 +19,13 @@ __all__ = ["compact_index"]
 
 
 def compact_index(index_dir: str | os.PathLike, *, full: bool = False, llm=None, embedder=None,
-                  progress: bool = False, log=None, wait: float | None = None) -> BuildReport:
+                  progress: bool = False, log=None, wait: float | None = None,
+                  background: float | None = None) -> BuildReport:
     """Merge the delta segments of the index in ``index_dir`` into one and commit it as a new generation.
 
     An index built with an LLM needs it again (``llm`` or the configured spec): its summaries are recomputed.
+    ``background``: the ``update.max_delta_share`` of a background compaction (:mod:`noderag.build.background`),
+    which yields to any other writer and does nothing unless the deltas hold more than that share of the base.
     """
-    return build_index([], index_dir, None, llm=llm, embedder=embedder, progress=progress, log=log, wait=wait,
-                       compact="full" if full else "merge")
+    return build_index([], index_dir, None, llm=llm, embedder=embedder, progress=progress, log=log,
+                       wait=wait, compact="full" if full else "merge", background=background)

@@ -32,13 +32,14 @@ __all__ = ["Deletion", "UnknownDocumentError", "delete_documents", "reassemble_s
 
 def delete_documents(index_dir: str | os.PathLike, doc_ids: Sequence[str] = (), *,
                      all_from: Sequence[str | os.PathLike] = (), llm=None, embedder=None, progress: bool = False,
-                     log=None, wait: float | None = None):
+                     log=None, wait: float | None = None, config=None):
     """Delete documents from the index in ``index_dir`` and commit a new generation.
 
     ``doc_ids``: source ids as the build saw them (the JSONL ``id``, else the file path);
     ``all_from``: files, folders or JSONL corpora whose documents are deleted. Unknown
     documents raise :class:`UnknownDocumentError` and nothing changes. An index built with
     an LLM needs it again (``llm`` or the configured spec): its summaries are recomputed.
+    ``config``: the index's own configuration with other ``update`` (or ``llm``) settings, if any.
     Returns the :class:`~noderag.build.driver.BuildReport` (``deleted`` documents).
     """
     from .driver import build_index
@@ -50,5 +51,5 @@ def delete_documents(index_dir: str | os.PathLike, doc_ids: Sequence[str] = (), 
     deletion = Deletion(tuple(str(i) for i in doc_ids), tuple(os.fspath(p) for p in all_from))
     if not deletion.ids and not deletion.paths:
         raise UnknownDocumentError("nothing to delete: give document ids or --all-from paths")
-    return build_index([], index_dir, None, llm=llm, embedder=embedder, progress=progress, log=log, wait=wait,
+    return build_index([], index_dir, config, llm=llm, embedder=embedder, progress=progress, log=log, wait=wait,
                        delete=deletion)

@@ -10,8 +10,8 @@ structural edges the new chunks brought (an edge may end at an older node), name
 units, an HNSW index of the new T/S vectors and query tables whose BM25 impacts use the whole
 index's passage counts.
 
-What waits for the next compaction (``noderag compact``; an insert compacts by itself once the
-deltas hold ``update.max_delta_share`` of the base's documents): importance and A nodes, Leiden
+What waits for the next compaction (``noderag compact``; once the deltas hold ``update.max_delta_share``
+of the base's documents, an insert starts one in the background or runs it: ``update.compaction``): importance and A nodes, Leiden
 communities and H/O nodes, the mention counts of older entities, name links from older units to the
 names the new documents introduce, and the BM25 statistics of older passages. New passages are
 found by dense, lexical and name search and reached by PPR through every entity they share with
@@ -30,7 +30,7 @@ from ..store.layout import DELTA_EDGES, DOCUMENTS, NODE_KEYS, NODE_TYPES, NODES,
 from ..store.segments import Delta, deltas_of, segment_folders
 from .assemble import EdgeList, NodeTable
 
-__all__ = ["delta_reason", "load_documents", "delta_table", "delete_plan", "rewrite_deltas", "link_scope",
+__all__ = ["delta_reason", "background_compaction_due", "load_documents", "delta_table", "delete_plan", "rewrite_deltas", "link_scope",
            "write_delta_segment", "delta_counts"]
 
 T, S, N = int(NodeType.T), int(NodeType.S), int(NodeType.N)
@@ -46,14 +46,34 @@ def delta_reason(previous, config, drop, n_new: int) -> str | None:
         return "documents are deleted or replaced"
     if config.semantic.enabled:
         return "the semantic kNN layer is on (a delta segment does not extend it)"
-    deltas = deltas_of(previous.manifest, previous.path)
-    documents = int((previous.manifest.get("counts") or {}).get("documents", 0))
-    in_deltas = sum(d.documents for d in deltas) + n_new
-    base = documents - sum(d.documents for d in deltas)
-    if in_deltas > config.update.max_delta_share * max(base, 1):
+    in_deltas, base = _delta_documents(previous.manifest, previous.path, n_new)
+    limit = config.update.max_delta_share * max(base, 1)
+    mode = config.update.compaction
+    if in_deltas > limit and mode == "inline":
         return (f"the deltas would hold {in_deltas} documents, over update.max_delta_share = "
                 f"{config.update.max_delta_share} of the base's {base}: compacting")
+    if in_deltas > 2 * limit and mode == "background":
+        return (f"the deltas would hold {in_deltas} documents, twice update.max_delta_share = "
+                f"{config.update.max_delta_share} of the base's {base} (no background compaction finished): "
+                "compacting now")
     return None
+
+
+def _delta_documents(manifest: dict, path: Path, n_new: int) -> tuple[int, int]:
+    """(documents in the deltas once ``n_new`` more are added, documents of the base)."""
+    deltas = deltas_of(manifest, path)
+    documents = int((manifest.get("counts") or {}).get("documents", 0))
+    in_deltas = sum(d.documents for d in deltas)
+    return in_deltas + n_new, documents - in_deltas
+
+
+def background_compaction_due(manifest: dict, path: Path, config) -> bool:
+    """True when the deltas of the generation at ``path`` hold more than ``update.max_delta_share`` of the
+    base's documents and ``update.compaction`` is "background" (the writer then starts one)."""
+    if config.update.compaction != "background" or not deltas_of(manifest, path):
+        return False
+    in_deltas, base = _delta_documents(manifest, path, 0)
+    return in_deltas > config.update.max_delta_share * max(base, 1)
 
 
 def load_documents(path: Path, manifest: dict) -> list[dict]:

@@ -39,7 +39,7 @@ from ..graph.storage import atomic_write_json
 from ..graph.types import NodeType
 from ..store.decompositions import DECOMPOSITIONS, write_decompositions
 from ..store.generations import collect_garbage, commit_generation
-from ..store.lock import WriterLock
+from ..store.lock import BACKGROUND, WriterLock
 from ..store.segments import delta_entry, deltas_of, next_delta_name, segment_folders, share_generation
 from ..store.manifest import MANIFEST, dir_sizes, index_manifest
 from ..store.verify import CHECKSUMS, file_checksums
@@ -65,7 +65,8 @@ T, S = int(NodeType.T), int(NodeType.S)
 
 def build_index(inputs: Sequence[str | os.PathLike], index_dir: str | os.PathLike, config=None, *,
                 llm=None, embedder=None, progress: bool = True, allow_failures: bool = False,
-                log=None, wait: float | None = None, delete=None, executor=None, compact: str | None = None) -> BuildReport:
+                log=None, wait: float | None = None, delete=None, executor=None, compact: str | None = None,
+                background: float | None = None) -> BuildReport:
     """Build a new index in ``index_dir`` or add the new documents of ``inputs`` to the one there.
 
     A new document whose source id (JSONL ``id`` or file path) is already in the index with
@@ -95,6 +96,12 @@ def build_index(inputs: Sequence[str | os.PathLike], index_dir: str | os.PathLik
         does not change the index.
     compact : {"merge", "full"}, optional
         Compact the index instead of adding documents (see :func:`noderag.build.compact.compact_index`).
+    background : float, optional
+        This is a background compaction (:mod:`noderag.build.background`) for this ``update.max_delta_share``:
+        any other writer stops it, and it does nothing unless the deltas hold more than that share of the base.
+
+    An insert that leaves the deltas over ``update.max_delta_share`` starts a background compaction
+    when ``update.compaction`` is "background" (its pid: ``BuildReport.background_compaction``).
     """
     root = Path(index_dir)
     if root.exists() and not root.is_dir():
@@ -103,12 +110,13 @@ def build_index(inputs: Sequence[str | os.PathLike], index_dir: str | os.PathLik
     # the lock comes first: the existing index and the pending stages are read under it
     if isinstance(inputs, (str, os.PathLike)):
         inputs = [inputs]
-    with WriterLock(root, wait=wait), _arrow_memory_returned(), heap.large_blocks_mapped(), heap.collector_paused():
+    with WriterLock(root, wait=wait, role=None if background is None else BACKGROUND), _arrow_memory_returned(), \
+            heap.large_blocks_mapped(), heap.collector_paused():
         try:
             run = start_run(inputs, root, config, llm=llm, embedder=embedder, progress=progress,
                             allow_failures=allow_failures, log=log, delete=delete, executor=executor,
-                            compact=compact)
-            return run if isinstance(run, BuildReport) else _execute(run)
+                            compact=compact, background=background)
+            report = run if isinstance(run, BuildReport) else _execute(run)
         except BaseException:
             if created:  # a failed first build leaves no empty index folder behind
                 from .cleanup import remove_if_nothing_built
@@ -118,6 +126,29 @@ def build_index(inputs: Sequence[str | os.PathLike], index_dir: str | os.PathLik
                 except OSError:  # never mask the build's own error
                     pass
             raise
+    if isinstance(run, BuildRun) and compact is None and report.generation is not None:
+        report = _maybe_compact_in_background(run, report, llm, log or (lambda msg: None))
+    return report
+
+
+def _maybe_compact_in_background(run: BuildRun, report: BuildReport, llm, say) -> BuildReport:
+    """Start a background compaction when this write left the deltas over ``update.max_delta_share``."""
+    from dataclasses import replace
+
+    from ..store.generations import generation_path
+    from .background import LOG, start_background_compaction
+    from .delta import background_compaction_due
+
+    if not background_compaction_due(report.manifest, generation_path(run.root, report.generation), run.config):
+        return report
+    if llm is not None and not isinstance(llm, str):
+        say("update.compaction = background: an LLM object cannot be handed to another process; the deltas are "
+            "compacted by the insert that takes them past twice update.max_delta_share")
+        return report
+    pid = start_background_compaction(run.root, max_delta_share=run.config.update.max_delta_share, llm_spec=llm)
+    say(f"the deltas are over update.max_delta_share: compacting in the background (pid {pid}, "
+        f"log {run.root / LOG})")
+    return replace(report, background_compaction=pid)
 
 
 def _execute(run: BuildRun) -> BuildReport:

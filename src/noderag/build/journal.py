@@ -21,12 +21,16 @@ __all__ = ["Journal", "checkpoint", "cpu_seconds", "peak_rss_mb"]
 
 
 def checkpoint(name: str) -> None:
-    """Fault injection for the resume tests: SIGKILL this process at checkpoint ``name``.
+    """Fault injection for the resume tests: SIGKILL this process at checkpoint ``name``, or hold it there.
 
-    Active only when the environment variable ``NODERAG_TEST_KILL_AT`` equals ``name``.
+    Active only when the environment variable ``NODERAG_TEST_KILL_AT`` equals ``name`` (a kill), or
+    ``NODERAG_TEST_HOLD_AT`` does (sleep ``NODERAG_TEST_HOLD_S`` seconds, default 600: a writer caught
+    mid-run, for the tests of what stops it).
     """
     if os.environ.get("NODERAG_TEST_KILL_AT") == name:
         os.kill(os.getpid(), signal.SIGKILL)
+    if os.environ.get("NODERAG_TEST_HOLD_AT") == name:
+        time.sleep(float(os.environ.get("NODERAG_TEST_HOLD_S", "600")))
 
 
 def cpu_seconds() -> float:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -25,7 +26,7 @@ from .ingest import IngestError, ingest
 from .journal import Journal
 from ..store.layout import DELTAS, NODE_KEYS, NODE_TYPES, QUERY_DIR
 from ..store.segments import deltas_of, segment_folders
-from .delta import delete_plan, delta_reason, delta_table, load_documents, rewrite_deltas
+from .delta import background_compaction_due, delete_plan, delta_reason, delta_table, load_documents, rewrite_deltas
 from .previous import Previous, load_base, load_tables, open_previous
 from .progress import Progress
 
@@ -41,6 +42,7 @@ class BuildReport:
     manifest: dict[str, Any]
     deleted_documents: int = 0
     generation: int | None = None
+    background_compaction: int | None = None  # pid of the compaction it started (update.compaction)
 
 
 @dataclass
@@ -107,14 +109,18 @@ def _digest(obj: Any) -> str:
 
 def start_run(inputs: Sequence, root: Path, config, *, llm=None, embedder=None, progress: bool = True,
               allow_failures: bool = False, log=None, delete=None, executor=None,
-              compact: str | None = None) -> "BuildRun | BuildReport":
+              compact: str | None = None, background: float | None = None) -> "BuildRun | BuildReport":
     """The run to execute, or the report of a run with nothing to do (every document already indexed).
 
     ``compact``: "merge" recomputes every global stage over every segment into one; "full" also
     re-assembles every document in its original order, as a fresh build does (``noderag compact``).
+    ``background``: the ``update.max_delta_share`` of a background compaction (:mod:`noderag.build.background`),
+    which does nothing unless the deltas hold more than that share of the base.
     """
     say = log or (lambda msg: None)
     check_layout(root)
+    if background is None:
+        _drop_background_stages(root, say)
     previous = open_previous(root, say)
     if previous is None and (delete is not None or compact is not None):
         raise IndexNotFoundError(f"{root}: no finished index to {'delete from' if delete is not None else 'compact'}")
@@ -122,6 +128,11 @@ def start_run(inputs: Sequence, root: Path, config, *, llm=None, embedder=None, 
                                           llm_given=llm is not None, executor=executor)
     for note in notes:
         say(note)
+    if background is not None and not background_compaction_due(
+            previous.manifest, previous.path,
+            replace(config, update=replace(config.update, max_delta_share=background, compaction="background"))):
+        say(f"no compaction due: the deltas hold at most update.max_delta_share = {background} of the base")
+        return BuildReport(0, 0, previous.manifest, generation=previous.generation)
     docs_rows = load_documents(previous.path, previous.manifest) if previous is not None else []
     drop = delete.resolve(docs_rows) if delete is not None else []
     t0 = time.perf_counter()
@@ -158,7 +169,7 @@ def start_run(inputs: Sequence, root: Path, config, *, llm=None, embedder=None, 
                       "generation": previous.generation if previous else None, "drop": drop,
                       **({"delta": True} if reason is None else {}),
                       **({"compact": compact} if compact is not None else {})})
-    _claim_stages(root, run_id, len(new_docs), len(drop), say)
+    _claim_stages(root, run_id, len(new_docs), len(drop), say, background=background is not None)
     from .heap import release
 
     # each stage's freed memory goes back (a full collection: not worth it for a delta's few objects)
@@ -234,7 +245,7 @@ def _check_previous(previous: Previous, delta: bool) -> None:
         check_files(previous.path, previous.manifest, delta_reads(previous.manifest))
 
 
-def _claim_stages(root: Path, run_id: str, n_docs: int, n_drop: int, say) -> None:
+def _claim_stages(root: Path, run_id: str, n_docs: int, n_drop: int, say, *, background: bool = False) -> None:
     """Record the run in ``stages/run.json``, or resume the pending run there if it is this one."""
     stages = root / "stages"
     stages.mkdir(exist_ok=True)
@@ -246,7 +257,20 @@ def _claim_stages(root: Path, run_id: str, n_docs: int, n_drop: int, say) -> Non
                 f"rerun it with the same inputs to resume, or delete {stages} to discard it")
         say("resuming the unfinished build")
     else:
-        atomic_write_json(run_path, {"run_id": run_id, "n_docs": n_docs, "drop": n_drop})
+        atomic_write_json(run_path, {"run_id": run_id, "n_docs": n_docs, "drop": n_drop,
+                                     **({"background": True} if background else {})})
+
+
+def _drop_background_stages(root: Path, say) -> None:
+    """Discard what a stopped background compaction left in ``stages/`` (the next one starts over)."""
+    stages = root / "stages"
+    try:
+        pending = json.loads((stages / "run.json").read_text("utf-8"))
+    except (OSError, ValueError):
+        return
+    if isinstance(pending, dict) and pending.get("background") is True:
+        say("dropping the unfinished stages of a stopped background compaction")
+        shutil.rmtree(stages, ignore_errors=True)
 
 
 def documents_without_text(run: BuildRun) -> dict:

@@ -471,6 +471,10 @@ class ExecutorConfig:
                and self.connect_timeout_s > 0, "executor.connect_timeout_s", self.connect_timeout_s, "a number > 0")
 
 
+#: ``update.compaction``: how an insert past ``update.max_delta_share`` compacts the index
+COMPACTION_MODES = ("background", "inline", "off")
+
+
 @dataclass
 class UpdateConfig:
     """How an insert writes a finished index: a small delta segment beside the base, or the whole index again.
@@ -486,17 +490,28 @@ class UpdateConfig:
         communities and H/O nodes, name links from older units to the new names) wait for the next
         compaction. ``False``: every insert recomputes them over the whole index, as a build does.
     max_delta_share : float, default=0.25
-        An insert whose deltas would then hold more nodes than this share of the base compacts
-        instead (recomputing every global stage), so queries never pay for many large deltas.
+        The deltas may hold this share of the base's documents; an insert past it compacts the
+        index (recomputing every global stage), so queries never pay for many large deltas.
+    compaction : {"background", "inline", "off"}, default="background"
+        How an insert past ``max_delta_share`` compacts. ``"background"``: the insert writes its
+        delta and returns; a detached, low-priority process (:mod:`noderag.build.background`)
+        compacts afterwards and yields to any writer that comes meanwhile, which starts it again
+        when done. Should deltas still reach twice the share (the compactions kept being
+        interrupted, or never ran: the process was killed with its container), the insert
+        compacts inline. ``"inline"``: the insert itself recomputes the whole index.
+        ``"off"``: never by itself (``noderag compact``).
     """
 
     segments: bool = True
     max_delta_share: float = 0.25
+    compaction: str = "background"
 
     def validate(self) -> None:
         _check(isinstance(self.segments, bool), "update.segments", self.segments, "a bool")
         _check(isinstance(self.max_delta_share, (int, float)) and not isinstance(self.max_delta_share, bool)
                and 0 <= self.max_delta_share, "update.max_delta_share", self.max_delta_share, "a number >= 0")
+        _check(self.compaction in COMPACTION_MODES, "update.compaction", self.compaction,
+               " or ".join(repr(m) for m in COMPACTION_MODES))
 
 
 #: The sections that shape an index: an insert must use the ones the index was built with.

@@ -13,6 +13,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import signal
 import socket
 import time
 from pathlib import Path
@@ -20,7 +21,7 @@ from pathlib import Path
 from .layout import LOCK_FILE
 from ..errors import NodeRAGError
 
-__all__ = ["LOCK_FILE", "IndexLockedError", "WriterLock"]
+__all__ = ["LOCK_FILE", "BACKGROUND", "IndexLockedError", "WriterLock"]
 
 
 
@@ -28,15 +29,46 @@ class IndexLockedError(NodeRAGError, RuntimeError):
     """Another process is writing the index (build, insert or delete)."""
 
 
-def _holder(fd: int) -> str:
-    """'pid N on HOST since TIME' from the lock file, or 'another process' when it cannot be read."""
+#: The role a background compaction (:mod:`noderag.build.background`) records: any other writer preempts it.
+BACKGROUND = "background compaction"
+#: Seconds a writer waits for a preempted background compaction to let go of the lock.
+PREEMPT_WAIT_S = 60.0
+
+
+def _holder_info(fd: int) -> dict:
+    """What the holder recorded in the lock file ({} when it cannot be read)."""
     try:
         raw = os.pread(fd, 4096, 0)
         info = json.loads(raw.decode("utf-8")) if raw else {}
+        return info if isinstance(info, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _holder(fd: int) -> str:
+    """'pid N on HOST since TIME' from the lock file, or 'another process' when it cannot be read."""
+    info = _holder_info(fd)
+    try:
         since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(info["since"])))
-        return f"pid {int(info['pid'])} on {info['host']} since {since}"
-    except (OSError, ValueError, KeyError, TypeError):
+        role = f" ({info['role']})" if info.get("role") else ""
+        return f"pid {int(info['pid'])} on {info['host']} since {since}{role}"
+    except (KeyError, TypeError, ValueError):
         return "another process"
+
+
+def _preempt(info: dict) -> bool:
+    """Stop the background compaction that holds the lock (its process group: it runs in a session of its
+    own, with any worker it started); True when a signal was sent."""
+    if info.get("role") != BACKGROUND or info.get("host") != socket.gethostname():
+        return False
+    try:
+        pid = int(info["pid"])
+        if os.getpgid(pid) != pid:  # not the session leader we started: leave it alone
+            return False
+        os.killpg(pid, signal.SIGTERM)
+    except (KeyError, TypeError, ValueError, ProcessLookupError, PermissionError):
+        return False
+    return True
 
 
 class WriterLock:
@@ -49,14 +81,19 @@ class WriterLock:
         Seconds to wait for a running writer to finish; None or 0 fails at once.
     poll : float, default=0.1
         Seconds between attempts while waiting.
+    role : str or None, default=None
+        Recorded for other writers; :data:`BACKGROUND` marks a background compaction, which any other
+        writer stops (SIGTERM to its process group) and then waits up to :data:`PREEMPT_WAIT_S` for.
     """
 
-    def __init__(self, root: str | os.PathLike, *, wait: float | None = None, poll: float = 0.1) -> None:
+    def __init__(self, root: str | os.PathLike, *, wait: float | None = None, poll: float = 0.1,
+                 role: str | None = None) -> None:
         if wait is not None and wait < 0:
             raise ValueError(f"wait must be >= 0 seconds, got {wait}")
         self.root = Path(root)
         self.wait = float(wait or 0.0)
         self.poll = float(poll)
+        self.role = role
         self._fd: int | None = None
 
     @property
@@ -70,6 +107,7 @@ class WriterLock:
         self.root.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)  # less the umask
         deadline = time.monotonic() + self.wait
+        preempted = False
         try:
             while True:
                 try:
@@ -82,13 +120,17 @@ class WriterLock:
                     self.root.mkdir(parents=True, exist_ok=True)
                     fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)  # less the umask
                 except BlockingIOError:
+                    if self.role != BACKGROUND and not preempted and _preempt(_holder_info(fd)):
+                        preempted = True  # a background compaction yields to every other writer
+                        deadline = max(deadline, time.monotonic() + PREEMPT_WAIT_S)
                     if time.monotonic() >= deadline:
                         waited = f" (waited {self.wait:g} s)" if self.wait else ""
                         raise IndexLockedError(
                             f"{self.root}: the index is being written by {_holder(fd)}{waited}; "
                             "wait for it to finish or pass --wait SECONDS") from None
                     time.sleep(self.poll)
-            info = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()})
+            info = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": time.time(),
+                               **({"role": self.role} if self.role else {})})
             os.ftruncate(fd, 0)
             os.pwrite(fd, info.encode("utf-8"), 0)
         except BaseException:
