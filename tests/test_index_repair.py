@@ -34,7 +34,8 @@ def _jsonl(path: Path, rows: list[dict]) -> Path:
 
 
 def _cfg() -> NodeRAGConfig:
-    return NodeRAGConfig().with_overrides({"embed.spec": "hash:32"})
+    # no background compaction: these tests pin the files and generations their own writes leave
+    return NodeRAGConfig().with_overrides({"embed.spec": "hash:32", "update.compaction": "off"})
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +44,7 @@ def two_generations(tmp_path_factory) -> Path:
     d = tmp_path_factory.mktemp("repair")
     root = d / "idx"
     build_index([_jsonl(d / "base.jsonl", _rows("base", 12))], root, _cfg(), progress=False)
-    build_index([_jsonl(d / "extra.jsonl", _rows("extra", 3))], root, None, progress=False)
+    build_index([_jsonl(d / "extra.jsonl", _rows("extra", 3))], root, _cfg(), progress=False)
     return root  # generation 1 was removed by the second commit
 
 
@@ -167,10 +168,10 @@ def test_temp_files_of_a_killed_commit_are_removed(idx, tmp_path, capsys):
     assert rc == 0, err
     assert not (idx / ".CURRENT.k9f_a2.tmp").exists()
     (idx / ".CURRENT.zz81q.tmp").write_text("3")
-    rep = build_index([_jsonl(tmp_path / "more.jsonl", _rows("more", 2))], idx, None, progress=False)
+    rep = build_index([_jsonl(tmp_path / "more.jsonl", _rows("more", 2))], idx, _cfg(), progress=False)
     assert rep.added_documents == 2 and not (idx / ".CURRENT.zz81q.tmp").exists()
     (idx / ".CURRENT.dd.tmp").write_text("3")
-    delete_documents(idx, ["more-0"])
+    delete_documents(idx, ["more-0"], config=_cfg())
     assert sorted(p.name for p in idx.iterdir()) == [".writer.lock", CURRENT, "generations"]
 
 

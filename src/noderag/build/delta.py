@@ -29,6 +29,7 @@ from ..graph.types import NodeType
 from ..store.layout import DELTA_EDGES, DOCUMENTS, NODE_KEYS, NODE_TYPES, NODES, VECTORS
 from ..store.segments import Delta, deltas_of, segment_folders
 from .assemble import EdgeList, NodeTable
+from .doc_rows import DocumentRows
 
 __all__ = ["delta_reason", "background_compaction_due", "load_documents", "delta_table", "delete_plan", "rewrite_deltas", "link_scope",
            "write_delta_segment", "delta_counts"]
@@ -76,11 +77,11 @@ def background_compaction_due(manifest: dict, path: Path, config) -> bool:
     return in_deltas > config.update.max_delta_share * max(base, 1)
 
 
-def load_documents(path: Path, manifest: dict) -> list[dict]:
-    """The document rows of every segment of a generation, in id order."""
+def load_documents(path: Path, manifest: dict) -> DocumentRows:
+    """The document rows of every segment of a generation, in id order (one Arrow table, no dict a row)."""
     from ..store.segments import concat_parquet
 
-    return concat_parquet(segment_folders(path, manifest), DOCUMENTS).to_pylist()
+    return DocumentRows(concat_parquet(segment_folders(path, manifest), DOCUMENTS))
 
 
 def _query_tables(folders: list[Path]) -> list:
@@ -124,7 +125,7 @@ def delete_plan(previous, config, drop) -> int | None:
     return max(i for i, d in enumerate(deltas) if d.first_document <= min(drop))
 
 
-def rewrite_deltas(previous, k: int, drop, docs_rows: list):
+def rewrite_deltas(previous, k: int, drop, docs_rows: DocumentRows):
     """A delete inside the deltas: the surviving documents of deltas ``k..`` re-assembled, from their stored
     decompositions and in their original order, onto the segments before them (which stay as they are).
 
@@ -141,7 +142,7 @@ def rewrite_deltas(previous, k: int, drop, docs_rows: list):
     traces = [t for f in folders[1 + k:] for t in read_decompositions(f / DECOMPOSITIONS)]
     table, rows, base, traces, vec_src = reassemble_survivors(old, docs_rows[d.first_document:], traces, set(drop),
                                                               into=kept, first_document=d.first_document)
-    return table, base, traces, segments, docs_rows[:d.first_document] + rows, vec_src, d.first_node
+    return table, base, traces, segments, docs_rows.head(d.first_document, rows), vec_src, d.first_node
 
 
 def link_scope(tables: list, first: int | None = None):

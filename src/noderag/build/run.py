@@ -26,6 +26,7 @@ from .ingest import IngestError, ingest
 from .journal import Journal
 from ..store.layout import DELTAS, NODE_KEYS, NODE_TYPES, QUERY_DIR
 from ..store.segments import deltas_of, segment_folders
+from .doc_rows import DocumentRows
 from .delta import background_compaction_due, delete_plan, delta_reason, delta_table, load_documents, rewrite_deltas
 from .previous import Previous, load_base, load_tables, open_previous
 from .progress import Progress
@@ -133,15 +134,17 @@ def start_run(inputs: Sequence, root: Path, config, *, llm=None, embedder=None, 
             replace(config, update=replace(config.update, max_delta_share=background, compaction="background"))):
         say(f"no compaction due: the deltas hold at most update.max_delta_share = {background} of the base")
         return BuildReport(0, 0, previous.manifest, generation=previous.generation)
-    docs_rows = load_documents(previous.path, previous.manifest) if previous is not None else []
+    docs_rows = load_documents(previous.path, previous.manifest) if previous is not None else DocumentRows()
     drop = delete.resolve(docs_rows) if delete is not None else []
     t0 = time.perf_counter()
-    new_docs, dupes = (ingest(inputs, known_hashes=[d["content_hash"] for d in docs_rows])
-                       if compact is None and (inputs or delete is None) else ([], 0))
+    new_docs, dupes = ingest(inputs) if compact is None and (inputs or delete is None) else ([], 0)
+    if new_docs and len(docs_rows):  # already indexed (the same content): skipped
+        known = docs_rows.present("content_hash", [d.content_hash for d in new_docs])
+        dupes += sum(known)
+        new_docs = [d for d, k in zip(new_docs, known) if not k]
     ingest_s = time.perf_counter() - t0
     # a new document with the source id of an indexed one (other content) replaces it
-    new_sources = {d.source for d in new_docs}
-    drop = sorted(set(drop) | {int(d["doc_id"]) for d in docs_rows if d["source"] in new_sources})
+    drop = sorted(set(drop) | set(docs_rows.doc_ids_where("source", [d.source for d in new_docs])))
     stages = root / "stages"
     if not new_docs and not drop and compact is None and not stages.exists():
         if previous is not None:
@@ -184,7 +187,7 @@ def start_run(inputs: Sequence, root: Path, config, *, llm=None, embedder=None, 
 
 
 def _run_nodes(previous: Previous | None, reason: str | None, rewrite: int | None, drop: list[int],
-               compact: str | None, docs_rows: list):
+               compact: str | None, docs_rows: DocumentRows):
     """(table, decomposed edges, traces, segments' query tables, document rows, vec_src, the first node of a
     delete's delta or None): the nodes the run builds on, documents deleted or re-assembled as it needs."""
     if rewrite is not None:  # a delete inside the deltas: they are rewritten, the rest stays

@@ -38,30 +38,25 @@ class Deletion:
     ids: tuple[str, ...] = ()
     paths: tuple[str, ...] = ()
 
-    def resolve(self, docs_rows: Sequence[dict]) -> list[int]:
-        """Index document ids to drop (ascending); raises :class:`UnknownDocumentError` listing what matched nothing."""
-        by_source: dict[str, list[int]] = {}
-        by_hash: dict[str, list[int]] = {}
-        for d in docs_rows:
-            by_source.setdefault(d["source"], []).append(int(d["doc_id"]))
-            by_hash.setdefault(d["content_hash"], []).append(int(d["doc_id"]))
-        drop: set[int] = set()
-        unknown: list[str] = []
-        for i in dict.fromkeys(str(x) for x in self.ids):
-            hit = by_source.get(i)
-            if hit:
-                drop.update(hit)
-            else:
-                unknown.append(i)
+    def resolve(self, docs_rows) -> list[int]:
+        """Index document ids to drop (ascending); raises :class:`UnknownDocumentError` listing what matched nothing.
+
+        ``docs_rows``: a :class:`~noderag.build.doc_rows.DocumentRows` or a sequence of row dicts."""
+        from .doc_rows import DocumentRows
+
+        rows = docs_rows if isinstance(docs_rows, DocumentRows) else DocumentRows.from_dicts(docs_rows)
+        ids = list(dict.fromkeys(str(x) for x in self.ids))
+        drop: set[int] = set(rows.doc_ids_where("source", ids))
+        unknown = [i for i, hit in zip(ids, rows.present("source", ids)) if not hit]
         if self.paths:
             from .ingest import iter_documents
 
-            for doc in iter_documents(list(self.paths)):
-                hit = by_source.get(doc.source, []) + by_hash.get(doc.content_hash, [])
-                if hit:
-                    drop.update(hit)
-                else:
-                    unknown.append(doc.source)
+            docs = list(iter_documents(list(self.paths)))
+            sources, hashes = [d.source for d in docs], [d.content_hash for d in docs]
+            drop.update(rows.doc_ids_where("source", sources))
+            drop.update(rows.doc_ids_where("content_hash", hashes))
+            unknown += [s for s, a, b in zip(sources, rows.present("source", sources),
+                                             rows.present("content_hash", hashes)) if not (a or b)]
         if unknown:
             shown = ", ".join(repr(u) for u in unknown[:20]) + (f" (+{len(unknown) - 20} more)" if len(unknown) > 20
                                                                 else "")

@@ -148,8 +148,12 @@ def read_nodes_file(path: str | os.PathLike, columns: Sequence[str] | None = Non
 
 
 def documents_table(docs: Sequence[dict]):
-    """The ``documents.parquet`` table from dicts with doc_id, source, title, content_hash, chunk_ids."""
+    """The ``documents.parquet`` table from dicts with doc_id, source, title, content_hash, chunk_ids
+    (or from an object that makes it itself: :class:`noderag.build.doc_rows.DocumentRows`)."""
     import pyarrow as pa
+
+    if hasattr(docs, "to_table"):
+        return docs.to_table()
 
     return pa.Table.from_arrays([
         pa.array([d["doc_id"] for d in docs], type=pa.int32()),
