@@ -73,7 +73,9 @@ def test_an_insert_past_the_share_returns_with_its_delta_and_compacts_in_the_bac
     assert report.manifest.get("deltas") and report.background_compaction is None
 
 
-def test_a_writer_stops_a_background_compaction_and_starts_it_again(base, tmp_path, monkeypatch):
+def test_a_writer_stops_a_background_compaction_and_starts_it_again(base, tmp_path, monkeypatch, capsys):
+    from noderag.cli import main
+
     idx = _copy(base, tmp_path / "idx")
     monkeypatch.setenv("NODERAG_TEST_HOLD_AT", "communities")  # the compaction stops there, lock held
     first = build_index([_part(tmp_path, "a", BASE_DOCS, BASE_DOCS + 12)], idx, progress=False)
@@ -81,6 +83,8 @@ def test_a_writer_stops_a_background_compaction_and_starts_it_again(base, tmp_pa
     _wait_until(lambda: "background compaction" in (idx / LOCK_FILE).read_text("utf-8")
                 and "attributes" in (idx / LOG).read_text("utf-8"), 120,
                 "the background compaction to hold the index at its communities stage")
+    assert main(["stats", str(idx)]) == 0
+    assert f"being written: background compaction (pid {first.background_compaction} " in capsys.readouterr().out
     monkeypatch.delenv("NODERAG_TEST_HOLD_AT")
     messages: list[str] = []
     t0 = time.monotonic()

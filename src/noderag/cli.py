@@ -152,6 +152,10 @@ def _cmd_gc(args: argparse.Namespace) -> int:
 
 
 def _cmd_stats(args: argparse.Namespace) -> int:
+    import time
+
+    from .build.background import LOG
+    from .store.lock import BACKGROUND, current_writer
     from .store.tables import IndexStore
 
     store = IndexStore.open(args.index)
@@ -163,6 +167,12 @@ def _cmd_stats(args: argparse.Namespace) -> int:
     else:
         print(f"index {Path(args.index)} (generation {store.generation})")
         print(format_summary(store.manifest))
+        writer = current_writer(args.index)
+        if writer:
+            since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(writer.get("since", 0))))
+            role = writer.get("role") or "a writer"
+            log = f"; log {Path(args.index) / LOG}" if writer.get("role") == BACKGROUND else ""
+            print(f"being written: {role} (pid {writer.get('pid')} on {writer.get('host')} since {since}{log})")
     return 0
 
 

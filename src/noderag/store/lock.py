@@ -21,7 +21,7 @@ from pathlib import Path
 from .layout import LOCK_FILE
 from ..errors import NodeRAGError
 
-__all__ = ["LOCK_FILE", "BACKGROUND", "IndexLockedError", "WriterLock"]
+__all__ = ["LOCK_FILE", "BACKGROUND", "IndexLockedError", "WriterLock", "current_writer"]
 
 
 
@@ -69,6 +69,30 @@ def _preempt(info: dict) -> bool:
     except (KeyError, TypeError, ValueError, ProcessLookupError, PermissionError):
         return False
     return True
+
+
+def current_writer(root: str | os.PathLike) -> dict | None:
+    """What the writer of the index in ``root`` recorded (pid, host, since, role), or None when none runs.
+
+    For display only (``noderag stats``): it reads the lock file and checks that the pid lives on this
+    host, without taking the lock, so it never delays a writer."""
+    try:
+        fd = os.open(Path(root) / LOCK_FILE, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        info = _holder_info(fd)
+    finally:
+        os.close(fd)
+    try:
+        if info.get("host") != socket.gethostname():
+            return info or None  # another host's writer: cannot be checked from here
+        os.kill(int(info["pid"]), 0)
+    except (KeyError, TypeError, ValueError, ProcessLookupError):
+        return None
+    except PermissionError:
+        pass
+    return info
 
 
 class WriterLock:
