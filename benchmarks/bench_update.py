@@ -197,7 +197,8 @@ def bench_retrieval(sample: str, args, work: Path) -> dict:
     a, b = work / f"{sample}-a.jsonl", work / f"{sample}-b.jsonl"
     a.write_text("".join(lines[:half]), encoding="utf-8")
     b.write_text("".join(lines[half:]), encoding="utf-8")
-    cfg = NodeRAGConfig().with_overrides({"embed.spec": args.retrieval_embed, "update.max_delta_share": 1.0})
+    cfg = NodeRAGConfig().with_overrides({"embed.spec": args.retrieval_embed, "update.max_delta_share": 1.0,
+                                          "update.compaction": "off"})  # measured as a delta
     full, inc = work / f"{sample}-full", work / f"{sample}-inc"
     for p in (full, inc):
         shutil.rmtree(p, ignore_errors=True)
