@@ -115,12 +115,15 @@ class NodeTable:
         """A table of existing nodes from typed arrays (no Python object per node but the key map);
         every name is derived from its text and no source id is known (what a delta insert needs of
         the nodes it builds on: their keys to merge with, and their names)."""
+        def raw(a: np.ndarray, dtype) -> memoryview:  # the array's bytes without a copy of its own
+            return memoryview(np.ascontiguousarray(a, dtype=dtype)).cast("B")
+
         table = cls()
-        table.types.frombytes(np.ascontiguousarray(types, dtype=np.uint8).tobytes())
-        table.keys.frombytes(np.ascontiguousarray(keys, dtype=np.uint64).tobytes())
-        table.doc_ids.frombytes(np.ascontiguousarray(doc_ids, dtype=np.int64).tobytes())
-        table.chunk_ids.frombytes(np.ascontiguousarray(chunk_ids, dtype=np.int64).tobytes())
-        table.active = bytearray(np.ascontiguousarray(active, dtype=np.uint8).tobytes())
+        table.types.frombytes(raw(types, np.uint8))
+        table.keys.frombytes(raw(keys, np.uint64))
+        table.doc_ids.frombytes(raw(doc_ids, np.int64))
+        table.chunk_ids.frombytes(raw(chunk_ids, np.int64))
+        table.active = bytearray(raw(active, np.uint8))
         table.texts = texts
         table.names = DerivedNames(table.types, texts)
         table.source_ids = [None] * len(table.types)
