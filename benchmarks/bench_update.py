@@ -102,6 +102,31 @@ def _open_first(idx: Path, questions: Path, log: Path, args) -> dict:
     return {k: q.get(k) for k in ("open_s", "first_retrieve_s", "open_plus_first_retrieve_s", "p50_ms", "ok")}
 
 
+def _reused_base(base: Path, n: int, args) -> dict | None:
+    """The build record of a kept base index of ``n`` documents without deltas (``--reuse-base``), else None."""
+    from noderag.store.generations import current_path
+
+    try:
+        m = json.loads((current_path(base) / "manifest.json").read_text("utf-8"))
+    except Exception:  # noqa: BLE001 - no usable base: build one
+        return None
+    if m.get("deltas") or (m.get("counts") or {}).get("documents") != n:
+        return None
+    print(f"== {n:,} passages: reusing the base in {base}", file=sys.stderr, flush=True)
+    old = args.out / f"{args.name}.json"
+    if old.is_file():
+        for size in json.loads(old.read_text("utf-8")).get("sizes", []):
+            if size.get("passages") == n and (size.get("build") or {}).get("ok"):
+                return {**size["build"], "reused": True}
+    return {"ok": True, "reused": True, "wall_s": None}
+
+
+def _copy_index(src: Path, dst: Path, args) -> None:
+    """A copy of an index to write into: hard links with ``--link-copies`` (a writer never changes a file of a
+    committed generation in place: it writes new files and renames CURRENT), else a byte copy."""
+    shutil.copytree(src, dst, copy_function=os.link if args.link_copies else shutil.copy2)
+
+
 def bench_size(n: int, args, work: Path) -> dict:
     """Base build of ``n`` passages, then every change size both ways, then the many-deltas check."""
     extra = max(args.changes + [10 * args.deltas])
@@ -111,11 +136,13 @@ def bench_size(n: int, args, work: Path) -> dict:
     qs = sc.questions.read_text("utf-8").splitlines()[:args.questions]
     questions.write_text("\n".join(qs) + "\n", encoding="utf-8")
     base = work / f"index-{n}"
-    print(f"== {n:,} passages: base build", file=sys.stderr, flush=True)
-    shutil.rmtree(base, ignore_errors=True)
-    b = run_child([sys.executable, "-m", "noderag.cli", "build", str(corpus_a), "--index", str(base), "--embed",
-                   args.embed, "--no-progress"], work / f"build-{n}.log", args.max_seconds, None)
-    b.pop("stdout", None)
+    b = _reused_base(base, n, args) if args.reuse_base else None
+    if b is None:
+        print(f"== {n:,} passages: base build", file=sys.stderr, flush=True)
+        shutil.rmtree(base, ignore_errors=True)
+        b = run_child([sys.executable, "-m", "noderag.cli", "build", str(corpus_a), "--index", str(base), "--embed",
+                       args.embed, "--no-progress"], work / f"build-{n}.log", args.max_seconds, None)
+        b.pop("stdout", None)
     res: dict = {"passages": n, "build": b, "changes": []}
     if not b["ok"]:
         return res
@@ -130,14 +157,14 @@ def bench_size(n: int, args, work: Path) -> dict:
             print(f"== {n:,} passages: insert {c} ({mode})", file=sys.stderr, flush=True)
             copy = work / f"copy-{mode}"
             shutil.rmtree(copy, ignore_errors=True)
-            shutil.copytree(base, copy)
+            _copy_index(base, copy, args)
             ins = _write_child("insert", mode, copy, new, work / f"insert-{n}-{c}-{mode}.log", args)
             if mode == "segments" and args.insert_repeats > 1:  # the median of several inserts, each into a fresh copy
                 runs = [ins]
                 for _ in range(args.insert_repeats - 1):
                     again = work / "copy-again"
                     shutil.rmtree(again, ignore_errors=True)
-                    shutil.copytree(base, again)
+                    _copy_index(base, again, args)
                     runs.append(_write_child("insert", mode, again, new, work / f"insert-{n}-{c}-{mode}.log", args))
                     shutil.rmtree(again, ignore_errors=True)
                 walls = [r["wall_s"] for r in runs]
@@ -242,6 +269,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--work", type=Path, default=REPO / ".benchcache" / "update")
     ap.add_argument("--out", type=Path, default=HERE / "results")
     ap.add_argument("--name", default="update", help="results file stem (NAME.json, NAME.md)")
+    ap.add_argument("--reuse-base", action="store_true",
+                    help="use a kept WORK/index-N of N documents without deltas (--keep-base) instead of building it")
+    ap.add_argument("--link-copies", action="store_true",
+                    help="copy the base for each change with hard links instead of bytes (fast at 10^6)")
     ap.add_argument("--keep-base", action="store_true",
                     help="keep each size's base index (WORK/index-N) for profiling, instead of removing it")
     ap.add_argument("--merge", action="store_true", help="replace only the sizes run now in an existing NAME.json")

@@ -45,20 +45,17 @@ class KeyIndex:
     dict of the keys added since: what a delta insert merges with, at the cost of what it adds.
 
     Keys are 64-bit hashes, uniform over their range: the nodes are ordered by the top 16 bits of
-    their key (a stable radix sort: 0.11 s at 2.1M nodes, a full argsort 0.40 s) and a look-up scans
-    one bucket (n / 65,536 keys). Of equal keys the lowest id is found, as a sorted search would.
+    their key (a counting sort in Numba, :func:`~noderag.graph._key_kernel.bucket_keys`: 0.5 s at 21M
+    nodes, where numpy's stable argsort and a gather took 3.6 s) and a look-up scans one bucket
+    (n / 65,536 keys). Of equal keys the lowest id is found, as a sorted search would.
     """
 
     BITS = 16
 
     def __init__(self, keys: np.ndarray) -> None:
-        keys = np.asarray(keys, dtype=np.uint64)
-        bucket = (keys >> np.uint64(64 - self.BITS)).astype(np.uint16)
-        order = np.argsort(bucket, kind="stable")
-        self._order = order
-        self._keys = keys[order]
-        self._ptr = np.zeros((1 << self.BITS) + 1, dtype=np.int64)
-        np.cumsum(np.bincount(bucket, minlength=1 << self.BITS), out=self._ptr[1:])
+        from ..graph._key_kernel import bucket_keys
+
+        self._ptr, self._order, self._keys = bucket_keys(np.ascontiguousarray(keys, dtype=np.uint64), self.BITS)
         self._added: dict[int, int] = {}
 
     def get(self, key: int, default=None):

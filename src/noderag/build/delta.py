@@ -147,40 +147,72 @@ def rewrite_deltas(previous, k: int, drop, docs_rows: DocumentRows):
 
 def link_scope(tables: list, first: int | None = None):
     """The name-linking scope of a delta insert, for :func:`~noderag.build.assemble.assemble_stage`: the new
-    units, against the new names and the older names whose first token is that of a word a match can
-    start with (found through the segments' name postings). Name linking matches from a word that
-    starts with a capital or a digit (``assemble._match_names``), and a name matching there starts
-    with that word."""
+    units, against the new names and the older names that may occur in them (found through the segments'
+    name postings). Name linking matches from a word that starts with a capital or a digit
+    (``assemble._match_names``), and a name matching there starts with that word; every other token
+    of the name must occur in the new units too. Both tests read only the postings' token ids, so the
+    scope costs what the new units hold, not what the index holds."""
 
     def scope(table: NodeTable, old_n: int) -> dict:
         from ..search.entities import name_tokens
         from .assemble import _WORD
+        from ..lang.entities import canonical_token
 
         old_n = old_n if first is None else first  # a delete's delta: its re-assembled nodes from ``first`` on
 
         types = table.types_array()
         active = table.active_array()
         units = old_n + np.flatnonzero(types[old_n:] == S)
-        tokens: set[str] = set()
+        starts: set[str] = set()  # tokens a match may start with
+        vocab: set[str] = set()  # every token of the units, as names and as the matcher tokenise them
         for text in table.texts.take(units):
+            vocab.update(name_tokens(text))
             for word in set(_WORD.findall(text)):
+                toks = name_tokens(word)
+                vocab.update(toks)
+                vocab.add(canonical_token(word))
                 if word[0].isupper() or word[0].isdigit():
-                    tokens.update(name_tokens(word))
+                    starts.update(toks)
         found = [np.zeros(0, np.int64)]
         for t in tables:
             names = t.names
-            first_tok = np.asarray(names._name_tok)[np.asarray(names._name_tok_ptr)[:-1]] if len(names) else None
-            for tok in tokens:
-                js = names._posting(tok)
-                if js is not None and js.size:
-                    js = js[first_tok[js] == names._tid(tok)]  # names that start with it: a match starts there
-                    found.append(np.asarray(names._name_node)[js].astype(np.int64))
+            if not len(names):
+                continue
+            ptr, tok = np.asarray(names._name_tok_ptr), np.asarray(names._name_tok)
+            first_tok = tok[ptr[:-1]]
+            js = []
+            for word in starts:
+                j = names._posting(word)
+                if j is not None and j.size:
+                    js.append(j[first_tok[j] == names._tid(word)])  # names that start with it: a match starts there
+            if not js:
+                continue
+            js = np.unique(np.concatenate(js))
+            known = _token_ids(names, vocab)
+            lens = ptr[js + 1] - ptr[js]
+            at = np.repeat(ptr[js] - np.cumsum(lens) + lens, lens) + np.arange(int(lens.sum()))
+            missing = np.add.reduceat((~np.isin(tok[at], known)).astype(np.int64), np.cumsum(lens) - lens)
+            found.append(np.asarray(names._name_node)[js[missing == 0]].astype(np.int64))
         old = np.unique(np.concatenate(found))
         old = old[(types[old] == N) & active[old]]
         new = old_n + np.flatnonzero((types[old_n:] == N) & active[old_n:])
         return {"units": units, "entities": np.concatenate([old, new])}
 
     return scope
+
+
+def _token_ids(names, tokens: set[str]) -> np.ndarray:
+    """Sorted ids of those ``tokens`` that some name of ``names`` (a MappedNames) holds: one binary search for all."""
+    from ..search.entities import hash64
+
+    words = sorted(tokens)
+    if not words or not len(names):
+        return np.zeros(0, np.int64)
+    h = np.asarray([hash64(w) for w in words], dtype=np.uint64)
+    lo = np.searchsorted(names._tok_hash, h, side="left").tolist()
+    hi = np.searchsorted(names._tok_hash, h, side="right").tolist()
+    out = [p for w, a, b in zip(words, lo, hi) for p in range(a, b) if names._str(names._tok_off, names._tok, p) == w]
+    return np.unique(np.asarray(out, dtype=np.int64))
 
 
 def write_delta_segment(folder: Path, table: NodeTable, old_n: int, docs_rows: list, first_document: int,
