@@ -1,26 +1,25 @@
 """Background compaction: an insert past ``update.max_delta_share`` returns at once and a detached
 process compacts the index afterwards (``update.compaction = "background"``).
 
-The writer that leaves the deltas over the share starts ``python -m noderag.build.background INDEX``
+The writer that leaves the deltas over the share starts ``python -m noderag.build.compact INDEX --background SHARE``
 in a session of its own, at low CPU priority, with its output appended to ``INDEX/compaction.log``.
 That process takes the writer lock as a :data:`~noderag.store.lock.BACKGROUND` writer, checks under
 the lock that the compaction is still due (another one may have run) and merges the deltas
 (:func:`noderag.build.compact.compact_index`, ``merge``). Readers go on reading the generation they
 opened. Any other writer that comes meanwhile stops it (:class:`~noderag.store.lock.WriterLock`), drops
-its unfinished stages (:func:`noderag.build.run.claim_stages`) and, if the deltas are still over the
+its unfinished stages and, if the deltas are still over the
 share when it is done, starts a new one: merges never delay a write, as in Lucene's merge scheduler.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-__all__ = ["LOG", "start_background_compaction", "process_running", "wait_for_process", "main"]
+__all__ = ["LOG", "LOCK_WAIT_S", "NICENESS", "start_background_compaction", "process_running", "wait_for_process"]
 
 #: The background compactions' log, in the index directory (appended to).
 LOG = "compaction.log"
@@ -40,7 +39,7 @@ def start_background_compaction(root: str | os.PathLike, *, max_delta_share: flo
                                 llm_spec: str | None = None) -> int:
     """Start a detached compaction of the index in ``root``; returns its pid (it outlives the caller)."""
     root = Path(root)
-    cmd = [sys.executable, "-m", "noderag.build.background", str(root), "--max-delta-share", repr(max_delta_share)]
+    cmd = [sys.executable, "-m", "noderag.build.compact", str(root), "--background", repr(max_delta_share)]
     if llm_spec:
         cmd += ["--llm", llm_spec]
     out = subprocess.run([sys.executable, "-W", "ignore::ResourceWarning", "-c", _DETACH, str(root / LOG), *cmd],
@@ -71,37 +70,3 @@ def wait_for_process(pid: int, timeout: float | None = None) -> bool:
             return False
         time.sleep(0.05)
     return True
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m noderag.build.background",
-                                 description="compact an index's delta segments in the background, yielding to "
-                                             "any other writer")
-    ap.add_argument("index")
-    ap.add_argument("--max-delta-share", type=float, required=True)
-    ap.add_argument("--llm", default=None)
-    args = ap.parse_args(argv)
-    os.nice(NICENESS)
-
-    def say(msg: str) -> None:
-        print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} pid {os.getpid()}: {msg}", flush=True)
-
-    from ..store.lock import IndexLockedError
-    from .compact import compact_index
-
-    say(f"background compaction of {args.index}")
-    t0 = time.perf_counter()
-    try:
-        report = compact_index(args.index, llm=args.llm, log=say, wait=LOCK_WAIT_S, background=args.max_delta_share)
-    except IndexLockedError as exc:  # that writer starts a compaction of its own if one is still due
-        say(f"left to the writer that holds the index: {exc}")
-        return 0
-    except Exception as exc:  # noqa: BLE001 - the log is the only one who hears it
-        say(f"failed: {type(exc).__name__}: {exc}")
-        return 1
-    say(f"done in {time.perf_counter() - t0:.1f} s: generation {report.generation}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

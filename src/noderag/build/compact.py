@@ -12,6 +12,7 @@ ids renumbered as that build numbers them. Decompositions are reused, never aske
 from __future__ import annotations
 
 import os
+import sys
 
 from .driver import BuildReport, build_index
 
@@ -29,3 +30,43 @@ def compact_index(index_dir: str | os.PathLike, *, full: bool = False, llm=None,
     """
     return build_index([], index_dir, None, llm=llm, embedder=embedder, progress=progress, log=log,
                        wait=wait, compact="full" if full else "merge", background=background)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m noderag.build.compact INDEX --background SHARE``: the detached process of a background
+    compaction (:mod:`noderag.build.background`), which logs to its stdout (``INDEX/compaction.log``)."""
+    import argparse
+    import time
+
+    from ..store.lock import IndexLockedError
+    from .background import LOCK_WAIT_S, NICENESS
+
+    ap = argparse.ArgumentParser(prog="python -m noderag.build.compact",
+                                 description="compact an index's delta segments in the background, yielding to "
+                                             "any other writer")
+    ap.add_argument("index")
+    ap.add_argument("--background", type=float, required=True, metavar="SHARE",
+                    help="compact only if the deltas hold more than this share of the base's documents")
+    ap.add_argument("--llm", default=None)
+    args = ap.parse_args(argv)
+    os.nice(NICENESS)
+
+    def say(msg: str) -> None:
+        print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} pid {os.getpid()}: {msg}", flush=True)
+
+    say(f"background compaction of {args.index}")
+    t0 = time.perf_counter()
+    try:
+        report = compact_index(args.index, llm=args.llm, log=say, wait=LOCK_WAIT_S, background=args.background)
+    except IndexLockedError as exc:  # that writer starts a compaction of its own if one is still due
+        say(f"left to the writer that holds the index: {exc}")
+        return 0
+    except Exception as exc:  # noqa: BLE001 - the log is the only one who hears it
+        say(f"failed: {type(exc).__name__}: {exc}")
+        return 1
+    say(f"done in {time.perf_counter() - t0:.1f} s: generation {report.generation}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
