@@ -29,6 +29,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from bench_scale import REPO, run_child  # noqa: E402
+from bench_update import _lines  # noqa: E402
 from scale_corpus import DEFAULT_DATA, generate  # noqa: E402
 
 _INSERT = """
@@ -54,16 +55,6 @@ out["deltas_at_end"] = len(m.get("deltas") or [])
 out["documents"] = m["counts"]["documents"]
 print(json.dumps(out))
 """
-
-
-def _lines(path: Path, start: int, stop: int, out: Path) -> Path:
-    with open(path, "rb") as src, open(out, "wb") as dst:
-        for i, line in enumerate(src):
-            if i >= stop:
-                break
-            if i >= start:
-                dst.write(line)
-    return out
 
 
 def main(argv: list[str] | None = None) -> int:
