@@ -188,7 +188,7 @@ def link_scope(tables: list, first: int | None = None):
             if not js:
                 continue
             js = np.unique(np.concatenate(js))
-            known = _token_ids(names, vocab)
+            known = names.token_ids(vocab)
             lens = ptr[js + 1] - ptr[js]
             at = np.repeat(ptr[js] - np.cumsum(lens) + lens, lens) + np.arange(int(lens.sum()))
             missing = np.add.reduceat((~np.isin(tok[at], known)).astype(np.int64), np.cumsum(lens) - lens)
@@ -199,20 +199,6 @@ def link_scope(tables: list, first: int | None = None):
         return {"units": units, "entities": np.concatenate([old, new])}
 
     return scope
-
-
-def _token_ids(names, tokens: set[str]) -> np.ndarray:
-    """Sorted ids of those ``tokens`` that some name of ``names`` (a MappedNames) holds: one binary search for all."""
-    from ..search.entities import hash64
-
-    words = sorted(tokens)
-    if not words or not len(names):
-        return np.zeros(0, np.int64)
-    h = np.asarray([hash64(w) for w in words], dtype=np.uint64)
-    lo = np.searchsorted(names._tok_hash, h, side="left").tolist()
-    hi = np.searchsorted(names._tok_hash, h, side="right").tolist()
-    out = [p for w, a, b in zip(words, lo, hi) for p in range(a, b) if names._str(names._tok_off, names._tok, p) == w]
-    return np.unique(np.asarray(out, dtype=np.int64))
 
 
 def write_delta_segment(folder: Path, table: NodeTable, old_n: int, docs_rows: list, first_document: int,

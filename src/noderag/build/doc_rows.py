@@ -65,9 +65,16 @@ class DocumentRows:
             return DocumentRows(self.table.slice(0, k) if self.table is not None else None, then)
         return DocumentRows(self.table, self.new[:k - n] + list(then))
 
+    def _hits(self, column: str, values: list[Any]):
+        """Mask of the table's rows whose ``column`` holds one of ``values`` (the column probes the few values,
+        not the other way round: 25x faster at 10^6 rows)."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        return pc.fill_null(pc.is_in(self.table.column(column), value_set=pa.array(values, type=pa.string())), False)
+
     def doc_ids_where(self, column: str, values: Iterable[Any]) -> list[int]:
         """Ids (ascending) of the rows whose ``column`` holds one of ``values``."""
-        import pyarrow as pa
         import pyarrow.compute as pc
 
         wanted = list(dict.fromkeys(values))
@@ -75,26 +82,20 @@ class DocumentRows:
             return []
         out: list[int] = []
         if self.indexed:
-            hit = pc.fill_null(pc.is_in(self.table.column(column), value_set=pa.array(wanted, type=pa.string())),
-                               False)
-            out = [int(i) for i in pc.filter(self.table.column("doc_id"), hit).to_pylist()]
+            out = [int(i) for i in pc.filter(self.table.column("doc_id"), self._hits(column, wanted)).to_pylist()]
         keep = set(wanted)
-        out += [int(d["doc_id"]) for d in self.new if d[column] in keep]
-        return out
+        return out + [int(d["doc_id"]) for d in self.new if d[column] in keep]
 
     def present(self, column: str, values: list[Any]) -> list[bool]:
         """For each of ``values``: whether some row's ``column`` holds it."""
-        import pyarrow as pa
         import pyarrow.compute as pc
 
         if not values:
             return []
         seen = {d[column] for d in self.new}
-        if self.indexed:  # the column probes the few values, not the other way round (25x faster at 10^6 rows)
+        if self.indexed:
             col = self.table.column(column)
-            hit = pc.fill_null(pc.is_in(col, value_set=pa.array(list(dict.fromkeys(values)), type=pa.string())),
-                               False)
-            seen.update(pc.filter(col, hit).to_pylist())
+            seen.update(pc.filter(col, self._hits(column, list(dict.fromkeys(values)))).to_pylist())
         return [v in seen for v in values]
 
     def to_table(self):

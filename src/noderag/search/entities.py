@@ -471,6 +471,17 @@ class MappedNames(_NameMatching):
             return None
         return np.asarray(self._post_name[int(self._post_ptr[t]):int(self._post_ptr[t + 1])])
 
+    def token_ids(self, tokens) -> np.ndarray:
+        """Sorted ids of those ``tokens`` that some name holds (one binary search for all of them)."""
+        words = sorted(set(tokens))
+        if not words or not len(self):
+            return np.zeros(0, np.int64)
+        h = np.asarray([hash64(w) for w in words], dtype=np.uint64)
+        lo = np.searchsorted(self._tok_hash, h, side="left").tolist()
+        hi = np.searchsorted(self._tok_hash, h, side="right").tolist()
+        out = [p for w, a, b in zip(words, lo, hi) for p in range(a, b) if self._str(self._tok_off, self._tok, p) == w]
+        return np.unique(np.asarray(out, dtype=np.int64))
+
     def _query_seq(self, toks: tuple[str, ...]) -> tuple:
         return tuple(self._tid(t) for t in toks)
 
