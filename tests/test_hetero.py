@@ -608,3 +608,20 @@ def test_key_order_derived_not_stored(tmp_path):
 def test_load_missing_directory(tmp_path):
     with pytest.raises(FileNotFoundError, match="nothere"):
         HeteroGraph.load(tmp_path / "nothere")
+
+
+def test_key_order_stored_from_key_order_from_nodes_on(tmp_path, monkeypatch):
+    """A large graph stores its keys' sorted order and the sorted keys (a delta insert binary-searches them
+    in place); a smaller save removes both, and look-ups agree either way."""
+    import noderag.graph.hetero as hetero
+
+    monkeypatch.setattr(hetero, "KEY_ORDER_FROM", 3)
+    hg = HeteroGraph.from_coo([0, 1, 2, 2], [30, 10, 20, 5], [0], [1], [1.0])
+    hg.save(tmp_path)
+    order = np.load(tmp_path / "node_key_order.npy")
+    assert order.dtype == np.int32 and order.tolist() == [3, 1, 2, 0]
+    assert np.load(tmp_path / "node_keys_sorted.npy").tolist() == [5, 10, 20, 30]
+    assert HeteroGraph.load(tmp_path).ids_of([10, 5, 30, 7]).tolist() == [1, 3, 0, -1]
+    monkeypatch.setattr(hetero, "KEY_ORDER_FROM", 10)
+    hg.save(tmp_path)
+    assert not (tmp_path / "node_key_order.npy").exists() and not (tmp_path / "node_keys_sorted.npy").exists()

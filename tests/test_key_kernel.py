@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from noderag.build.assemble import KeyIndex
+from noderag.build.key_index import BucketedKeys, KeyIndex
 from noderag.graph._key_kernel import bucket_keys
 
 
@@ -24,7 +24,7 @@ def test_bucket_keys_match_a_stable_argsort(seed, monkeypatch):
     assert np.array_equal(order, want) and np.array_equal(out, keys[want])
     assert ptr[0] == 0 and np.array_equal(ptr[1:], np.cumsum(np.bincount(bucket, minlength=1 << 16)))
     for numba_from in (0, 1 << 23):  # both ways of bucketing
-        monkeypatch.setattr(KeyIndex, "NUMBA_FROM", numba_from)
+        monkeypatch.setattr(BucketedKeys, "NUMBA_FROM", numba_from)
         index = KeyIndex(keys)
         for i in rng.integers(0, max(n, 1), 50).tolist() if n else []:
             assert index.get(int(keys[i])) == int(np.flatnonzero(keys == keys[i])[0])

@@ -420,3 +420,40 @@ def test_splicing_delta_edges_equals_the_sparse_sum_of_the_whole_matrices(seed):
     want.sort_indices()
     assert np.array_equal(indptr, want.indptr) and np.array_equal(indices, want.indices)
     assert weights.dtype == np.float32 and np.array_equal(weights.view(np.uint32), want.data.astype(np.float32).view(np.uint32))
+
+
+def test_a_base_with_stored_sorted_keys_takes_inserts_as_one_without(base, parts, tmp_path, monkeypatch):
+    """A large base stores its keys sorted (``HeteroGraph.save`` from ``KEY_ORDER_FROM`` nodes on); an insert
+    binary-searches them in place, checks only the node types and flags byte for byte first (not the keys),
+    and merges exactly as with the keys bucketed in memory."""
+    import noderag.graph.hetero as hetero
+    from noderag.build.run import delta_reads
+    from noderag.store.verify import _check_key_order
+
+    monkeypatch.setattr(hetero, "KEY_ORDER_FROM", 1)
+    stored = tmp_path / "stored"
+    build_index([parts[0]], stored, CFG, progress=False)
+    gen = current_path(stored)
+    assert (gen / "node_keys_sorted.npy").is_file() and (gen / "node_key_order.npy").is_file()
+    manifest = json.loads((gen / "manifest.json").read_text())
+    assert "node_keys.npy" not in delta_reads(manifest, gen) and "node_keys.npy" in delta_reads(manifest)
+    bucketed = _copy(base, tmp_path / "bucketed")
+    for part in parts[1:]:
+        build_index([part], stored, progress=False)
+        build_index([part], bucketed, progress=False)
+    verify_index(stored, "full")
+    with IndexStore.open(stored) as a, IndexStore.open(bucketed) as b:
+        assert len(a.deltas) == 2 and _key_view(a) == _key_view(b) and _links(a) == _links(b)
+    ga, gb = current_path(stored) / "deltas", current_path(bucketed) / "deltas"
+    files = sorted(p.relative_to(gb).as_posix() for p in gb.rglob("*") if p.is_file())
+    assert files and all((ga / rel).read_bytes() == (gb / rel).read_bytes() for rel in files)  # the same deltas
+    # the structural check of the stored order (checksums aside): ids swapped are named
+    gen = current_path(stored)
+    order = np.load(gen / "node_key_order.npy")
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    for rel in ("node_keys.npy", "node_keys_sorted.npy"):
+        (bad / rel).write_bytes((gen / rel).read_bytes())
+    np.save(bad / "node_key_order.npy", order[::-1].copy())
+    with pytest.raises(IndexDamagedError, match="node_keys_sorted.npy"):
+        _check_key_order(bad, order.shape[0])

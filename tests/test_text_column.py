@@ -1,6 +1,5 @@
 """The node table's compact string columns against plain Python lists."""
 
-from array import array
 
 import pyarrow as pa
 import pytest
@@ -9,6 +8,7 @@ from hypothesis import strategies as st
 
 from noderag.store import text_column
 from noderag.store.text_column import DerivedNames, TextColumn
+from noderag.store.typed_column import TypedColumn
 
 _texts = st.lists(st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=12), max_size=40)
 
@@ -48,7 +48,7 @@ def test_text_column_index_errors_name_the_range():
 
 
 def test_derived_names_store_only_what_the_rule_does_not_give():
-    types = array("B", [2, 1, 6, 2, 3])  # N, S, O, N, R
+    types = TypedColumn("B", [2, 1, 6, 2, 3])  # N, S, O, N, R
     texts = TextColumn(["Kessel", "Kessel is a town.", "Towns", "skarn", "a b c"])
     names = DerivedNames(types, texts)
     for i, name in enumerate(["Kessel", None, "Towns", "Skarn", None]):
@@ -62,7 +62,7 @@ def test_derived_names_store_only_what_the_rule_does_not_give():
 @given(_texts.filter(bool), st.data())
 def test_take_gathers_like_indexing(texts, data):
     col = TextColumn(texts)
-    types = array("B", data.draw(st.lists(st.sampled_from([1, 2, 6]), min_size=len(texts), max_size=len(texts))))
+    types = TypedColumn("B", data.draw(st.lists(st.sampled_from([1, 2, 6]), min_size=len(texts), max_size=len(texts))))
     names = DerivedNames(types, col)
     for i, t in enumerate(types):
         names.note(i, t, texts[i], data.draw(st.sampled_from([None, texts[i], "other"])))

@@ -22,8 +22,10 @@ from .assembly_plan import PlannedChunks, plan_chunks
 from .decompose.base import ChunkDecomposition
 from ..store.decompositions import traces_columns, traces_table
 from ..store.text_column import DerivedNames, TextColumn
+from ..store.typed_column import TypedColumn
+from .key_index import KeyIndex
 
-__all__ = ["NodeTable", "KeyIndex", "EdgeList", "assemble_chunks", "assemble_planned", "link_known_names", "ChunkRecord",
+__all__ = ["NodeTable", "EdgeList", "assemble_chunks", "assemble_planned", "link_known_names", "ChunkRecord",
            "Assembly", "assemble_stage", "cat_edges", "mention_counts"]
 
 T, S, N, R, A, H, O = (int(t) for t in NodeType)
@@ -40,56 +42,6 @@ class ChunkRecord:
     title: str | None
 
 
-class KeyIndex:
-    """key -> id of existing nodes, looked up in buckets of their keys (no Python object per node), plus a
-    dict of the keys added since: what a delta insert merges with, at the cost of what it adds.
-
-    Keys are 64-bit hashes, uniform over their range: the nodes are ordered by the top 16 bits of
-    their key (numpy's stable radix argsort: 0.11 s at 2.1M nodes; from :data:`NUMBA_FROM` keys on a radix
-    kernel in Numba, :func:`~noderag.graph._key_kernel.bucket_keys`: 0.9 s at 21M keys against numpy's
-    3.3 s) and a look-up scans one bucket (n / 65,536 keys). Of equal keys the lowest id is found, as a sorted search would.
-    """
-
-    BITS = 16
-
-    #: From this many keys on, the Numba kernel (whose import, ~0.5 s, costs more than numpy's sort below it)
-    NUMBA_FROM = 1 << 23
-
-    def __init__(self, keys: np.ndarray) -> None:
-        keys = np.ascontiguousarray(keys, dtype=np.uint64)
-        if keys.size >= self.NUMBA_FROM:
-            from ..graph._key_kernel import bucket_keys
-
-            self._ptr, self._order, self._keys = bucket_keys(keys, self.BITS)
-        else:
-            bucket = (keys >> np.uint64(64 - self.BITS)).astype(np.uint16)
-            self._order = np.argsort(bucket, kind="stable")
-            self._keys = keys[self._order]
-            self._ptr = np.zeros((1 << self.BITS) + 1, dtype=np.int64)
-            np.cumsum(np.bincount(bucket, minlength=1 << self.BITS), out=self._ptr[1:])
-        self._added: dict[int, int] = {}
-
-    def get(self, key: int, default=None):
-        hit = self._added.get(key)
-        if hit is not None:
-            return hit
-        b = int(key) >> (64 - self.BITS)
-        lo, hi = int(self._ptr[b]), int(self._ptr[b + 1])
-        if lo == hi:
-            return default
-        hit = np.flatnonzero(self._keys[lo:hi] == np.uint64(key))
-        return int(self._order[lo + hit[0]]) if hit.size else default
-
-    def __getitem__(self, key: int) -> int:
-        got = self.get(key)
-        if got is None:
-            raise KeyError(key)
-        return got
-
-    def __setitem__(self, key: int, nid: int) -> None:
-        self._added[key] = nid
-
-
 class NodeTable:
     """The node table as growing columns plus a key -> id map (never reuses ids).
 
@@ -101,13 +53,13 @@ class NodeTable:
     def __init__(self, types: Sequence[int] = (), keys: Sequence[int] = (), names: Sequence[str | None] = (),
                  texts: Sequence[str] = (), doc_ids: Sequence[int] = (), chunk_ids: Sequence[int] = (),
                  source_ids: Sequence[str | None] = (), active: Sequence[bool] = ()) -> None:
-        self.types = array("B", types)
-        self.keys = array("Q", keys)
-        self.doc_ids = array("q", doc_ids)
-        self.chunk_ids = array("q", chunk_ids)
+        self.types = TypedColumn("B", types)
+        self.keys = TypedColumn("Q", keys)
+        self.doc_ids = TypedColumn("q", doc_ids)
+        self.chunk_ids = TypedColumn("q", chunk_ids)
         self.source_ids: list[str | None] = list(source_ids)
-        self.active = bytearray(1 if a else 0 for a in active)
-        self.index: dict[int, int] = {}  # key -> id of the nodes later ones may merge with
+        self.active = TypedColumn("B", (1 if a else 0 for a in active))
+        self.index: dict[int, int] | KeyIndex = {}  # key -> id of the nodes later ones may merge with
         names = list(names)
         self.texts = TextColumn(texts)
         if len(names) != len(self.texts) or len(self.texts) != len(self.types):
@@ -118,25 +70,29 @@ class NodeTable:
             self.names.note(i, t, self.texts[i], name)
 
     @classmethod
-    def from_columns(cls, types: np.ndarray, keys: np.ndarray, texts: TextColumn, doc_ids: np.ndarray,
-                     chunk_ids: np.ndarray, active: np.ndarray) -> "NodeTable":
-        """A table of existing nodes from typed arrays (no Python object per node but the key map);
-        every name is derived from its text and no source id is known (what a delta insert needs of
-        the nodes it builds on: their keys to merge with, and their names)."""
-        def raw(a: np.ndarray, dtype) -> memoryview:  # the array's bytes without a copy of its own
-            return memoryview(np.ascontiguousarray(a, dtype=dtype)).cast("B")
+    def from_segments(cls, types: Sequence[np.ndarray], keys: Sequence[np.ndarray], texts: TextColumn,
+                      doc_ids: Sequence[np.ndarray], chunk_ids: Sequence[np.ndarray], active: Sequence[np.ndarray],
+                      index: KeyIndex) -> "NodeTable":
+        """A table of existing nodes over the (memory-mapped) arrays of an index's segments, one array per
+        segment and column, referenced, not copied; every name is derived from its text and no source id is
+        known. What a delta insert needs of the nodes it builds on: their keys to merge with (``index``), and
+        the few rows it looks up."""
+        def parts(arrays: Sequence[np.ndarray], dtype) -> list[np.ndarray]:  # bool flags viewed as uint8 bytes
+            return [a.view(dtype) if a.dtype == np.bool_ else np.asarray(a, dtype=dtype)
+                    for a in map(np.asarray, arrays)]
 
         table = cls()
-        table.types.frombytes(raw(types, np.uint8))
-        table.keys.frombytes(raw(keys, np.uint64))
-        table.doc_ids.frombytes(raw(doc_ids, np.int64))
-        table.chunk_ids.frombytes(raw(chunk_ids, np.int64))
-        table.active = bytearray(raw(active, np.uint8))
+        table.types = TypedColumn("B", parts=parts(types, np.uint8))
+        table.keys = TypedColumn("Q", parts=parts(keys, np.uint64))
+        table.doc_ids = TypedColumn("q", parts=parts(doc_ids, np.int64))
+        table.chunk_ids = TypedColumn("q", parts=parts(chunk_ids, np.int64))
+        table.active = TypedColumn("B", parts=parts(active, np.uint8))
         table.texts = texts
         table.names = DerivedNames(table.types, texts)
-        table.source_ids = [None] * len(table.types)
-        table.index = KeyIndex(keys)
-        if not len(texts) == len(table.types) == len(table.keys) == len(table.doc_ids) == len(table.active):
+        n = len(table.types)
+        table.source_ids = [None] * n
+        table.index = index
+        if not len(texts) == n == len(table.keys) == len(table.doc_ids) == len(table.chunk_ids) == len(table.active):
             raise ValueError("node table columns differ in length")
         return table
 
@@ -172,17 +128,17 @@ class NodeTable:
         the typed columns. Reading a text afterwards raises ``TypeError``."""
         self.texts = self.names = self.source_ids = None  # type: ignore[assignment]
 
-    def types_array(self) -> np.ndarray:
-        """Type codes, uint8 of shape (n,) (a copy)."""
-        return np.frombuffer(self.types, dtype=np.uint8).copy()
+    def types_array(self, start: int = 0) -> np.ndarray:
+        """Type codes of nodes ``start..``, uint8 (a copy)."""
+        return self.types.numpy(start)
 
-    def keys_array(self) -> np.ndarray:
-        """Keys, uint64 of shape (n,) (a copy)."""
-        return np.frombuffer(self.keys, dtype=np.uint64).copy()
+    def keys_array(self, start: int = 0) -> np.ndarray:
+        """Keys of nodes ``start..``, uint64 (a copy)."""
+        return self.keys.numpy(start)
 
-    def active_array(self) -> np.ndarray:
-        """Active flags, bool of shape (n,) (a copy)."""
-        return np.frombuffer(self.active, dtype=np.uint8).astype(bool)
+    def active_array(self, start: int = 0) -> np.ndarray:
+        """Active flags of nodes ``start..``, bool (a copy)."""
+        return self.active.numpy(start).astype(bool)
 
 
 @dataclass
@@ -431,11 +387,13 @@ def cat_edges(*lists: EdgeList) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return e.arrays()
 
 
-def mention_counts(n: int, types: np.ndarray, src: np.ndarray, dst: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """Mention count per entity: the sum of its S-N edge weights."""
-    sn = (types[src] == S) & (types[dst] == N)
-    ns = (types[src] == N) & (types[dst] == S)
-    out = np.bincount(dst[sn], weights=w[sn], minlength=n) + np.bincount(src[ns], weights=w[ns], minlength=n)
+def mention_counts(n: int, types: np.ndarray, src: np.ndarray, dst: np.ndarray, w: np.ndarray,
+                   first: int = 0) -> np.ndarray:
+    """Mention count per entity of the nodes ``first..n-1`` (a delta's own rows): the sum of its S-N edge weights."""
+    sn = (types[src] == S) & (types[dst] == N) & (dst >= first)
+    ns = (types[src] == N) & (types[dst] == S) & (src >= first)
+    out = np.bincount(dst[sn] - first, weights=w[sn], minlength=n - first) \
+        + np.bincount(src[ns] - first, weights=w[ns], minlength=n - first)
     return np.rint(out).astype(np.int32)
 
 

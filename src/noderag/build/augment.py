@@ -97,7 +97,8 @@ VECTOR_BLOCK = 8192
 
 def block_mean(ids: np.ndarray, vectors_of: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
     """``vectors_of(ids).mean(axis=0)``, bit for bit, reading ``VECTOR_BLOCK`` vectors at a time (the float32
-    sum runs row after row into one accumulator, as NumPy's reduction over the first axis does)."""
+    sum runs row after row into one accumulator, as NumPy's reduction over the first axis does for two
+    dimensions or more; one contiguous column it sums pairwise)."""
     acc = None
     for b in range(0, ids.size, VECTOR_BLOCK):
         block = vectors_of(ids[b:b + VECTOR_BLOCK])

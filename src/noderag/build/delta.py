@@ -87,7 +87,7 @@ def load_documents(path: Path, manifest: dict) -> DocumentRows:
 def _query_tables(folders: list[Path]) -> list:
     from ..search.query_index import open_query_index
 
-    tables = [open_query_index(f) for f in folders]
+    tables = [open_query_index(f, checked=False) for f in folders]
     missing = [str(f) for f, t in zip(folders, tables) if t is None]
     if missing:
         from ..errors import BuildError
@@ -97,18 +97,21 @@ def _query_tables(folders: list[Path]) -> list:
 
 
 def delta_table(folders: list[Path]) -> tuple[NodeTable, list]:
-    """(the node table of every node of the segments in ``folders``, made from their arrays; their query tables)."""
+    """(the node table of every node of the segments in ``folders``, over their memory-mapped arrays; their
+    query tables). Nothing is copied: the insert reads the rows it looks up."""
     from ..graph.keys import KEY_DTYPE
+    from ..graph.storage import load_npy
     from ..graph.types import TYPE_DTYPE
-    from ..store.segments import concat_npy
     from ..store.text_column import TextColumn
+    from .key_index import KeyIndex, segment_keys
 
     tables = _query_tables(folders)
     texts = TextColumn.from_buffers((t._a["text_off"], t._a["text"]) for t in tables)
-    table = NodeTable.from_columns(
-        concat_npy(folders, NODE_TYPES, TYPE_DTYPE), concat_npy(folders, NODE_KEYS, KEY_DTYPE), texts,
-        np.concatenate([np.asarray(t.doc) for t in tables]), np.concatenate([np.asarray(t.chunk) for t in tables]),
-        np.concatenate([np.asarray(t.active) for t in tables]))
+    types = [np.asarray(load_npy(f / NODE_TYPES, True, dtype=TYPE_DTYPE, shape=(t.n,))) for f, t in zip(folders, tables)]
+    keys = [np.asarray(load_npy(f / NODE_KEYS, True, dtype=KEY_DTYPE, shape=(t.n,))) for f, t in zip(folders, tables)]
+    index = KeyIndex(segments=[(t.first, segment_keys(f, k)) for f, t, k in zip(folders, tables, keys)])
+    table = NodeTable.from_segments(types, keys, texts, [t.doc for t in tables], [t.chunk for t in tables],
+                                    [t.active for t in tables], index)
     return table, tables
 
 
@@ -219,11 +222,11 @@ def write_delta_segment(folder: Path, table: NodeTable, old_n: int, docs_rows: l
     n = len(table)
     types = table.types_array()
     src, dst, w = cat_edges(edges, link)
-    write_nodes(folder / NODES, table, mention_counts(n, types, src, dst, w), first=old_n)
+    write_nodes(folder / NODES, table, mention_counts(n, types, src, dst, w, first=old_n), first=old_n)
     write_documents(folder / DOCUMENTS, docs_rows[first_document:])
     os.replace(traces, folder / DECOMPOSITIONS)
     atomic_save_npy(folder / NODE_TYPES, types[old_n:])
-    atomic_save_npy(folder / NODE_KEYS, table.keys_array()[old_n:])
+    atomic_save_npy(folder / NODE_KEYS, table.keys_array(old_n))
     (folder / DELTA_EDGES).mkdir()
     for key, arr, dtype in (("src", src, np.int64), ("dst", dst, np.int64), ("w", w, np.float32)):
         atomic_save_npy(folder / DELTA_EDGES / f"{key}.npy", np.asarray(arr, dtype=dtype))
@@ -240,8 +243,7 @@ def _write_vectors(path: Path, table: NodeTable, old_n: int, vec, config) -> Non
     """The HNSW index of the new T/S nodes' vectors (keys: node ids), one shard as small deltas need."""
     from ..graph.vectors import VectorIndex
 
-    types = table.types_array()
-    ids = old_n + np.flatnonzero(np.isin(types[old_n:], (T, S)) & table.active_array()[old_n:])
+    ids = old_n + np.flatnonzero(np.isin(table.types_array(old_n), (T, S)) & table.active_array(old_n))
     emb = config.embed
     index = VectorIndex(vec.dim, metric="cos", dtype=emb.vector_dtype, connectivity=emb.connectivity,
                         expansion_add=emb.expansion_add)
@@ -259,7 +261,7 @@ def delta_counts(prev: dict, table: NodeTable, first: int, n_docs: int, edges: E
     from ..graph.types import TYPE_NAMES
 
     out = {k: (dict(v) if isinstance(v, dict) else v) for k, v in prev.items()}
-    parts = [(table.types_array()[first:], 1, int(edges.arrays()[0].shape[0]), n_docs)]
+    parts = [(table.types_array(first), 1, int(edges.arrays()[0].shape[0]), n_docs)]
     for folder in removed:
         types = np.asarray(load_npy(folder / NODE_TYPES, True, dtype=np.uint8, ndim=1, shape=None))
         gone = int(np.asarray(load_npy(folder / DELTA_EDGES / "src.npy", True, ndim=1, shape=None)).shape[0])

@@ -297,7 +297,7 @@ def _embed(run: BuildRun, executor):
                           run.embedder is not None, old_vectors=old,
                           vectors_file=run.stages / "vectors" / "build_vectors.npy")
         executor.close()
-        info.update(embedded=int(np.isin(run.table.types_array()[run.old_n:], (T, S)).sum()))
+        info.update(embedded=int(np.isin(run.table.types_array(run.old_n), (T, S)).sum()))
     return emb, vec
 
 

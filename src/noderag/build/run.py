@@ -206,16 +206,24 @@ def _run_nodes(previous: Previous | None, reason: str | None, rewrite: int | Non
 
 
 #: What a delta run reads whole of each segment of the generation it builds on (paths relative to the segment;
-#: checked byte for byte first): the node arrays its ids and merges follow from. Of the texts, names and BM25
-#: postings it reads the few rows it looks up.
-DELTA_READS = (NODE_TYPES, NODE_KEYS, f"{QUERY_DIR}/doc.npy", f"{QUERY_DIR}/chunk.npy", f"{QUERY_DIR}/active.npy",
-               f"{QUERY_DIR}/meta.json")
+#: checked byte for byte first): the node types and active flags its scopes follow from, and the keys of a
+#: segment without stored sorted keys (bucketed in memory). Of the keys, texts, names, document and chunk ids
+#: and BM25 postings it reads the few rows it looks up.
+DELTA_READS = (NODE_TYPES, f"{QUERY_DIR}/active.npy", f"{QUERY_DIR}/meta.json")
 
 
-def delta_reads(manifest: dict) -> tuple[str, ...]:
-    """The files of a generation that a delta insert reads whole: :data:`DELTA_READS` of the base and of each delta."""
+def delta_reads(manifest: dict, path: Path | None = None) -> tuple[str, ...]:
+    """The files of the generation at ``path`` that a delta insert reads whole: :data:`DELTA_READS` of the
+    base and of each delta, and the keys of the segments that store no sorted keys."""
+    from ..store.layout import NODE_KEY_ORDER, NODE_KEYS_SORTED
+
     prefixes = [""] + [f"{DELTAS}/{d['name']}/" for d in manifest.get(DELTAS) or []]
-    return tuple(p + name for p in prefixes for name in DELTA_READS)
+    out = []
+    for p in prefixes:
+        out += [p + name for name in DELTA_READS]
+        if path is None or not ((path / p / NODE_KEYS_SORTED).is_file() and (path / p / NODE_KEY_ORDER).is_file()):
+            out.append(p + NODE_KEYS)
+    return tuple(out)
 
 
 def _previous_nodes(previous: Previous | None, delta: bool, need_edges: bool = True):
@@ -245,7 +253,7 @@ def _check_previous(previous: Previous, delta: bool) -> None:
 
     verify_index(previous.path, "cheap" if delta else "full", manifest=previous.manifest)
     if delta:
-        check_files(previous.path, previous.manifest, delta_reads(previous.manifest))
+        check_files(previous.path, previous.manifest, delta_reads(previous.manifest, previous.path))
 
 
 def _claim_stages(root: Path, run_id: str, n_docs: int, n_drop: int, say, *, background: bool = False) -> None:

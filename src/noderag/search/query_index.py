@@ -278,8 +278,10 @@ class QueryIndex:
             self.lexical = LexicalIndex(arrays)
 
     @classmethod
-    def load(cls, index_dir: str | os.PathLike, n: int | None = None) -> "QueryIndex | None":
-        """Open ``index_dir/query`` (None when the index has none); ``n``: expected node count."""
+    def load(cls, index_dir: str | os.PathLike, n: int | None = None, *, checked: bool = True) -> "QueryIndex | None":
+        """Open ``index_dir/query`` (None when the index has none); ``n``: expected node count. ``checked``:
+        also the O(n) checks that ids and offsets are in range (a writer that looks up a few rows and shares
+        the files as they are, checksums included, leaves them to ``noderag verify``)."""
         from .entities import NAME_ARRAYS
 
         folder = Path(index_dir) / QUERY_DIR
@@ -329,7 +331,8 @@ class QueryIndex:
         v = arrays["tok_hash"].shape[0]
         if arrays["tok_off"].shape[0] != v + 1 or arrays["post_ptr"].shape[0] != v + 1:
             raise ValueError(f"{folder / 'tok_off.npy'}: tok_off and post_ptr must have len(tok_hash) + 1 entries")
-        _check_damage(folder, arrays, nn, m, meta.get("first_node", 0))  # ids in range (O(n)), naming the file
+        if checked:
+            _check_damage(folder, arrays, nn, m, meta.get("first_node", 0))  # ids in range (O(n)), naming the file
         _load_lexical(folder, arrays)
         return cls(folder, meta, arrays)
 
@@ -368,7 +371,7 @@ class QueryIndex:
         return f"doc:{doc}"
 
 
-def open_query_index(index_path: str | os.PathLike) -> "QueryIndex | None":
+def open_query_index(index_path: str | os.PathLike, *, checked: bool = True) -> "QueryIndex | None":
     """The build-time query index of one generation folder (memory-mapped), or None when it has none.
 
     A damaged table raises ``IndexDamagedError`` naming its own file; the node count is checked
@@ -377,4 +380,4 @@ def open_query_index(index_path: str | os.PathLike) -> "QueryIndex | None":
     from ..store.verify import reading
 
     with reading(Path(index_path), "query/"):
-        return QueryIndex.load(index_path)
+        return QueryIndex.load(index_path, checked=checked)

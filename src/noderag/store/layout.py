@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = ["CURRENT", "GENERATIONS", "READERS", "LOCK_FILE", "LLM_CACHE", "STAGES", "MANIFEST", "NODES", "DOCUMENTS",
-           "DECOMPOSITIONS", "LINKED", "VECTORS", "QUERY_DIR", "NODE_TYPES", "NODE_KEYS", "DELTAS", "DELTA_EDGES",
+           "DECOMPOSITIONS", "LINKED", "VECTORS", "QUERY_DIR", "NODE_TYPES", "NODE_KEYS", "NODE_KEY_ORDER", "NODE_KEYS_SORTED", "DELTAS", "DELTA_EDGES",
            "IndexLayout", "GenerationLayout"]
 
 # the index directory
@@ -34,6 +34,8 @@ VECTORS = "vectors.usearch"  # the HNSW index (and its shards vectors.<k>.usearc
 QUERY_DIR = "query"  # the prepared query tables
 NODE_TYPES = "node_types.npy"  # written by the graph
 NODE_KEYS = "node_keys.npy"
+NODE_KEY_ORDER = "node_key_order.npy"  # with the next one, written by the graph from graph.hetero.KEY_ORDER_FROM nodes on
+NODE_KEYS_SORTED = "node_keys_sorted.npy"
 DELTAS = "deltas"  # the delta segments of inserts (deltas/<k>/, each a small index of its new nodes)
 DELTA_EDGES = "edges"  # a delta's new structural edges (src, dst, w .npy; global node ids, each edge once)
 

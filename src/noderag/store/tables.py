@@ -83,7 +83,7 @@ _NAME_META_VALUE = b"text of types 2,6, else null"
 
 def nodes_table(table, mentions: np.ndarray, first: int = 0):
     """The ``nodes.parquet`` table of a :class:`~noderag.build.assemble.NodeTable` (no ``key`` column):
-    its rows ``first..`` (a delta segment holds only the nodes its insert added; ``mentions`` covers every row).
+    its rows ``first..`` (a delta segment holds only the nodes its insert added; ``mentions``: of those rows).
 
     The ``name`` column is left out (and the schema metadata says so) when every
     N/O name equals its text and every other name is null, as the builders make them.
@@ -91,8 +91,9 @@ def nodes_table(table, mentions: np.ndarray, first: int = 0):
     import pyarrow as pa
 
     n = len(table)
-    rows = slice(first, n)
-    types = table.types_array()[rows]
+    if len(mentions) != n - first:
+        raise ValueError(f"{len(mentions)} mention counts for the {n - first} rows from {first} on")
+    types = table.types_array(first)
     derived = not any(i >= first for i in table.names.exceptions)
     schema = _schema_nodes()
     tab = pa.Table.from_arrays([
@@ -101,11 +102,11 @@ def nodes_table(table, mentions: np.ndarray, first: int = 0):
         pa.nulls(n - first, pa.string()) if derived else pa.array(table.names.take(np.arange(first, n)),
                                                                   type=pa.string()),
         table.texts.to_arrow(first),
-        pa.array(np.asarray(table.doc_ids, dtype=np.int32)[rows]),
-        pa.array(np.asarray(table.chunk_ids, dtype=np.int32)[rows]),
+        pa.array(table.doc_ids.numpy(first).astype(np.int32)),
+        pa.array(table.chunk_ids.numpy(first).astype(np.int32)),
         pa.array(table.source_ids[first:], type=pa.string()),
-        pa.array(np.asarray(mentions, dtype=np.int32)[rows]),
-        pa.array(np.asarray(table.active, dtype=bool)[rows]),
+        pa.array(np.asarray(mentions, dtype=np.int32)),
+        pa.array(table.active_array(first)),
     ], schema=schema)
     if derived:
         tab = tab.drop_columns(["name"]).replace_schema_metadata({_NAME_META: _NAME_META_VALUE})

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_right
-from typing import Iterable, Iterator
+from typing import TYPE_CHECKING, Iterable, Iterator
+
+if TYPE_CHECKING:
+    from .typed_column import TypedColumn
 
 __all__ = ["TextColumn", "DerivedNames", "NAME_IS_TEXT"]
 
@@ -197,7 +200,7 @@ class DerivedNames:
 
     _UNSET = object()
 
-    def __init__(self, types: array, texts: TextColumn) -> None:
+    def __init__(self, types: TypedColumn, texts: TextColumn) -> None:
         self._types = types
         self._texts = texts
         self.exceptions: dict[int, str | None] = {}
@@ -233,7 +236,7 @@ class DerivedNames:
         import numpy as np
 
         ids = np.asarray(ids, dtype=np.int64)
-        types = np.frombuffer(self._types, dtype=np.uint8)[ids] if len(self._types) else np.zeros(0, np.uint8)
+        types = self._types.take(ids)
         named = np.isin(types, NAME_IS_TEXT)
         texts = iter(self._texts.take(ids[named]))
         out = [next(texts) if t else None for t in named.tolist()]

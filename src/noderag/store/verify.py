@@ -28,7 +28,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .layout import CURRENT, DELTAS, DOCUMENTS, LINKED, LLM_CACHE, LOCK_FILE, MANIFEST, NODES, NODE_KEYS, NODE_TYPES, READERS, VECTORS
+from .layout import (CURRENT, DELTAS, DOCUMENTS, LINKED, LLM_CACHE, LOCK_FILE, MANIFEST, NODES, NODE_KEY_ORDER, NODE_KEYS,
+                     NODE_KEYS_SORTED, NODE_TYPES, READERS, VECTORS)
 from .errors import IndexDamagedError
 
 __all__ = ["CHECKSUMS", "IndexDamagedError", "VerifyReport", "file_checksums", "graph_damage", "manifest_digest",
@@ -347,7 +348,7 @@ def _check_header_facts(root: Path, manifest: dict[str, Any], facts: dict[str, A
     n = meta.get("n")
     if isinstance(n, bool) or not isinstance(n, int) or n < 0:
         raise IndexDamagedError(root, "graph/meta.json", "damaged field", f"n = {n!r}")
-    for rel in (NODE_TYPES, NODE_KEYS):
+    for rel in (NODE_TYPES, NODE_KEYS, NODE_KEY_ORDER, NODE_KEYS_SORTED):
         if rel in facts and facts[rel][1] != (n,):
             raise IndexDamagedError(root, rel, "wrong shape", f"{facts[rel][1]}, the graph has {n} nodes")
     for layer, sub in (("structural", "graph"), ("semantic", "semantic")):
@@ -434,8 +435,28 @@ def _check_structure(root: Path, manifest: dict[str, Any], facts: dict[str, Any]
         HeteroGraph.load(root, mmap=True, validate=True)  # sorted unique columns, no loops, symmetric
     except ValueError as exc:
         raise IndexDamagedError(root, "graph/", "invalid graph", str(exc)[:300]) from None
+    _check_key_order(root, n)
     _check_tables(root, n, types)
     _check_vectors(root, n, types)
+
+
+def _check_key_order(root: Path, n: int) -> None:
+    """The stored key order of a large graph (both files or neither): node ids in range, and the sorted keys
+    strictly increasing and equal to ``node_keys[order]`` (O(n))."""
+    have = [(root / rel).is_file() for rel in (NODE_KEY_ORDER, NODE_KEYS_SORTED)]
+    if not any(have):
+        return
+    if not all(have):
+        raise IndexDamagedError(root, NODE_KEYS_SORTED if have[0] else NODE_KEY_ORDER, "missing file",
+                                "the stored key order needs both files")
+    order = np.asarray(_array(root, NODE_KEY_ORDER), dtype=np.int64)
+    if order.shape != (n,) or (n and (int(order.min()) < 0 or int(order.max()) >= n)):
+        raise IndexDamagedError(root, NODE_KEY_ORDER, "node id out of range", f"{n} nodes")
+    got = np.asarray(_array(root, NODE_KEYS_SORTED))
+    if got.shape != (n,) or not np.array_equal(got, np.asarray(_array(root, NODE_KEYS))[order]):
+        raise IndexDamagedError(root, NODE_KEYS_SORTED, "keys differ from node_keys.npy in the stored order")
+    if n > 1 and not bool(np.all(got[1:] > got[:-1])):
+        raise IndexDamagedError(root, NODE_KEY_ORDER, "not a sorted order of the keys")
 
 
 def _check_graph_arrays(root: Path, meta: dict[str, Any]) -> np.ndarray:
