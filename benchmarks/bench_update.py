@@ -322,7 +322,8 @@ def to_markdown(res: dict) -> str:
         lines += [f"Command: `{res['command']}`", ""]
     for s in res["sizes"]:
         b = s["build"]
-        lines += [f"## {s['passages']:,} passages (base build {b['wall_s']:.1f} s)", "",
+        built = f"base build {b['wall_s']:.1f} s" if b.get("wall_s") is not None else "base reused, its build time not recorded"
+        lines += [f"## {s['passages']:,} passages ({built})", "",
                   "| change | mode | insert wall s | CPU s | new index bytes | share of index | wrote (wchar) | "
                   "peak RSS | query p50 after / before | delete wall s | delete new bytes |",
                   "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]

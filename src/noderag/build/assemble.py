@@ -45,9 +45,10 @@ class ChunkRecord:
 class NodeTable:
     """The node table as growing columns plus a key -> id map (never reuses ids).
 
-    Numeric columns are typed buffers (``array``/``bytearray``: 1-8 bytes a node, where lists of
-    int objects held 8-36); texts live in one UTF-8 buffer (:class:`TextColumn`) and names are
-    derived from them (:class:`DerivedNames`: an N/O name is its text, others are None).
+    Numeric columns are typed buffers (:class:`TypedColumn`: 1-8 bytes a node, where lists of int
+    objects held 8-36; a delta insert's existing rows stay in the segments' memory-mapped files); texts
+    live in one UTF-8 buffer (:class:`TextColumn`) and names are derived from them
+    (:class:`DerivedNames`: an N/O name is its text, others are None).
     """
 
     def __init__(self, types: Sequence[int] = (), keys: Sequence[int] = (), names: Sequence[str | None] = (),
