@@ -143,7 +143,7 @@ def test_text_processing_is_linear_in_length():
     # 0.1-0.5 s runs, not growth. The bounds leave that room and still fail anything superlinear beyond
     # n log n by a wide margin (the 4.5 is inside the noise; said in the closing notes).
     limits = {"sentences": 7.0, "chunk": 5.5, "nlp": 6.0}
-    # best of 5 each, the sizes interleaved, so a burst of noise on the shared machine hits both alike; a stage
+    # best of 3 each, the sizes interleaved, so a burst of noise on the shared machine hits both alike; a stage
     # over its bound is measured again (up to 3 rounds: CI once saw sentences at 5.8 under load), which a linear
     # stage passes at once and a quadratic one (~16) never does
     best = {name: [float("inf"), float("inf")] for name in stages}
@@ -152,7 +152,7 @@ def test_text_processing_is_linear_in_length():
         pending = [name for name in stages if ratios.get(name, float("inf")) > limits[name]]
         if not pending:
             break
-        for _ in range(5):
+        for _ in range(3):
             for name in pending:
                 best[name][0] = min(best[name][0], _best_time(stages[name], small, 1))
                 best[name][1] = min(best[name][1], _best_time(stages[name], large, 1))
