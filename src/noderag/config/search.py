@@ -75,6 +75,9 @@ class SearchConfig:
     passage_dense_weight, passage_text_weight, passage_unit_weight : float
         Source-passage score: cosine(query, chunk) + propagated T mass + propagated S mass
         summed per chunk (both normalised by their maximum).
+    passage_unit_similarity : bool, default=True
+        A passage's cosine with the query is the mean of its own vector's and its best semantic unit's
+        (the unit that says what the question asks outweighs the rest of a long passage); False: its own alone.
     lexical_top_k : int, default=10
         Lexical entry points: the best BM25 passages of the question (``query/lex_*``; words for
         English, the segmenter's words for Chinese). 0 turns the lexical signal off.
@@ -137,6 +140,7 @@ class SearchConfig:
     passage_dense_weight: float = 1.0
     passage_text_weight: float = 0.4
     passage_unit_weight: float = 0.4
+    passage_unit_similarity: bool = True
     lexical_top_k: int = 10
     lexical_weight: float = 0.5
     passage_lexical_weight: float = 0.5
@@ -193,6 +197,8 @@ class SearchConfig:
             raise ConfigError(f"search.min_similarity must be a number in [-1, 1], got {self.min_similarity!r}")
         if self.rule not in _RULES:
             raise ConfigError(f"search.rule must be one of {_RULES}, got {self.rule!r}")
+        if not isinstance(self.passage_unit_similarity, bool):
+            raise ConfigError(f"search.passage_unit_similarity must be true or false, got {self.passage_unit_similarity!r}")
         if not isinstance(self.bridge_titles, bool):
             raise ConfigError(f"search.bridge_titles must be true or false, got {self.bridge_titles!r}")
         if self.bridge_mode not in _BRIDGE_MODES:

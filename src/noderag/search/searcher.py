@@ -648,18 +648,32 @@ class Searcher:
         return np.fromiter((memo[c] for c in ids), dtype=np.float64, count=len(ids))
 
     def _dense(self, chunks: np.ndarray, vector: np.ndarray) -> np.ndarray:
-        """Cosine similarity of the query with the stored vectors of some T nodes (0 when not stored)."""
-        if chunks.size == 0:
+        """Query similarity of some T nodes: the cosine with each one's stored vector (0 when not stored),
+        averaged with its best semantic unit's (``passage_unit_similarity``; units are its S neighbours)."""
+        if not self.config.passage_unit_similarity or chunks.size == 0:
+            return self._stored_cosines(chunks, vector)
+        owner, units = self._typed_neighbours(chunks, _S)
+        cos = self._stored_cosines(np.concatenate([chunks, units]), vector)  # one look-up per shard
+        own = cos[:chunks.size]
+        if not units.size:
+            return own
+        best = np.full(chunks.shape[0], -np.inf)
+        np.maximum.at(best, owner, cos[chunks.size:])
+        return np.where(np.isfinite(best), 0.5 * (own + best), own)
+
+    def _stored_cosines(self, ids: np.ndarray, vector: np.ndarray) -> np.ndarray:
+        """Cosine similarity of the query with the stored vectors of some nodes (0 when not stored)."""
+        if ids.size == 0:
             return np.zeros(0)
         vecs = self.store.vectors
-        try:  # T nodes are always embedded: one look-up in the common case
-            rows = np.asarray(vecs.get(chunks), dtype=np.float64)
+        try:  # T and S nodes are always embedded: one look-up in the common case
+            rows = np.asarray(vecs.get(ids), dtype=np.float64)
             return rows @ vector.astype(np.float64)
         except ValueError:
-            present = np.asarray(vecs.contains(chunks), dtype=bool)
-        out = np.zeros(chunks.shape[0])
+            present = np.asarray(vecs.contains(ids), dtype=bool)
+        out = np.zeros(ids.shape[0])
         if present.any():
-            rows = np.asarray(vecs.get(chunks[present]), dtype=np.float64)
+            rows = np.asarray(vecs.get(ids[present]), dtype=np.float64)
             out[present] = rows @ vector.astype(np.float64)
         return out
 
