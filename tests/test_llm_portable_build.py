@@ -18,12 +18,18 @@ FLAGS = ("-DGGML_NATIVE=OFF", "-DGGML_AVX2=ON", "-DGGML_FMA=ON", "-DGGML_F16C=ON
 
 
 def _cmake_args(text: str, where: str) -> list[str]:
-    """The CMAKE_ARGS of every command in ``text`` that pip-installs llama-cpp-python (variables expanded)."""
+    """The CMAKE_ARGS of every command in ``text`` that pip-installs or builds a wheel of llama-cpp-python
+    (variables expanded). An install from the wheel folder a checked ``pip wheel`` line fills (``.ci/run`` keeps
+    the portable wheel between runs) must pin that wheel's version and skip pip's cache."""
     env = dict(re.findall(r'^\s*(?:export\s+)?([A-Z_]+)="([^"]*)"\s*$', text, flags=re.M))
     joined = text.replace("\\\n", " ")
     out = []
     for line in joined.splitlines():
-        if "pip install" in line and "llama-cpp-python" in line:
+        if ("pip install" in line or "pip wheel" in line) and "llama-cpp-python" in line:
+            if "pip install" in line and "--find-links" in line:
+                assert re.search(r"pip wheel .*llama-cpp-python", joined), f"{where}: no wheel build for {line.strip()}"
+                assert "==" in line and "--no-cache-dir" in line, f"{where}: unpinned or cached install: {line.strip()}"
+                continue
             m = re.search(r'CMAKE_ARGS="([^"]*)"', line)
             assert m, f"{where}: pip installs llama-cpp-python without CMAKE_ARGS: {line.strip()}"
             assert "--no-cache-dir" in line, f"{where}: a cached native wheel could be reused: {line.strip()}"
@@ -48,3 +54,13 @@ def test_installed_llama_cpp_has_no_native_amx_backend():
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert not re.search(r"AMX\w*\s*=\s*1", r.stdout), f"llama.cpp was built with its AMX backend: {r.stdout}"
+
+
+def test_the_rule_catches_a_native_wheel_build_and_an_unpinned_cached_install():
+    with pytest.raises(AssertionError, match="without CMAKE_ARGS"):
+        _cmake_args("pip wheel --no-cache-dir 'llama-cpp-python>=0.3' -w w\n", "x")
+    build = 'X="-DGGML_NATIVE=OFF"\nCMAKE_ARGS="$X" pip wheel --no-cache-dir llama-cpp-python -w w\n'
+    with pytest.raises(AssertionError, match="unpinned or cached"):
+        _cmake_args(build + 'pip install --find-links w "llama-cpp-python[server]"\n', "x")
+    assert _cmake_args(build + 'pip install --no-cache-dir --find-links w "llama-cpp-python[server]==0.3.1"\n',
+                       "x") == ["-DGGML_NATIVE=OFF"]
