@@ -16,7 +16,7 @@ import numpy as np
 
 from ..store.layout import NODE_KEY_ORDER as KEY_ORDER, NODE_KEYS_SORTED as KEYS_SORTED
 
-__all__ = ["KeyIndex", "SortedKeys", "BucketedKeys", "segment_keys"]
+__all__ = ["KeyIndex", "SortedKeys", "BucketedKeys", "segment_keys", "stores_sorted_keys"]
 
 
 class BucketedKeys:
@@ -77,13 +77,18 @@ class SortedKeys:
         return nid
 
 
+def stores_sorted_keys(folder: Path) -> bool:
+    """Whether the segment in ``folder`` stores its keys sorted (both files)."""
+    return (folder / KEYS_SORTED).is_file() and (folder / KEY_ORDER).is_file()
+
+
 def segment_keys(folder: Path, keys: np.ndarray) -> SortedKeys | BucketedKeys:
     """The look-up of one segment whose keys (memory-mapped) are ``keys``: its stored sorted keys when it
     has them, else bucketed in memory."""
     from ..graph.keys import KEY_DTYPE
     from ..graph.storage import load_npy
 
-    if (folder / KEYS_SORTED).is_file() and (folder / KEY_ORDER).is_file():
+    if stores_sorted_keys(folder):
         n = keys.shape[0]
         sorted_keys = np.asarray(load_npy(folder / KEYS_SORTED, True, dtype=KEY_DTYPE, shape=(n,)))
         order = np.asarray(load_npy(folder / KEY_ORDER, True, dtype=np.int32, shape=(n,)))

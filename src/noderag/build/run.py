@@ -215,13 +215,13 @@ DELTA_READS = (NODE_TYPES, f"{QUERY_DIR}/active.npy", f"{QUERY_DIR}/meta.json")
 def delta_reads(manifest: dict, path: Path | None = None) -> tuple[str, ...]:
     """The files of the generation at ``path`` that a delta insert reads whole: :data:`DELTA_READS` of the
     base and of each delta, and the keys of the segments that store no sorted keys."""
-    from ..store.layout import NODE_KEY_ORDER, NODE_KEYS_SORTED
+    from .key_index import stores_sorted_keys
 
     prefixes = [""] + [f"{DELTAS}/{d['name']}/" for d in manifest.get(DELTAS) or []]
     out = []
     for p in prefixes:
         out += [p + name for name in DELTA_READS]
-        if path is None or not ((path / p / NODE_KEYS_SORTED).is_file() and (path / p / NODE_KEY_ORDER).is_file()):
+        if path is None or not stores_sorted_keys(path / p):
             out.append(p + NODE_KEYS)
     return tuple(out)
 
