@@ -298,6 +298,18 @@ def test_a_client_server_that_fails_to_start_once_is_retried_and_other_errors_ar
     ray_exec.connect("ray://127.0.0.1:1", timeout_s=5)
     assert calls == ["ray://127.0.0.1:1"] * 2 and ray_exec._CONNECTED == "ray://127.0.0.1:1"
 
+    def zombie_then_up(address=None, **kw):  # the new server exited while the head read its command line
+        calls.append(address)
+        if len(calls) == 1:
+            raise ConnectionError("Initialization failure from server:\n  psutil.ZombieProcess: PID still exists "
+                                  "but it's a zombie (pid=30967)")
+
+    calls.clear()
+    monkeypatch.setattr(ray, "init", zombie_then_up)
+    monkeypatch.setattr(ray_exec, "_CONNECTED", None)
+    ray_exec.connect("ray://127.0.0.1:1", timeout_s=5)
+    assert calls == ["ray://127.0.0.1:1"] * 2
+
     def never_starts(address=None, **kw):
         calls.append(address)
         raise ConnectionError("Initialization failure from server: Starting Ray client server failed.")

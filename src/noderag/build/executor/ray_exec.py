@@ -32,7 +32,9 @@ _PIECE = "__piece"
 _ROWS = "__rows"
 _META = "__meta"
 _CONNECTED: str | None = None  # the address this process's ray.init used
-_CLIENT_SERVER_START_FAILED = "Starting Ray client server failed"
+# how a Ray Client head says it failed to start the per-client server: the start itself failed, or the new
+# process exited while the head was still reading its command line (psutil raises ZombieProcess there)
+_CLIENT_SERVER_START_FAILED = ("Starting Ray client server failed", "ZombieProcess")
 _CLIENT_ATTEMPTS = 3  # tries of a ray:// connection whose head failed to start the client's server
 
 
@@ -82,7 +84,7 @@ def connect(address: str | None, timeout_s: float = 20.0, env_vars: dict[str, st
             # a Ray Client head starts one server process per client; on a loaded head that start can fail
             # once and work on the next try (a failed try itself can take a minute there, so the count, not
             # a deadline, bounds the retries)
-            transient = str(address).startswith("ray://") and _CLIENT_SERVER_START_FAILED in str(exc)
+            transient = str(address).startswith("ray://") and any(m in str(exc) for m in _CLIENT_SERVER_START_FAILED)
             if not transient or attempt >= _CLIENT_ATTEMPTS:
                 raise ExecutorError(f"cannot connect to the Ray cluster at {address} "
                                     f"(attempt {attempt}): {exc}") from None
