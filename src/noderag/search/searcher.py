@@ -695,13 +695,25 @@ class Searcher:
             return self._bridges(hop1), set()
         out = self._about_bridges(hop1, names)
         follows: set[int] = set()
-        if cfg.bridge_titles:
-            self._title_bridges(hop1, prep, out, follows)
-        if cfg.bridge_mode == "about" or cfg.bridge_shared_per_source == 0:
+        titled = self._titled_passages(hop1, prep) if cfg.bridge_titles else []
+        shared_of = [] if cfg.bridge_mode == "about" or cfg.bridge_shared_per_source == 0 else \
+            [(c, self._bridges([c], names, skip=hop1)) for c in hop1]
+        # one vector look-up for every passage compared below and every "about" bridge scored later
+        pool = [np.fromiter(out, dtype=np.int64, count=len(out)), *titled,
+                *(np.fromiter(sh, dtype=np.int64, count=len(sh)) for _, sh in shared_of)]
+        pool_ids = np.unique(np.concatenate(pool))
+        if pool_ids.size:
+            self._cosines(pool_ids, prep)
+        for cand in titled:  # the best passage of each document a hop1 passage names by title
+            fit = cfg.passage_dense_weight * self._cosines(cand, prep) + self._lexical_term(cand, prep)
+            c2 = int(cand[np.lexsort((cand, -fit))[0]])
+            if c2 not in out:
+                out[c2] = 1.0
+                follows.add(c2)
+        if not shared_of:
             return out, follows
         about = set(out) - follows
-        for c in hop1:
-            shared = self._bridges([c], names, skip=hop1)
+        for c, shared in shared_of:
             if not shared:
                 continue
             cand = np.fromiter(sorted(shared), dtype=np.int64, count=len(shared))
@@ -713,10 +725,10 @@ class Searcher:
                     follows.add(c2)
         return out, follows
 
-    def _title_bridges(self, hop1: list[int], prep: _Prepared, out: dict[int, float], follows: set[int]) -> None:
-        """Add to ``out`` (strength 1, ranked after its source) the passage the question fits best of each
-        document whose title a ``hop1`` passage names (:class:`~noderag.search.titles.TitleLinks`), unless
-        the question names that title itself or it is the passage's own document."""
+    def _titled_passages(self, hop1: list[int], prep: _Prepared) -> list[np.ndarray]:
+        """The passages (not in ``hop1``) of each document whose title a ``hop1`` passage names
+        (:class:`~noderag.search.titles.TitleLinks`), in passage then text order, unless the question
+        names that title itself or it is the passage's own document. The question picks one of each."""
         if self._title_links is None:
             from .titles import TitleLinks
 
@@ -725,20 +737,18 @@ class Searcher:
             self._title_links = TitleLinks.of(self._titles, self.types, self._doc, self._active, _T)
         links = self._title_links
         in_query = set(links.named_docs(prep.query))
+        hop = np.asarray(hop1, dtype=np.int64)
+        found: list[np.ndarray] = []
         for c, text in zip(hop1, self.tables.texts(hop1)):
             own = int(self._doc[c])
             for d in links.named_docs(text or ""):
                 if d == own or d in in_query:
                     continue
                 cand = links.passages(d)
-                cand = cand[_absent(cand, np.asarray(hop1, dtype=np.int64))]
-                if not cand.size:
-                    continue
-                fit = self.config.passage_dense_weight * self._cosines(cand, prep) + self._lexical_term(cand, prep)
-                c2 = int(cand[np.lexsort((cand, -fit))[0]])
-                if c2 not in out:
-                    out[c2] = 1.0
-                    follows.add(c2)
+                cand = cand[_absent(cand, hop)]
+                if cand.size:
+                    found.append(cand)
+        return found
 
     def _agreed_floor(self, chunks: np.ndarray, total: dict[int, float], prep: _Prepared) -> float:
         """The score a bridged passage may not reach: just below the passages dense and lexical both rank top.
