@@ -154,3 +154,33 @@ def test_rejects_bad_arguments():
         leiden(csr, nodes=[0.5])
     with pytest.raises(TypeError, match="csr"):
         leiden(np.eye(3))
+
+
+@pytest.mark.parametrize("engine", ["igraph", "leidenalg"])
+def test_warm_start_from_singletons_is_the_cold_start(engine):
+    csr, _ = _planted(seed=5, groups=5, size=16, p_in=0.2, p_out=0.02)
+    cold = leiden(csr, seed=3, engine=engine)
+    for start in (np.arange(csr.n), np.full(csr.n, -1), np.arange(csr.n)[::-1] * 7):
+        np.testing.assert_array_equal(leiden(csr, seed=3, engine=engine, initial_membership=start), cold)
+
+
+@pytest.mark.parametrize("engine", ["igraph", "leidenalg"])
+def test_warm_start_keeps_a_converged_partition_and_places_new_nodes(engine):
+    csr, truth = _planted(seed=6)
+    best = leiden(csr, seed=1, engine=engine, n_iterations=-1)
+    again = leiden(csr, seed=9, engine=engine, n_iterations=1, initial_membership=best)
+    assert _same_partition(again, best)  # nothing to improve: no node moves
+    start = best.astype(np.int64)
+    start[::10] = -1  # nodes "added since": each starts alone and joins its group
+    assert _same_partition(leiden(csr, seed=9, engine=engine, n_iterations=-1, initial_membership=start), truth)
+
+
+def test_warm_start_labels_of_a_subgraph_and_bad_shapes():
+    csr, truth = _planted(seed=4)
+    nodes = np.flatnonzero(truth < 2)
+    got = leiden(csr, nodes=nodes, seed=1, initial_membership=np.where(truth < 2, truth, 99))
+    assert np.all(got[truth >= 2] == -1) and _same_partition(got[nodes], truth[nodes])
+    with pytest.raises(ValueError, match="initial_membership"):
+        leiden(csr, initial_membership=np.zeros(csr.n - 1, np.int64))
+    with pytest.raises(ValueError, match="initial_membership"):
+        leiden(csr, initial_membership=np.zeros(csr.n))  # float labels

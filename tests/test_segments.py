@@ -457,3 +457,34 @@ def test_a_base_with_stored_sorted_keys_takes_inserts_as_one_without(base, parts
     np.save(bad / "node_key_order.npy", order[::-1].copy())
     with pytest.raises(IndexDamagedError, match="node_keys_sorted.npy"):
         _check_key_order(bad, order.shape[0])
+
+
+def test_a_merging_compaction_starts_leiden_from_the_stored_communities(base, parts, tmp_path):
+    from noderag.build.compact import compact_index
+
+    gen = current_path(base)
+    labels, types = np.load(gen / "communities.npy"), np.load(gen / "node_types.npy")
+    assert labels.dtype == np.int32 and labels.shape == types.shape
+    assert np.all(labels[np.isin(types, (int(NodeType.H), int(NodeType.O)))] == -1)  # made after Leiden
+    assert np.all(labels[types == S] >= 0)
+    runs = []
+    for k in range(2):  # the same warm start twice: the same bytes
+        idx = _copy(base, tmp_path / f"idx{k}")
+        build_index([parts[1]], idx, progress=False)
+        report = compact_index(idx, progress=False)
+        assert report.manifest["stages"]["communities"].get("warm_start") is True
+        verify_index(idx, "full")
+        runs.append((current_path(idx) / "communities.npy").read_bytes())
+    assert runs[0] == runs[1]
+    cold = tmp_path / "cold"
+    build_index([parts[0]], cold, CFG.with_overrides({"communities.warm_start": False}), progress=False)
+    build_index([parts[1]], cold, progress=False)
+    assert "warm_start" not in compact_index(cold, progress=False).manifest["stages"]["communities"]
+
+
+def test_damaged_stored_communities_are_named(base, tmp_path):
+    idx = _copy(base, tmp_path / "idx")
+    path = current_path(idx) / "communities.npy"
+    np.save(path, np.load(path)[:-1])
+    with pytest.raises(IndexDamagedError, match="communities.npy"):
+        verify_index(idx, "cheap")

@@ -35,12 +35,15 @@ class Communities:
     count: int = 0
     retired: int = 0
     leiden_s: float = 0.0  # wall seconds of the Leiden call alone (the stage report shows it)
+    membership: np.ndarray | None = None  # Leiden's labels of the nodes the stage saw (-1: not in the graph)
+    warm: bool = False  # Leiden started from a stored partition
 
 
 def communities_stage(table: NodeTable, base: EdgeList, link: EdgeList, attrs: Attributes, vec: NodeVectors,
-                      emb, backend, config, stages: Path, bars) -> Communities:
+                      emb, backend, config, stages: Path, bars, initial: np.ndarray | None = None) -> Communities:
     """Leiden communities of the S/N/R/A graph and their H/O nodes (H vectors in ``vec``); then every
-    A/H/O node this run did not produce is retired."""
+    A/H/O node this run did not produce is retired. ``initial``: stored labels of the first nodes to
+    start Leiden from (:func:`warm_start_labels`), else it starts from singletons."""
 
     out = Communities()
     if config.communities.enabled:
@@ -51,12 +54,14 @@ def communities_stage(table: NodeTable, base: EdgeList, link: EdgeList, attrs: A
         types = table.types_array()
         n1 = len(table)
         snra = subgraph_csr(n1, types, *cat_edges(base, link, attrs.edges), (S, N, R, A))
+        start = None if initial is None else warm_start_labels(initial, n1)
         t0 = time.perf_counter()
         membership = np.asarray(leiden(snra, resolution=config.communities.resolution,
                                        objective=config.communities.objective, seed=config.seed,
                                        n_iterations=config.communities.iterations,
-                                       engine=config.communities.engine))
+                                       engine=config.communities.engine, initial_membership=start))
         out.leiden_s = time.perf_counter() - t0
+        out.membership, out.warm = membership, start is not None
         out.count = int(membership.max()) + 1 if membership.size else 0
         sn = subgraph_csr(n1, types, *cat_edges(base, link), (S, N))  # after Leiden: not held at its peak
         counter = {"n": 0}
@@ -77,6 +82,22 @@ def communities_stage(table: NodeTable, base: EdgeList, link: EdgeList, attrs: A
             vec[np.asarray(out.h_ids, dtype=np.int64)] = hv
         vec.drop_resident()  # the member vectors read for the H nodes
     out.retired = retire_unproduced(table, set(attrs.ids) | set(out.h_ids) | set(out.o_ids))
+    return out
+
+
+def warm_start_labels(stored: np.ndarray, n: int) -> np.ndarray:
+    """Leiden's starting labels for ``n`` nodes from the labels ``stored`` for the first of them (node ids
+    kept since): each later node, and each node stored without a community, starts alone (-1)."""
+    out = np.full(n, -1, np.int64)
+    k = min(n, int(stored.shape[0]))
+    out[:k] = stored[:k]
+    return out
+
+
+def stored_labels(membership: np.ndarray, n: int) -> np.ndarray:
+    """The labels a generation stores for its ``n`` nodes (int32, -1 for the nodes added after Leiden)."""
+    out = np.full(n, -1, np.int32)
+    out[: membership.shape[0]] = membership
     return out
 
 

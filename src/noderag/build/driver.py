@@ -33,9 +33,9 @@ from typing import Sequence
 
 import numpy as np
 
-from ..store.layout import DELTAS, LLM_CACHE, VECTORS
+from ..store.layout import COMMUNITIES, DELTAS, LLM_CACHE, VECTORS
 from ..errors import BuildError
-from ..graph.storage import atomic_write_json
+from ..graph.storage import atomic_save_npy, atomic_write_json, load_npy
 from ..graph.types import NodeType
 from ..store.decompositions import DECOMPOSITIONS, write_decompositions
 from ..store.generations import collect_garbage, commit_generation
@@ -48,7 +48,7 @@ from .assemble import Assembly, assemble_stage, cat_edges, mention_counts
 from .attributes import Attributes, attributes_stage
 from .backends import close_llm, open_llm
 from .chunk import chunk_stage
-from .communities import Communities, communities_stage
+from .communities import Communities, communities_stage, stored_labels
 from .decompose.base import DecomposeFailure
 from .delta import delta_counts, link_scope, write_delta_segment
 from .decompose.stage import decompose_stage
@@ -311,10 +311,23 @@ def _attributes(run: BuildRun, link, vec, emb, backend) -> Attributes:
 def _communities(run: BuildRun, link, attrs: Attributes, vec, emb, backend) -> Communities:
     with run.journal.stage("communities") as info, run.bars.spinner("communities"):
         comm = communities_stage(run.table, run.base, link, attrs, vec, emb, backend, run.config, run.stages,
-                                 run.bars)
+                                 run.bars, initial=_stored_communities(run))
         info.update(communities=comm.count, high_level=len(comm.h_ids), failures=len(comm.failures),
-                    leiden_s=round(comm.leiden_s, 2))
+                    leiden_s=round(comm.leiden_s, 2), **({"warm_start": True} if comm.warm else {}))
     return comm
+
+
+def _stored_communities(run: BuildRun) -> np.ndarray | None:
+    """The base's stored Leiden labels when this run recomputes the index keeping every node id (a merging
+    compaction, an insert without segments) and ``communities.warm_start`` is on; else None (a cold start)."""
+    if (run.previous is None or run.drop or run.compact == "full" or not run.config.communities.warm_start
+            or not (run.previous.path / COMMUNITIES).is_file()):
+        return None
+    labels = load_npy(run.previous.path / COMMUNITIES, mmap=False, dtype=np.int32, ndim=1)
+    if labels.shape[0] > len(run.table):
+        raise BuildError(f"{run.previous.path / COMMUNITIES}: labels for {labels.shape[0]} nodes, the index "
+                         f"has {len(run.table)}")
+    return labels
 
 
 def _tables(run: BuildRun, link, attrs: Attributes, comm: Communities):
@@ -325,6 +338,8 @@ def _tables(run: BuildRun, link, attrs: Attributes, comm: Communities):
         with run.bars.spinner("tables"):
             tables_stage(run.final, run.table, mention_counts(len(run.table), run.table.types_array(), *edges),
                          run.docs_rows)
+        if comm.membership is not None:  # the next merging compaction starts Leiden from these
+            atomic_save_npy(run.final / COMMUNITIES, stored_labels(comm.membership, len(run.table)))
     return edges
 
 

@@ -180,6 +180,11 @@ class CommunityConfig:
     engine : {"igraph", "leidenalg"}, default="igraph"
         igraph's built-in Leiden (17x faster than leidenalg on a 400k-node graph at equal
         modularity) or leidenalg's optimiser.
+    warm_start : bool, default=True
+        A merging compaction (or an insert that recomputes the index keeping node ids) starts Leiden
+        from the communities the base stored (``communities.npy``; nodes added since in communities of
+        their own) instead of from singletons, so more communities, H/O nodes and (LLM builds) cached
+        summaries stay as they were. A full compaction and a fresh build always start cold.
     """
 
     enabled: bool = True
@@ -192,9 +197,11 @@ class CommunityConfig:
     max_members: int = 24
     iterations: int = 2
     engine: str = "igraph"
+    warm_start: bool = True
 
     def validate(self) -> None:
         _check(isinstance(self.enabled, bool), "communities.enabled", self.enabled, "a bool")
+        _check(isinstance(self.warm_start, bool), "communities.warm_start", self.warm_start, "a bool")
         _check(self.engine in ("igraph", "leidenalg"), "communities.engine", self.engine,
                "'igraph' or 'leidenalg'")
         _check(_is_int(self.iterations) and (self.iterations >= 1 or self.iterations == -1),

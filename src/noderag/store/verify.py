@@ -28,7 +28,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .layout import (CURRENT, DELTAS, DOCUMENTS, LINKED, LLM_CACHE, LOCK_FILE, MANIFEST, NODES, NODE_KEY_ORDER, NODE_KEYS,
+from .layout import (COMMUNITIES, CURRENT, DELTAS, DOCUMENTS, LINKED, LLM_CACHE, LOCK_FILE, MANIFEST, NODES, NODE_KEY_ORDER, NODE_KEYS,
                      NODE_KEYS_SORTED, NODE_TYPES, READERS, VECTORS)
 from .errors import IndexDamagedError
 
@@ -348,7 +348,7 @@ def _check_header_facts(root: Path, manifest: dict[str, Any], facts: dict[str, A
     n = meta.get("n")
     if isinstance(n, bool) or not isinstance(n, int) or n < 0:
         raise IndexDamagedError(root, "graph/meta.json", "damaged field", f"n = {n!r}")
-    for rel in (NODE_TYPES, NODE_KEYS, NODE_KEY_ORDER, NODE_KEYS_SORTED):
+    for rel in (NODE_TYPES, NODE_KEYS, NODE_KEY_ORDER, NODE_KEYS_SORTED, COMMUNITIES):
         if rel in facts and facts[rel][1] != (n,):
             raise IndexDamagedError(root, rel, "wrong shape", f"{facts[rel][1]}, the graph has {n} nodes")
     for layer, sub in (("structural", "graph"), ("semantic", "semantic")):
@@ -436,6 +436,7 @@ def _check_structure(root: Path, manifest: dict[str, Any], facts: dict[str, Any]
     except ValueError as exc:
         raise IndexDamagedError(root, "graph/", "invalid graph", str(exc)[:300]) from None
     _check_key_order(root, n)
+    _check_communities(root, n)
     _check_tables(root, n, types)
     _check_vectors(root, n, types)
 
@@ -457,6 +458,17 @@ def _check_key_order(root: Path, n: int) -> None:
         raise IndexDamagedError(root, NODE_KEYS_SORTED, "keys differ from node_keys.npy in the stored order")
     if n > 1 and not bool(np.all(got[1:] > got[:-1])):
         raise IndexDamagedError(root, NODE_KEY_ORDER, "not a sorted order of the keys")
+
+
+def _check_communities(root: Path, n: int) -> None:
+    """The stored Leiden labels, if any: int32, one per node, -1 or a label."""
+    if not (root / COMMUNITIES).is_file():
+        return
+    labels = _array(root, COMMUNITIES)
+    if labels.dtype != np.int32 or labels.shape != (n,):
+        raise IndexDamagedError(root, COMMUNITIES, "wrong shape", f"{labels.dtype} {labels.shape}, the graph has {n} nodes")
+    if n and int(labels.min()) < -1:
+        raise IndexDamagedError(root, COMMUNITIES, "value out of range", f"label {int(labels.min())}")
 
 
 def _check_graph_arrays(root: Path, meta: dict[str, Any]) -> np.ndarray:
