@@ -4,7 +4,8 @@
 
 namespace py = pybind11;
 
-void register_ppr(py::module_& m);  // ppr_bindings.cpp
+void register_ppr(py::module_& m);   // ppr_bindings.cpp
+void register_walk(py::module_& m);  // walk.cpp
 
 #define STRINGIFY(x) #x
 #define MACRO_STRINGIFY(x) STRINGIFY(x)
@@ -17,4 +18,5 @@ PYBIND11_MODULE(_core, m) {
     m.attr("__version__") = "dev";
 #endif
     register_ppr(m);
+    register_walk(m);
 }

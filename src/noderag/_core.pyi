@@ -50,3 +50,15 @@ class PPRKernel:
         out_error: npt.NDArray[np.float64],
         out_support: npt.NDArray[np.int64],
     ) -> None: ...
+
+def typed_neighbours(
+    indptr: npt.NDArray[np.int64],
+    indices: npt.NDArray[np.int32],
+    types: npt.NDArray[np.uint8],
+    active: npt.NDArray[np.bool_],
+    nodes: npt.NDArray[np.int64],
+    node_type: int,
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """Active neighbours of type ``node_type`` of each of ``nodes``: (position in ``nodes`` of each
+    neighbour's owner, neighbour id), grouped by owner in adjacency order. Nothing is validated."""
+    ...

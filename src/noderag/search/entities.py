@@ -138,13 +138,21 @@ class _NameMatching:
         spans: list[tuple[int, int, list[int]]] = []
         n_max = min(self.max_tokens, len(toks), MAX_PHRASE_WORDS)
         possible = self._may_occur(toks)
+        caps = [w[:1].isupper() or w[:1].isdigit() or is_han_token(w) for w in surface]
+        # prefix counts, so that each span's tests below cost O(1): impossible words, capitalised
+        # words, capitalised words outside STOP
+        no_c, cap_c, name_c = [0], [0], [0]
+        for ok, c, t in zip(possible, caps, toks):
+            no_c.append(no_c[-1] + (not ok))
+            cap_c.append(cap_c[-1] + c)
+            name_c.append(name_c[-1] + (c and t not in STOP))
         todo: list[tuple[int, int]] = []
         for n in range(n_max, 0, -1):
             for s in range(len(toks) - n + 1):
-                if not all(possible[s:s + n]):
+                e = s + n
+                if no_c[e] != no_c[s]:
                     continue
-                caps = [w[:1].isupper() or w[:1].isdigit() or is_han_token(w) for w in surface[s:s + n]]
-                if not any(c and t not in STOP for c, t in zip(caps, toks[s:s + n])) and not (n > 1 and all(caps)):
+                if name_c[e] == name_c[s] and not (n > 1 and cap_c[e] - cap_c[s] == n):
                     continue  # the decomposer's rule: a lone stop word is no name, "March March" is
                 todo.append((s, n))
         found = self._phrase_js_many([" ".join(toks[s:s + n]) for s, n in todo])

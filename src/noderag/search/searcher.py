@@ -25,6 +25,7 @@ import numpy as np
 from ..embed.base import embed_queries
 from ..errors import NodeRAGError
 from ..graph.types import N_TYPES, NodeType
+from ..graph.walk import TypedNeighbours
 from .config import SearchConfig
 from .context import assemble_context
 from .entities import extract_query_entities
@@ -134,6 +135,7 @@ class Searcher:
         self._chunk = tables.chunk
         self._doc = tables.doc
         self._active = tables.active
+        self._walk = TypedNeighbours(self._s_indptr, self._s_indices, self.types, self._active)
         self.matcher = tables.names
         self.lexical = self._lexical_index(tables)
         self._reranker = None
@@ -394,18 +396,8 @@ class Searcher:
 
     def _typed_neighbours(self, nodes: np.ndarray, node_type: int) -> tuple[np.ndarray, np.ndarray]:
         """Active structural neighbours of type ``node_type`` of many nodes at once: (position in ``nodes``
-        of each neighbour's owner, neighbour ids), grouped by owner in adjacency order (one numpy gather)."""
-        nodes = np.asarray(nodes, dtype=np.int64)
-        starts = self._s_indptr[nodes].astype(np.int64)
-        lens = self._s_indptr[nodes + 1].astype(np.int64) - starts
-        total = int(lens.sum())
-        if total == 0:
-            return np.zeros(0, np.int64), np.zeros(0, np.int64)
-        owner = np.repeat(np.arange(nodes.size), lens)
-        offsets = np.cumsum(lens) - lens
-        nb = self._s_indices[starts[owner] + (np.arange(total) - offsets[owner])].astype(np.int64)
-        keep = (self.types[nb] == node_type) & self._active[nb]
-        return owner[keep], nb[keep]
+        of each neighbour's owner, neighbour ids), grouped by owner in adjacency order (the native gather)."""
+        return self._walk(nodes, node_type)
 
     def _is_name(self, ents: np.ndarray) -> np.ndarray:
         """Which entity nodes have a name with a letter (a year or a number is no entity a passage is about);
@@ -420,8 +412,7 @@ class Searcher:
         return np.fromiter((cache[e] for e in ents.tolist()), dtype=bool, count=ents.size)
 
     def _neighbours_of_type(self, node: int, node_type: int) -> np.ndarray:
-        nb = self._s_indices[self._s_indptr[node]:self._s_indptr[node + 1]]
-        return nb[(self.types[nb] == node_type) & self._active[nb]] if nb.size else nb
+        return self._walk(np.asarray([node], dtype=np.int64), node_type)[1]
 
     def _select(self, prep: _Prepared, ppr: tuple[np.ndarray, np.ndarray] | None) -> list[tuple[int, float, str]]:
         """Typed selection: (node id, score, origin) in priority order, no duplicates."""
