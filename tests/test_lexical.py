@@ -111,3 +111,26 @@ def test_scratch_accumulator_falls_back_for_a_posting_outside_the_bound_passages
     assert got[0].tolist() == [2, 5, 9]
     idx.bind_passages(np.array([2, 5, 9]))
     assert idx.scores("red apple")[0].tolist() == [2, 5, 9]
+
+
+def test_kept_posting_lists_score_as_fresh_ones(monkeypatch):
+    """Long posting lists keep their passage ordinals between queries (and are dropped past the budget):
+    the scores stay those of a fresh look-up."""
+    import noderag.search.lexical as lexical
+
+    rng = np.random.default_rng(0)
+    words = [f"w{i}" for i in range(30)]
+    texts = [" ".join(rng.choice(words, 12)) for _ in range(200)]
+    ids = np.arange(200, dtype=np.int64) * 2 + 1
+    plain = LexicalIndex(lexical_arrays(ids, texts))
+    kept = LexicalIndex(lexical_arrays(ids, texts))
+    kept.bind_passages(ids)
+    monkeypatch.setattr(lexical, "TERM_CACHE_FROM", 1)
+    monkeypatch.setattr(lexical, "TERM_CACHE_POSTINGS", 300)  # a few lists: the budget is passed and reset
+    for _ in range(3):
+        for q in ("w1 w2 w3", "w2 w5", "w7 w1 w29", "w0"):
+            a, b = plain.scores(q), kept.scores(q)
+            assert a[0].tolist() == b[0].tolist() and a[1].tolist() == b[1].tolist()
+    assert 0 < kept._term_cached <= 300
+    kept.bind_passages(ids[:-1])  # other ordinals: nothing kept survives
+    assert kept._term_cached == 0

@@ -120,6 +120,12 @@ def lexical_arrays(node_ids: np.ndarray, texts: Iterable[str], *, k1: float = 1.
             "lex_post_weight": np.ascontiguousarray(impact[order])}
 
 
+#: Posting lists at least this long keep their passage ordinals after a query (:meth:`LexicalIndex._term_ordinals`).
+TERM_CACHE_FROM = 1024
+#: At most this many postings are kept so (12 bytes each); past it the kept lists are dropped and kept anew.
+TERM_CACHE_POSTINGS = 1 << 21
+
+
 class LexicalIndex:
     """BM25 search over the postings of :func:`lexical_arrays` (memory-mapped or in memory).
 
@@ -140,6 +146,8 @@ class LexicalIndex:
         self._passages: np.ndarray | None = None  # sorted ids of every passage a posting may name
         self._ordinal = np.zeros(0, np.int32)  # node id -> its rank in _passages (-1: none)
         self._scratch = threading.local()  # per thread: score accumulator and stamps over passage ordinals
+        self._term_cache: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}  # (start, end) -> ordinals, impacts
+        self._term_cached = 0  # postings held by _term_cache
 
     def bind_passages(self, ids: np.ndarray) -> None:
         """Give the node ids that postings name (every T node): queries then sum impacts per passage
@@ -153,6 +161,7 @@ class LexicalIndex:
         ordinal[ids] = np.arange(ids.size, dtype=np.int32)
         self._passages, self._ordinal = ids, ordinal
         self._scratch = threading.local()
+        self._term_cache, self._term_cached = {}, 0
 
     @classmethod
     def from_texts(cls, node_ids: np.ndarray, texts: Iterable[str], **kw) -> "LexicalIndex":
@@ -190,34 +199,51 @@ class LexicalIndex:
             return np.zeros(0, np.int64), np.zeros(0)
         starts = self._ptr[pos]
         ends = np.minimum(self._ptr[pos + 1], starts + self.max_postings)
+        if self._passages is not None:
+            parts = [self._term_ordinals(s, e) for s, e in zip(starts.tolist(), ends.tolist())]
+            if all(part is not None for part in parts):
+                return self._accumulate(np.concatenate([o for o, _ in parts]), np.concatenate([w for _, w in parts]))
         nodes = np.concatenate([self._node[s:e] for s, e in zip(starts.tolist(), ends.tolist())])
         weights = np.concatenate([self._weight[s:e] for s, e in zip(starts.tolist(), ends.tolist())])
-        if self._passages is not None:
-            out = self._accumulate(nodes, weights)
-            if out is not None:
-                return out
         uniq, inv = np.unique(nodes, return_inverse=True)
         return uniq.astype(np.int64), np.bincount(inv, weights=weights.astype(np.float64), minlength=uniq.shape[0])
 
-    def _accumulate(self, nodes: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
-        """Impacts summed per passage in the thread's scratch arrays; only touched entries are read and reset.
-
-        The same sums as ``np.unique`` + ``bincount`` (float64, postings added in the same order), ids
-        ascending. None when a posting names a node outside the bound passages (the caller falls back).
-        """
+    def _term_ordinals(self, start: int, end: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """The passage ordinals and float64 impacts of the postings ``start:end``; None when a posting
+        names a node outside the bound passages (the caller falls back). Long lists (the common words most
+        queries share) are kept, up to :data:`TERM_CACHE_POSTINGS` postings in all: their gather from the
+        node-id map is most of a query's BM25 cost."""
+        got = self._term_cache.get((start, end))
+        if got is not None:
+            return got
+        nodes = self._node[start:end]
         ordinal = self._ordinal
         if nodes.size and int(nodes.max()) >= ordinal.shape[0]:
             return None
         ords = ordinal[nodes]
         if ords.size and int(ords.min()) < 0:
             return None
+        out = ords, self._weight[start:end].astype(np.float64)
+        if ords.size >= TERM_CACHE_FROM:
+            for a in out:
+                a.flags.writeable = False
+            if self._term_cached + ords.size > TERM_CACHE_POSTINGS:
+                self._term_cache, self._term_cached = {}, 0
+            self._term_cache[(start, end)] = out
+            self._term_cached += ords.size
+        return out
+
+    def _accumulate(self, ords: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Impacts summed per passage ordinal in the thread's scratch arrays; only touched entries are read
+        and reset. The same sums as ``np.unique`` + ``bincount`` (float64, postings added in the same
+        order), ids ascending."""
         sc = self._scratch
         n_pass = self._passages.shape[0]
         if getattr(sc, "acc", None) is None or sc.acc.shape[0] != n_pass:
             sc.acc = np.zeros(n_pass)
             sc.touched = np.zeros(n_pass, bool)
         acc, mark = sc.acc, sc.touched
-        np.add.at(acc, ords, weights.astype(np.float64))
+        np.add.at(acc, ords, weights)
         mark[ords] = True
         touched = np.flatnonzero(mark)
         scores = acc[touched]  # a copy (fancy indexing)

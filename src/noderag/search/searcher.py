@@ -137,6 +137,7 @@ class Searcher:
         self._active = tables.active
         self._walk = TypedNeighbours(self._s_indptr, self._s_indices, self.types, self._active)
         self.matcher = tables.names
+        self._lexical_all_live = True
         self.lexical = self._lexical_index(tables)
         self._reranker = None
         self._reranker_lock = threading.Lock()
@@ -175,11 +176,15 @@ class Searcher:
             return None
         mapped = getattr(tables, "lexical", None)
         if mapped is not None:
-            mapped.bind_passages(np.flatnonzero(self.types == _T))  # O(n) numpy, once per open
+            t_ids = np.flatnonzero(self.types == _T)  # O(n) numpy, once per open
+            mapped.bind_passages(t_ids)
+            # a passage of a deleted document may still have postings; when none is, no hit needs the check
+            self._lexical_all_live = bool(np.asarray(self._active, dtype=bool)[t_ids].all())
             return mapped
         t_ids = np.flatnonzero((self.types == _T) & np.asarray(self._active, dtype=bool))
         lex = LexicalIndex.from_texts(t_ids, passage_texts(self.store, tables, t_ids))
         lex.bind_passages(t_ids)
+        self._lexical_all_live = True
         return lex
 
     @property
@@ -313,8 +318,9 @@ class Searcher:
             empty = np.zeros(0, np.int64)
             return empty, np.zeros(0), empty, np.zeros(0)
         ids, scores = self.lexical.scores(query)
-        live = self._active[ids] if ids.size else np.zeros(0, bool)
-        ids, scores = ids[live], scores[live]
+        if not self._lexical_all_live:
+            live = self._active[ids]
+            ids, scores = ids[live], scores[live]
         top, top_s = top_scored(ids, scores, self.config.lexical_top_k)
         return ids, scores, top, top_s
 
