@@ -211,6 +211,23 @@ def test_get_returns_stored_vectors(tmp_path):
     np.testing.assert_array_equal(VectorIndex.load(tmp_path / "v.usearch").get([149, 100]), got)
 
 
+@pytest.mark.parametrize("dtype", ["f16", "i8", "f32"])
+def test_direct_row_fetch_equals_usearchs_public_get(dtype):
+    """get reads rows through usearch's compiled get_many: the same float32 values as its public get."""
+    from noderag.graph.vectors import _rows
+
+    x = _clustered(seed=8, n=60, d=12)
+    index = VectorIndex(12, dtype=dtype)
+    index.add(np.arange(60) * 3, x)
+    raw = index._shards[0] if hasattr(index, "_shards") else index._index
+    keys = np.array([177, 0, 33, 90], np.uint64)
+    want = np.stack(raw.get(keys, dtype=np.float32))
+    got = _rows(raw, keys, 12)
+    assert got.dtype == np.float32 and got.shape == (4, 12)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(index.get(keys.astype(np.int64)), want)
+
+
 def test_i8_cosine_accepts_any_norm():
     x = _clustered(seed=7, n=400, d=16) * 5.0  # far from unit norm: usearch normalises before int8
     index = VectorIndex(16, dtype="i8")

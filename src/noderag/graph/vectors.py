@@ -347,8 +347,7 @@ class VectorIndex:
             # object per key, the common case of a sharded index
             hit = np.asarray(x.contains(keys[todo]), dtype=bool).reshape(-1)
             if hit.any():
-                rows = x.get(keys[todo[hit]], dtype=np.float32)
-                out[todo[hit]] = np.asarray(rows, dtype=np.float32).reshape(-1, self.ndim)
+                out[todo[hit]] = _rows(x, keys[todo[hit]], self.ndim)
             todo = todo[~hit]
         if todo.size:
             raise ValueError(f"ids not in the index: {ids[todo][:5].tolist()}")
@@ -500,6 +499,26 @@ def shard_path(path, j: int) -> Path:
     """File of shard ``j`` of the index saved at ``path``: ``path`` itself for 0, ``stem.j.suffix`` after."""
     path = Path(path)
     return path if j == 0 else path.with_name(f"{path.stem}.{j}{path.suffix}")
+
+
+def _rows(index, keys: np.ndarray, ndim: int) -> np.ndarray:
+    """The float32 vectors of ``keys`` (all present) in one usearch index, shape (len(keys), ndim).
+
+    usearch's ``Index.get`` wraps each row of its compiled ``get_many`` in a Python-level cast; a query
+    fetches a few hundred rows, so the compiled call is used directly where the index has one (the rows
+    come back float32 for the F32 scalar kind), and the public ``get`` otherwise.
+    """
+    from usearch.index import ScalarKind
+
+    compiled = getattr(index, "_compiled", None)
+    if compiled is not None and hasattr(compiled, "get_many"):
+        try:
+            flat = np.concatenate(compiled.get_many(np.ascontiguousarray(keys, dtype=np.uint64), ScalarKind.F32))
+        except (TypeError, ValueError):  # a missing key answers None
+            flat = None
+        if flat is not None and flat.dtype == np.float32 and flat.size == keys.shape[0] * ndim:
+            return flat.reshape(-1, ndim)
+    return np.asarray(index.get(keys, dtype=np.float32), dtype=np.float32).reshape(-1, ndim)
 
 
 def _search_threads(shards: int) -> int:

@@ -362,6 +362,16 @@ class QueryIndex:
             return self._text("label", p)
         return None
 
+    def labels(self, nodes) -> list[str | None]:
+        """:meth:`label` of many nodes: one binary search for all of them."""
+        nodes = np.asarray(nodes, dtype=np.int64)
+        ids = self._a["label_node"]
+        if not nodes.size or not ids.shape[0]:
+            return [None] * int(nodes.size)
+        pos = np.minimum(np.searchsorted(ids, nodes), ids.shape[0] - 1)
+        hit = (np.asarray(ids[pos]) == nodes).tolist()
+        return [self._text("label", p) if h else None for p, h in zip(pos.tolist(), hit)]
+
     def doc_label(self, doc: int) -> str:
         """Label of a document (``doc:ID`` when it has none)."""
         ids = self._a["doclabel_id"]

@@ -558,8 +558,7 @@ class Searcher:
         scores_out: list[float] = []
         chunks_out: list[int] = []
         seen: set[str] = set()
-        for c, s in ranked:
-            lab = self.tables.label(c) if 0 <= c < self.n else None
+        for (c, s), lab in zip(ranked, self.tables.labels([c for c, _ in ranked])):
             if lab is None or lab in seen:
                 continue
             seen.add(lab)

@@ -177,6 +177,9 @@ class SegmentedTables:
             return None
         return self.parts[bisect_right(self._first, node) - 1].label(node)
 
+    def labels(self, nodes) -> list[str | None]:
+        return [self.label(int(c)) for c in nodes]
+
     def doc_label(self, doc: int) -> str:
         for p in self.parts:
             ids = p._a["doclabel_id"]

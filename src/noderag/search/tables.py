@@ -59,5 +59,8 @@ class InMemoryTables:
     def label(self, node: int) -> str | None:
         return self._labels.get(node)
 
+    def labels(self, nodes) -> list[str | None]:
+        return [self._labels.get(int(c)) for c in nodes]
+
     def doc_label(self, doc: int) -> str:
         return self._doc_labels.get(doc, f"doc:{doc}")
