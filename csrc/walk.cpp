@@ -1,11 +1,12 @@
 // Typed neighbour gathers of the query-time graph walks: noderag._core.typed_neighbours.
 // Arrays arrive C-contiguous with the exact dtypes (no implicit casts, so a memory-mapped CSR is
-// never copied); the Python wrapper (noderag.graph.walk) validates them and the node ids.
+// never copied); the Python wrapper (noderag.graph.walk) validates them once, this call the node ids.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace py = pybind11;
@@ -33,6 +34,10 @@ py::tuple typed_neighbours(carray<int64_t> indptr, carray<int32_t> indices, carr
     const int64_t* nd = nodes.data();
     const int64_t m = nodes.shape(0);
     const uint8_t want = static_cast<uint8_t>(node_type);
+    const int64_t n = types.shape(0);
+    for (int64_t i = 0; i < m; ++i)  // the one check only this call can make cheaply
+        if (nd[i] < 0 || nd[i] >= n)
+            throw py::index_error("node ids must lie in [0, " + std::to_string(n) + "), got " + std::to_string(nd[i]));
     std::vector<int64_t> owner, nb;
     {
         py::gil_scoped_release release;

@@ -60,5 +60,6 @@ def typed_neighbours(
     node_type: int,
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
     """Active neighbours of type ``node_type`` of each of ``nodes``: (position in ``nodes`` of each
-    neighbour's owner, neighbour id), grouped by owner in adjacency order. Nothing is validated."""
+    neighbour's owner, neighbour id), grouped by owner in adjacency order. Raises IndexError for a node id
+    outside [0, n); the arrays are not checked."""
     ...

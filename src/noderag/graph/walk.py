@@ -3,7 +3,7 @@
 A query's bridging round asks, many times over, for the neighbours of a few nodes that have one
 node type and are active (units of a passage, entities of those units, units of those entities).
 Each ask is a handful of numpy calls in Python; :func:`noderag._core.typed_neighbours` does it in
-one pass. The arrays are checked once here, the node ids of every call.
+one pass. The arrays are checked once here; the kernel checks the node ids of every call.
 """
 
 from __future__ import annotations
@@ -44,8 +44,7 @@ class TypedNeighbours:
         """(position in ``nodes`` of each neighbour's owner, neighbour ids), both int64, grouped by owner in
         adjacency order."""
         nodes = np.ascontiguousarray(nodes, dtype=np.int64).reshape(-1)
-        if nodes.size and (int(nodes.min()) < 0 or int(nodes.max()) >= self.n):
-            raise IndexError(f"node ids must lie in [0, {self.n}), got {int(nodes.min())}..{int(nodes.max())}")
+        # the kernel raises IndexError for a node id outside [0, n)
         return typed_neighbours(self.indptr, self.indices, self.types, self.active, nodes, int(node_type))
 
 

@@ -840,19 +840,13 @@ class Searcher:
         picked = self._select(prep, ppr)
         ids = [p[0] for p in picked]
         texts = self.tables.texts(ids)  # only the returned nodes' texts are read
-        nodes = []
-        for (nid, sc, origin), text in zip(picked, texts):
-            t = NodeType(int(self.types[nid]))
-            nodes.append(RetrievedNode(nid, t, float(sc), text, origin))
+        types = self.types[np.asarray(ids, dtype=np.int64)].tolist() if ids else []
+        nodes = [RetrievedNode(nid, _NODE_TYPES[t], float(sc), text, origin)
+                 for (nid, sc, origin), text, t in zip(picked, texts, types)]
         passages, pscores, pnodes = self._rank_passages(prep, ppr)
-        docs: list[str] = []
-        seen_docs: set[int] = set()
-        for n in nodes:
-            if n.type in (NodeType.T, NodeType.S):
-                d = int(self._doc[n.id])
-                if d >= 0 and d not in seen_docs:
-                    seen_docs.add(d)
-                    docs.append(self.tables.doc_label(d))
+        sources = [nid for nid, t in zip(ids, types) if t == _T or t == _S]
+        docs_of = self._doc[np.asarray(sources, dtype=np.int64)].tolist() if sources else []
+        docs = [self.tables.doc_label(d) for d in dict.fromkeys(d for d in docs_of if d >= 0)]  # first-seen order
         priority = sorted(range(len(nodes)), key=lambda i: (_PRIORITY[nodes[i].origin], i))
         context, n_tok, ctx_ids = assemble_context([nodes[i] for i in priority], self.config.context_tokens,
                                                    self._count_tokens, self._line_tokens)
@@ -908,6 +902,7 @@ def passage_texts(store: Any, tables: Any, t_ids: np.ndarray, titles: dict[int, 
 
 
 _PRIORITY = {"entry": 0, "ppr": 1, "name": 1, "attribute": 2, "high_level": 3}
+_NODE_TYPES = tuple(NodeType(t) for t in range(N_TYPES))  # type code -> NodeType, without an enum call per node
 
 
 def default_entity_extractor() -> Callable[[str], list[str]]:

@@ -52,15 +52,18 @@ class TitleLinks:
 
     def __init__(self, titles: dict[int, str], t_ids: np.ndarray, t_docs: np.ndarray) -> None:
         self._heads: dict[str, list[int]] = {}
-        self._first: set[str] = set()  # first tokens of the heads: a position starting no head is skipped
+        lengths: dict[str, set[int]] = {}
         self.max_tokens = 0
         for d in sorted(titles):
             toks = match_tokens(title_head(titles[d]))
             if not toks or len(toks) > MAX_HEAD_TOKENS or (len(toks) == 1 and toks[0].casefold() in STOP):
                 continue
             self._heads.setdefault(_key(toks), []).append(int(d))
-            self._first.add(toks[0].casefold())
+            lengths.setdefault(toks[0].casefold(), set()).add(len(toks))
             self.max_tokens = max(self.max_tokens, len(toks))
+        # first token of a head -> the token counts of the heads it starts, longest first: a position
+        # starting no head is skipped, and only the lengths some head has are looked up
+        self._first: dict[str, tuple[int, ...]] = {w: tuple(sorted(ns, reverse=True)) for w, ns in lengths.items()}
         order = np.lexsort((t_ids, t_docs))
         self._docs = np.asarray(t_docs, np.int64)[order]
         self._ids = np.asarray(t_ids, np.int64)[order]
@@ -82,11 +85,14 @@ class TitleLinks:
         s, n_tok = 0, len(surface)
         while s < n_tok:
             w = surface[s]
-            if folded[s] not in self._first or not (w[:1].isupper() or w[:1].isdigit() or is_han_token(w)):
+            lengths = self._first.get(folded[s])
+            if lengths is None or not (w[:1].isupper() or w[:1].isdigit() or is_han_token(w)):
                 s += 1
                 continue
             hit = 0
-            for n in range(min(self.max_tokens, n_tok - s), 0, -1):
+            for n in lengths:
+                if n > n_tok - s:
+                    continue
                 docs = self._heads.get(" ".join(folded[s:s + n]))
                 if docs:
                     out.extend(d for d in docs if d not in out)
