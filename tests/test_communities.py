@@ -170,6 +170,7 @@ def test_warm_start_keeps_a_converged_partition_and_places_new_nodes(engine):
     best = leiden(csr, seed=1, engine=engine, n_iterations=-1)
     again = leiden(csr, seed=9, engine=engine, n_iterations=1, initial_membership=best)
     assert _same_partition(again, best)  # nothing to improve: no node moves
+    np.testing.assert_array_equal(again, leiden(csr, seed=9, engine=engine, n_iterations=1, initial_membership=best))
     start = best.astype(np.int64)
     start[::10] = -1  # nodes "added since": each starts alone and joins its group
     assert _same_partition(leiden(csr, seed=9, engine=engine, n_iterations=-1, initial_membership=start), truth)

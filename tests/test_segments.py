@@ -467,19 +467,25 @@ def test_a_merging_compaction_starts_leiden_from_the_stored_communities(base, pa
     assert labels.dtype == np.int32 and labels.shape == types.shape
     assert np.all(labels[np.isin(types, (int(NodeType.H), int(NodeType.O)))] == -1)  # made after Leiden
     assert np.all(labels[types == S] >= 0)
-    runs = []
-    for k in range(2):  # the same warm start twice: the same bytes
-        idx = _copy(base, tmp_path / f"idx{k}")
-        build_index([parts[1]], idx, progress=False)
-        report = compact_index(idx, progress=False)
-        assert report.manifest["stages"]["communities"].get("warm_start") is True
-        verify_index(idx, "full")
-        runs.append((current_path(idx) / "communities.npy").read_bytes())
-    assert runs[0] == runs[1]
-    cold = tmp_path / "cold"
-    build_index([parts[0]], cold, CFG.with_overrides({"communities.warm_start": False}), progress=False)
-    build_index([parts[1]], cold, progress=False)
-    assert "warm_start" not in compact_index(cold, progress=False).manifest["stages"]["communities"]
+    idx = _copy(base, tmp_path / "idx")
+    build_index([parts[1]], idx, progress=False)
+    report = compact_index(idx, progress=False)
+    assert report.manifest["stages"]["communities"].get("warm_start") is True
+    verify_index(idx, "full")
+    after = np.load(current_path(idx) / "communities.npy")
+    assert after.shape[0] > labels.shape[0] and np.all(after[labels.shape[0]:][
+        np.load(current_path(idx) / "node_types.npy")[labels.shape[0]:] == S] >= 0)  # the inserted units joined
+    # the switch: off, or no stored labels, or a run that renumbers nodes (a delete, --full) starts cold
+    from types import SimpleNamespace
+
+    from noderag.build.driver import _stored_communities
+
+    prev = SimpleNamespace(path=current_path(base))
+    run = SimpleNamespace(previous=prev, drop=[], compact="merge", config=CFG, table=[0] * (labels.shape[0] + 5))
+    assert np.array_equal(_stored_communities(run), labels)
+    off = CFG.with_overrides({"communities.warm_start": False})
+    for change in ({"config": off}, {"drop": [3]}, {"compact": "full"}, {"previous": None}):
+        assert _stored_communities(SimpleNamespace(**{**vars(run), **change})) is None
 
 
 def test_damaged_stored_communities_are_named(base, tmp_path):
