@@ -796,7 +796,7 @@ class Searcher:
                 continue
             pair, k = np.unique(owner * (self.n + 1) + ch, return_counts=True)  # (entity, chunk) -> its units
             c2s = pair % (self.n + 1)
-            new = np.unique(c2s[_absent(c2s, np.fromiter(n_units, dtype=np.int64, count=len(n_units)))])
+            new = np.asarray(sorted({c2 for c2 in c2s.tolist() if c2 not in n_units}), dtype=np.int64)
             if new.size:
                 o2, _ = self._typed_neighbours(new, _S)
                 n_units.update(zip(new.tolist(), np.maximum(np.bincount(o2, minlength=new.size), 1).tolist()))
