@@ -145,6 +145,7 @@ ABLATIONS = {
     "no_title_bridges": {"bridge_titles": False},
     "no_fill": {"min_passages": 0},
     "passage_vector_only": {"passage_unit_similarity": False},
+    "mass_without_lexical": {"passage_mass_lexical": False},
     "no_ppr": {"use_ppr": False},
     # the default runs on the structural layer alone (semantic_weight 0, chosen by this benchmark)
     "semantic_layer_on": {"semantic_weight": 1.0},
@@ -154,7 +155,8 @@ ABLATIONS = {
 }
 #: The configuration issue 26 started from (before the lexical entry point and the bridging round).
 BEFORE = {"lexical_top_k": 0, "lexical_weight": 0.0, "passage_lexical_weight": 0.0, "bridge_mode": "shared",
-          "bridge_top": 1, "bridge_weight": 0.4, "min_passages": 0, "passage_unit_similarity": False}
+          "bridge_top": 1, "bridge_weight": 0.4, "min_passages": 0, "passage_unit_similarity": False,
+          "passage_mass_lexical": False}
 
 
 METRICS = ("recall@2", "recall@5", "recall@10", "all_gold@8", "mrr", "ndcg@10")

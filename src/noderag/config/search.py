@@ -78,6 +78,11 @@ class SearchConfig:
     passage_unit_similarity : bool, default=True
         A passage's cosine with the query is the mean of its own vector's and its best semantic unit's
         (the unit that says what the question asks outweighs the rest of a long passage); False: its own alone.
+    passage_mass_lexical : bool, default=True
+        A passage's propagated T and S mass counts in proportion to its own BM25 against the question
+        (over the question's best; graph proximity to the seeds AND the passage's own evidence), so a
+        hub passage near the seeds that shares no word with the question is not carried up by the walk
+        alone. False, or a question without any lexical hit: the mass counts whole.
     lexical_top_k : int, default=10
         Lexical entry points: the best BM25 passages of the question (``query/lex_*``; words for
         English, the segmenter's words for Chinese). 0 turns the lexical signal off.
@@ -141,6 +146,7 @@ class SearchConfig:
     passage_text_weight: float = 0.4
     passage_unit_weight: float = 0.4
     passage_unit_similarity: bool = True
+    passage_mass_lexical: bool = True
     lexical_top_k: int = 10
     lexical_weight: float = 0.5
     passage_lexical_weight: float = 0.5
@@ -199,6 +205,8 @@ class SearchConfig:
             raise ConfigError(f"search.rule must be one of {_RULES}, got {self.rule!r}")
         if not isinstance(self.passage_unit_similarity, bool):
             raise ConfigError(f"search.passage_unit_similarity must be true or false, got {self.passage_unit_similarity!r}")
+        if not isinstance(self.passage_mass_lexical, bool):
+            raise ConfigError(f"search.passage_mass_lexical must be true or false, got {self.passage_mass_lexical!r}")
         if not isinstance(self.bridge_titles, bool):
             raise ConfigError(f"search.bridge_titles must be true or false, got {self.bridge_titles!r}")
         if self.bridge_mode not in _BRIDGE_MODES:

@@ -528,6 +528,7 @@ class Searcher:
             return [], [], []
         chunks = cands
         score = cfg.passage_dense_weight * self._cosines(chunks, prep)
+        evidence = self._lexical_share(chunks, prep) if cfg.passage_mass_lexical else None
         for (ch, m), w in zip(masses, (cfg.passage_text_weight, cfg.passage_unit_weight)):
             if w <= 0 or not ch.size:
                 continue
@@ -535,7 +536,7 @@ class Searcher:
             np.add.at(acc, np.searchsorted(chunks, ch), m)
             top = acc.max()
             if top > 0:
-                score = score + w * acc / top
+                score = score + w * acc / top * (1.0 if evidence is None else evidence)
         score = score + self._lexical_term(chunks, prep)
         total = dict(zip(chunks.tolist(), score.tolist()))
         if cfg.bridge_top > 0 and cfg.bridge_weight > 0:
@@ -627,11 +628,16 @@ class Searcher:
     def _lexical_term(self, chunks: np.ndarray, prep: _Prepared) -> np.ndarray:
         """``passage_lexical_weight`` * BM25(query, chunk) / the query's best BM25, for sorted ``chunks``."""
         w = self.config.passage_lexical_weight
-        if w <= 0 or not prep.lex_ids.size or not chunks.size:
-            return np.zeros(chunks.shape[0])
+        share = self._lexical_share(chunks, prep) if w > 0 else None
+        return np.zeros(chunks.shape[0]) if share is None else w * share
+
+    def _lexical_share(self, chunks: np.ndarray, prep: _Prepared) -> np.ndarray | None:
+        """BM25(query, chunk) / the query's best BM25 for sorted ``chunks`` (0 without a shared term);
+        None when the query has no lexical hit at all (nothing to weigh the graph's mass by)."""
+        if not prep.lex_ids.size or not chunks.size or float(prep.lex_scores.max()) <= 0:
+            return None
         pos = np.minimum(np.searchsorted(prep.lex_ids, chunks), prep.lex_ids.size - 1)
-        got = np.where(prep.lex_ids[pos] == chunks, prep.lex_scores[pos], 0.0)
-        return w * got / float(prep.lex_scores.max())
+        return np.where(prep.lex_ids[pos] == chunks, prep.lex_scores[pos], 0.0) / float(prep.lex_scores.max())
 
     def _cosines(self, chunks: np.ndarray, prep: _Prepared) -> np.ndarray:
         """:meth:`_dense` of some chunks for one query, each chunk's vector read once per query (the
