@@ -202,6 +202,24 @@ def test_passage_ranking_aggregates_units_onto_chunks(store):
     assert r2.passages[0] == "p3"
 
 
+def test_propagated_mass_counts_by_the_passages_own_lexical_evidence(store):
+    """passage_mass_lexical: a passage sharing no word with the question keeps its query similarity but
+    none of the PPR mass the walk brings it; a question without any lexical hit ranks as without the rule."""
+    cfg = SearchConfig(bridge_top=0)
+    on, off = Searcher(store, cfg), Searcher(store, cfg.replace(passage_mass_lexical=False))
+
+    def scores(searcher, q):
+        r = searcher.retrieve(q)
+        return dict(zip(r.passages, r.passage_scores))
+
+    a, b = scores(on, "Hello Love"), scores(off, "Hello Love")
+    assert a["p1"] < b["p1"]  # reached through Hank Snow, but no word of the question
+    prep = on._prepare(["Hello Love"], on.embed(["Hello Love"]))[0]
+    assert on._lexical_share(np.asarray([0, 1]), prep).tolist()[0] == 0.0
+    assert a["p2"] == pytest.approx(b["p2"])  # the question's best BM25 passage keeps its mass whole
+    assert scores(on, "zzyzx qwerty") == scores(off, "zzyzx qwerty")
+
+
 def test_context_respects_budget_and_groups_by_type(store):
     full = Searcher(store).retrieve("Which singer recorded the album Hello Love?")
     assert full.context_tokens == count_tokens(full.context)
