@@ -12,7 +12,7 @@ import numpy as np
 
 from .._core import typed_neighbours
 
-__all__ = ["TypedNeighbours", "typed_neighbours_reference"]
+__all__ = ["TypedNeighbours"]
 
 
 class TypedNeighbours:
@@ -47,17 +47,3 @@ class TypedNeighbours:
         # the kernel raises IndexError for a node id outside [0, n)
         return typed_neighbours(self.indptr, self.indices, self.types, self.active, nodes, int(node_type))
 
-
-def typed_neighbours_reference(indptr, indices, types, active, nodes, node_type: int) -> tuple[np.ndarray, np.ndarray]:
-    """The same gather in numpy (one vectorised pass): what the native kernel is tested against."""
-    nodes = np.asarray(nodes, dtype=np.int64)
-    starts = np.asarray(indptr)[nodes].astype(np.int64)
-    lens = np.asarray(indptr)[nodes + 1].astype(np.int64) - starts
-    total = int(lens.sum())
-    if total == 0:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    owner = np.repeat(np.arange(nodes.size), lens)
-    offsets = np.cumsum(lens) - lens
-    nb = np.asarray(indices)[starts[owner] + (np.arange(total) - offsets[owner])].astype(np.int64)
-    keep = (np.asarray(types)[nb] == node_type) & np.asarray(active, dtype=bool)[nb]
-    return owner[keep], nb[keep]
