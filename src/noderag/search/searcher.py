@@ -183,8 +183,7 @@ class Searcher:
             return mapped
         t_ids = np.flatnonzero((self.types == _T) & np.asarray(self._active, dtype=bool))
         lex = LexicalIndex.from_texts(t_ids, passage_texts(self.store, tables, t_ids))
-        lex.bind_passages(t_ids)
-        self._lexical_all_live = True
+        lex.bind_passages(t_ids)  # only live passages: _lexical_all_live stays True
         return lex
 
     @property
@@ -528,7 +527,8 @@ class Searcher:
             return [], [], []
         chunks = cands
         score = cfg.passage_dense_weight * self._cosines(chunks, prep)
-        evidence = self._lexical_share(chunks, prep) if cfg.passage_mass_lexical else None
+        share = self._lexical_share(chunks, prep)  # read once: the mass's evidence and the BM25 term
+        evidence = share if cfg.passage_mass_lexical else None
         for (ch, m), w in zip(masses, (cfg.passage_text_weight, cfg.passage_unit_weight)):
             if w <= 0 or not ch.size:
                 continue
@@ -537,7 +537,8 @@ class Searcher:
             top = acc.max()
             if top > 0:
                 score = score + w * acc / top * (1.0 if evidence is None else evidence)
-        score = score + self._lexical_term(chunks, prep)
+        if share is not None and cfg.passage_lexical_weight > 0:
+            score = score + cfg.passage_lexical_weight * share  # _lexical_term, without a second look-up
         total = dict(zip(chunks.tolist(), score.tolist()))
         if cfg.bridge_top > 0 and cfg.bridge_weight > 0:
             order = np.lexsort((chunks, -score))[: cfg.bridge_top]
