@@ -3,9 +3,9 @@
 1. ``noderag build DEMO --llm openai:smollm2@URL`` with no options succeeds (the openai backend detects
    that llama-cpp-python rejects ``json_schema`` and switches to ``json_object`` once); every LLM stage
    ran, the token ledger is filled per stage and the manifest records it.
-2. ``noderag query --answer`` answers the 5 demo questions: an answer or a per-question error each,
-   citations only of context nodes.
-3. ``benchmarks/bench_qa.py`` on 5 questions of the MuSiQue slice in ``tests/data``: well-formed JSON + markdown,
+2. ``noderag query --answer`` answers 2 of the demo questions in one call: an answer or a per-question error
+   each, citations only of context nodes.
+3. ``benchmarks/bench_qa.py`` on 2 questions of the MuSiQue slice in ``tests/data``: well-formed JSON + markdown,
    EM/F1 computed by ``noderag.eval``; a rerun is served from the LLM cache.
 
 Requirements as in ``tests/test_llm_server.py`` (``.ci/run`` installs them). Quality is not tested: a
@@ -77,9 +77,9 @@ def test_every_llm_stage_ran_and_the_ledger_is_filled_per_stage(llm_demo):
     assert all(nodes.get(t, 0) > 0 for t in names), nodes  # every stage produced its nodes
 
 
-def test_query_answers_the_five_demo_questions(llm_demo, llama_server):
+def test_query_answers_demo_questions(llm_demo, llama_server):
     index, _, _ = llm_demo
-    qs = [q["question"] for q in demo_questions()]
+    qs = [q["question"] for q in demo_questions()][:2]  # two questions test the batch; each costs ~9 s of CI
     p = _cli("query", str(index), *qs, "--answer", "--json", "--context-tokens", "400")
     assert p.returncode in (0, 3), p.stderr[-2000:]  # 3: some question got no answer (reported)
     rows = [json.loads(line) for line in p.stdout.splitlines() if line.strip()]
@@ -94,10 +94,10 @@ def test_query_answers_the_five_demo_questions(llm_demo, llama_server):
         assert "no answer for" in p.stderr
 
 
-def test_bench_qa_smoke_on_five_questions(llama_server, tmp_path):
+def test_bench_qa_smoke_on_two_questions(llama_server, tmp_path):
     out = tmp_path / "qa.json"
     cmd = [sys.executable, str(REPO / "benchmarks" / "bench_qa.py"), "--data", str(MUSIQUE),
-           "--llm", f"openai:smollm2@{llama_server.url}", "--limit", "5", "--subset", "--distractors", "10",
+           "--llm", f"openai:smollm2@{llama_server.url}", "--limit", "2", "--subset", "--distractors", "10",
            "--context-tokens", "400", "--index", str(tmp_path / "index"), "--out", str(out)]
     t0 = time.perf_counter()
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
@@ -106,8 +106,8 @@ def test_bench_qa_smoke_on_five_questions(llama_server, tmp_path):
     res = json.loads(out.read_text())
     md = out.with_suffix(".md").read_text()
     print(f"\nbench_qa smoke: {wall:.1f}s\n{md}")
-    assert res["n_questions"] == 5 and set(res["methods"]) == {"noderag", "dense"}
-    assert len(res["records"]) == 10
+    assert res["n_questions"] == 2 and set(res["methods"]) == {"noderag", "dense"}
+    assert len(res["records"]) == 4
     for r in res["records"]:
         # the scores are the package scorer's on the recorded answer and gold
         assert r["em"] == exact_match(r["answer"], r["gold"]) and r["f1"] == round(token_f1(r["answer"], r["gold"]), 4)
@@ -116,7 +116,7 @@ def test_bench_qa_smoke_on_five_questions(llama_server, tmp_path):
         assert not r["cached"]
     for m, row in res["methods"].items():
         recs = [r for r in res["records"] if r["method"] == m]
-        assert row["questions"] == 5 and row["exact_match"] == round(sum(r["em"] for r in recs) / 5, 4)
+        assert row["questions"] == 2 and row["exact_match"] == round(sum(r["em"] for r in recs) / 2, 4)
         assert row["completion_tokens_per_s"] > 0
     assert "| noderag |" in md and "| dense |" in md
     # resumable: the rerun answers from the LLM cache, no call made
