@@ -267,6 +267,7 @@ class QueryIndex:
         self.n = int(meta["n"])
         self.first = int(meta.get("first_node", 0))  # a delta segment's first node id (0: the base)
         self._a = arrays
+        self._views: dict[str, memoryview] = {}  # blob -> its bytes, for :meth:`_strings`
         self.chunk = arrays["chunk"]
         self.doc = arrays["doc"]
         self.active = arrays["active"]
@@ -350,9 +351,24 @@ class QueryIndex:
             raise IndexDamagedError(self.folder.parent, f"{QUERY_DIR}/{key}.npy", "undecodable text",
                                     f"string {i}: {exc.reason}") from None
 
+    def _strings(self, key: str, pos) -> list[str]:
+        """Strings ``pos`` of the blob ``key``: one gather of their offsets, then slices of one buffer view."""
+        pos = np.asarray(pos, dtype=np.int64)
+        if not pos.size:
+            return []
+        off = self._a[f"{key}_off"]
+        lo, hi = off[pos].tolist(), off[pos + 1].tolist()
+        view = self._views.get(key)
+        if view is None:
+            view = self._views[key] = memoryview(np.ascontiguousarray(self._a[key])).cast("B")
+        try:
+            return [str(view[a:b], "utf-8", "surrogatepass") for a, b in zip(lo, hi)]
+        except UnicodeDecodeError:
+            return [self._text(key, int(i)) for i in pos]  # names the damaged file and string
+
     def texts(self, ids) -> list[str]:
         """Display texts of some nodes (reads only their bytes)."""
-        return [self._text("text", int(i) - self.first) for i in ids]
+        return self._strings("text", np.asarray(ids, dtype=np.int64).reshape(-1) - self.first)
 
     def label(self, node: int) -> str | None:
         """Source-passage label of a T node (None for other nodes and out-of-range ids)."""
@@ -369,8 +385,9 @@ class QueryIndex:
         if not nodes.size or not ids.shape[0]:
             return [None] * int(nodes.size)
         pos = np.minimum(np.searchsorted(ids, nodes), ids.shape[0] - 1)
-        hit = (np.asarray(ids[pos]) == nodes).tolist()
-        return [self._text("label", p) if h else None for p, h in zip(pos.tolist(), hit)]
+        hit = np.asarray(ids[pos]) == nodes
+        found = iter(self._strings("label", pos[hit]))
+        return [next(found) if h else None for h in hit.tolist()]
 
     def doc_label(self, doc: int) -> str:
         """Label of a document (``doc:ID`` when it has none)."""

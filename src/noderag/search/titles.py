@@ -80,25 +80,26 @@ class TitleLinks:
         if not self._heads or not text:
             return []
         surface = match_tokens(text)
-        folded = [w.casefold() for w in surface]
+        folded = list(map(str.casefold, surface))
+        first, heads = self._first, self._heads
         out: list[int] = []
-        s, n_tok = 0, len(surface)
-        while s < n_tok:
-            w = surface[s]
-            lengths = self._first.get(folded[s])
-            if lengths is None or not (w[:1].isupper() or w[:1].isdigit() or is_han_token(w)):
-                s += 1
+        n_tok, after = len(surface), 0  # after: the end of the last match (heads inside it are skipped)
+        if text.isascii():  # a \w+ token below "Z" starts with a digit or a capital
+            starts = [i for i, w in enumerate(surface) if "0" <= w[0] <= "Z" and folded[i] in first]
+        else:
+            starts = [i for i, w in enumerate(surface) if folded[i] in first
+                      and (w[:1].isupper() or w[:1].isdigit() or is_han_token(w))]
+        for s in starts:
+            if s < after:
                 continue
-            hit = 0
-            for n in lengths:
+            for n in first[folded[s]]:
                 if n > n_tok - s:
                     continue
-                docs = self._heads.get(" ".join(folded[s:s + n]))
+                docs = heads.get(" ".join(folded[s:s + n]))
                 if docs:
                     out.extend(d for d in docs if d not in out)
-                    hit = n
+                    after = s + n
                     break
-            s += hit or 1
         return out
 
     def passages(self, doc: int) -> np.ndarray:
