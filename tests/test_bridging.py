@@ -146,7 +146,7 @@ def test_bridge_fields_are_validated():
 
 
 def test_absent_is_the_complement_of_isin_for_small_and_large_exclusions():
-    from noderag.search.searcher import _absent
+    from noderag.search.bridging import absent as _absent
 
     rng = np.random.default_rng(3)
     a = rng.integers(0, 50, 200)

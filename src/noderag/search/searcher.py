@@ -26,6 +26,7 @@ from ..embed.base import embed_queries
 from ..errors import NodeRAGError
 from ..graph.types import N_TYPES, NodeType
 from ..graph.walk import TypedNeighbours
+from .bridging import Bridging
 from .config import SearchConfig
 from .context import assemble_context
 from .entities import extract_query_entities
@@ -37,8 +38,6 @@ __all__ = ["Searcher", "LLMNotConfiguredError"]
 
 _T, _S, _N, _R, _A, _H, _O = (int(t) for t in NodeType)
 _OTHER_TYPES = frozenset((_T, _S, _A, _H))
-#: A passage is about an entity when at least half of its semantic units name it (a majority, not a tuned weight).
-ABOUT_SHARE = 0.5
 
 
 class LLMNotConfiguredError(NodeRAGError, RuntimeError):
@@ -141,9 +140,11 @@ class Searcher:
         self.lexical = self._lexical_index(tables)
         self._reranker = None
         self._reranker_lock = threading.Lock()
-        self._titles: dict[int, str] | None = None  # doc_id -> title, read at the first rerank
-        self._name_flags: dict[int, bool] = {}  # entity id -> its name has a letter (bridging)
-        self._title_links = None  # title heads -> documents, built at the first query that bridges by title
+        self._titles: dict[int, str] | None = None  # doc_id -> title, read at the first rerank or title bridge
+        self._bridging = Bridging(self.config, n=self.n, chunk=self._chunk, doc=self._doc, active=self._active,
+                                  types=self.types, s_indptr=self._s_indptr, walk=self._walk, texts=tables.texts,
+                                  titles=self._document_titles, cosines=self._cosines,
+                                  lexical_term=self._lexical_term)
 
     def node_texts(self, ids) -> list[str]:
         """Display texts of some nodes (text, else name), reading only those nodes' bytes."""
@@ -404,18 +405,6 @@ class Searcher:
         of each neighbour's owner, neighbour ids), grouped by owner in adjacency order (the native gather)."""
         return self._walk(nodes, node_type)
 
-    def _is_name(self, ents: np.ndarray) -> np.ndarray:
-        """Which entity nodes have a name with a letter (a year or a number is no entity a passage is about);
-        names are read once per searcher (a bounded cache)."""
-        cache = self._name_flags
-        todo = [e for e in ents.tolist() if e not in cache]
-        if todo:
-            if len(cache) > 1_000_000:
-                cache.clear()
-            for e, name in zip(todo, self.tables.texts(todo)):
-                cache[e] = any(ch.isalpha() for ch in (name or ""))
-        return np.fromiter((cache[e] for e in ents.tolist()), dtype=bool, count=ents.size)
-
     def _neighbours_of_type(self, node: int, node_type: int) -> np.ndarray:
         return self._walk(np.asarray([node], dtype=np.int64), node_type)[1]
 
@@ -494,10 +483,10 @@ class Searcher:
         2. Score = ``passage_dense_weight`` * cos(query, chunk) + ``passage_text_weight`` *
            propagated T mass / max + ``passage_unit_weight`` * propagated S mass (summed per
            chunk) / max, where *propagated* excludes the mass a seed keeps for itself.
-        3. Entity bridges (:meth:`_bridge_bonus`): from the ``bridge_top`` best chunks, the chunks
+        3. Entity bridges (:meth:`~noderag.search.bridging.Bridging.bonus`): from the ``bridge_top`` best chunks, the chunks
            about an entity they name and (``about_shared``) the best chunk sharing one with each get
            ``bridge_weight`` * their bridge strength, up to just below the passages dense and lexical
-           both rank top (:meth:`_agreed_floor`).
+           both rank top (:meth:`~noderag.search.bridging.Bridging.agreed_floor`).
         """
         cfg = self.config
         parts_c = [self._chunk[prep.entry_ids]] if prep.entry_ids.size else []
@@ -543,13 +532,13 @@ class Searcher:
         if cfg.bridge_top > 0 and cfg.bridge_weight > 0:
             order = np.lexsort((chunks, -score))[: cfg.bridge_top]
             hop1 = [int(chunks[i]) for i in order]
-            bonus, follows = self._bridge_bonus(hop1, prep)
+            bonus, follows = self._bridging.bonus(hop1, prep)
             new = np.fromiter((c for c in bonus if c not in total), dtype=np.int64)
             if new.size:
                 new.sort()
                 base = cfg.passage_dense_weight * self._cosines(new, prep) + self._lexical_term(new, prep)
                 total.update(zip(new.tolist(), base.tolist()))
-            cap = self._agreed_floor(chunks, total, prep)
+            cap = self._bridging.agreed_floor(chunks, total, prep)
             below_hop1 = min(cap, min(total[h] for h in hop1) - 1e-9)
             for c, b in bonus.items():
                 top = below_hop1 if c in follows else cap
@@ -577,9 +566,8 @@ class Searcher:
         """Reorder the ``rerank_top`` best passages by the cross-encoder (in place); their scores become
         its logits, and the passages after them keep their order below the lowest of those."""
         top = min(self.config.rerank_top, len(labels))
-        if self._titles is None:
-            self._titles = document_titles(self.store)
-        texts = passage_texts(self.store, self.tables, np.asarray(chunks[:top], dtype=np.int64), self._titles)
+        texts = passage_texts(self.store, self.tables, np.asarray(chunks[:top], dtype=np.int64),
+                              self._document_titles())
         logits = self.reranker.score(query, texts).astype(np.float64)
         order = np.argsort(-logits, kind="stable").tolist()
         labels[:top] = [labels[i] for i in order]
@@ -625,6 +613,12 @@ class Searcher:
             want -= 1
             if want == 0:
                 return
+
+    def _document_titles(self) -> dict[int, str]:
+        """doc_id -> title, read once per searcher (the reranker's passages, bridges by title)."""
+        if self._titles is None:
+            self._titles = document_titles(self.store)
+        return self._titles
 
     def _lexical_term(self, chunks: np.ndarray, prep: _Prepared) -> np.ndarray:
         """``passage_lexical_weight`` * BM25(query, chunk) / the query's best BM25, for sorted ``chunks``."""
@@ -680,169 +674,6 @@ class Searcher:
             out[present] = rows @ vector.astype(np.float64)
         return out
 
-    def _bridge_bonus(self, hop1: list[int], prep: _Prepared) -> tuple[dict[int, float], set[int]]:
-        """Bridge strength of every chunk reached from the ``hop1`` chunks under ``bridge_mode``, and the
-        chunks that rank below every ``hop1`` chunk (the weaker, shared-entity bridges of "about_shared").
-
-        "about_shared" takes the "about" bridges and, from each ``hop1`` chunk, the
-        ``bridge_shared_per_source`` best (by dense + lexical score against the question) of the chunks
-        sharing a low-degree entity with it that the question does not name. The second hop of a
-        question is not always *about* the bridge entity (a granddaughter's passage says where the
-        author was born); the question itself picks that passage among the few sharing an entity.
-        Such a bridge follows the passages it comes from: it ranks after them. With ``bridge_titles``
-        the best passage of each document whose title a ``hop1`` passage names joins them (same rank rule).
-        """
-        cfg = self.config
-        names = set(prep.name_ids.tolist())
-        if cfg.bridge_mode == "shared":
-            return self._bridges(hop1), set()
-        out = self._about_bridges(hop1, names)
-        follows: set[int] = set()
-        titled = self._titled_passages(hop1, prep) if cfg.bridge_titles else []
-        shared_of = [] if cfg.bridge_mode == "about" or cfg.bridge_shared_per_source == 0 else \
-            [(c, self._bridges([c], names, skip=hop1)) for c in hop1]
-        # one vector look-up for every passage compared below and every "about" bridge scored later
-        pool = [np.fromiter(out, dtype=np.int64, count=len(out)), *titled,
-                *(np.fromiter(sh, dtype=np.int64, count=len(sh)) for _, sh in shared_of)]
-        pool_ids = np.unique(np.concatenate(pool))
-        if pool_ids.size:
-            self._cosines(pool_ids, prep)
-        for cand in titled:  # the best passage of each document a hop1 passage names by title
-            fit = cfg.passage_dense_weight * self._cosines(cand, prep) + self._lexical_term(cand, prep)
-            c2 = int(cand[np.lexsort((cand, -fit))[0]])
-            if c2 not in out:
-                out[c2] = 1.0
-                follows.add(c2)
-        if not shared_of:
-            return out, follows
-        about = set(out) - follows
-        for c, shared in shared_of:
-            if not shared:
-                continue
-            cand = np.fromiter(sorted(shared), dtype=np.int64, count=len(shared))
-            fit = cfg.passage_dense_weight * self._cosines(cand, prep) + self._lexical_term(cand, prep)
-            for i in np.lexsort((cand, -fit))[: cfg.bridge_shared_per_source].tolist():
-                c2 = int(cand[i])
-                out[c2] = max(out.get(c2, 0.0), min(shared[c2], 1.0))
-                if c2 not in about:
-                    follows.add(c2)
-        return out, follows
-
-    def _titled_passages(self, hop1: list[int], prep: _Prepared) -> list[np.ndarray]:
-        """The passages (not in ``hop1``) of each document whose title a ``hop1`` passage names
-        (:class:`~noderag.search.titles.TitleLinks`), in passage then text order, unless the question
-        names that title itself or it is the passage's own document. The question picks one of each."""
-        if self._title_links is None:
-            from .titles import TitleLinks
-
-            if self._titles is None:
-                self._titles = document_titles(self.store)
-            self._title_links = TitleLinks.of(self._titles, self.types, self._doc, self._active, _T)
-        links = self._title_links
-        in_query = set(links.named_docs(prep.query))
-        hop = np.asarray(hop1, dtype=np.int64)
-        found: list[np.ndarray] = []
-        for c, text in zip(hop1, self.tables.texts(hop1)):
-            own = int(self._doc[c])
-            for d in links.named_docs(text or ""):
-                if d == own or d in in_query:
-                    continue
-                cand = links.passages(d)
-                cand = cand[_absent(cand, hop)]
-                if cand.size:
-                    found.append(cand)
-        return found
-
-    def _agreed_floor(self, chunks: np.ndarray, total: dict[int, float], prep: _Prepared) -> float:
-        """The score a bridged passage may not reach: just below the passages dense and lexical both rank top.
-
-        A passage in the ``bridge_agree_top`` best of the candidates by cosine *and* by BM25 is one
-        both first-hop signals agree on (on single-hop questions, most often the answer); a bridge
-        bonus lifts a passage at most to just below it. ``inf`` when the two signals agree on none.
-        """
-        j = self.config.bridge_agree_top
-        if j == 0 or not chunks.size or not prep.lex_ids.size:
-            return np.inf
-        dense = self._cosines(chunks, prep)
-        lex = self._lexical_term(chunks, prep)
-        if not lex.any():
-            return np.inf
-        agreed = set(chunks[np.lexsort((chunks, -dense))[:j]].tolist()) & set(chunks[np.lexsort((chunks, -lex))[:j]].tolist())
-        return min(total[a] for a in agreed) - 1e-9 if agreed else np.inf
-
-    def _about_bridges(self, hop1: list[int], exclude: set[int]) -> dict[int, float]:
-        """Query-time bridging: the passages about an entity that the ``hop1`` passages name and the question does not.
-
-        A second hop of a multi-hop question is most often the passage about the entity the first hop
-        leads to ("... is an album by Hank Snow" -> the passage about Hank Snow). From each ``hop1``
-        chunk: its units -> their entities (not in ``exclude``, the question's own names; not years or
-        numbers; degree <= ``bridge_max_degree``) -> those entities' units -> their chunks. A chunk is
-        about the entity when at least :data:`ABOUT_SHARE` of its units name it; its strength is that
-        share (1.0 for a passage whose title is the entity). No LLM call, bounded by the degree cap.
-        """
-        maxdeg = self.config.bridge_max_degree
-        out: dict[int, float] = {}
-        hop = np.asarray(hop1, dtype=np.int64)
-        excl = np.fromiter(exclude, dtype=np.int64, count=len(exclude))
-        n_units: dict[int, int] = {}
-        for c in hop1:
-            _, units = self._typed_neighbours(np.asarray([c]), _S)
-            _, ents = self._typed_neighbours(units, _N)
-            ents = np.unique(ents)
-            ents = ents[_absent(ents, excl)]
-            if not ents.size:
-                continue
-            ents = ents[self._is_name(ents)]
-            owner, s_of = self._typed_neighbours(ents, _S)
-            small = np.bincount(owner, minlength=ents.size) <= maxdeg  # hubs do not bridge
-            owner, s_of = owner[small[owner]], s_of[small[owner]]
-            ch = self._chunk[s_of].astype(np.int64)
-            ok = (ch >= 0) & (ch != c) & _absent(ch, hop)
-            owner, ch = owner[ok], ch[ok]
-            if not ch.size:
-                continue
-            pair, k = np.unique(owner * (self.n + 1) + ch, return_counts=True)  # (entity, chunk) -> its units
-            c2s = pair % (self.n + 1)
-            new = np.asarray(sorted({c2 for c2 in c2s.tolist() if c2 not in n_units}), dtype=np.int64)
-            if new.size:
-                o2, _ = self._typed_neighbours(new, _S)
-                n_units.update(zip(new.tolist(), np.maximum(np.bincount(o2, minlength=new.size), 1).tolist()))
-            for c2, kk in zip(c2s.tolist(), k.tolist()):
-                about = kk / n_units[c2]
-                if about >= ABOUT_SHARE:
-                    out[c2] = max(out.get(c2, 0.0), about)
-        return out
-
-    def _bridges(self, hop1: list[int], exclude: set[int] | None = None,
-                 skip: list[int] | None = None) -> dict[int, float]:
-        """Chunks linked to the ``hop1`` chunks through a shared low-degree entity, with bridge strength.
-
-        Entities in ``exclude`` do not bridge; chunks in ``skip`` (default ``hop1``) are not bridged to.
-        """
-        maxdeg = self.config.bridge_max_degree
-        skip_a = np.asarray(hop1 if skip is None else skip, dtype=np.int64)
-        excl = np.fromiter(exclude or (), dtype=np.int64, count=len(exclude or ()))
-        out: dict[int, float] = {}
-        for c in hop1:
-            _, units = self._typed_neighbours(np.asarray([c]), _S)
-            _, ents = self._typed_neighbours(units, _N)  # an entity once per unit naming it
-            if excl.size:
-                ents = ents[_absent(ents, excl)]
-            deg = (self._s_indptr[ents + 1] - self._s_indptr[ents]).astype(np.float64)
-            ents, deg = ents[deg <= maxdeg], deg[deg <= maxdeg]
-            if not ents.size:
-                continue
-            owner, s_of = self._typed_neighbours(ents, _S)
-            ch = self._chunk[s_of].astype(np.int64)
-            ok = (ch >= 0) & (ch != c) & _absent(ch, skip_a)
-            ch, w = ch[ok], (1.0 / np.log1p(deg))[owner[ok]]
-            if not ch.size:
-                continue
-            uniq, inv = np.unique(ch, return_inverse=True)
-            for c2, b in zip(uniq.tolist(), np.bincount(inv, weights=w, minlength=uniq.size).tolist()):
-                out[c2] = out.get(c2, 0.0) + b
-        return out
-
     def _finish(self, prep: _Prepared, ppr: tuple[np.ndarray, np.ndarray] | None) -> RetrievalResult:
         picked = self._select(prep, ppr)
         ids = [p[0] for p in picked]
@@ -864,16 +695,6 @@ class Searcher:
                                list(prep.entities), prep.name_ids.tolist(),
                                generation=getattr(self.store, "generation", None), best_similarity=best,
                                min_similarity=min_sim, matched=matched)
-
-
-def _absent(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``~np.isin(a, b)``; for the few ids a bridge walk excludes (``b`` of at most 16), one broadcast
-    comparison instead of ``np.isin``'s sort."""
-    if b.size == 0:
-        return np.ones(a.shape[0], bool)
-    if b.size <= 16:
-        return ~(a[:, None] == b[None, :]).any(axis=1)
-    return ~np.isin(a, b)
 
 
 def _search_graph(store: Any) -> Any:
