@@ -139,10 +139,12 @@ ABLATIONS = {
     "no_bridging": {"bridge_top": 0},
     "about_bridges_only": {"bridge_mode": "about"},
     # the defaults of issue 26's first round ("about" bridges alone, no floor, no title bridges)
-    "first_round_bridging": {"bridge_mode": "about", "bridge_agree_top": 0, "bridge_titles": False},
+    "first_round_bridging": {"bridge_mode": "about", "bridge_agree_top": 0, "bridge_titles": False,
+                             "bridge_question_titles": False},
     "shared_entity_bridges": {"bridge_mode": "shared"},
     "no_agreed_floor": {"bridge_agree_top": 0},
     "no_title_bridges": {"bridge_titles": False},
+    "no_question_title_bridges": {"bridge_question_titles": False},
     "no_fill": {"min_passages": 0},
     "passage_vector_only": {"passage_unit_similarity": False},
     "mass_without_lexical": {"passage_mass_lexical": False},

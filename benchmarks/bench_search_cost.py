@@ -37,8 +37,9 @@ from noderag.search.metrics import percentile_ms  # noqa: E402
 REPO = Path(__file__).resolve().parents[1]
 #: The defaults with one component off, timed beside them: what each costs.
 COMPONENTS = {
-    "about_bridges_only": {"bridge_mode": "about", "bridge_agree_top": 0, "bridge_titles": False},
-    "no_title_bridges": {"bridge_titles": False},
+    "about_bridges_only": {"bridge_mode": "about", "bridge_agree_top": 0, "bridge_titles": False,
+                           "bridge_question_titles": False},
+    "no_title_bridges": {"bridge_titles": False, "bridge_question_titles": False},
     "no_bridging": {"bridge_top": 0},
     "passage_vector_only": {"passage_unit_similarity": False},
 }

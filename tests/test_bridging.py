@@ -74,7 +74,7 @@ def store():
 # one entry point (p-album), no PPR, no names from the question: the bridges alone add passages
 BASE = SearchConfig(vector_top_k=1, use_ppr=False, match_names_in_query=False, entity_source="none",
                     lexical_top_k=0, passage_lexical_weight=0.0, min_passages=0, bridge_top=1, bridge_agree_top=0,
-                    bridge_weight=0.3, bridge_titles=False)
+                    bridge_weight=0.3, bridge_titles=False, bridge_question_titles=False)
 Q = "Hello Love album: where does the granddaughter live?"
 
 
@@ -118,6 +118,16 @@ def test_title_bridges_reach_the_document_a_passage_names_by_title(store):
     assert "p-nash" not in named.passages
 
 
+def test_a_document_the_question_names_by_title_is_bridged_like_an_about_bridge(store):
+    q = Q + " Nashville"
+    assert "p-nash" not in Searcher(store, BASE).retrieve(q).passages  # the first round does not reach it
+    r = Searcher(store, BASE.replace(bridge_question_titles=True)).retrieve(q)
+    assert "p-nash" in r.passages
+    strong = Searcher(store, BASE.replace(bridge_question_titles=True, bridge_weight=5.0)).retrieve(q)
+    assert strong.passages[0] == "p-nash"  # full strength, not held below its source as a title bridge is
+    assert "p-nash" not in Searcher(store, BASE.replace(bridge_question_titles=True)).retrieve(Q).passages
+
+
 def test_title_heads_match_capitalised_whole_word_phrases_longest_first():
     from noderag.search.titles import TitleLinks, title_head
 
@@ -142,6 +152,8 @@ def test_bridge_fields_are_validated():
         SearchConfig(bridge_agree_top=1.5).validate()
     with pytest.raises(ValueError, match="bridge_titles"):
         SearchConfig(bridge_titles=1).validate()
+    with pytest.raises(ValueError, match="bridge_question_titles"):
+        SearchConfig(bridge_question_titles="yes").validate()
     assert SearchConfig().bridge_mode == "about_shared"
 
 

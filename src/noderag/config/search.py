@@ -108,6 +108,9 @@ class SearchConfig:
     bridge_titles : bool, default=True
         Also bridge to the passage (the question's best) of every document whose title a source passage
         names ("... West Chicago High School" -> "West Chicago, Illinois"); ranked after its source.
+    bridge_question_titles : bool, default=True
+        Also bridge to the passage (the question's best) of every document whose title the question itself
+        names ("... the state Rochester is in" -> "Rochester, New York"), as strongly as an "about" bridge.
     bridge_agree_top : int, default=2
         A bridge lifts a passage at most to just below the passages that are among the
         ``bridge_agree_top`` best by cosine and by BM25 alike (0: no such floor).
@@ -157,6 +160,7 @@ class SearchConfig:
     bridge_shared_per_source: int = 1
     bridge_agree_top: int = 2
     bridge_titles: bool = True
+    bridge_question_titles: bool = True
     bridge_top: int = 2
     bridge_weight: float = 0.6
     bridge_max_degree: int = 60
@@ -207,8 +211,9 @@ class SearchConfig:
             raise ConfigError(f"search.passage_unit_similarity must be true or false, got {self.passage_unit_similarity!r}")
         if not isinstance(self.passage_mass_lexical, bool):
             raise ConfigError(f"search.passage_mass_lexical must be true or false, got {self.passage_mass_lexical!r}")
-        if not isinstance(self.bridge_titles, bool):
-            raise ConfigError(f"search.bridge_titles must be true or false, got {self.bridge_titles!r}")
+        for flag in ("bridge_titles", "bridge_question_titles"):
+            if not isinstance(getattr(self, flag), bool):
+                raise ConfigError(f"search.{flag} must be true or false, got {getattr(self, flag)!r}")
         if self.bridge_mode not in _BRIDGE_MODES:
             raise ConfigError(f"search.bridge_mode must be one of {_BRIDGE_MODES}, got {self.bridge_mode!r}")
         if self.entity_source not in _ENTITY_SOURCES:

@@ -82,6 +82,10 @@ class Bridging:
         author was born); the question itself picks that passage among the few sharing an entity.
         Such a bridge follows the passages it comes from: it ranks after them. With ``bridge_titles``
         the best passage of each document whose title a ``hop1`` passage names joins them (same rank rule).
+        With ``bridge_question_titles`` the best passage of each document whose title the *question*
+        names is a bridge of full strength, ranked as an "about" bridge: the question names its subject
+        ("… the city where Rochester is" -> "Rochester, New York"), which the first round may rank low
+        when the rest of the question's wording fits other passages better.
         """
         cfg = self.config
         names = set(prep.name_ids.tolist())
@@ -89,15 +93,21 @@ class Bridging:
             return self.shared(hop1), set()
         out = self.about(hop1, names)
         follows: set[int] = set()
-        titled = self.titled_passages(hop1, prep) if cfg.bridge_titles else []
+        asked_docs = self._links().named_docs(prep.query) if cfg.bridge_titles or cfg.bridge_question_titles else []
+        asked = self._passages_of(asked_docs, hop1) if cfg.bridge_question_titles else []
+        titled = self.titled_passages(hop1, prep, set(asked_docs)) if cfg.bridge_titles else []
         shared_of = [] if cfg.bridge_mode == "about" or cfg.bridge_shared_per_source == 0 else \
             [(c, self.shared([c], names, skip=hop1)) for c in hop1]
         # one vector look-up for every passage compared below and every "about" bridge scored later
-        pool = [np.fromiter(out, dtype=np.int64, count=len(out)), *titled,
+        pool = [np.fromiter(out, dtype=np.int64, count=len(out)), *asked, *titled,
                 *(np.fromiter(sh, dtype=np.int64, count=len(sh)) for _, sh in shared_of)]
         pool_ids = np.unique(np.concatenate(pool))
         if pool_ids.size:
             self._cosines(pool_ids, prep)
+        for cand in asked:  # the best passage of each document whose title the question itself names
+            fit = cfg.passage_dense_weight * self._cosines(cand, prep) + self._lexical_term(cand, prep)
+            c2 = int(cand[np.lexsort((cand, -fit))[0]])
+            out[c2] = 1.0  # as strong as an "about" bridge (and ranked as one): the question names its subject
         for cand in titled:  # the best passage of each document a hop1 passage names by title
             fit = cfg.passage_dense_weight * self._cosines(cand, prep) + self._lexical_term(cand, prep)
             c2 = int(cand[np.lexsort((cand, -fit))[0]])
@@ -119,28 +129,39 @@ class Bridging:
                     follows.add(c2)
         return out, follows
 
-    def titled_passages(self, hop1: list[int], prep: Any) -> list[np.ndarray]:
+    def titled_passages(self, hop1: list[int], prep: Any, in_query: set[int]) -> list[np.ndarray]:
         """The passages (not in ``hop1``) of each document whose title a ``hop1`` passage names
         (:class:`~noderag.search.titles.TitleLinks`), in passage then text order, unless the question
-        names that title itself or it is the passage's own document. The question picks one of each."""
+        names that title itself (``in_query``) or it is the passage's own document. The question picks
+        one of each."""
+        links = self._links()
+        found: list[np.ndarray] = []
+        for c, text in zip(hop1, self._texts(hop1)):
+            own = int(self._doc[c])
+            docs = [d for d in links.named_docs(text or "") if d != own and d not in in_query]
+            found.extend(self._passages_of(docs, hop1))
+        return found
+
+    def _passages_of(self, docs: list[int], hop1: list[int]) -> list[np.ndarray]:
+        """The passages of each of ``docs`` that are not in ``hop1`` (documents left without one are dropped)."""
+        links = self._links()
+        hop = np.asarray(hop1, dtype=np.int64)
+        found = []
+        for d in docs:
+            cand = links.passages(d)
+            cand = cand[absent(cand, hop)]
+            if cand.size:
+                found.append(cand)
+        return found
+
+    def _links(self):
+        """The index's title links (:class:`~noderag.search.titles.TitleLinks`), built at the first query
+        that bridges by title."""
         if self._title_links is None:
             from .titles import TitleLinks
 
             self._title_links = TitleLinks.of(self._titles(), self._types, self._doc, self._active, _T)
-        links = self._title_links
-        in_query = set(links.named_docs(prep.query))
-        hop = np.asarray(hop1, dtype=np.int64)
-        found: list[np.ndarray] = []
-        for c, text in zip(hop1, self._texts(hop1)):
-            own = int(self._doc[c])
-            for d in links.named_docs(text or ""):
-                if d == own or d in in_query:
-                    continue
-                cand = links.passages(d)
-                cand = cand[absent(cand, hop)]
-                if cand.size:
-                    found.append(cand)
-        return found
+        return self._title_links
 
     def agreed_floor(self, chunks: np.ndarray, total: dict[int, float], prep: Any) -> float:
         """The score a bridged passage may not reach: just below the passages dense and lexical both rank top.
