@@ -104,13 +104,9 @@ class Bridging:
         pool_ids = np.unique(np.concatenate(pool))
         if pool_ids.size:
             self._cosines(pool_ids, prep)
-        for cand in asked:  # the best passage of each document whose title the question itself names
-            fit = cfg.passage_dense_weight * self._cosines(cand, prep) + self._lexical_term(cand, prep)
-            c2 = int(cand[np.lexsort((cand, -fit))[0]])
+        for c2 in self._best_of(asked, prep):  # each document whose title the question itself names
             out[c2] = 1.0  # as strong as an "about" bridge (and ranked as one): the question names its subject
-        for cand in titled:  # the best passage of each document a hop1 passage names by title
-            fit = cfg.passage_dense_weight * self._cosines(cand, prep) + self._lexical_term(cand, prep)
-            c2 = int(cand[np.lexsort((cand, -fit))[0]])
+        for c2 in self._best_of(titled, prep):  # each document a hop1 passage names by title
             if c2 not in out:
                 out[c2] = 1.0
                 follows.add(c2)
@@ -128,6 +124,18 @@ class Bridging:
                 if c2 not in about:
                     follows.add(c2)
         return out, follows
+
+    def _best_of(self, groups: list[np.ndarray], prep: Any) -> list[int]:
+        """The passage of each group that the question ranks best (dense + lexical; ties to the lower id),
+        scored in one pass over all groups."""
+        if not groups:
+            return []
+        cand = np.concatenate(groups)
+        group = np.repeat(np.arange(len(groups)), [g.size for g in groups])
+        fit = self.config.passage_dense_weight * self._cosines(cand, prep) + self._lexical_term(cand, prep)
+        order = np.lexsort((cand, -fit, group))
+        first = np.flatnonzero(np.r_[True, group[order][1:] != group[order][:-1]])
+        return cand[order[first]].tolist()
 
     def titled_passages(self, hop1: list[int], prep: Any, in_query: set[int]) -> list[np.ndarray]:
         """The passages (not in ``hop1``) of each document whose title a ``hop1`` passage names

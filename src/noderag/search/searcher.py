@@ -621,7 +621,7 @@ class Searcher:
         return self._titles
 
     def _lexical_term(self, chunks: np.ndarray, prep: _Prepared) -> np.ndarray:
-        """``passage_lexical_weight`` * BM25(query, chunk) / the query's best BM25, for sorted ``chunks``."""
+        """``passage_lexical_weight`` * BM25(query, chunk) / the query's best BM25, for ``chunks`` in any order."""
         w = self.config.passage_lexical_weight
         share = self._lexical_share(chunks, prep) if w > 0 else None
         return np.zeros(chunks.shape[0]) if share is None else w * share
