@@ -126,7 +126,8 @@ def test_open_and_retrieve_never_read_the_node_table(demo):
     from noderag.search import SearchConfig
 
     plain = noderag.Index.open(demo.root)
-    res = plain.retrieve("Which river flows through the capital?", config=SearchConfig(bridge_titles=False))
+    res = plain.retrieve("Which river flows through the capital?",
+                         config=SearchConfig(bridge_titles=False, bridge_question_titles=False))
     assert res.nodes and res.passages
     assert "nodes" not in plain.__dict__ and "documents" not in plain.__dict__  # cached_property never ran
     plain.close()
