@@ -95,7 +95,7 @@ class Bridging:
         follows: set[int] = set()
         asked_docs = self._links().named_docs(prep.query) if cfg.bridge_titles or cfg.bridge_question_titles else []
         asked = self._passages_of(asked_docs, hop1) if cfg.bridge_question_titles else []
-        titled = self.titled_passages(hop1, prep, set(asked_docs)) if cfg.bridge_titles else []
+        titled = self.titled_passages(hop1, set(asked_docs)) if cfg.bridge_titles else []
         shared_of = [] if cfg.bridge_mode == "about" or cfg.bridge_shared_per_source == 0 else \
             [(c, self.shared([c], names, skip=hop1)) for c in hop1]
         # one vector look-up for every passage compared below and every "about" bridge scored later
@@ -137,7 +137,7 @@ class Bridging:
         first = np.flatnonzero(np.r_[True, group[order][1:] != group[order][:-1]])
         return cand[order[first]].tolist()
 
-    def titled_passages(self, hop1: list[int], prep: Any, in_query: set[int]) -> list[np.ndarray]:
+    def titled_passages(self, hop1: list[int], in_query: set[int]) -> list[np.ndarray]:
         """The passages (not in ``hop1``) of each document whose title a ``hop1`` passage names
         (:class:`~noderag.search.titles.TitleLinks`), in passage then text order, unless the question
         names that title itself (``in_query``) or it is the passage's own document. The question picks
