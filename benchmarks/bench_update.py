@@ -51,7 +51,7 @@ t0 = time.perf_counter()
 if op == "insert":
     rep = build_index([arg], idx, cfg, progress=False)
 else:
-    rep = delete_documents(idx, json.loads(open(arg).read()))
+    rep = delete_documents(idx, json.loads(open(arg).read()), config=cfg)
 wall = time.perf_counter() - t0
 io = dict(line.split(": ") for line in open("/proc/self/io").read().splitlines())
 print(json.dumps({"inner_wall_s": round(wall, 3), "wchar": int(io["wchar"]), "write_bytes": int(io["write_bytes"]),
@@ -178,11 +178,72 @@ def bench_size(n: int, args, work: Path) -> dict:
                 row[mode]["delete"] = _write_child("delete", mode, copy, ids, work / f"delete-{n}-{c}-{mode}.log", args)
             shutil.rmtree(copy, ignore_errors=True)
         res["changes"].append(row)
+    for c in args.base_delete_changes:
+        res.setdefault("base_deletes", []).append(_base_delete(n, c, base, questions, args, work))
     if args.deltas:  # (0: skip it, and the full recomputation of its compaction)
         res["many_deltas"] = _many_deltas(n, sc.corpus, base, questions, args, work)
     if not args.keep_base:
         shutil.rmtree(base, ignore_errors=True)
     return res
+
+
+def _text_left(idx: Path, texts: list[str]) -> int:
+    """How many of ``texts`` (the first 48 characters of each) occur in a file of the index's live generation:
+    in the raw bytes of its arrays, or in any string column of its Parquet tables."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from noderag.store.generations import current_path
+
+    needles = [t[:48] for t in texts]
+    found = set()
+    for p in sorted(current_path(idx).rglob("*")):
+        if not p.is_file():
+            continue
+        if p.suffix == ".parquet":
+            tab = pq.read_table(p)
+            for col in tab.columns:
+                if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+                    found.update(i for i, w in enumerate(needles) if i not in found and
+                                 pc.any(pc.match_substring(col, w)).as_py())
+        else:
+            raw = p.read_bytes()
+            found.update(i for i, w in enumerate(needles) if w.encode("utf-8") in raw)
+    return len(found)
+
+
+def _base_delete(n: int, c: int, base: Path, questions: Path, args, work: Path) -> dict:
+    """Delete ``c`` random documents of the base (random.Random(c)) both ways, each on a fresh copy: in place (a
+    scrub, the default) and by recomputing the index (``update.segments = false``); the deleted text left in the
+    live generation, and query p50 after the scrub against the base."""
+    import random
+
+    lines = (work / f"base-{n}.jsonl").read_text("utf-8").splitlines()
+    picked = sorted(random.Random(c).sample(range(len(lines)), c))
+    rows = [json.loads(lines[i]) for i in picked]
+    gone = set(picked)
+    kept = "\n".join(json.loads(x)["text"] for i, x in enumerate(lines) if i not in gone)
+    # a passage whose first 48 characters a surviving passage repeats (the corpus repeats the dev passages with
+    # other names) cannot be told apart in the files: only the others are checked
+    checkable = [r["text"] for r in rows if r["text"][:48] not in kept]
+    del kept
+    ids = work / f"base-ids-{n}-{c}.json"
+    ids.write_text(json.dumps([r["id"] for r in rows]))
+    out: dict = {"documents": c, "checkable_texts": len(checkable)}
+    for mode in ("segments", "rebuild"):
+        print(f"== {n:,} passages: delete {c} base documents ({mode})", file=sys.stderr, flush=True)
+        copy = work / f"copy-delete-{mode}"
+        shutil.rmtree(copy, ignore_errors=True)
+        _copy_index(base, copy, args)
+        r = _write_child("delete", mode, copy, ids, work / f"base-delete-{n}-{c}-{mode}.log", args)
+        if r.get("ok"):
+            r["texts_left"] = _text_left(copy, checkable)
+            if mode == "segments":
+                r["query"] = _paired_p50(base, copy, questions, work / f"q-base-delete-{n}-{c}.log", args)
+        out[mode] = r
+        shutil.rmtree(copy, ignore_errors=True)
+    return out
 
 
 def _many_deltas(n: int, corpus: Path, base: Path, questions: Path, args, work: Path) -> dict:
@@ -243,6 +304,46 @@ def bench_retrieval(sample: str, args, work: Path) -> dict:
     return out
 
 
+def bench_delete_retrieval(sample: str, args, work: Path) -> dict:
+    """Recall on a dev sample after deleting a tenth of its passages (random.Random(0)): a fresh build of the
+    survivors against build(all) + delete in place, and that after ``compact --full``; on the questions whose
+    gold passages all survive (the corpus of the evaluation is the survivors)."""
+    import random
+
+    from noderag.build.compact import compact_index
+    from noderag.build.delete import delete_documents
+    from noderag.build.driver import build_index
+    from noderag.config import NodeRAGConfig
+    from noderag.eval import evaluate
+
+    data = Path(args.data) / sample
+    lines = (data / "corpus.jsonl").read_text("utf-8").splitlines(keepends=True)
+    ids = [json.loads(x)["id"] for x in lines]
+    gone = set(random.Random(0).sample(ids, len(ids) // 10))
+    kept = work / f"{sample}-survivors"
+    shutil.rmtree(kept, ignore_errors=True)
+    kept.mkdir(parents=True)
+    (kept / "corpus.jsonl").write_text("".join(x for x, i in zip(lines, ids) if i not in gone), encoding="utf-8")
+    qs = [q for q in (data / "questions.jsonl").read_text("utf-8").splitlines(keepends=True)
+          if q.strip() and not set(json.loads(q)["supporting_ids"]) & gone]
+    (kept / "questions.jsonl").write_text("".join(qs), encoding="utf-8")
+    cfg = NodeRAGConfig().with_overrides({"embed.spec": args.retrieval_embed})
+    fresh, inplace = work / f"{sample}-fresh-survivors", work / f"{sample}-delete-in-place"
+    for p in (fresh, inplace):
+        shutil.rmtree(p, ignore_errors=True)
+    build_index([kept / "corpus.jsonl"], fresh, cfg, progress=False)
+    build_index([data / "corpus.jsonl"], inplace, cfg, progress=False)
+    t0 = time.perf_counter()
+    rep = delete_documents(inplace, sorted(gone))
+    out = {"sample": sample, "passages": len(lines), "deleted": len(gone), "questions": len(qs),
+           "delete_s": round(time.perf_counter() - t0, 2), "in_place": bool(rep.manifest["runs"][-1].get("scrubbed"))}
+    for name, idx in (("fresh build of the survivors", fresh), ("build(all) + delete in place", inplace)):
+        out[name] = _recall(evaluate(kept, idx, methods=["noderag"], latency=False, progress=False))
+    compact_index(inplace, full=True)
+    out["after compact --full"] = _recall(evaluate(kept, inplace, methods=["noderag"], latency=False, progress=False))
+    return out
+
+
 def _recall(res: dict) -> dict:
     """noderag's passage metrics with their 95% intervals ({"mean", "low", "high"} each)."""
     return dict(res["methods"]["noderag"]["metrics"])
@@ -256,6 +357,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="the change sizes that also run the rebuild alternative (the costly side)")
     ap.add_argument("--delete-changes", default="10,100,1000",
                     help="the change sizes whose documents are deleted again afterwards (a delete recomputes the index)")
+    ap.add_argument("--base-delete-changes", default="",
+                    help="delete this many random documents of the base, in place and by recomputing (e.g. 100)")
     ap.add_argument("--deltas", type=int, default=10)
     ap.add_argument("--insert-repeats", type=int, default=1,
                     help="segment inserts per change, each into a fresh copy of the base; the median is reported")
@@ -264,6 +367,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--embed", default="hash:384")
     ap.add_argument("--retrieval", default="", help="dev samples for the recall check, e.g. musique,hotpotqa")
     ap.add_argument("--retrieval-embed", default="auto")
+    ap.add_argument("--delete-retrieval", default="",
+                    help="dev samples for the recall check of a delete in place, e.g. musique,hotpotqa")
     ap.add_argument("--data", default=str(DEFAULT_DATA))
     ap.add_argument("--max-seconds", type=float, default=3600)
     ap.add_argument("--work", type=Path, default=REPO / ".benchcache" / "update")
@@ -280,6 +385,7 @@ def main(argv: list[str] | None = None) -> int:
     args.changes = [int(x) for x in args.changes.split(",") if x]
     args.rebuild_changes = [int(x) for x in args.rebuild_changes.split(",") if x]
     args.delete_changes = [int(x) for x in args.delete_changes.split(",") if x]
+    args.base_delete_changes = [int(x) for x in args.base_delete_changes.split(",") if x]
     args.max_rss_bytes = None
     args.work.mkdir(parents=True, exist_ok=True)
     res = {"command": "python benchmarks/bench_update.py " + " ".join(sys.argv[1:] if argv is None else argv),
@@ -288,14 +394,21 @@ def main(argv: list[str] | None = None) -> int:
     if args.merge and (args.out / f"{args.name}.json").is_file():  # keep what this run does not measure again
         earlier = json.loads((args.out / f"{args.name}.json").read_text("utf-8"))
         res["sizes"] = earlier.get("sizes", [])
+        if earlier.get("command"):  # what made the rows kept
+            res["command"] = f"{earlier['command']}; then {res['command']}"
         if not args.retrieval:
             res["retrieval"] = earlier.get("retrieval", [])
+        if not args.delete_retrieval and earlier.get("delete_retrieval"):
+            res["delete_retrieval"] = earlier["delete_retrieval"]
     for n in (int(x) for x in args.sizes.split(",") if x):
         res["sizes"] = sorted([s for s in res["sizes"] if s["passages"] != n] + [bench_size(n, args, args.work)],
                               key=lambda s: s["passages"])
         _save(res, args.out, args.name)
     for sample in (s for s in args.retrieval.split(",") if s):
         res["retrieval"].append(bench_retrieval(sample, args, args.work))
+        _save(res, args.out, args.name)
+    for sample in (s for s in args.delete_retrieval.split(",") if s):
+        res.setdefault("delete_retrieval", []).append(bench_delete_retrieval(sample, args, args.work))
         _save(res, args.out, args.name)
     res["machine"]["load_after"] = os.getloadavg()[0]
     _save(res, args.out, args.name)
@@ -323,10 +436,11 @@ def to_markdown(res: dict) -> str:
     for s in res["sizes"]:
         b = s["build"]
         built = f"base build {b['wall_s']:.1f} s" if b.get("wall_s") is not None else "base reused, its build time not recorded"
-        lines += [f"## {s['passages']:,} passages ({built})", "",
-                  "| change | mode | insert wall s | CPU s | new index bytes | share of index | wrote (wchar) | "
-                  "peak RSS | query p50 after / before | delete wall s | delete new bytes |",
-                  "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        lines += [f"## {s['passages']:,} passages ({built})", ""]
+        if s["changes"]:
+            lines += ["| change | mode | insert wall s | CPU s | new index bytes | share of index | wrote (wchar) | "
+                      "peak RSS | query p50 after / before | delete wall s | delete new bytes |",
+                      "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for row in s["changes"]:
             for mode in ("segments", "rebuild"):
                 if mode not in row:
@@ -348,6 +462,32 @@ def to_markdown(res: dict) -> str:
             lines += ["", "Segment inserts: the median of " + "; ".join(
                 f"insert {c}: {', '.join(f'{w:.2f}' for w in ws)} s" for c, ws in reps) +
                 " (each into a fresh copy of the base).", ""]
+        if s.get("base_deletes"):
+            lines += ["", "Delete of random documents of the base, each on a fresh copy: in place (the default: the "
+                      "documents' nodes scrubbed, `noderag.build.scrub`) and by recomputing the index "
+                      "(`update.segments = false`, what every base delete did before).", "",
+                      "| delete | mode | wall s | CPU s | new index bytes | share of index | wrote (wchar) | peak RSS | "
+                      "deleted texts left in the live generation (1) | query p50 after / before |",
+                      "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+            for row in s["base_deletes"]:
+                for mode in ("segments", "rebuild"):
+                    d = row.get(mode) or {}
+                    if not d.get("ok"):
+                        lines.append(f"| {row['documents']} base documents | {mode} | failed | | | | | | | |")
+                        continue
+                    ratio = (d.get("query") or {}).get("p50_ratio") or [None, None]
+                    lines.append(f"| {row['documents']} base documents | {'in place' if mode == 'segments' else 'recompute'}"
+                                 f" | {d['wall_s']:.2f} | {d['cpu_s']:.2f} | {_mb(d['new_index_bytes'])} | "
+                                 f"{d['new_index_bytes'] / max(d['index_bytes'], 1):.1%} | {_mb(d.get('wchar'))} | "
+                                 f"{_mb(d['peak_rss_bytes'])} | {d.get('texts_left', '–')} of {row.get('checkable_texts')} | "
+                                 f"{ratio[1] if ratio[1] is not None else '–'} |")
+                if (row.get("segments") or {}).get("ok") and (row.get("rebuild") or {}).get("ok"):
+                    seg, reb = row["segments"], row["rebuild"]
+                    lines.append(f"| | **ratio** recompute / in place | **{reb['wall_s'] / max(seg['wall_s'], 1e-9):.1f}x**"
+                                 f" | | **{reb['new_index_bytes'] / max(seg['new_index_bytes'], 1):.1f}x** | | | | | |")
+            lines += ["", "(1) Of the deleted passages whose first 48 characters no surviving passage repeats, those "
+                      "whose first 48 characters a file of the live generation still holds (raw bytes of its arrays, "
+                      "any string column of its Parquet tables).", ""]
         md = s.get("many_deltas")
         if md:
             p = md["paired"]
@@ -366,6 +506,17 @@ def to_markdown(res: dict) -> str:
                 m = r[name]
                 lines.append(f"| {r['sample']} | {name} | {_fmt(m.get('recall@2'))} | {_fmt(m.get('recall@5'))} | "
                              f"{_fmt(m.get('all_gold@8'))} |")
+    if res.get("delete_retrieval"):
+        lines += ["## Retrieval after a delete in place", "",
+                  "A tenth of the sample's passages deleted (random.Random(0)); the questions whose gold passages all "
+                  "survive, against the survivors as the corpus.", "",
+                  "| sample | index | questions | recall@2 | recall@5 | all-gold@8 |", "|---|---|---:|---:|---:|---:|"]
+        for r in res["delete_retrieval"]:
+            for name in ("fresh build of the survivors", "build(all) + delete in place", "after compact --full"):
+                m = r[name]
+                lines.append(f"| {r['sample']} | {name} | {r['questions']} | {_fmt(m.get('recall@2'))} | "
+                             f"{_fmt(m.get('recall@5'))} | {_fmt(m.get('all_gold@8'))} |")
+        lines.append("")
     return "\n".join(lines) + "\n"
 
 

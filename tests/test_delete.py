@@ -179,12 +179,15 @@ def test_cli_delete_by_id_and_all_from(tmp_path, capsys):
     assert "2 document(s) deleted, generation 2" in capsys.readouterr().out
     assert main(["delete", str(idx), "--all-from", str(b), "--no-progress"]) == 0
     assert "4 document(s) deleted, generation 3" in capsys.readouterr().out
-    with IndexStore.open(idx) as st:
-        assert st.documents.column("source").to_pylist() == ["a2", "a3", "a4"]
+    with IndexStore.open(idx) as st:  # deleted in place (noderag.build.scrub): tombstone rows keep the ids
+        assert st.documents.column("source").to_pylist() == [None, None, "a2", "a3", "a4", None, None, None, None]
     ref = tmp_path / "ref"
     assert main(["build", str(_write_jsonl(tmp_path / "r.jsonl", [json.loads(x) for x in
                                                                  a.read_text().splitlines()[2:]])),
                  "--index", str(ref), "--embed", "hash:32", "--no-progress"]) == 0
+    assert main(["compact", str(idx), "--full", "--no-progress"]) == 0
+    with IndexStore.open(idx) as st:
+        assert st.documents.column("source").to_pylist() == ["a2", "a3", "a4"]
     assert _key_view(idx) == _key_view(ref)
 
 

@@ -1,4 +1,9 @@
-"""Delete and replace documents: the survivors are re-assembled, then the build's later stages run.
+"""Delete and replace documents: in place, or the survivors re-assembled and the build's later stages run.
+
+A delete of documents of the base is done in place when it can be (:mod:`noderag.build.scrub`: the
+nodes holding their text are scrubbed, every id kept, the rest of the index shared); a delete of
+documents of the delta segments rewrites those (:func:`noderag.build.delta.rewrite_deltas`). Otherwise,
+and for a replacement, what follows holds.
 
 A delete (``noderag delete``, ``Index.delete``) and a replacement (a document given again
 with the same source id and new text) run the build pipeline with a set of documents to

@@ -56,6 +56,7 @@ from .embed import embed_stage
 from .executor.sharded import Executors
 from .finalize import finalize_stage, graph_counts, start_vector_stage, tables_stage, vector_stage
 from .journal import checkpoint
+from .scrub import ScrubRun, write_scrubbed
 from .run import BuildReport, BuildRun, documents_without_text, start_run
 
 __all__ = ["BuildError", "build_index", "BuildReport"]
@@ -153,6 +154,9 @@ def _maybe_compact_in_background(run: BuildRun, report: BuildReport, llm, say) -
 
 def _execute(run: BuildRun) -> BuildReport:
     """The stages in pipeline order, then the manifest and the commit."""
+    if isinstance(run, ScrubRun):  # a delete of base documents in place
+        manifest, known, written = write_scrubbed(run)
+        return _commit(run, manifest, known=known, durable=written)
     if run.delta:
         return _execute_delta(run)
     _ingest(run)

@@ -95,6 +95,12 @@ def load_base(root: Path, manifest: dict | None = None) -> EdgeList:
     from ..store.segments import segment_folders
 
     ltab = pa.concat_tables([pq.read_table(f / LINKED) for f in segment_folders(root, manifest)])
+    if deltas:  # a delta's name links to nodes a scrubbing delete made inactive are not in the joined graph
+        from ..store.segments import without_scrubbed
+
+        n0 = deltas[0].first_node
+        ltab = ltab.filter(pa.array(without_scrubbed(root, np.asarray(graph.types)[:n0],
+                                                     ltab.column("src").to_numpy(), ltab.column("dst").to_numpy())))
     base = EdgeList()
     base.add(*derive_base(graph, ltab.column("src").to_numpy(), ltab.column("dst").to_numpy(),
                           ltab.column("w").to_numpy()))

@@ -24,12 +24,14 @@ from ..store.tables import IndexNotFoundError, check_layout
 from .assemble import EdgeList, NodeTable
 from .ingest import IngestError, ingest
 from .journal import Journal
-from ..store.layout import DELTAS, NODE_KEYS, NODE_TYPES, QUERY_DIR
+from ..store.decompositions import DECOMPOSITIONS
+from ..store.layout import COMMUNITIES, DELTAS, DOCUMENTS, LINKED, NODE_KEYS, NODE_TYPES, NODES, QUERY_DIR
 from ..store.segments import deltas_of, segment_folders
 from .doc_rows import DocumentRows
 from .delta import background_compaction_due, delete_plan, delta_reason, delta_table, load_documents, rewrite_deltas
 from .previous import Previous, load_base, load_tables, open_previous
 from .progress import Progress
+from .scrub import ScrubRun, scrub_reason
 
 __all__ = ["BuildRun", "BuildReport", "start_run", "documents_without_text"]
 
@@ -153,6 +155,14 @@ def start_run(inputs: Sequence, root: Path, config, *, llm=None, embedder=None, 
         raise IngestError(f"no documents found in {', '.join(str(p) for p in inputs)} "
                           "(expected non-empty .txt, .md or .jsonl files)")
     rewrite = delete_plan(previous, config, drop) if previous is not None and not new_docs and compact is None else None
+    if drop and not new_docs and compact is None and rewrite is None:
+        why = scrub_reason(previous, config, drop)
+        if why is None:  # a delete of base documents: scrubbed in place (noderag.build.scrub)
+            _check_previous(previous, delta=True, reads=SCRUB_READS)
+            run_id = _digest({"scrub": drop, "generation": previous.generation, "run": previous.manifest.get("run_id")})
+            _claim_stages(root, run_id, 0, len(drop), say)
+            return ScrubRun(root, config, previous, drop, run_id, say)
+        say(f"deleting by recomputing the whole index: {why}")
     reason = (f"compaction ({compact})" if compact is not None else None if rewrite is not None
               else delta_reason(previous, config, drop, len(new_docs)))
     if previous is not None and reason is not None and (deltas_of(previous.manifest, previous.path) or
@@ -212,6 +222,11 @@ def _run_nodes(previous: Previous | None, reason: str | None, rewrite: int | Non
 DELTA_READS = (NODE_TYPES, f"{QUERY_DIR}/active.npy", f"{QUERY_DIR}/meta.json")
 
 
+#: What a scrubbing delete (:mod:`noderag.build.scrub`) reads whole of the base, checked byte for byte first.
+SCRUB_READS = (NODE_TYPES, NODE_KEYS, NODES, DOCUMENTS, DECOMPOSITIONS, LINKED, COMMUNITIES, "graph/", "semantic/",
+               f"{QUERY_DIR}/doc.npy")
+
+
 def delta_reads(manifest: dict, path: Path | None = None) -> tuple[str, ...]:
     """The files of the generation at ``path`` that a delta insert reads whole: :data:`DELTA_READS` of the
     base and of each delta, and the keys of the segments that store no sorted keys."""
@@ -243,7 +258,7 @@ def _previous_nodes(previous: Previous | None, delta: bool, need_edges: bool = T
     return table, base, traces, []
 
 
-def _check_previous(previous: Previous, delta: bool) -> None:
+def _check_previous(previous: Previous, delta: bool, reads: tuple[str, ...] | None = None) -> None:
     """An insert must not build on damaged files: a full run reads every file, so it checks every byte; a
     delta reads whole only the node arrays (checked byte for byte here), looks up a few rows of the texts,
     names and BM25 postings, and shares every file as it is, checksums included, so damage anywhere stays
@@ -253,7 +268,8 @@ def _check_previous(previous: Previous, delta: bool) -> None:
 
     verify_index(previous.path, "cheap" if delta else "full", manifest=previous.manifest)
     if delta:
-        check_files(previous.path, previous.manifest, delta_reads(previous.manifest, previous.path))
+        check_files(previous.path, previous.manifest,
+                    reads if reads is not None else delta_reads(previous.manifest, previous.path))
 
 
 def _claim_stages(root: Path, run_id: str, n_docs: int, n_drop: int, say, *, background: bool = False) -> None:

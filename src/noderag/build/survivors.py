@@ -19,6 +19,7 @@ from .decompose.base import ChunkDecomposition, Unit
 from ..store.decompositions import ChunkTrace
 
 from ..errors import NodeRAGError
+from .scrub import is_tombstone
 
 __all__ = ["Deletion", "UnknownDocumentError", "reassemble_survivors", "prune_llm_cache"]
 
@@ -77,7 +78,7 @@ def reassemble_survivors(old: NodeTable, docs_rows: Sequence[dict], traces: Sequ
     assemble onto, and ``first_document`` the id of the first re-assembled document; by default the
     table is new and documents are numbered from 0.
     """
-    keep_docs = [d for d in docs_rows if int(d["doc_id"]) not in drop]
+    keep_docs = [d for d in docs_rows if int(d["doc_id"]) not in drop and not is_tombstone(d)]
     new_did = {int(d["doc_id"]): first_document + k for k, d in enumerate(keep_docs)}
     doc_of = {int(d["doc_id"]): d for d in keep_docs}
     crecs, decs, kept = [], [], []

@@ -102,8 +102,9 @@ def _write_atomic(path: Path, text: str) -> None:
 # ----------------------------------------------------------------------------- index: build or check
 
 def _index_documents(index: Any) -> set[tuple[str, str]]:
-    docs = index.documents
-    return set(zip(docs.column("source").to_pylist(), docs.column("content_hash").to_pylist()))
+    docs = index.documents  # a deleted document's tombstone row (noderag.build.scrub) has neither
+    return {(s, h) for s, h in zip(docs.column("source").to_pylist(), docs.column("content_hash").to_pylist())
+            if s is not None or h is not None}
 
 
 def _corpus_documents(corpus_path: Path) -> set[tuple[str, str]]:

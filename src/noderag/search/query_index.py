@@ -408,3 +408,62 @@ def open_query_index(index_path: str | os.PathLike, *, checked: bool = True) -> 
 
     with reading(Path(index_path), "query/"):
         return QueryIndex.load(index_path, checked=checked)
+
+
+def _blanked(off: np.ndarray, data: np.ndarray, blank: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A string blob (int64 offsets, UTF-8 bytes) with the strings where ``blank`` is True made empty (the
+    bytes between them copied in runs: a few blanked strings cost one pass over the blob)."""
+    off = np.asarray(off, dtype=np.int64)
+    lens = np.diff(off)
+    blank = np.asarray(blank, dtype=bool)
+    new_off = np.zeros_like(off)
+    np.cumsum(np.where(blank, 0, lens), out=new_off[1:])
+    at = np.flatnonzero(blank & (lens > 0))
+    cuts = np.concatenate([[0], off[at + 1]]).tolist()
+    stops = np.concatenate([off[at], [off[-1]]]).tolist()
+    data = np.asarray(data)
+    return new_off, np.ascontiguousarray(np.concatenate([data[a:b] for a, b in zip(cuts, stops)]))
+
+
+def scrub_query_tables(src_dir: str | os.PathLike, dst_dir: str | os.PathLike, dead: np.ndarray,
+                       documents_gone: np.ndarray) -> list[str]:
+    """Write ``dst_dir/query/`` from ``src_dir/query/`` without the texts of the ``dead`` nodes (a scrubbing
+    delete, :mod:`noderag.build.scrub`): their display texts, passage labels, canonical names and the name
+    tokens no live name uses are emptied, the labels of the ``documents_gone`` too, and the nodes are
+    marked inactive. Every other table (BM25 postings, name hashes and postings) holds ids and hashes only
+    and is hard-linked as it is: a search skips inactive nodes. Returns the files written (the rest are links).
+    """
+    import shutil
+
+    src, out = Path(src_dir) / QUERY_DIR, Path(dst_dir) / QUERY_DIR
+    out.mkdir(parents=True, exist_ok=True)
+    dead = np.asarray(dead, dtype=bool)
+    a = {p.stem: p for p in src.glob("*.npy")}
+
+    def load(key: str) -> np.ndarray:
+        return np.load(a[key], mmap_mode="r", allow_pickle=False)
+
+    written: dict[str, np.ndarray] = {"active": np.asarray(load("active"), dtype=bool) & ~dead}
+    written["text_off"], written["text"] = _blanked(load("text_off"), load("text"), dead)
+    label_node = np.asarray(load("label_node"), dtype=np.int64)
+    written["label_off"], written["label"] = _blanked(load("label_off"), load("label"), dead[label_node])
+    doc_ids = np.asarray(load("doclabel_id"), dtype=np.int64)
+    written["doclabel_off"], written["doclabel"] = _blanked(load("doclabel_off"), load("doclabel"),
+                                                            np.isin(doc_ids, documents_gone))
+    if "name_node" in a:
+        name_dead = dead[np.asarray(load("name_node"), dtype=np.int64)]
+        written["name_canon_off"], written["name_canon"] = _blanked(load("name_canon_off"), load("name_canon"),
+                                                                    name_dead)
+        ptr, tok = np.asarray(load("name_tok_ptr"), dtype=np.int64), np.asarray(load("name_tok"))
+        live_tok = np.zeros(np.asarray(load("tok_off")).shape[0] - 1, dtype=bool)
+        live_tok[tok[np.repeat(~name_dead, np.diff(ptr))]] = True
+        written["tok_off"], written["tok"] = _blanked(load("tok_off"), load("tok"), ~live_tok)
+    for key, arr in written.items():
+        atomic_save_npy(out / f"{key}.npy", arr)
+    for p in sorted(src.iterdir()):
+        if p.is_file() and (p.suffix != ".npy" or p.stem not in written):
+            try:
+                os.link(p, out / p.name)
+            except OSError:
+                shutil.copyfile(p, out / p.name)
+    return sorted(f"{QUERY_DIR}/{k}.npy" for k in written)

@@ -302,6 +302,7 @@ class Searcher:
             ents = self.query_entities(query) if cfg.entity_source != "none" or cfg.match_names_in_query else []
             matches = self.matcher.match(ents, query if cfg.match_names_in_query else None,
                                          limit=cfg.max_name_matches)
+            matches = [m for m in matches if self._active[m.node_id]]  # a scrubbing delete's names stay mapped
             name_ids = np.asarray([m.node_id for m in matches], dtype=np.int64)
             rel = np.asarray([cfg.contains_weight if m.kind == "contains" else 1.0 for m in matches], np.float64)
             lex_ids, lex_scores, lex_top, lex_top_s = self._lexical_hits(query)

@@ -141,6 +141,21 @@ def delta_edges(folder: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return src, dst, w
 
 
+def scrubbed_mask(path: Path, types: np.ndarray) -> np.ndarray | None:
+    """The base's nodes a scrubbing delete made inactive (:mod:`noderag.build.scrub`: inactive T/S/N/R nodes;
+    A/H/O nodes retired by inserts keep their edges), or None when there are none. Their edges are gone from
+    the base; a delta segment's edges and name links that end at them are dropped where the segments are joined."""
+    from ..graph.storage import load_npy
+    from .layout import QUERY_DIR
+
+    at = path / QUERY_DIR / "active.npy"
+    if not at.is_file():
+        return None
+    active = np.asarray(load_npy(at, True, dtype=np.bool_, ndim=1, shape=(types.shape[0],)))
+    mask = ~active & (np.asarray(types) <= 3)
+    return mask if mask.any() else None
+
+
 def _padded(csr, n: int):
     """``csr`` over ``n >= csr.n`` nodes (the new nodes have no edges in it), as a scipy matrix."""
     import scipy.sparse as sp
@@ -177,11 +192,32 @@ def segmented_graph(path: Path, deltas: list[Delta], *, validate: bool = True):
     w = np.concatenate([p[2] for p in parts])
     if src.size and (min(src.min(), dst.min()) < 0 or max(src.max(), dst.max()) >= n):
         raise IndexDamagedError(path, f"{DELTAS}/.../edges", "id out of range", f"edges must end at nodes < {n}")
+    gone = scrubbed_mask(path, np.asarray(base.types))
+    if gone is not None and src.size:
+        keep = ~(_ends_at(gone, src) | _ends_at(gone, dst))
+        src, dst, w = src[keep], dst[keep], w[keep]
     structural = CSR(*with_edges(base.structural, n, src, dst, w))
     semantic = _padded(base.semantic, n)
     semantic_csr = CSR(semantic.indptr.astype(np.int64), np.asarray(semantic.indices, dtype=np.int32),
                        np.asarray(semantic.data, dtype=np.float32))
     return HeteroGraph(types.astype(TYPE_DTYPE), keys.astype(KEY_DTYPE), structural, semantic_csr)
+
+
+def _ends_at(mask: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """``mask[ids]`` for ids that may lie past the mask (False there)."""
+    ids = np.asarray(ids, dtype=np.int64)
+    inside = ids < mask.shape[0]
+    out = np.zeros(ids.shape[0], dtype=bool)
+    out[inside] = mask[ids[inside]]
+    return out
+
+
+def without_scrubbed(path: Path, types: np.ndarray, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    """Which of the edges ``(src, dst)`` of a generation at ``path`` keep (none of them ends at a scrubbed node)."""
+    gone = scrubbed_mask(path, types)
+    if gone is None:
+        return np.ones(np.asarray(src).shape[0], dtype=bool)
+    return ~(_ends_at(gone, src) | _ends_at(gone, dst))
 
 
 def with_edges(csr, n: int, src: np.ndarray, dst: np.ndarray, w: np.ndarray, *, max_spliced_rows: int = 65536):

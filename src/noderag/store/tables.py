@@ -7,7 +7,8 @@ names the live folder ``generations/N``, which holds::
     nodes.parquet        id, type, name, text, doc_id, chunk_id, source_id, mentions, active
                          (``IndexStore.nodes`` adds ``key`` from node_keys.npy;
                          ``name`` is left out when it is the text of N/O nodes and null elsewhere)
-    documents.parquet    doc_id, source, title, content_hash, chunk_ids
+    documents.parquet    doc_id, source, title, content_hash, chunk_ids (a document deleted in place keeps
+                         its row as a tombstone: null source, title and hash, no chunks)
     decompositions.parquet  per assembled chunk: doc_id, T node id, its units' S ids, entity and
                          relation surface forms (what a delete re-assembles the survivors from)
     node_types.npy, node_keys.npy, graph/, semantic/   (HeteroGraph.save)
