@@ -1,8 +1,10 @@
 """Delete benchmark: ``delete(B)`` on an index of A ∪ B against rebuilding A from scratch, side by side.
 
 The alternative to deleting documents is rebuilding the index of the survivors. Both give
-the same T/S/N/R graph (the invariant, checked here by key); the delete re-assembles the
-survivors from ``decompositions.parquet`` and reuses their T/S vectors, the rebuild
+the same T/S/N/R graph (the invariant, checked here by key); the delete measured here is the
+recomputing one (``update.segments = false``: a delete of base documents is otherwise done in
+place, ``noderag.build.scrub``, measured by ``bench_update.py --base-delete-changes``), which
+re-assembles the survivors from ``decompositions.parquet`` and reuses their T/S vectors, the rebuild
 decomposes and embeds everything again. Also reports what keeping the decompositions
 costs: the bytes of ``decompositions.parquet`` against the whole generation.
 
@@ -71,7 +73,7 @@ def run(corpus: Path, limit: int | None, fraction: float, embed: str, repeats: i
                 shutil.rmtree(p)
         build_index([all_path], full, config, progress=False)
         t0 = time.perf_counter()
-        rep = delete_documents(full, b_ids)
+        rep = delete_documents(full, b_ids, config=config.with_overrides({"update.segments": False}))
         delete_s.append(time.perf_counter() - t0)
         manifest = rep.manifest
         t0 = time.perf_counter()
