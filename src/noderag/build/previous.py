@@ -87,15 +87,16 @@ def load_base(root: Path, manifest: dict | None = None) -> EdgeList:
     import pyarrow.parquet as pq
 
     from ..graph.hetero import HeteroGraph
-    from ..store.segments import deltas_of, segmented_graph
+    from ..store.segments import deltas_of, has_scrubbed, segmented_graph
 
     manifest = manifest if manifest is not None else read_manifest(root) or {}
     deltas = deltas_of(manifest, root)
-    graph = segmented_graph(root, deltas) if deltas else HeteroGraph.load(root, mmap=True)
+    scrubbed = has_scrubbed(manifest)
+    graph = segmented_graph(root, deltas, scrubbed=scrubbed) if deltas else HeteroGraph.load(root, mmap=True)
     from ..store.segments import segment_folders
 
     ltab = pa.concat_tables([pq.read_table(f / LINKED) for f in segment_folders(root, manifest)])
-    if deltas:  # a delta's name links to nodes a scrubbing delete made inactive are not in the joined graph
+    if deltas and scrubbed:  # a delta's name links to nodes a scrubbing delete made inactive are not in the graph
         from ..store.segments import without_scrubbed
 
         n0 = deltas[0].first_node

@@ -31,7 +31,7 @@ from .errors import IndexDamagedError
 from .layout import DELTAS, MANIFEST, READERS
 
 __all__ = ["Delta", "deltas_of", "segment_folders", "share_generation", "next_delta_name", "delta_entry",
-           "concat_npy", "concat_parquet"]
+           "concat_npy", "concat_parquet", "has_scrubbed"]
 
 
 @dataclass(frozen=True)
@@ -166,8 +166,14 @@ def _padded(csr, n: int):
     return sp.csr_array((np.asarray(csr.weights), np.asarray(csr.indices), indptr), shape=(n, n))
 
 
-def segmented_graph(path: Path, deltas: list[Delta], *, validate: bool = True):
-    """The graph of a generation with delta segments: the base's layers over every node, plus each delta's edges.
+def has_scrubbed(manifest: dict[str, Any]) -> bool:
+    """Whether a scrubbing delete made nodes of the generation's base inactive (its manifest counts them)."""
+    return bool((manifest.get("counts") or {}).get("scrubbed_nodes"))
+
+
+def segmented_graph(path: Path, deltas: list[Delta], *, validate: bool = True, scrubbed: bool = False):
+    """The graph of a generation with delta segments: the base's layers over every node, plus each delta's edges
+    (``scrubbed``: :func:`has_scrubbed`; the deltas' edges to scrubbed nodes are left out).
 
     One copy of the base's edge arrays at open, the deltas' edges spliced in (:func:`with_edges`); a
     compacted generation opens its graph memory-mapped instead.
@@ -192,7 +198,7 @@ def segmented_graph(path: Path, deltas: list[Delta], *, validate: bool = True):
     w = np.concatenate([p[2] for p in parts])
     if src.size and (min(src.min(), dst.min()) < 0 or max(src.max(), dst.max()) >= n):
         raise IndexDamagedError(path, f"{DELTAS}/.../edges", "id out of range", f"edges must end at nodes < {n}")
-    gone = scrubbed_mask(path, np.asarray(base.types))
+    gone = scrubbed_mask(path, np.asarray(base.types)) if scrubbed else None
     if gone is not None and src.size:
         keep = ~(_ends_at(gone, src) | _ends_at(gone, dst))
         src, dst, w = src[keep], dst[keep], w[keep]

@@ -300,9 +300,9 @@ class IndexStore:
 
         with reading(self.path, "graph/"):
             if self.deltas:
-                from .segments import segmented_graph
+                from .segments import has_scrubbed, segmented_graph
 
-                return segmented_graph(self.path, self.deltas)
+                return segmented_graph(self.path, self.deltas, scrubbed=has_scrubbed(self.manifest))
             return HeteroGraph.load(self.path, mmap=True)
 
     @cached_property
