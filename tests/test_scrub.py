@@ -211,3 +211,50 @@ def test_blanked_blob_matches_python(seed):
     new_off, new = _blanked(off, np.frombuffer(data, np.uint8), blank)
     got = [bytes(new[new_off[i]:new_off[i + 1]]).decode("utf-8") for i in range(40)]
     assert got == ["" if b else s for s, b in zip(strings, blank)]
+
+
+def test_a_replacement_is_a_scrub_then_a_delta_insert(tmp_path, built):
+    rows = _rows()
+    new = dict(rows[5], text="Ilse Marrow founded the Blue Finch ferry line in 1902. Engineer Vance0 built its ferries.")
+    said: list[str] = []
+    rep = build_index([_jsonl(tmp_path / "v2.jsonl", [new, rows[6]])], built, _config(), progress=False,
+                      log=said.append)
+    assert rep.added_documents == 1 and rep.duplicates == 1 and rep.deleted_documents == 1
+    assert rep.manifest.get("deltas") and [r.get("scrubbed") for r in rep.manifest["runs"][-2:]] == [True, None]
+    gen = current_path(built)
+    assert _files_with(gen, SECRET) == [] and _files_with(gen, "Blue Finch ferry")
+    verify_index(gen, "full")
+    with Index.open(built) as idx:
+        assert idx.retrieve("Who founded the Blue Finch ferry line?").passages[0] == "d5"
+        assert [s for s in idx.documents.column("source").to_pylist() if s] == \
+            [r["id"] for r in rows if r["id"] != "d5"] + ["d5"]
+    ref = tmp_path / "ref"
+    build_index([_jsonl(tmp_path / "order.jsonl", [r for r in rows if r["id"] != "d5"] + [new])], ref, _config(),
+                progress=False)
+    compact_index(built, full=True)
+    assert _files(current_path(built)) == _files(current_path(ref))
+
+
+_INSERT = """
+import sys
+from noderag.build.driver import build_index
+from noderag.config import NodeRAGConfig
+build_index([sys.argv[2]], sys.argv[1], NodeRAGConfig().with_overrides({"embed.spec": "hash:32"}), progress=False)
+"""
+
+
+def test_a_replacement_killed_between_its_scrub_and_its_insert_completes_on_a_rerun(tmp_path, built):
+    rows = _rows()
+    part = _jsonl(tmp_path / "v2.jsonl", [dict(rows[5], text="Ilse Marrow founded the Blue Finch ferry line.")])
+    twin = tmp_path / "twin"
+    shutil.copytree(built, twin)
+    r = subprocess.run([sys.executable, "-c", _INSERT, str(built), str(part)], capture_output=True, text=True,
+                       timeout=300, env=dict(os.environ, NODERAG_TEST_KILL_AT="committed"))
+    assert r.returncode == -9, r.stderr
+    with Index.open(built) as idx:  # the old version is gone, the new one not in yet
+        assert "d5" not in idx.documents.column("source").to_pylist()
+    r = subprocess.run([sys.executable, "-c", _INSERT, str(built), str(part)], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    build_index([part], twin, _config(), progress=False)  # the same replacement, not interrupted
+    assert _files(current_path(built)) == _files(current_path(twin))

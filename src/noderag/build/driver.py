@@ -114,10 +114,19 @@ def build_index(inputs: Sequence[str | os.PathLike], index_dir: str | os.PathLik
     with WriterLock(root, wait=wait, role=None if background is None else BACKGROUND), _arrow_memory_returned(), \
             heap.large_blocks_mapped(), heap.collector_paused():
         try:
-            run = start_run(inputs, root, config, llm=llm, embedder=embedder, progress=progress,
-                            allow_failures=allow_failures, log=log, delete=delete, executor=executor,
-                            compact=compact, background=background)
+            def started():
+                return start_run(inputs, root, config, llm=llm, embedder=embedder, progress=progress,
+                                 allow_failures=allow_failures, log=log, delete=delete, executor=executor,
+                                 compact=compact, background=background)
+
+            run = started()
             report = run if isinstance(run, BuildReport) else _execute(run)
+            if isinstance(run, ScrubRun) and run.then_insert:  # the replaced documents are tombstones now
+                from dataclasses import replace
+
+                scrubbed = report.deleted_documents
+                run = started()
+                report = replace(run if isinstance(run, BuildReport) else _execute(run), deleted_documents=scrubbed)
         except BaseException:
             if created:  # a failed first build leaves no empty index folder behind
                 from .cleanup import remove_if_nothing_built

@@ -155,14 +155,18 @@ def start_run(inputs: Sequence, root: Path, config, *, llm=None, embedder=None, 
         raise IngestError(f"no documents found in {', '.join(str(p) for p in inputs)} "
                           "(expected non-empty .txt, .md or .jsonl files)")
     rewrite = delete_plan(previous, config, drop) if previous is not None and not new_docs and compact is None else None
-    if drop and not new_docs and compact is None and rewrite is None:
+    if drop and compact is None and rewrite is None:
         why = scrub_reason(previous, config, drop)
-        if why is None:  # a delete of base documents: scrubbed in place (noderag.build.scrub)
+        # a replacement of base documents: the old versions scrubbed, then the new ones inserted (as a delta)
+        replace_in_place = bool(new_docs) and delete is None and why is None and \
+            delta_reason(previous, config, [], len(new_docs)) is None
+        if why is None and (not new_docs or replace_in_place):  # scrubbed in place (noderag.build.scrub)
             _check_previous(previous, delta=True, reads=SCRUB_READS)
             run_id = _digest({"scrub": drop, "generation": previous.generation, "run": previous.manifest.get("run_id")})
             _claim_stages(root, run_id, 0, len(drop), say)
-            return ScrubRun(root, config, previous, drop, run_id, say)
-        say(f"deleting by recomputing the whole index: {why}")
+            return ScrubRun(root, config, previous, drop, run_id, say, then_insert=replace_in_place)
+        if not new_docs:
+            say(f"deleting by recomputing the whole index: {why}")
     reason = (f"compaction ({compact})" if compact is not None else None if rewrite is not None
               else delta_reason(previous, config, drop, len(new_docs)))
     if previous is not None and reason is not None and (deltas_of(previous.manifest, previous.path) or

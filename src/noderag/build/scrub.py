@@ -24,6 +24,10 @@ so BM25 statistics are the survivors'), ``decompositions.parquet`` (the deleted 
 ``documents.parquet``, where a deleted document keeps its row and id as a tombstone with no source,
 title, content hash or chunks.
 
+A replacement (a document given again with its id and new text) of base documents scrubs the old
+versions and commits, then inserts the new ones as a delta segment (``ScrubRun.then_insert``; the
+driver runs the insert once the scrub is committed).
+
 Taken when :func:`scrub_reason` finds nothing against it: the index has no delta segments (a delete
 that reaches into the deltas rewrites them, or recomputes the index), segments are on, the semantic
 layer is off and there is no LLM cache (whose replies may quote the documents: the full delete prunes
@@ -171,6 +175,7 @@ class ScrubRun:
     final: Path = field(init=False)
     n_new: int = 0
     duplicates: int = 0
+    then_insert: bool = False  # a replacement: the run's inputs are inserted once the old versions are scrubbed
 
     def __post_init__(self) -> None:
         self.stages = self.root / "stages"
