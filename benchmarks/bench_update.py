@@ -180,6 +180,8 @@ def bench_size(n: int, args, work: Path) -> dict:
         res["changes"].append(row)
     for c in args.base_delete_changes:
         res.setdefault("base_deletes", []).append(_base_delete(n, c, base, questions, args, work))
+    for c in args.replace_changes:
+        res.setdefault("base_replaces", []).append(_base_replace(n, c, base, args, work))
     if args.deltas:  # (0: skip it, and the full recomputation of its compaction)
         res["many_deltas"] = _many_deltas(n, sc.corpus, base, questions, args, work)
     if not args.keep_base:
@@ -242,6 +244,28 @@ def _base_delete(n: int, c: int, base: Path, questions: Path, args, work: Path) 
             if mode == "segments":
                 r["query"] = _paired_p50(base, copy, questions, work / f"q-base-delete-{n}-{c}.log", args)
         out[mode] = r
+        shutil.rmtree(copy, ignore_errors=True)
+    return out
+
+
+def _base_replace(n: int, c: int, base: Path, args, work: Path) -> dict:
+    """Replace ``c`` random documents of the base (random.Random(c + 1)) by new versions (the same id, a sentence
+    added), both ways on fresh copies: the old versions scrubbed then the new ones inserted as a delta (the
+    default), and recomputing the index (``update.segments = false``)."""
+    import random
+
+    lines = (work / f"base-{n}.jsonl").read_text("utf-8").splitlines()
+    rows = [json.loads(lines[i]) for i in sorted(random.Random(c + 1).sample(range(len(lines)), c))]
+    new = work / f"replace-{n}-{c}.jsonl"
+    new.write_text("".join(json.dumps(dict(r, text=r["text"] + " This passage was revised in 2026."),
+                                      ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    out: dict = {"documents": c}
+    for mode in ("segments", "rebuild"):
+        print(f"== {n:,} passages: replace {c} base documents ({mode})", file=sys.stderr, flush=True)
+        copy = work / f"copy-replace-{mode}"
+        shutil.rmtree(copy, ignore_errors=True)
+        _copy_index(base, copy, args)
+        out[mode] = _write_child("insert", mode, copy, new, work / f"base-replace-{n}-{c}-{mode}.log", args)
         shutil.rmtree(copy, ignore_errors=True)
     return out
 
@@ -359,6 +383,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="the change sizes whose documents are deleted again afterwards (a delete recomputes the index)")
     ap.add_argument("--base-delete-changes", default="",
                     help="delete this many random documents of the base, in place and by recomputing (e.g. 100)")
+    ap.add_argument("--replace-changes", default="",
+                    help="replace this many random documents of the base by new versions, in place and by recomputing")
     ap.add_argument("--deltas", type=int, default=10)
     ap.add_argument("--insert-repeats", type=int, default=1,
                     help="segment inserts per change, each into a fresh copy of the base; the median is reported")
@@ -386,6 +412,7 @@ def main(argv: list[str] | None = None) -> int:
     args.rebuild_changes = [int(x) for x in args.rebuild_changes.split(",") if x]
     args.delete_changes = [int(x) for x in args.delete_changes.split(",") if x]
     args.base_delete_changes = [int(x) for x in args.base_delete_changes.split(",") if x]
+    args.replace_changes = [int(x) for x in args.replace_changes.split(",") if x]
     args.max_rss_bytes = None
     args.work.mkdir(parents=True, exist_ok=True)
     res = {"command": "python benchmarks/bench_update.py " + " ".join(sys.argv[1:] if argv is None else argv),
@@ -488,6 +515,24 @@ def to_markdown(res: dict) -> str:
             lines += ["", "(1) Of the deleted passages whose first 48 characters no surviving passage repeats, those "
                       "whose first 48 characters a file of the live generation still holds (raw bytes of its arrays, "
                       "any string column of its Parquet tables).", ""]
+        if s.get("base_replaces"):
+            lines += ["", "Replacement of random documents of the base by new versions (the same id, a sentence added), "
+                      "each on a fresh copy: the old versions scrubbed then the new ones inserted as a delta (the "
+                      "default) and by recomputing the index (`update.segments = false`).", "",
+                      "| replace | mode | wall s | CPU s | new index bytes | share of index | peak RSS |",
+                      "|---|---|---:|---:|---:|---:|---:|"]
+            for row in s["base_replaces"]:
+                for mode in ("segments", "rebuild"):
+                    d = row.get(mode) or {}
+                    name = "scrub + delta" if mode == "segments" else "recompute"
+                    lines.append(f"| {row['documents']} base documents | {name} | " + (
+                        f"{d['wall_s']:.2f} | {d['cpu_s']:.2f} | {_mb(d['new_index_bytes'])} | "
+                        f"{d['new_index_bytes'] / max(d['index_bytes'], 1):.1%} | {_mb(d['peak_rss_bytes'])} |"
+                        if d.get("ok") else "failed | | | | |"))
+                if (row.get("segments") or {}).get("ok") and (row.get("rebuild") or {}).get("ok"):
+                    lines.append(f"| | **ratio** recompute / in place | "
+                                 f"**{row['rebuild']['wall_s'] / max(row['segments']['wall_s'], 1e-9):.1f}x** | | | | |")
+            lines.append("")
         md = s.get("many_deltas")
         if md:
             p = md["paired"]
