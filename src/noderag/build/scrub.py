@@ -298,7 +298,7 @@ def write_scrubbed(run: ScrubRun) -> tuple[dict, dict[str, str], frozenset[str]]
     rewritten = (NODES, DOCUMENTS, DECOMPOSITIONS, LINKED, COMMUNITIES, "node_types.npy", "node_keys.npy",
                  "node_key_order.npy", "node_keys_sorted.npy", "graph/", "semantic/", f"{QUERY_DIR}/")
     shared, copied = share_generation(prev, run.final, skip=rewritten)
-    run.say(f"scrubbing {len(run.drop)} document(s): {int(dead.sum())} nodes hold their text")
+    run.say(f"deleting {len(run.drop)} document(s) in place: {int(dead.sum())} nodes held their text (scrubbed)")
     dead_ids = np.flatnonzero(dead)
     keys = np.array(graph.keys, dtype=np.uint64)
     keys[dead_ids] = tombstone_keys(dead_ids, keys)
