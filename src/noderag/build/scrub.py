@@ -1,37 +1,38 @@
 """Delete of base documents in place of a recompute: the deleted documents' nodes scrubbed, every id kept.
 
-A delete whose documents are in the base of an index without delta segments does not re-assemble
-the survivors and recompute every global stage (minutes at 10^5 passages). It writes a new generation
-in which the nodes that hold the deleted text are *scrubbed*: their text, name and source are gone,
-they are inactive, their edges are removed and their keys are replaced by tombstones that no text
-hashes to (a later insert of the same text makes a new node). Which nodes hold deleted text
-(:func:`scrubbed_nodes`):
+A delete whose documents are all in the base does not re-assemble the survivors and recompute every
+global stage (minutes at 10^5 passages). It writes a new generation in which the nodes that hold the
+deleted text are *scrubbed*: their text, name and source are gone, they are inactive, their edges are
+removed and their keys are replaced by tombstones that no text hashes to (a later insert of the same
+text makes a new node). Which nodes hold deleted text (:func:`scrubbed_nodes`):
 
 - the T and S nodes of the deleted documents;
 - the N and R nodes first named in them: a node's text is its first mention, so these nodes' texts
   are the deleted documents' words. Node ids follow assembly order, so a node was first named in the
   chunk of the last T node before it; an R node naming a scrubbed N goes too;
-- the A nodes of the entities that lose a mention (an A node quotes its entity's units), the H
-  nodes over a scrubbed unit or attribute or in a community that lost a node, and their O nodes.
+- the A nodes that quote a scrubbed unit or relationship of their entity, the H nodes that quote a
+  scrubbed unit or attribute of their community, and the O nodes of those H or naming a scrubbed entity.
 
 What is approximated until the next compaction (``noderag compact``; ``--full`` gives the fresh
 build of the survivors byte for byte): an entity or relationship first named in a deleted document
-leaves the graph even when a surviving document names it too; the surviving entities' mention
-counts, importance and communities are those of the graph before the delete; the vectors of the
+leaves the graph even when a surviving document names it too; mention counts, importance,
+communities and BM25 statistics are those of the index before the delete; the vectors of the
 scrubbed T/S/A/H nodes stay in the HNSW shards (never returned: a search skips inactive nodes). The
-text is gone from every file of the new generation: ``nodes.parquet``, the query tables (rewritten,
-so BM25 statistics are the survivors'), ``decompositions.parquet`` (the deleted chunks' rows go) and
-``documents.parquet``, where a deleted document keeps its row and id as a tombstone with no source,
-title, content hash or chunks.
+text is gone from every file of the new generation: ``nodes.parquet``, the query tables' text blobs
+(:func:`noderag.search.query_index.scrub_query_tables`; their hash and posting arrays are shared),
+``decompositions.parquet`` (the deleted chunks' rows go) and ``documents.parquet``, where a deleted
+document keeps its row and id as a tombstone with no source, title, content hash or chunks. Delta
+segments are shared as they are; where the segments are joined, their edges and name links to
+scrubbed nodes are left out (:func:`noderag.store.segments.scrubbed_mask`).
 
 A replacement (a document given again with its id and new text) of base documents scrubs the old
 versions and commits, then inserts the new ones as a delta segment (``ScrubRun.then_insert``; the
 driver runs the insert once the scrub is committed).
 
-Taken when :func:`scrub_reason` finds nothing against it: the index has no delta segments (a delete
-that reaches into the deltas rewrites them, or recomputes the index), segments are on, the semantic
-layer is off and there is no LLM cache (whose replies may quote the documents: the full delete prunes
-it).
+Taken when :func:`scrub_reason` finds nothing against it: no document of a delta segment is deleted
+with them (a delete inside the deltas rewrites those; base and delta documents together recompute the
+index), segments are on, the semantic layer is off and there is no LLM cache (whose replies may quote
+the documents: the full delete prunes it).
 """
 
 from __future__ import annotations
