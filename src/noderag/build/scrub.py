@@ -288,13 +288,12 @@ def write_scrubbed(run: ScrubRun) -> tuple[dict, dict[str, str], frozenset[str]]
     run.final.mkdir(parents=True)
     graph = HeteroGraph.load(prev, mmap=True)
     types = np.asarray(graph.types)
-    doc = np.asarray(load_npy(prev / QUERY_DIR / "doc.npy", True, dtype=np.int64, shape=types.shape))
     comm = (np.asarray(load_npy(prev / COMMUNITIES, True, dtype=np.int32, shape=types.shape))
             if (prev / COMMUNITIES).is_file() else None)
     st = graph.structural
     texts = open_query_index(prev, checked=False)
-    dead = scrubbed_nodes(types, doc, np.asarray(st.indptr), np.asarray(st.indices), comm, run.drop,
-                          lambda i: texts.texts([i])[0])
+    dead = scrubbed_nodes(types, np.asarray(texts.doc), np.asarray(st.indptr), np.asarray(st.indices), comm,
+                          run.drop, lambda i: texts.texts([i])[0])
     was_active = np.asarray(texts.active, dtype=bool)
     rewritten = (NODES, DOCUMENTS, DECOMPOSITIONS, LINKED, COMMUNITIES, "node_types.npy", "node_keys.npy",
                  "node_key_order.npy", "node_keys_sorted.npy", "graph/", "semantic/", f"{QUERY_DIR}/")

@@ -425,13 +425,19 @@ def _blanked(off: np.ndarray, data: np.ndarray, blank: np.ndarray) -> tuple[np.n
     return new_off, np.ascontiguousarray(np.concatenate([data[a:b] for a, b in zip(cuts, stops)]))
 
 
+#: The tables :func:`scrub_query_tables` rewrites from their previous contents (a writer checks them first).
+SCRUBBED_TABLES = ("active", "text_off", "text", "label_node", "label_off", "label", "doclabel_id", "doclabel_off",
+                   "doclabel", "name_node", "name_canon_off", "name_canon", "name_tok_ptr", "name_tok", "tok_off",
+                   "tok")
+
+
 def scrub_query_tables(src_dir: str | os.PathLike, dst_dir: str | os.PathLike, dead: np.ndarray,
-                       documents_gone: np.ndarray) -> list[str]:
+                       documents_gone: np.ndarray) -> None:
     """Write ``dst_dir/query/`` from ``src_dir/query/`` without the texts of the ``dead`` nodes (a scrubbing
     delete, :mod:`noderag.build.scrub`): their display texts, passage labels, canonical names and the name
     tokens no live name uses are emptied, the labels of the ``documents_gone`` too, and the nodes are
     marked inactive. Every other table (BM25 postings, name hashes and postings) holds ids and hashes only
-    and is hard-linked as it is: a search skips inactive nodes. Returns the files written (the rest are links).
+    and is hard-linked as it is: a search skips inactive nodes.
     """
     import shutil
 
@@ -466,4 +472,3 @@ def scrub_query_tables(src_dir: str | os.PathLike, dst_dir: str | os.PathLike, d
                 os.link(p, out / p.name)
             except OSError:
                 shutil.copyfile(p, out / p.name)
-    return sorted(f"{QUERY_DIR}/{k}.npy" for k in written)

@@ -198,9 +198,8 @@ def segmented_graph(path: Path, deltas: list[Delta], *, validate: bool = True, s
     w = np.concatenate([p[2] for p in parts])
     if src.size and (min(src.min(), dst.min()) < 0 or max(src.max(), dst.max()) >= n):
         raise IndexDamagedError(path, f"{DELTAS}/.../edges", "id out of range", f"edges must end at nodes < {n}")
-    gone = scrubbed_mask(path, np.asarray(base.types)) if scrubbed else None
-    if gone is not None and src.size:
-        keep = ~(_ends_at(gone, src) | _ends_at(gone, dst))
+    if scrubbed and src.size:
+        keep = without_scrubbed(path, np.asarray(base.types), src, dst)
         src, dst, w = src[keep], dst[keep], w[keep]
     structural = CSR(*with_edges(base.structural, n, src, dst, w))
     semantic = _padded(base.semantic, n)
