@@ -32,7 +32,7 @@ from .delta import background_compaction_due, delete_plan, delta_reason, delta_t
 from .previous import Previous, load_base, load_tables, open_previous
 from .progress import Progress
 from .scrub import ScrubRun, scrub_reason
-from ..search.query_index import SCRUBBED_TABLES
+from ..search.query_index import SCRUBBED_TABLES, TEXT_PAGES
 
 __all__ = ["BuildRun", "BuildReport", "start_run", "documents_without_text"]
 
@@ -230,7 +230,8 @@ DELTA_READS = (NODE_TYPES, f"{QUERY_DIR}/active.npy", f"{QUERY_DIR}/meta.json")
 #: What a scrubbing delete (:mod:`noderag.build.scrub`) reads whole of the base and rewrites, checked byte for byte
 #: first (a damaged file rewritten would get a new checksum: the damage would no longer show).
 SCRUB_READS = (NODE_TYPES, NODE_KEYS, NODES, DOCUMENTS, DECOMPOSITIONS, LINKED, COMMUNITIES, "graph/", "semantic/",
-               f"{QUERY_DIR}/doc.npy") + tuple(f"{QUERY_DIR}/{k}.npy" for k in SCRUBBED_TABLES)
+               f"{QUERY_DIR}/doc.npy", f"{QUERY_DIR}/meta.json", f"{QUERY_DIR}/{TEXT_PAGES}/") + \
+    tuple(f"{QUERY_DIR}/{k}.npy" for k in SCRUBBED_TABLES)
 
 
 def delta_reads(manifest: dict, path: Path | None = None) -> tuple[str, ...]:

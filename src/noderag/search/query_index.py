@@ -1,10 +1,12 @@
 """Build-time query index: everything a query needs that costs O(n) to prepare, written once per build
 and memory-mapped at open, so a query touches only its seeds' neighbourhood and the texts it returns.
 
-Folder ``query/`` of an index directory (all ``.npy``; ``*_off`` are int64 offsets into a uint8 UTF-8 blob)::
+Folder ``query/`` of an index directory (``.npy`` files; ``*_off`` are int64 offsets into a uint8 UTF-8 blob)::
 
-    meta.json                        format, n (nodes), names, max_tokens
-    text_off, text                   display text of every node (text, else name, else "")
+    meta.json                        format, n (nodes), names, max_tokens, text_page
+    text_off, text/                  display text of every node (text, else name, else ""): the bytes in pages
+                                     of ``text_page`` bytes (:mod:`noderag.store.paged_blob`), so that a delete
+                                     in place rewrites only the pages that held deleted text (format 1: text.npy)
     chunk, doc                       int64 (n,): chunk_id / doc_id of every node
     active                           bool (n,)
     label_node, label_off, label     source-passage label of every T node (sorted node ids)
@@ -26,11 +28,14 @@ from typing import Any
 import numpy as np
 
 from ..store.layout import DOCUMENTS, NODES, QUERY_DIR
+from ..store.paged_blob import PagedBytes, erase_strings, page_name, page_size_for, write_pages
 from ..graph.storage import atomic_save_npy, atomic_write_bytes, load_npy, read_json
 
 __all__ = ["QUERY_DIR", "QueryIndex", "write_query_index", "passage_labels", "document_labels", "display_texts"]
 
-_FORMAT = 1
+_FORMAT = 2  # 2: node texts in pages (text/); 1: in one text.npy, still read
+_FORMATS = (1, 2)
+TEXT_PAGES = "text"  # the folder of the node texts' pages in query/
 _T = 0
 _NAMED = (2, 6)  # N and O: matched by name
 
@@ -154,7 +159,8 @@ def write_query_index(index_dir: str | os.PathLike, *, first_node: int = 0, lexi
     text_off, text = _string_blob(shown)
     del shown
     save("text_off", text_off)
-    save("text", text)
+    text_page = page_size_for(int(text.shape[0]))
+    write_pages(out / TEXT_PAGES, text, text_page)
     _save_lexical(save, types, active, doc, text_off, text, documents, first_node, lexical_background)
     del text_off, text
     t_ids = np.flatnonzero(types == _T)
@@ -181,7 +187,8 @@ def write_query_index(index_dir: str | os.PathLike, *, first_node: int = 0, lexi
     for key in sorted(name_index):
         save(key, name_index[key])
     meta = {"format": _FORMAT, "n": int(n), "names": int(name_index["name_node"].shape[0]),
-            "max_tokens": max_tokens, **({"first_node": int(first_node)} if first_node else {})}
+            "max_tokens": max_tokens, "text_page": text_page,
+            **({"first_node": int(first_node)} if first_node else {})}
     atomic_write_bytes(out / "meta.json", (json.dumps(meta, sort_keys=True) + "\n").encode("utf-8"))
     return out
 
@@ -249,6 +256,34 @@ def _check_damage(folder: Path, arrays: dict[str, np.ndarray], n: int, m: int, f
         raise bad("name_tok", "id out of range", f"token id {int(arrays['name_tok'].min())}")
 
 
+def _text_pages(folder: Path, meta: dict, total: int) -> PagedBytes:
+    """The node texts' pages (format 2), checked at open: the offsets end where the folder's pages do, and the last
+    page has the size it must have (a page damaged elsewhere is named when it is first read, and by ``noderag
+    verify``)."""
+    from ..store.verify import IndexDamagedError
+
+    def damaged(name: str, problem: str, detail: str) -> IndexDamagedError:
+        return IndexDamagedError(folder.parent, f"{QUERY_DIR}/{TEXT_PAGES}/{name}", problem, detail)
+
+    page = int(meta["text_page"])
+    try:
+        held = set(os.listdir(folder / TEXT_PAGES))
+    except FileNotFoundError:
+        raise damaged("", "missing folder", "the node texts' pages") from None
+    count = -(-total // page)
+    if total < 0 or len(held) > count:
+        raise IndexDamagedError(folder.parent, f"{QUERY_DIR}/text_off.npy", "invalid offsets",
+                                f"they end at byte {total}, before the end of the {len(held)} pages of {page} "
+                                f"bytes in {QUERY_DIR}/{TEXT_PAGES}/")
+    if len(held) < count:
+        gone = next(p for p in range(count) if page_name(p) not in held)
+        raise damaged(page_name(gone), "missing file", f"page {gone} of {count}")
+    pages = PagedBytes(folder / TEXT_PAGES, page, total, damaged)
+    if pages.count:
+        pages.page_view(pages.count - 1)
+    return pages
+
+
 class QueryIndex:
     """The ``query/`` folder opened read-only (memory-mapped): per-node columns, texts, labels and names.
 
@@ -290,10 +325,11 @@ class QueryIndex:
         if not mpath.is_file():
             return None
         meta = read_json(mpath)
-        if not isinstance(meta, dict) or meta.get("format") != _FORMAT:
+        if not isinstance(meta, dict) or meta.get("format") not in _FORMATS:
             raise ValueError(f"{mpath}: unknown query index format {meta.get('format') if isinstance(meta, dict) else meta!r}")
-        for key in ("n", "names", "max_tokens", "first_node"):
-            if key == "first_node" and key not in meta:
+        paged = meta["format"] >= 2
+        for key in ("n", "names", "max_tokens", "first_node", "text_page"):
+            if (key == "first_node" and key not in meta) or (key == "text_page" and not paged):
                 continue
             if isinstance(meta.get(key), bool) or not isinstance(meta.get(key), int) or meta[key] < 0:
                 raise ValueError(f"{mpath}: field {key!r} must be a non-negative integer, got {meta.get(key)!r}")
@@ -314,10 +350,14 @@ class QueryIndex:
             "post_ptr": (np.int64, None), "post_name": (np.int64, None),
         }
         assert set(NAME_ARRAYS) <= set(shapes)
-        arrays = {}
+        if paged:
+            del shapes["text"]
+        arrays: dict[str, Any] = {}
         for key, (dtype, shape) in shapes.items():
             # plain ndarray views of the maps: numpy.memmap's per-item __getitem__ costs ~4 us a look-up
             arrays[key] = np.asarray(load_npy(folder / f"{key}.npy", True, dtype=dtype, ndim=1, shape=shape))
+        if paged:
+            arrays["text"] = _text_pages(folder, meta, int(arrays["text_off"][-1]))
         # cheap consistency checks (sizes only: O(1)), naming the file
         for off, blob in (("text_off", "text"), ("label_off", "label"), ("doclabel_off", "doclabel"),
                           ("name_canon_off", "name_canon"), ("tok_off", "tok")):
@@ -338,7 +378,9 @@ class QueryIndex:
         return cls(folder, meta, arrays)
 
     @staticmethod
-    def _get(off: np.ndarray, data: np.ndarray, i: int) -> str:
+    def _get(off: np.ndarray, data, i: int) -> str:
+        if isinstance(data, PagedBytes):
+            return data.strings([int(off[i])], [int(off[i + 1])])[0]
         return bytes(data[int(off[i]):int(off[i + 1])]).decode("utf-8", "surrogatepass")
 
     def _text(self, key: str, i: int) -> str:
@@ -348,8 +390,10 @@ class QueryIndex:
         except UnicodeDecodeError as exc:
             from ..store.verify import IndexDamagedError
 
-            raise IndexDamagedError(self.folder.parent, f"{QUERY_DIR}/{key}.npy", "undecodable text",
-                                    f"string {i}: {exc.reason}") from None
+            blob, rel = self._a[key], f"{QUERY_DIR}/{key}.npy"
+            if isinstance(blob, PagedBytes):  # the page where the string starts
+                rel = f"{QUERY_DIR}/{key}/{page_name(int(self._a[f'{key}_off'][i]) // blob.page)}"
+            raise IndexDamagedError(self.folder.parent, rel, "undecodable text", f"string {i}: {exc.reason}") from None
 
     def _strings(self, key: str, pos) -> list[str]:
         """Strings ``pos`` of the blob ``key``: one gather of their offsets, then slices of one buffer view."""
@@ -358,6 +402,12 @@ class QueryIndex:
             return []
         off = self._a[f"{key}_off"]
         lo, hi = off[pos].tolist(), off[pos + 1].tolist()
+        blob = self._a[key]
+        if isinstance(blob, PagedBytes):
+            try:
+                return blob.strings(lo, hi)
+            except UnicodeDecodeError:
+                return [self._text(key, int(i)) for i in pos]  # names the damaged file and string
         view = self._views.get(key)
         if view is None:
             view = self._views[key] = memoryview(np.ascontiguousarray(self._a[key])).cast("B")
@@ -434,7 +484,8 @@ SCRUBBED_TABLES = ("active", "text_off", "text", "label_node", "label_off", "lab
 def scrub_query_tables(src_dir: str | os.PathLike, dst_dir: str | os.PathLike, dead: np.ndarray,
                        documents_gone: np.ndarray) -> None:
     """Write ``dst_dir/query/`` from ``src_dir/query/`` without the texts of the ``dead`` nodes (a scrubbing
-    delete, :mod:`noderag.build.scrub`): their display texts, passage labels, canonical names and the name
+    delete, :mod:`noderag.build.scrub`): their display texts are erased (zeros in new copies of the pages that
+    held them; the other pages and the offsets are shared), their passage labels, canonical names and the name
     tokens no live name uses are emptied, the labels of the ``documents_gone`` too, and the nodes are
     marked inactive. Every other table (BM25 postings, name hashes and postings) holds ids and hashes only
     and is hard-linked as it is: a search skips inactive nodes.
@@ -450,7 +501,11 @@ def scrub_query_tables(src_dir: str | os.PathLike, dst_dir: str | os.PathLike, d
         return np.load(a[key], mmap_mode="r", allow_pickle=False)
 
     written: dict[str, np.ndarray] = {"active": np.asarray(load("active"), dtype=bool) & ~dead}
-    written["text_off"], written["text"] = _blanked(load("text_off"), load("text"), dead)
+    meta = read_json(src / "meta.json")
+    if meta.get("format", 1) >= 2:  # the texts' pages that held scrubbed texts are written anew, the rest linked
+        erase_strings(src / TEXT_PAGES, out / TEXT_PAGES, load("text_off"), int(meta["text_page"]), dead)
+    else:
+        written["text_off"], written["text"] = _blanked(load("text_off"), load("text"), dead)
     label_node = np.asarray(load("label_node"), dtype=np.int64)
     written["label_off"], written["label"] = _blanked(load("label_off"), load("label"), dead[label_node])
     doc_ids = np.asarray(load("doclabel_id"), dtype=np.int64)

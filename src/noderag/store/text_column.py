@@ -45,13 +45,17 @@ class TextColumn:
     def from_buffers(cls, parts) -> "TextColumn":
         """Texts given as (int64 offsets from 0, UTF-8 bytes) pairs, e.g. the memory-mapped text blobs of an
         index's segments, one after the other. They are referenced, not copied: a text is read from its
-        part when asked for (a delta insert reads few of the index's texts)."""
+        part when asked for (a delta insert reads few of the index's texts). The bytes may be an array or
+        the pages of an index's texts (:class:`~noderag.store.paged_blob.PagedBytes`)."""
         import numpy as np
+
+        from .paged_blob import PagedBytes
 
         col = cls()
         for offsets, data in parts:
             offsets = np.asarray(offsets, dtype=np.int64)
-            data = np.asarray(data, dtype=np.uint8)
+            if not isinstance(data, PagedBytes):
+                data = np.asarray(data, dtype=np.uint8)
             if offsets.ndim != 1 or offsets.shape[0] < 1 or int(offsets[0]) != 0 or int(offsets[-1]) != data.shape[0]:
                 raise ValueError(f"text offsets must run from 0 to the {data.shape[0]} bytes of their part, "
                                  f"got {offsets.shape[0]} offsets ending at {int(offsets[-1]) if offsets.size else None}")
@@ -89,7 +93,7 @@ class TextColumn:
             p = bisect_right(self._part_starts, i) - 1
             offsets, data = self._parts[p]
             j = i - self._part_starts[p]
-            return bytes(data[int(offsets[j]):int(offsets[j + 1])]).decode("utf-8")
+            return _part_strings(offsets, data, [j])[0]
         i -= f
         a = self._ends[i - 1] if i else 0
         return self._data[a:self._ends[i]].decode("utf-8")
@@ -107,11 +111,13 @@ class TextColumn:
         return NotImplemented
 
     def _arrow_parts(self):
-        """(first text, Arrow LargeString array) of every part, the appended texts last (no copy)."""
+        """(first text, Arrow LargeString array) of every part, the appended texts last (no copy); a paged part
+        stays (offsets, pages): see :func:`_take`."""
         import numpy as np
         import pyarrow as pa
 
-        out = [(start, pa.LargeStringArray.from_buffers(offsets.shape[0] - 1, pa.py_buffer(offsets), pa.py_buffer(data)))
+        out = [(start, (offsets, data) if not isinstance(data, np.ndarray) else
+                pa.LargeStringArray.from_buffers(offsets.shape[0] - 1, pa.py_buffer(offsets), pa.py_buffer(data)))
                for start, (offsets, data) in zip(self._part_starts, self._parts)]
         n = len(self._ends)
         offsets = np.zeros(n + 1, dtype=np.int64)
@@ -122,7 +128,6 @@ class TextColumn:
     def take(self, ids) -> list[str]:
         """The texts of ``ids`` (ints, any order) as a list: one Arrow gather per part, ~10x faster than indexing."""
         import numpy as np
-        import pyarrow as pa
 
         ids = np.asarray(ids, dtype=np.int64)
         n = len(self)
@@ -131,14 +136,14 @@ class TextColumn:
         ids = np.where(ids < 0, ids + n, ids)
         parts = self._arrow_parts()
         if len(parts) == 1:
-            out = parts[0][1].take(pa.array(ids)).to_pylist()
+            out = _take(parts[0][1], ids)
         else:
             out: list = [None] * ids.shape[0]
             which = np.searchsorted(np.asarray([s for s, _ in parts]), ids, side="right") - 1
             for p, (start, arr) in enumerate(parts):
                 at = np.flatnonzero(which == p)
                 if at.size:
-                    for k, text in zip(at.tolist(), arr.take(pa.array(ids[at] - start)).to_pylist()):
+                    for k, text in zip(at.tolist(), _take(arr, ids[at] - start)):
                         out[k] = text
         if self._replaced:
             for k, i in enumerate(ids.tolist()):
@@ -189,6 +194,22 @@ class TextColumn:
             # replace_with_mask takes the replacements in row order
             col = pc.replace_with_mask(col, pa.array(mask), pa.array([self._replaced[i] for i in idx], pa.string()))
         return col
+
+
+def _part_strings(offsets, data, ids) -> list[str]:
+    """Texts ``ids`` of one read-only part: (offsets, bytes array) or (offsets, pages)."""
+    if hasattr(data, "strings"):  # pages: erased texts read as ""
+        return data.strings([int(offsets[j]) for j in ids], [int(offsets[j + 1]) for j in ids])
+    return [bytes(data[int(offsets[j]):int(offsets[j + 1])]).decode("utf-8") for j in ids]
+
+
+def _take(part, ids) -> list[str]:
+    """Texts ``ids`` of a part as :meth:`TextColumn._arrow_parts` gives it: one Arrow gather, or reads of pages."""
+    import pyarrow as pa
+
+    if isinstance(part, tuple):
+        return _part_strings(part[0], part[1], ids.tolist())
+    return part.take(pa.array(ids)).to_pylist()
 
 
 class DerivedNames:
