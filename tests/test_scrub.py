@@ -91,6 +91,31 @@ def test_scrub_removes_the_text_and_compacts_to_the_fresh_build(tmp_path, built)
     assert _files(current_path(built)) == _files(current_path(ref))
 
 
+def test_a_scrub_shares_the_graph_and_leaves_the_scrubbed_edges_out_at_open(built):
+    """The graph files, node types and communities are shared (hard links); ``scrubbed.npy`` names the nodes whose
+    edges they still hold, and every opened graph (search, insert) leaves those edges out."""
+    from noderag.graph.hetero import HeteroGraph
+    from noderag.store.segments import generation_graph
+
+    with Index.open(built):  # a reader pins the generation the delete starts from
+        before = current_path(built)
+        delete_documents(built, ["d5", "d9"])
+        gen = current_path(built)
+        for rel in ("graph/indices.npy", "graph/weights.npy", "graph/indptr.npy", "node_types.npy",
+                    "communities.npy"):
+            assert (gen / rel).stat().st_ino == (before / rel).stat().st_ino, rel
+    ids = np.load(gen / "scrubbed.npy")
+    raw = HeteroGraph.load(gen)
+    assert ids.size and np.diff(np.asarray(raw.structural.indptr))[ids].any()  # still on disk
+    with Index.open(built) as idx:
+        for g in (idx.graph, generation_graph(gen, idx.manifest)):
+            st = g.structural
+            assert not np.diff(np.asarray(st.indptr))[ids].any() and not np.isin(np.asarray(st.indices), ids).any()
+            assert st.nnz < raw.structural.nnz
+        assert not np.asarray(idx.query_index.active)[ids].any()
+        assert "d5" not in idx.retrieve(f"Who founded the Grey Heron ferry line? {SECRET}").passages
+
+
 def test_insert_merge_and_delete_again_after_a_scrub(tmp_path, built):
     rows = _rows()
     delete_documents(built, ["d5", "d7"])

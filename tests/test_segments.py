@@ -423,6 +423,34 @@ def test_splicing_delta_edges_equals_the_sparse_sum_of_the_whole_matrices(seed):
     assert weights.dtype == np.float32 and np.array_equal(weights.view(np.uint32), want.data.astype(np.float32).view(np.uint32))
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_leaving_nodes_out_equals_masking_the_whole_matrix(seed):
+    """``without_nodes`` (the rows of the nodes and of their neighbours looked at, the rest copied) against a
+    mask of every entry in their rows or columns: the same CSR entry for entry (isolated nodes, repeats)."""
+    import scipy.sparse as sp
+
+    from noderag.graph.csr import CSR
+    from noderag.store.segments import without_nodes
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 300))
+    m = int(rng.integers(0, 4 * n))
+    r, c = rng.integers(0, n, m), rng.integers(0, n, m)
+    keep = r != c
+    b = sp.coo_array((rng.random(int(keep.sum()), dtype=np.float32), (r[keep], c[keep])), shape=(n, n))
+    b = (b + b.T).tocsr()
+    b.sum_duplicates()
+    b.sort_indices()
+    csr = CSR(b.indptr.astype(np.int64), b.indices.astype(np.int32), b.data.astype(np.float32))
+    ids = np.unique(rng.integers(0, n, int(rng.integers(0, max(1, n // 4)))))
+    indptr, indices, weights = without_nodes(csr, ids)
+    rows = np.repeat(np.arange(n), np.diff(b.indptr))
+    kept = ~(np.isin(rows, ids) | np.isin(b.indices, ids))
+    want_ptr = np.concatenate([[0], np.cumsum(np.bincount(rows[kept], minlength=n))])
+    assert np.array_equal(indptr, want_ptr) and np.array_equal(indices, b.indices[kept])
+    assert np.array_equal(weights, b.data[kept].astype(np.float32))
+
+
 def test_a_base_with_stored_sorted_keys_takes_inserts_as_one_without(base, parts, tmp_path, monkeypatch):
     """A large base stores its keys sorted (``HeteroGraph.save`` from ``KEY_ORDER_FROM`` nodes on); an insert
     binary-searches them in place, checks only the node types and flags byte for byte first (not the keys),

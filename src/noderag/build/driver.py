@@ -40,7 +40,8 @@ from ..graph.types import NodeType
 from ..store.decompositions import DECOMPOSITIONS, write_decompositions
 from ..store.generations import collect_garbage, commit_generation
 from ..store.lock import BACKGROUND, WriterLock
-from ..store.segments import delta_entry, deltas_of, next_delta_name, segment_folders, share_generation
+from ..store.segments import (delta_entry, deltas_of, next_delta_name, scrubbed_overlay, segment_folders,
+                              share_generation)
 from ..store.manifest import MANIFEST, dir_sizes, index_manifest
 from ..store.verify import CHECKSUMS, file_checksums
 from . import heap
@@ -340,6 +341,10 @@ def _stored_communities(run: BuildRun) -> np.ndarray | None:
     if labels.shape[0] > len(run.table):
         raise BuildError(f"{run.previous.path / COMMUNITIES}: labels for {labels.shape[0]} nodes, the index "
                          f"has {len(run.table)}")
+    gone = scrubbed_overlay(run.previous.path, labels.shape[0])
+    if gone is not None:  # deleted in place: in no community
+        labels = np.array(labels)
+        labels[gone] = -1
     return labels
 
 

@@ -86,13 +86,12 @@ def load_base(root: Path, manifest: dict | None = None) -> EdgeList:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from ..graph.hetero import HeteroGraph
-    from ..store.segments import deltas_of, has_scrubbed, segmented_graph
+    from ..store.segments import deltas_of, generation_graph, has_scrubbed
 
     manifest = manifest if manifest is not None else read_manifest(root) or {}
     deltas = deltas_of(manifest, root)
     scrubbed = has_scrubbed(manifest)
-    graph = segmented_graph(root, deltas, scrubbed=scrubbed) if deltas else HeteroGraph.load(root, mmap=True)
+    graph = generation_graph(root, manifest)
     from ..store.segments import segment_folders
 
     ltab = pa.concat_tables([pq.read_table(f / LINKED) for f in segment_folders(root, manifest)])

@@ -253,20 +253,6 @@ def _removed_edges(csr, dead: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return src[once], nb[once]
 
 
-def _layer_without(csr, dead: np.ndarray):
-    """The CSR layer without the entries at scrubbed rows or columns."""
-    from ..graph.csr import CSR
-
-    indptr = np.asarray(csr.indptr, dtype=np.int64)
-    indices = np.asarray(csr.indices)
-    n = indptr.shape[0] - 1
-    rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))
-    keep = ~(dead[rows] | dead[indices])
-    new_ptr = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(np.bincount(rows[keep], minlength=n), out=new_ptr[1:])
-    return CSR(new_ptr, np.ascontiguousarray(indices[keep]), np.ascontiguousarray(np.asarray(csr.weights)[keep]))
-
-
 def write_scrubbed(run: ScrubRun) -> tuple[dict, dict[str, str], frozenset[str]]:
     """Write the scrubbed generation into ``run.final`` (the unchanged files shared). Returns what the commit
     needs: its manifest, the checksums of the files shared with the previous generation, every file's path."""
@@ -276,8 +262,9 @@ def write_scrubbed(run: ScrubRun) -> tuple[dict, dict[str, str], frozenset[str]]
     from ..graph.storage import atomic_save_npy, load_npy
     from ..search.query_index import open_query_index, scrub_query_tables
     from ..store.decompositions import DECOMPOSITIONS
-    from ..store.layout import COMMUNITIES, DOCUMENTS, LINKED, NODES, QUERY_DIR
-    from ..store.segments import share_generation
+    from ..store.layout import (COMMUNITIES, DOCUMENTS, LINKED, NODE_KEY_ORDER, NODE_KEYS, NODE_KEYS_SORTED, NODES,
+                                QUERY_DIR, SCRUBBED)
+    from ..store.segments import base_graph, scrubbed_overlay, share_generation
     from ..store.verify import CHECKSUMS
     from .finalize import edge_kinds
 
@@ -286,7 +273,7 @@ def write_scrubbed(run: ScrubRun) -> tuple[dict, dict[str, str], frozenset[str]]
     if run.final.exists():
         shutil.rmtree(run.final)
     run.final.mkdir(parents=True)
-    graph = HeteroGraph.load(prev, mmap=True)
+    graph = base_graph(prev)  # without the edges of the nodes earlier deletes scrubbed
     types = np.asarray(graph.types)
     comm = (np.asarray(load_npy(prev / COMMUNITIES, True, dtype=np.int32, shape=types.shape))
             if (prev / COMMUNITIES).is_file() else None)
@@ -295,16 +282,18 @@ def write_scrubbed(run: ScrubRun) -> tuple[dict, dict[str, str], frozenset[str]]
     dead = scrubbed_nodes(types, np.asarray(texts.doc), np.asarray(st.indptr), np.asarray(st.indices), comm,
                           run.drop, lambda i: texts.texts([i])[0])
     was_active = np.asarray(texts.active, dtype=bool)
-    rewritten = (NODES, DOCUMENTS, DECOMPOSITIONS, LINKED, COMMUNITIES, "node_types.npy", "node_keys.npy",
-                 "node_key_order.npy", "node_keys_sorted.npy", "graph/", "semantic/", f"{QUERY_DIR}/")
+    # the graph, node types and communities are shared: scrubbed.npy lists the nodes whose edges and labels
+    # they still hold, left out where the graph is opened (noderag.store.segments.base_graph)
+    rewritten = (NODES, DOCUMENTS, DECOMPOSITIONS, LINKED, NODE_KEYS, NODE_KEY_ORDER, NODE_KEYS_SORTED, SCRUBBED,
+                 f"{QUERY_DIR}/")
     shared, copied = share_generation(prev, run.final, skip=rewritten)
     run.say(f"deleting {len(run.drop)} document(s) in place: {int(dead.sum())} nodes held their text (scrubbed)")
     dead_ids = np.flatnonzero(dead)
     keys = np.array(graph.keys, dtype=np.uint64)
     keys[dead_ids] = tombstone_keys(dead_ids, keys)
-    structural = _layer_without(st, dead)
-    semantic = _layer_without(graph.semantic, dead)
-    HeteroGraph(np.ascontiguousarray(types), keys, structural, semantic).save(run.final)
+    HeteroGraph(types, keys, st, graph.semantic).save_keys(run.final)
+    earlier = scrubbed_overlay(prev, types.shape[0])
+    atomic_save_npy(run.final / SCRUBBED, dead_ids if earlier is None else np.union1d(earlier, dead_ids))
     _nodes_without(prev / NODES, run.final / NODES, dead)
     _documents_without(prev / DOCUMENTS, run.final / DOCUMENTS, run.drop)
     gone = np.asarray(run.drop, dtype=np.int64)
@@ -313,8 +302,6 @@ def write_scrubbed(run: ScrubRun) -> tuple[dict, dict[str, str], frozenset[str]]
     if (prev / LINKED).is_file():
         _filtered_parquet(prev / LINKED, run.final / LINKED,
                           lambda t: ~(dead[t.column("src").to_numpy()] | dead[t.column("dst").to_numpy()]))
-    if comm is not None:
-        atomic_save_npy(run.final / COMMUNITIES, np.where(dead, np.int32(-1), comm).astype(np.int32))
     scrub_query_tables(prev, run.final, dead, gone)
     manifest = _scrub_manifest(run, types, dead, was_active, _removed_edges(st, dead), edge_kinds,
                                time.perf_counter() - t0, len(shared), copied)

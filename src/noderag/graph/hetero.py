@@ -737,14 +737,7 @@ class HeteroGraph:
         root = Path(directory)
         root.mkdir(parents=True, exist_ok=True)
         atomic_save_npy(root / "node_types.npy", self.types)
-        atomic_save_npy(root / "node_keys.npy", self.keys)
-        if self._n >= KEY_ORDER_FROM:  # looked up without sorting every key (a delta insert reads a few pages)
-            index = self._key_index()
-            atomic_save_npy(root / "node_key_order.npy", np.asarray(index.order(), _ID_DTYPE))
-            atomic_save_npy(root / "node_keys_sorted.npy", np.asarray(index.main_keys, KEY_DTYPE))
-        else:  # derived from the keys on the first look-up; a stale file of an earlier save would not match
-            (root / "node_key_order.npy").unlink(missing_ok=True)
-            (root / "node_keys_sorted.npy").unlink(missing_ok=True)
+        self.save_keys(root)
         meta: dict = {"format_version": FORMAT_VERSION, "n": self._n}
         for name in LAYERS:
             csr = self.layer(name)
@@ -757,6 +750,26 @@ class HeteroGraph:
             meta[f"{name}_nnz"] = csr.nnz
         atomic_write_json(root / "graph" / "meta.json", meta)
         return root
+
+    def save_keys(self, directory: str | os.PathLike) -> None:
+        """Write the node keys (and, from :data:`KEY_ORDER_FROM` nodes on, their sorted order) under ``directory``:
+        part of :meth:`save`, alone for a writer that changes keys only (a delete in place)."""
+        root = Path(directory)
+        atomic_save_npy(root / "node_keys.npy", self.keys)
+        if self._n >= KEY_ORDER_FROM:  # looked up without sorting every key (a delta insert reads a few pages)
+            index = self._key_index()
+            atomic_save_npy(root / "node_key_order.npy", np.asarray(index.order(), _ID_DTYPE))
+            atomic_save_npy(root / "node_keys_sorted.npy", np.asarray(index.main_keys, KEY_DTYPE))
+        else:  # derived from the keys on the first look-up; a stale file of an earlier save would not match
+            (root / "node_key_order.npy").unlink(missing_ok=True)
+            (root / "node_keys_sorted.npy").unlink(missing_ok=True)
+
+    def with_layers(self, structural: CSR, semantic: CSR) -> "HeteroGraph":
+        """The same nodes (types, keys and their stored order shared) over other edge layers of the same size."""
+        if structural.n != self._n or semantic.n != self._n:
+            raise ValueError(f"layers over {structural.n} and {semantic.n} nodes for a graph of {self._n}")
+        return HeteroGraph(self._types_buf, self._keys_buf, structural, semantic, _key_order=self._key_order,
+                           _key_order_path=self._key_order_path)
 
     @classmethod
     def load(cls, directory: str | os.PathLike, mmap: bool = True, *, validate: bool = True) -> "HeteroGraph":

@@ -26,6 +26,7 @@ from ..embed.base import embed_queries
 from ..errors import NodeRAGError
 from ..graph.types import N_TYPES, NodeType
 from ..graph.walk import TypedNeighbours
+from ..store.layout import SCRUBBED
 from .bridging import Bridging
 from .config import SearchConfig
 from .context import assemble_context
@@ -710,7 +711,7 @@ def _search_graph(store: Any) -> Any:
     from ..graph.hetero import HeteroGraph
 
     meta = Path(store.path) / "graph" / "meta.json"
-    if not meta.is_file():
+    if not meta.is_file() or (Path(store.path) / SCRUBBED).is_file():  # scrubbed: the store leaves their edges out
         return store.graph
     return HeteroGraph.load(store.path, mmap=True, validate=False)
 

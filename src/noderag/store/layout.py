@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = ["CURRENT", "GENERATIONS", "READERS", "LOCK_FILE", "LLM_CACHE", "STAGES", "MANIFEST", "NODES", "DOCUMENTS",
-           "DECOMPOSITIONS", "LINKED", "COMMUNITIES", "VECTORS", "QUERY_DIR", "NODE_TYPES", "NODE_KEYS", "NODE_KEY_ORDER", "NODE_KEYS_SORTED", "DELTAS", "DELTA_EDGES",
+           "DECOMPOSITIONS", "LINKED", "COMMUNITIES", "SCRUBBED", "VECTORS", "QUERY_DIR", "NODE_TYPES", "NODE_KEYS", "NODE_KEY_ORDER", "NODE_KEYS_SORTED", "DELTAS", "DELTA_EDGES",
            "IndexLayout", "GenerationLayout"]
 
 # the index directory
@@ -31,6 +31,7 @@ DOCUMENTS = "documents.parquet"  # one row per document
 DECOMPOSITIONS = "decompositions.parquet"  # what each chunk contributed (an insert re-assembles from it)
 LINKED = "linked.parquet"  # the name-link S-N edges
 COMMUNITIES = "communities.npy"  # each node's Leiden community (int32, -1: none): a merging compaction's warm start
+SCRUBBED = "scrubbed.npy"  # the base's nodes deleted in place whose edges and labels its shared files still hold
 VECTORS = "vectors.usearch"  # the HNSW index (and its shards vectors.<k>.usearch)
 QUERY_DIR = "query"  # the prepared query tables
 NODE_TYPES = "node_types.npy"  # written by the graph

@@ -31,7 +31,8 @@ from .errors import IndexDamagedError
 from .layout import DELTAS, MANIFEST, READERS
 
 __all__ = ["Delta", "deltas_of", "segment_folders", "share_generation", "next_delta_name", "delta_entry",
-           "concat_npy", "concat_parquet", "has_scrubbed"]
+           "concat_npy", "concat_parquet", "has_scrubbed", "scrubbed_overlay", "without_nodes", "base_graph",
+           "generation_graph"]
 
 
 @dataclass(frozen=True)
@@ -171,6 +172,79 @@ def has_scrubbed(manifest: dict[str, Any]) -> bool:
     return bool((manifest.get("counts") or {}).get("scrubbed_nodes"))
 
 
+def scrubbed_overlay(path: Path, n: int) -> np.ndarray | None:
+    """The ids in the generation's ``scrubbed.npy`` (None when it has none): the base's nodes deleted in place
+    (:mod:`noderag.build.scrub`) whose edges the base's graph files and whose labels ``communities.npy`` still
+    hold, shared as they are; :func:`base_graph` leaves those edges out."""
+    from ..graph.storage import load_npy
+    from .layout import SCRUBBED
+
+    at = path / SCRUBBED
+    if not at.is_file():
+        return None
+    try:
+        ids = np.asarray(load_npy(at, False, dtype=np.int64, ndim=1))
+    except ValueError as exc:
+        raise IndexDamagedError(path, SCRUBBED, "unreadable array", str(exc)[:200]) from None
+    if ids.size and (int(ids[0]) < 0 or int(ids[-1]) >= n or bool(np.any(ids[1:] <= ids[:-1]))):
+        raise IndexDamagedError(path, SCRUBBED, "invalid node ids", f"not increasing node ids below {n}")
+    return ids
+
+
+def without_nodes(csr, ids: np.ndarray):
+    """``csr`` without the entries in the rows or columns ``ids`` (sorted node ids): (indptr, indices, weights).
+
+    Only the rows of ``ids`` and of their neighbours are looked at; the kept entries are one copy of the arrays.
+    """
+    indptr = np.asarray(csr.indptr, dtype=np.int64)
+    indices = np.asarray(csr.indices, dtype=np.int32)
+    weights = np.asarray(csr.weights, dtype=np.float32)
+    n = indptr.shape[0] - 1
+    dead = np.zeros(n, dtype=bool)
+    dead[ids] = True
+
+    def entries(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # (row, position) of every entry of rows
+        lens = indptr[rows + 1] - indptr[rows]
+        first = np.repeat(indptr[rows] - np.cumsum(lens) + lens, lens)
+        return np.repeat(rows, lens), first + np.arange(int(lens.sum()), dtype=np.int64)
+
+    _, at = entries(np.asarray(ids, dtype=np.int64))
+    rows = np.unique(np.concatenate([np.asarray(ids, dtype=np.int64), indices[at].astype(np.int64)]))
+    row_of, at = entries(rows)
+    drop = at[dead[row_of] | dead[indices[at]]]
+    if not drop.size:
+        return indptr, indices, weights
+    keep = np.ones(indices.shape[0], dtype=bool)
+    keep[drop] = False
+    lens = np.diff(indptr)
+    lens -= np.bincount(np.searchsorted(indptr, drop, side="right") - 1, minlength=n)
+    new_ptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(lens, out=new_ptr[1:])
+    return new_ptr, indices[keep], weights[keep]
+
+
+def base_graph(path: Path, *, validate: bool = True):
+    """The graph of a generation's base: memory-mapped, or after a delete in place (:func:`scrubbed_overlay`) a
+    copy of its edge arrays without the scrubbed nodes' edges."""
+    from ..graph.csr import CSR
+    from ..graph.hetero import HeteroGraph
+
+    base = HeteroGraph.load(path, mmap=True, validate=validate)
+    ids = scrubbed_overlay(path, base.n)
+    if ids is None or not ids.size:
+        return base
+    return base.with_layers(CSR(*without_nodes(base.structural, ids)), CSR(*without_nodes(base.semantic, ids)))
+
+
+def generation_graph(path: Path, manifest: dict[str, Any], *, validate: bool = True):
+    """The graph of the generation at ``path``: its base (:func:`base_graph`) and, when it has any, its deltas'
+    edges (:func:`segmented_graph`)."""
+    deltas = deltas_of(manifest, path)
+    if deltas:
+        return segmented_graph(path, deltas, validate=validate, scrubbed=has_scrubbed(manifest))
+    return base_graph(path, validate=validate)
+
+
 def segmented_graph(path: Path, deltas: list[Delta], *, validate: bool = True, scrubbed: bool = False):
     """The graph of a generation with delta segments: the base's layers over every node, plus each delta's edges
     (``scrubbed``: :func:`has_scrubbed`; the deltas' edges to scrubbed nodes are left out).
@@ -184,7 +258,7 @@ def segmented_graph(path: Path, deltas: list[Delta], *, validate: bool = True, s
     from ..graph.types import TYPE_DTYPE
     from .layout import NODE_KEYS, NODE_TYPES
 
-    base = HeteroGraph.load(path, mmap=True, validate=validate)
+    base = base_graph(path, validate=validate)
     folders = [path / DELTAS / d.name for d in deltas]
     types = np.concatenate([np.asarray(base.types)] + [concat_npy([f], NODE_TYPES, TYPE_DTYPE) for f in folders])
     keys = np.concatenate([np.asarray(base.keys)] + [concat_npy([f], NODE_KEYS, KEY_DTYPE) for f in folders])

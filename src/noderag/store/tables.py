@@ -31,7 +31,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .layout import CURRENT, DOCUMENTS, GENERATIONS, MANIFEST, NODES, READERS, VECTORS
+from .layout import CURRENT, DOCUMENTS, GENERATIONS, MANIFEST, NODES, READERS, SCRUBBED, VECTORS
 from ..graph.storage import atomic_write_parquet, check_format_version, read_json
 
 from .text_column import NAME_IS_TEXT as _NAME_IS_TEXT
@@ -299,10 +299,10 @@ class IndexStore:
         from .verify import reading
 
         with reading(self.path, "graph/"):
-            if self.deltas:
-                from .segments import has_scrubbed, segmented_graph
+            if self.deltas or (self.path / SCRUBBED).is_file():
+                from .segments import generation_graph
 
-                return segmented_graph(self.path, self.deltas, scrubbed=has_scrubbed(self.manifest))
+                return generation_graph(self.path, self.manifest)
             return HeteroGraph.load(self.path, mmap=True)
 
     @cached_property

@@ -29,7 +29,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .layout import (COMMUNITIES, CURRENT, DELTAS, DOCUMENTS, LINKED, LLM_CACHE, LOCK_FILE, MANIFEST, NODES, NODE_KEY_ORDER, NODE_KEYS,
-                     NODE_KEYS_SORTED, NODE_TYPES, READERS, VECTORS)
+                     NODE_KEYS_SORTED, NODE_TYPES, READERS, SCRUBBED, VECTORS)
 from .errors import IndexDamagedError
 
 __all__ = ["CHECKSUMS", "IndexDamagedError", "VerifyReport", "file_checksums", "graph_damage", "manifest_digest",
@@ -439,6 +439,7 @@ def _check_structure(root: Path, manifest: dict[str, Any], facts: dict[str, Any]
         raise IndexDamagedError(root, "graph/", "invalid graph", str(exc)[:300]) from None
     _check_key_order(root, n)
     _check_communities(root, n)
+    _check_scrubbed(root, n)
     _check_tables(root, n, types)
     _check_vectors(root, n, types)
 
@@ -471,6 +472,14 @@ def _check_communities(root: Path, n: int) -> None:
         raise IndexDamagedError(root, COMMUNITIES, "wrong shape", f"{labels.dtype} {labels.shape}, the graph has {n} nodes")
     if n and int(labels.min()) < -1:
         raise IndexDamagedError(root, COMMUNITIES, "value out of range", f"label {int(labels.min())}")
+
+
+def _check_scrubbed(root: Path, n: int) -> None:
+    """The nodes a delete in place scrubbed, if any: increasing node ids of the graph."""
+    from .segments import scrubbed_overlay
+
+    if (root / SCRUBBED).is_file():
+        scrubbed_overlay(root, n)
 
 
 def _check_graph_arrays(root: Path, meta: dict[str, Any]) -> np.ndarray:
