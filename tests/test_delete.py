@@ -251,7 +251,7 @@ def test_no_text_of_a_deleted_document_stays(tmp_path):
     hits = _files_with(idx, MARKER)
     live = generation_path(idx, current_generation(idx)).relative_to(idx).as_posix()
     # the search can find it: nodes, decompositions and the LLM cache hold the marker before the delete
-    assert {f"{live}/nodes.parquet", f"{live}/decompositions.parquet", "llm_cache.sqlite"} <= set(hits), hits
+    assert {f"{live}/nodes.parquet", f"{live}/decompositions/000000.parquet", "llm_cache.sqlite"} <= set(hits), hits
     delete_documents(idx, [str(secret)], llm=ScriptedLLM(rule_based_respond))
     assert _files_with(idx, MARKER) == []
     assert _files_with(idx, "Zellimund") == []

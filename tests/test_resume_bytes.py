@@ -12,7 +12,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from noderag.data import demo_dir
-from noderag.store.decompositions import traces_columns, write_decompositions
+from noderag.store.decompositions import PART_ROWS, traces_columns, write_decompositions
 
 POINTS = ("ingest", "chunk", "decompose-batch", "assemble", "embed", "attributes", "communities", "tables",
           "semantic", "finalize-files", "commit", "switch", "committed")
@@ -45,9 +45,12 @@ def test_decompositions_bytes_do_not_depend_on_how_the_assembly_was_cut(tmp_path
     cut = pa.concat_tables([traces_columns(list(range(i, min(n, i + 7))), list(range(i, min(n, i + 7))),
                                            units[i:i + 7]) for i in range(0, n, 7)])
     assert cut.equals(whole) and cut.column("units").num_chunks > 1
-    write_decompositions(tmp_path / "whole.parquet", whole)
-    write_decompositions(tmp_path / "cut.parquet", cut)
-    assert (tmp_path / "cut.parquet").read_bytes() == (tmp_path / "whole.parquet").read_bytes()
+    write_decompositions(tmp_path / "whole", whole)
+    write_decompositions(tmp_path / "cut", cut)
+    parts = sorted(p.name for p in (tmp_path / "whole").iterdir())
+    assert len(parts) == -(-n // PART_ROWS) and parts == sorted(p.name for p in (tmp_path / "cut").iterdir())
+    for name in parts:
+        assert (tmp_path / "cut" / name).read_bytes() == (tmp_path / "whole" / name).read_bytes()
 
 
 def _run_all(jobs: list[tuple[Path, str | None]], parallel: int) -> list[tuple[int, str]]:
@@ -85,7 +88,7 @@ def test_resume_after_a_kill_in_every_stage_is_byte_identical(tmp_path):
     for point, (rc, err) in zip(POINTS, results):
         assert rc == 0, (point, err)
     want = _generation(ref)
-    assert {"decompositions.parquet", "nodes.parquet", "vectors.usearch", "query/text/000000.bin"} <= set(want)
+    assert {"decompositions/000000.parquet", "nodes.parquet", "vectors.usearch", "query/text/000000.bin"} <= set(want)
     for point in POINTS:
         root = tmp_path / point
         got = _generation(root)

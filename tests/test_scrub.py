@@ -116,6 +116,23 @@ def test_a_scrub_shares_the_graph_and_leaves_the_scrubbed_edges_out_at_open(buil
         assert "d5" not in idx.retrieve(f"Who founded the Grey Heron ferry line? {SECRET}").passages
 
 
+def test_filtering_decompositions_rewrites_only_the_parts_that_held_the_documents(tmp_path):
+    from noderag.store.decompositions import (PART_ROWS, filter_decompositions, read_decompositions,
+                                              traces_columns, write_decompositions)
+
+    n = 3 * PART_ROWS + 17
+    docs = [i // 3 for i in range(n)]  # three chunks a document
+    units = [json.dumps([[i, [f"E{i}"], [["a", "r", "b"]]]]) for i in range(n)]
+    write_decompositions(tmp_path / "a", traces_columns(docs, list(range(n)), units))
+    gone = [5, docs[2 * PART_ROWS + 4]]  # in the first and the third part
+    assert filter_decompositions(tmp_path / "a", tmp_path / "b", gone) == 2
+    same = [p.name for p in sorted((tmp_path / "a").iterdir())
+            if (tmp_path / "b" / p.name).stat().st_ino == p.stat().st_ino]
+    assert same == ["000001.parquet", "000003.parquet"]
+    want = [t for t in read_decompositions(tmp_path / "a") if t.doc_id not in gone]
+    assert read_decompositions(tmp_path / "b") == want and len(want) == n - 6
+
+
 def test_insert_merge_and_delete_again_after_a_scrub(tmp_path, built):
     rows = _rows()
     delete_documents(built, ["d5", "d7"])

@@ -173,7 +173,7 @@ def assemble_chunks(table: NodeTable, chunks: Sequence[ChunkRecord],
 
     Returns the new structural edges: S-T (1), S-N (mention count), N-R (1 per statement).
     ``trace``: when given, one ``(T id, [(S id, entities, relations), ...])`` per chunk is
-    appended, listing the units that created an S node (what ``decompositions.parquet`` keeps).
+    appended, listing the units that created an S node (what ``decompositions/`` keeps).
     """
     if len(chunks) != len(decomps):
         raise ValueError(f"got {len(chunks)} chunks but {len(decomps)} decompositions")

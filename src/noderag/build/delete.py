@@ -8,7 +8,7 @@ and for a replacement, what follows holds.
 A delete (``noderag delete``, ``Index.delete``) and a replacement (a document given again
 with the same source id and new text) run the build pipeline with a set of documents to
 drop. The T/S/N/R nodes and decomposed edges of the surviving documents are re-assembled
-from ``decompositions.parquet`` in their original order with a fresh node table, so every
+from ``decompositions/`` in their original order with a fresh node table, so every
 order-dependent choice (an entity's display name is its first surface form seen, a
 relationship's text uses the names and wording of its first statement) is made again
 without the dropped documents, exactly as a fresh build of the survivors makes it.

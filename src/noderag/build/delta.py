@@ -208,7 +208,7 @@ def write_delta_segment(folder: Path, table: NodeTable, old_n: int, docs_rows: l
                         edges: EdgeList, link: EdgeList, traces: Path, vec, config, tables: list, name: str) -> Delta:
     """Write the delta segment ``folder`` (``deltas/<name>`` of the new generation); returns its manifest entry.
 
-    ``edges``: the decomposed edges of the new chunks; ``traces``: their ``decompositions.parquet``, moved in.
+    ``edges``: the decomposed edges of the new chunks; ``traces``: their ``decompositions/`` folder, moved in.
     """
     from ..graph.storage import atomic_save_npy
     from ..search.query_index import write_query_index

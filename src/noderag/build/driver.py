@@ -215,7 +215,9 @@ def _execute_delta(run: BuildRun) -> BuildReport:
         executor.close()
         close_llm(backend, run.llm)
     with run.journal.stage("segment") as info, run.bars.spinner("delta segment"):
-        traces = run.stages / "delta_traces.parquet"  # the new chunks' traces go to the segment, not the base
+        traces = run.stages / "delta_traces"  # the new chunks' traces go to the segment, not the base
+        if traces.exists():  # left by a killed run
+            shutil.rmtree(traces)
         os.replace(run.final / DECOMPOSITIONS, traces)
         deltas = deltas_of(run.previous.manifest, run.previous.path)
         replaced = deltas[run.rewrites:] if run.rewrites is not None else []  # a delete's: rewritten as one

@@ -3,8 +3,8 @@
 A delete whose documents are all in the base does not re-assemble the survivors and recompute every
 global stage (minutes at 10^5 passages). It writes a new generation in which the nodes that hold the
 deleted text are *scrubbed*: their text, name and source are gone, they are inactive, their edges are
-removed and their keys are replaced by tombstones that no text hashes to (a later insert of the same
-text makes a new node). Which nodes hold deleted text (:func:`scrubbed_nodes`):
+left out of the graph and their keys are replaced by tombstones that no text hashes to (a later insert
+of the same text makes a new node). Which nodes hold deleted text (:func:`scrubbed_nodes`):
 
 - the T and S nodes of the deleted documents;
 - the N and R nodes first named in them: a node's text is its first mention, so these nodes' texts
@@ -17,13 +17,19 @@ What is approximated until the next compaction (``noderag compact``; ``--full`` 
 build of the survivors byte for byte): an entity or relationship first named in a deleted document
 leaves the graph even when a surviving document names it too; mention counts, importance,
 communities and BM25 statistics are those of the index before the delete; the vectors of the
-scrubbed T/S/A/H nodes stay in the HNSW shards (never returned: a search skips inactive nodes). The
-text is gone from every file of the new generation: ``nodes.parquet``, the query tables' text blobs
-(:func:`noderag.search.query_index.scrub_query_tables`; their hash and posting arrays are shared),
-``decompositions.parquet`` (the deleted chunks' rows go) and ``documents.parquet``, where a deleted
-document keeps its row and id as a tombstone with no source, title, content hash or chunks. Delta
-segments are shared as they are; where the segments are joined, their edges and name links to
-scrubbed nodes are left out (:func:`noderag.store.segments.scrubbed_mask`).
+scrubbed T/S/A/H nodes stay in the HNSW shards (never returned: a search skips inactive nodes).
+
+What is written: the text is gone from every file of the new generation, and only what held it is
+written again. The node texts' pages that held scrubbed texts get zeros in new copies (the other pages
+and the offsets are shared: :func:`noderag.search.query_index.scrub_query_tables`, whose hash and posting
+arrays are shared too); the parts of ``decompositions/`` that held the deleted chunks' rows are written
+without them (:func:`noderag.store.decompositions.filter_decompositions`); ``nodes.parquet``, the
+smaller query blobs, the keys and ``documents.parquet`` (where a deleted document keeps its row and id as
+a tombstone with no source, title, content hash or chunks) are written whole. The graph, the node types
+and ``communities.npy`` are shared: ``scrubbed.npy`` lists the scrubbed nodes, whose edges every opened
+graph leaves out (:func:`noderag.store.segments.base_graph`) and whose labels a merging compaction does
+not start from. Delta segments are shared as they are; where the segments are joined, their edges and
+name links to scrubbed nodes are left out (:func:`noderag.store.segments.scrubbed_mask`).
 
 A replacement (a document given again with its id and new text) of base documents scrubs the old
 versions and commits, then inserts the new ones as a delta segment (``ScrubRun.then_insert``; the
@@ -261,8 +267,8 @@ def write_scrubbed(run: ScrubRun) -> tuple[dict, dict[str, str], frozenset[str]]
     from ..graph.hetero import HeteroGraph
     from ..graph.storage import atomic_save_npy, load_npy
     from ..search.query_index import open_query_index, scrub_query_tables
-    from ..store.decompositions import DECOMPOSITIONS
-    from ..store.layout import (COMMUNITIES, DOCUMENTS, LINKED, NODE_KEY_ORDER, NODE_KEYS, NODE_KEYS_SORTED, NODES,
+    from ..store.decompositions import DECOMPOSITIONS, filter_decompositions
+    from ..store.layout import (COMMUNITIES, DECOMPOSITIONS_FILE, DOCUMENTS, LINKED, NODE_KEY_ORDER, NODE_KEYS, NODE_KEYS_SORTED, NODES,
                                 QUERY_DIR, SCRUBBED)
     from ..store.segments import base_graph, scrubbed_overlay, share_generation
     from ..store.verify import CHECKSUMS
@@ -284,7 +290,7 @@ def write_scrubbed(run: ScrubRun) -> tuple[dict, dict[str, str], frozenset[str]]
     was_active = np.asarray(texts.active, dtype=bool)
     # the graph, node types and communities are shared: scrubbed.npy lists the nodes whose edges and labels
     # they still hold, left out where the graph is opened (noderag.store.segments.base_graph)
-    rewritten = (NODES, DOCUMENTS, DECOMPOSITIONS, LINKED, NODE_KEYS, NODE_KEY_ORDER, NODE_KEYS_SORTED, SCRUBBED,
+    rewritten = (NODES, DOCUMENTS, DECOMPOSITIONS, DECOMPOSITIONS_FILE, LINKED, NODE_KEYS, NODE_KEY_ORDER, NODE_KEYS_SORTED, SCRUBBED,
                  f"{QUERY_DIR}/")
     shared, copied = share_generation(prev, run.final, skip=rewritten)
     run.say(f"deleting {len(run.drop)} document(s) in place: {int(dead.sum())} nodes held their text (scrubbed)")
@@ -297,8 +303,7 @@ def write_scrubbed(run: ScrubRun) -> tuple[dict, dict[str, str], frozenset[str]]
     _nodes_without(prev / NODES, run.final / NODES, dead)
     _documents_without(prev / DOCUMENTS, run.final / DOCUMENTS, run.drop)
     gone = np.asarray(run.drop, dtype=np.int64)
-    _filtered_parquet(prev / DECOMPOSITIONS, run.final / DECOMPOSITIONS,
-                      lambda t: ~np.isin(t.column("doc_id").to_numpy(), gone))
+    filter_decompositions(prev / DECOMPOSITIONS, run.final / DECOMPOSITIONS, gone, **SCRUB_PARQUET)
     if (prev / LINKED).is_file():
         _filtered_parquet(prev / LINKED, run.final / LINKED,
                           lambda t: ~(dead[t.column("src").to_numpy()] | dead[t.column("dst").to_numpy()]))

@@ -1,6 +1,6 @@
 """What a delete or a replacement keeps: the documents to drop, the survivors re-assembled, the LLM cache pruned.
 
-The survivors' chunks are re-assembled from ``decompositions.parquet`` in their original order with a
+The survivors' chunks are re-assembled from ``decompositions/`` in their original order with a
 fresh node table, so every surviving node gets the id a fresh build of the survivors would give it.
 """
 

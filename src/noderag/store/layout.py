@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = ["CURRENT", "GENERATIONS", "READERS", "LOCK_FILE", "LLM_CACHE", "STAGES", "MANIFEST", "NODES", "DOCUMENTS",
-           "DECOMPOSITIONS", "LINKED", "COMMUNITIES", "SCRUBBED", "VECTORS", "QUERY_DIR", "NODE_TYPES", "NODE_KEYS", "NODE_KEY_ORDER", "NODE_KEYS_SORTED", "DELTAS", "DELTA_EDGES",
+           "DECOMPOSITIONS", "DECOMPOSITIONS_FILE", "LINKED", "COMMUNITIES", "SCRUBBED", "VECTORS", "QUERY_DIR", "NODE_TYPES", "NODE_KEYS", "NODE_KEY_ORDER", "NODE_KEYS_SORTED", "DELTAS", "DELTA_EDGES",
            "IndexLayout", "GenerationLayout"]
 
 # the index directory
@@ -28,7 +28,8 @@ READERS = ".readers"  # readers' shared locks pin a generation
 MANIFEST = "manifest.json"  # configuration, counts, stage report, checksums
 NODES = "nodes.parquet"  # the node table (texts, names, ids, flags)
 DOCUMENTS = "documents.parquet"  # one row per document
-DECOMPOSITIONS = "decompositions.parquet"  # what each chunk contributed (an insert re-assembles from it)
+DECOMPOSITIONS = "decompositions"  # what each chunk contributed (an insert re-assembles from it), in Parquet parts
+DECOMPOSITIONS_FILE = "decompositions.parquet"  # the same in one file, as indexes written before the parts hold it
 LINKED = "linked.parquet"  # the name-link S-N edges
 COMMUNITIES = "communities.npy"  # each node's Leiden community (int32, -1: none): a merging compaction's warm start
 SCRUBBED = "scrubbed.npy"  # the base's nodes deleted in place whose edges and labels its shared files still hold

@@ -9,8 +9,11 @@ names the live folder ``generations/N``, which holds::
                          ``name`` is left out when it is the text of N/O nodes and null elsewhere)
     documents.parquet    doc_id, source, title, content_hash, chunk_ids (a document deleted in place keeps
                          its row as a tombstone: null source, title and hash, no chunks)
-    decompositions.parquet  per assembled chunk: doc_id, T node id, its units' S ids, entity and
-                         relation surface forms (what a delete re-assembles the survivors from)
+    decompositions/      per assembled chunk: doc_id, T node id, its units' S ids, entity and
+                         relation surface forms (what a delete re-assembles the survivors from), in
+                         Parquet parts of 256 chunks (older indexes: one decompositions.parquet)
+    scrubbed.npy         after a delete in place: the scrubbed nodes, whose edges the shared graph
+                         files still hold (left out where the graph is opened)
     node_types.npy, node_keys.npy, graph/, semantic/   (HeteroGraph.save)
     linked.parquet       name-link S-N edges (src, dst, w); the decomposed T/S/N/R edges an insert
                          extends are the graph's T/S/N/R structural edges minus these
