@@ -89,7 +89,7 @@ def test_file_modes_follow_the_umask(tmp_path):
         entries = modes[mask]
         names = set(entries)
         assert {"CURRENT", ".writer.lock", "generations/2/vectors.usearch", "generations/2/.readers",
-                "generations/2/nodes.parquet", "generations/2/manifest.json", "generations/2/query/text/000000.bin",
+                "generations/2/nodes.parquet", "generations/2/manifest.json", "generations/2/text/000000.bin",
                 "generations/2/graph/indptr.npy"} <= names, sorted(names)
         wrong = {name: oct(mode) for name, (is_dir, mode) in entries.items()
                  if mode != (want_dir if is_dir else want_file)}

@@ -250,8 +250,8 @@ def test_no_text_of_a_deleted_document_stays(tmp_path):
     _build([corpus], idx, config=cfg, llm=llm)
     hits = _files_with(idx, MARKER)
     live = generation_path(idx, current_generation(idx)).relative_to(idx).as_posix()
-    # the search can find it: nodes, decompositions and the LLM cache hold the marker before the delete
-    assert {f"{live}/nodes.parquet", f"{live}/decompositions/000000.parquet", "llm_cache.sqlite"} <= set(hits), hits
+    # the search can find it: the node texts, decompositions and the LLM cache hold the marker before the delete
+    assert {f"{live}/text/000000.bin", f"{live}/decompositions/000000.parquet", "llm_cache.sqlite"} <= set(hits), hits
     delete_documents(idx, [str(secret)], llm=ScriptedLLM(rule_based_respond))
     assert _files_with(idx, MARKER) == []
     assert _files_with(idx, "Zellimund") == []

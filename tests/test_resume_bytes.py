@@ -88,7 +88,7 @@ def test_resume_after_a_kill_in_every_stage_is_byte_identical(tmp_path):
     for point, (rc, err) in zip(POINTS, results):
         assert rc == 0, (point, err)
     want = _generation(ref)
-    assert {"decompositions/000000.parquet", "nodes.parquet", "vectors.usearch", "query/text/000000.bin"} <= set(want)
+    assert {"decompositions/000000.parquet", "nodes.parquet", "vectors.usearch", "text/000000.bin"} <= set(want)
     for point in POINTS:
         root = tmp_path / point
         got = _generation(root)

@@ -181,11 +181,11 @@ def test_deltas_past_the_share_compact_by_themselves(base, parts, tmp_path):
 def test_a_damaged_delta_is_named(base, parts, tmp_path):
     idx = _copy(base, tmp_path / "idx")
     build_index([parts[1]], idx, progress=False)
-    path = current_path(idx) / "deltas" / "1" / "query" / "text" / "000000.bin"
+    path = current_path(idx) / "deltas" / "1" / "text" / "000000.bin"
     data = bytearray(path.read_bytes())
     data[-1] ^= 0x20
     path.write_bytes(bytes(data))
-    with pytest.raises(IndexDamagedError, match=r"checksum mismatch in deltas/1/query/text/000000\.bin"):
+    with pytest.raises(IndexDamagedError, match=r"checksum mismatch in deltas/1/text/000000\.bin"):
         verify_index(idx, "full")
     keys = current_path(idx) / "deltas" / "1" / "node_keys.npy"  # read whole by the next insert: checked first
     data = bytearray(keys.read_bytes())

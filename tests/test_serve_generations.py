@@ -43,7 +43,7 @@ def test_deleted_text_is_gone_after_the_server_switched_and_gc_ran(tmp_path):
     build_index([_corpus(tmp_path / "c.jsonl")], root, NodeRAGConfig().with_overrides({"embed.spec": "hash:32"}),
                 progress=False)
     gen0 = current_generation(root)
-    assert _files_with(root, SECRET.encode())  # the text is on disk (query/text/ holds it uncompressed)
+    assert _files_with(root, SECRET.encode())  # the text is on disk (text/ holds it uncompressed)
     app = create_app(root, settings=ServeSettings(reload_s=0.1))
     statuses: list[int] = []
     stop = threading.Event()

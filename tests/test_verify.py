@@ -89,7 +89,7 @@ def test_fault_injection_full_check_catches_every_fault_naming_the_file(index_co
     assert caught_full == total == 5 * len(_files(root))
     # the cheap check reads sizes and headers: it catches every truncation (but the manifest's final
     # newline, which changes nothing) and every damaged magic number, not a flipped data byte (the text pages,
-    # query/text/*.bin, are raw bytes: no magic number)
+    # text/*.bin, are raw bytes: no magic number)
     assert all(fault.startswith("flip") and (fault != "flip first byte" or rel.endswith(".bin"))
                or rel == "manifest.json" for rel, fault in missed_cheap), missed_cheap
     assert caught_cheap >= total * 0.65, (caught_cheap, total)  # 142/205 with the query/ arrays
@@ -151,7 +151,8 @@ def test_structural_invariants_without_checksums(index_copy):
 def test_reads_of_a_damaged_file_name_it(index_copy):
     path = _gen(index_copy) / "nodes.parquet"
     b = bytearray(path.read_bytes())
-    for i in range(8, len(b) // 2, 7):  # data pages scrambled, footer intact
+    footer = int.from_bytes(b[-8:-4], "little") + 8
+    for i in range(8, len(b) - footer, 7):  # data pages scrambled, footer intact
         b[i] ^= 0x5A
     path.write_bytes(bytes(b))
     store = IndexStore.open(index_copy)  # sizes and footer are fine
@@ -210,7 +211,7 @@ def test_a_delta_insert_refuses_damage_in_what_it_reads_whole(index_copy, tmp_pa
     assert path.read_bytes() == before
 
 
-@pytest.mark.parametrize("rel", ["graph/weights.npy", "query/text/000000.bin"])
+@pytest.mark.parametrize("rel", ["graph/weights.npy", "text/000000.bin"])
 def test_a_delta_insert_never_launders_damage_in_what_it_shares(index_copy, tmp_path, rel):
     """A file a delta only shares (graph/weights.npy) or reads a few rows of (the text blob) keeps its recorded
     checksum in the new generation: the insert goes on and the damage stays visible to verify."""

@@ -197,7 +197,7 @@ def _nodes_without(path: Path, out: Path, dead: np.ndarray) -> None:
 
     from ..graph.storage import atomic_write_parquet
 
-    tab = pq.read_table(path)
+    tab = pq.read_table(path)  # the texts of a current index are beside it (erased by write_scrubbed)
     mask = pa.array(dead)
     cols = {}
     for name in tab.column_names:
@@ -268,8 +268,10 @@ def write_scrubbed(run: ScrubRun) -> tuple[dict, dict[str, str], frozenset[str]]
     from ..graph.storage import atomic_save_npy, load_npy
     from ..search.query_index import open_query_index, scrub_query_tables
     from ..store.decompositions import DECOMPOSITIONS, filter_decompositions
-    from ..store.layout import (COMMUNITIES, DECOMPOSITIONS_FILE, DOCUMENTS, LINKED, NODE_KEY_ORDER, NODE_KEYS, NODE_KEYS_SORTED, NODES,
-                                QUERY_DIR, SCRUBBED)
+    from ..store.layout import (COMMUNITIES, DECOMPOSITIONS_FILE, DOCUMENTS, LINKED, NODE_KEY_ORDER, NODE_KEYS,
+                                NODE_KEYS_SORTED, NODE_TEXT_PAGES, NODES, QUERY_DIR, SCRUBBED)
+    from ..store.paged_blob import erase_strings
+    from ..store.tables import node_texts
     from ..store.segments import base_graph, scrubbed_overlay, share_generation
     from ..store.verify import CHECKSUMS
     from .finalize import edge_kinds
@@ -290,8 +292,8 @@ def write_scrubbed(run: ScrubRun) -> tuple[dict, dict[str, str], frozenset[str]]
     was_active = np.asarray(texts.active, dtype=bool)
     # the graph, node types and communities are shared: scrubbed.npy lists the nodes whose edges and labels
     # they still hold, left out where the graph is opened (noderag.store.segments.base_graph)
-    rewritten = (NODES, DOCUMENTS, DECOMPOSITIONS, DECOMPOSITIONS_FILE, LINKED, NODE_KEYS, NODE_KEY_ORDER, NODE_KEYS_SORTED, SCRUBBED,
-                 f"{QUERY_DIR}/")
+    rewritten = (NODES, DOCUMENTS, DECOMPOSITIONS, DECOMPOSITIONS_FILE, LINKED, NODE_KEYS, NODE_KEY_ORDER,
+                 NODE_KEYS_SORTED, SCRUBBED, f"{NODE_TEXT_PAGES}/", f"{QUERY_DIR}/")
     shared, copied = share_generation(prev, run.final, skip=rewritten)
     run.say(f"deleting {len(run.drop)} document(s) in place: {int(dead.sum())} nodes held their text (scrubbed)")
     dead_ids = np.flatnonzero(dead)
@@ -301,6 +303,9 @@ def write_scrubbed(run: ScrubRun) -> tuple[dict, dict[str, str], frozenset[str]]
     earlier = scrubbed_overlay(prev, types.shape[0])
     atomic_save_npy(run.final / SCRUBBED, dead_ids if earlier is None else np.union1d(earlier, dead_ids))
     _nodes_without(prev / NODES, run.final / NODES, dead)
+    pages = node_texts(prev / NODES, types.shape[0])
+    if pages is not None:  # the pages that held scrubbed texts get zeros in new copies; the rest and the offsets are shared
+        erase_strings(prev / NODE_TEXT_PAGES, run.final / NODE_TEXT_PAGES, pages.offsets, pages.pages.page, dead)
     _documents_without(prev / DOCUMENTS, run.final / DOCUMENTS, run.drop)
     gone = np.asarray(run.drop, dtype=np.int64)
     filter_decompositions(prev / DECOMPOSITIONS, run.final / DECOMPOSITIONS, gone, **SCRUB_PARQUET)

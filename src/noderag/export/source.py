@@ -32,6 +32,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..store.layout import DOCUMENTS, NODES
+from ..store.tables import node_texts
 from ..graph.types import EMBEDDED_TYPES, N_TYPES, NodeType, parse_type
 from ..store.text_column import NAME_IS_TEXT
 
@@ -150,6 +151,8 @@ class ExportSource:
         if derived and (pf.schema_arrow.metadata or {}).get(_NAME_META) != _NAME_META_VALUE:
             raise ValueError(f"{path}: no name column and no {_NAME_META.decode()} metadata saying how to derive it")
         cols = [c for c in _STORED if c in stored]
+        texts = None if "text" in stored else node_texts(path, pf.metadata.num_rows)  # beside the file, in pages
+        first = start
         letters = pa.array(LETTERS, pa.string())
         name_types = pa.array(NAME_IS_TEXT, pa.uint8())
         end = start + pf.metadata.num_rows
@@ -161,7 +164,7 @@ class ExportSource:
             tcodes = batch.column("type")
             tnp = np.asarray(tcodes.to_numpy(zero_copy_only=False), dtype=np.uint8)
             keep = self.type_mask[tnp]
-            text = batch.column("text")
+            text = batch.column("text") if texts is None else texts.column(start - first, start - first + m)
             if derived:
                 name = pc.if_else(pc.is_in(tcodes, value_set=name_types), text, pa.scalar(None, pa.string()))
             else:

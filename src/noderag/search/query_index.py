@@ -4,9 +4,10 @@ and memory-mapped at open, so a query touches only its seeds' neighbourhood and 
 Folder ``query/`` of an index directory (``.npy`` files; ``*_off`` are int64 offsets into a uint8 UTF-8 blob)::
 
     meta.json                        format, n (nodes), names, max_tokens, text_page
-    text_off, text/                  display text of every node (text, else name, else ""): the bytes in pages
-                                     of ``text_page`` bytes (:mod:`noderag.store.paged_blob`), so that a delete
-                                     in place rewrites only the pages that held deleted text (format 1: text.npy)
+    (../text_off.npy, ../text/)      display text of every node: the segment's node texts, stored once beside
+                                     ``nodes.parquet`` in pages of ``text_page`` bytes
+                                     (:mod:`noderag.store.node_texts`), read from there (format 3; format 2
+                                     kept a copy here in text_off.npy and text/, format 1 in text.npy)
     chunk, doc                       int64 (n,): chunk_id / doc_id of every node
     active                           bool (n,)
     label_node, label_off, label     source-passage label of every T node (sorted node ids)
@@ -27,14 +28,14 @@ from typing import Any
 
 import numpy as np
 
-from ..store.layout import DOCUMENTS, NODES, QUERY_DIR
+from ..store.layout import DOCUMENTS, NODE_TEXT_OFF, NODES, QUERY_DIR
 from ..store.paged_blob import PagedBytes, erase_strings, page_name, page_size_for, write_pages
 from ..graph.storage import atomic_save_npy, atomic_write_bytes, load_npy, read_json
 
 __all__ = ["QUERY_DIR", "QueryIndex", "write_query_index", "passage_labels", "document_labels", "display_texts"]
 
-_FORMAT = 2  # 2: node texts in pages (text/); 1: in one text.npy, still read
-_FORMATS = (1, 2)
+_FORMAT = 3  # 3: node texts read from the segment's pages; 2: a copy in pages here (text/); 1: in text.npy
+_FORMATS = (1, 2, 3)
 TEXT_PAGES = "text"  # the folder of the node texts' pages in query/
 _T = 0
 _NAMED = (2, 6)  # N and O: matched by name
@@ -76,36 +77,6 @@ def display_texts(nodes: Any):
     return pc.coalesce(nodes.column("text"), nodes.column("name"), pa.scalar("", pa.string()))
 
 
-def _string_blob(arr) -> tuple[np.ndarray, np.ndarray]:
-    """(int64 offsets, uint8 bytes) of a pyarrow string array (or chunked array) without nulls.
-
-    No Python loop, and one copy of the bytes: each chunk's data is copied into the blob directly.
-    """
-    import pyarrow as pa
-
-    chunks = arr.chunks if isinstance(arr, pa.ChunkedArray) else [arr]
-    parts = []
-    for c in chunks:
-        if len(c) == 0:
-            continue
-        wide = pa.types.is_large_string(c.type) or pa.types.is_large_binary(c.type)
-        _, off_buf, data_buf = c.buffers()
-        off = np.frombuffer(off_buf, dtype=np.int64 if wide else np.int32)[c.offset:c.offset + len(c) + 1]
-        parts.append((off.astype(np.int64), data_buf))
-    n = sum(p[0].size - 1 for p in parts)
-    offsets = np.zeros(n + 1, np.int64)
-    blob = np.empty(sum(int(o[-1] - o[0]) for o, _ in parts), np.uint8)
-    at, pos = 0, 1
-    for off, data_buf in parts:
-        size = int(off[-1] - off[0])
-        if size:
-            blob[at:at + size] = np.frombuffer(data_buf, dtype=np.uint8)[int(off[0]):int(off[-1])]
-        offsets[pos:pos + off.size - 1] = off[1:] - off[0] + at
-        at += size
-        pos += off.size - 1
-    return offsets, blob
-
-
 def _py_blob(strings: list[str]) -> tuple[np.ndarray, np.ndarray]:
     from .entities import _blob
 
@@ -131,7 +102,8 @@ def write_query_index(index_dir: str | os.PathLike, *, first_node: int = 0, lexi
 
     from .entities import name_arrays
 
-    from ..store.tables import read_nodes_file
+    from ..store.node_texts import string_blob
+    from ..store.tables import node_texts, read_nodes_file
 
     root = Path(index_dir)
     out = root / QUERY_DIR
@@ -153,14 +125,18 @@ def write_query_index(index_dir: str | os.PathLike, *, first_node: int = 0, lexi
     save("chunk", np.asarray(nodes.column("chunk_id").to_numpy(zero_copy_only=False), dtype=np.int64))
     save("doc", doc)
     save("active", active)
-    shown = read_nodes_file(nodes_path, columns=("text",)).column("text")  # one column of texts at a time
-    if shown.null_count:
-        shown = display_texts(read_nodes_file(nodes_path, columns=("text", "name")))
-    text_off, text = _string_blob(shown)
-    del shown
-    save("text_off", text_off)
-    text_page = page_size_for(int(text.shape[0]))
-    write_pages(out / TEXT_PAGES, text, text_page)
+    pages = node_texts(nodes_path, n)
+    if pages is not None:  # the segment's own text pages (format 3): read for the BM25 postings, not copied
+        text_off, text, text_page = np.asarray(pages.offsets), pages.pages.to_array(), pages.pages.page
+    else:  # an index whose nodes.parquet holds the texts: a copy in pages here (format 2)
+        shown = read_nodes_file(nodes_path, columns=("text",)).column("text")  # one column of texts at a time
+        if shown.null_count:
+            shown = display_texts(read_nodes_file(nodes_path, columns=("text", "name")))
+        text_off, text = string_blob(shown)
+        del shown
+        save("text_off", text_off)
+        text_page = page_size_for(int(text.shape[0]))
+        write_pages(out / TEXT_PAGES, text, text_page)
     _save_lexical(save, types, active, doc, text_off, text, documents, first_node, lexical_background)
     del text_off, text
     t_ids = np.flatnonzero(types == _T)
@@ -186,7 +162,7 @@ def write_query_index(index_dir: str | os.PathLike, *, first_node: int = 0, lexi
     del names
     for key in sorted(name_index):
         save(key, name_index[key])
-    meta = {"format": _FORMAT, "n": int(n), "names": int(name_index["name_node"].shape[0]),
+    meta = {"format": _FORMAT if pages is not None else 2, "n": int(n), "names": int(name_index["name_node"].shape[0]),
             "max_tokens": max_tokens, "text_page": text_page,
             **({"first_node": int(first_node)} if first_node else {})}
     atomic_write_bytes(out / "meta.json", (json.dumps(meta, sort_keys=True) + "\n").encode("utf-8"))
@@ -230,14 +206,15 @@ def _load_lexical(folder: Path, arrays: dict[str, np.ndarray]) -> None:
                          f"for {p} postings")
 
 
-def _check_damage(folder: Path, arrays: dict[str, np.ndarray], n: int, m: int, first: int = 0) -> None:
+def _check_damage(folder: Path, arrays: dict[str, np.ndarray], n: int, m: int, first: int = 0,
+                  rels: dict[str, str] | None = None) -> None:
     """Cheap structural checks of the loaded query arrays (O(n), at open): offsets and CSR pointers start
     at 0, end at their blob's length and never decrease; node and name ids are in range. Raises
     :class:`~noderag.store.verify.IndexDamagedError` naming the file that is wrong."""
     from ..store.verify import IndexDamagedError
 
-    def bad(key: str, problem: str, detail: str = "") -> IndexDamagedError:
-        return IndexDamagedError(folder.parent, f"{QUERY_DIR}/{key}.npy", problem, detail)
+    def bad(key: str, problem: str, detail: str = "") -> IndexDamagedError:  # rels: files outside query/
+        return IndexDamagedError(folder.parent, (rels or {}).get(key, f"{QUERY_DIR}/{key}.npy"), problem, detail)
 
     for ptr, blob in (("text_off", "text"), ("label_off", "label"), ("doclabel_off", "doclabel"),
                       ("name_canon_off", "name_canon"), ("tok_off", "tok"), ("post_ptr", "post_name"),
@@ -254,6 +231,16 @@ def _check_damage(folder: Path, arrays: dict[str, np.ndarray], n: int, m: int, f
             raise bad(key, "id out of range", f"[{int(a.min())}, {int(a.max())}]" + (f", {hi} ids" if hi else ""))
     if arrays["name_tok"].size and int(arrays["name_tok"].min()) < 0:
         raise bad("name_tok", "id out of range", f"token id {int(arrays['name_tok'].min())}")
+
+
+def _segment_texts(folder: Path, meta: dict, n: int) -> tuple[np.ndarray, PagedBytes]:
+    """(offsets, pages) of the segment's node texts beside ``nodes.parquet`` (format 3), checked as they open."""
+    from ..store.node_texts import NodeTexts
+    from ..store.verify import IndexDamagedError
+
+    texts = NodeTexts(folder.parent, int(meta["text_page"]), n,
+                      lambda rel, problem, detail: IndexDamagedError(folder.parent, rel, problem, detail))
+    return texts.offsets, texts.pages
 
 
 def _text_pages(folder: Path, meta: dict, total: int) -> PagedBytes:
@@ -328,6 +315,7 @@ class QueryIndex:
         if not isinstance(meta, dict) or meta.get("format") not in _FORMATS:
             raise ValueError(f"{mpath}: unknown query index format {meta.get('format') if isinstance(meta, dict) else meta!r}")
         paged = meta["format"] >= 2
+        beside = meta["format"] >= 3  # the texts are the segment's own pages, beside nodes.parquet
         for key in ("n", "names", "max_tokens", "first_node", "text_page"):
             if (key == "first_node" and key not in meta) or (key == "text_page" and not paged):
                 continue
@@ -352,11 +340,15 @@ class QueryIndex:
         assert set(NAME_ARRAYS) <= set(shapes)
         if paged:
             del shapes["text"]
+        if beside:
+            del shapes["text_off"]
         arrays: dict[str, Any] = {}
         for key, (dtype, shape) in shapes.items():
             # plain ndarray views of the maps: numpy.memmap's per-item __getitem__ costs ~4 us a look-up
             arrays[key] = np.asarray(load_npy(folder / f"{key}.npy", True, dtype=dtype, ndim=1, shape=shape))
-        if paged:
+        if beside:
+            arrays["text_off"], arrays["text"] = _segment_texts(folder, meta, nn)
+        elif paged:
             arrays["text"] = _text_pages(folder, meta, int(arrays["text_off"][-1]))
         # cheap consistency checks (sizes only: O(1)), naming the file
         for off, blob in (("text_off", "text"), ("label_off", "label"), ("doclabel_off", "doclabel"),
@@ -372,8 +364,9 @@ class QueryIndex:
         v = arrays["tok_hash"].shape[0]
         if arrays["tok_off"].shape[0] != v + 1 or arrays["post_ptr"].shape[0] != v + 1:
             raise ValueError(f"{folder / 'tok_off.npy'}: tok_off and post_ptr must have len(tok_hash) + 1 entries")
-        if checked:
-            _check_damage(folder, arrays, nn, m, meta.get("first_node", 0))  # ids in range (O(n)), naming the file
+        if checked:  # ids in range (O(n)), naming the file
+            _check_damage(folder, arrays, nn, m, meta.get("first_node", 0),
+                          {"text_off": NODE_TEXT_OFF} if beside else {})
         _load_lexical(folder, arrays)
         return cls(folder, meta, arrays)
 
@@ -392,7 +385,8 @@ class QueryIndex:
 
             blob, rel = self._a[key], f"{QUERY_DIR}/{key}.npy"
             if isinstance(blob, PagedBytes):  # the page where the string starts
-                rel = f"{QUERY_DIR}/{key}/{page_name(int(self._a[f'{key}_off'][i]) // blob.page)}"
+                at = blob.folder.relative_to(self.folder.parent).as_posix()
+                rel = f"{at}/{page_name(int(self._a[f'{key}_off'][i]) // blob.page)}"
             raise IndexDamagedError(self.folder.parent, rel, "undecodable text", f"string {i}: {exc.reason}") from None
 
     def _strings(self, key: str, pos) -> list[str]:
@@ -502,7 +496,9 @@ def scrub_query_tables(src_dir: str | os.PathLike, dst_dir: str | os.PathLike, d
 
     written: dict[str, np.ndarray] = {"active": np.asarray(load("active"), dtype=bool) & ~dead}
     meta = read_json(src / "meta.json")
-    if meta.get("format", 1) >= 2:  # the texts' pages that held scrubbed texts are written anew, the rest linked
+    if meta.get("format", 1) >= 3:  # the texts are the segment's own pages: the scrub erases them there
+        pass
+    elif meta.get("format", 1) >= 2:  # the texts' pages that held scrubbed texts are written anew, the rest linked
         erase_strings(src / TEXT_PAGES, out / TEXT_PAGES, load("text_off"), int(meta["text_page"]), dead)
     else:
         written["text_off"], written["text"] = _blanked(load("text_off"), load("text"), dead)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = ["CURRENT", "GENERATIONS", "READERS", "LOCK_FILE", "LLM_CACHE", "STAGES", "MANIFEST", "NODES", "DOCUMENTS",
-           "DECOMPOSITIONS", "DECOMPOSITIONS_FILE", "LINKED", "COMMUNITIES", "SCRUBBED", "VECTORS", "QUERY_DIR", "NODE_TYPES", "NODE_KEYS", "NODE_KEY_ORDER", "NODE_KEYS_SORTED", "DELTAS", "DELTA_EDGES",
+           "DECOMPOSITIONS", "DECOMPOSITIONS_FILE", "LINKED", "COMMUNITIES", "SCRUBBED", "VECTORS", "QUERY_DIR", "NODE_TEXT_OFF", "NODE_TEXT_PAGES", "NODE_TYPES", "NODE_KEYS", "NODE_KEY_ORDER", "NODE_KEYS_SORTED", "DELTAS", "DELTA_EDGES",
            "IndexLayout", "GenerationLayout"]
 
 # the index directory
@@ -26,7 +26,9 @@ STAGES = "stages"  # an unfinished build's resumable work
 # a generation folder
 READERS = ".readers"  # readers' shared locks pin a generation
 MANIFEST = "manifest.json"  # configuration, counts, stage report, checksums
-NODES = "nodes.parquet"  # the node table (texts, names, ids, flags)
+NODES = "nodes.parquet"  # the node table (names, ids, flags; the texts of older indexes)
+NODE_TEXT_OFF = "text_off.npy"  # the node texts' int64 offsets (store.node_texts)
+NODE_TEXT_PAGES = "text"  # the node texts' UTF-8 bytes in pages (store.paged_blob)
 DOCUMENTS = "documents.parquet"  # one row per document
 DECOMPOSITIONS = "decompositions"  # what each chunk contributed (an insert re-assembles from it), in Parquet parts
 DECOMPOSITIONS_FILE = "decompositions.parquet"  # the same in one file, as indexes written before the parts hold it

@@ -130,13 +130,19 @@ def read_nodes_file(path: str | os.PathLike, columns: Sequence[str] | None = Non
     if not path.is_file():
         raise IndexNotFoundError(f"{path}: missing")
     want = list(_STORED_NODE_COLUMNS) if columns is None else list(columns)
-    read = None
-    if columns is not None:
-        stored = pq.read_schema(path).names
-        read = [c for c in want if c in stored]
-        if "name" in want and "name" not in stored:
-            read += [c for c in ("text", "type") if c not in read and c in stored]
+    stored = pq.read_schema(path).names
+    read = [c for c in want if c in stored]
+    if "name" in want and "name" not in stored:
+        read += [c for c in ("text", "type") if c not in read and c in stored]
     tab = pq.read_table(path, memory_map=True, columns=read)
+    if "text" not in stored and ("text" in want or ("name" in want and "name" not in stored)):
+        texts = node_texts(path)  # beside the file, in pages
+        if texts is not None:
+            if texts.n != pq.ParquetFile(path).metadata.num_rows:
+                raise ValueError(f"{path.parent / 'text_off.npy'}: {texts.n} texts for "
+                                 f"{pq.ParquetFile(path).metadata.num_rows} nodes")
+            col = texts.column()
+            tab = tab.append_column(pa.field("text", col.type), col)
     if "name" in want and "name" not in tab.column_names and "text" in tab.column_names \
             and "type" in tab.column_names:
         meta = tab.schema.metadata or {}
@@ -177,10 +183,56 @@ PARQUET_OPTIONS = {"compression": "zstd", "compression_level": 6, "use_dictionar
 
 
 def write_nodes(path: str | os.PathLike, table, mentions: np.ndarray, first: int = 0) -> Path:
-    """Write ``nodes.parquet`` atomically (rows ``first..`` of the table, see :func:`nodes_table`)."""
+    """Write ``nodes.parquet`` atomically (rows ``first..`` of the table, see :func:`nodes_table`), its texts
+    beside it in pages (:mod:`noderag.store.node_texts`; the schema metadata gives the page size)."""
+    from .node_texts import TEXT_META, write_node_texts
+
+    path = Path(path)
+    tab = nodes_table(table, mentions, first)
+    page = write_node_texts(path.parent, tab.column("text"))
+    tab = tab.drop_columns(["text"])
+    tab = tab.replace_schema_metadata({**(tab.schema.metadata or {}), TEXT_META: str(page).encode()})
     # id is the row number: delta-encoded it takes ~200 bytes instead of ~90 KB (MuSiQue)
-    return atomic_write_parquet(path, nodes_table(table, mentions, first), **PARQUET_OPTIONS,
-                                column_encoding={"id": "DELTA_BINARY_PACKED"})
+    return atomic_write_parquet(path, tab, **PARQUET_OPTIONS, column_encoding={"id": "DELTA_BINARY_PACKED"})
+
+
+def text_page_of(path: str | os.PathLike) -> int | None:
+    """The page size of the node texts beside ``nodes.parquet`` at ``path`` (None: the texts are in the file)."""
+    import pyarrow.parquet as pq
+
+    from .node_texts import TEXT_META
+
+    raw = (pq.read_schema(path).metadata or {}).get(TEXT_META)
+    if raw is None:
+        return None
+    try:
+        page = int(raw)
+    except ValueError:
+        page = 0
+    if page <= 0:
+        raise ValueError(f"{path}: schema metadata {TEXT_META.decode()} must be a positive page size, got {raw!r}")
+    return page
+
+
+def node_texts(path: str | os.PathLike, n: int | None = None):
+    """The :class:`~noderag.store.node_texts.NodeTexts` beside ``nodes.parquet`` at ``path``, or None for a file
+    that holds its texts; damaged files raise :class:`~noderag.store.verify.IndexDamagedError` naming them."""
+    from .node_texts import NodeTexts
+    from .verify import IndexDamagedError
+
+    path = Path(path)
+    page = text_page_of(path)
+    if page is None:
+        return None
+    gen, seg = _generation_of(path.parent)
+    return NodeTexts(path.parent, page, n, lambda rel, problem, detail: IndexDamagedError(gen, seg + rel, problem, detail))
+
+
+def _generation_of(folder: Path) -> tuple[Path, str]:
+    """(generation folder, prefix of ``folder`` in it): a delta segment's files are named ``deltas/K/...``."""
+    if folder.parent.name == "deltas":
+        return folder.parent.parent, f"deltas/{folder.name}/"
+    return folder, ""
 
 
 def write_documents(path: str | os.PathLike, docs: Sequence[dict]) -> Path:

@@ -29,7 +29,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .layout import (COMMUNITIES, CURRENT, DELTAS, DOCUMENTS, LINKED, LLM_CACHE, LOCK_FILE, MANIFEST, NODES, NODE_KEY_ORDER, NODE_KEYS,
-                     NODE_KEYS_SORTED, NODE_TYPES, READERS, SCRUBBED, VECTORS)
+                     NODE_KEYS_SORTED, NODE_TEXT_OFF, NODE_TYPES, READERS, SCRUBBED, VECTORS)
 from .errors import IndexDamagedError
 
 __all__ = ["CHECKSUMS", "IndexDamagedError", "VerifyReport", "file_checksums", "graph_damage", "manifest_digest",
@@ -353,6 +353,8 @@ def _check_header_facts(root: Path, manifest: dict[str, Any], facts: dict[str, A
     for rel in (NODE_TYPES, NODE_KEYS, NODE_KEY_ORDER, NODE_KEYS_SORTED, COMMUNITIES):
         if rel in facts and facts[rel][1] != (n,):
             raise IndexDamagedError(root, rel, "wrong shape", f"{facts[rel][1]}, the graph has {n} nodes")
+    if NODE_TEXT_OFF in facts and facts[NODE_TEXT_OFF][1] != (n + 1,):
+        raise IndexDamagedError(root, NODE_TEXT_OFF, "wrong shape", f"{facts[NODE_TEXT_OFF][1]}, the graph has {n} nodes")
     for layer, sub in (("structural", "graph"), ("semantic", "semantic")):
         nnz = meta.get(f"{layer}_nnz")
         if f"{sub}/indptr.npy" in facts and facts[f"{sub}/indptr.npy"][1] != (n + 1,):
@@ -397,6 +399,9 @@ def _check_delta_facts(root: Path, d, facts: dict[str, Any], dim) -> None:
         if facts[pre + rel][1] != (d.nodes,):
             raise IndexDamagedError(root, pre + rel, "wrong shape", f"{facts[pre + rel][1]}, the manifest lists "
                                     f"{d.nodes} nodes in {DELTAS}/{d.name}")
+    if pre + NODE_TEXT_OFF in facts and facts[pre + NODE_TEXT_OFF][1] != (d.nodes + 1,):
+        raise IndexDamagedError(root, pre + NODE_TEXT_OFF, "wrong shape", f"{facts[pre + NODE_TEXT_OFF][1]}, the "
+                                f"manifest lists {d.nodes} nodes in {DELTAS}/{d.name}")
     if pre + NODES in facts and facts[pre + NODES].num_rows != d.nodes:
         raise IndexDamagedError(root, pre + NODES, "wrong row count", f"{facts[pre + NODES].num_rows} rows, "
                                 f"the manifest lists {d.nodes} nodes")
@@ -440,6 +445,7 @@ def _check_structure(root: Path, manifest: dict[str, Any], facts: dict[str, Any]
     _check_key_order(root, n)
     _check_communities(root, n)
     _check_scrubbed(root, n)
+    _check_node_texts(root, n)
     _check_tables(root, n, types)
     _check_vectors(root, n, types)
 
@@ -472,6 +478,18 @@ def _check_communities(root: Path, n: int) -> None:
         raise IndexDamagedError(root, COMMUNITIES, "wrong shape", f"{labels.dtype} {labels.shape}, the graph has {n} nodes")
     if n and int(labels.min()) < -1:
         raise IndexDamagedError(root, COMMUNITIES, "value out of range", f"label {int(labels.min())}")
+
+
+def _check_node_texts(root: Path, n: int) -> None:
+    """The node texts beside ``nodes.parquet``, if there: offsets from 0, monotone, ending where the pages do."""
+    from .tables import node_texts
+
+    try:
+        texts = node_texts(root / NODES, n)
+    except ValueError as exc:
+        raise IndexDamagedError(root, NODES, "damaged metadata", str(exc)[:200]) from None
+    if texts is not None and texts.n and bool(np.any(texts.offsets[1:] < texts.offsets[:-1])):
+        raise IndexDamagedError(root, NODE_TEXT_OFF, "invalid offsets", "not monotone")
 
 
 def _check_scrubbed(root: Path, n: int) -> None:
