@@ -271,7 +271,7 @@ def write_scrubbed(run: ScrubRun) -> tuple[dict, dict[str, str], frozenset[str]]
     from ..store.layout import (COMMUNITIES, DECOMPOSITIONS_FILE, DOCUMENTS, LINKED, NODE_KEY_ORDER, NODE_KEYS,
                                 NODE_KEYS_SORTED, NODE_TEXT_PAGES, NODES, QUERY_DIR, SCRUBBED)
     from ..store.paged_blob import erase_strings
-    from ..store.tables import node_texts
+    from ..store.node_texts import node_texts
     from ..store.segments import base_graph, scrubbed_overlay, share_generation
     from ..store.verify import CHECKSUMS
     from .finalize import edge_kinds

@@ -32,7 +32,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..store.layout import DOCUMENTS, NODES
-from ..store.tables import node_texts
+from ..store.node_texts import node_texts
 from ..graph.types import EMBEDDED_TYPES, N_TYPES, NodeType, parse_type
 from ..store.text_column import NAME_IS_TEXT
 

@@ -102,8 +102,8 @@ def write_query_index(index_dir: str | os.PathLike, *, first_node: int = 0, lexi
 
     from .entities import name_arrays
 
-    from ..store.node_texts import string_blob
-    from ..store.tables import node_texts, read_nodes_file
+    from ..store.node_texts import node_texts, string_blob
+    from ..store.tables import read_nodes_file
 
     root = Path(index_dir)
     out = root / QUERY_DIR
@@ -231,6 +231,11 @@ def _check_damage(folder: Path, arrays: dict[str, np.ndarray], n: int, m: int, f
             raise bad(key, "id out of range", f"[{int(a.min())}, {int(a.max())}]" + (f", {hi} ids" if hi else ""))
     if arrays["name_tok"].size and int(arrays["name_tok"].min()) < 0:
         raise bad("name_tok", "id out of range", f"token id {int(arrays['name_tok'].min())}")
+
+
+def _unzeroed(s: str) -> str:
+    """``s``, or "" when a delete in place overwrote it by zeros."""
+    return "" if s[:1] == "\x00" and not s.strip("\x00") else s
 
 
 def _segment_texts(folder: Path, meta: dict, n: int) -> tuple[np.ndarray, PagedBytes]:
@@ -374,7 +379,7 @@ class QueryIndex:
     def _get(off: np.ndarray, data, i: int) -> str:
         if isinstance(data, PagedBytes):
             return data.strings([int(off[i])], [int(off[i + 1])])[0]
-        return bytes(data[int(off[i]):int(off[i + 1])]).decode("utf-8", "surrogatepass")
+        return _unzeroed(bytes(data[int(off[i]):int(off[i + 1])]).decode("utf-8", "surrogatepass"))
 
     def _text(self, key: str, i: int) -> str:
         """String ``i`` of the blob ``key`` (``key_off`` + ``key``); undecodable bytes name the damaged file."""
@@ -406,7 +411,7 @@ class QueryIndex:
         if view is None:
             view = self._views[key] = memoryview(np.ascontiguousarray(self._a[key])).cast("B")
         try:
-            return [str(view[a:b], "utf-8", "surrogatepass") for a, b in zip(lo, hi)]
+            return [_unzeroed(str(view[a:b], "utf-8", "surrogatepass")) for a, b in zip(lo, hi)]
         except UnicodeDecodeError:
             return [self._text(key, int(i)) for i in pos]  # names the damaged file and string
 
@@ -469,6 +474,18 @@ def _blanked(off: np.ndarray, data: np.ndarray, blank: np.ndarray) -> tuple[np.n
     return new_off, np.ascontiguousarray(np.concatenate([data[a:b] for a, b in zip(cuts, stops)]))
 
 
+def _zeroed(off: np.ndarray, data: np.ndarray, blank: np.ndarray) -> np.ndarray:
+    """A copy of the string blob's bytes ``data`` with the strings where ``blank`` is True overwritten by zeros
+    (the offsets stay as they are, so they are shared; an all-zero string reads as "")."""
+    off = np.asarray(off, dtype=np.int64)
+    out = np.array(data, dtype=np.uint8)
+    at = np.flatnonzero(np.asarray(blank, dtype=bool))
+    lo, lens = off[at], off[at + 1] - off[at]
+    if int(lens.sum()):
+        out[np.repeat(lo - np.cumsum(lens) + lens, lens) + np.arange(int(lens.sum()), dtype=np.int64)] = 0
+    return out
+
+
 #: The tables :func:`scrub_query_tables` rewrites from their previous contents (a writer checks them first).
 SCRUBBED_TABLES = ("active", "text_off", "text", "label_node", "label_off", "label", "doclabel_id", "doclabel_off",
                    "doclabel", "name_node", "name_canon_off", "name_canon", "name_tok_ptr", "name_tok", "tok_off",
@@ -478,10 +495,11 @@ SCRUBBED_TABLES = ("active", "text_off", "text", "label_node", "label_off", "lab
 def scrub_query_tables(src_dir: str | os.PathLike, dst_dir: str | os.PathLike, dead: np.ndarray,
                        documents_gone: np.ndarray) -> None:
     """Write ``dst_dir/query/`` from ``src_dir/query/`` without the texts of the ``dead`` nodes (a scrubbing
-    delete, :mod:`noderag.build.scrub`): their display texts are erased (zeros in new copies of the pages that
-    held them; the other pages and the offsets are shared), their passage labels, canonical names and the name
-    tokens no live name uses are emptied, the labels of the ``documents_gone`` too, and the nodes are
-    marked inactive. Every other table (BM25 postings, name hashes and postings) holds ids and hashes only
+    delete, :mod:`noderag.build.scrub`): their passage labels, canonical names and the name tokens no live
+    name uses are overwritten by zeros (read as ""; the offsets are shared), the labels of the
+    ``documents_gone`` too, and the nodes are marked inactive (a query index of format 2 or 1 holds a copy of
+    the display texts: erased in its pages, or emptied). A current index's display texts are the segment's
+    own pages, erased by the scrub itself. Every other table (BM25 postings, name hashes and postings) holds ids and hashes only
     and is hard-linked as it is: a search skips inactive nodes.
     """
     import shutil
@@ -502,19 +520,18 @@ def scrub_query_tables(src_dir: str | os.PathLike, dst_dir: str | os.PathLike, d
         erase_strings(src / TEXT_PAGES, out / TEXT_PAGES, load("text_off"), int(meta["text_page"]), dead)
     else:
         written["text_off"], written["text"] = _blanked(load("text_off"), load("text"), dead)
+    # the smaller blobs are written whole with the scrubbed strings' bytes zeroed: their offsets are shared
     label_node = np.asarray(load("label_node"), dtype=np.int64)
-    written["label_off"], written["label"] = _blanked(load("label_off"), load("label"), dead[label_node])
+    written["label"] = _zeroed(load("label_off"), load("label"), dead[label_node])
     doc_ids = np.asarray(load("doclabel_id"), dtype=np.int64)
-    written["doclabel_off"], written["doclabel"] = _blanked(load("doclabel_off"), load("doclabel"),
-                                                            np.isin(doc_ids, documents_gone))
+    written["doclabel"] = _zeroed(load("doclabel_off"), load("doclabel"), np.isin(doc_ids, documents_gone))
     if "name_node" in a:
         name_dead = dead[np.asarray(load("name_node"), dtype=np.int64)]
-        written["name_canon_off"], written["name_canon"] = _blanked(load("name_canon_off"), load("name_canon"),
-                                                                    name_dead)
+        written["name_canon"] = _zeroed(load("name_canon_off"), load("name_canon"), name_dead)
         ptr, tok = np.asarray(load("name_tok_ptr"), dtype=np.int64), np.asarray(load("name_tok"))
         live_tok = np.zeros(np.asarray(load("tok_off")).shape[0] - 1, dtype=bool)
         live_tok[tok[np.repeat(~name_dead, np.diff(ptr))]] = True
-        written["tok_off"], written["tok"] = _blanked(load("tok_off"), load("tok"), ~live_tok)
+        written["tok"] = _zeroed(load("tok_off"), load("tok"), ~live_tok)
     for key, arr in written.items():
         atomic_save_npy(out / f"{key}.npy", arr)
     for p in sorted(src.iterdir()):

@@ -19,7 +19,7 @@ import numpy as np
 from .layout import NODE_TEXT_OFF, NODE_TEXT_PAGES
 from .paged_blob import PagedBytes, page_size_for, write_pages
 
-__all__ = ["TEXT_META", "NodeTexts", "string_blob", "write_node_texts"]
+__all__ = ["TEXT_META", "NodeTexts", "node_texts", "string_blob", "text_page_of", "write_node_texts"]
 
 #: The ``nodes.parquet`` schema metadata key whose value is the text pages' size in bytes (absent: texts inline).
 TEXT_META = b"noderag.text"
@@ -136,3 +136,39 @@ class NodeTexts:
             if erased.any():
                 col = pc.if_else(pa.array(erased), pa.scalar("", col.type), col)
         return col if not wide else col.cast(pa.large_string())
+
+
+def text_page_of(path: str | os.PathLike) -> int | None:
+    """The page size of the node texts beside ``nodes.parquet`` at ``path`` (None: the texts are in the file)."""
+    import pyarrow.parquet as pq
+
+    raw = (pq.read_schema(path).metadata or {}).get(TEXT_META)
+    if raw is None:
+        return None
+    try:
+        page = int(raw)
+    except ValueError:
+        page = 0
+    if page <= 0:
+        raise ValueError(f"{path}: schema metadata {TEXT_META.decode()} must be a positive page size, got {raw!r}")
+    return page
+
+
+def node_texts(path: str | os.PathLike, n: int | None = None):
+    """The :class:`~noderag.store.node_texts.NodeTexts` beside ``nodes.parquet`` at ``path``, or None for a file
+    that holds its texts; damaged files raise :class:`~noderag.store.errors.IndexDamagedError` naming them."""
+    from .errors import IndexDamagedError
+
+    path = Path(path)
+    page = text_page_of(path)
+    if page is None:
+        return None
+    gen, seg = _generation_of(path.parent)
+    return NodeTexts(path.parent, page, n, lambda rel, problem, detail: IndexDamagedError(gen, seg + rel, problem, detail))
+
+
+def _generation_of(folder: Path) -> tuple[Path, str]:
+    """(generation folder, prefix of ``folder`` in it): a delta segment's files are named ``deltas/K/...``."""
+    if folder.parent.name == "deltas":
+        return folder.parent.parent, f"deltas/{folder.name}/"
+    return folder, ""

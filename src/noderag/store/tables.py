@@ -135,7 +135,11 @@ def read_nodes_file(path: str | os.PathLike, columns: Sequence[str] | None = Non
     if "name" in want and "name" not in stored:
         read += [c for c in ("text", "type") if c not in read and c in stored]
     tab = pq.read_table(path, memory_map=True, columns=read)
+    if "name" in want and "name" not in stored and (tab.schema.metadata or {}).get(_NAME_META) != _NAME_META_VALUE:
+        raise ValueError(f"{path}: no name column and no {_NAME_META.decode()} metadata saying how to derive it")
     if "text" not in stored and ("text" in want or ("name" in want and "name" not in stored)):
+        from .node_texts import node_texts
+
         texts = node_texts(path)  # beside the file, in pages
         if texts is not None:
             if texts.n != pq.ParquetFile(path).metadata.num_rows:
@@ -194,45 +198,6 @@ def write_nodes(path: str | os.PathLike, table, mentions: np.ndarray, first: int
     tab = tab.replace_schema_metadata({**(tab.schema.metadata or {}), TEXT_META: str(page).encode()})
     # id is the row number: delta-encoded it takes ~200 bytes instead of ~90 KB (MuSiQue)
     return atomic_write_parquet(path, tab, **PARQUET_OPTIONS, column_encoding={"id": "DELTA_BINARY_PACKED"})
-
-
-def text_page_of(path: str | os.PathLike) -> int | None:
-    """The page size of the node texts beside ``nodes.parquet`` at ``path`` (None: the texts are in the file)."""
-    import pyarrow.parquet as pq
-
-    from .node_texts import TEXT_META
-
-    raw = (pq.read_schema(path).metadata or {}).get(TEXT_META)
-    if raw is None:
-        return None
-    try:
-        page = int(raw)
-    except ValueError:
-        page = 0
-    if page <= 0:
-        raise ValueError(f"{path}: schema metadata {TEXT_META.decode()} must be a positive page size, got {raw!r}")
-    return page
-
-
-def node_texts(path: str | os.PathLike, n: int | None = None):
-    """The :class:`~noderag.store.node_texts.NodeTexts` beside ``nodes.parquet`` at ``path``, or None for a file
-    that holds its texts; damaged files raise :class:`~noderag.store.verify.IndexDamagedError` naming them."""
-    from .node_texts import NodeTexts
-    from .verify import IndexDamagedError
-
-    path = Path(path)
-    page = text_page_of(path)
-    if page is None:
-        return None
-    gen, seg = _generation_of(path.parent)
-    return NodeTexts(path.parent, page, n, lambda rel, problem, detail: IndexDamagedError(gen, seg + rel, problem, detail))
-
-
-def _generation_of(folder: Path) -> tuple[Path, str]:
-    """(generation folder, prefix of ``folder`` in it): a delta segment's files are named ``deltas/K/...``."""
-    if folder.parent.name == "deltas":
-        return folder.parent.parent, f"deltas/{folder.name}/"
-    return folder, ""
 
 
 def write_documents(path: str | os.PathLike, docs: Sequence[dict]) -> Path:

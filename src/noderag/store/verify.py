@@ -482,7 +482,7 @@ def _check_communities(root: Path, n: int) -> None:
 
 def _check_node_texts(root: Path, n: int) -> None:
     """The node texts beside ``nodes.parquet``, if there: offsets from 0, monotone, ending where the pages do."""
-    from .tables import node_texts
+    from .node_texts import node_texts
 
     try:
         texts = node_texts(root / NODES, n)
