@@ -27,7 +27,7 @@ import numpy as np
 
 from ..graph.types import NodeType
 from ..store.layout import DELTA_EDGES, DOCUMENTS, NODE_KEYS, NODE_TYPES, NODES, VECTORS
-from ..store.segments import Delta, deltas_of, segment_folders
+from ..store.segments import Delta, deltas_of, scrubbed_overlay, segment_folders, tombstoned_keys
 from .assemble import EdgeList, NodeTable
 from .doc_rows import DocumentRows
 
@@ -109,7 +109,10 @@ def delta_table(folders: list[Path]) -> tuple[NodeTable, list]:
     texts = TextColumn.from_buffers((t._a["text_off"], t._a["text"]) for t in tables)
     types = [np.asarray(load_npy(f / NODE_TYPES, True, dtype=TYPE_DTYPE, shape=(t.n,))) for f, t in zip(folders, tables)]
     keys = [np.asarray(load_npy(f / NODE_KEYS, True, dtype=KEY_DTYPE, shape=(t.n,))) for f, t in zip(folders, tables)]
-    index = KeyIndex(segments=[(t.first, segment_keys(f, k)) for f, t, k in zip(folders, tables, keys)])
+    gone = scrubbed_overlay(folders[0], tables[0].n)  # the base's nodes a delete in place scrubbed: never found
+    keys[0] = tombstoned_keys(folders[0], keys[0])
+    index = KeyIndex(segments=[(t.first, segment_keys(f, k, gone if i == 0 else None))
+                               for i, (f, t, k) in enumerate(zip(folders, tables, keys))])
     table = NodeTable.from_segments(types, keys, texts, [t.doc for t in tables], [t.chunk for t in tables],
                                     [t.active for t in tables], index)
     return table, tables

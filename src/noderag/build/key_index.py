@@ -57,12 +57,14 @@ class SortedKeys:
     A hit is checked against the segment's own keys (``keys[id] == key``), so a damaged sorted file can
     fail a look-up (reported as damage of ``where``) but never merge a node into the wrong one."""
 
-    def __init__(self, sorted_keys: np.ndarray, order: np.ndarray, keys: np.ndarray, where: str = KEY_ORDER) -> None:
+    def __init__(self, sorted_keys: np.ndarray, order: np.ndarray, keys: np.ndarray, where: str = KEY_ORDER,
+                 gone: np.ndarray | None = None) -> None:
         n = keys.shape[0]
         if sorted_keys.shape != (n,) or order.shape != (n,):
             raise ValueError(f"{where}: {sorted_keys.shape[0]} sorted keys and {order.shape[0]} ids "
                              f"for {n} nodes")
         self._sorted, self._order, self._keys, self._where = sorted_keys, order, keys, where
+        self._gone = gone  # sorted ids a delete in place scrubbed: stored under their old keys, never found
 
     def get(self, key: int) -> int | None:
         """The segment-local id of ``key``, or None."""
@@ -71,6 +73,10 @@ class SortedKeys:
         if pos == self._sorted.shape[0] or self._sorted[pos] != k:
             return None
         nid = int(self._order[pos])
+        if self._gone is not None and self._gone.size:
+            at = int(np.searchsorted(self._gone, nid))
+            if at < self._gone.size and int(self._gone[at]) == nid:
+                return None
         if not 0 <= nid < self._keys.shape[0] or self._keys[nid] != k:
             raise ValueError(f"{self._where}: the sorted keys do not match node_keys.npy at node {nid} "
                              f"(damaged index: run `noderag verify`)")
@@ -82,9 +88,10 @@ def stores_sorted_keys(folder: Path) -> bool:
     return (folder / KEYS_SORTED).is_file() and (folder / KEY_ORDER).is_file()
 
 
-def segment_keys(folder: Path, keys: np.ndarray) -> SortedKeys | BucketedKeys:
+def segment_keys(folder: Path, keys: np.ndarray, gone: np.ndarray | None = None) -> SortedKeys | BucketedKeys:
     """The look-up of one segment whose keys (memory-mapped) are ``keys``: its stored sorted keys when it
-    has them, else bucketed in memory."""
+    has them, else bucketed in memory. ``gone``: the sorted ids a delete in place scrubbed, whose stored
+    sorted keys are their old ones (``keys`` holds their tombstones)."""
     from ..graph.keys import KEY_DTYPE
     from ..graph.storage import load_npy
 
@@ -92,7 +99,7 @@ def segment_keys(folder: Path, keys: np.ndarray) -> SortedKeys | BucketedKeys:
         n = keys.shape[0]
         sorted_keys = np.asarray(load_npy(folder / KEYS_SORTED, True, dtype=KEY_DTYPE, shape=(n,)))
         order = np.asarray(load_npy(folder / KEY_ORDER, True, dtype=np.int32, shape=(n,)))
-        return SortedKeys(sorted_keys, order, keys, str(folder / KEY_ORDER))
+        return SortedKeys(sorted_keys, order, keys, str(folder / KEY_ORDER), gone)
     return BucketedKeys(keys)
 
 

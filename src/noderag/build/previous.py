@@ -61,7 +61,7 @@ def load_tables(root: Path, manifest: dict | None = None):
     import pyarrow as pa
 
     from ..graph.keys import KEY_DTYPE
-    from ..store.segments import concat_npy, concat_parquet, segment_folders
+    from ..store.segments import concat_npy, concat_parquet, segment_folders, tombstoned_keys
     from ..store.tables import read_nodes_file
 
     folders = segment_folders(root, manifest if manifest is not None else read_manifest(root) or {})
@@ -69,7 +69,9 @@ def load_tables(root: Path, manifest: dict | None = None):
     tab = parts[0] if len(parts) == 1 else pa.concat_tables(parts)
     cols = {c: tab.column(c).to_pylist() for c in ("type", "name", "text", "doc_id", "chunk_id",
                                                    "source_id", "active")}
-    cols["key"] = concat_npy(folders, NODE_KEYS, KEY_DTYPE).tolist()
+    keys = concat_npy(folders, NODE_KEYS, KEY_DTYPE)
+    n0 = parts[0].num_rows  # the base's keys as a delete in place left them (tombstones: scrubbed_keys.npy)
+    cols["key"] = np.concatenate([tombstoned_keys(root, keys[:n0]), keys[n0:]]).tolist()
     if len(cols["key"]) != tab.num_rows:
         raise ValueError(f"{root / NODE_KEYS}: {len(cols['key'])} keys for {tab.num_rows} nodes")
     table = NodeTable(types=cols["type"], keys=cols["key"], names=cols["name"], texts=cols["text"],

@@ -26,7 +26,7 @@ from .ingest import IngestError, ingest
 from .journal import Journal
 from ..store.decompositions import DECOMPOSITIONS
 from ..store.layout import (COMMUNITIES, DELTAS, DOCUMENTS, LINKED, NODE_KEYS, NODE_TEXT_OFF, NODE_TEXT_PAGES, NODE_TYPES,
-                            NODES, QUERY_DIR, SCRUBBED)
+                            NODES, QUERY_DIR, SCRUBBED, SCRUBBED_KEYS)
 from ..store.segments import deltas_of, segment_folders
 from .doc_rows import DocumentRows
 from .delta import background_compaction_due, delete_plan, delta_reason, delta_table, load_documents, rewrite_deltas
@@ -225,14 +225,14 @@ def _run_nodes(previous: Previous | None, reason: str | None, rewrite: int | Non
 #: checked byte for byte first): the node types and active flags its scopes follow from, and the keys of a
 #: segment without stored sorted keys (bucketed in memory). Of the keys, texts, names, document and chunk ids
 #: and BM25 postings it reads the few rows it looks up.
-DELTA_READS = (NODE_TYPES, f"{QUERY_DIR}/active.npy", f"{QUERY_DIR}/meta.json")
+DELTA_READS = (NODE_TYPES, f"{QUERY_DIR}/active.npy", f"{QUERY_DIR}/meta.json", SCRUBBED, SCRUBBED_KEYS)
 
 
 #: What a scrubbing delete (:mod:`noderag.build.scrub`) reads whole of the base and rewrites, checked byte for byte
 #: first (a damaged file rewritten would get a new checksum: the damage would no longer show).
-SCRUB_READS = (NODE_TYPES, NODE_KEYS, NODES, DOCUMENTS, DECOMPOSITIONS, LINKED, COMMUNITIES, SCRUBBED, "graph/",
-               "semantic/", NODE_TEXT_OFF, f"{NODE_TEXT_PAGES}/", f"{QUERY_DIR}/doc.npy", f"{QUERY_DIR}/meta.json",
-               f"{QUERY_DIR}/{TEXT_PAGES}/") + \
+SCRUB_READS = (NODE_TYPES, NODE_KEYS, NODES, DOCUMENTS, DECOMPOSITIONS, LINKED, COMMUNITIES, SCRUBBED, SCRUBBED_KEYS,
+               "graph/", "semantic/", NODE_TEXT_OFF, f"{NODE_TEXT_PAGES}/", f"{QUERY_DIR}/doc.npy",
+               f"{QUERY_DIR}/meta.json", f"{QUERY_DIR}/{TEXT_PAGES}/") + \
     tuple(f"{QUERY_DIR}/{k}.npy" for k in SCRUBBED_TABLES)
 
 

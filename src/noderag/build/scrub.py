@@ -264,12 +264,11 @@ def write_scrubbed(run: ScrubRun) -> tuple[dict, dict[str, str], frozenset[str]]
     needs: its manifest, the checksums of the files shared with the previous generation, every file's path."""
     import shutil
 
-    from ..graph.hetero import HeteroGraph
     from ..graph.storage import atomic_save_npy, load_npy
     from ..search.query_index import open_query_index, scrub_query_tables
     from ..store.decompositions import DECOMPOSITIONS, filter_decompositions
-    from ..store.layout import (COMMUNITIES, DECOMPOSITIONS_FILE, DOCUMENTS, LINKED, NODE_KEY_ORDER, NODE_KEYS,
-                                NODE_KEYS_SORTED, NODE_TEXT_PAGES, NODES, QUERY_DIR, SCRUBBED)
+    from ..store.layout import (COMMUNITIES, DECOMPOSITIONS_FILE, DOCUMENTS, LINKED, NODE_TEXT_PAGES, NODES,
+                                QUERY_DIR, SCRUBBED, SCRUBBED_KEYS)
     from ..store.paged_blob import erase_strings
     from ..store.node_texts import node_texts
     from ..store.segments import base_graph, scrubbed_overlay, share_generation
@@ -292,16 +291,17 @@ def write_scrubbed(run: ScrubRun) -> tuple[dict, dict[str, str], frozenset[str]]
     was_active = np.asarray(texts.active, dtype=bool)
     # the graph, node types and communities are shared: scrubbed.npy lists the nodes whose edges and labels
     # they still hold, left out where the graph is opened (noderag.store.segments.base_graph)
-    rewritten = (NODES, DOCUMENTS, DECOMPOSITIONS, DECOMPOSITIONS_FILE, LINKED, NODE_KEYS, NODE_KEY_ORDER,
-                 NODE_KEYS_SORTED, SCRUBBED, f"{NODE_TEXT_PAGES}/", f"{QUERY_DIR}/")
+    rewritten = (NODES, DOCUMENTS, DECOMPOSITIONS, DECOMPOSITIONS_FILE, LINKED, SCRUBBED, SCRUBBED_KEYS,
+                 f"{NODE_TEXT_PAGES}/", f"{QUERY_DIR}/")
     shared, copied = share_generation(prev, run.final, skip=rewritten)
     run.say(f"deleting {len(run.drop)} document(s) in place: {int(dead.sum())} nodes held their text (scrubbed)")
     dead_ids = np.flatnonzero(dead)
-    keys = np.array(graph.keys, dtype=np.uint64)
+    keys = np.array(graph.keys, dtype=np.uint64)  # earlier deletes' tombstones in
     keys[dead_ids] = tombstone_keys(dead_ids, keys)
-    HeteroGraph(types, keys, st, graph.semantic).save_keys(run.final)
     earlier = scrubbed_overlay(prev, types.shape[0])
-    atomic_save_npy(run.final / SCRUBBED, dead_ids if earlier is None else np.union1d(earlier, dead_ids))
+    ids = dead_ids if earlier is None else np.union1d(earlier, dead_ids)
+    atomic_save_npy(run.final / SCRUBBED, ids)  # node_keys.npy is shared: the tombstones are kept beside it
+    atomic_save_npy(run.final / SCRUBBED_KEYS, keys[ids])
     _nodes_without(prev / NODES, run.final / NODES, dead)
     pages = node_texts(prev / NODES, types.shape[0])
     if pages is not None:  # the pages that held scrubbed texts get zeros in new copies; the rest and the offsets are shared

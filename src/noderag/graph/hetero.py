@@ -764,10 +764,15 @@ class HeteroGraph:
             (root / "node_key_order.npy").unlink(missing_ok=True)
             (root / "node_keys_sorted.npy").unlink(missing_ok=True)
 
-    def with_layers(self, structural: CSR, semantic: CSR) -> "HeteroGraph":
-        """The same nodes (types, keys and their stored order shared) over other edge layers of the same size."""
+    def with_layers(self, structural: CSR, semantic: CSR, keys: np.ndarray | None = None) -> "HeteroGraph":
+        """The same nodes over other edge layers of the same size: the types shared, and the keys with their
+        stored order unless other ``keys`` are given (their order is then made on the first look-up)."""
         if structural.n != self._n or semantic.n != self._n:
             raise ValueError(f"layers over {structural.n} and {semantic.n} nodes for a graph of {self._n}")
+        if keys is not None:
+            if keys.shape != (self._n,):
+                raise ValueError(f"{keys.shape[0]} keys for a graph of {self._n} nodes")
+            return HeteroGraph(self._types_buf, np.asarray(keys, KEY_DTYPE), structural, semantic)
         return HeteroGraph(self._types_buf, self._keys_buf, structural, semantic, _key_order=self._key_order,
                            _key_order_path=self._key_order_path)
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = ["CURRENT", "GENERATIONS", "READERS", "LOCK_FILE", "LLM_CACHE", "STAGES", "MANIFEST", "NODES", "DOCUMENTS",
-           "DECOMPOSITIONS", "DECOMPOSITIONS_FILE", "LINKED", "COMMUNITIES", "SCRUBBED", "VECTORS", "QUERY_DIR", "NODE_TEXT_OFF", "NODE_TEXT_PAGES", "NODE_TYPES", "NODE_KEYS", "NODE_KEY_ORDER", "NODE_KEYS_SORTED", "DELTAS", "DELTA_EDGES",
+           "DECOMPOSITIONS", "DECOMPOSITIONS_FILE", "LINKED", "COMMUNITIES", "SCRUBBED", "SCRUBBED_KEYS", "VECTORS", "QUERY_DIR", "NODE_TEXT_OFF", "NODE_TEXT_PAGES", "NODE_TYPES", "NODE_KEYS", "NODE_KEY_ORDER", "NODE_KEYS_SORTED", "DELTAS", "DELTA_EDGES",
            "IndexLayout", "GenerationLayout"]
 
 # the index directory
@@ -34,7 +34,8 @@ DECOMPOSITIONS = "decompositions"  # what each chunk contributed (an insert re-a
 DECOMPOSITIONS_FILE = "decompositions.parquet"  # the same in one file, as indexes written before the parts hold it
 LINKED = "linked.parquet"  # the name-link S-N edges
 COMMUNITIES = "communities.npy"  # each node's Leiden community (int32, -1: none): a merging compaction's warm start
-SCRUBBED = "scrubbed.npy"  # the base's nodes deleted in place whose edges and labels its shared files still hold
+SCRUBBED = "scrubbed.npy"  # the base's nodes deleted in place whose edges, labels and keys its shared files still hold
+SCRUBBED_KEYS = "scrubbed_keys.npy"  # their tombstone keys, in the same order (uint64)
 VECTORS = "vectors.usearch"  # the HNSW index (and its shards vectors.<k>.usearch)
 QUERY_DIR = "query"  # the prepared query tables
 NODE_TYPES = "node_types.npy"  # written by the graph

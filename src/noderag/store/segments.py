@@ -32,7 +32,7 @@ from .layout import DELTAS, MANIFEST, READERS
 
 __all__ = ["Delta", "deltas_of", "segment_folders", "share_generation", "next_delta_name", "delta_entry",
            "concat_npy", "concat_parquet", "has_scrubbed", "scrubbed_overlay", "without_nodes", "base_graph",
-           "generation_graph"]
+           "generation_graph", "base_keys", "tombstoned_keys"]
 
 
 @dataclass(frozen=True)
@@ -174,8 +174,9 @@ def has_scrubbed(manifest: dict[str, Any]) -> bool:
 
 def scrubbed_overlay(path: Path, n: int) -> np.ndarray | None:
     """The ids in the generation's ``scrubbed.npy`` (None when it has none): the base's nodes deleted in place
-    (:mod:`noderag.build.scrub`) whose edges the base's graph files and whose labels ``communities.npy`` still
-    hold, shared as they are; :func:`base_graph` leaves those edges out."""
+    (:mod:`noderag.build.scrub`) whose edges the base's graph files, whose labels ``communities.npy`` and
+    whose keys ``node_keys.npy`` still hold, shared as they are; :func:`base_graph` leaves those edges out and
+    gives them their tombstone keys (``scrubbed_keys.npy``)."""
     from ..graph.storage import load_npy
     from .layout import SCRUBBED
 
@@ -189,6 +190,35 @@ def scrubbed_overlay(path: Path, n: int) -> np.ndarray | None:
     if ids.size and (int(ids[0]) < 0 or int(ids[-1]) >= n or bool(np.any(ids[1:] <= ids[:-1]))):
         raise IndexDamagedError(path, SCRUBBED, "invalid node ids", f"not increasing node ids below {n}")
     return ids
+
+
+def tombstoned_keys(path: Path, keys: np.ndarray) -> np.ndarray:
+    """The base's node ``keys`` (as stored) with the tombstones of the nodes a delete in place scrubbed
+    (``scrubbed_keys.npy``): a copy where there are any, else ``keys`` itself."""
+    from ..graph.keys import KEY_DTYPE
+    from ..graph.storage import load_npy
+    from .layout import SCRUBBED_KEYS
+
+    ids = scrubbed_overlay(path, keys.shape[0])
+    if ids is None or not ids.size:
+        return keys
+    try:
+        tomb = np.asarray(load_npy(path / SCRUBBED_KEYS, False, dtype=KEY_DTYPE, shape=ids.shape))
+    except (ValueError, FileNotFoundError) as exc:
+        raise IndexDamagedError(path, SCRUBBED_KEYS, "unreadable array", str(exc)[:200]) from None
+    out = np.array(keys, dtype=KEY_DTYPE)
+    out[ids] = tomb
+    return out
+
+
+def base_keys(path: Path, n: int | None = None) -> np.ndarray:
+    """The keys of a generation's base as a delete in place left them (:func:`tombstoned_keys`)."""
+    from ..graph.keys import KEY_DTYPE
+    from ..graph.storage import load_npy
+    from .layout import NODE_KEYS
+
+    keys = np.asarray(load_npy(path / NODE_KEYS, True, dtype=KEY_DTYPE, ndim=1, shape=None if n is None else (n,)))
+    return tombstoned_keys(path, keys)
 
 
 def without_nodes(csr, ids: np.ndarray):
@@ -233,7 +263,8 @@ def base_graph(path: Path, *, validate: bool = True):
     ids = scrubbed_overlay(path, base.n)
     if ids is None or not ids.size:
         return base
-    return base.with_layers(CSR(*without_nodes(base.structural, ids)), CSR(*without_nodes(base.semantic, ids)))
+    return base.with_layers(CSR(*without_nodes(base.structural, ids)), CSR(*without_nodes(base.semantic, ids)),
+                            keys=tombstoned_keys(path, np.asarray(base.keys)))
 
 
 def generation_graph(path: Path, manifest: dict[str, Any], *, validate: bool = True):

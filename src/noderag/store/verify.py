@@ -29,7 +29,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .layout import (COMMUNITIES, CURRENT, DELTAS, DOCUMENTS, LINKED, LLM_CACHE, LOCK_FILE, MANIFEST, NODES, NODE_KEY_ORDER, NODE_KEYS,
-                     NODE_KEYS_SORTED, NODE_TEXT_OFF, NODE_TYPES, READERS, SCRUBBED, VECTORS)
+                     NODE_KEYS_SORTED, NODE_TEXT_OFF, NODE_TYPES, READERS, SCRUBBED, SCRUBBED_KEYS, VECTORS)
 from .errors import IndexDamagedError
 
 __all__ = ["CHECKSUMS", "IndexDamagedError", "VerifyReport", "file_checksums", "graph_damage", "manifest_digest",
@@ -493,11 +493,14 @@ def _check_node_texts(root: Path, n: int) -> None:
 
 
 def _check_scrubbed(root: Path, n: int) -> None:
-    """The nodes a delete in place scrubbed, if any: increasing node ids of the graph."""
-    from .segments import scrubbed_overlay
+    """The nodes a delete in place scrubbed, if any: increasing node ids of the graph, with one tombstone key
+    each (none equal to a stored key)."""
+    from .segments import base_keys
 
     if (root / SCRUBBED).is_file():
-        scrubbed_overlay(root, n)
+        keys = base_keys(root, n)
+        if np.unique(keys).shape[0] != n:
+            raise IndexDamagedError(root, SCRUBBED_KEYS, "duplicate keys", "a tombstone equals another node's key")
 
 
 def _check_graph_arrays(root: Path, meta: dict[str, Any]) -> np.ndarray:
