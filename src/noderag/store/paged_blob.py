@@ -22,8 +22,8 @@ import numpy as np
 
 __all__ = ["PagedBytes", "page_size_for", "write_pages", "erase_strings", "page_name", "MIN_PAGE"]
 
-#: The smallest page: 64 KiB. Pages grow with the column (:func:`page_size_for`) to keep their count near 4,096.
-MIN_PAGE = 1 << 16
+#: The smallest page: 16 KiB. Pages grow with the column (:func:`page_size_for`) to keep their count near 4,096.
+MIN_PAGE = 1 << 14
 TARGET_PAGES = 4096
 
 
