@@ -25,15 +25,15 @@ from .assemble import EdgeList, NodeTable
 from .ingest import IngestError, ingest
 from .journal import Journal
 from ..store.decompositions import DECOMPOSITIONS
-from ..store.layout import (COMMUNITIES, DELTAS, DOCUMENTS, LINKED, NODE_KEYS, NODE_TEXT_OFF, NODE_TEXT_PAGES, NODE_TYPES,
-                            NODES, QUERY_DIR, SCRUBBED, SCRUBBED_KEYS)
+from ..store.layout import (COMMUNITIES, DELTAS, DOCUMENTS, LINKED, NODE_KEYS, NODE_TEXT_OFF, NODE_TYPES, NODES,
+                            QUERY_DIR, SCRUBBED, SCRUBBED_KEYS)
 from ..store.segments import deltas_of, segment_folders
 from .doc_rows import DocumentRows
 from .delta import background_compaction_due, delete_plan, delta_reason, delta_table, load_documents, rewrite_deltas
 from .previous import Previous, load_base, load_tables, open_previous
 from .progress import Progress
 from .scrub import ScrubRun, scrub_reason
-from ..search.query_index import SCRUBBED_TABLES, TEXT_PAGES
+from ..search.query_index import SCRUBBED_TABLES
 
 __all__ = ["BuildRun", "BuildReport", "start_run", "documents_without_text"]
 
@@ -229,10 +229,10 @@ DELTA_READS = (NODE_TYPES, f"{QUERY_DIR}/active.npy", f"{QUERY_DIR}/meta.json", 
 
 
 #: What a scrubbing delete (:mod:`noderag.build.scrub`) reads whole of the base and rewrites, checked byte for byte
-#: first (a damaged file rewritten would get a new checksum: the damage would no longer show).
+#: first (a damaged file rewritten would get a new checksum: the damage would no longer show). Of the text pages it
+#: checks the ones it rewrites, once it knows them (``noderag.build.scrub.write_scrubbed``).
 SCRUB_READS = (NODE_TYPES, NODE_KEYS, NODES, DOCUMENTS, DECOMPOSITIONS, LINKED, COMMUNITIES, SCRUBBED, SCRUBBED_KEYS,
-               "graph/", "semantic/", NODE_TEXT_OFF, f"{NODE_TEXT_PAGES}/", f"{QUERY_DIR}/doc.npy",
-               f"{QUERY_DIR}/meta.json", f"{QUERY_DIR}/{TEXT_PAGES}/") + \
+               "graph/", "semantic/", NODE_TEXT_OFF, f"{QUERY_DIR}/doc.npy", f"{QUERY_DIR}/meta.json") + \
     tuple(f"{QUERY_DIR}/{k}.npy" for k in SCRUBBED_TABLES)
 
 

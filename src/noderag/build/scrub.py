@@ -197,7 +197,7 @@ def _nodes_without(path: Path, out: Path, dead: np.ndarray) -> None:
 
     from ..graph.storage import atomic_write_parquet
 
-    tab = pq.read_table(path)  # the texts of a current index are beside it (erased by write_scrubbed)
+    tab = pq.ParquetFile(path).read()  # the texts of a current index are beside it (erased by write_scrubbed)
     mask = pa.array(dead)
     cols = {}
     for name in tab.column_names:
@@ -223,7 +223,7 @@ def _documents_without(path: Path, out: Path, drop: list[int]) -> None:
 
     from ..graph.storage import atomic_write_parquet
 
-    tab = pq.read_table(path)
+    tab = pq.ParquetFile(path).read()
     gone = np.zeros(tab.num_rows, dtype=bool)
     gone[np.asarray(drop, dtype=np.int64)] = True
     mask = pa.array(gone)
@@ -245,7 +245,7 @@ def _filtered_parquet(path: Path, out: Path, keep) -> None:
 
     from ..graph.storage import atomic_write_parquet
 
-    tab = pq.read_table(path)
+    tab = pq.ParquetFile(path).read()
     atomic_write_parquet(out, tab.filter(pa.array(keep(tab))).combine_chunks(), **SCRUB_PARQUET)
 
 
@@ -269,10 +269,10 @@ def write_scrubbed(run: ScrubRun) -> tuple[dict, dict[str, str], frozenset[str]]
     from ..store.decompositions import DECOMPOSITIONS, filter_decompositions
     from ..store.layout import (COMMUNITIES, DECOMPOSITIONS_FILE, DOCUMENTS, LINKED, NODE_TEXT_PAGES, NODES,
                                 QUERY_DIR, SCRUBBED, SCRUBBED_KEYS)
-    from ..store.paged_blob import erase_strings
+    from ..store.paged_blob import erase_strings, page_name, pages_holding
     from ..store.node_texts import node_texts
     from ..store.segments import base_graph, scrubbed_overlay, share_generation
-    from ..store.verify import CHECKSUMS
+    from ..store.verify import CHECKSUMS, check_files
     from .finalize import edge_kinds
 
     t0 = time.perf_counter()
@@ -305,7 +305,11 @@ def write_scrubbed(run: ScrubRun) -> tuple[dict, dict[str, str], frozenset[str]]
     _nodes_without(prev / NODES, run.final / NODES, dead)
     pages = node_texts(prev / NODES, types.shape[0])
     if pages is not None:  # the pages that held scrubbed texts get zeros in new copies; the rest and the offsets are shared
+        held = pages_holding(pages.offsets, pages.pages.page, dead)  # checked byte for byte before they are rewritten
+        check_files(prev, run.previous.manifest, tuple(f"{NODE_TEXT_PAGES}/{page_name(p)}" for p in held))
         erase_strings(prev / NODE_TEXT_PAGES, run.final / NODE_TEXT_PAGES, pages.offsets, pages.pages.page, dead)
+    elif (prev / QUERY_DIR / NODE_TEXT_PAGES).is_dir():  # a query index that kept a copy of the texts in pages
+        check_files(prev, run.previous.manifest, (f"{QUERY_DIR}/{NODE_TEXT_PAGES}/",))
     _documents_without(prev / DOCUMENTS, run.final / DOCUMENTS, run.drop)
     gone = np.asarray(run.drop, dtype=np.int64)
     filter_decompositions(prev / DECOMPOSITIONS, run.final / DECOMPOSITIONS, gone, **SCRUB_PARQUET)

@@ -107,7 +107,7 @@ def read_decompositions(path: str | os.PathLike) -> list[ChunkTrace]:
 
     out = []
     for f in _part_files(Path(path)):
-        tab = pq.read_table(f)
+        tab = pq.ParquetFile(f).read()
         missing = [c for c in ("doc_id", "t", "units") if c not in tab.column_names]
         if missing:
             raise ValueError(f"{f}: missing column(s) {missing}")
@@ -136,17 +136,17 @@ def filter_decompositions(src: str | os.PathLike, dst: str | os.PathLike, gone, 
     gone = np.asarray(sorted(gone), dtype=np.int64)
     files = _part_files(src)
     if not src.is_dir():  # one file: the rows of the deleted documents out, the rest as it was
-        tab = pq.read_table(files[0])
+        tab = pq.ParquetFile(files[0]).read()
         _write_part(dst.with_name(DECOMPOSITIONS_FILE),
                     tab.filter(pa.array(~np.isin(tab.column("doc_id").to_numpy(), gone))), **options)
         return 1
     dst.mkdir(parents=True, exist_ok=False)
     written = 0
     for f in files:
-        docs = pq.read_table(f, columns=["doc_id"]).column("doc_id").to_numpy()
+        docs = pq.ParquetFile(f).read(columns=["doc_id"]).column("doc_id").to_numpy()
         hit = np.isin(docs, gone)
         if hit.any():
-            tab = pq.read_table(f)
+            tab = pq.ParquetFile(f).read()
             _write_part(dst / f.name, tab.filter(pa.array(~hit)), **options)
             written += 1
         else:

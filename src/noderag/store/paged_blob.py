@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["PagedBytes", "page_size_for", "write_pages", "erase_strings", "page_name", "MIN_PAGE"]
+__all__ = ["PagedBytes", "page_size_for", "write_pages", "erase_strings", "pages_holding", "page_name", "MIN_PAGE"]
 
 #: The smallest page: 16 KiB. Pages grow with the column (:func:`page_size_for`) to keep their count near 4,096.
 MIN_PAGE = 1 << 14
@@ -158,6 +158,25 @@ class PagedBytes:
         return out
 
 
+def _ranges_by_page(offsets: np.ndarray, page: int, erase) -> dict[int, list[tuple[int, int]]]:
+    """Page -> the byte ranges in it (page-relative) of the non-empty strings ``erase`` (indices or bool mask)."""
+    erase = np.asarray(erase)
+    ids = np.flatnonzero(erase) if erase.dtype == bool else np.unique(erase.astype(np.int64))
+    lo, hi = offsets[ids], offsets[ids + 1]
+    lo, hi = lo[hi > lo], hi[hi > lo]
+    touched: dict[int, list[tuple[int, int]]] = {}
+    for a, b in zip(lo.tolist(), hi.tolist()):
+        for p in range(a // page, (b - 1) // page + 1):
+            base = p * page
+            touched.setdefault(p, []).append((max(a, base) - base, min(b, base + page) - base))
+    return touched
+
+
+def pages_holding(offsets: np.ndarray, page: int, erase) -> list[int]:
+    """The pages that hold bytes of the strings ``erase``: the ones :func:`erase_strings` writes anew."""
+    return sorted(_ranges_by_page(np.asarray(offsets, dtype=np.int64), page, erase))
+
+
 def erase_strings(src: str | os.PathLike, dst: str | os.PathLike, offsets: np.ndarray, page: int, erase) -> list[int]:
     """Write the pages of ``src`` into the new folder ``dst`` with the strings ``erase`` (indices, or a bool mask
     over the strings) overwritten by zeros: the pages that held them are written anew, every other page is
@@ -168,15 +187,7 @@ def erase_strings(src: str | os.PathLike, dst: str | os.PathLike, offsets: np.nd
     offsets = np.asarray(offsets, dtype=np.int64)
     total = int(offsets[-1]) if offsets.size else 0
     count = -(-total // page)
-    erase = np.asarray(erase)
-    ids = np.flatnonzero(erase) if erase.dtype == bool else np.unique(erase.astype(np.int64))
-    lo, hi = offsets[ids], offsets[ids + 1]
-    lo, hi = lo[hi > lo], hi[hi > lo]
-    touched: dict[int, list[tuple[int, int]]] = {}
-    for a, b in zip(lo.tolist(), hi.tolist()):
-        for p in range(a // page, (b - 1) // page + 1):
-            base = p * page
-            touched.setdefault(p, []).append((max(a, base) - base, min(b, base + page) - base))
+    touched = _ranges_by_page(offsets, page, erase)
     dst.mkdir(parents=True, exist_ok=False)
     reader = PagedBytes(src, page, total)
     for p in range(count):
