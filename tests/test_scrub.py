@@ -117,7 +117,7 @@ def test_a_scrub_shares_the_graph_and_leaves_the_scrubbed_edges_out_at_open(buil
 
 
 def test_filtering_decompositions_rewrites_only_the_parts_that_held_the_documents(tmp_path):
-    from noderag.store.decompositions import (PART_ROWS, filter_decompositions, read_decompositions,
+    from noderag.store.decompositions import (PART_ROWS, filter_decompositions, part_rows_for, read_decompositions,
                                               traces_columns, write_decompositions)
 
     n = 3 * PART_ROWS + 17
@@ -131,6 +131,7 @@ def test_filtering_decompositions_rewrites_only_the_parts_that_held_the_document
     assert same == ["000001.parquet", "000003.parquet"]
     want = [t for t in read_decompositions(tmp_path / "a") if t.doc_id not in gone]
     assert read_decompositions(tmp_path / "b") == want and len(want) == n - 6
+    assert part_rows_for(n) == PART_ROWS and part_rows_for(10**6) == 1024  # ~1,024 parts at most
 
 
 @pytest.mark.parametrize("sorted_keys", [False, True])

@@ -7,7 +7,7 @@ texts. Re-assembling the rows of the documents that survive a delete, in this or
 gives exactly the T/S/N/R nodes (first-seen entity display names and relation texts
 included) and decomposed edges a fresh build of those documents gives.
 
-The rows are stored in parts of :data:`PART_ROWS` rows, ``decompositions/NNNNNN.parquet``, so that a delete
+The rows are stored in parts of :func:`part_rows_for` rows, ``decompositions/NNNNNN.parquet``, so that a delete
 in place (:func:`filter_decompositions`) rewrites only the parts that held the deleted documents' rows and
 shares the others. An index written before parts holds one ``decompositions.parquet``, still read.
 """
@@ -23,10 +23,22 @@ from typing import Sequence
 from .layout import DECOMPOSITIONS, DECOMPOSITIONS_FILE
 
 __all__ = ["DECOMPOSITIONS", "ChunkTrace", "read_decompositions", "traces_columns", "traces_table",
-           "write_decompositions", "filter_decompositions", "PART_ROWS"]
+           "write_decompositions", "filter_decompositions", "PART_ROWS", "part_rows_for"]
 
-#: Rows (chunks) per part: ~50 KB of Parquet each; a hundred scattered deletes at 10^5 passages rewrite ~a fifth.
+#: Rows (chunks) per part at least: ~50 KB of Parquet each; a hundred scattered deletes at 10^5 passages rewrite
+#: about a fifth of the parts.
 PART_ROWS = 256
+#: Parts grow past :data:`PART_ROWS` rows to keep their count near this (fewer files for every commit to link).
+TARGET_PARTS = 1024
+
+
+def part_rows_for(rows: int) -> int:
+    """Rows a part for a table of ``rows`` rows: a power of two, at least :data:`PART_ROWS`, giving at most about
+    :data:`TARGET_PARTS` parts."""
+    size = PART_ROWS
+    while size * TARGET_PARTS < rows:
+        size <<= 1
+    return size
 
 
 @dataclass(frozen=True)
@@ -83,8 +95,9 @@ def write_decompositions(folder: str | os.PathLike, rows) -> Path:
     if folder.exists():  # left by a killed run: its parts may outnumber these
         shutil.rmtree(folder)
     folder.mkdir(parents=True)
-    for p in range(max(1, -(-tab.num_rows // PART_ROWS))):
-        _write_part(folder / _part(p), tab.slice(p * PART_ROWS, PART_ROWS))
+    size = part_rows_for(tab.num_rows)
+    for p in range(max(1, -(-tab.num_rows // size))):
+        _write_part(folder / _part(p), tab.slice(p * size, size))
     return folder
 
 

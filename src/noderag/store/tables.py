@@ -11,7 +11,7 @@ names the live folder ``generations/N``, which holds::
                          its row as a tombstone: null source, title and hash, no chunks)
     decompositions/      per assembled chunk: doc_id, T node id, its units' S ids, entity and
                          relation surface forms (what a delete re-assembles the survivors from), in
-                         Parquet parts of 256 chunks (older indexes: one decompositions.parquet)
+                         Parquet parts of 256 chunks and up (older indexes: one decompositions.parquet)
     scrubbed.npy         after a delete in place: the scrubbed nodes, whose edges the shared graph
                          files still hold (left out where the graph is opened)
     node_types.npy, node_keys.npy, graph/, semantic/   (HeteroGraph.save)
