@@ -304,7 +304,8 @@ def write_scrubbed(run: ScrubRun) -> tuple[dict, dict[str, str], frozenset[str]]
     atomic_save_npy(run.final / SCRUBBED_KEYS, keys[ids])
     _nodes_without(prev / NODES, run.final / NODES, dead)
     pages = node_texts(prev / NODES, types.shape[0])
-    if pages is not None:  # the pages that held scrubbed texts get zeros in new copies; the rest and the offsets are shared
+    if pages is not None:  # the pages that held scrubbed texts get zeros in new copies; the others and the offsets are
+        # shared
         held = pages_holding(pages.offsets, pages.pages.page, dead)  # checked byte for byte before they are rewritten
         check_files(prev, run.previous.manifest, tuple(f"{NODE_TEXT_PAGES}/{page_name(p)}" for p in held))
         erase_strings(prev / NODE_TEXT_PAGES, run.final / NODE_TEXT_PAGES, pages.offsets, pages.pages.page, dead)

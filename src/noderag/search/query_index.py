@@ -499,8 +499,8 @@ def scrub_query_tables(src_dir: str | os.PathLike, dst_dir: str | os.PathLike, d
     name uses are overwritten by zeros (read as ""; the offsets are shared), the labels of the
     ``documents_gone`` too, and the nodes are marked inactive (a query index of format 2 or 1 holds a copy of
     the display texts: erased in its pages, or emptied). A current index's display texts are the segment's
-    own pages, erased by the scrub itself. Every other table (BM25 postings, name hashes and postings) holds ids and hashes only
-    and is hard-linked as it is: a search skips inactive nodes.
+    own pages, erased by the scrub itself. Every other table (BM25 postings, name hashes and postings) holds
+    ids and hashes only and is hard-linked as it is: a search skips inactive nodes.
     """
     import shutil
 

@@ -81,7 +81,8 @@ class NodeTexts:
         from ..graph.storage import load_npy
 
         self.folder = Path(folder)
-        self._damaged = damaged or (lambda rel, problem, detail: ValueError(f"{self.folder / rel}: {problem}: {detail}"))
+        self._damaged = damaged or (lambda rel, problem, detail:
+                                    ValueError(f"{self.folder / rel}: {problem}: {detail}"))
         try:
             self.offsets = np.asarray(load_npy(self.folder / NODE_TEXT_OFF, True, dtype=np.int64, ndim=1,
                                                shape=None if n is None else (n + 1,)))
@@ -107,7 +108,8 @@ class NodeTexts:
             gone = next(p for p in range(count) if page_name(p) not in held)
             raise self._damaged(f"{NODE_TEXT_PAGES}/{page_name(gone)}", "missing file", f"page {gone} of {count}")
         self.pages = PagedBytes(self.folder / NODE_TEXT_PAGES, page, total,
-                                lambda name, problem, detail: self._damaged(f"{NODE_TEXT_PAGES}/{name}", problem, detail))
+                                lambda name, problem, detail:
+                                    self._damaged(f"{NODE_TEXT_PAGES}/{name}", problem, detail))
         if self.pages.count:
             self.pages.page_view(self.pages.count - 1)  # the last page has the size it must have
 
@@ -164,7 +166,8 @@ def node_texts(path: str | os.PathLike, n: int | None = None):
     if page is None:
         return None
     gen, seg = _generation_of(path.parent)
-    return NodeTexts(path.parent, page, n, lambda rel, problem, detail: IndexDamagedError(gen, seg + rel, problem, detail))
+    return NodeTexts(path.parent, page, n,
+                     lambda rel, problem, detail: IndexDamagedError(gen, seg + rel, problem, detail))
 
 
 def _generation_of(folder: Path) -> tuple[Path, str]:

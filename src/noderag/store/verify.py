@@ -354,7 +354,8 @@ def _check_header_facts(root: Path, manifest: dict[str, Any], facts: dict[str, A
         if rel in facts and facts[rel][1] != (n,):
             raise IndexDamagedError(root, rel, "wrong shape", f"{facts[rel][1]}, the graph has {n} nodes")
     if NODE_TEXT_OFF in facts and facts[NODE_TEXT_OFF][1] != (n + 1,):
-        raise IndexDamagedError(root, NODE_TEXT_OFF, "wrong shape", f"{facts[NODE_TEXT_OFF][1]}, the graph has {n} nodes")
+        raise IndexDamagedError(root, NODE_TEXT_OFF, "wrong shape",
+                                f"{facts[NODE_TEXT_OFF][1]}, the graph has {n} nodes")
     for layer, sub in (("structural", "graph"), ("semantic", "semantic")):
         nnz = meta.get(f"{layer}_nnz")
         if f"{sub}/indptr.npy" in facts and facts[f"{sub}/indptr.npy"][1] != (n + 1,):
