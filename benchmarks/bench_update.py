@@ -544,25 +544,30 @@ def to_markdown(res: dict) -> str:
                       f"{md['open_compacted']['open_plus_first_retrieve_s']} s.", ""]
     lines += _slopes(res["sizes"])
     if res["retrieval"]:
-        lines += ["## Retrieval after build(half) + insert(other half) as a delta", "",
-                  "| sample | index | recall@2 | recall@5 | all-gold@8 |", "|---|---|---:|---:|---:|"]
-        for r in res["retrieval"]:
-            for name in ("full build", "half + delta insert", "after compact --full"):
-                m = r[name]
-                lines.append(f"| {r['sample']} | {name} | {_fmt(m.get('recall@2'))} | {_fmt(m.get('recall@5'))} | "
-                             f"{_fmt(m.get('all_gold@8'))} |")
+        lines += ["## Retrieval after build(half) + insert(other half) as a delta", ""]
+        lines += _recall_rows(res["retrieval"], ("full build", "half + delta insert", "after compact --full"))
     if res.get("delete_retrieval"):
         lines += ["## Retrieval after a delete in place", "",
                   "A tenth of the sample's passages deleted (random.Random(0)); the questions whose gold passages all "
-                  "survive, against the survivors as the corpus.", "",
-                  "| sample | index | questions | recall@2 | recall@5 | all-gold@8 |", "|---|---|---:|---:|---:|---:|"]
-        for r in res["delete_retrieval"]:
-            for name in ("fresh build of the survivors", "build(all) + delete in place", "after compact --full"):
-                m = r[name]
-                lines.append(f"| {r['sample']} | {name} | {r['questions']} | {_fmt(m.get('recall@2'))} | "
-                             f"{_fmt(m.get('recall@5'))} | {_fmt(m.get('all_gold@8'))} |")
+                  "survive, against the survivors as the corpus.", ""]
+        lines += _recall_rows(res["delete_retrieval"], ("fresh build of the survivors", "build(all) + delete in place",
+                                                        "after compact --full"), questions=True)
         lines.append("")
     return "\n".join(lines) + "\n"
+
+
+def _recall_rows(results: list, names: tuple, questions: bool = False) -> list[str]:
+    """A markdown table of recall@2/@5 and all-gold@8 for each sample and each index ``names`` (and the
+    question count)."""
+    q_head, q_rule = ("questions | ", "---:|") if questions else ("", "")
+    out = [f"| sample | index | {q_head}recall@2 | recall@5 | all-gold@8 |", f"|---|---|{q_rule}---:|---:|---:|"]
+    for r in results:
+        for name in names:
+            m = r[name]
+            q = f"{r['questions']} | " if questions else ""
+            out.append(f"| {r['sample']} | {name} | {q}{_fmt(m.get('recall@2'))} | {_fmt(m.get('recall@5'))} | "
+                       f"{_fmt(m.get('all_gold@8'))} |")
+    return out
 
 
 def _slopes(sizes: list) -> list[str]:
