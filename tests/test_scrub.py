@@ -22,7 +22,8 @@ from noderag.build.driver import build_index
 from noderag.build.scrub import scrubbed_nodes, tombstone_keys
 from noderag.config import NodeRAGConfig
 from noderag.graph.types import NodeType
-from noderag.search.query_index import _blanked, _unzeroed, _zeroed
+from noderag.search.query_index import _blanked, _zeroed
+from noderag.store.paged_blob import unzeroed
 from noderag.store.generations import current_generation, current_path
 from noderag.store.verify import verify_index
 
@@ -291,7 +292,7 @@ def test_blanked_blob_matches_python(seed):
     assert got == ["" if b else s for s, b in zip(strings, blank)]
     zeroed = _zeroed(off, np.frombuffer(data, np.uint8), blank)  # the same length: the offsets are shared
     assert zeroed.shape[0] == len(data)
-    got = [_unzeroed(bytes(zeroed[off[i]:off[i + 1]]).decode("utf-8")) for i in range(40)]
+    got = [unzeroed(bytes(zeroed[off[i]:off[i + 1]]).decode("utf-8")) for i in range(40)]
     assert got == ["" if b else s for s, b in zip(strings, blank)]
 
 

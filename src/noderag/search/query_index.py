@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from ..store.layout import DOCUMENTS, NODE_TEXT_OFF, NODES, QUERY_DIR
-from ..store.paged_blob import PagedBytes, erase_strings, page_name, page_size_for, write_pages
+from ..store.paged_blob import PagedBytes, erase_strings, page_name, page_size_for, unzeroed, write_pages
 from ..graph.storage import atomic_save_npy, atomic_write_bytes, load_npy, read_json
 
 __all__ = ["QUERY_DIR", "QueryIndex", "write_query_index", "passage_labels", "document_labels", "display_texts"]
@@ -233,47 +233,16 @@ def _check_damage(folder: Path, arrays: dict[str, np.ndarray], n: int, m: int, f
         raise bad("name_tok", "id out of range", f"token id {int(arrays['name_tok'].min())}")
 
 
-def _unzeroed(s: str) -> str:
-    """``s``, or "" when a delete in place overwrote it by zeros."""
-    return "" if s[:1] == "\x00" and not s.strip("\x00") else s
-
-
-def _segment_texts(folder: Path, meta: dict, n: int) -> tuple[np.ndarray, PagedBytes]:
-    """(offsets, pages) of the segment's node texts beside ``nodes.parquet`` (format 3), checked as they open."""
+def _paged_texts(folder: Path, meta: dict, n: int, beside: bool) -> tuple[np.ndarray, PagedBytes]:
+    """(offsets, pages) of the node texts, checked as they open: the segment's own beside ``nodes.parquet``
+    (format 3), or the copy in ``query/`` (format 2)."""
     from ..store.node_texts import NodeTexts
     from ..store.verify import IndexDamagedError
 
-    texts = NodeTexts(folder.parent, int(meta["text_page"]), n,
-                      lambda rel, problem, detail: IndexDamagedError(folder.parent, rel, problem, detail))
+    at, prefix = (folder.parent, "") if beside else (folder, f"{QUERY_DIR}/")
+    texts = NodeTexts(at, int(meta["text_page"]), n,
+                      lambda rel, problem, detail: IndexDamagedError(folder.parent, prefix + rel, problem, detail))
     return texts.offsets, texts.pages
-
-
-def _text_pages(folder: Path, meta: dict, total: int) -> PagedBytes:
-    """The node texts' pages (format 2), checked at open: the offsets end where the folder's pages do, and the last
-    page has the size it must have (a page damaged elsewhere is named when it is first read, and by ``noderag
-    verify``)."""
-    from ..store.verify import IndexDamagedError
-
-    def damaged(name: str, problem: str, detail: str) -> IndexDamagedError:
-        return IndexDamagedError(folder.parent, f"{QUERY_DIR}/{TEXT_PAGES}/{name}", problem, detail)
-
-    page = int(meta["text_page"])
-    try:
-        held = set(os.listdir(folder / TEXT_PAGES))
-    except FileNotFoundError:
-        raise damaged("", "missing folder", "the node texts' pages") from None
-    count = -(-total // page)
-    if total < 0 or len(held) > count:
-        raise IndexDamagedError(folder.parent, f"{QUERY_DIR}/text_off.npy", "invalid offsets",
-                                f"they end at byte {total}, before the end of the {len(held)} pages of {page} "
-                                f"bytes in {QUERY_DIR}/{TEXT_PAGES}/")
-    if len(held) < count:
-        gone = next(p for p in range(count) if page_name(p) not in held)
-        raise damaged(page_name(gone), "missing file", f"page {gone} of {count}")
-    pages = PagedBytes(folder / TEXT_PAGES, page, total, damaged)
-    if pages.count:
-        pages.page_view(pages.count - 1)
-    return pages
 
 
 class QueryIndex:
@@ -343,18 +312,14 @@ class QueryIndex:
             "post_ptr": (np.int64, None), "post_name": (np.int64, None),
         }
         assert set(NAME_ARRAYS) <= set(shapes)
-        if paged:
-            del shapes["text"]
-        if beside:
-            del shapes["text_off"]
+        if paged:  # read with their pages (_paged_texts)
+            del shapes["text"], shapes["text_off"]
         arrays: dict[str, Any] = {}
         for key, (dtype, shape) in shapes.items():
             # plain ndarray views of the maps: numpy.memmap's per-item __getitem__ costs ~4 us a look-up
             arrays[key] = np.asarray(load_npy(folder / f"{key}.npy", True, dtype=dtype, ndim=1, shape=shape))
-        if beside:
-            arrays["text_off"], arrays["text"] = _segment_texts(folder, meta, nn)
-        elif paged:
-            arrays["text"] = _text_pages(folder, meta, int(arrays["text_off"][-1]))
+        if paged:
+            arrays["text_off"], arrays["text"] = _paged_texts(folder, meta, nn, beside)
         # cheap consistency checks (sizes only: O(1)), naming the file
         for off, blob in (("text_off", "text"), ("label_off", "label"), ("doclabel_off", "doclabel"),
                           ("name_canon_off", "name_canon"), ("tok_off", "tok")):
@@ -379,7 +344,7 @@ class QueryIndex:
     def _get(off: np.ndarray, data, i: int) -> str:
         if isinstance(data, PagedBytes):
             return data.strings([int(off[i])], [int(off[i + 1])])[0]
-        return _unzeroed(bytes(data[int(off[i]):int(off[i + 1])]).decode("utf-8", "surrogatepass"))
+        return unzeroed(bytes(data[int(off[i]):int(off[i + 1])]).decode("utf-8", "surrogatepass"))
 
     def _text(self, key: str, i: int) -> str:
         """String ``i`` of the blob ``key`` (``key_off`` + ``key``); undecodable bytes name the damaged file."""
@@ -411,7 +376,7 @@ class QueryIndex:
         if view is None:
             view = self._views[key] = memoryview(np.ascontiguousarray(self._a[key])).cast("B")
         try:
-            return [_unzeroed(str(view[a:b], "utf-8", "surrogatepass")) for a, b in zip(lo, hi)]
+            return [unzeroed(str(view[a:b], "utf-8", "surrogatepass")) for a, b in zip(lo, hi)]
         except UnicodeDecodeError:
             return [self._text(key, int(i)) for i in pos]  # names the damaged file and string
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["PagedBytes", "page_size_for", "write_pages", "erase_strings", "pages_holding", "page_name", "MIN_PAGE"]
+__all__ = ["PagedBytes", "page_size_for", "write_pages", "erase_strings", "pages_holding", "page_name", "unzeroed", "MIN_PAGE"]
 
 #: The smallest page: 16 KiB. Pages grow with the column (:func:`page_size_for`) to keep their count near 4,096.
 MIN_PAGE = 1 << 14
@@ -39,6 +39,11 @@ def page_size_for(total: int) -> int:
 def page_name(p: int) -> str:
     """File name of page ``p``."""
     return f"{p:06d}.bin"
+
+
+def unzeroed(s: str) -> str:
+    """``s``, or "" when it was erased (overwritten by zeros)."""
+    return "" if s[:1] == "\x00" and not s.strip("\x00") else s
 
 
 def _write_file(path: Path, data) -> None:
@@ -145,8 +150,7 @@ class PagedBytes:
         """The strings at byte ranges ``[lo[i], hi[i])``, decoded (``surrogatepass``); erased ones read ``""``."""
         out = []
         for a, b in zip(lo, hi):
-            s = str(self.read(a, b), "utf-8", "surrogatepass")
-            out.append("" if s[:1] == "\x00" and not s.strip("\x00") else s)
+            out.append(unzeroed(str(self.read(a, b), "utf-8", "surrogatepass")))
         return out
 
     def to_array(self) -> np.ndarray:
