@@ -212,3 +212,117 @@ def test_estimate_options_without_estimate_are_an_error(tmp_path, capsys):
     assert main(["build", str(tmp_path), "--index", str(tmp_path / "idx"), "--estimate-sample", "3"]) == 1
     err = capsys.readouterr().err
     assert "--estimate-sample only applies with --estimate" in err and not (tmp_path / "idx").exists()
+
+
+def _whitespace_count(messages):
+    """What ScriptedLLM reports as prompt tokens: whitespace words of every message."""
+    return sum(len(m["content"].split()) for m in messages)
+
+
+def _halves(tmp_path):
+    rows = [ln for ln in CORPUS.read_text(encoding="utf-8").splitlines() if ln.strip()]
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    a.write_text("\n".join(rows[:5]) + "\n", encoding="utf-8")
+    b.write_text("\n".join(rows[5:]) + "\n", encoding="utf-8")
+    return a, b
+
+
+def _model(cfg, *, retry_first: bool, sparse: bool):
+    """A scripted model: the dry run's replies, optionally breaking the schema on each request's first
+    attempt (one validation retry each) and keeping one entity and no relation per unit (a sparser graph)."""
+    stand_in = _DryRunLLM(cfg.decompose)
+    stand_in.summary_tokens = cfg.attributes.summary_tokens
+    seen: set = set()
+
+    def respond(req):
+        props = (req.schema or {}).get("properties", {})
+        if "units" in props and retry_first and req.id not in seen:
+            seen.add(req.id)
+            return "not json"
+        v = stand_in._reply(req)
+        if "units" in props and sparse:
+            v = {"units": [dict(u, entities=u["entities"][:1], relations=[]) for u in v["units"]]}
+        return v
+
+    return ScriptedLLM(respond)
+
+
+def _spent(ix):
+    from noderag.store.tables import IndexStore
+
+    with IndexStore.open(ix) as store:
+        return {s: store.manifest["tokens"].get(s, {}).get("prompt_tokens", 0) for s in
+                ("decompose", "attributes", "communities")}
+
+
+def test_a_pilot_of_the_same_inputs_gives_back_what_its_build_spent(tmp_path):
+    """Calibrated on its own build, the estimate of the same inputs is that build's prompt tokens and requests,
+    stage by stage, retries included; the dry run's own figures stay beside them."""
+    cfg = NodeRAGConfig().with_overrides({"embed.spec": "hash:64"})
+    build_index([str(CORPUS)], tmp_path / "pilot", cfg, llm=_model(cfg, retry_first=True, sparse=True),
+                progress=False)
+    plain = estimate_build([CORPUS], cfg, tokenizer=_whitespace_count)
+    cal = estimate_build([CORPUS], cfg, tokenizer=_whitespace_count, calibrate=tmp_path / "pilot")
+    from noderag.store.tables import IndexStore
+
+    with IndexStore.open(tmp_path / "pilot") as store:
+        spent = store.manifest["tokens"]
+    for s, v in cal["stages"].items():
+        assert (v["requests"], v["prompt_tokens"]) == (spent[s]["requests"], spent[s]["prompt_tokens"]), s
+        assert v["dry_run"] == {k: plain["stages"][s][k] for k in ("requests", "prompt_tokens")}
+        assert v["completion_ratio"] == round(spent[s]["completion_tokens"] / spent[s]["prompt_tokens"], 3)
+    assert cal["stages"]["decompose"]["calibration"]["prompt_factor"] == 2.0
+    assert cal["calibration"]["chunks"] == cal["chunks"] == 10
+    assert cal["calibration"]["chunk_tokens"] == cal["chunk_tokens"]
+
+
+def test_cli_estimate_calibrated_on_a_pilot(tmp_path, capsys):
+    cfg = NodeRAGConfig().with_overrides({"embed.spec": "hash:64"})
+    a, b = _halves(tmp_path)
+    build_index([str(a)], tmp_path / "pilot", cfg, llm=_model(cfg, retry_first=True, sparse=False), progress=False)
+    assert main(["build", str(b), "--index", str(tmp_path / "ix"), "--estimate", "--estimate-calibrate",
+                 str(tmp_path / "pilot"), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    # the CLI counts with cl100k, the scripted model reports whitespace words: the factor is not 2 exactly
+    assert re.search(r"decompose .*x\d\.\d\d of the dry run: the pilot's retries", out)
+    assert re.search(r"attributes .* per chunk token, as the pilot", out)
+    assert f"calibrated on the pilot {tmp_path / 'pilot'} (5 chunks" in out and not (tmp_path / "ix").exists()
+
+
+def test_calibration_counts_the_models_retries_and_its_sparser_graph(tmp_path):
+    """A model that retries every decompose request once and extracts a sparser graph: the pilot (one half of
+    the corpus) makes the estimate of the other half exact for decompose, and far closer for the rest."""
+    cfg = NodeRAGConfig().with_overrides({"embed.spec": "hash:64"})
+    a, b = _halves(tmp_path)
+    build_index([str(a)], tmp_path / "pilot", cfg, llm=_model(cfg, retry_first=True, sparse=True), progress=False)
+    build_index([str(b)], tmp_path / "real", cfg, llm=_model(cfg, retry_first=True, sparse=True), progress=False)
+    real = _spent(tmp_path / "real")
+    plain = estimate_build([b], cfg, tokenizer=_whitespace_count)
+    cal = estimate_build([b], cfg, tokenizer=_whitespace_count, calibrate=tmp_path / "pilot")
+    d = cal["stages"]["decompose"]
+    assert d["calibration"]["prompt_factor"] == 2.0 and not d["exact"]
+    assert d["prompt_tokens"] == real["decompose"] == 2 * plain["stages"]["decompose"]["prompt_tokens"]
+    later = ("attributes", "communities")
+    assert sum(plain["stages"][s]["prompt_tokens"] for s in later) > 1.2 * sum(real[s] for s in later)
+    total_real = sum(real.values())
+    assert abs(cal["total"]["prompt_tokens"] / total_real - 1) < 0.10
+    assert abs(cal["total"]["prompt_tokens"] - total_real) < abs(plain["total"]["prompt_tokens"] - total_real) / 3
+
+
+def test_bad_pilots_are_named(tmp_path, capsys):
+    cfg = NodeRAGConfig().with_overrides({"embed.spec": "hash:64"})
+    a, b = _halves(tmp_path)
+    with pytest.raises(ConfigError, match=r"--estimate-calibrate .*nowhere: not an index"):
+        estimate_build([b], cfg, calibrate=tmp_path / "nowhere")
+    build_index([str(a)], tmp_path / "nlp", cfg, progress=False)
+    with pytest.raises(ConfigError, match=r"nlp: its build made no decompose call"):
+        estimate_build([b], cfg, calibrate=tmp_path / "nlp")
+    build_index([str(b)], tmp_path / "nlp", cfg, progress=False)
+    with pytest.raises(ConfigError, match=r"nlp: made by 2 runs"):
+        estimate_build([b], cfg, calibrate=tmp_path / "nlp")
+    assert main(["build", str(b), "--index", str(tmp_path / "x"), "--estimate", "--estimate-calibrate",
+                 str(tmp_path / "nowhere"), "--no-progress"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "nowhere: not an index" in err[0]
+    assert main(["build", str(b), "--index", str(tmp_path / "x"), "--estimate-calibrate", str(tmp_path)]) == 1
+    assert "--estimate-calibrate only applies with --estimate" in capsys.readouterr().err

@@ -87,7 +87,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
         from .build.estimate import run_estimate
 
         return run_estimate(args, config, log)
-    given = [f"--estimate-{k}" for k in ("tps", "sample", "tokenizer") if getattr(args, f"estimate_{k}", None) is not None]
+    given = [f"--estimate-{k}" for k in ("tps", "sample", "tokenizer", "calibrate") if getattr(args, f"estimate_{k}", None) is not None]
     if given:  # they would be silently ignored by a real build
         raise ConfigError(f"{', '.join(given)} only applies with --estimate")
     executor = None
@@ -232,6 +232,9 @@ def _add_build(sub) -> None:
     b.add_argument("--estimate-tokenizer", metavar="NAME|PATH", default=None,
                    help="with --estimate: count prompt tokens with 'cl100k' (+4 per message) or the vocabulary and "
                         "chat template of a GGUF model file (default: the GGUF --llm names, else cl100k)")
+    b.add_argument("--estimate-calibrate", metavar="PILOT", default=None,
+                   help="with --estimate: count the model's retries and the size of its graph as measured by a pilot "
+                        "index (one LLM build of a few chunks of the same corpus with the same model)")
     b.set_defaults(func=_cmd_build)
 
 

@@ -8,7 +8,7 @@ built from offline stand-in answers: the ``nlp`` decomposer's units, entities an
 each chunk, extractive attribute summaries of ``attributes.summary_tokens`` tokens and one element
 per community. Decompose figures are therefore exact up to the tokenizer; attribute and community
 figures depend on the graph an LLM would extract and are an estimate from the nlp graph. Retries of
-invalid replies are not counted.
+invalid replies are not counted (a pilot calibrates both, below).
 
 Tokenizer (:func:`prompt_counter`): when the model is known as a GGUF file (``llamacpp:PATH.gguf``, or
 ``tokenizer=PATH.gguf``), each request is rendered with the chat format a llama.cpp server picks for that
@@ -23,6 +23,16 @@ demo corpus (``benchmarks/results/llm_demo_build_stats.json``), stated in the re
 
 Sampling (``sample=N``): only N chunks, spread evenly over the input (deterministic), are rendered
 and dry-run; every count is multiplied by (chunks / N), and the result says so.
+
+Calibration (``calibrate=PILOT``, ``--estimate-calibrate PILOT``): what the dry run cannot know is the
+model's own behaviour: how often it breaks the schema and is asked again, and how large a graph its
+answers make (so how many attribute and community prompts follow). A *pilot* index, built by one LLM
+build of a few chunks with the model in question, measures both. Decompose: the pilot's chunks are
+dry-run the same way, and (prompt tokens its build spent) / (prompt tokens its dry run counted), the
+model's retries, scales the inputs' exact first attempts. Attributes and communities: what the pilot's
+build spent per token of its chunks, times the inputs' chunk tokens (the stand-in's nlp graph says
+little about a model's: a small model's graph is far sparser). Completion tokens follow the pilot's own
+completion/prompt ratios. The dry run's own figures stay in the result (``dry_run``).
 """
 
 from __future__ import annotations
@@ -315,9 +325,73 @@ def _dry_run(chunks: list, pick: list[int], n_chunks: int, config, count, progre
     return stages, embed
 
 
+def _pilot_chunks(store) -> list[tuple[str, str]]:
+    """(title, text) of every chunk of an index, in chunk order: what its build decomposed."""
+    docs = store.documents
+    titles = docs.column("title").to_pylist()
+    texts = store.texts
+    out = []
+    for title, ids in zip(titles, docs.column("chunk_ids").to_pylist()):
+        out += [(title or "", texts[int(i)]) for i in ids or ()]
+    return out
+
+
+def pilot_calibration(pilot, config, count, progress: bool = False, log=None) -> dict:
+    """What a pilot index, made by one LLM build, tells about its model, per stage: for decompose, the factor
+    (real / dry run) of prompt tokens and requests on its own chunks (the model's retries); for the later
+    stages, the prompt tokens and requests its build spent per token of its chunks; and the completion/prompt
+    ratios. Requests answered from a cache are counted at the mean of the others. A pilot that is no index,
+    was made by more than one run, or without an LLM, is a :class:`~noderag.errors.ConfigError` naming it."""
+    from ..store.tables import IndexStore
+    from ..tokenize import count_tokens
+
+    path = Path(pilot)
+    if not (path / CURRENT).is_file():
+        raise ConfigError(f"--estimate-calibrate {path}: not an index (no {CURRENT} file)")
+    with IndexStore.open(path) as store:
+        manifest = store.manifest
+        runs = manifest.get("runs") or []
+        if len(runs) != 1:
+            raise ConfigError(f"--estimate-calibrate {path}: made by {len(runs)} runs; a pilot is one LLM build "
+                              "of a few chunks (its manifest's tokens are those of the whole index)")
+        tokens = manifest.get("tokens") or {}
+        chunks = _pilot_chunks(store)
+        model = ((manifest.get("config") or {}).get("llm") or {}).get("spec")
+    spent = {}
+    for s in STAGES:
+        st = tokens.get(s) or {}
+        made = int(st.get("requests", 0)) - int(st.get("cache_hits", 0))
+        scale = int(st.get("requests", 0)) / made if made > 0 else 0.0
+        spent[s] = {"requests": int(st.get("requests", 0)), "prompt_tokens": int(st.get("prompt_tokens", 0)) * scale,
+                    "completion_tokens": int(st.get("completion_tokens", 0)) * scale,
+                    "measured": made > 0 and not st.get("estimated")}
+    if not spent["decompose"]["measured"]:
+        raise ConfigError(f"--estimate-calibrate {path}: its build made no decompose call whose tokens a server "
+                          "reported (built without an LLM, from a cache, or by a server that reports no usage)")
+    if log:
+        log(f"estimate: calibrating on the pilot {path} ({len(chunks):,} chunks, model {model or 'unknown'})")
+    dry, _ = _dry_run(chunks, list(range(len(chunks))), len(chunks), config, count, progress, None)
+    chunk_tokens = sum(count_tokens(text) for _, text in chunks)
+    out = {"pilot": str(path), "model": model, "chunks": len(chunks), "chunk_tokens": chunk_tokens, "stages": {}}
+    for s in STAGES:
+        real, proxy = spent[s], dry[s]
+        cal = {"completion_ratio": (real["completion_tokens"] / real["prompt_tokens"]
+                                    if real["measured"] and real["prompt_tokens"] else None),
+               "pilot_prompt_tokens": int(round(real["prompt_tokens"])), "pilot_requests": real["requests"],
+               "pilot_dry_run_prompt_tokens": proxy["prompt_tokens"], "pilot_dry_run_requests": proxy["requests"]}
+        if s == "decompose":  # one request per chunk, rendered exactly: the pilot adds the model's retries
+            cal["prompt_factor"] = real["prompt_tokens"] / proxy["prompt_tokens"]
+            cal["request_factor"] = real["requests"] / proxy["requests"]
+        else:
+            cal["prompt_per_chunk_token"] = real["prompt_tokens"] / chunk_tokens if chunk_tokens else 0.0
+            cal["requests_per_chunk_token"] = real["requests"] / chunk_tokens if chunk_tokens else 0.0
+        out["stages"][s] = cal
+    return out
+
+
 def estimate_build(inputs: Sequence[str | os.PathLike], config=None, *, index_dir: str | os.PathLike | None = None,
                    sample: int | None = None, tps: float | None = None, progress: bool = False,
-                   log=None, tokenizer=None) -> dict:
+                   log=None, tokenizer=None, calibrate: str | os.PathLike | None = None) -> dict:
     """Requests and tokens per LLM stage, embedding texts and tokens, and a time range, of an LLM build.
 
     Parameters
@@ -333,6 +407,9 @@ def estimate_build(inputs: Sequence[str | os.PathLike], config=None, *, index_di
         template); ``"cl100k"`` the offline tokenizer plus 4 tokens per message; a callable counts itself.
         Default: the GGUF that ``config.llm.spec`` names, else cl100k. An unknown value or a missing file is a
         :class:`~noderag.errors.ConfigError`, raised before any input is read.
+    calibrate : a pilot index, built by one LLM build of a few chunks with the model to be used
+        (:func:`pilot_calibration`): decompose is scaled by the model's retries measured there, and the later
+        stages follow what the pilot's build spent per chunk token
     """
     from ..config import NodeRAGConfig
     from ..tokenize import count_tokens
@@ -343,6 +420,9 @@ def estimate_build(inputs: Sequence[str | os.PathLike], config=None, *, index_di
     config = config or NodeRAGConfig()
     t0 = time.perf_counter()
     count, counted_with = prompt_counter(tokenizer if tokenizer is not None else _spec_tokenizer(config.llm.spec))
+    if sample is not None and int(sample) < 1:
+        raise ValueError(f"--estimate-sample must be >= 1, got {sample}")
+    calibration = pilot_calibration(calibrate, config, count, progress, log) if calibrate is not None else None
     known: set[str] = set()
     cache_path = None
     if index_dir is not None and (Path(index_dir) / CURRENT).is_file():
@@ -354,8 +434,6 @@ def estimate_build(inputs: Sequence[str | os.PathLike], config=None, *, index_di
     docs, dupes = ingest(list(inputs), known_hashes=known)
     chunks = [(d.title, c) for d in docs for c in chunk_text(d.text, config.chunk.max_tokens, config.chunk.min_tokens)]
     n_chunks = len(chunks)
-    if sample is not None and int(sample) < 1:
-        raise ValueError(f"--estimate-sample must be >= 1, got {sample}")
     if sample is not None and int(sample) < n_chunks:
         pick = np.unique(np.linspace(0, n_chunks - 1, int(sample)).round().astype(np.int64)).tolist()
     else:
@@ -369,12 +447,26 @@ def estimate_build(inputs: Sequence[str | os.PathLike], config=None, *, index_di
     for s in STAGES:
         req = stages[s]["requests"] * factor
         prompt = stages[s]["prompt_tokens"] * factor
-        ratio, source = (measured[s][0], f"measured on {measured[s][1]} cached answers") if s in measured else \
-            (DEFAULT_COMPLETION_RATIO[s], "default (the demo corpus LLM build)")
+        cal = calibration["stages"][s] if calibration else None
+        if cal is not None and s == "decompose":
+            req, prompt = req * cal["request_factor"], prompt * cal["prompt_factor"]
+        elif cal is not None:
+            req, prompt = chunk_tokens * cal["requests_per_chunk_token"], chunk_tokens * cal["prompt_per_chunk_token"]
+        if cal is not None and cal["completion_ratio"] is not None:
+            ratio, source = cal["completion_ratio"], f"measured on the pilot's {cal['pilot_requests']} requests"
+        elif s in measured:
+            ratio, source = measured[s][0], f"measured on {measured[s][1]} cached answers"
+        else:
+            ratio, source = DEFAULT_COMPLETION_RATIO[s], "default (the demo corpus LLM build)"
         out_stages[s] = {"requests": int(round(req)), "prompt_tokens": int(round(prompt)),
                          "completion_tokens": int(round(prompt * ratio)), "completion_ratio": round(ratio, 3),
                          "completion_ratio_source": source,
-                         "exact": s == "decompose" and factor == 1.0}
+                         "dry_run": {"requests": int(round(stages[s]["requests"] * factor)),
+                                     "prompt_tokens": int(round(stages[s]["prompt_tokens"] * factor))},
+                         "exact": s == "decompose" and factor == 1.0 and cal is None}
+        if cal is not None:
+            out_stages[s]["calibration"] = {k: round(v, 6) for k, v in cal.items() if k in (
+                "prompt_factor", "request_factor", "prompt_per_chunk_token", "requests_per_chunk_token")}
     total_p = sum(v["prompt_tokens"] for v in out_stages.values())
     total_c = sum(v["completion_tokens"] for v in out_stages.values())
     res = {
@@ -385,6 +477,8 @@ def estimate_build(inputs: Sequence[str | os.PathLike], config=None, *, index_di
                   "completion_tokens": total_c},
         "embedding": {"texts": int(round(embed["texts"] * factor)), "tokens": int(round(embed["tokens"] * factor))},
         "tokenizer": counted_with,
+        "calibration": None if calibration is None else {
+            k: calibration[k] for k in ("pilot", "model", "chunks", "chunk_tokens")},
         "estimate_s": round(time.perf_counter() - t0, 1),
     }
     if tps:
@@ -405,7 +499,10 @@ def format_estimate(est: dict) -> str:
     lines.append("")
     lines.append(f"{'stage':<14}{'requests':>10}{'prompt tok':>14}{'completion tok':>16}  completion ratio")
     for s, v in est["stages"].items():
-        note = "" if s == "decompose" else "  (prompts rendered on the nlp graph)"
+        cal = v.get("calibration")
+        note = ("" if not cal and s == "decompose" else "  (prompts rendered on the nlp graph)" if not cal else
+                f"  (x{cal['prompt_factor']:.2f} of the dry run: the pilot's retries)" if s == "decompose" else
+                f"  ({cal['prompt_per_chunk_token']:.3f} per chunk token, as the pilot)")
         lines.append(f"{s:<14}{v['requests']:>10,}{v['prompt_tokens']:>14,}{v['completion_tokens']:>16,}  "
                      f"{v['completion_ratio']} {v['completion_ratio_source']}{note}")
     t = est["total"]
@@ -416,13 +513,16 @@ def format_estimate(est: dict) -> str:
         ts = est["time_s"]
         lines.append(f"time at {ts['tps']:,} tokens/s: {ts['low']:,.0f} s (completion tokens only) to "
                      f"{ts['high']:,.0f} s (prompt + completion)")
-    lines.append(f"tokens counted with {est['tokenizer']}; retries of invalid replies not included")
+    cal = est.get("calibration")
+    lines.append(f"tokens counted with {est['tokenizer']}; " + (
+        f"retries and graph density calibrated on the pilot {cal['pilot']} ({cal['chunks']:,} chunks, model "
+        f"{cal['model'] or 'unknown'})" if cal else "retries of invalid replies not included"))
     return "\n".join(lines)
 
 
 def run_estimate(args, config, log=None) -> int:
     """``noderag build INPUT... --index DIR --estimate [--estimate-tps N] [--estimate-sample N]
-    [--estimate-tokenizer cl100k|PATH.gguf]``."""
+    [--estimate-tokenizer cl100k|PATH.gguf] [--estimate-calibrate PILOT]``."""
     from ..config import ConfigError
 
     if args.estimate_tps is not None and not args.estimate_tps > 0:
@@ -431,6 +531,7 @@ def run_estimate(args, config, log=None) -> int:
         raise ConfigError(f"--estimate-sample must be >= 1, got {args.estimate_sample}")
     est = estimate_build(args.inputs, config, index_dir=args.index, sample=args.estimate_sample,
                          tps=args.estimate_tps, progress=False, log=log,
-                         tokenizer=getattr(args, "estimate_tokenizer", None))
+                         tokenizer=getattr(args, "estimate_tokenizer", None),
+                         calibrate=getattr(args, "estimate_calibrate", None))
     print(format_estimate(est))
     return 0
