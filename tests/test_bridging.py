@@ -124,8 +124,34 @@ def test_a_document_the_question_names_by_title_is_bridged_like_an_about_bridge(
     r = Searcher(store, BASE.replace(bridge_question_titles=True)).retrieve(q)
     assert "p-nash" in r.passages
     strong = Searcher(store, BASE.replace(bridge_question_titles=True, bridge_weight=5.0)).retrieve(q)
-    assert strong.passages[0] == "p-nash"  # full strength, not held below its source as a title bridge is
+    first = Searcher(store, BASE.replace(bridge_top=0)).retrieve(q)  # p-album, alone in the first round
+    # full strength, not held below the first round's passage as a title bridge is; p-album, whose title
+    # ("Hello Love") the question names too, gets the same bonus and stays first
+    assert strong.passages[:2] == ["p-album", "p-nash"]
+    assert strong.passage_scores[1] > first.passage_scores[0] + 4.0
     assert "p-nash" not in Searcher(store, BASE.replace(bridge_question_titles=True)).retrieve(Q).passages
+
+
+def test_a_passage_the_question_names_by_title_keeps_its_bonus_among_the_first_round_ones(store):
+    """With two first-round passages, the question's titled passage (p-grand, "Nora Snow") is one of them; it still
+    gets the bonus, so the bridge from its peer (p-snow) does not overtake it; one first-round passage: the same."""
+    q = "Hello Love album by Nora Snow"
+    cfg = BASE.replace(bridge_question_titles=True, bridge_weight=5.0, vector_top_k=2)
+    one, two = (Searcher(store, cfg.replace(bridge_top=k)).retrieve(q) for k in (1, 2))
+    for r in (one, two):
+        assert r.passages.index("p-grand") < r.passages.index("p-snow"), r.passages
+    assert two.passage_scores[two.passages.index("p-grand")] == one.passage_scores[one.passages.index("p-grand")]
+    off = Searcher(store, cfg.replace(bridge_top=2, bridge_question_titles=False)).retrieve(q)
+    assert off.passages.index("p-grand") > off.passages.index("p-snow")
+
+
+def test_passages_held_at_one_ceiling_keep_their_order_without_it():
+    from noderag.search.searcher import ranked_passages
+
+    total = {7: 1.0, 3: 1.0, 5: 1.0, 9: 2.0, 1: 0.5, 4: 0.5}
+    uncapped = {7: 1.8, 3: 1.2}  # 7 and 3 were held at 1.0; 5 scored 1.0 on its own
+    assert ranked_passages(total, uncapped) == [(9, 2.0), (7, 1.0), (3, 1.0), (5, 1.0), (1, 0.5), (4, 0.5)]
+    assert ranked_passages(total, {}) == [(9, 2.0), (3, 1.0), (5, 1.0), (7, 1.0), (1, 0.5), (4, 0.5)]
 
 
 def test_title_heads_match_capitalised_whole_word_phrases_longest_first():

@@ -85,7 +85,8 @@ class Bridging:
         With ``bridge_question_titles`` the best passage of each document whose title the *question*
         names is a bridge of full strength, ranked as an "about" bridge: the question names its subject
         ("… the city where Rochester is" -> "Rochester, New York"), which the first round may rank low
-        when the rest of the question's wording fits other passages better.
+        when the rest of the question's wording fits other passages better. That passage gets the bonus
+        even when it is one of ``hop1``: else the bridges from the hop1 passages would overtake it.
         """
         cfg = self.config
         names = set(prep.name_ids.tolist())
@@ -94,7 +95,9 @@ class Bridging:
         out = self.about(hop1, names)
         follows: set[int] = set()
         asked_docs = self._links().named_docs(prep.query) if cfg.bridge_titles or cfg.bridge_question_titles else []
-        asked = self._passages_of(asked_docs, hop1) if cfg.bridge_question_titles else []
+        # a titled document's passage among the hop1 ones is bridged too: else the bridges from it and its peers
+        # would overtake the very passage the question names
+        asked = self._passages_of(asked_docs, []) if cfg.bridge_question_titles else []
         titled = self.titled_passages(hop1, set(asked_docs)) if cfg.bridge_titles else []
         shared_of = [] if cfg.bridge_mode == "about" or cfg.bridge_shared_per_source == 0 else \
             [(c, self.shared([c], names, skip=hop1)) for c in hop1]

@@ -63,6 +63,13 @@ class _Prepared:
     cosines: dict[int, float] = field(default_factory=dict)  # chunk -> cos(query, chunk), read once per query
 
 
+def ranked_passages(total: dict[int, float], uncapped: dict[int, float]) -> list[tuple[int, float]]:
+    """``(chunk, score)`` best first: by score, then passages held at the same ceiling in the order of their
+    scores without it (``uncapped``), then by chunk id. A ceiling bounds how far a bridge lifts a passage; it
+    should not decide the order among the passages it holds, as chunk ids would."""
+    return sorted(total.items(), key=lambda kv: (-kv[1], -uncapped.get(kv[0], kv[1]), kv[0]))
+
+
 class Searcher:
     """Retrieval (and optional answering) over one opened index.
 
@@ -488,7 +495,8 @@ class Searcher:
         3. Entity bridges (:meth:`~noderag.search.bridging.Bridging.bonus`): from the ``bridge_top`` best chunks, the chunks
            about an entity they name and (``about_shared``) the best chunk sharing one with each get
            ``bridge_weight`` * their bridge strength, up to just below the passages dense and lexical
-           both rank top (:meth:`~noderag.search.bridging.Bridging.agreed_floor`).
+           both rank top (:meth:`~noderag.search.bridging.Bridging.agreed_floor`). Passages held at the
+           same ceiling keep the order of their scores without it (not their ids).
         """
         cfg = self.config
         parts_c = [self._chunk[prep.entry_ids]] if prep.entry_ids.size else []
@@ -531,6 +539,7 @@ class Searcher:
         if share is not None and cfg.passage_lexical_weight > 0:
             score = score + cfg.passage_lexical_weight * share  # _lexical_term, without a second look-up
         total = dict(zip(chunks.tolist(), score.tolist()))
+        uncapped: dict[int, float] = {}  # a bridged passage held at a ceiling -> its score without the ceiling
         if cfg.bridge_top > 0 and cfg.bridge_weight > 0:
             order = np.lexsort((chunks, -score))[: cfg.bridge_top]
             hop1 = [int(chunks[i]) for i in order]
@@ -545,8 +554,11 @@ class Searcher:
             for c, b in bonus.items():
                 top = below_hop1 if c in follows else cap
                 if total[c] < top:
-                    total[c] = min(total[c] + cfg.bridge_weight * min(b, 1.0), top)
-        ranked = sorted(total.items(), key=lambda kv: (-kv[1], kv[0]))
+                    lifted = total[c] + cfg.bridge_weight * min(b, 1.0)
+                    if lifted > top:
+                        uncapped[c] = lifted
+                    total[c] = min(lifted, top)
+        ranked = ranked_passages(total, uncapped)
         labels: list[str] = []
         scores_out: list[float] = []
         chunks_out: list[int] = []
