@@ -320,6 +320,9 @@ def test_bad_pilots_are_named(tmp_path, capsys):
     build_index([str(b)], tmp_path / "nlp", cfg, progress=False)
     with pytest.raises(ConfigError, match=r"nlp: made by 2 runs"):
         estimate_build([b], cfg, calibrate=tmp_path / "nlp")
+    build_index([str(a)], tmp_path / "pilot", cfg, llm=_model(cfg, retry_first=False, sparse=False), progress=False)
+    with pytest.raises(ConfigError, match=r"pilot was built with chunk.max_tokens = 1024, the estimate uses 256"):
+        estimate_build([b], cfg.with_overrides({"chunk.max_tokens": 256}), calibrate=tmp_path / "pilot")
     assert main(["build", str(b), "--index", str(tmp_path / "x"), "--estimate", "--estimate-calibrate",
                  str(tmp_path / "nowhere"), "--no-progress"]) == 1
     err = capsys.readouterr().err.strip().splitlines()

@@ -325,6 +325,11 @@ def _dry_run(chunks: list, pick: list[int], n_chunks: int, config, count, progre
     return stages, embed
 
 
+#: settings a pilot must share with the estimate: they shape the chunks and the prompts
+_PILOT_SETTINGS = (("chunk", "max_tokens"), ("chunk", "min_tokens"), ("decompose", "max_units"),
+                   ("decompose", "max_entities"), ("decompose", "max_relations"))
+
+
 def _pilot_chunks(store) -> list[tuple[str, str]]:
     """(title, text) of every chunk of an index, in chunk order: what its build decomposed."""
     docs = store.documents
@@ -355,8 +360,14 @@ def pilot_calibration(pilot, config, count, progress: bool = False, log=None) ->
             raise ConfigError(f"--estimate-calibrate {path}: made by {len(runs)} runs; a pilot is one LLM build "
                               "of a few chunks (its manifest's tokens are those of the whole index)")
         tokens = manifest.get("tokens") or {}
+        built = manifest.get("config") or {}
+        for section, key in _PILOT_SETTINGS:  # what shapes the chunks and the prompts must be the same
+            was, now = (built.get(section) or {}).get(key), getattr(getattr(config, section), key)
+            if was is not None and was != now:
+                raise ConfigError(f"--estimate-calibrate {path}: the pilot was built with {section}.{key} = {was!r}, "
+                                  f"the estimate uses {now!r}; build the pilot with the same settings")
         chunks = _pilot_chunks(store)
-        model = ((manifest.get("config") or {}).get("llm") or {}).get("spec")
+        model = (built.get("llm") or {}).get("spec")
     spent = {}
     for s in STAGES:
         st = tokens.get(s) or {}
