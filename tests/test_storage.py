@@ -21,6 +21,7 @@ from noderag.graph.storage import (
     dir_bytes,
     load_npy,
     read_json,
+    tree_files,
 )
 
 
@@ -173,6 +174,34 @@ def test_dir_bytes(tmp_path):
     assert dir_bytes(tmp_path) == {"a.bin": 5, "graph/b.bin": 2}
     with pytest.raises(FileNotFoundError):
         dir_bytes(tmp_path / "absent")
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_tree_files_is_the_rglob_listing(tmp_path, seed):
+    """Random folder trees (names that sort differently as strings and as paths, empty folders, links to files
+    and folders): the same files, in the same order, as sorted(rglob) filtered to regular files."""
+    from pathlib import Path
+
+    rng = np.random.default_rng(seed)
+    names = ["a", "a-b", "a.b", "b", "B", "z0", "page", "000001.bin", "x_y"]
+    folders = [tmp_path]
+    for _ in range(int(rng.integers(1, 30))):
+        parent = folders[int(rng.integers(len(folders)))]
+        child = parent / str(rng.choice(names))
+        if rng.random() < 0.3:
+            if not child.exists():
+                child.mkdir()
+                folders.append(child)
+        elif not child.exists():
+            child.write_bytes(b"x" * int(rng.integers(0, 4)))
+    files = [p for p in tmp_path.rglob("*") if p.is_file()]
+    if files:  # links are neither listed nor followed
+        os.symlink(files[0], tmp_path / "link-to-file")
+    os.symlink(folders[-1], tmp_path / "link-to-folder")
+    want = [p.relative_to(tmp_path).as_posix() for p in sorted(Path(tmp_path).rglob("*"))
+            if p.is_file() and not p.is_symlink()]
+    assert tree_files(tmp_path) == want
+    assert list(dir_bytes(tmp_path)) == want
 
 
 def test_check_format_version():

@@ -35,7 +35,7 @@ import numpy as np
 
 from ..store.layout import COMMUNITIES, DELTAS, LLM_CACHE, VECTORS
 from ..errors import BuildError
-from ..graph.storage import atomic_save_npy, atomic_write_json, load_npy
+from ..graph.storage import atomic_save_npy, atomic_write_json, load_npy, tree_files
 from ..graph.types import NodeType
 from ..store.decompositions import DECOMPOSITIONS, write_decompositions
 from ..store.generations import collect_garbage, commit_generation
@@ -237,7 +237,7 @@ def _execute_delta(run: BuildRun) -> BuildReport:
     known = (run.previous.manifest.get(CHECKSUMS) or {}).get("files") or {}
     # every file of the new generation is on disk already: shared ones are committed files, the delta's own
     # were written atomically (fsynced); the commit syncs the folders
-    written = frozenset(p.relative_to(run.final).as_posix() for p in run.final.rglob("*") if p.is_file())
+    written = frozenset(tree_files(run.final))
     return _commit(run, manifest, known={rel: known[rel] for rel in shared if rel in known}, durable=written)
 
 

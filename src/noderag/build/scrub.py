@@ -43,6 +43,7 @@ the documents: the full delete prunes it).
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,6 +51,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ..graph.storage import tree_files
 from ..graph.types import NodeType
 from ..store.layout import DELTAS
 
@@ -321,8 +323,8 @@ def write_scrubbed(run: ScrubRun) -> tuple[dict, dict[str, str], frozenset[str]]
     manifest = _scrub_manifest(run, types, dead, was_active, _removed_edges(st, dead), edge_kinds,
                                time.perf_counter() - t0, len(shared), copied)
     sums = (run.previous.manifest.get(CHECKSUMS) or {}).get("files") or {}
-    files = [p.relative_to(run.final).as_posix() for p in run.final.rglob("*") if p.is_file()]
-    linked = [rel for rel in files if rel in sums and (run.final / rel).stat().st_ino == (prev / rel).stat().st_ino]
+    files = tree_files(run.final)
+    linked = [rel for rel in files if rel in sums and os.stat(run.final / rel).st_ino == os.stat(prev / rel).st_ino]
     return manifest, {rel: sums[rel] for rel in linked}, frozenset(files)
 
 

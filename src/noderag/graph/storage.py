@@ -28,6 +28,7 @@ __all__ = [
     "FORMAT_VERSION",
     "FormatVersionError",
     "atomic_write_bytes",
+    "tree_files",
     "atomic_save_npy",
     "atomic_write_json",
     "atomic_write_parquet",
@@ -230,13 +231,33 @@ def load_npy(
     return arr
 
 
+def tree_files(root: str | os.PathLike) -> list[str]:
+    """Relative POSIX paths of the regular files under ``root`` (symbolic links neither listed nor followed),
+    in the order ``sorted(Path(root).rglob("*"))`` gives: folder by folder, by name.
+
+    One ``os.scandir`` per folder gives each entry's type from the directory read itself; ``rglob`` with
+    ``is_file`` and ``relative_to`` costs several calls and a path parse per file, which shows on a
+    generation of ~3,100 files (text pages, decomposition parts) that every insert lists and links.
+    """
+    out: list[str] = []
+
+    def walk(folder: str, prefix: str) -> None:
+        with os.scandir(folder) as entries:
+            for e in entries:
+                if e.is_dir(follow_symlinks=False):
+                    walk(e.path, prefix + e.name + "/")
+                elif e.is_file(follow_symlinks=False):
+                    out.append(prefix + e.name)
+
+    walk(os.fspath(root), "")
+    out.sort(key=lambda rel: rel.split("/"))
+    return out
+
+
 def dir_bytes(path: str | os.PathLike) -> dict[str, int]:
     """Bytes per regular file under ``path`` (recursive), keyed by POSIX relative path, sorted."""
     root = Path(path)
     if not root.is_dir():
         raise FileNotFoundError(f"{root}: directory not found")
-    out: dict[str, int] = {}
-    for p in sorted(root.rglob("*")):
-        if p.is_file() and not p.is_symlink():
-            out[p.relative_to(root).as_posix()] = p.stat().st_size
-    return out
+    base = os.fspath(root)
+    return {rel: os.stat(os.path.join(base, rel)).st_size for rel in tree_files(base)}

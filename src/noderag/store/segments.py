@@ -95,19 +95,25 @@ def share_generation(src: Path, dst: Path, skip: tuple[str, ...] = ()) -> tuple[
     Returns (relative paths shared, bytes copied): a file system without hard links between these
     folders gets copies instead, and the bytes say what that cost.
     """
+    from ..graph.storage import tree_files
+
     shared: list[str] = []
     copied = 0
-    for p in sorted(src.rglob("*")):
-        rel = p.relative_to(src).as_posix()
-        if not p.is_file() or p.is_symlink() or rel in (MANIFEST, READERS) or (skip and rel.startswith(skip)):
+    made: set[str] = set()  # folders of dst made so far (one mkdir per folder, not per file)
+    src_s, dst_s = os.fspath(src), os.fspath(dst)
+    for rel in tree_files(src):
+        if rel in (MANIFEST, READERS) or (skip and rel.startswith(skip)):
             continue
-        target = dst / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
+        folder = rel.rpartition("/")[0]
+        if folder not in made:
+            os.makedirs(os.path.join(dst_s, folder), exist_ok=True)
+            made.add(folder)
+        source, target = os.path.join(src_s, rel), os.path.join(dst_s, rel)
         try:
-            os.link(p, target)
+            os.link(source, target)
         except OSError:  # EXDEV, EPERM (no hard links here): a copy keeps the generation complete
-            shutil.copyfile(p, target)
-            copied += target.stat().st_size
+            shutil.copyfile(source, target)
+            copied += os.stat(target).st_size
         shared.append(rel)
     return shared, copied
 

@@ -118,12 +118,9 @@ def _manifest_bytes(manifest: dict[str, Any]) -> bytes:
 
 def _content_files(root: Path) -> list[str]:
     """Relative POSIX paths of the index files under ``root`` (not the manifest, lock or LLM cache)."""
-    out = []
-    for p in sorted(root.rglob("*")):
-        rel = p.relative_to(root).as_posix()
-        if p.is_file() and not p.is_symlink() and rel not in _NOT_CONTENT and not rel.startswith("stages/"):
-            out.append(rel)
-    return out
+    from ..graph.storage import tree_files
+
+    return [rel for rel in tree_files(root) if rel not in _NOT_CONTENT and not rel.startswith("stages/")]
 
 
 def file_checksums(root: str | os.PathLike, manifest: dict[str, Any],
