@@ -169,6 +169,20 @@ def test_title_heads_match_capitalised_whole_word_phrases_longest_first():
     assert links.passages(1).tolist() == [11] and links.passages(7).tolist() == []
 
 
+def test_titles_match_without_their_accents():
+    """A question spells "Akinoshū Kenji" as "Akinoshu Kenji": the title matches either way, accents and case
+    folded on both sides; Han titles are untouched."""
+    from noderag.search.titles import TitleLinks, fold_token
+
+    assert fold_token("Akinoshū") == "akinoshu" and fold_token("Tekezé") == "tekeze" and fold_token("馬祖") == "馬祖"
+    links = TitleLinks({0: "Akinoshū Kenji", 1: "Tekeze River", 2: "馬祖列島"}, np.array([10, 11, 12]),
+                       np.array([0, 1, 2]))
+    assert links.named_docs("What kind of plane dropped the bomb on Akinoshu Kenji's birthplace?") == [0]
+    assert links.named_docs("Where does the Tekezé River flow?") == [1]
+    assert links.named_docs("Akinoshū Kenji and the Tekeze River") == [0, 1]
+    assert links.named_docs("馬祖列島在哪裡") == [2]
+
+
 def test_bridge_fields_are_validated():
     with pytest.raises(ValueError, match="bridge_mode"):
         SearchConfig(bridge_mode="both").validate()

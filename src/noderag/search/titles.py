@@ -5,7 +5,8 @@ names ("... a graduate of West Chicago High School" -> the article "West Chicago
 entity graph misses it when the name in the passage is longer, shorter or qualified differently from
 the one the article's sentences use. Titles are matched by their head (the title without a trailing
 parenthesis or comma qualifier: "Brand (play)" -> "Brand", "West Chicago, Illinois" -> "West Chicago")
-as whole-word phrases of the passage that start with a capitalised word (or a digit or a Han character).
+as whole-word phrases of the passage that start with a capitalised word (or a digit or a Han character),
+case and accents folded on both sides (a question writes "Akinoshu Kenji" for the article "Akinoshū Kenji").
 
 The phrase table is built in memory at the first query that uses it, O(documents); a look-up costs a
 few dict probes per capitalised word of the text.
@@ -14,6 +15,7 @@ few dict probes per capitalised word of the text.
 from __future__ import annotations
 
 import re
+import unicodedata
 from typing import Any
 
 import numpy as np
@@ -35,8 +37,16 @@ def title_head(title: str) -> str:
     return _COMMA.sub("", t) or t or title.strip()
 
 
+def fold_token(token: str) -> str:
+    """A match token case-folded and without accents ("Akinoshū" -> "akinoshu"): questions often spell a name
+    without the diacritics of the article's title. ASCII tokens are only lower-cased."""
+    if token.isascii():
+        return token.lower()
+    return "".join(c for c in unicodedata.normalize("NFKD", token) if not unicodedata.combining(c)).casefold()
+
+
 def _key(tokens: list[str]) -> str:
-    return " ".join(t.casefold() for t in tokens)
+    return " ".join(map(fold_token, tokens))
 
 
 class TitleLinks:
@@ -59,7 +69,7 @@ class TitleLinks:
             if not toks or len(toks) > MAX_HEAD_TOKENS or (len(toks) == 1 and toks[0].casefold() in STOP):
                 continue
             self._heads.setdefault(_key(toks), []).append(int(d))
-            lengths.setdefault(toks[0].casefold(), set()).add(len(toks))
+            lengths.setdefault(fold_token(toks[0]), set()).add(len(toks))
             self.max_tokens = max(self.max_tokens, len(toks))
         # first token of a head -> the token counts of the heads it starts, longest first: a position
         # starting no head is skipped, and only the lengths some head has are looked up
@@ -80,7 +90,7 @@ class TitleLinks:
         if not self._heads or not text:
             return []
         surface = match_tokens(text)
-        folded = list(map(str.casefold, surface))
+        folded = list(map(fold_token, surface))
         first, heads = self._first, self._heads
         out: list[int] = []
         n_tok, after = len(surface), 0  # after: the end of the last match (heads inside it are skipped)
