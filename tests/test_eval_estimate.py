@@ -329,3 +329,36 @@ def test_bad_pilots_are_named(tmp_path, capsys):
     assert len(err) == 1 and "nowhere: not an index" in err[0]
     assert main(["build", str(b), "--index", str(tmp_path / "x"), "--estimate-calibrate", str(tmp_path)]) == 1
     assert "--estimate-calibrate only applies with --estimate" in capsys.readouterr().err
+
+
+def test_an_insert_into_an_index_is_estimated_as_the_build_will_run_it(tmp_path, capsys):
+    """Into an existing index the build adds a delta segment: decompose only (the summaries wait for compaction),
+    exactly what the insert then spends; with segments off it recomputes the index, and the estimate says that
+    its attribute and community figures are the new documents' alone."""
+    # deltas may hold as many documents as the base: the second half is a delta, not a compaction
+    cfg = NodeRAGConfig().with_overrides({"embed.spec": "hash:64", "decompose.method": "llm",
+                                          "update.max_delta_share": 1.0})
+    a, b = _halves(tmp_path)
+    build_index([str(a)], tmp_path / "ix", cfg, llm=_model(cfg, retry_first=False, sparse=False), progress=False)
+    est = estimate_build([b], cfg, index_dir=tmp_path / "ix", tokenizer=_whitespace_count)
+    assert est["update"]["mode"] == "delta" and "noderag compact" in est["update"]["note"]
+    for s in ("attributes", "communities"):
+        assert est["stages"][s]["requests"] == est["stages"][s]["prompt_tokens"] == 0
+        assert est["stages"][s]["dry_run"]["requests"] > 0
+    build_index([str(b)], tmp_path / "ix", cfg, llm=_model(cfg, retry_first=False, sparse=False), progress=False)
+    from noderag.store.tables import IndexStore
+
+    with IndexStore.open(tmp_path / "ix") as store:
+        spent = store.manifest["tokens"]
+    assert spent["decompose"]["prompt_tokens"] == est["stages"]["decompose"]["prompt_tokens"]
+    assert all(spent.get(s, {}).get("requests", 0) == 0 for s in ("attributes", "communities"))
+    c = tmp_path / "c.jsonl"
+    c.write_text('{"id": "new-1", "title": "Lake Ohrid", "text": "Lake Ohrid lies between North Macedonia and '
+                 'Albania. It is one of the oldest lakes in Europe."}\n', encoding="utf-8")
+    whole = estimate_build([c], cfg.with_overrides({"update.segments": False}), index_dir=tmp_path / "ix")
+    assert whole["update"]["mode"] == "recompute" and "update.segments = false" in whole["update"]["reason"]
+    assert "compacting" in estimate_build([c], cfg.with_overrides({"update.max_delta_share": 0.1}),
+                                          index_dir=tmp_path / "ix")["update"]["reason"]
+    # the CLI's defaults (max_delta_share 0.25; the deltas hold half the index already): a compaction
+    assert main(["build", str(c), "--index", str(tmp_path / "ix"), "--estimate", "--no-progress"]) == 0
+    assert "the build recomputes the whole index (the deltas would hold" in capsys.readouterr().out

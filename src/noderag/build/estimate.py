@@ -400,6 +400,24 @@ def pilot_calibration(pilot, config, count, progress: bool = False, log=None) ->
     return out
 
 
+def _update_mode(previous, config, n_new: int) -> dict | None:
+    """How a build into an existing index adds ``n_new`` documents (None: a new index). A delta insert
+    (:func:`noderag.build.delta.delta_reason`) makes no attribute or community request: the summaries describe
+    the base until ``noderag compact``. A recompute renders them for the whole index, which the dry run of
+    the new documents does not."""
+    if previous is None or not n_new:
+        return None
+    from .delta import delta_reason
+
+    why = delta_reason(previous, config, [], n_new)
+    if why is None:
+        return {"mode": "delta", "note": "a delta insert: no attribute or community request (the summaries "
+                                         "wait for `noderag compact`, which makes them for the whole index)"}
+    return {"mode": "recompute", "reason": why,
+            "note": f"the build recomputes the whole index ({why}): its attribute and community requests cover "
+                    "every document; these figures are the new documents' alone"}
+
+
 def estimate_build(inputs: Sequence[str | os.PathLike], config=None, *, index_dir: str | os.PathLike | None = None,
                    sample: int | None = None, tps: float | None = None, progress: bool = False,
                    log=None, tokenizer=None, calibrate: str | os.PathLike | None = None) -> dict:
@@ -435,14 +453,17 @@ def estimate_build(inputs: Sequence[str | os.PathLike], config=None, *, index_di
         raise ValueError(f"--estimate-sample must be >= 1, got {sample}")
     calibration = pilot_calibration(calibrate, config, count, progress, log) if calibrate is not None else None
     known: set[str] = set()
-    cache_path = None
+    cache_path = previous = None
     if index_dir is not None and (Path(index_dir) / CURRENT).is_file():
         from ..store.tables import IndexStore
+        from .previous import Previous
 
         with IndexStore.open(index_dir) as store:
             known = set(store.documents.column("content_hash").to_pylist())
+            previous = Previous(store.generation, store.path, store.manifest)
         cache_path = Path(index_dir) / LLM_CACHE
     docs, dupes = ingest(list(inputs), known_hashes=known)
+    update = _update_mode(previous, config, len(docs))
     chunks = [(d.title, c) for d in docs for c in chunk_text(d.text, config.chunk.max_tokens, config.chunk.min_tokens)]
     n_chunks = len(chunks)
     if sample is not None and int(sample) < n_chunks:
@@ -463,6 +484,8 @@ def estimate_build(inputs: Sequence[str | os.PathLike], config=None, *, index_di
             req, prompt = req * cal["request_factor"], prompt * cal["prompt_factor"]
         elif cal is not None:
             req, prompt = chunk_tokens * cal["requests_per_chunk_token"], chunk_tokens * cal["prompt_per_chunk_token"]
+        if update is not None and update["mode"] == "delta" and s != "decompose":
+            req = prompt = 0  # a delta insert leaves the summaries to `noderag compact`
         if cal is not None and cal["completion_ratio"] is not None:
             ratio, source = cal["completion_ratio"], f"measured on the pilot's {cal['pilot_requests']} requests"
         elif s in measured:
@@ -490,6 +513,7 @@ def estimate_build(inputs: Sequence[str | os.PathLike], config=None, *, index_di
         "tokenizer": counted_with,
         "calibration": None if calibration is None else {
             k: calibration[k] for k in ("pilot", "model", "chunks", "chunk_tokens")},
+        "update": update,
         "estimate_s": round(time.perf_counter() - t0, 1),
     }
     if tps:
@@ -524,6 +548,8 @@ def format_estimate(est: dict) -> str:
         ts = est["time_s"]
         lines.append(f"time at {ts['tps']:,} tokens/s: {ts['low']:,.0f} s (completion tokens only) to "
                      f"{ts['high']:,.0f} s (prompt + completion)")
+    if est.get("update"):
+        lines.append(est["update"]["note"])
     cal = est.get("calibration")
     lines.append(f"tokens counted with {est['tokenizer']}; " + (
         f"retries and graph density calibrated on the pilot {cal['pilot']} ({cal['chunks']:,} chunks, model "
