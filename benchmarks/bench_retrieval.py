@@ -145,6 +145,7 @@ ABLATIONS = {
     "no_agreed_floor": {"bridge_agree_top": 0},
     "no_title_bridges": {"bridge_titles": False},
     "no_question_title_bridges": {"bridge_question_titles": False},
+    "bridges_at_full_strength": {"bridge_source_strength": False},
     "no_fill": {"min_passages": 0},
     "passage_vector_only": {"passage_unit_similarity": False},
     "mass_without_lexical": {"passage_mass_lexical": False},

@@ -145,6 +145,47 @@ def test_a_passage_the_question_names_by_title_keeps_its_bonus_among_the_first_r
     assert off.passages.index("p-grand") > off.passages.index("p-snow")
 
 
+def test_a_bridge_is_as_strong_as_the_passage_it_starts_from(store):
+    """Every kind of bridge from a source ("about", shared-entity, title) is scaled by that source's strength."""
+    s = Searcher(store, BASE.replace(bridge_titles=True))
+    prep = s._prepare([Q], s.embed([Q]))[0]
+    album = s.tables.labels(list(range(s.n))).index("p-album")
+    full, full_follows = s._bridging.bonus([album], prep)
+    half, half_follows = s._bridging.bonus([album], prep, [0.5])
+    label = {c: s.tables.label(c) for c in full}
+    assert {label[c] for c in full} == {"p-snow", "p-grand", "p-nash"}  # about, shared, title
+    assert half.keys() == full.keys() and half_follows == full_follows
+    for c, b in full.items():
+        assert half[c] == pytest.approx(0.5 * b), label[c]
+
+
+def test_source_strengths_are_scores_over_the_best_sources():
+    from noderag.search.bridging import source_strengths
+
+    assert source_strengths([2.0, 1.0]) == [1.0, 0.5]
+    assert source_strengths([2.0, -1.0]) == [1.0, 0.0]  # a negative score bridges with no strength
+    assert source_strengths([0.0, -0.5]) == [1.0, 1.0]  # nothing to compare with: full strength
+    assert source_strengths([]) == []
+
+
+def test_the_searcher_gives_each_source_its_score_over_the_best_ones(store, monkeypatch):
+    """The strengths are the first-round scores of the ``bridge_top`` passages over the best one's; the flag
+    turns them off."""
+    cfg = BASE.replace(bridge_top=2, vector_top_k=3, bridge_mode="about")
+    q = "pie is sweet granddaughter"
+    for flag in (True, False):
+        s = Searcher(store, cfg.replace(bridge_source_strength=flag))
+        seen = []
+        real = s._bridging.bonus
+        monkeypatch.setattr(s._bridging, "bonus", lambda hop1, prep, strengths=None: (
+            seen.append((s.tables.labels(hop1), strengths)), real(hop1, prep, strengths))[1])
+        r = s.retrieve(q)
+        (hop1, strengths), = seen
+        assert hop1 == ["p-fans", "p-grand"] == [p for p in r.passages if p in hop1]
+        scores = [r.passage_scores[r.passages.index(p)] for p in hop1]  # sources get no bonus: first-round scores
+        assert strengths == (pytest.approx([1.0, scores[1] / scores[0]]) if flag else None)
+
+
 def test_passages_held_at_one_ceiling_keep_their_order_without_it():
     from noderag.search.searcher import ranked_passages
 
@@ -194,6 +235,8 @@ def test_bridge_fields_are_validated():
         SearchConfig(bridge_titles=1).validate()
     with pytest.raises(ValueError, match="bridge_question_titles"):
         SearchConfig(bridge_question_titles="yes").validate()
+    with pytest.raises(ValueError, match="bridge_source_strength"):
+        SearchConfig(bridge_source_strength=0).validate()
     assert SearchConfig().bridge_mode == "about_shared"
 
 

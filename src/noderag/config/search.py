@@ -114,6 +114,9 @@ class SearchConfig:
     bridge_agree_top : int, default=2
         A bridge lifts a passage at most to just below the passages that are among the
         ``bridge_agree_top`` best by cosine and by BM25 alike (0: no such floor).
+    bridge_source_strength : bool, default=True
+        A bridge is as strong as the passage it starts from: the bonus of the passages a ``bridge_top``
+        passage leads to is scaled by its score over the best one's (False: every source at full strength).
     bridge_top, bridge_weight, bridge_max_degree
         Passages bridged from, the most a bridge adds to a passage's score, and the degree cap of a
         bridging entity.
@@ -164,6 +167,7 @@ class SearchConfig:
     bridge_top: int = 2
     bridge_weight: float = 0.6
     bridge_max_degree: int = 60
+    bridge_source_strength: bool = True
     context_tokens: int = 2500
     min_similarity: float = 0.3
     n_threads: int | None = None
@@ -211,7 +215,7 @@ class SearchConfig:
             raise ConfigError(f"search.passage_unit_similarity must be true or false, got {self.passage_unit_similarity!r}")
         if not isinstance(self.passage_mass_lexical, bool):
             raise ConfigError(f"search.passage_mass_lexical must be true or false, got {self.passage_mass_lexical!r}")
-        for flag in ("bridge_titles", "bridge_question_titles"):
+        for flag in ("bridge_titles", "bridge_question_titles", "bridge_source_strength"):
             if not isinstance(getattr(self, flag), bool):
                 raise ConfigError(f"search.{flag} must be true or false, got {getattr(self, flag)!r}")
         if self.bridge_mode not in _BRIDGE_MODES:

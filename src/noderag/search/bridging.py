@@ -17,7 +17,7 @@ import numpy as np
 
 from ..graph.types import NodeType
 
-__all__ = ["Bridging", "ABOUT_SHARE", "absent"]
+__all__ = ["Bridging", "ABOUT_SHARE", "absent", "source_strengths"]
 
 _T, _S, _N = int(NodeType.T), int(NodeType.S), int(NodeType.N)
 #: A passage is about an entity when at least half of its semantic units name it (a majority, not a tuned weight).
@@ -32,6 +32,16 @@ def absent(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     if b.size <= 16:
         return ~(a[:, None] == b[None, :]).any(axis=1)
     return ~np.isin(a, b)
+
+
+def source_strengths(scores: list[float]) -> list[float]:
+    """Each bridging source's strength: its passage score over the best source's (in [0, 1]; 1.0 when the best
+    scores <= 0). A bridge is as strong as the passage it starts from, so the passages a weak second source
+    leads to do not outrank those the passage the question fits best leads to."""
+    top = max(scores, default=0.0)
+    if top <= 0:
+        return [1.0] * len(scores)
+    return [min(max(s / top, 0.0), 1.0) for s in scores]
 
 
 class Bridging:
@@ -71,9 +81,13 @@ class Bridging:
         self._name_flags: dict[int, bool] = {}  # entity id -> its name has a letter
         self._title_links = None  # title heads -> documents, built at the first query that bridges by title
 
-    def bonus(self, hop1: list[int], prep: Any) -> tuple[dict[int, float], set[int]]:
+    def bonus(self, hop1: list[int], prep: Any, strengths: list[float] | None = None
+              ) -> tuple[dict[int, float], set[int]]:
         """Bridge strength of every chunk reached from the ``hop1`` chunks under ``bridge_mode``, and the
         chunks that rank below every ``hop1`` chunk (the weaker, shared-entity bridges of "about_shared").
+
+        ``strengths`` (one per ``hop1`` chunk, default 1.0) scale the bridges that start from it: a bridge
+        is as strong as the passage it starts from (:func:`source_strengths`).
 
         "about_shared" takes the "about" bridges and, from each ``hop1`` chunk, the
         ``bridge_shared_per_source`` best (by dense + lexical score against the question) of the chunks
@@ -92,13 +106,15 @@ class Bridging:
         names = set(prep.name_ids.tolist())
         if cfg.bridge_mode == "shared":
             return self.shared(hop1), set()
-        out = self.about(hop1, names)
+        strength = dict(zip(hop1, strengths if strengths is not None else [1.0] * len(hop1)))
+        out = self.about(hop1, names, strength)
         follows: set[int] = set()
         asked_docs = self._links().named_docs(prep.query) if cfg.bridge_titles or cfg.bridge_question_titles else []
         # a titled document's passage among the hop1 ones is bridged too: else the bridges from it and its peers
         # would overtake the very passage the question names
         asked = self._passages_of(asked_docs, []) if cfg.bridge_question_titles else []
-        titled = self.titled_passages(hop1, set(asked_docs)) if cfg.bridge_titles else []
+        titled_of = self.titled_passages(hop1, set(asked_docs)) if cfg.bridge_titles else []
+        titled = [group for _, group in titled_of]
         shared_of = [] if cfg.bridge_mode == "about" or cfg.bridge_shared_per_source == 0 else \
             [(c, self.shared([c], names, skip=hop1)) for c in hop1]
         # one vector look-up for every passage compared below and every "about" bridge scored later
@@ -109,10 +125,12 @@ class Bridging:
             self._cosines(pool_ids, prep)
         for c2 in self._best_of(asked, prep):  # each document whose title the question itself names
             out[c2] = 1.0  # as strong as an "about" bridge (and ranked as one): the question names its subject
-        for c2 in self._best_of(titled, prep):  # each document a hop1 passage names by title
+        for (c, _), c2 in zip(titled_of, self._best_of(titled, prep)):  # each document a hop1 passage names by title
             if c2 not in out:
-                out[c2] = 1.0
+                out[c2] = strength[c]
                 follows.add(c2)
+            elif c2 in follows:
+                out[c2] = max(out[c2], strength[c])
         if not shared_of:
             return out, follows
         about = set(out) - follows
@@ -123,7 +141,7 @@ class Bridging:
             fit = cfg.passage_dense_weight * self._cosines(cand, prep) + self._lexical_term(cand, prep)
             for i in np.lexsort((cand, -fit))[: cfg.bridge_shared_per_source].tolist():
                 c2 = int(cand[i])
-                out[c2] = max(out.get(c2, 0.0), min(shared[c2], 1.0))
+                out[c2] = max(out.get(c2, 0.0), min(shared[c2], 1.0) * strength[c])
                 if c2 not in about:
                     follows.add(c2)
         return out, follows
@@ -140,17 +158,17 @@ class Bridging:
         first = np.flatnonzero(np.r_[True, group[order][1:] != group[order][:-1]])
         return cand[order[first]].tolist()
 
-    def titled_passages(self, hop1: list[int], in_query: set[int]) -> list[np.ndarray]:
-        """The passages (not in ``hop1``) of each document whose title a ``hop1`` passage names
-        (:class:`~noderag.search.titles.TitleLinks`), in passage then text order, unless the question
-        names that title itself (``in_query``) or it is the passage's own document. The question picks
-        one of each."""
+    def titled_passages(self, hop1: list[int], in_query: set[int]) -> list[tuple[int, np.ndarray]]:
+        """``(hop1 chunk, passages)``: the passages (not in ``hop1``) of each document whose title a ``hop1``
+        passage names (:class:`~noderag.search.titles.TitleLinks`), in passage then text order, unless the
+        question names that title itself (``in_query``) or it is the passage's own document. The question
+        picks one of each."""
         links = self._links()
-        found: list[np.ndarray] = []
+        found: list[tuple[int, np.ndarray]] = []
         for c, text in zip(hop1, self._texts(hop1)):
             own = int(self._doc[c])
             docs = [d for d in links.named_docs(text or "") if d != own and d not in in_query]
-            found.extend(self._passages_of(docs, hop1))
+            found.extend((c, group) for group in self._passages_of(docs, hop1))
         return found
 
     def _passages_of(self, docs: list[int], hop1: list[int]) -> list[np.ndarray]:
@@ -191,13 +209,14 @@ class Bridging:
         agreed = set(chunks[np.lexsort((chunks, -dense))[:j]].tolist()) & set(chunks[np.lexsort((chunks, -lex))[:j]].tolist())
         return min(total[a] for a in agreed) - 1e-9 if agreed else np.inf
 
-    def about(self, hop1: list[int], exclude: set[int]) -> dict[int, float]:
+    def about(self, hop1: list[int], exclude: set[int], strength: dict[int, float] | None = None) -> dict[int, float]:
         """The passages about an entity that the ``hop1`` passages name and the question does not.
 
         From each ``hop1`` chunk: its units -> their entities (not in ``exclude``, the question's own
         names; not years or numbers; degree <= ``bridge_max_degree``) -> those entities' units -> their
         chunks. A chunk is about the entity when at least :data:`ABOUT_SHARE` of its units name it; its
-        strength is that share (1.0 for a passage whose title is the entity). Bounded by the degree cap.
+        strength is that share (1.0 for a passage whose title is the entity) times its source's
+        ``strength`` (default 1.0), the strongest source's if several lead to it. Bounded by the degree cap.
         """
         maxdeg = self.config.bridge_max_degree
         out: dict[int, float] = {}
@@ -205,6 +224,7 @@ class Bridging:
         excl = np.fromiter(exclude, dtype=np.int64, count=len(exclude))
         n_units: dict[int, int] = {}
         for c in hop1:
+            scale = 1.0 if strength is None else strength[c]
             _, units = self._walk(np.asarray([c]), _S)
             _, ents = self._walk(units, _N)
             ents = np.unique(ents)
@@ -229,7 +249,7 @@ class Bridging:
             for c2, kk in zip(c2s.tolist(), k.tolist()):
                 share = kk / n_units[c2]
                 if share >= ABOUT_SHARE:
-                    out[c2] = max(out.get(c2, 0.0), share)
+                    out[c2] = max(out.get(c2, 0.0), share * scale)
         return out
 
     def shared(self, hop1: list[int], exclude: set[int] | None = None,

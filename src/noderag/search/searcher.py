@@ -27,7 +27,7 @@ from ..errors import NodeRAGError
 from ..graph.types import N_TYPES, NodeType
 from ..graph.walk import TypedNeighbours
 from ..store.layout import SCRUBBED
-from .bridging import Bridging
+from .bridging import Bridging, source_strengths
 from .config import SearchConfig
 from .context import assemble_context
 from .entities import extract_query_entities
@@ -543,7 +543,8 @@ class Searcher:
         if cfg.bridge_top > 0 and cfg.bridge_weight > 0:
             order = np.lexsort((chunks, -score))[: cfg.bridge_top]
             hop1 = [int(chunks[i]) for i in order]
-            bonus, follows = self._bridging.bonus(hop1, prep)
+            strengths = source_strengths([float(score[i]) for i in order]) if cfg.bridge_source_strength else None
+            bonus, follows = self._bridging.bonus(hop1, prep, strengths)
             new = np.fromiter((c for c in bonus if c not in total), dtype=np.int64)
             if new.size:
                 new.sort()
