@@ -146,6 +146,8 @@ ABLATIONS = {
     "no_title_bridges": {"bridge_titles": False},
     "no_question_title_bridges": {"bridge_question_titles": False},
     "bridges_at_full_strength": {"bridge_source_strength": False},
+    "no_redundancy": {"redundancy_top": 0},
+    "shared_bridge_by_whole_question": {"bridge_shared_residual": False},
     "no_fill": {"min_passages": 0},
     "passage_vector_only": {"passage_unit_similarity": False},
     "mass_without_lexical": {"passage_mass_lexical": False},

@@ -42,6 +42,8 @@ COMPONENTS = {
     "no_title_bridges": {"bridge_titles": False, "bridge_question_titles": False},
     "no_bridging": {"bridge_top": 0},
     "passage_vector_only": {"passage_unit_similarity": False},
+    "no_redundancy": {"redundancy_top": 0},
+    "shared_bridge_by_whole_question": {"bridge_shared_residual": False},
 }
 
 

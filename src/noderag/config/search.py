@@ -93,6 +93,11 @@ class SearchConfig:
     min_passages : int, default=10
         A query returns at least this many passages when the corpus has them: when the graph's
         candidates run out, the list is filled from the lexical and dense rankings.
+    redundancy_top : int, default=10
+        The first positions of the passage list are filled one at a time, and a passage that matches no
+        question term the passages above it do not already match, and that is no closer to the query
+        vector than they are, loses its BM25 credit there (:mod:`noderag.search.redundancy`): a multi-hop
+        question's second passage is the one that matches what the first does not. 0 turns it off.
     rerank : str or None, default=None
         Cross-encoder spec (:class:`noderag.search.rerank.CrossEncoderReranker`) that reorders the
         ``rerank_top`` best passages; off by default.
@@ -114,6 +119,9 @@ class SearchConfig:
     bridge_agree_top : int, default=2
         A bridge lifts a passage at most to just below the passages that are among the
         ``bridge_agree_top`` best by cosine and by BM25 alike (0: no such floor).
+    bridge_shared_residual : bool, default=True
+        The shared-entity bridge of a source is the passage that fits best (dense + BM25) the question terms
+        the source does not match; False: the whole question's terms.
     bridge_source_strength : bool, default=True
         A bridge is as strong as the passage it starts from: the bonus of the passages a ``bridge_top``
         passage leads to is scaled by its score over the best one's (False: every source at full strength).
@@ -157,6 +165,7 @@ class SearchConfig:
     lexical_weight: float = 0.5
     passage_lexical_weight: float = 0.5
     min_passages: int = 10
+    redundancy_top: int = 10
     rerank: str | None = None
     rerank_top: int = 20
     bridge_mode: str = "about_shared"
@@ -167,6 +176,7 @@ class SearchConfig:
     bridge_top: int = 2
     bridge_weight: float = 0.6
     bridge_max_degree: int = 60
+    bridge_shared_residual: bool = True
     bridge_source_strength: bool = True
     context_tokens: int = 2500
     min_similarity: float = 0.3
@@ -195,6 +205,7 @@ class SearchConfig:
         _int("bridge_agree_top", 0)
         _int("lexical_top_k", 0)
         _int("min_passages", 0)
+        _int("redundancy_top", 0)
         _int("rerank_top", 1)
         if self.rerank is not None and (not isinstance(self.rerank, str) or not self.rerank.strip()):
             raise ConfigError(f"search.rerank must be None or a reranker spec string, got {self.rerank!r}")
@@ -215,7 +226,7 @@ class SearchConfig:
             raise ConfigError(f"search.passage_unit_similarity must be true or false, got {self.passage_unit_similarity!r}")
         if not isinstance(self.passage_mass_lexical, bool):
             raise ConfigError(f"search.passage_mass_lexical must be true or false, got {self.passage_mass_lexical!r}")
-        for flag in ("bridge_titles", "bridge_question_titles", "bridge_source_strength"):
+        for flag in ("bridge_titles", "bridge_question_titles", "bridge_source_strength", "bridge_shared_residual"):
             if not isinstance(getattr(self, flag), bool):
                 raise ConfigError(f"search.{flag} must be true or false, got {getattr(self, flag)!r}")
         if self.bridge_mode not in _BRIDGE_MODES:

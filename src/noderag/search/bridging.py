@@ -67,17 +67,21 @@ class Bridging:
     cosines, lexical_term : callable
         ``f(sorted chunk ids, prepared query) -> float64 array``: the searcher's dense similarity
         (memoised per query) and weighted BM25 share.
+    residual_term : callable or None
+        ``f(source chunk, chunk ids, prepared query) -> float64 array``: the weighted BM25 share over the query
+        terms the source does not match (``bridge_shared_residual``).
     """
 
     def __init__(self, config: Any, *, n: int, chunk: Any, doc: Any, active: Any, types: np.ndarray,
                  s_indptr: np.ndarray, walk: Callable, texts: Callable, titles: Callable[[], dict[int, str]],
-                 cosines: Callable, lexical_term: Callable) -> None:
+                 cosines: Callable, lexical_term: Callable, residual_term: Callable | None = None) -> None:
         self.config = config
         self.n = n
         self._chunk, self._doc, self._active, self._types = chunk, doc, active, types
         self._s_indptr = s_indptr
         self._walk, self._texts, self._titles = walk, texts, titles
         self._cosines, self._lexical_term = cosines, lexical_term
+        self._residual_term = residual_term
         self._name_flags: dict[int, bool] = {}  # entity id -> its name has a letter
         self._title_links = None  # title heads -> documents, built at the first query that bridges by title
 
@@ -93,7 +97,9 @@ class Bridging:
         ``bridge_shared_per_source`` best (by dense + lexical score against the question) of the chunks
         sharing a low-degree entity with it that the question does not name. The second hop of a
         question is not always *about* the bridge entity (a granddaughter's passage says where the
-        author was born); the question itself picks that passage among the few sharing an entity.
+        author was born); the question itself picks that passage among the few sharing an entity, by the
+        terms the source does not match (``bridge_shared_residual``: "... the 26th Chess Olympiad ... TEUs
+        ... in 2010" picks the passage on the port's TEUs, not another chess passage).
         Such a bridge follows the passages it comes from: it ranks after them. With ``bridge_titles``
         the best passage of each document whose title a ``hop1`` passage names joins them (same rank rule).
         With ``bridge_question_titles`` the best passage of each document whose title the *question*
@@ -138,7 +144,11 @@ class Bridging:
             if not shared:
                 continue
             cand = np.fromiter(sorted(shared), dtype=np.int64, count=len(shared))
-            fit = cfg.passage_dense_weight * self._cosines(cand, prep) + self._lexical_term(cand, prep)
+            if cfg.bridge_shared_residual and self._residual_term is not None:
+                lexical = self._residual_term(c, cand, prep)  # what the question asks beyond the source
+            else:
+                lexical = self._lexical_term(cand, prep)
+            fit = cfg.passage_dense_weight * self._cosines(cand, prep) + lexical
             for i in np.lexsort((cand, -fit))[: cfg.bridge_shared_per_source].tolist():
                 c2 = int(cand[i])
                 out[c2] = max(out.get(c2, 0.0), min(shared[c2], 1.0) * strength[c])

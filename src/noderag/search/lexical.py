@@ -187,7 +187,11 @@ class LexicalIndex:
 
         A query term counts once (as in the benchmark's BM25 baseline).
         """
-        terms = set(passage_terms(query))
+        return self.term_scores(set(passage_terms(query)))
+
+    def term_scores(self, terms: set[str] | frozenset[str]) -> tuple[np.ndarray, np.ndarray]:
+        """BM25 score of every passage that shares one of ``terms`` (already :func:`passage_terms`):
+        (node ids sorted, int64; scores, float64)."""
         if not terms or self._hash.shape[0] == 0:
             return np.zeros(0, np.int64), np.zeros(0)
         hashes = np.fromiter((hash64(t) for t in sorted(terms)), dtype=np.uint64, count=len(terms))
@@ -207,6 +211,29 @@ class LexicalIndex:
         weights = np.concatenate([self._weight[s:e] for s, e in zip(starts.tolist(), ends.tolist())])
         uniq, inv = np.unique(nodes, return_inverse=True)
         return uniq.astype(np.int64), np.bincount(inv, weights=weights.astype(np.float64), minlength=uniq.shape[0])
+
+    def term_impacts(self, terms: list[str], ids: np.ndarray) -> np.ndarray:
+        """BM25 impact of each of ``terms`` on each passage of ``ids`` (node ids): float64 (len(terms), len(ids)),
+        0 where the passage lacks the term (or holds it past the term's ``max_postings`` read). Summed over the
+        terms, a column is the passage's :meth:`term_scores` over ``terms``."""
+        ids = np.asarray(ids, dtype=np.int64)
+        out = np.zeros((len(terms), ids.shape[0]))
+        if not terms or not ids.size or self._hash.shape[0] == 0:
+            return out
+        order = np.argsort(ids, kind="stable")
+        sorted_ids = ids[order]
+        for row, term in enumerate(terms):
+            h = np.uint64(hash64(term))
+            pos = int(np.searchsorted(self._hash, h))
+            if pos >= self._hash.shape[0] or self._hash[pos] != h:
+                continue
+            start = int(self._ptr[pos])
+            end = min(int(self._ptr[pos + 1]), start + self.max_postings)
+            nodes = np.asarray(self._node[start:end], dtype=np.int64)
+            at = np.minimum(np.searchsorted(sorted_ids, nodes), sorted_ids.size - 1)
+            hit = sorted_ids[at] == nodes
+            out[row, order[at[hit]]] = self._weight[start:end][hit]
+        return out
 
     def _term_ordinals(self, start: int, end: int) -> tuple[np.ndarray, np.ndarray] | None:
         """The passage ordinals and float64 impacts of the postings ``start:end``; None when a posting

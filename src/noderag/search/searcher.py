@@ -31,7 +31,8 @@ from .bridging import Bridging, source_strengths
 from .config import SearchConfig
 from .context import assemble_context
 from .entities import extract_query_entities
-from .lexical import LexicalIndex, titled, top_scored
+from .lexical import LexicalIndex, passage_terms, titled, top_scored
+from .redundancy import redundancy_order
 from .rerank import CrossEncoderReranker
 from .result import AnswerResult, RetrievalResult, RetrievedNode
 
@@ -61,6 +62,7 @@ class _Prepared:
     lex_scores: np.ndarray  # float64, their BM25 scores
     lex_top: np.ndarray  # int64: the ``lexical_top_k`` best of them, best first
     cosines: dict[int, float] = field(default_factory=dict)  # chunk -> cos(query, chunk), read once per query
+    lex_terms: list[str] = field(default_factory=list)  # the query's BM25 terms, sorted
 
 
 def ranked_passages(total: dict[int, float], uncapped: dict[int, float]) -> list[tuple[int, float]]:
@@ -152,7 +154,7 @@ class Searcher:
         self._bridging = Bridging(self.config, n=self.n, chunk=self._chunk, doc=self._doc, active=self._active,
                                   types=self.types, s_indptr=self._s_indptr, walk=self._walk, texts=tables.texts,
                                   titles=self._document_titles, cosines=self._cosines,
-                                  lexical_term=self._lexical_term)
+                                  lexical_term=self._lexical_term, residual_term=self._residual_lexical_term)
 
     def node_texts(self, ids) -> list[str]:
         """Display texts of some nodes (text, else name), reading only those nodes' bytes."""
@@ -313,25 +315,32 @@ class Searcher:
             matches = [m for m in matches if self._active[m.node_id]]  # a scrubbing delete's names stay mapped
             name_ids = np.asarray([m.node_id for m in matches], dtype=np.int64)
             rel = np.asarray([cfg.contains_weight if m.kind == "contains" else 1.0 for m in matches], np.float64)
-            lex_ids, lex_scores, lex_top, lex_top_s = self._lexical_hits(query)
+            terms = sorted(set(passage_terms(query))) if self.lexical is not None else []
+            lex_ids, lex_scores, lex_top, lex_top_s = self._lexical_hits(terms)
             seeds, weights = self._seed_weights(row, sim, name_ids, rel, lex_top, lex_top_s)
             qv = np.asarray(vectors[qi], dtype=np.float32)
             norm = float(np.linalg.norm(qv))
             out.append(_Prepared(query, ents, row, sim, name_ids, seeds, weights, qv / norm if norm > 0 else qv,
-                                 lex_ids, lex_scores, lex_top))
+                                 lex_ids, lex_scores, lex_top, lex_terms=terms))
         return out
 
-    def _lexical_hits(self, query: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """(passages sharing a query term, their BM25 scores, the ``lexical_top_k`` best, their scores)."""
+    def _lexical_hits(self, terms: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(passages sharing one of the query's BM25 ``terms``, their BM25 scores, the ``lexical_top_k`` best,
+        their scores)."""
         if self.lexical is None:
             empty = np.zeros(0, np.int64)
             return empty, np.zeros(0), empty, np.zeros(0)
-        ids, scores = self.lexical.scores(query)
+        ids, scores = self._live_scores(set(terms))
+        top, top_s = top_scored(ids, scores, self.config.lexical_top_k)
+        return ids, scores, top, top_s
+
+    def _live_scores(self, terms: set[str]) -> tuple[np.ndarray, np.ndarray]:
+        """BM25 of the active passages sharing one of ``terms``: (ids sorted, scores)."""
+        ids, scores = self.lexical.term_scores(terms)
         if not self._lexical_all_live:
             live = self._active[ids]
             ids, scores = ids[live], scores[live]
-        top, top_s = top_scored(ids, scores, self.config.lexical_top_k)
-        return ids, scores, top, top_s
+        return ids, scores
 
     def _seed_weights(self, entry: np.ndarray, sims: np.ndarray, names: np.ndarray,
                       rel: np.ndarray | None = None, lex: np.ndarray | None = None,
@@ -560,6 +569,8 @@ class Searcher:
                         uncapped[c] = lifted
                     total[c] = min(lifted, top)
         ranked = ranked_passages(total, uncapped)
+        if cfg.redundancy_top > 0 and len(ranked) > 1:
+            ranked = self._without_redundancy(ranked, prep)
         labels: list[str] = []
         scores_out: list[float] = []
         chunks_out: list[int] = []
@@ -576,6 +587,20 @@ class Searcher:
         if self.reranker is not None and labels:
             self._rerank(prep.query, labels, scores_out, chunks_out)
         return labels, scores_out, chunks_out
+
+    def _without_redundancy(self, ranked: list[tuple[int, float]], prep: _Prepared) -> list[tuple[int, float]]:
+        """``ranked`` re-ordered by :func:`~noderag.search.redundancy.redundancy_order` (its first
+        ``redundancy_top`` positions one at a time): a passage matching no question term the passages above
+        it lack, and no closer to the query vector than they are, loses its BM25 credit."""
+        chunks = np.fromiter((c for c, _ in ranked), dtype=np.int64, count=len(ranked))
+        share = self._lexical_share(chunks, prep)
+        if share is None or self.config.passage_lexical_weight <= 0 or not prep.lex_terms:
+            return ranked
+        scores = np.fromiter((s for _, s in ranked), dtype=np.float64, count=len(ranked))
+        matched = self.lexical.term_impacts(prep.lex_terms, chunks) > 0
+        order, adjusted = redundancy_order(scores, self.config.passage_lexical_weight * share, matched,
+                                           self._cosines(chunks, prep), self.config.redundancy_top)
+        return [(int(chunks[i]), a) for i, a in zip(order.tolist(), adjusted.tolist())]
 
     def _rerank(self, query: str, labels: list[str], scores: list[float], chunks: list[int]) -> None:
         """Reorder the ``rerank_top`` best passages by the cross-encoder (in place); their scores become
@@ -640,6 +665,24 @@ class Searcher:
         w = self.config.passage_lexical_weight
         share = self._lexical_share(chunks, prep) if w > 0 else None
         return np.zeros(chunks.shape[0]) if share is None else w * share
+
+    def _residual_lexical_term(self, source: int, chunks: np.ndarray, prep: _Prepared) -> np.ndarray:
+        """``passage_lexical_weight`` * BM25 over the query terms the ``source`` passage does not match / their
+        best BM25, for ``chunks`` in any order: how well each chunk fits what the question asks beyond the
+        source (0 when the source matches every term)."""
+        w = self.config.passage_lexical_weight
+        out = np.zeros(chunks.shape[0])
+        if self.lexical is None or w <= 0 or not chunks.size or not prep.lex_terms:
+            return out
+        held = self.lexical.term_impacts(prep.lex_terms, np.asarray([source], dtype=np.int64))[:, 0] > 0
+        rest = {t for t, h in zip(prep.lex_terms, held.tolist()) if not h}
+        if not rest:
+            return out
+        ids, scores = self._live_scores(rest)
+        if not ids.size or float(scores.max()) <= 0:
+            return out
+        pos = np.minimum(np.searchsorted(ids, chunks), ids.size - 1)
+        return w * np.where(ids[pos] == chunks, scores[pos], 0.0) / float(scores.max())
 
     def _lexical_share(self, chunks: np.ndarray, prep: _Prepared) -> np.ndarray | None:
         """BM25(query, chunk) / the query's best BM25 for sorted ``chunks`` (0 without a shared term);

@@ -1,0 +1,131 @@
+"""Redundancy in the passage list (:mod:`noderag.search.redundancy`): the greedy kernel against a brute-force
+reference on random inputs, the per-term BM25 impacts it reads, and both rules on an index built by the real
+pipeline: a near-copy of the first passage gives the second place to the passage that matches what the first
+does not, and the shared-entity bridge is picked by the terms its source lacks."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import noderag
+from noderag.search import SearchConfig
+from noderag.search.redundancy import redundancy_order
+
+
+def reference_order(scores, credit, matched, cosines, top):
+    """Brute force: position by position, every remaining passage re-scored from the passages placed so far
+    (after ``top`` positions, from the first ``top`` alone); the best wins, ties to the lower index."""
+    n = len(scores)
+    placed: list[int] = []
+    values: list[float] = []
+    for step in range(n):
+        basis = placed[:top]
+        best, best_v = None, None
+        for i in range(n):
+            if i in placed:
+                continue
+            new_term = any(matched[t, i] and not any(matched[t, j] for j in basis) for t in range(matched.shape[0]))
+            closer = cosines[i] > max((cosines[j] for j in basis), default=-np.inf)
+            v = scores[i] if new_term or closer else scores[i] - credit[i]
+            if best_v is None or v > best_v:
+                best, best_v = i, v
+        placed.append(best)
+        values.append(best_v)
+    return placed, values
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_redundancy_order_matches_the_brute_force_reference(seed):
+    rng = np.random.default_rng(seed)
+    n, terms = int(rng.integers(1, 13)), int(rng.integers(0, 6))
+    scores = -np.sort(-rng.choice([0.5, 1.0, 1.5, 2.0, 2.5], n) + rng.random(n) * (seed % 2))  # ties on odd seeds
+    credit = rng.random(n) * scores.clip(0)
+    matched = rng.random((terms, n)) < 0.4
+    cosines = rng.choice([0.1, 0.3, 0.5], n) if seed % 3 == 0 else rng.random(n)  # equal cosines too
+    top = int(rng.integers(0, n + 2))
+    order, values = redundancy_order(scores, credit, matched, cosines, top)
+    ref_order, ref_values = reference_order(scores, credit, matched, cosines, top)
+    assert order.tolist() == ref_order
+    assert values.tolist() == pytest.approx(ref_values)
+    assert np.all(np.diff(values) <= 1e-12)  # scores stay non-increasing
+    assert sorted(order.tolist()) == list(range(n))
+
+
+def test_a_near_copy_loses_its_lexical_credit_and_a_passage_the_vector_prefers_keeps_it():
+    scores = np.array([2.0, 1.5, 1.2])
+    credit = np.array([0.5, 0.5, 0.1])
+    matched = np.array([[1, 1, 0], [1, 1, 0], [0, 0, 1]], bool)  # passage 1 matches only what passage 0 does
+    order, values = redundancy_order(scores, credit, matched, np.array([0.6, 0.5, 0.2]), 10)
+    assert order.tolist() == [0, 2, 1] and values.tolist() == [2.0, 1.2, 1.0]
+    closer = redundancy_order(scores, credit, matched, np.array([0.6, 0.7, 0.2]), 10)[0]
+    assert closer.tolist() == [0, 1, 2]  # the query vector prefers it: not redundant
+    assert redundancy_order(scores, credit, matched, np.array([0.6, 0.5, 0.2]), 0)[0].tolist() == [0, 1, 2]
+
+
+PASSAGES = [
+    ("p-26", "26th Chess Olympiad", "The 26th Chess Olympiad was held in Thessaloniki, Greece, in 1984. Chess teams "
+     "from many countries took part in the Olympiad."),
+    ("p-41", "41st Chess Olympiad", "The 41st Chess Olympiad was held in Tromsø, Norway, in 2014. Chess teams from "
+     "many countries took part in the Olympiad."),
+    ("p-port", "Port of Thessaloniki", "The Port of Thessaloniki is one of the largest ports in Greece. In 2010 it "
+     "handled 273,282 TEUs."),
+    ("p-tromso", "Tromsø", "Tromsø is a city in northern Norway with a small port."),
+    ("p-greece", "Greece", "Greece is a country in southeastern Europe. Athens is its capital."),
+]
+Q = "How many TEUs did the city where the 26th Chess Olympiad was held handle in 2010?"
+
+
+@pytest.fixture(scope="module")
+def index(tmp_path_factory):
+    root = tmp_path_factory.mktemp("redundancy")
+    corpus = root / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"id": i, "title": t, "text": x}) + "\n" for i, t, x in PASSAGES))
+    return noderag.build([str(corpus)], str(root / "index"), embed="hash:64", progress=False)
+
+
+def test_the_second_place_goes_to_the_passage_matching_what_the_first_does_not(index):
+    on = index.retrieve(Q)
+    off = index.searcher(SearchConfig(redundancy_top=0)).retrieve(Q)
+    assert off.passages[:2] == ["p-26", "p-41"]  # the other Olympiad matches the same words
+    assert on.passages[:2] == ["p-26", "p-port"]
+    assert on.passage_scores == sorted(on.passage_scores, reverse=True)
+    assert set(on.passages) == set(off.passages)
+
+
+def test_term_impacts_sum_to_the_terms_bm25(index):
+    s = index.searcher()
+    ids, scores = s.lexical.term_scores({"chess", "teus", "2010", "olympiad"})
+    terms = ["2010", "chess", "nosuchterm", "olympiad", "teus"]
+    imp = s.lexical.term_impacts(terms, ids[::-1])
+    assert imp.shape == (5, ids.size) and not imp[2].any()
+    assert imp.sum(axis=0) == pytest.approx(scores[::-1])
+    for t, row in zip(terms, imp):
+        one, one_s = s.lexical.term_scores({t})
+        assert dict(zip(ids[::-1].tolist(), row.tolist())) == pytest.approx(
+            {i: dict(zip(one.tolist(), one_s.tolist())).get(i, 0.0) for i in ids.tolist()})
+
+
+def test_the_shared_entity_bridge_is_picked_by_the_terms_its_source_lacks(index):
+    picked = {}
+    for flag in (True, False):
+        s = index.searcher(SearchConfig(bridge_shared_residual=flag, bridge_top=1, redundancy_top=0))
+        prep = s._prepare([Q], s.embed([Q]))[0]
+        t_ids = [i for i in range(s.n) if int(s.types[i]) == 0]
+        source = t_ids[s.tables.labels(t_ids).index("p-26")]
+        bonus, _ = s._bridging.bonus([source], prep)
+        picked[flag] = {s.tables.label(c): b for c, b in bonus.items()}
+        residual = s._residual_lexical_term(source, np.asarray(t_ids), prep)
+        by_label = dict(zip(s.tables.labels(t_ids), residual.tolist()))
+        assert by_label["p-41"] == 0.0 and by_label["p-port"] > 0  # p-41 matches nothing p-26 does not
+    assert picked[False]["p-41"] == 1.0  # the whole question's words pick the other Olympiad
+    assert picked[True].get("p-41", 0.0) < 1.0
+
+
+def test_redundancy_top_is_validated():
+    with pytest.raises(ValueError, match="redundancy_top"):
+        SearchConfig(redundancy_top=-1).validate()
+    with pytest.raises(ValueError, match="bridge_shared_residual"):
+        SearchConfig(bridge_shared_residual=None).validate()
