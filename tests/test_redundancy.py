@@ -65,6 +65,13 @@ def test_a_near_copy_loses_its_lexical_credit_and_a_passage_the_vector_prefers_k
     assert redundancy_order(scores, credit, matched, np.array([0.6, 0.5, 0.2]), 0)[0].tolist() == [0, 1, 2]
 
 
+def test_function_words_are_no_content_of_the_question():
+    from noderag.search.redundancy import content_terms
+
+    assert content_terms(["2010", "chess", "did", "the", "teus", "where", "of"]) == ["2010", "chess", "teus"]
+    assert content_terms(["台北", "市长", "首任"]) == ["台北", "市长", "首任"]
+
+
 PASSAGES = [
     ("p-26", "26th Chess Olympiad", "The 26th Chess Olympiad was held in Thessaloniki, Greece, in 1984. Chess teams "
      "from many countries took part in the Olympiad."),

@@ -95,7 +95,7 @@ class SearchConfig:
         candidates run out, the list is filled from the lexical and dense rankings.
     redundancy_top : int, default=10
         The first positions of the passage list are filled one at a time, and a passage that matches no
-        question term the passages above it do not already match, and that is no closer to the query
+        content word of the question the passages above it do not already match, and that is no closer to the query
         vector than they are, loses its BM25 credit there (:mod:`noderag.search.redundancy`): a multi-hop
         question's second passage is the one that matches what the first does not. 0 turns it off.
     rerank : str or None, default=None

@@ -4,8 +4,8 @@ A multi-hop question needs passages that each match a different part of it ("Wha
 location where the 26th Chess Olympiad occur handle in 2010?": one passage for the Olympiad, one for the
 port's TEUs). Ranked by score alone, the second slot often goes to a near-copy of the first ("41st Chess
 Olympiad", matching the same words). :func:`redundancy_order` re-ranks greedily: a passage that matches
-no question term the passages ranked above it do not already match, and that the query vector does not
-prefer to all of them, is *redundant* and loses its BM25 credit. A single-passage answer is not moved by
+no content word of the question (:func:`content_terms`) that the passages ranked above it do not already
+match, and that the query vector does not prefer to all of them, is *redundant* and loses its BM25 credit. A single-passage answer is not moved by
 this: the passage that answers such a question either matches a term the others lack or is the one the
 embedding prefers.
 """
@@ -14,7 +14,16 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["redundancy_order"]
+from ..lang.entities import STOP
+
+__all__ = ["content_terms", "redundancy_order"]
+
+
+def content_terms(terms: list[str]) -> list[str]:
+    """The question's BM25 terms that say what it asks: not function words (:data:`noderag.lang.entities.STOP`:
+    "the", "of", "where", ...), which every passage matches in some measure and which would make any
+    passage "new"."""
+    return [t for t in terms if t not in STOP]
 
 
 def redundancy_order(scores: np.ndarray, credit: np.ndarray, matched: np.ndarray, cosines: np.ndarray,
@@ -28,7 +37,7 @@ def redundancy_order(scores: np.ndarray, credit: np.ndarray, matched: np.ndarray
     credit : float64 (n,)
         The part of each score that BM25 gave (``passage_lexical_weight`` * share); a redundant passage loses it.
     matched : bool (terms, n)
-        Which question terms each passage matches.
+        Which question terms (its content words) each passage matches.
     cosines : float64 (n,)
         Query similarity of each passage.
     top : int

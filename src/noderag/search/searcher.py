@@ -32,7 +32,7 @@ from .config import SearchConfig
 from .context import assemble_context
 from .entities import extract_query_entities
 from .lexical import LexicalIndex, passage_terms, titled, top_scored
-from .redundancy import redundancy_order
+from .redundancy import content_terms, redundancy_order
 from .rerank import CrossEncoderReranker
 from .result import AnswerResult, RetrievalResult, RetrievedNode
 
@@ -590,14 +590,17 @@ class Searcher:
 
     def _without_redundancy(self, ranked: list[tuple[int, float]], prep: _Prepared) -> list[tuple[int, float]]:
         """``ranked`` re-ordered by :func:`~noderag.search.redundancy.redundancy_order` (its first
-        ``redundancy_top`` positions one at a time): a passage matching no question term the passages above
-        it lack, and no closer to the query vector than they are, loses its BM25 credit."""
+        ``redundancy_top`` positions one at a time): a passage matching no content word of the question that
+        the passages above it lack, and no closer to the query vector than they are, loses its BM25 credit."""
         chunks = np.fromiter((c for c, _ in ranked), dtype=np.int64, count=len(ranked))
         share = self._lexical_share(chunks, prep)
-        if share is None or self.config.passage_lexical_weight <= 0 or not prep.lex_terms:
+        if share is None or self.config.passage_lexical_weight <= 0:
             return ranked
         scores = np.fromiter((s for _, s in ranked), dtype=np.float64, count=len(ranked))
-        matched = self.lexical.term_impacts(prep.lex_terms, chunks) > 0
+        terms = content_terms(prep.lex_terms)
+        if not terms:
+            return ranked
+        matched = self.lexical.term_impacts(terms, chunks) > 0
         order, adjusted = redundancy_order(scores, self.config.passage_lexical_weight * share, matched,
                                            self._cosines(chunks, prep), self.config.redundancy_top)
         return [(int(chunks[i]), a) for i, a in zip(order.tolist(), adjusted.tolist())]
