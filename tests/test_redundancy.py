@@ -1,7 +1,7 @@
 """Redundancy in the passage list (:mod:`noderag.search.redundancy`): the greedy kernel against a brute-force
 reference on random inputs, the per-term BM25 impacts it reads, and both rules on an index built by the real
 pipeline: a near-copy of the first passage gives the second place to the passage that matches what the first
-does not, and the shared-entity bridge is picked by the terms its source lacks."""
+does not, and the residual term that picks a shared-entity bridge by the terms its source lacks."""
 
 from __future__ import annotations
 
@@ -115,20 +115,38 @@ def test_term_impacts_sum_to_the_terms_bm25(index):
             {i: dict(zip(one.tolist(), one_s.tolist())).get(i, 0.0) for i in ids.tolist()})
 
 
-def test_the_shared_entity_bridge_is_picked_by_the_terms_its_source_lacks(index):
-    picked = {}
+def test_the_residual_term_scores_what_the_question_asks_beyond_the_source(index):
+    """BM25 over the question terms the source passage lacks (found here by tokenizing its text), on the scale
+    of the whole question's lexical term; the other Olympiad matches nothing beyond p-26."""
+    from noderag.search.lexical import passage_terms
+    from noderag.search.searcher import passage_texts
+
+    s = index.searcher()
+    prep = s._prepare([Q], s.embed([Q]))[0]
+    t_ids = np.asarray([i for i in range(s.n) if int(s.types[i]) == 0], dtype=np.int64)
+    labels = s.tables.labels(t_ids.tolist())
+    source = int(t_ids[labels.index("p-26")])
+    residual = dict(zip(labels, s._residual_lexical_term(source, t_ids, prep).tolist()))
+    own = set(passage_terms(passage_texts(s.store, s.tables, np.asarray([source]))[0]))
+    ids, scores = s.lexical.term_scores({t for t in prep.lex_terms if t not in own})
+    expected = dict(zip(s.tables.labels(ids.tolist()), (0.5 * scores / prep.lex_scores.max()).tolist()))
+    assert residual == pytest.approx({lab: expected.get(lab, 0.0) for lab in labels})
+    assert residual["p-41"] == 0.0 and residual["p-26"] == 0.0 and residual["p-port"] > 0
+    whole = dict(zip(labels, s._lexical_term(t_ids, prep).tolist()))
+    assert whole["p-41"] > whole["p-port"] > residual["p-port"]  # the whole question favours the other Olympiad
+
+
+def test_the_shared_bridge_of_a_source_is_picked_by_its_residual_term(index, monkeypatch):
+    """With ``bridge_shared_residual`` each source's shared-entity candidates are fitted by the residual term of
+    that source; without it, by the whole question's lexical term."""
     for flag in (True, False):
-        s = index.searcher(SearchConfig(bridge_shared_residual=flag, bridge_top=1, redundancy_top=0))
-        prep = s._prepare([Q], s.embed([Q]))[0]
-        t_ids = [i for i in range(s.n) if int(s.types[i]) == 0]
-        source = t_ids[s.tables.labels(t_ids).index("p-26")]
-        bonus, _ = s._bridging.bonus([source], prep)
-        picked[flag] = {s.tables.label(c): b for c, b in bonus.items()}
-        residual = s._residual_lexical_term(source, np.asarray(t_ids), prep)
-        by_label = dict(zip(s.tables.labels(t_ids), residual.tolist()))
-        assert by_label["p-41"] == 0.0 and by_label["p-port"] > 0  # p-41 matches nothing p-26 does not
-    assert picked[False]["p-41"] == 1.0  # the whole question's words pick the other Olympiad
-    assert picked[True].get("p-41", 0.0) < 1.0
+        s = index.searcher(SearchConfig(bridge_shared_residual=flag, bridge_top=1))
+        calls = []
+        real = s._bridging._residual_term
+        monkeypatch.setattr(s._bridging, "_residual_term",
+                            lambda src, cand, prep: (calls.append((s.tables.label(src), cand.size)), real(src, cand, prep))[1])
+        s.retrieve(Q)
+        assert (calls[0][0] == "p-26" and calls[0][1] > 0) if flag else calls == []
 
 
 def test_redundancy_top_is_validated():

@@ -670,22 +670,19 @@ class Searcher:
         return np.zeros(chunks.shape[0]) if share is None else w * share
 
     def _residual_lexical_term(self, source: int, chunks: np.ndarray, prep: _Prepared) -> np.ndarray:
-        """``passage_lexical_weight`` * BM25 over the query terms the ``source`` passage does not match / their
-        best BM25, for ``chunks`` in any order: how well each chunk fits what the question asks beyond the
-        source (0 when the source matches every term)."""
+        """:meth:`_lexical_term` without the query terms the ``source`` passage matches (BM25 over the other terms
+        / the query's best BM25), for ``chunks`` in any order: how well each chunk fits what the question asks
+        beyond the source (0 when the source matches every term). One read of the terms' postings, for the
+        source and the chunks together."""
         w = self.config.passage_lexical_weight
-        out = np.zeros(chunks.shape[0])
-        if self.lexical is None or w <= 0 or not chunks.size or not prep.lex_terms:
-            return out
-        held = self.lexical.term_impacts(prep.lex_terms, np.asarray([source], dtype=np.int64))[:, 0] > 0
-        rest = {t for t, h in zip(prep.lex_terms, held.tolist()) if not h}
-        if not rest:
-            return out
-        ids, scores = self._live_scores(rest)
-        if not ids.size or float(scores.max()) <= 0:
-            return out
-        pos = np.minimum(np.searchsorted(ids, chunks), ids.size - 1)
-        return w * np.where(ids[pos] == chunks, scores[pos], 0.0) / float(scores.max())
+        if self.lexical is None or w <= 0 or not chunks.size or not prep.lex_terms or not prep.lex_scores.size:
+            return np.zeros(chunks.shape[0])
+        top = float(prep.lex_scores.max())
+        if top <= 0:
+            return np.zeros(chunks.shape[0])
+        impacts = self.lexical.term_impacts(prep.lex_terms, np.concatenate([[source], chunks]).astype(np.int64))
+        rest = impacts[:, 0] <= 0  # the terms the source does not match
+        return w * impacts[rest, 1:].sum(axis=0) / top
 
     def _lexical_share(self, chunks: np.ndarray, prep: _Prepared) -> np.ndarray | None:
         """BM25(query, chunk) / the query's best BM25 for sorted ``chunks`` (0 without a shared term);
