@@ -134,3 +134,24 @@ def test_kept_posting_lists_score_as_fresh_ones(monkeypatch):
     assert 0 < kept._term_cached <= 300
     kept.bind_passages(ids[:-1])  # other ordinals: nothing kept survives
     assert kept._term_cached == 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(texts=texts_st, terms=st.lists(st.sampled_from(WORDS + ["absent"]), min_size=0, max_size=6, unique=True),
+       picks=st.lists(st.integers(0, 40), min_size=1, max_size=10), offset=st.integers(0, 50),
+       max_postings=st.sampled_from([2, 4096]))
+def test_term_impacts_equal_single_term_scores_bound_or_not(texts, terms, picks, offset, max_postings):
+    """Each row is that term's BM25 on the asked passages (repeats and ids no passage has included), with the
+    passages bound to scratch ordinals or not, and within each term's ``max_postings`` read."""
+    ids = np.arange(len(texts), dtype=np.int64) * 2 + offset
+    asked = np.asarray([offset + p for p in picks], dtype=np.int64)  # odd offsets name no passage
+    plain = LexicalIndex(lexical_arrays(ids, texts), max_postings=max_postings)
+    bound = LexicalIndex(lexical_arrays(ids, texts), max_postings=max_postings)
+    bound.bind_passages(ids)
+    expected = np.zeros((len(terms), asked.size))
+    for row, term in enumerate(terms):
+        got_ids, got = plain.term_scores({term})
+        score = dict(zip(got_ids.tolist(), got.tolist()))
+        expected[row] = [score.get(i, 0.0) for i in asked.tolist()]
+    for lex in (plain, bound, bound):  # the scratch is clean after each call
+        np.testing.assert_array_equal(lex.term_impacts(terms, asked), expected)

@@ -215,24 +215,38 @@ class LexicalIndex:
     def term_impacts(self, terms: list[str], ids: np.ndarray) -> np.ndarray:
         """BM25 impact of each of ``terms`` on each passage of ``ids`` (node ids): float64 (len(terms), len(ids)),
         0 where the passage lacks the term (or holds it past the term's ``max_postings`` read). Summed over the
-        terms, a column is the passage's :meth:`term_scores` over ``terms``."""
+        terms, a column is the passage's :meth:`term_scores` over ``terms``.
+
+        With bound passages a term's postings are scattered into the thread's scratch accumulator and the
+        ``ids`` gathered from it (the postings' ordinals are cached as for :meth:`term_scores`); otherwise each
+        term's postings are looked up among the sorted ``ids``."""
         ids = np.asarray(ids, dtype=np.int64)
         out = np.zeros((len(terms), ids.shape[0]))
         if not terms or not ids.size or self._hash.shape[0] == 0:
             return out
+        hashes = np.fromiter((hash64(t) for t in terms), dtype=np.uint64, count=len(terms))
+        pos = np.minimum(np.searchsorted(self._hash, hashes), self._hash.shape[0] - 1)
+        found = np.flatnonzero(self._hash[pos] == hashes)
+        starts = self._ptr[pos[found]]
+        ends = np.minimum(self._ptr[pos[found] + 1], starts + self.max_postings)
+        if self._passages is not None and int(ids.max()) < self._ordinal.shape[0]:
+            id_ords = self._ordinal[ids]
+            parts = [self._term_ordinals(a, b) for a, b in zip(starts.tolist(), ends.tolist())]
+            if int(id_ords.min()) >= 0 and all(part is not None for part in parts):
+                acc = self._accumulator()
+                gather = id_ords.astype(np.int64)
+                for row, (ords, weights) in zip(found.tolist(), parts):
+                    acc[ords] = weights
+                    out[row] = acc[gather]
+                    acc[ords] = 0.0
+                return out
         order = np.argsort(ids, kind="stable")
         sorted_ids = ids[order]
-        for row, term in enumerate(terms):
-            h = np.uint64(hash64(term))
-            pos = int(np.searchsorted(self._hash, h))
-            if pos >= self._hash.shape[0] or self._hash[pos] != h:
-                continue
-            start = int(self._ptr[pos])
-            end = min(int(self._ptr[pos + 1]), start + self.max_postings)
-            nodes = np.asarray(self._node[start:end], dtype=np.int64)
+        for row, a, b in zip(found.tolist(), starts.tolist(), ends.tolist()):
+            nodes = np.asarray(self._node[a:b], dtype=np.int64)
             at = np.minimum(np.searchsorted(sorted_ids, nodes), sorted_ids.size - 1)
             hit = sorted_ids[at] == nodes
-            out[row, order[at[hit]]] = self._weight[start:end][hit]
+            out[row, order[at[hit]]] = self._weight[a:b][hit]
         return out
 
     def _term_ordinals(self, start: int, end: int) -> tuple[np.ndarray, np.ndarray] | None:
@@ -260,16 +274,21 @@ class LexicalIndex:
             self._term_cached += ords.size
         return out
 
-    def _accumulate(self, ords: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Impacts summed per passage ordinal in the thread's scratch arrays; only touched entries are read
-        and reset. The same sums as ``np.unique`` + ``bincount`` (float64, postings added in the same
-        order), ids ascending."""
+    def _accumulator(self) -> np.ndarray:
+        """The thread's float64 scratch over passage ordinals (all zeros between uses)."""
         sc = self._scratch
         n_pass = self._passages.shape[0]
         if getattr(sc, "acc", None) is None or sc.acc.shape[0] != n_pass:
             sc.acc = np.zeros(n_pass)
             sc.touched = np.zeros(n_pass, bool)
-        acc, mark = sc.acc, sc.touched
+        return sc.acc
+
+    def _accumulate(self, ords: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Impacts summed per passage ordinal in the thread's scratch arrays; only touched entries are read
+        and reset. The same sums as ``np.unique`` + ``bincount`` (float64, postings added in the same
+        order), ids ascending."""
+        acc = self._accumulator()
+        mark = self._scratch.touched
         np.add.at(acc, ords, weights)
         mark[ords] = True
         touched = np.flatnonzero(mark)
