@@ -315,6 +315,30 @@ def test_merged_postings_score_as_their_parts():
         assert np.allclose(sm, np.concatenate([sa, sb]))
 
 
+def test_segmented_postings_give_each_passage_its_own_segments_impacts():
+    """``SegmentedLexical`` answers the term-level reads of the search (BM25 of tokenised terms, per-term
+    impacts on any ids, bound or not) as the merged postings do."""
+    from noderag.search.lexical import LexicalIndex, lexical_arrays
+    from noderag.search.segments import SegmentedLexical, merged_lexical
+
+    def parts():
+        return [LexicalIndex(lexical_arrays(np.array([10, 11, 12]), ["red apple tree", "green apple", "blue sky"])),
+                LexicalIndex(lexical_arrays(np.array([20, 21]), ["apple pie", "red car sky"]))]
+
+    merged = merged_lexical(parts())
+    for bind in (False, True):
+        seg = SegmentedLexical(parts(), np.array([10, 20]))
+        if bind:
+            seg.bind_passages(np.array([10, 11, 12, 20, 21]))
+        for terms in ({"red", "apple"}, {"sky"}, {"nothing"}, set()):
+            a, b = seg.term_scores(terms), merged.term_scores(terms)
+            assert a[0].tolist() == b[0].tolist() and np.allclose(a[1], b[1])
+        terms = ["apple", "red", "sky", "nothing"]
+        asked = np.array([21, 10, 5, 21, 12, 99, 20])  # repeats, and ids no segment holds
+        np.testing.assert_allclose(seg.term_impacts(terms, asked), merged.term_impacts(terms, asked))
+        assert not seg.term_impacts(terms, asked)[:, [2, 5]].any()
+
+
 def test_names_over_segments_match_as_one_matcher():
     from noderag.search.entities import EntityMatcher
     from noderag.search.segments import SegmentedNames

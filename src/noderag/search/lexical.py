@@ -240,14 +240,14 @@ class LexicalIndex:
                     out[row] = acc[gather]
                     acc[ords] = 0.0
                 return out
-        order = np.argsort(ids, kind="stable")
-        sorted_ids = ids[order]
+        uniq, inverse = np.unique(ids, return_inverse=True)
+        per_id = np.zeros((len(terms), uniq.shape[0]))
         for row, a, b in zip(found.tolist(), starts.tolist(), ends.tolist()):
             nodes = np.asarray(self._node[a:b], dtype=np.int64)
-            at = np.minimum(np.searchsorted(sorted_ids, nodes), sorted_ids.size - 1)
-            hit = sorted_ids[at] == nodes
-            out[row, order[at[hit]]] = self._weight[a:b][hit]
-        return out
+            at = np.minimum(np.searchsorted(uniq, nodes), uniq.size - 1)
+            hit = uniq[at] == nodes
+            per_id[row, at[hit]] = self._weight[a:b][hit]
+        return per_id[:, inverse.ravel()]
 
     def _term_ordinals(self, start: int, end: int) -> tuple[np.ndarray, np.ndarray] | None:
         """The passage ordinals and float64 impacts of the postings ``start:end``; None when a posting

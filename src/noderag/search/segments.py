@@ -94,6 +94,23 @@ class SegmentedLexical:
         got = [p.scores(query) for p in self.parts]
         return np.concatenate([g[0] for g in got]), np.concatenate([g[1] for g in got])
 
+    def term_scores(self, terms: set[str] | frozenset[str]) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`scores` of already tokenised ``terms``, all segments."""
+        got = [p.term_scores(terms) for p in self.parts]
+        return np.concatenate([g[0] for g in got]), np.concatenate([g[1] for g in got])
+
+    def term_impacts(self, terms: list[str], ids: np.ndarray) -> np.ndarray:
+        """Per-term BM25 impacts on ``ids`` (float64 (len(terms), len(ids))), each id read from the segment
+        whose id range holds it."""
+        ids = np.asarray(ids, dtype=np.int64)
+        out = np.zeros((len(terms), ids.shape[0]))
+        seg = np.searchsorted(self._starts, ids, side="right") - 1
+        for i, part in enumerate(self.parts):
+            mine = np.flatnonzero(seg == i)
+            if mine.size:
+                out[:, mine] = part.term_impacts(terms, ids[mine])
+        return out
+
     def search(self, query: str, k: int) -> tuple[np.ndarray, np.ndarray]:
         return top_scored(*self.scores(query), k)
 
