@@ -43,6 +43,19 @@ def musique_queries(n: int = 40) -> list[str]:
     return queries[:n]
 
 
+def build_passages(root: Path, rows, embed: str = "hash:64"):
+    """A small index built by the real pipeline from ``(id, title, text)`` rows (written as ``root/corpus.jsonl``,
+    the index in ``root/index``), offline with the ``embed`` embedder."""
+    import json
+
+    import noderag
+
+    corpus = Path(root) / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"id": i, "title": t, "text": x}, ensure_ascii=False) + "\n"
+                              for i, t, x in rows), encoding="utf-8")
+    return noderag.build([str(corpus)], str(Path(root) / "index"), embed=embed, progress=False)
+
+
 def under_ci() -> bool:
     """True when the ``CI`` environment variable is set to a true value (anything but empty, 0, false, no, off).
 

@@ -5,14 +5,13 @@ does not, and the residual term that picks a shared-entity bridge by the terms i
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 
-import noderag
 from noderag.search import SearchConfig
 from noderag.search.redundancy import redundancy_order
+
+from conftest import build_passages
 
 
 def reference_order(scores, credit, matched, cosines, top):
@@ -87,10 +86,7 @@ Q = "How many TEUs did the city where the 26th Chess Olympiad was held handle in
 
 @pytest.fixture(scope="module")
 def index(tmp_path_factory):
-    root = tmp_path_factory.mktemp("redundancy")
-    corpus = root / "corpus.jsonl"
-    corpus.write_text("".join(json.dumps({"id": i, "title": t, "text": x}) + "\n" for i, t, x in PASSAGES))
-    return noderag.build([str(corpus)], str(root / "index"), embed="hash:64", progress=False)
+    return build_passages(tmp_path_factory.mktemp("redundancy"), PASSAGES)
 
 
 def test_the_second_place_goes_to_the_passage_matching_what_the_first_does_not(index):

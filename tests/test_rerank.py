@@ -227,16 +227,13 @@ def test_bad_arguments(reranker):
 
 
 def test_search_rerank_reorders_the_top_passages_by_the_cross_encoder(model_dir, tmp_path):
-    import json
-
-    import noderag
     from noderag.search import SearchConfig
+
+    from conftest import build_passages
 
     rows = [(f"p{i}", f"Station {i}", f"Station {i} is a lighthouse station. " + "keeper " * i + "beacon")
             for i in range(6)]
-    corpus = tmp_path / "c.jsonl"
-    corpus.write_text("".join(json.dumps({"id": i, "title": t, "text": x}) + "\n" for i, t, x in rows))
-    index = noderag.build([str(corpus)], str(tmp_path / "index"), embed="hash:64", progress=False)
+    index = build_passages(tmp_path, rows)
     q = "keeper keeper keeper of the beacon"
     plain = index.searcher(SearchConfig()).retrieve(q)
     cfg = SearchConfig(rerank=f"onnx:{model_dir}", rerank_top=4)

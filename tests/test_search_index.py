@@ -14,6 +14,8 @@ from noderag.search import SearchConfig
 from noderag.search.cli import format_result
 from noderag.search.searcher import LLMNotConfiguredError
 
+from conftest import build_passages
+
 PASSAGES = [
     ("p-snow", "Hank Snow", "Hank Snow was a Canadian-American country music singer. Hank Snow died in "
      "Madison, Tennessee in 1999."),
@@ -33,10 +35,7 @@ PASSAGES = [
 
 @pytest.fixture(scope="module")
 def index(tmp_path_factory):
-    root = tmp_path_factory.mktemp("search_index")
-    corpus = root / "corpus.jsonl"
-    corpus.write_text("".join(json.dumps({"id": i, "title": t, "text": x}) + "\n" for i, t, x in PASSAGES))
-    return noderag.build([str(corpus)], str(root / "index"), embed="hash:64", progress=False)
+    return build_passages(tmp_path_factory.mktemp("search_index"), PASSAGES)
 
 
 def test_retrieve_on_built_index_ranks_the_named_passages(index):
@@ -297,13 +296,10 @@ def test_bridging_brings_the_passage_about_an_entity_of_the_best_passage(index):
 
 
 def test_chinese_query_word_finds_a_longer_indexed_name(tmp_path):
-    corpus = tmp_path / "zh.jsonl"
     rows = [("zh-1", "馬祖列島", "馬祖列島位於臺灣海峽北部，由南竿、北竿等島嶼組成。馬祖列島冬季風大。"),
             ("zh-2", "新北市", "新北市是臺灣人口最多的城市，環繞臺北市。"),
             ("zh-3", "下薩克森", "下薩克森是德國的一個州，首府為漢諾威。")]
-    corpus.write_text("".join(json.dumps({"id": i, "title": t, "text": x}, ensure_ascii=False) + "\n"
-                              for i, t, x in rows), encoding="utf-8")
-    idx = noderag.build([str(corpus)], str(tmp_path / "index"), embed="hash:64", progress=False)
+    idx = build_passages(tmp_path, rows)
     r = idx.retrieve("為何馬祖地區冬季風速最大？")
     names = [idx.names[i] for i in r.matched_names]
     assert "馬祖列島" in names

@@ -685,7 +685,7 @@ class Searcher:
         return w * impacts[rest, 1:].sum(axis=0) / top
 
     def _lexical_share(self, chunks: np.ndarray, prep: _Prepared) -> np.ndarray | None:
-        """BM25(query, chunk) / the query's best BM25 for sorted ``chunks`` (0 without a shared term);
+        """BM25(query, chunk) / the query's best BM25 for ``chunks`` in any order (0 without a shared term);
         None when the query has no lexical hit at all (nothing to weigh the graph's mass by)."""
         if not prep.lex_ids.size or not chunks.size or float(prep.lex_scores.max()) <= 0:
             return None
