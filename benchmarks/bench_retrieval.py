@@ -148,6 +148,8 @@ ABLATIONS = {
     "bridges_at_full_strength": {"bridge_source_strength": False},
     "no_redundancy": {"redundancy_top": 0},
     "shared_bridge_by_whole_question": {"bridge_shared_residual": False},
+    "about_bridges_unsplit": {"bridge_about_split": 0.0},
+    "title_bridges_per_document": {"bridge_title_groups": False},
     "no_fill": {"min_passages": 0},
     "passage_vector_only": {"passage_unit_similarity": False},
     "mass_without_lexical": {"passage_mass_lexical": False},

@@ -43,26 +43,26 @@ STRUCT = [(4, 0), (5, 1), (6, 2), (7, 2), (8, 2), (9, 3), (10, 3), (11, 3), (17,
           (4, 12), (4, 13), (5, 12), (6, 14), (7, 12), (8, 15), (9, 12)]
 
 
-def bridge_store() -> ToyStore:
-    types = np.array([t for _, t, *_ in NODES], np.uint8)
-    keys = node_keys(types.tolist(), [canonical_name(x[2]) for x in NODES])
-    s, d = (np.array(c) for c in zip(*STRUCT))
+def bridge_store(nodes: list = NODES, struct: list = STRUCT, titles: dict = TITLES) -> ToyStore:
+    types = np.array([t for _, t, *_ in nodes], np.uint8)
+    keys = node_keys(types.tolist(), [canonical_name(x[2]) for x in nodes])
+    s, d = (np.array(c) for c in zip(*struct))
     g = HeteroGraph.from_coo(types, keys, s, d, np.ones(s.size, np.float32))
     table = pa.table({
-        "id": pa.array([x[0] for x in NODES], pa.int32()),
+        "id": pa.array([x[0] for x in nodes], pa.int32()),
         "type": pa.array(types, pa.uint8()),
         "key": pa.array(keys, pa.uint64()),
-        "name": pa.array([x[3] for x in NODES], pa.string()),
-        "text": pa.array([x[2] for x in NODES], pa.string()),
-        "doc_id": pa.array([x[4] for x in NODES], pa.int32()),
-        "chunk_id": pa.array([x[4] for x in NODES], pa.int32()),
-        "source_id": pa.array([x[5] for x in NODES], pa.string()),
-        "mentions": pa.array([1] * len(NODES), pa.int32()),
+        "name": pa.array([x[3] for x in nodes], pa.string()),
+        "text": pa.array([x[2] for x in nodes], pa.string()),
+        "doc_id": pa.array([x[4] for x in nodes], pa.int32()),
+        "chunk_id": pa.array([x[4] for x in nodes], pa.int32()),
+        "source_id": pa.array([x[5] for x in nodes], pa.string()),
+        "mentions": pa.array([1] * len(nodes), pa.int32()),
     })
     emb = BagEmbedder()
-    embedded = [x[0] for x in NODES if x[1] in (NT.T, NT.S)]
-    store = ToyStore(g, table, ExactVectors(embedded, emb.embed([NODES[i][2] for i in embedded])), emb)
-    store.documents = pa.table({"doc_id": pa.array(list(TITLES), pa.int32()), "title": list(TITLES.values())})
+    embedded = [x[0] for x in nodes if x[1] in (NT.T, NT.S)]
+    store = ToyStore(g, table, ExactVectors(embedded, emb.embed([nodes[i][2] for i in embedded])), emb)
+    store.documents = pa.table({"doc_id": pa.array(list(titles), pa.int32()), "title": list(titles.values())})
     return store
 
 
@@ -159,6 +159,64 @@ def test_a_bridge_is_as_strong_as_the_passage_it_starts_from(store):
         assert half[c] == pytest.approx(0.5 * b), label[c]
 
 
+# a second passage about Hank Snow (p-tour), and a second document titled "Nashville, Tennessee" (p-nash2)
+MORE_NODES = NODES + [
+    (18, NT.T, "Hank Snow toured Europe.", None, 18, "p-tour"),
+    (19, NT.S, "Hank Snow toured Europe.", None, 18, "p-tour"),
+    (20, NT.T, "Its studios record country music.", None, 20, "p-nash2"),
+    (21, NT.S, "Its studios record country music.", None, 20, "p-nash2"),
+]
+MORE_STRUCT = STRUCT + [(19, 18), (19, 12), (21, 20)]
+MORE_TITLES = {**TITLES, 18: "Hank Snow on tour", 20: "Nashville, Tennessee"}
+
+
+def _bonus_by_label(cfg: SearchConfig, store: ToyStore) -> tuple[dict[str, float], set[str]]:
+    s = Searcher(store, cfg)
+    prep = s._prepare([Q], s.embed([Q]))[0]
+    album = s.tables.labels(list(range(s.n))).index("p-album")
+    bonus, follows = s._bridging.bonus([album], prep)
+    return {s.tables.label(c): b for c, b in bonus.items()}, {s.tables.label(c) for c in follows}
+
+
+def test_an_entity_many_passages_are_about_leads_to_each_more_weakly():
+    """p-album names Hank Snow, whom two passages (p-snow, p-tour) are about: each "about" bridge is divided by
+    2 ** bridge_about_split (0: both at full strength)."""
+    store = bridge_store(MORE_NODES, MORE_STRUCT, MORE_TITLES)
+    cfg = BASE.replace(bridge_mode="about")
+    for split in (0.0, 0.25, 1.0):
+        bonus, _ = _bonus_by_label(cfg.replace(bridge_about_split=split), store)
+        assert bonus == pytest.approx({"p-snow": 2.0 ** -split, "p-tour": 2.0 ** -split})
+    alone, _ = _bonus_by_label(cfg.replace(bridge_about_split=1.0), bridge_store())  # p-snow alone: undivided
+    assert alone == pytest.approx({"p-snow": 1.0})
+
+
+def test_a_passage_named_by_title_is_as_strong_a_bridge_as_its_source():
+    """p-snow is about Hank Snow (divided with p-tour) and its document's title, "Hank Snow", is named by p-album:
+    the title link gives it its source's full strength, and it stays an "about" bridge (not held below p-album)."""
+    store = bridge_store(MORE_NODES, MORE_STRUCT, MORE_TITLES)
+    bonus, follows = _bonus_by_label(BASE.replace(bridge_mode="about", bridge_titles=True), store)
+    assert bonus["p-snow"] == pytest.approx(1.0)
+    assert bonus["p-tour"] == pytest.approx(2.0 ** -0.25)
+    assert "p-snow" not in follows
+
+
+def test_a_title_two_documents_bear_is_one_bridge_to_the_passage_the_question_picks():
+    """p-album names "Nashville": the two documents titled "Nashville, Tennessee" are one subject and get one
+    bridge (``bridge_title_groups``); False: one per document."""
+    store = bridge_store(MORE_NODES, MORE_STRUCT, MORE_TITLES)
+    cfg = BASE.replace(bridge_mode="about", bridge_titles=True)
+    grouped, _ = _bonus_by_label(cfg, store)
+    per_doc, _ = _bonus_by_label(cfg.replace(bridge_title_groups=False), store)
+    assert len({"p-nash", "p-nash2"} & grouped.keys()) == 1
+    assert {"p-nash", "p-nash2"} <= per_doc.keys()
+    from noderag.search.titles import TitleLinks
+
+    docs = np.array(sorted(MORE_TITLES))
+    links = TitleLinks(MORE_TITLES, docs, docs)
+    assert links.named_groups("Hank Snow recorded in Nashville.") == [[1], [4, 20]]
+    assert links.named_docs("Hank Snow recorded in Nashville.") == [1, 4, 20]
+
+
 def test_source_strengths_are_scores_over_the_best_sources():
     from noderag.search.bridging import source_strengths
 
@@ -237,6 +295,10 @@ def test_bridge_fields_are_validated():
         SearchConfig(bridge_question_titles="yes").validate()
     with pytest.raises(ValueError, match="bridge_source_strength"):
         SearchConfig(bridge_source_strength=0).validate()
+    with pytest.raises(ValueError, match="bridge_title_groups"):
+        SearchConfig(bridge_title_groups=1).validate()
+    with pytest.raises(ValueError, match="bridge_about_split"):
+        SearchConfig(bridge_about_split=-0.5).validate()
     assert SearchConfig().bridge_mode == "about_shared"
 
 

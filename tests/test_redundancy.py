@@ -90,8 +90,9 @@ def index(tmp_path_factory):
 
 
 def test_the_second_place_goes_to_the_passage_matching_what_the_first_does_not(index):
-    on = index.retrieve(Q)
-    off = index.searcher(SearchConfig(redundancy_top=0)).retrieve(Q)
+    # no title bridges: the one from p-26 to the article "Greece" it names would take the second place either way
+    on = index.searcher(SearchConfig(bridge_titles=False)).retrieve(Q)
+    off = index.searcher(SearchConfig(redundancy_top=0, bridge_titles=False)).retrieve(Q)
     assert off.passages[:2] == ["p-26", "p-41"]  # the other Olympiad matches the same words
     assert on.passages[:2] == ["p-26", "p-port"]
     assert on.passage_scores == sorted(on.passage_scores, reverse=True)

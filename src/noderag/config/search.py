@@ -125,6 +125,13 @@ class SearchConfig:
     bridge_source_strength : bool, default=True
         A bridge is as strong as the passage it starts from: the bonus of the passages a ``bridge_top``
         passage leads to is scaled by its score over the best one's (False: every source at full strength).
+    bridge_about_split : float, default=0.25
+        An "about" bridge through an entity that ``m`` of the passages a source reaches are about is divided by
+        ``m ** bridge_about_split``: an entity many passages are about (a country, a league) leads to each of
+        them less surely than one that a single passage is about (0: each at full strength).
+    bridge_title_groups : bool, default=True
+        A title that several documents bear names one subject: one bridge goes to the passage the question
+        picks among all their passages (False: one bridge per document).
     bridge_top, bridge_weight, bridge_max_degree
         Passages bridged from, the most a bridge adds to a passage's score, and the degree cap of a
         bridging entity.
@@ -178,6 +185,8 @@ class SearchConfig:
     bridge_max_degree: int = 60
     bridge_shared_residual: bool = True
     bridge_source_strength: bool = True
+    bridge_about_split: float = 0.25
+    bridge_title_groups: bool = True
     context_tokens: int = 2500
     min_similarity: float = 0.3
     n_threads: int | None = None
@@ -213,7 +222,7 @@ class SearchConfig:
         for name in ("vector_weight", "name_weight", "contains_weight", "name_degree_power",
                      "structural_weight", "semantic_weight",
                      "passage_dense_weight", "passage_text_weight", "passage_unit_weight", "bridge_weight",
-                     "lexical_weight", "passage_lexical_weight"):
+                     "lexical_weight", "passage_lexical_weight", "bridge_about_split"):
             _nonneg(name)
         if isinstance(self.alpha, bool) or not isinstance(self.alpha, (int, float)) or not 0.0 <= self.alpha <= 1.0:
             raise ConfigError(f"search.alpha must be in [0, 1], got {self.alpha!r}")
@@ -226,7 +235,8 @@ class SearchConfig:
             raise ConfigError(f"search.passage_unit_similarity must be true or false, got {self.passage_unit_similarity!r}")
         if not isinstance(self.passage_mass_lexical, bool):
             raise ConfigError(f"search.passage_mass_lexical must be true or false, got {self.passage_mass_lexical!r}")
-        for flag in ("bridge_titles", "bridge_question_titles", "bridge_source_strength", "bridge_shared_residual"):
+        for flag in ("bridge_titles", "bridge_question_titles", "bridge_source_strength", "bridge_shared_residual",
+                     "bridge_title_groups"):
             if not isinstance(getattr(self, flag), bool):
                 raise ConfigError(f"search.{flag} must be true or false, got {getattr(self, flag)!r}")
         if self.bridge_mode not in _BRIDGE_MODES:

@@ -115,11 +115,11 @@ class Bridging:
         strength = dict(zip(hop1, strengths if strengths is not None else [1.0] * len(hop1)))
         out = self.about(hop1, names, strength)
         follows: set[int] = set()
-        asked_docs = self._links().named_docs(prep.query) if cfg.bridge_titles or cfg.bridge_question_titles else []
+        asked_groups = self._links().named_groups(prep.query) if cfg.bridge_titles or cfg.bridge_question_titles else []
         # a titled document's passage among the hop1 ones is bridged too: else the bridges from it and its peers
         # would overtake the very passage the question names
-        asked = self._passages_of(asked_docs, []) if cfg.bridge_question_titles else []
-        titled_of = self.titled_passages(hop1, set(asked_docs)) if cfg.bridge_titles else []
+        asked = self._title_groups(asked_groups, []) if cfg.bridge_question_titles else []
+        titled_of = self.titled_passages(hop1, {d for g in asked_groups for d in g}) if cfg.bridge_titles else []
         titled = [group for _, group in titled_of]
         shared_of = [] if cfg.bridge_mode == "about" or cfg.bridge_shared_per_source == 0 else \
             [(c, self.shared([c], names, skip=hop1)) for c in hop1]
@@ -135,7 +135,7 @@ class Bridging:
             if c2 not in out:
                 out[c2] = strength[c]
                 follows.add(c2)
-            elif c2 in follows:
+            else:  # the passage a source names by title is as strong a bridge as its source, whatever else leads there
                 out[c2] = max(out[c2], strength[c])
         if not shared_of:
             return out, follows
@@ -169,17 +169,26 @@ class Bridging:
         return cand[order[first]].tolist()
 
     def titled_passages(self, hop1: list[int], in_query: set[int]) -> list[tuple[int, np.ndarray]]:
-        """``(hop1 chunk, passages)``: the passages (not in ``hop1``) of each document whose title a ``hop1``
-        passage names (:class:`~noderag.search.titles.TitleLinks`), in passage then text order, unless the
-        question names that title itself (``in_query``) or it is the passage's own document. The question
-        picks one of each."""
+        """``(hop1 chunk, passages)``: the passages (not in ``hop1``) of each title a ``hop1`` passage names
+        (:class:`~noderag.search.titles.TitleLinks`; :meth:`_title_groups`), in passage then text order,
+        without the documents whose title the question names itself (``in_query``) and the passage's own
+        document. The question picks one of each."""
         links = self._links()
         found: list[tuple[int, np.ndarray]] = []
         for c, text in zip(hop1, self._texts(hop1)):
             own = int(self._doc[c])
-            docs = [d for d in links.named_docs(text or "") if d != own and d not in in_query]
-            found.extend((c, group) for group in self._passages_of(docs, hop1))
+            groups = [[d for d in g if d != own and d not in in_query] for g in links.named_groups(text or "")]
+            found.extend((c, group) for group in self._title_groups(groups, hop1))
         return found
+
+    def _title_groups(self, groups: list[list[int]], hop1: list[int]) -> list[np.ndarray]:
+        """The passages (not in ``hop1``) of each title named, ``groups`` being the documents of each title
+        (:meth:`~noderag.search.titles.TitleLinks.named_groups`): a title names one subject, however many
+        documents bear it, so one bridge goes to the passage the question picks among them all
+        (``bridge_title_groups``; False: one bridge per document)."""
+        if not self.config.bridge_title_groups:
+            return self._passages_of([d for g in groups for d in g], hop1)
+        return [np.concatenate(found) for found in (self._passages_of(g, hop1) for g in groups) if found]
 
     def _passages_of(self, docs: list[int], hop1: list[int]) -> list[np.ndarray]:
         """The passages of each of ``docs`` that are not in ``hop1`` (documents left without one are dropped)."""
@@ -225,10 +234,11 @@ class Bridging:
         From each ``hop1`` chunk: its units -> their entities (not in ``exclude``, the question's own
         names; not years or numbers; degree <= ``bridge_max_degree``) -> those entities' units -> their
         chunks. A chunk is about the entity when at least :data:`ABOUT_SHARE` of its units name it; its
-        strength is that share (1.0 for a passage whose title is the entity) times its source's
-        ``strength`` (default 1.0), the strongest source's if several lead to it. Bounded by the degree cap.
+        strength is that share (1.0 for a passage whose title is the entity) over ``m ** bridge_about_split``,
+        ``m`` the number of passages the source reaches that are about the entity, times its source's
+        ``strength`` (default 1.0); the strongest if several lead to it. Bounded by the degree cap.
         """
-        maxdeg = self.config.bridge_max_degree
+        maxdeg, split = self.config.bridge_max_degree, self.config.bridge_about_split
         out: dict[int, float] = {}
         hop = np.asarray(hop1, dtype=np.int64)
         excl = np.fromiter(exclude, dtype=np.int64, count=len(exclude))
@@ -251,15 +261,20 @@ class Bridging:
             if not ch.size:
                 continue
             pair, k = np.unique(owner * (self.n + 1) + ch, return_counts=True)  # (entity, chunk) -> its units
-            c2s = pair % (self.n + 1)
+            c2s, ent_of = pair % (self.n + 1), pair // (self.n + 1)
             new = np.asarray(sorted({c2 for c2 in c2s.tolist() if c2 not in n_units}), dtype=np.int64)
             if new.size:
                 o2, _ = self._walk(new, _S)
                 n_units.update(zip(new.tolist(), np.maximum(np.bincount(o2, minlength=new.size), 1).tolist()))
-            for c2, kk in zip(c2s.tolist(), k.tolist()):
-                share = kk / n_units[c2]
-                if share >= ABOUT_SHARE:
-                    out[c2] = max(out.get(c2, 0.0), share * scale)
+            share = k / np.fromiter((n_units[c2] for c2 in c2s.tolist()), dtype=np.float64, count=c2s.size)
+            is_about = share >= ABOUT_SHARE
+            if not is_about.any():
+                continue
+            c2s, ent_of, share = c2s[is_about], ent_of[is_about], share[is_about]
+            if split > 0:  # an entity many passages are about is a weaker lead to each of them
+                share = share / np.bincount(ent_of, minlength=ents.size)[ent_of].astype(np.float64) ** split
+            for c2, v in zip(c2s.tolist(), (share * scale).tolist()):
+                out[c2] = max(out.get(c2, 0.0), v)
         return out
 
     def shared(self, hop1: list[int], exclude: set[int] | None = None,

@@ -87,12 +87,18 @@ class TitleLinks:
     def named_docs(self, text: str) -> list[int]:
         """Documents whose title head ``text`` names, in text order, no repeats; the longest head at a
         position wins and heads inside a longer match are skipped."""
+        return [d for group in self.named_groups(text) for d in group]
+
+    def named_groups(self, text: str) -> list[list[int]]:
+        """:meth:`named_docs` grouped by the title head named: one list per head, in text order (several
+        documents may share a title: "Namibia" may be five articles' passages, and they name one subject)."""
         if not self._heads or not text:
             return []
         surface = match_tokens(text)
         folded = list(map(fold_token, surface))
         first, heads = self._first, self._heads
         out: list[int] = []
+        groups: list[list[int]] = []
         n_tok, after = len(surface), 0  # after: the end of the last match (heads inside it are skipped)
         if text.isascii():  # a \w+ token below "Z" starts with a digit or a capital
             starts = [i for i, w in enumerate(surface) if "0" <= w[0] <= "Z" and folded[i] in first]
@@ -107,10 +113,13 @@ class TitleLinks:
                     continue
                 docs = heads.get(" ".join(folded[s:s + n]))
                 if docs:
-                    out.extend(d for d in docs if d not in out)
+                    new = [d for d in docs if d not in out]
+                    if new:
+                        out.extend(new)
+                        groups.append(new)
                     after = s + n
                     break
-        return out
+        return groups
 
     def passages(self, doc: int) -> np.ndarray:
         """The passages (T node ids, ascending) of one document."""
