@@ -133,15 +133,27 @@ def test_the_residual_term_scores_what_the_question_asks_beyond_the_source(index
     assert whole["p-41"] > whole["p-port"] > residual["p-port"]  # the whole question favours the other Olympiad
 
 
+def test_the_residual_terms_of_several_sources_read_together_are_each_sources_own(index):
+    s = index.searcher()
+    prep = s._prepare([Q], s.embed([Q]))[0]
+    t_ids = np.asarray([i for i in range(s.n) if int(s.types[i]) == 0], dtype=np.int64)
+    groups = [(int(t_ids[0]), t_ids[1:]), (int(t_ids[2]), t_ids[::-1]), (int(t_ids[1]), t_ids[:0])]
+    together = s._residual_lexical_terms(groups, prep)
+    assert [a.shape for a in together] == [(t_ids.size - 1,), (t_ids.size,), (0,)]
+    for (source, chunks), got in zip(groups, together):
+        assert got == pytest.approx(s._residual_lexical_term(source, chunks, prep))
+    assert s._residual_lexical_terms([], prep) == []
+
+
 def test_the_shared_bridge_of_a_source_is_picked_by_its_residual_term(index, monkeypatch):
     """With ``bridge_shared_residual`` each source's shared-entity candidates are fitted by the residual term of
     that source; without it, by the whole question's lexical term."""
     for flag in (True, False):
         s = index.searcher(SearchConfig(bridge_shared_residual=flag, bridge_top=1))
         calls = []
-        real = s._bridging._residual_term
-        monkeypatch.setattr(s._bridging, "_residual_term",
-                            lambda src, cand, prep: (calls.append((s.tables.label(src), cand.size)), real(src, cand, prep))[1])
+        real = s._bridging._residual_terms
+        monkeypatch.setattr(s._bridging, "_residual_terms", lambda groups, prep: (
+            calls.extend((s.tables.label(src), cand.size) for src, cand in groups), real(groups, prep))[1])
         s.retrieve(Q)
         assert (calls[0][0] == "p-26" and calls[0][1] > 0) if flag else calls == []
 

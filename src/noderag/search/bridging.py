@@ -67,21 +67,22 @@ class Bridging:
     cosines, lexical_term : callable
         ``f(sorted chunk ids, prepared query) -> float64 array``: the searcher's dense similarity
         (memoised per query) and weighted BM25 share.
-    residual_term : callable or None
-        ``f(source chunk, chunk ids, prepared query) -> float64 array``: the weighted BM25 share over the query
-        terms the source does not match (``bridge_shared_residual``).
+    residual_terms : callable or None
+        ``f([(source chunk, chunk ids), ...], prepared query) -> [float64 array, ...]``: for each source, the
+        weighted BM25 share of its chunks over the query terms the source does not match
+        (``bridge_shared_residual``), all sources in one read of the postings.
     """
 
     def __init__(self, config: Any, *, n: int, chunk: Any, doc: Any, active: Any, types: np.ndarray,
                  s_indptr: np.ndarray, walk: Callable, texts: Callable, titles: Callable[[], dict[int, str]],
-                 cosines: Callable, lexical_term: Callable, residual_term: Callable | None = None) -> None:
+                 cosines: Callable, lexical_term: Callable, residual_terms: Callable | None = None) -> None:
         self.config = config
         self.n = n
         self._chunk, self._doc, self._active, self._types = chunk, doc, active, types
         self._s_indptr = s_indptr
         self._walk, self._texts, self._titles = walk, texts, titles
         self._cosines, self._lexical_term = cosines, lexical_term
-        self._residual_term = residual_term
+        self._residual_terms = residual_terms
         self._name_flags: dict[int, bool] = {}  # entity id -> its name has a letter
         self._title_links = None  # title heads -> documents, built at the first query that bridges by title
 
@@ -140,14 +141,14 @@ class Bridging:
         if not shared_of:
             return out, follows
         about = set(out) - follows
-        for c, shared in shared_of:
-            if not shared:
-                continue
-            cand = np.fromiter(sorted(shared), dtype=np.int64, count=len(shared))
-            if cfg.bridge_shared_residual and self._residual_term is not None:
-                lexical = self._residual_term(c, cand, prep)  # what the question asks beyond the source
-            else:
-                lexical = self._lexical_term(cand, prep)
+        sources = [(c, shared, np.fromiter(sorted(shared), dtype=np.int64, count=len(shared)))
+                   for c, shared in shared_of if shared]
+        if cfg.bridge_shared_residual and self._residual_terms is not None:
+            # what the question asks beyond each source
+            lexicals = self._residual_terms([(c, cand) for c, _, cand in sources], prep) if sources else []
+        else:
+            lexicals = [self._lexical_term(cand, prep) for _, _, cand in sources]
+        for (c, shared, cand), lexical in zip(sources, lexicals):
             fit = cfg.passage_dense_weight * self._cosines(cand, prep) + lexical
             for i in np.lexsort((cand, -fit))[: cfg.bridge_shared_per_source].tolist():
                 c2 = int(cand[i])

@@ -154,7 +154,7 @@ class Searcher:
         self._bridging = Bridging(self.config, n=self.n, chunk=self._chunk, doc=self._doc, active=self._active,
                                   types=self.types, s_indptr=self._s_indptr, walk=self._walk, texts=tables.texts,
                                   titles=self._document_titles, cosines=self._cosines,
-                                  lexical_term=self._lexical_term, residual_term=self._residual_lexical_term)
+                                  lexical_term=self._lexical_term, residual_terms=self._residual_lexical_terms)
 
     def node_texts(self, ids) -> list[str]:
         """Display texts of some nodes (text, else name), reading only those nodes' bytes."""
@@ -672,17 +672,25 @@ class Searcher:
     def _residual_lexical_term(self, source: int, chunks: np.ndarray, prep: _Prepared) -> np.ndarray:
         """:meth:`_lexical_term` without the query terms the ``source`` passage matches (BM25 over the other terms
         / the query's best BM25), for ``chunks`` in any order: how well each chunk fits what the question asks
-        beyond the source (0 when the source matches every term). One read of the terms' postings, for the
-        source and the chunks together."""
+        beyond the source (0 when the source matches every term)."""
+        return self._residual_lexical_terms([(source, chunks)], prep)[0]
+
+    def _residual_lexical_terms(self, groups: list[tuple[int, np.ndarray]], prep: _Prepared) -> list[np.ndarray]:
+        """:meth:`_residual_lexical_term` of each ``(source, chunks)`` pair, in one read of the terms' postings
+        for every source and chunk together."""
         w = self.config.passage_lexical_weight
-        if self.lexical is None or w <= 0 or not chunks.size or not prep.lex_terms or not prep.lex_scores.size:
-            return np.zeros(chunks.shape[0])
-        top = float(prep.lex_scores.max())
-        if top <= 0:
-            return np.zeros(chunks.shape[0])
-        impacts = self.lexical.term_impacts(prep.lex_terms, np.concatenate([[source], chunks]).astype(np.int64))
-        rest = impacts[:, 0] <= 0  # the terms the source does not match
-        return w * impacts[rest, 1:].sum(axis=0) / top
+        sizes = [int(np.asarray(chunks).shape[0]) for _, chunks in groups]
+        top = float(prep.lex_scores.max()) if prep.lex_scores.size else 0.0
+        if self.lexical is None or w <= 0 or not sum(sizes) or not prep.lex_terms or top <= 0:
+            return [np.zeros(k) for k in sizes]
+        ids = np.concatenate([np.concatenate([[source], chunks]) for source, chunks in groups]).astype(np.int64)
+        impacts = self.lexical.term_impacts(prep.lex_terms, ids)
+        out, at = [], 0
+        for k in sizes:
+            block, at = impacts[:, at:at + 1 + k], at + 1 + k
+            rest = block[:, 0] <= 0  # the terms the source does not match
+            out.append(w * block[rest, 1:].sum(axis=0) / top)
+        return out
 
     def _lexical_share(self, chunks: np.ndarray, prep: _Prepared) -> np.ndarray | None:
         """BM25(query, chunk) / the query's best BM25 for ``chunks`` in any order (0 without a shared term);
