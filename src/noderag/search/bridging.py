@@ -102,9 +102,10 @@ class Bridging:
         terms the source does not match (``bridge_shared_residual``: "... the 26th Chess Olympiad ... TEUs
         ... in 2010" picks the passage on the port's TEUs, not another chess passage).
         Such a bridge follows the passages it comes from: it ranks after them. With ``bridge_titles``
-        the best passage of each document whose title a ``hop1`` passage names joins them (same rank rule).
-        With ``bridge_question_titles`` the best passage of each document whose title the *question*
-        names is a bridge of full strength, ranked as an "about" bridge: the question names its subject
+        the best passage of each title a ``hop1`` passage names joins them (same rank rule; among the passages
+        of every document bearing that title, :meth:`_title_groups`). With ``bridge_question_titles`` the best
+        passage of each title the *question* names is a bridge of full strength, ranked as an "about" bridge:
+        the question names its subject
         ("… the city where Rochester is" -> "Rochester, New York"), which the first round may rank low
         when the rest of the question's wording fits other passages better. That passage gets the bonus
         even when it is one of ``hop1``: else the bridges from the hop1 passages would overtake it.
