@@ -234,6 +234,17 @@ def test_context_respects_budget_and_groups_by_type(store):
     assert 0 < len(small.context_node_ids) < len(full.context_node_ids)
 
 
+def test_the_line_token_cache_stays_bounded_and_changes_no_context(store, monkeypatch):
+    import noderag.search.searcher as searcher_module
+
+    qs = ["Which singer recorded Hello Love?", "Where do pineapples grow?", "Country music"]
+    free = [r.to_dict() for r in Searcher(store).retrieve_many(qs)]
+    monkeypatch.setattr(searcher_module, "TOKEN_CACHE_NODES", 3)
+    s = Searcher(store)
+    assert [s.retrieve(q).to_dict() for q in qs] == free
+    assert 0 < len(s._tok_cache) <= 3
+
+
 def test_retrieve_many_equals_retrieve(store):
     s = Searcher(store)
     qs = ["Which singer recorded Hello Love?", "Where do pineapples grow?", "Country music", "zzz qqq"]

@@ -39,6 +39,8 @@ from .result import AnswerResult, RetrievalResult, RetrievedNode
 __all__ = ["Searcher", "LLMNotConfiguredError"]
 
 _T, _S, _N, _R, _A, _H, _O = (int(t) for t in NodeType)
+#: Context-line token counts kept per searcher before the cache starts over.
+TOKEN_CACHE_NODES = 1_000_000
 _OTHER_TYPES = frozenset((_T, _S, _A, _H))
 
 
@@ -405,10 +407,13 @@ class Searcher:
         return out
 
     def _line_tokens(self, node: RetrievedNode, line: str) -> int:
-        """Token count of a node's context line, counted once per node and cached."""
+        """Token count of a node's context line, counted once per node and cached (the cache starts over past
+        :data:`TOKEN_CACHE_NODES` nodes, so a long-serving searcher's memory stays bounded)."""
         n = self._tok_cache.get(node.id)
         if n is None:
             n = self._count_tokens(line)
+            if len(self._tok_cache) >= TOKEN_CACHE_NODES:
+                self._tok_cache = {}
             self._tok_cache[node.id] = n
         return n
 
