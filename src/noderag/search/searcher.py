@@ -332,17 +332,12 @@ class Searcher:
         if self.lexical is None:
             empty = np.zeros(0, np.int64)
             return empty, np.zeros(0), empty, np.zeros(0)
-        ids, scores = self._live_scores(set(terms))
-        top, top_s = top_scored(ids, scores, self.config.lexical_top_k)
-        return ids, scores, top, top_s
-
-    def _live_scores(self, terms: set[str]) -> tuple[np.ndarray, np.ndarray]:
-        """BM25 of the active passages sharing one of ``terms``: (ids sorted, scores)."""
-        ids, scores = self.lexical.term_scores(terms)
-        if not self._lexical_all_live:
+        ids, scores = self.lexical.term_scores(set(terms))
+        if not self._lexical_all_live:  # only the active passages
             live = self._active[ids]
             ids, scores = ids[live], scores[live]
-        return ids, scores
+        top, top_s = top_scored(ids, scores, self.config.lexical_top_k)
+        return ids, scores, top, top_s
 
     def _seed_weights(self, entry: np.ndarray, sims: np.ndarray, names: np.ndarray,
                       rel: np.ndarray | None = None, lex: np.ndarray | None = None,
