@@ -15,7 +15,7 @@ from typing import Sequence
 import numpy as np
 
 from .entities import _NameMatching
-from .lexical import top_scored
+from .lexical import passage_terms, top_scored
 
 __all__ = ["SegmentedTables", "SegmentedNames", "SegmentedLexical", "merged_names", "merged_lexical",
            "open_segment_tables"]
@@ -91,8 +91,7 @@ class SegmentedLexical:
 
     def scores(self, query: str) -> tuple[np.ndarray, np.ndarray]:
         """(node ids ascending, BM25 scores) of every passage sharing a term with ``query``, all segments."""
-        got = [p.scores(query) for p in self.parts]
-        return np.concatenate([g[0] for g in got]), np.concatenate([g[1] for g in got])
+        return self.term_scores(set(passage_terms(query)))
 
     def term_scores(self, terms: set[str] | frozenset[str]) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`scores` of already tokenised ``terms``, all segments."""
