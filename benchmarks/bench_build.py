@@ -37,7 +37,7 @@ def bench_one(name: str, corpus: Path, embed: str, work: Path, overrides: dict |
     """Build one corpus from scratch (config ``overrides`` on the defaults); return its measurements."""
     from noderag.config import NodeRAGConfig
     from noderag.store.manifest import bytes_by_component
-    from noderag.build.driver import build_index
+    from noderag.indexing.driver import build_index
     from noderag.tokenize import count_tokens_batch
 
     texts = [json.loads(line)["text"] for line in corpus.read_text("utf-8").splitlines() if line.strip()]

@@ -34,8 +34,8 @@ from scale_corpus import DEFAULT_DATA, generate  # noqa: E402
 
 _INSERT = """
 import json, sys, time
-from noderag.build.background import LOG, wait_for_process
-from noderag.build.driver import build_index
+from noderag.indexing.update.background import LOG, wait_for_process
+from noderag.indexing.driver import build_index
 from noderag.config import NodeRAGConfig
 from noderag.store.generations import current_path
 mode, idx, part, embed, share = sys.argv[1:6]

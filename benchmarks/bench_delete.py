@@ -3,7 +3,7 @@
 The alternative to deleting documents is rebuilding the index of the survivors. Both give
 the same T/S/N/R graph (the invariant, checked here by key); the delete measured here is the
 recomputing one (``update.segments = false``: a delete of base documents is otherwise done in
-place, ``noderag.build.scrub``, measured by ``bench_update.py --base-delete-changes``), which
+place, ``noderag.indexing.update.scrub``, measured by ``bench_update.py --base-delete-changes``), which
 re-assembles the survivors from ``decompositions.parquet`` and reuses their T/S vectors, the rebuild
 decomposes and embeds everything again. Also reports what keeping the decompositions
 costs: the bytes of ``decompositions.parquet`` against the whole generation.
@@ -49,8 +49,8 @@ def key_view(path: Path):
 
 def run(corpus: Path, limit: int | None, fraction: float, embed: str, repeats: int, work: Path) -> dict:
     from noderag.config import NodeRAGConfig
-    from noderag.build.delete import delete_documents
-    from noderag.build.driver import build_index
+    from noderag.indexing.update.delete import delete_documents
+    from noderag.indexing.driver import build_index
 
     rows = [json.loads(x) for x in corpus.read_text("utf-8").splitlines() if x.strip()]
     if limit:

@@ -109,7 +109,7 @@ def _digest(index: Path) -> str:
 def _one(name: str, corpus: Path, out: Path, address: str | None, workers: int | None) -> dict:
     """One build in this process (the ``--one`` child): stage walls from the manifest, Ray's connect time."""
     from noderag.config import ExecutorConfig, NodeRAGConfig
-    from noderag.build.driver import build_index
+    from noderag.indexing.driver import build_index
 
     if out.exists():
         shutil.rmtree(out)

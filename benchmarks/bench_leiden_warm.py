@@ -31,8 +31,8 @@ sys.path.insert(0, str(HERE))
 from bench_retrieval import _git_revision  # noqa: E402
 from scale_corpus import DEFAULT_DATA, generate  # noqa: E402
 
-from noderag.build.compact import compact_index  # noqa: E402
-from noderag.build.driver import build_index  # noqa: E402
+from noderag.indexing.update.compact import compact_index  # noqa: E402
+from noderag.indexing.driver import build_index  # noqa: E402
 from noderag.config import NodeRAGConfig  # noqa: E402
 from noderag.graph.types import NodeType  # noqa: E402
 from noderag.store.generations import current_path  # noqa: E402

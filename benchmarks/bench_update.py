@@ -4,7 +4,7 @@ For each corpus size N (``scale_corpus``: the dev passages repeated with per-cop
 base index of the first N passages is built once; then, on a fresh copy of it each time, the next C
 passages (C in ``--changes``) are inserted two ways, each in its own child process:
 
-- ``segments``: the default, a delta segment beside the shared base (``noderag.build.delta``);
+- ``segments``: the default, a delta segment beside the shared base (``noderag.indexing.update.delta``);
 - ``rebuild``: ``update.segments = false``, every global stage recomputed over the whole index (what
   every insert did before segments).
 
@@ -43,8 +43,8 @@ from scale_corpus import DEFAULT_DATA, generate  # noqa: E402
 _WRITE = """
 import json, sys, time
 from noderag.config import NodeRAGConfig
-from noderag.build.driver import build_index
-from noderag.build.delete import delete_documents
+from noderag.indexing.driver import build_index
+from noderag.indexing.update.delete import delete_documents
 op, mode, idx, arg = sys.argv[1:5]
 cfg = None if mode == "segments" else NodeRAGConfig().with_overrides({"update.segments": False})
 t0 = time.perf_counter()
@@ -282,7 +282,7 @@ def _many_deltas(n: int, corpus: Path, base: Path, questions: Path, args, work: 
         r = _write_child("insert", "segments", segs, part, work / f"delta-{k}.log", args)
         walls.append(r.get("inner_wall_s"))
     shutil.copytree(segs, compacted)
-    from noderag.build.compact import compact_index
+    from noderag.indexing.update.compact import compact_index
 
     t0 = time.perf_counter()
     compact_index(compacted)
@@ -298,8 +298,8 @@ def _many_deltas(n: int, corpus: Path, base: Path, questions: Path, args, work: 
 
 def bench_retrieval(sample: str, args, work: Path) -> dict:
     """Recall on a dev sample: build(all) vs build(first half) + insert(second half) as a delta vs compact --full."""
-    from noderag.build.compact import compact_index
-    from noderag.build.driver import build_index
+    from noderag.indexing.update.compact import compact_index
+    from noderag.indexing.driver import build_index
     from noderag.config import NodeRAGConfig
     from noderag.eval import evaluate
 
@@ -334,9 +334,9 @@ def bench_delete_retrieval(sample: str, args, work: Path) -> dict:
     gold passages all survive (the corpus of the evaluation is the survivors)."""
     import random
 
-    from noderag.build.compact import compact_index
-    from noderag.build.delete import delete_documents
-    from noderag.build.driver import build_index
+    from noderag.indexing.update.compact import compact_index
+    from noderag.indexing.update.delete import delete_documents
+    from noderag.indexing.driver import build_index
     from noderag.config import NodeRAGConfig
     from noderag.eval import evaluate
 
@@ -491,7 +491,7 @@ def to_markdown(res: dict) -> str:
                 " (each into a fresh copy of the base).", ""]
         if s.get("base_deletes"):
             lines += ["", "Delete of random documents of the base, each on a fresh copy: in place (the default: the "
-                      "documents' nodes scrubbed, `noderag.build.scrub`) and by recomputing the index "
+                      "documents' nodes scrubbed, `noderag.indexing.update.scrub`) and by recomputing the index "
                       "(`update.segments = false`, what every base delete did before).", "",
                       "| delete | mode | wall s | CPU s | new index bytes | share of index | wrote (wchar) | peak RSS | "
                       "deleted texts left in the live generation (1) | query p50 after / before |",

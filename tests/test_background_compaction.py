@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from noderag.build.background import LOG, wait_for_process
-from noderag.build.driver import build_index
+from noderag.indexing.update.background import LOG, wait_for_process
+from noderag.indexing.driver import build_index
 from noderag.config import NodeRAGConfig
 from noderag.errors import ConfigError
 from noderag.store.generations import current_path
@@ -112,7 +112,7 @@ def test_twice_the_share_compacts_inline_and_off_never_does(base, tmp_path):
 
 
 def test_a_background_compaction_with_nothing_due_does_nothing(base, tmp_path):
-    from noderag.build.compact import compact_index
+    from noderag.indexing.update.compact import compact_index
 
     idx = _copy(base, tmp_path / "idx")
     build_index([_part(tmp_path, "a", BASE_DOCS, BASE_DOCS + 2)], idx, progress=False)

@@ -8,7 +8,7 @@ import re
 
 from noderag.cli import format_summary
 from noderag.config import NodeRAGConfig
-from noderag.build.driver import build_index
+from noderag.indexing.driver import build_index
 
 ORDER = ("chunk", "decompose", "assemble", "embed T/S", "attributes", "communities", "tables", "vectors",
          "query tables", "finalize")

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from noderag.config import NodeRAGConfig
-from noderag.build.driver import build_index
+from noderag.indexing.driver import build_index
 from noderag.store.tables import IndexStore
 
 
@@ -65,8 +65,8 @@ _MODES = r"""
 import json, os, stat, sys
 from pathlib import Path
 from noderag.config import NodeRAGConfig
-from noderag.build.driver import build_index
-from noderag.build.delete import delete_documents
+from noderag.indexing.driver import build_index
+from noderag.indexing.update.delete import delete_documents
 out = {}
 for mask in (0o022, 0o027):
     os.umask(mask)

@@ -14,7 +14,7 @@ from noderag.cli import main
 from noderag.config import NodeRAGConfig
 from noderag.store.generations import CURRENT
 from noderag.store.lock import LOCK_FILE
-from noderag.build.driver import build_index
+from noderag.indexing.driver import build_index
 
 FAULTS = ("missing", "truncated", "first byte", "middle byte", "last byte")
 

@@ -21,9 +21,9 @@ from noderag.cli import main
 from noderag.config import NodeRAGConfig
 from noderag.data import demo_dir
 from noderag.graph.types import NodeType
-from noderag.build.delete import UnknownDocumentError, delete_documents
+from noderag.indexing.update.delete import UnknownDocumentError, delete_documents
 from noderag.store.generations import current_generation, generation_path
-from noderag.build.driver import build_index
+from noderag.indexing.driver import build_index
 from noderag.store.tables import IndexStore
 from conftest import MUSIQUE
 
@@ -179,7 +179,7 @@ def test_cli_delete_by_id_and_all_from(tmp_path, capsys):
     assert "2 document(s) deleted, generation 2" in capsys.readouterr().out
     assert main(["delete", str(idx), "--all-from", str(b), "--no-progress"]) == 0
     assert "4 document(s) deleted, generation 3" in capsys.readouterr().out
-    with IndexStore.open(idx) as st:  # deleted in place (noderag.build.scrub): tombstone rows keep the ids
+    with IndexStore.open(idx) as st:  # deleted in place (noderag.indexing.update.scrub): tombstone rows keep the ids
         assert st.documents.column("source").to_pylist() == [None, None, "a2", "a3", "a4", None, None, None, None]
     ref = tmp_path / "ref"
     assert main(["build", str(_write_jsonl(tmp_path / "r.jsonl", [json.loads(x) for x in
@@ -265,7 +265,7 @@ def test_no_text_of_a_deleted_document_stays(tmp_path):
 
 _DEL = """
 import sys
-from noderag.build.delete import delete_documents
+from noderag.indexing.update.delete import delete_documents
 delete_documents(sys.argv[1], sys.argv[2:])
 """
 

@@ -7,7 +7,7 @@ import random
 import pyarrow as pa
 import pytest
 
-from noderag.build.doc_rows import DocumentRows
+from noderag.indexing.doc_rows import DocumentRows
 from noderag.store.tables import documents_table
 
 

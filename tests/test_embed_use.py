@@ -14,7 +14,7 @@ from noderag.config import NodeRAGConfig
 from noderag.embed import make_embedder, parse_embed_spec, resolve_auto_spec
 from noderag.embed.use import USE_NAME, USEEmbedder
 from noderag.graph.types import NodeType
-from noderag.build.driver import build_index
+from noderag.indexing.driver import build_index
 from noderag.store.tables import IndexStore
 from noderag.search import Searcher
 

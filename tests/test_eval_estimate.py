@@ -10,12 +10,12 @@ import pytest
 from noderag.cli import main
 from noderag.config import NodeRAGConfig
 from noderag.errors import ConfigError
-from noderag.build.chunk import chunk_text
-from noderag.build.decompose.llm import LLMDecomposer
-from noderag.build.decompose.base import ChunkInput
-from noderag.build.estimate import CL100K_COUNTER, _DryRunLLM, _spec_tokenizer, estimate_build, prompt_counter
-from noderag.build.ingest import ingest
-from noderag.build.driver import build_index
+from noderag.indexing.chunk import chunk_text
+from noderag.indexing.decompose.llm import LLMDecomposer
+from noderag.indexing.decompose.base import ChunkInput
+from noderag.indexing.estimate import CL100K_COUNTER, _DryRunLLM, _spec_tokenizer, estimate_build, prompt_counter
+from noderag.indexing.ingest import ingest
+from noderag.indexing.driver import build_index
 from noderag.llm.base import estimate_usage
 from noderag.llm.testing import ScriptedLLM
 

@@ -214,7 +214,7 @@ def test_musique_paragraph_without_flag_and_bad_field(tmp_path):
 def test_demo_dataset_on_an_index_of_the_demo_folder(tmp_path):
     """``noderag eval demo`` accepts an index built from the demo folder (ids: file paths, gold: file names)."""
     from noderag.data import demo_dir
-    from noderag.build.driver import build_index
+    from noderag.indexing.driver import build_index
 
     cfg = NodeRAGConfig().with_overrides({"embed.spec": "hash:64"})
     build_index([str(demo_dir())], tmp_path / "ix", cfg, progress=False)
@@ -261,7 +261,7 @@ def two_seeds(built, tmp_path_factory):
     """A second build of the fixture corpus with another seed, beside the first."""
     root, _ = built
     cfg = NodeRAGConfig().with_overrides({"embed.spec": "hash:64", "seed": 7})
-    from noderag.build.driver import build_index
+    from noderag.indexing.driver import build_index
 
     other = tmp_path_factory.mktemp("seed7") / "ix"
     build_index([str(DATA / "noderag" / "corpus.jsonl")], other, cfg, progress=False)

@@ -24,8 +24,8 @@ def test_executor_section_defaults_and_validation():
 
 
 def test_default_path_never_imports_ray():
-    code = ("import sys, noderag, noderag.cli, noderag.build.driver, noderag.build.executor, "
-            "noderag.build.executor.local, noderag.build.executor.stages\n"
+    code = ("import sys, noderag, noderag.cli, noderag.indexing.driver, noderag.indexing.executor, "
+            "noderag.indexing.executor.local, noderag.indexing.executor.stages\n"
             "bad = sorted(m for m in sys.modules if m == 'ray' or m.startswith('ray.'))\n"
             "assert not bad, bad")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
@@ -48,11 +48,11 @@ def test_local_worker_processes_give_the_in_process_index(tmp_path, monkeypatch)
 
     from noderag.config import NodeRAGConfig
     from noderag.data import demo_dir
-    from noderag.build.executor import stages
+    from noderag.indexing.executor import stages
     from noderag.store.generations import current_path
-    from noderag.build.driver import build_index
+    from noderag.indexing.driver import build_index
 
-    from noderag.build.executor.local import LocalExecutor
+    from noderag.indexing.executor.local import LocalExecutor
 
     calls = []
     real = LocalExecutor._run_in_processes
@@ -79,7 +79,7 @@ def test_local_worker_processes_give_the_in_process_index(tmp_path, monkeypatch)
 
 _WORKERS_THEN_WAIT = """
 import os, sys, time
-from noderag.build.executor.local import fork_map
+from noderag.indexing.executor.local import fork_map
 
 def note_and_sleep(path):
     with open(path, "a") as fh:
@@ -129,7 +129,7 @@ def test_embed_shards_carry_the_builds_vector_type():
     import numpy as np
 
     from noderag.embed import make_embedder
-    from noderag.build.executor.stages import embed_batch, text_table, vectors_of
+    from noderag.indexing.executor.stages import embed_batch, text_table, vectors_of
 
     emb = make_embedder("hash:64")
     batch = text_table(np.arange(5), ["alpha beta", "gamma", "delta epsilon zeta", "eta", "theta iota"])

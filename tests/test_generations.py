@@ -17,7 +17,7 @@ import pytest
 from noderag.config import NodeRAGConfig
 from noderag.store.generations import (CURRENT, collect_garbage, commit_generation, current_generation,
                                        generation_path, pin)
-from noderag.build.driver import build_index
+from noderag.indexing.driver import build_index
 from noderag.store.tables import IndexNotFoundError, IndexStore
 
 
@@ -157,8 +157,8 @@ print(n, errors)
 _WRITER = """
 import json, sys
 from pathlib import Path
-from noderag.build.driver import build_index
-from noderag.build.delete import delete_documents
+from noderag.indexing.driver import build_index
+from noderag.indexing.update.delete import delete_documents
 from noderag.config import NodeRAGConfig
 from noderag.store.tables import IndexStore
 root, tmp, log = Path(sys.argv[1]), Path(sys.argv[2]), open(sys.argv[3], "w")

@@ -4,7 +4,7 @@ import platform
 
 import pytest
 
-from noderag.build import heap
+from noderag.indexing import heap
 
 glibc = pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="malloc_trim and mallopt are glibc's")
 

@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 
 from noderag.graph.keys import canonical_name, node_key
 from noderag.graph.types import NodeType
-from noderag.build.assemble import ChunkRecord, NodeTable, assemble_chunks, link_known_names
-from noderag.build.decompose.base import ChunkDecomposition, Unit
+from noderag.indexing.assemble import ChunkRecord, NodeTable, assemble_chunks, link_known_names
+from noderag.indexing.decompose.base import ChunkDecomposition, Unit
 
 T, S, N, R = (int(NodeType.T), int(NodeType.S), int(NodeType.N), int(NodeType.R))
 
@@ -88,7 +88,7 @@ def test_link_is_independent_of_insertion_order():
 
 def test_link_in_worker_processes_equals_in_process(monkeypatch):
     """Name matching split over forked workers (batches of one unit here) gives the in-process edges."""
-    from noderag.build import assemble
+    from noderag.indexing import assemble
 
     table = NodeTable()
     recs, decs = _chunks()
@@ -164,7 +164,7 @@ def test_link_known_names_equals_brute_force(name_words, unit_pieces):
 
 
 def test_fork_map_keeps_order_and_shares_without_pickling():
-    from noderag.build.executor.local import fork_map
+    from noderag.indexing.executor.local import fork_map
 
     shared = {"offset": 100, "blob": object()}  # an object() cannot be pickled: it must arrive by fork
     got = list(fork_map(_add_offset, [(i,) for i in range(9)], 2, shared=shared))
@@ -185,8 +185,8 @@ def test_assembly_fed_in_any_cuts_equals_one_pass():
     from hypothesis import strategies as st
 
     from noderag.config import NodeRAGConfig
-    from noderag.build import assemble as build_stages
-    from noderag.build.assemble import EdgeList
+    from noderag.indexing import assemble as build_stages
+    from noderag.indexing.assemble import EdgeList
 
     recs, decs = _chunks()
     recs = [ChunkRecord(10 * c + r.chunk_id, 10 * c + r.doc_id, r.text, f"{r.source}-{c % 2}", None)
@@ -205,7 +205,7 @@ def test_assembly_fed_in_any_cuts_equals_one_pass():
             return cid in self.ids
 
         def plan(self, cid, source, text):
-            from noderag.build.assembly_plan import plan_chunks
+            from noderag.indexing.assembly_plan import plan_chunks
 
             return plan_chunks([source], [text], [by_id[cid]]), 0
 
@@ -235,7 +235,7 @@ def test_column_sums_equal_scipy_column_indexing():
     from hypothesis import given, note, settings
     from hypothesis import strategies as st
 
-    from noderag.build.augment import column_sums
+    from noderag.indexing.augment import column_sums
 
     @settings(max_examples=60, deadline=None)
     @given(st.integers(1, 12), st.integers(1, 30), st.integers(0, 2 ** 31 - 1), st.data())
@@ -256,7 +256,7 @@ def test_block_mean_and_sims_equal_the_whole_array(n, dim, block, seed):
     """A community's centroid read in blocks is ``mean(axis=0)`` bit for bit, and its similarities do not
     depend on the block size (each row's dot product is computed alone). Vectors have two dimensions or
     more (NumPy sums a single contiguous column pairwise, not row after row)."""
-    import noderag.build.augment as augment
+    import noderag.indexing.augment as augment
 
     rng = np.random.default_rng(seed)
     vectors = rng.standard_normal((n + 7, dim)).astype(np.float16).astype(np.float32)

@@ -11,10 +11,10 @@ from hypothesis import strategies as st
 
 from noderag.graph.keys import canonical_name, node_key
 from noderag.graph.types import NodeType
-from noderag.build.assemble import ChunkRecord, NodeTable, assemble_chunks, assemble_planned
-from noderag.build.assembly_plan import PlannedChunks, plan_chunks, plan_columns, planned_from_table
-from noderag.build.decompose.base import ChunkDecomposition, Unit
-from noderag.build.executor.stages import chunk_table, decompose_batch
+from noderag.indexing.assemble import ChunkRecord, NodeTable, assemble_chunks, assemble_planned
+from noderag.indexing.assembly_plan import PlannedChunks, plan_chunks, plan_columns, planned_from_table
+from noderag.indexing.decompose.base import ChunkDecomposition, Unit
+from noderag.indexing.executor.stages import chunk_table, decompose_batch
 
 T, S, N, R = (int(NodeType.T), int(NodeType.S), int(NodeType.N), int(NodeType.R))
 
@@ -126,7 +126,7 @@ def test_worker_plans_build_what_the_records_build():
     """A decompose shard's plans (made in the worker from its records) assemble as the records do; a table
     without sources carries no plans, and the trace units are the records' JSON."""
     from noderag.config import DecomposeConfig
-    from noderag.build.decompose.factory import make_decomposer
+    from noderag.indexing.decompose.factory import make_decomposer
 
     texts = ["Ada Lovelace met Charles Babbage in London. Babbage designed the Analytical Engine.",
              "The Analytical Engine was never built. Ada Lovelace wrote about it in London.",
@@ -135,7 +135,7 @@ def test_worker_plans_build_what_the_records_build():
     out = decompose_batch(chunk_table(rows), make_decomposer(DecomposeConfig(method="nlp"), None, 0))
     assert planned_from_table(decompose_batch(chunk_table([r[:3] for r in rows]),
                                               make_decomposer(DecomposeConfig(method="nlp"), None, 0))) is None
-    from noderag.build.executor.stages import records_of
+    from noderag.indexing.executor.stages import records_of
 
     decs = records_of(out)
     assert sum(len(d.units) for d in decs) >= 4

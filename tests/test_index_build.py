@@ -18,9 +18,9 @@ from noderag.config import NodeRAGConfig
 from noderag.data import demo_dir
 from noderag.graph.storage import FormatVersionError
 from noderag.graph.types import NodeType
-from noderag.build.ingest import IngestError
+from noderag.indexing.ingest import IngestError
 from noderag.store.generations import current_generation, generation_path
-from noderag.build.driver import BuildError, build_index
+from noderag.indexing.driver import BuildError, build_index
 from noderag.store.tables import NODE_COLUMNS, IndexNotFoundError, IndexStore
 
 T, S, N, R, A, H, O = (int(t) for t in NodeType)
@@ -108,7 +108,7 @@ def test_nodes_parquet_contract(demo_index):
 def test_nodes_file_keeps_names_it_cannot_derive(tmp_path):
     import pyarrow.parquet as pq
 
-    from noderag.build.assemble import NodeTable
+    from noderag.indexing.assemble import NodeTable
     from noderag.store.tables import nodes_table, read_nodes_file, write_nodes
 
     t = NodeTable()
@@ -167,7 +167,7 @@ def test_edges_follow_the_schema(demo_index):
 _SUB = """
 import sys
 from noderag.config import NodeRAGConfig
-from noderag.build.driver import build_index
+from noderag.indexing.driver import build_index
 cfg = NodeRAGConfig().with_overrides({"embed.spec": "hash:64", "decompose.batch_size": 3, "semantic.enabled": True})
 build_index([sys.argv[1]], sys.argv[2], cfg, progress=False)
 """
@@ -273,8 +273,8 @@ def _pair_sums(src, dst, w) -> dict:
 
 def test_base_edges_derived_from_graph(tmp_path, monkeypatch):
     # the decomposed edges an insert extends are not stored: graph T/S/N/R edges minus linked.parquet
-    import noderag.build.assemble as stages
-    import noderag.build.previous as previous
+    import noderag.indexing.assemble as stages
+    import noderag.indexing.previous as previous
 
     made = []
 
@@ -301,7 +301,7 @@ def test_base_edges_derived_from_graph(tmp_path, monkeypatch):
 def test_derive_base_subtracts_name_links():
     # T0 S1 S2 N3 N4 R5 A6: decomposed S-T, S-N (counts), N-R; links add to (1,3) and create (2,4); A edge ignored
     from noderag.graph.hetero import HeteroGraph
-    from noderag.build.previous import derive_base
+    from noderag.indexing.previous import derive_base
 
     types = [T, S, S, N, N, R, A]
     base = ([1, 2, 1, 2, 3], [0, 0, 3, 3, 5], [1.0, 1.0, 2.0, 1.0, 1.0])
@@ -415,7 +415,7 @@ def test_semantic_layer_is_built_when_the_search_config_weights_it(tmp_path):
 
 def test_a_failed_build_closes_the_backend_it_opened(tmp_path, monkeypatch):
     """The driver closes the LLM backend it made in ``finally``: also when a stage fails."""
-    import noderag.build.driver as pl
+    import noderag.indexing.driver as pl
 
     closed = []
 

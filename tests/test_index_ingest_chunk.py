@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from noderag.build.chunk import chunk_text
-from noderag.build.ingest import IngestError, ingest
+from noderag.indexing.chunk import chunk_text
+from noderag.indexing.ingest import IngestError, ingest
 from noderag.lang.sentences import split_sentences
 from noderag.tokenize import count_tokens
 

@@ -6,10 +6,10 @@ import pytest
 
 from noderag.config import DecomposeConfig, NodeRAGConfig
 from noderag.data import demo_dir
-from noderag.build.decompose.base import ChunkInput, DecomposeFailure
-from noderag.build.decompose.llm import LLMDecomposer
-from noderag.build.decompose.nlp import extract_mentions
-from noderag.build.driver import build_index
+from noderag.indexing.decompose.base import ChunkInput, DecomposeFailure
+from noderag.indexing.decompose.llm import LLMDecomposer
+from noderag.indexing.decompose.nlp import extract_mentions
+from noderag.indexing.driver import build_index
 from noderag.store.errors import IndexNotFoundError
 from noderag.store.tables import IndexStore
 from noderag.llm.prompts import SYSTEM_PROMPTS

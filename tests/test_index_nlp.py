@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from noderag.config import DecomposeConfig
-from noderag.build.decompose.base import ChunkDecomposition, ChunkInput
-from noderag.build.decompose.nlp import NLPDecomposer, extract_mentions, sentence_relations, title_aliases
+from noderag.indexing.decompose.base import ChunkDecomposition, ChunkInput
+from noderag.indexing.decompose.nlp import NLPDecomposer, extract_mentions, sentence_relations, title_aliases
 
 
 def _names(sentence, **kw):

@@ -13,11 +13,11 @@ import pytest
 
 from noderag.cli import main
 from noderag.config import NodeRAGConfig
-from noderag.build.delete import delete_documents
+from noderag.indexing.update.delete import delete_documents
 from noderag.store.generations import (CURRENT, IndexPointerError, current_generation, generation_path,
                                        remove_old_generations)
 from noderag.store.repair import repair_pointer
-from noderag.build.driver import build_index
+from noderag.indexing.driver import build_index
 from noderag.store.tables import IndexNotFoundError, IndexStore
 
 

@@ -12,10 +12,10 @@ import time
 import pytest
 
 from noderag.config import ConfigError, NodeRAGConfig
-from noderag.build.cleanup import remove_if_nothing_built
-from noderag.build.ingest import IngestError, ingest
+from noderag.indexing.cleanup import remove_if_nothing_built
+from noderag.indexing.ingest import IngestError, ingest
 from noderag.store.lock import LOCK_FILE, WriterLock
-from noderag.build.driver import build_index
+from noderag.indexing.driver import build_index
 
 
 def _jsonl(path, rows):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from noderag.build.key_index import BucketedKeys, KeyIndex, SortedKeys
+from noderag.indexing.key_index import BucketedKeys, KeyIndex, SortedKeys
 
 
 def _reference(keys: np.ndarray) -> dict[int, int]:

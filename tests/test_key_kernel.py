@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from noderag.build.key_index import BucketedKeys, KeyIndex
+from noderag.indexing.key_index import BucketedKeys, KeyIndex
 from noderag.graph._key_kernel import bucket_keys
 
 

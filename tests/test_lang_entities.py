@@ -9,14 +9,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import noderag.graph.keys as keys
-import noderag.build.assemble as assemble
-import noderag.build.assembly_plan as assembly_plan
-import noderag.build.decompose.nlp as nlp
+import noderag.indexing.assemble as assemble
+import noderag.indexing.assembly_plan as assembly_plan
+import noderag.indexing.decompose.nlp as nlp
 import noderag.lang.zh as zh
 import noderag.search.entities as sent
 from noderag.config import DecomposeConfig
 from noderag.graph.types import NodeType
-from noderag.build.decompose.base import ChunkInput
+from noderag.indexing.decompose.base import ChunkInput
 from noderag.lang import entities as ent
 from noderag.lang.entities import canonical_name, extract_mentions
 from noderag.lang.zh import match_tokens
@@ -124,7 +124,7 @@ def test_one_canonical_function_everywhere():
 
 def test_link_known_names_uses_the_canonical_form():
     """A name written in Traditional characters or full-width letters links to a unit that spells it otherwise."""
-    from noderag.build.assemble import NodeTable
+    from noderag.indexing.assemble import NodeTable
     from noderag.graph.keys import node_key
 
     table = NodeTable()

@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 
 from noderag.config import DecomposeConfig
 from noderag.graph.keys import canonical_name
-from noderag.build.decompose.base import ChunkInput
-from noderag.build.decompose.nlp import NLPDecomposer
+from noderag.indexing.decompose.base import ChunkInput
+from noderag.indexing.decompose.nlp import NLPDecomposer
 from noderag.lang import corpus_language, detect_language, fold_zh
 from noderag.lang import zh
 from noderag.lang.fold import fold_table
@@ -146,7 +146,7 @@ def test_bm25_chinese_terms_bigrams_and_segmenter():
 
 
 def test_llm_decomposer_picks_chinese_prompts_per_chunk():
-    from noderag.build.decompose.llm import LLMDecomposer
+    from noderag.indexing.decompose.llm import LLMDecomposer
     from noderag.llm.prompts import SYSTEM_PROMPTS
     from noderag.llm.testing import ScriptedLLM
 

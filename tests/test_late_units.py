@@ -13,8 +13,8 @@ from noderag.data import demo_dir
 from noderag.embed.base import l2_normalize
 from noderag.embed.onnx import minilm_embedder
 from noderag.graph.types import NodeType
-from noderag.build.embedding import embed_late_resumable, unit_spans
-from noderag.build.driver import build_index
+from noderag.indexing.embedding import embed_late_resumable, unit_spans
+from noderag.indexing.driver import build_index
 from noderag.store.tables import IndexStore
 
 T, S = int(NodeType.T), int(NodeType.S)

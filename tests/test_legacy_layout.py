@@ -12,9 +12,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from noderag.api import Index
-from noderag.build.compact import compact_index
-from noderag.build.delete import delete_documents
-from noderag.build.driver import build_index
+from noderag.indexing.update.compact import compact_index
+from noderag.indexing.update.delete import delete_documents
+from noderag.indexing.driver import build_index
 from noderag.graph.storage import atomic_write_json
 from noderag.store.generations import current_path
 from noderag.store.manifest import dir_sizes

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from noderag.build.node_vectors import NodeVectors
+from noderag.indexing.node_vectors import NodeVectors
 
 
 @settings(max_examples=60, deadline=None)

@@ -24,7 +24,7 @@ import pytest
 
 from noderag.config import ExecutorConfig, NodeRAGConfig
 from noderag.data import demo_dir
-from noderag.build.driver import build_index
+from noderag.indexing.driver import build_index
 from conftest import RAY_PORTS, free_port, under_ci, wait_for_port
 
 pytestmark = [pytest.mark.ray, pytest.mark.filterwarnings("ignore::DeprecationWarning:ray.*")]
@@ -209,8 +209,8 @@ def test_only_row_independent_stages_are_split_and_pieces_reassemble_in_order():
 
     import pyarrow as pa
 
-    from noderag.build.executor.ray_exec import RayExecutor
-    from noderag.build.executor.stages import DecomposeStage, EmbedStage, text_table
+    from noderag.indexing.executor.ray_exec import RayExecutor
+    from noderag.indexing.executor.stages import DecomposeStage, EmbedStage, text_table
 
     ex = RayExecutor.__new__(RayExecutor)  # pieces() needs no connection
     texts = [f"text {i}" for i in range(1367)]
@@ -278,8 +278,8 @@ def test_a_client_server_that_fails_to_start_once_is_retried_and_other_errors_ar
     _require_ray()
     import ray
 
-    from noderag.build.executor import ray_exec
-    from noderag.build.executor.stages import ExecutorError
+    from noderag.indexing.executor import ray_exec
+    from noderag.indexing.executor.stages import ExecutorError
 
     calls: list[str] = []
 
@@ -370,10 +370,10 @@ def test_openai_server_through_ray_workers_shares_the_cache(cluster, llama_serve
 def test_vllm_on_ray_validates_and_retries_invalid_items(cluster):
     import ray
 
-    from noderag.build.decompose.base import ChunkInput
-    from noderag.build.decompose.llm import LLMDecomposer
-    from noderag.build.executor.ray_exec import connect
-    from noderag.build.executor.ray_llm import RayVLLMBackend, postprocess, preprocess
+    from noderag.indexing.decompose.base import ChunkInput
+    from noderag.indexing.decompose.llm import LLMDecomposer
+    from noderag.indexing.executor.ray_exec import connect
+    from noderag.indexing.executor.ray_llm import RayVLLMBackend, postprocess, preprocess
     from noderag.llm.backends.vllm import VLLMConfig
 
     connect(cluster.address)

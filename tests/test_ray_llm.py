@@ -1,4 +1,4 @@
-"""``vllm:MODEL`` on Ray (``noderag.build.executor.ray_llm``) at the configuration and row level.
+"""``vllm:MODEL`` on Ray (``noderag.indexing.executor.ray_llm``) at the configuration and row level.
 
 No GPU here: the vLLM engine never starts. Checked: the ``vLLMEngineProcessorConfig`` we build, the
 pre-processing (our prompts, our schema as structured outputs) and post-processing of rows, and that
@@ -26,7 +26,7 @@ except ImportError as exc:  # under CI (.ci/run installs the ray extra) a missin
         raise
     pytest.skip(f"the ray extra is not installed ({exc})", allow_module_level=True)
 
-from noderag.build.executor.ray_llm import (  # noqa: E402
+from noderag.indexing.executor.ray_llm import (  # noqa: E402
     RayVLLMBackend, postprocess, preprocess, processor_config, raw_output, request_row)
 from noderag.llm.backends.vllm import VLLMConfig  # noqa: E402
 from noderag.llm.prompts import decompose_request, decompose_schema  # noqa: E402

@@ -20,7 +20,7 @@ POINTS = ("ingest", "chunk", "decompose-batch", "assemble", "embed", "attributes
 _SUB = """
 import sys
 from noderag.config import NodeRAGConfig
-from noderag.build.driver import build_index
+from noderag.indexing.driver import build_index
 cfg = NodeRAGConfig().with_overrides({"embed.spec": "hash:64", "decompose.batch_size": 3, "semantic.enabled": True})
 build_index([sys.argv[1]], sys.argv[2], cfg, progress=False)
 """

@@ -1,4 +1,4 @@
-"""A delete of base documents scrubs them in place (noderag.build.scrub): the text is gone from every file,
+"""A delete of base documents scrubs them in place (noderag.indexing.update.scrub): the text is gone from every file,
 the index verifies and searches without them, ids stay, a full compaction gives the fresh build of the
 survivors byte for byte, inserts and merges work on top, a kill leaves the previous generation; and the
 rules that pick the scrubbed nodes, the tombstone keys and the blanked string blobs against simple references."""
@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 
 from noderag.api import Index
-from noderag.build.compact import compact_index
-from noderag.build.delete import UnknownDocumentError, delete_documents
-from noderag.build.driver import build_index
-from noderag.build.scrub import scrubbed_nodes, tombstone_keys
+from noderag.indexing.update.compact import compact_index
+from noderag.indexing.update.delete import UnknownDocumentError, delete_documents
+from noderag.indexing.driver import build_index
+from noderag.indexing.update.scrub import scrubbed_nodes, tombstone_keys
 from noderag.config import NodeRAGConfig
 from noderag.graph.types import NodeType
 from noderag.search.query_index import _blanked, _zeroed
@@ -224,7 +224,7 @@ def test_scrub_beside_delta_segments(tmp_path, built):
 
 _DEL = """
 import sys
-from noderag.build.delete import delete_documents
+from noderag.indexing.update.delete import delete_documents
 delete_documents(sys.argv[1], sys.argv[2:])
 """
 
@@ -320,7 +320,7 @@ def test_a_replacement_is_a_scrub_then_a_delta_insert(tmp_path, built):
 
 _INSERT = """
 import sys
-from noderag.build.driver import build_index
+from noderag.indexing.driver import build_index
 from noderag.config import NodeRAGConfig
 build_index([sys.argv[2]], sys.argv[1], NodeRAGConfig().with_overrides({"embed.spec": "hash:32"}), progress=False)
 """

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import noderag
-from noderag.build.driver import build_index
+from noderag.indexing.driver import build_index
 from noderag.config import NodeRAGConfig
 from noderag.graph.types import NodeType
 from noderag.store.generations import current_path
@@ -99,7 +99,7 @@ def _key_view(store):
     keep = np.isin(types, (T, S, N, R))
     texts = store.nodes.column("text").to_pylist()
     nodes = {(int(types[i]), int(keys[i]), texts[i]) for i in np.flatnonzero(keep)}
-    from noderag.build.previous import load_base
+    from noderag.indexing.previous import load_base
 
     src, dst, w = load_base(store.path, store.manifest).arrays()
     pairs: dict = {}
@@ -146,7 +146,7 @@ def _links(store) -> dict:
 
 
 def test_compaction_gives_the_bytes_of_a_fresh_build(base, parts, tmp_path):
-    from noderag.build.compact import compact_index
+    from noderag.indexing.update.compact import compact_index
 
     idx = _copy(base, tmp_path / "idx")
     build_index([parts[1]], idx, progress=False)
@@ -232,7 +232,7 @@ def test_a_delete_of_a_base_document_is_done_in_place_beside_the_deltas(base, pa
     build_index([parts[1]], idx, progress=False)
     gone = json.loads(parts[0].read_text("utf-8").splitlines()[0])
     before = noderag.Index.open(idx).deltas
-    index = noderag.Index.open(idx).delete([gone["id"]])  # noderag.build.scrub: the deltas are shared
+    index = noderag.Index.open(idx).delete([gone["id"]])  # noderag.indexing.update.scrub: the deltas are shared
     assert index.deltas == before and list(index.manifest["stages"]) == ["scrub"]
     needle = gone["text"][20:80].encode("utf-8")
     for p in index.path.rglob("*.npy"):
@@ -242,7 +242,7 @@ def test_a_delete_of_a_base_document_is_done_in_place_beside_the_deltas(base, pa
 
 _SUB = """
 import sys
-from noderag.build.driver import build_index
+from noderag.indexing.driver import build_index
 build_index([sys.argv[1]], sys.argv[2], progress=False)
 """
 
@@ -371,7 +371,7 @@ def test_export_reads_every_segment(base, parts, tmp_path):
 
 _DELETE = """
 import sys
-from noderag.build.delete import delete_documents
+from noderag.indexing.update.delete import delete_documents
 delete_documents(sys.argv[2], [sys.argv[1]])
 """
 
@@ -480,7 +480,7 @@ def test_a_base_with_stored_sorted_keys_takes_inserts_as_one_without(base, parts
     binary-searches them in place, checks only the node types and flags byte for byte first (not the keys),
     and merges exactly as with the keys bucketed in memory."""
     import noderag.graph.hetero as hetero
-    from noderag.build.run import delta_reads
+    from noderag.indexing.run import delta_reads
     from noderag.store.verify import _check_key_order
 
     monkeypatch.setattr(hetero, "KEY_ORDER_FROM", 1)
@@ -513,7 +513,7 @@ def test_a_base_with_stored_sorted_keys_takes_inserts_as_one_without(base, parts
 
 
 def test_a_merging_compaction_starts_leiden_from_the_stored_communities(base, parts, tmp_path):
-    from noderag.build.compact import compact_index
+    from noderag.indexing.update.compact import compact_index
 
     gen = current_path(base)
     labels, types = np.load(gen / "communities.npy"), np.load(gen / "node_types.npy")
@@ -531,7 +531,7 @@ def test_a_merging_compaction_starts_leiden_from_the_stored_communities(base, pa
     # the switch: off, or no stored labels, or a run that renumbers nodes (a delete, --full) starts cold
     from types import SimpleNamespace
 
-    from noderag.build.driver import _stored_communities
+    from noderag.indexing.driver import _stored_communities
 
     prev = SimpleNamespace(path=current_path(base))
     run = SimpleNamespace(previous=prev, drop=[], compact="merge", config=CFG, table=[0] * (labels.shape[0] + 5))

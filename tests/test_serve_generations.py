@@ -15,9 +15,9 @@ pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient  # noqa: E402
 
 from noderag.config import NodeRAGConfig  # noqa: E402
-from noderag.build.delete import delete_documents  # noqa: E402
+from noderag.indexing.update.delete import delete_documents  # noqa: E402
 from noderag.store.generations import current_generation, remove_old_generations  # noqa: E402
-from noderag.build.driver import build_index  # noqa: E402
+from noderag.indexing.driver import build_index  # noqa: E402
 from noderag.serve.app import ServeSettings, create_app  # noqa: E402
 from noderag.serve.reload import Generation, LiveGeneration  # noqa: E402
 

@@ -12,9 +12,9 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from noderag.config import NodeRAGConfig
-from noderag.build.chunk import chunk_text
-from noderag.build.decompose.base import ChunkInput
-from noderag.build.decompose.nlp import NLPDecomposer
+from noderag.indexing.chunk import chunk_text
+from noderag.indexing.decompose.base import ChunkInput
+from noderag.indexing.decompose.nlp import NLPDecomposer
 from noderag.lang.sentences import sentence_spans
 from noderag.tokenize import count_tokens
 

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from noderag.config import EmbedConfig
-from noderag.build.embedding import start_vector_index
-from noderag.build.node_vectors import NodeVectors
-from noderag.build.vector_process import VectorBuild
+from noderag.indexing.embedding import start_vector_index
+from noderag.indexing.node_vectors import NodeVectors
+from noderag.indexing.vector_process import VectorBuild
 
 
 def _files(folder):
@@ -92,8 +92,8 @@ def test_the_worker_ends_with_a_killed_build(tmp_path):
         import numpy as np
         from pathlib import Path
         from noderag.config import EmbedConfig
-        from noderag.build.node_vectors import NodeVectors
-        from noderag.build.vector_process import VectorBuild
+        from noderag.indexing.node_vectors import NodeVectors
+        from noderag.indexing.vector_process import VectorBuild
         tmp = Path({str(tmp_path)!r})
         ids = np.arange(200000)
         vec = NodeVectors(64, np.float16)

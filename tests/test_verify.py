@@ -12,7 +12,7 @@ import pytest
 from noderag.api import Index
 from noderag.cli import main
 from noderag.data import demo_dir
-from noderag.build.driver import build_index
+from noderag.indexing.driver import build_index
 from noderag.store.tables import IndexStore
 from noderag.store.verify import CHECKSUMS, IndexDamagedError, verify_index
 from noderag.config import NodeRAGConfig

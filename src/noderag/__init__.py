@@ -8,8 +8,12 @@ from __future__ import annotations
 
 from typing import Any
 
-__version__ = "0.1.0"
+from ._version import __version__
 __all__ = ["build", "Index", "NodeRAGConfig", "load_config", "__version__"]
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
 
 
 def __getattr__(name: str) -> Any:

@@ -76,7 +76,7 @@ class Index(IndexStore):
         ``wait``: seconds to wait for another writer of this index (default: fail at once).
         ``config``: the index's configuration with other ``update`` settings (``update.compaction``), if any.
         """
-        from .build.insert import insert_documents
+        from .indexing.update.insert import insert_documents
 
         if isinstance(docs_or_paths, (str, os.PathLike)):
             docs_or_paths = [docs_or_paths]
@@ -88,10 +88,10 @@ class Index(IndexStore):
                embedder=None, progress: bool = False, wait: float | None = None, config=None) -> "Index":
         """Delete documents by source id (or every document of ``all_from`` paths); return the reopened index.
 
-        Unknown ids raise :class:`~noderag.build.delete.UnknownDocumentError` and change nothing.
+        Unknown ids raise :class:`~noderag.indexing.update.delete.UnknownDocumentError` and change nothing.
         This object keeps reading its own generation until it is closed.
         """
-        from .build.delete import delete_documents
+        from .indexing.update.delete import delete_documents
 
         delete_documents(self.root, doc_ids, all_from=all_from, llm=llm, embedder=embedder, progress=progress,
                          wait=wait, config=config)
@@ -113,7 +113,7 @@ def build(inputs: Sequence[str | os.PathLike] | str | os.PathLike, index_dir: st
     allow_failures : finish even when some chunks failed to decompose (recorded in the manifest)
     """
     from .config import NodeRAGConfig
-    from .build.driver import build_index
+    from .indexing.driver import build_index
 
     embedder = None
     if isinstance(embed, str):

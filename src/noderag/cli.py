@@ -59,7 +59,7 @@ def _cmd_repair(args: argparse.Namespace) -> int:
 
 def _cmd_build(args: argparse.Namespace) -> int:
     from .config import ConfigError, NodeRAGConfig, load_config
-    from .build.driver import build_index
+    from .indexing.driver import build_index
 
     config = load_config(args.config) if getattr(args, "config", None) else None
     overrides = {}
@@ -84,7 +84,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
     progress = not args.no_progress
     log = (lambda msg: print(f"noderag: {msg}", file=sys.stderr)) if progress else None
     if getattr(args, "estimate", False):  # the cost of an LLM build; no model is called, nothing is built
-        from .build.estimate import run_estimate
+        from .indexing.estimate import run_estimate
 
         return run_estimate(args, config, log)
     given = [f"--estimate-{k}" for k in ("tps", "sample", "tokenizer", "calibrate") if getattr(args, f"estimate_{k}", None) is not None]
@@ -110,14 +110,14 @@ def _cmd_build(args: argparse.Namespace) -> int:
 
 def _say_background(index, report) -> None:
     if report.background_compaction:
-        from .build.background import LOG
+        from .indexing.update.background import LOG
 
         print(f"index {index}: compacting the delta segments in the background (pid {report.background_compaction}, "
               f"log {Path(index) / LOG}); readers and writers need not wait for it")
 
 
 def _cmd_delete(args: argparse.Namespace) -> int:
-    from .build.delete import delete_documents
+    from .indexing.update.delete import delete_documents
 
     progress = not args.no_progress
     log = (lambda msg: print(f"noderag: {msg}", file=sys.stderr)) if progress else None
@@ -130,7 +130,7 @@ def _cmd_delete(args: argparse.Namespace) -> int:
 
 
 def _cmd_compact(args: argparse.Namespace) -> int:
-    from .build.compact import compact_index
+    from .indexing.update.compact import compact_index
 
     progress = not args.no_progress
     log = (lambda msg: print(f"noderag: {msg}", file=sys.stderr)) if progress else None
@@ -154,7 +154,7 @@ def _cmd_gc(args: argparse.Namespace) -> int:
 def _cmd_stats(args: argparse.Namespace) -> int:
     import time
 
-    from .build.background import LOG
+    from .indexing.update.background import LOG
     from .store.lock import BACKGROUND, current_writer
     from .store.tables import IndexStore
 
@@ -296,7 +296,7 @@ _DELEGATED = (
 def _parser() -> argparse.ArgumentParser:
     import importlib
 
-    from . import __version__
+    from ._version import __version__
 
     p = argparse.ArgumentParser(prog="noderag", description="NodeRAG heterograph indexing and retrieval.")
     p.add_argument("--version", action="version", version=f"noderag {__version__}")

@@ -32,14 +32,14 @@ def add_demo_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _run(args: argparse.Namespace, index_dir: Path, out) -> int:
-    import noderag
+    from .api import build
     from .store.summary import format_summary
     from .data import demo_dir, demo_questions
     from .search.cli import format_result
 
     questions = demo_questions()
     t0 = time.perf_counter()
-    index = noderag.build([str(demo_dir())], str(index_dir), embed=args.embed, progress=not args.no_progress)
+    index = build([str(demo_dir())], str(index_dir), embed=args.embed, progress=not args.no_progress)
     build_s = time.perf_counter() - t0
     if not args.json:
         out.write(f"built {index_dir} from {demo_dir()} in {build_s:.1f} s (nlp mode, 0 LLM tokens)\n")

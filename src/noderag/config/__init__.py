@@ -501,7 +501,7 @@ class UpdateConfig:
         index (recomputing every global stage), so queries never pay for many large deltas.
     compaction : {"background", "inline", "off"}, default="background"
         How an insert past ``max_delta_share`` compacts. ``"background"``: the insert writes its
-        delta and returns; a detached, low-priority process (:mod:`noderag.build.background`)
+        delta and returns; a detached, low-priority process (:mod:`noderag.indexing.update.background`)
         compacts afterwards and yields to any writer that comes meanwhile, which starts it again
         when done. Should deltas still reach twice the share (the compactions kept being
         interrupted, or never ran: the process was killed with its container), the insert

@@ -540,7 +540,7 @@ def detect_format(path: str | Path) -> str:
 
 def _load_demo() -> Dataset:
     from ..data import demo_dir, demo_questions
-    from ..build.ingest import iter_documents
+    from ..indexing.ingest import iter_documents
 
     corpus = _Corpus()
     by_name: dict[str, str] = {}

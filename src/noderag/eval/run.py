@@ -102,14 +102,14 @@ def _write_atomic(path: Path, text: str) -> None:
 # ----------------------------------------------------------------------------- index: build or check
 
 def _index_documents(index: Any) -> set[tuple[str, str]]:
-    docs = index.documents  # a deleted document's tombstone row (noderag.build.scrub) has neither
+    docs = index.documents  # a deleted document's tombstone row (noderag.indexing.update.scrub) has neither
     return {(s, h) for s, h in zip(docs.column("source").to_pylist(), docs.column("content_hash").to_pylist())
             if s is not None or h is not None}
 
 
 def _corpus_documents(corpus_path: Path) -> set[tuple[str, str]]:
     """(source id, content hash) of every document a build of ``corpus_path`` keeps (the build's own reader)."""
-    from ..build.ingest import ingest
+    from ..indexing.ingest import ingest
 
     docs, _ = ingest([str(corpus_path)])
     return {(d.source, d.content_hash) for d in docs}
@@ -123,7 +123,7 @@ def open_or_build(ds: Dataset, index_dir: Path, *, build_config: Any = None, pro
     as a build of it would keep); otherwise :class:`EvalMismatchError` says how they differ.
     Returns the opened index and ``{"built", "build_s"}``.
     """
-    import noderag
+    from ..api import Index, build
 
     index_dir = Path(index_dir)
     with tempfile.TemporaryDirectory(prefix="noderag-eval-") as tmp:
@@ -133,9 +133,9 @@ def open_or_build(ds: Dataset, index_dir: Path, *, build_config: Any = None, pro
                 log(f"index {index_dir} has no finished build: building it from the {len(ds.corpus):,} passages "
                     "of the dataset")
             t0 = time.perf_counter()
-            noderag.build([str(corpus_path)], str(index_dir), config=build_config, progress=progress)
-            return noderag.Index.open(index_dir), {"built": True, "build_s": round(time.perf_counter() - t0, 1)}
-        index = noderag.Index.open(index_dir)
+            build([str(corpus_path)], str(index_dir), config=build_config, progress=progress)
+            return Index.open(index_dir), {"built": True, "build_s": round(time.perf_counter() - t0, 1)}
+        index = Index.open(index_dir)
         want, have = _corpus_documents(corpus_path), _index_documents(index)
     if want != have:
         extra, missing = have - want, want - have
@@ -356,12 +356,12 @@ def _index_list(index: Any) -> list[Path]:
 
 def _results(ds: Dataset, st: _Settings, runs: list[dict], figs: dict, meta: dict) -> dict:
     """The results dict (results.json) from the runs of every index and their figures."""
-    import noderag
+    from .._version import __version__
 
     n_q = len(ds.questions)
     resumed = sum(r["resumed"] for r in runs)
     res = {
-        "noderag_version": noderag.__version__, "git_revision": meta["revision"],
+        "noderag_version": __version__, "git_revision": meta["revision"],
         "dataset": {"name": ds.name, "format": ds.format, "files": ds.files, "stats": ds.stats,
                     "n_questions": n_q, "n_passages": len(ds.corpus)},
         "index": runs[0]["index"], "config": st.config, "machine": _machine(),

@@ -58,7 +58,7 @@ def default_out(index_dir: str | os.PathLike, fmt: str) -> Path:
 
 
 def _info(source: ExportSource, fmt: str, counts: dict[str, int]) -> dict[str, Any]:
-    from .. import __version__
+    from .._version import __version__
 
     from .parquet import LAYOUT
 

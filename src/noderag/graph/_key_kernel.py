@@ -1,4 +1,4 @@
-"""Numba radix-sort kernel of :class:`noderag.build.assemble.KeyIndex`, in its own module so that importing
+"""Numba radix-sort kernel of :class:`noderag.indexing.assemble.KeyIndex`, in its own module so that importing
 the node table does not load Numba until an insert needs the index."""
 
 from __future__ import annotations

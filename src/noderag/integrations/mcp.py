@@ -73,7 +73,7 @@ def create_server(index: Any, *, llm: Any = None, search_config: Any = None, nam
     MCPServer = _sdk()
     from mcp.server.mcpserver.exceptions import ToolError
 
-    from .. import __version__
+    from .._version import __version__
     from ..serve.views import GraphView, NodeNotFound
 
     from .passages import open_index

@@ -1,6 +1,6 @@
 """Entity names: the one canonical form, the rule-based mention extractor and its word lists.
 
-Indexing (the ``nlp`` decomposer, :func:`noderag.build.assemble.link_known_names`, node keys) and
+Indexing (the ``nlp`` decomposer, :func:`noderag.indexing.assemble.link_known_names`, node keys) and
 query matching (:mod:`noderag.search.entities`) both use this module, so a name the index extracts
 from a text is extracted and keyed identically when the same text appears in a query.
 It sits in :mod:`noderag.lang`, below ``graph``, ``index`` and ``search``, which all import it.

@@ -54,7 +54,7 @@ _WORDISH = re.compile(r"\w")
 class ZhMention:
     """One mention in a sentence: character span, surface text (as written) and kind.
 
-    Shaped like :class:`noderag.build.decompose.nlp.Mention` (start, end, text, kind), so the two
+    Shaped like :class:`noderag.indexing.decompose.nlp.Mention` (start, end, text, kind), so the two
     kinds of mention of a mixed sentence are merged and related together.
     """
 
@@ -175,7 +175,7 @@ def _relation_text(between: str, max_words: int) -> str | None:
 def sentence_relations(sent: str, mentions: Sequence, max_words: int) -> list[tuple[str, str, str]]:
     """(source, relation, target) for adjacent mention pairs and (first mention, later mention) pairs.
 
-    The pairs of :func:`noderag.build.decompose.nlp.sentence_relations`; words are counted with the
+    The pairs of :func:`noderag.indexing.decompose.nlp.sentence_relations`; words are counted with the
     segmenter, so a relation spans at most ``max_words`` Chinese or English words.
     """
     rels: list[tuple[str, str, str]] = []

@@ -460,7 +460,7 @@ SCRUBBED_TABLES = ("active", "text_off", "text", "label_node", "label_off", "lab
 def scrub_query_tables(src_dir: str | os.PathLike, dst_dir: str | os.PathLike, dead: np.ndarray,
                        documents_gone: np.ndarray) -> None:
     """Write ``dst_dir/query/`` from ``src_dir/query/`` without the texts of the ``dead`` nodes (a scrubbing
-    delete, :mod:`noderag.build.scrub`): their passage labels, canonical names and the name tokens no live
+    delete, :mod:`noderag.indexing.update.scrub`): their passage labels, canonical names and the name tokens no live
     name uses are overwritten by zeros (read as ""; the offsets are shared), the labels of the
     ``documents_gone`` too, and the nodes are marked inactive (a query index of format 2 or 1 holds a copy of
     the display texts: erased in its pages, or emptied). A current index's display texts are the segment's

@@ -25,7 +25,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from .. import __version__
+from .._version import __version__
 from ..search import SearchConfig, Searcher
 from .models import (AnswerOut, AnswerRequest, ErrorOut, HealthOut, Limits, NodeOut, RetrievalOut,
                      RetrieveManyOut, RetrieveManyRequest, RetrieveRequest, StatsOut)

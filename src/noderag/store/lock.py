@@ -29,7 +29,7 @@ class IndexLockedError(NodeRAGError, RuntimeError):
     """Another process is writing the index (build, insert or delete)."""
 
 
-#: The role a background compaction (:mod:`noderag.build.background`) records: any other writer preempts it.
+#: The role a background compaction (:mod:`noderag.indexing.update.background`) records: any other writer preempts it.
 BACKGROUND = "background compaction"
 #: Seconds a writer waits for a preempted background compaction to let go of the lock.
 PREEMPT_WAIT_S = 60.0

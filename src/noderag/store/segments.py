@@ -149,7 +149,7 @@ def delta_edges(folder: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def scrubbed_mask(path: Path, types: np.ndarray) -> np.ndarray | None:
-    """The base's nodes a scrubbing delete made inactive (:mod:`noderag.build.scrub`: inactive T/S/N/R nodes;
+    """The base's nodes a scrubbing delete made inactive (:mod:`noderag.indexing.update.scrub`: inactive T/S/N/R nodes;
     A/H/O nodes retired by inserts keep their edges), or None when there are none. Their edges are gone from
     the base; a delta segment's edges and name links that end at them are dropped where the segments are joined."""
     from ..graph.storage import load_npy
@@ -180,7 +180,7 @@ def has_scrubbed(manifest: dict[str, Any]) -> bool:
 
 def scrubbed_overlay(path: Path, n: int) -> np.ndarray | None:
     """The ids in the generation's ``scrubbed.npy`` (None when it has none): the base's nodes deleted in place
-    (:mod:`noderag.build.scrub`) whose edges the base's graph files, whose labels ``communities.npy`` and
+    (:mod:`noderag.indexing.update.scrub`) whose edges the base's graph files, whose labels ``communities.npy`` and
     whose keys ``node_keys.npy`` still hold, shared as they are; :func:`base_graph` leaves those edges out and
     gives them their tombstone keys (``scrubbed_keys.npy``)."""
     from ..graph.storage import load_npy

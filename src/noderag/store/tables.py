@@ -86,7 +86,7 @@ _NAME_META_VALUE = b"text of types 2,6, else null"
 
 
 def nodes_table(table, mentions: np.ndarray, first: int = 0):
-    """The ``nodes.parquet`` table of a :class:`~noderag.build.assemble.NodeTable` (no ``key`` column):
+    """The ``nodes.parquet`` table of a :class:`~noderag.indexing.assemble.NodeTable` (no ``key`` column):
     its rows ``first..`` (a delta segment holds only the nodes its insert added; ``mentions``: of those rows).
 
     The ``name`` column is left out (and the schema metadata says so) when every
@@ -164,7 +164,7 @@ def read_nodes_file(path: str | os.PathLike, columns: Sequence[str] | None = Non
 
 def documents_table(docs: Sequence[dict]):
     """The ``documents.parquet`` table from dicts with doc_id, source, title, content_hash, chunk_ids
-    (or from an object that makes it itself: :class:`noderag.build.doc_rows.DocumentRows`)."""
+    (or from an object that makes it itself: :class:`noderag.indexing.doc_rows.DocumentRows`)."""
     import pyarrow as pa
 
     if hasattr(docs, "to_table"):

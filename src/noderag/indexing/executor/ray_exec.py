@@ -185,8 +185,8 @@ def _warm() -> int:
     import pyarrow.compute  # noqa: F401
 
     import noderag.embed  # noqa: F401
-    import noderag.build.decompose.factory  # noqa: F401
-    import noderag.build.executor.stages  # noqa: F401
+    import noderag.indexing.decompose.factory  # noqa: F401
+    import noderag.indexing.executor.stages  # noqa: F401
 
     return os.getpid()
 

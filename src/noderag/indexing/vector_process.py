@@ -5,7 +5,7 @@ own process crawls while the main thread runs Python: 10,000 vectors took 1.2 s 
 beside a busy Python loop, and at 10^5 passages the attributes and communities stages let the
 shard thread run less than half the time. A separate interpreter has a GIL of its own.
 
-It is a fresh interpreter (``python -m noderag.build.vector_worker``), not a fork: a forked child
+It is a fresh interpreter (``python -m noderag.indexing.vector_worker``), not a fork: a forked child
 keeps the build's whole heap as it was, and every page the build writes afterwards is copied
 (at 10^5 passages the build's tree peaked 0.6 GB higher). The vectors are shared through a file
 both processes map (:meth:`NodeVectors.share_file`); the A/H vectors go through small files.
@@ -42,7 +42,7 @@ class VectorBuild:
         env = dict(os.environ)
         src = str(Path(__file__).resolve().parents[2])  # the worker imports this very noderag
         env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-        self._proc = subprocess.Popen([sys.executable, "-m", "noderag.build.vector_worker"], stdin=subprocess.PIPE,
+        self._proc = subprocess.Popen([sys.executable, "-m", "noderag.indexing.vector_worker"], stdin=subprocess.PIPE,
                                       stdout=subprocess.PIPE, text=True, env=env)
         self._send({"op": "start", "ids": str(self.work / "ts_ids.npy"), "rows": str(self.work / "ts_rows.npy"),
                     "vectors": str(vectors_file), "dim": int(dim), "embed": asdict(embed_config),

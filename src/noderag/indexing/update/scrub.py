@@ -51,9 +51,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..graph.storage import tree_files
-from ..graph.types import NodeType
-from ..store.layout import DELTAS
+from ...graph.storage import tree_files
+from ...graph.types import NodeType
+from ...store.layout import DELTAS
 
 __all__ = ["ScrubRun", "scrub_reason", "scrubbed_nodes", "tombstone_keys", "is_tombstone", "write_scrubbed"]
 
@@ -67,8 +67,8 @@ def is_tombstone(row: dict) -> bool:
 
 def scrub_reason(previous, config, drop) -> str | None:
     """Why deleting the documents ``drop`` of ``previous`` must recompute the index (None: it scrubs them)."""
-    from ..store.layout import LLM_CACHE
-    from ..store.segments import deltas_of
+    from ...store.layout import LLM_CACHE
+    from ...store.segments import deltas_of
 
     if not drop:
         return "nothing is deleted"
@@ -197,7 +197,7 @@ def _nodes_without(path: Path, out: Path, dead: np.ndarray) -> None:
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    from ..graph.storage import atomic_write_parquet
+    from ...graph.storage import atomic_write_parquet
 
     tab = pq.ParquetFile(path).read()  # the texts of a current index are beside it (erased by write_scrubbed)
     mask = pa.array(dead)
@@ -223,7 +223,7 @@ def _documents_without(path: Path, out: Path, drop: list[int]) -> None:
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    from ..graph.storage import atomic_write_parquet
+    from ...graph.storage import atomic_write_parquet
 
     tab = pq.ParquetFile(path).read()
     gone = np.zeros(tab.num_rows, dtype=bool)
@@ -245,7 +245,7 @@ def _filtered_parquet(path: Path, out: Path, keep) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from ..graph.storage import atomic_write_parquet
+    from ...graph.storage import atomic_write_parquet
 
     tab = pq.ParquetFile(path).read()
     atomic_write_parquet(out, tab.filter(pa.array(keep(tab))).combine_chunks(), **SCRUB_PARQUET)
@@ -266,16 +266,16 @@ def write_scrubbed(run: ScrubRun) -> tuple[dict, dict[str, str], frozenset[str]]
     needs: its manifest, the checksums of the files shared with the previous generation, every file's path."""
     import shutil
 
-    from ..graph.storage import atomic_save_npy, load_npy
-    from ..search.query_index import open_query_index, scrub_query_tables
-    from ..store.decompositions import DECOMPOSITIONS, filter_decompositions
-    from ..store.layout import (COMMUNITIES, DECOMPOSITIONS_FILE, DOCUMENTS, LINKED, NODE_TEXT_PAGES, NODES,
+    from ...graph.storage import atomic_save_npy, load_npy
+    from ...search.query_index import open_query_index, scrub_query_tables
+    from ...store.decompositions import DECOMPOSITIONS, filter_decompositions
+    from ...store.layout import (COMMUNITIES, DECOMPOSITIONS_FILE, DOCUMENTS, LINKED, NODE_TEXT_PAGES, NODES,
                                 QUERY_DIR, SCRUBBED, SCRUBBED_KEYS)
-    from ..store.paged_blob import erase_strings, page_name, pages_holding
-    from ..store.node_texts import node_texts
-    from ..store.segments import base_graph, scrubbed_overlay, share_generation
-    from ..store.verify import CHECKSUMS, check_files
-    from .finalize import edge_kinds
+    from ...store.paged_blob import erase_strings, page_name, pages_holding
+    from ...store.node_texts import node_texts
+    from ...store.segments import base_graph, scrubbed_overlay, share_generation
+    from ...store.verify import CHECKSUMS, check_files
+    from ..finalize import edge_kinds
 
     t0 = time.perf_counter()
     prev = run.previous.path
@@ -332,11 +332,11 @@ def _scrub_manifest(run: ScrubRun, types, dead, was_active, removed, edge_kinds,
                     copied: int) -> dict:
     """The previous manifest with its counts less what was scrubbed (base edges removed, and the delta segments'
     edges that ended at scrubbed nodes), this run and its stage report."""
-    from ..graph.types import TYPE_NAMES
-    from ..store.manifest import dir_sizes, index_manifest
-    from ..graph.types import TYPE_DTYPE
-    from ..store.layout import NODE_TYPES
-    from ..store.segments import concat_npy, delta_edges, deltas_of, segment_folders
+    from ...graph.types import TYPE_NAMES
+    from ...store.manifest import dir_sizes, index_manifest
+    from ...graph.types import TYPE_DTYPE
+    from ...store.layout import NODE_TYPES
+    from ...store.segments import concat_npy, delta_edges, deltas_of, segment_folders
 
     prev = run.previous.manifest
     counts = dict(prev.get("counts") or {})

@@ -450,9 +450,9 @@ def assemble_stage(assembly: Assembly, records, link_scope=None):
     """Finish ``assembly``: add the chunks not assembled yet, append the documents' rows, link known names.
 
     ``link_scope``: ``(table, old_n) -> {"units": ..., "entities": ...}`` narrows the name linking
-    (a delta insert's, :func:`noderag.build.delta.link_scope`); default: every unit and name.
+    (a delta insert's, :func:`noderag.indexing.update.delta.link_scope`); default: every unit and name.
 
-    ``records``: the decompose stage's :class:`~noderag.build.executor.sharded.DecomposedRecords`
+    ``records``: the decompose stage's :class:`~noderag.indexing.executor.sharded.DecomposedRecords`
     (every chunk noted), read in chunk order one group at a time. Returns (chunk traces as an
     Arrow table, name-link edges). A failed chunk becomes its T node alone. Afterwards the table
     keeps only A/H/O keys in its key map (the only nodes still added).

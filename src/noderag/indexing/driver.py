@@ -14,13 +14,13 @@ The finished index is written to ``stages/final/`` and committed as a new
 generation (:mod:`noderag.store.generations`: one rename, one pointer switch).
 While a run goes, the previous generation stays complete, openable and untouched.
 A delete or a replacement re-assembles the surviving documents first
-(:mod:`noderag.build.delete`).
+(:mod:`noderag.indexing.update.delete`).
 
 What an insert recomputes: T/S/N/R nodes and decomposed edges are only added
 (nodes merged by key); name linking (S-N edges for known names), importance and
 A nodes, Leiden communities and H/O nodes, and the semantic kNN layer are
 recomputed over the whole graph; vectors of existing T/S nodes are reused, A and
-H texts are re-embedded. See ``noderag.build.augment`` for retired A/H/O nodes.
+H texts are re-embedded. See ``noderag.indexing.augment`` for retired A/H/O nodes.
 """
 
 from __future__ import annotations
@@ -51,13 +51,13 @@ from .backends import close_llm, open_llm
 from .chunk import chunk_stage
 from .communities import Communities, communities_stage, stored_labels
 from .decompose.base import DecomposeFailure
-from .delta import delta_counts, link_scope, write_delta_segment
+from .update.delta import delta_counts, link_scope, write_delta_segment
 from .decompose.stage import decompose_stage
 from .embed import embed_stage
 from .executor.sharded import Executors
 from .finalize import finalize_stage, graph_counts, start_vector_stage, tables_stage, vector_stage
 from .journal import checkpoint
-from .scrub import ScrubRun, write_scrubbed
+from .update.scrub import ScrubRun, write_scrubbed
 from .run import BuildReport, BuildRun, documents_without_text, start_run
 
 __all__ = ["BuildError", "build_index", "BuildReport"]
@@ -91,15 +91,15 @@ def build_index(inputs: Sequence[str | os.PathLike], index_dir: str | os.PathLik
     wait : float, optional
         Seconds to wait for another writer of the same index to finish; by default a
         running writer makes this call raise :class:`~noderag.store.lock.IndexLockedError` at once.
-    delete : noderag.build.delete.Deletion, optional
-        Documents to delete in the same run (see :func:`noderag.build.delete.delete_documents`).
+    delete : noderag.indexing.update.delete.Deletion, optional
+        Documents to delete in the same run (see :func:`noderag.indexing.update.delete.delete_documents`).
     executor : ExecutorConfig, optional
         Where decomposition and T/S embedding run (default: ``config.executor``, local); it
         does not change the index.
     compact : {"merge", "full"}, optional
-        Compact the index instead of adding documents (see :func:`noderag.build.compact.compact_index`).
+        Compact the index instead of adding documents (see :func:`noderag.indexing.update.compact.compact_index`).
     background : float, optional
-        This is a background compaction (:mod:`noderag.build.background`) for this ``update.max_delta_share``:
+        This is a background compaction (:mod:`noderag.indexing.update.background`) for this ``update.max_delta_share``:
         any other writer stops it, and it does nothing unless the deltas hold more than that share of the base.
 
     An insert that leaves the deltas over ``update.max_delta_share`` starts a background compaction
@@ -147,8 +147,8 @@ def _maybe_compact_in_background(run: BuildRun, report: BuildReport, llm, say) -
     from dataclasses import replace
 
     from ..store.generations import generation_path
-    from .background import LOG, start_background_compaction
-    from .delta import background_compaction_due
+    from .update.background import LOG, start_background_compaction
+    from .update.delta import background_compaction_due
 
     if not background_compaction_due(report.manifest, generation_path(run.root, report.generation), run.config):
         return report
@@ -193,7 +193,7 @@ def _execute(run: BuildRun) -> BuildReport:
         executor.close()
         close_llm(backend, run.llm)
     if run.drop:  # before the commit, so that a kill cannot leave unused entries behind a finished delete
-        from .survivors import prune_llm_cache
+        from .update.survivors import prune_llm_cache
 
         used = getattr(backend, "used_keys", None)
         prune_llm_cache(run.root / LLM_CACHE, set(used) if used is not None else set())
@@ -202,7 +202,7 @@ def _execute(run: BuildRun) -> BuildReport:
 
 
 def _execute_delta(run: BuildRun) -> BuildReport:
-    """An insert as a delta segment (:mod:`noderag.build.delta`): the new documents' stages, the segment, the commit."""
+    """An insert as a delta segment (:mod:`noderag.indexing.update.delta`): the new documents' stages, the segment, the commit."""
     _ingest(run)
     _chunk(run)
     executor = Executors(run.config, run.say)

@@ -1,11 +1,11 @@
-"""The vector index worker process of a build (see :mod:`noderag.build.vector_process`).
+"""The vector index worker process of a build (see :mod:`noderag.indexing.vector_process`).
 
 Reads one JSON request per line on stdin: ``start`` (T/S ids, their rows of the shared vectors
 file, the embed settings), ``widen``, ``add`` (ids and vectors in ``.npy`` files), ``finish``
 (wait for every shard, save, reply ``{"ok": true}``). Any failure is replied as ``{"error": ...}``
 at ``finish``. End of stdin (the build went away) ends the process at once.
 
-    python -m noderag.build.vector_worker
+    python -m noderag.indexing.vector_worker
 """
 
 from __future__ import annotations

@@ -25,11 +25,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ..graph.types import NodeType
-from ..store.layout import DELTA_EDGES, DOCUMENTS, NODE_KEYS, NODE_TYPES, NODES, VECTORS
-from ..store.segments import Delta, deltas_of, scrubbed_overlay, segment_folders, tombstoned_keys
-from .assemble import EdgeList, NodeTable
-from .doc_rows import DocumentRows
+from ...graph.types import NodeType
+from ...store.layout import DELTA_EDGES, DOCUMENTS, NODE_KEYS, NODE_TYPES, NODES, VECTORS
+from ...store.segments import Delta, deltas_of, scrubbed_overlay, segment_folders, tombstoned_keys
+from ..assemble import EdgeList, NodeTable
+from ..doc_rows import DocumentRows
 
 __all__ = ["delta_reason", "background_compaction_due", "load_documents", "delta_table", "delete_plan", "rewrite_deltas", "link_scope",
            "write_delta_segment", "delta_counts"]
@@ -79,18 +79,18 @@ def background_compaction_due(manifest: dict, path: Path, config) -> bool:
 
 def load_documents(path: Path, manifest: dict) -> DocumentRows:
     """The document rows of every segment of a generation, in id order (one Arrow table, no dict a row)."""
-    from ..store.segments import concat_parquet
+    from ...store.segments import concat_parquet
 
     return DocumentRows(concat_parquet(segment_folders(path, manifest), DOCUMENTS))
 
 
 def _query_tables(folders: list[Path]) -> list:
-    from ..search.query_index import open_query_index
+    from ...search.query_index import open_query_index
 
     tables = [open_query_index(f, checked=False) for f in folders]
     missing = [str(f) for f, t in zip(folders, tables) if t is None]
     if missing:
-        from ..errors import BuildError
+        from ...errors import BuildError
 
         raise BuildError(f"{missing[0]}: no query tables to insert a delta beside (compact the index first)")
     return tables
@@ -99,11 +99,11 @@ def _query_tables(folders: list[Path]) -> list:
 def delta_table(folders: list[Path]) -> tuple[NodeTable, list]:
     """(the node table of every node of the segments in ``folders``, over their memory-mapped arrays; their
     query tables). Nothing is copied: the insert reads the rows it looks up."""
-    from ..graph.keys import KEY_DTYPE
-    from ..graph.storage import load_npy
-    from ..graph.types import TYPE_DTYPE
-    from ..store.text_column import TextColumn
-    from .key_index import KeyIndex, segment_keys
+    from ...graph.keys import KEY_DTYPE
+    from ...graph.storage import load_npy
+    from ...graph.types import TYPE_DTYPE
+    from ...store.text_column import TextColumn
+    from ..key_index import KeyIndex, segment_keys
 
     tables = _query_tables(folders)
     texts = TextColumn.from_buffers((t._a["text_off"], t._a["text"]) for t in tables)
@@ -122,7 +122,7 @@ def delete_plan(previous, config, drop) -> int | None:
     """The first delta segment a delete must rewrite when every dropped document is in a delta, or None when
     the delete recomputes the index (a document of the base, segments off, the semantic layer on, or an LLM
     cache whose replies may quote the documents: the full delete prunes it)."""
-    from ..store.layout import LLM_CACHE
+    from ...store.layout import LLM_CACHE
 
     deltas = deltas_of(previous.manifest, previous.path)
     if not drop or not deltas or min(drop) < deltas[0].first_document or not config.update.segments \
@@ -136,9 +136,9 @@ def rewrite_deltas(previous, k: int, drop, docs_rows: DocumentRows):
     decompositions and in their original order, onto the segments before them (which stay as they are).
 
     Returns (table, decomposed edges, chunk traces, kept segments' query tables, document rows, vec_src,
-    first node of the new delta): what :func:`noderag.build.run.start_run` holds for a delta run.
+    first node of the new delta): what :func:`noderag.indexing.run.start_run` holds for a delta run.
     """
-    from ..store.decompositions import DECOMPOSITIONS, read_decompositions
+    from ...store.decompositions import DECOMPOSITIONS, read_decompositions
     from .survivors import reassemble_survivors
 
     folders = segment_folders(previous.path, previous.manifest)
@@ -152,7 +152,7 @@ def rewrite_deltas(previous, k: int, drop, docs_rows: DocumentRows):
 
 
 def link_scope(tables: list, first: int | None = None):
-    """The name-linking scope of a delta insert, for :func:`~noderag.build.assemble.assemble_stage`: the new
+    """The name-linking scope of a delta insert, for :func:`~noderag.indexing.assemble.assemble_stage`: the new
     units, against the new names and the older names that may occur in them (found through the segments'
     name postings). Name linking matches from a word that starts with a capital or a digit
     (``assemble._match_names``), and a name matching there starts with that word; every other token
@@ -160,9 +160,9 @@ def link_scope(tables: list, first: int | None = None):
     scope costs what the new units hold, not what the index holds."""
 
     def scope(table: NodeTable, old_n: int) -> dict:
-        from ..search.entities import name_tokens
-        from .assemble import _WORD
-        from ..lang.entities import canonical_token
+        from ...search.entities import name_tokens
+        from ..assemble import _WORD
+        from ...lang.entities import canonical_token
 
         old_n = old_n if first is None else first  # a delete's delta: its re-assembled nodes from ``first`` on
 
@@ -213,13 +213,13 @@ def write_delta_segment(folder: Path, table: NodeTable, old_n: int, docs_rows: l
 
     ``edges``: the decomposed edges of the new chunks; ``traces``: their ``decompositions/`` folder, moved in.
     """
-    from ..graph.storage import atomic_save_npy
-    from ..search.query_index import write_query_index
-    from ..store.decompositions import DECOMPOSITIONS
-    from ..store.layout import LINKED
-    from ..store.tables import write_documents, write_nodes
-    from .assemble import cat_edges, mention_counts
-    from .finalize import write_linked
+    from ...graph.storage import atomic_save_npy
+    from ...search.query_index import write_query_index
+    from ...store.decompositions import DECOMPOSITIONS
+    from ...store.layout import LINKED
+    from ...store.tables import write_documents, write_nodes
+    from ..assemble import cat_edges, mention_counts
+    from ..finalize import write_linked
 
     folder.mkdir(parents=True)
     n = len(table)
@@ -244,7 +244,7 @@ def write_delta_segment(folder: Path, table: NodeTable, old_n: int, docs_rows: l
 
 def _write_vectors(path: Path, table: NodeTable, old_n: int, vec, config) -> None:
     """The HNSW index of the new T/S nodes' vectors (keys: node ids), one shard as small deltas need."""
-    from ..graph.vectors import VectorIndex
+    from ...graph.vectors import VectorIndex
 
     ids = old_n + np.flatnonzero(np.isin(table.types_array(old_n), (T, S)) & table.active_array(old_n))
     emb = config.embed
@@ -260,8 +260,8 @@ def delta_counts(prev: dict, table: NodeTable, first: int, n_docs: int, edges: E
     """The previous generation's ``counts`` with the nodes (chunks: its T nodes), documents and decomposed edges
     of the new delta added and those of the ``removed`` delta folders (a delete's) taken away. An edge the
     base has too counts again until compaction recounts them."""
-    from ..graph.storage import load_npy
-    from ..graph.types import TYPE_NAMES
+    from ...graph.storage import load_npy
+    from ...graph.types import TYPE_NAMES
 
     out = {k: (dict(v) if isinstance(v, dict) else v) for k, v in prev.items()}
     parts = [(table.types_array(first), 1, int(edges.arrays()[0].shape[0]), n_docs)]

@@ -29,10 +29,10 @@ from ..store.layout import (COMMUNITIES, DELTAS, DOCUMENTS, LINKED, NODE_KEYS, N
                             QUERY_DIR, SCRUBBED, SCRUBBED_KEYS)
 from ..store.segments import deltas_of, segment_folders
 from .doc_rows import DocumentRows
-from .delta import background_compaction_due, delete_plan, delta_reason, delta_table, load_documents, rewrite_deltas
+from .update.delta import background_compaction_due, delete_plan, delta_reason, delta_table, load_documents, rewrite_deltas
 from .previous import Previous, load_base, load_tables, open_previous
 from .progress import Progress
-from .scrub import ScrubRun, scrub_reason
+from .update.scrub import ScrubRun, scrub_reason
 from ..search.query_index import SCRUBBED_TABLES
 
 __all__ = ["BuildRun", "BuildReport", "start_run", "documents_without_text"]
@@ -74,10 +74,10 @@ class BuildRun:
     llm: Any = None  # the caller's LLM (backend or spec), or None
     embedder: Any = None  # the caller's embedder, or None
     allow_failures: bool = False
-    delta: bool = False  # the run adds a delta segment (noderag.build.delta) instead of recomputing the index
-    compact: str | None = None  # "merge" or "full": a compaction (noderag.build.compact)
+    delta: bool = False  # the run adds a delta segment (noderag.indexing.update.delta) instead of recomputing the index
+    compact: str | None = None  # "merge" or "full": a compaction (noderag.indexing.update.compact)
     delta_from: int | None = None  # a delete inside the deltas: the first node of the delta that replaces them
-    rewrites: int | None = None  # ... and the first of the deltas it replaces (noderag.build.delta.rewrite_deltas)
+    rewrites: int | None = None  # ... and the first of the deltas it replaces (noderag.indexing.update.delta.rewrite_deltas)
     segments: list = field(default_factory=list)  # a delta run: the query tables of the segments it builds on
     chunk_rows: list | None = None  # [chunk id, doc id, text] rows, until assembled
     doc_of: dict = field(default_factory=dict)  # doc id -> new document record (no text)
@@ -119,7 +119,7 @@ def start_run(inputs: Sequence, root: Path, config, *, llm=None, embedder=None, 
 
     ``compact``: "merge" recomputes every global stage over every segment into one; "full" also
     re-assembles every document in its original order, as a fresh build does (``noderag compact``).
-    ``background``: the ``update.max_delta_share`` of a background compaction (:mod:`noderag.build.background`),
+    ``background``: the ``update.max_delta_share`` of a background compaction (:mod:`noderag.indexing.update.background`),
     which does nothing unless the deltas hold more than that share of the base.
     """
     say = log or (lambda msg: None)
@@ -162,7 +162,7 @@ def start_run(inputs: Sequence, root: Path, config, *, llm=None, embedder=None, 
         # a replacement of base documents: the old versions scrubbed, then the new ones inserted (as a delta)
         replace_in_place = bool(new_docs) and delete is None and why is None and \
             delta_reason(previous, config, [], len(new_docs)) is None
-        if why is None and (not new_docs or replace_in_place):  # scrubbed in place (noderag.build.scrub)
+        if why is None and (not new_docs or replace_in_place):  # scrubbed in place (noderag.indexing.update.scrub)
             _check_previous(previous, delta=True, reads=SCRUB_READS)
             run_id = _digest({"scrub": drop, "generation": previous.generation, "run": previous.manifest.get("run_id")})
             _claim_stages(root, run_id, 0, len(drop), say)
@@ -213,7 +213,7 @@ def _run_nodes(previous: Previous | None, reason: str | None, rewrite: int | Non
                                                     need_edges=not drop and compact != "full")
     vec_src = np.arange(len(table), dtype=np.int64)
     if drop or compact == "full":  # re-assembled in their original order, numbered as a fresh build numbers them
-        from .survivors import reassemble_survivors
+        from .update.survivors import reassemble_survivors
 
         table, docs_rows, base, traces, vec_src = reassemble_survivors(table, docs_rows, traces, set(drop))
         if compact == "full":  # every vector embedded again: stored ones are quantised, a fresh build's are not
@@ -228,9 +228,9 @@ def _run_nodes(previous: Previous | None, reason: str | None, rewrite: int | Non
 DELTA_READS = (NODE_TYPES, f"{QUERY_DIR}/active.npy", f"{QUERY_DIR}/meta.json", SCRUBBED, SCRUBBED_KEYS)
 
 
-#: What a scrubbing delete (:mod:`noderag.build.scrub`) reads whole of the base and rewrites, checked byte for byte
+#: What a scrubbing delete (:mod:`noderag.indexing.update.scrub`) reads whole of the base and rewrites, checked byte for byte
 #: first (a damaged file rewritten would get a new checksum: the damage would no longer show). Of the text pages it
-#: checks the ones it rewrites, once it knows them (``noderag.build.scrub.write_scrubbed``).
+#: checks the ones it rewrites, once it knows them (``noderag.indexing.update.scrub.write_scrubbed``).
 SCRUB_READS = (NODE_TYPES, NODE_KEYS, NODES, DOCUMENTS, DECOMPOSITIONS, LINKED, COMMUNITIES, SCRUBBED, SCRUBBED_KEYS,
                "graph/", "semantic/", NODE_TEXT_OFF, f"{QUERY_DIR}/doc.npy", f"{QUERY_DIR}/meta.json") + \
     tuple(f"{QUERY_DIR}/{k}.npy" for k in SCRUBBED_TABLES)

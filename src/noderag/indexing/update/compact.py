@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import sys
 
-from .driver import BuildReport, build_index
+from ..driver import BuildReport, build_index
 
 __all__ = ["compact_index"]
 
@@ -25,7 +25,7 @@ def compact_index(index_dir: str | os.PathLike, *, full: bool = False, llm=None,
     """Merge the delta segments of the index in ``index_dir`` into one and commit it as a new generation.
 
     An index built with an LLM needs it again (``llm`` or the configured spec): its summaries are recomputed.
-    ``background``: the ``update.max_delta_share`` of a background compaction (:mod:`noderag.build.background`),
+    ``background``: the ``update.max_delta_share`` of a background compaction (:mod:`noderag.indexing.update.background`),
     which yields to any other writer and does nothing unless the deltas hold more than that share of the base.
     """
     return build_index([], index_dir, None, llm=llm, embedder=embedder, progress=progress, log=log,
@@ -33,15 +33,15 @@ def compact_index(index_dir: str | os.PathLike, *, full: bool = False, llm=None,
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m noderag.build.compact INDEX --background SHARE``: the detached process of a background
-    compaction (:mod:`noderag.build.background`), which logs to its stdout (``INDEX/compaction.log``)."""
+    """``python -m noderag.indexing.update.compact INDEX --background SHARE``: the detached process of a background
+    compaction (:mod:`noderag.indexing.update.background`), which logs to its stdout (``INDEX/compaction.log``)."""
     import argparse
     import time
 
-    from ..store.lock import IndexLockedError
+    from ...store.lock import IndexLockedError
     from .background import LOCK_WAIT_S, NICENESS
 
-    ap = argparse.ArgumentParser(prog="python -m noderag.build.compact",
+    ap = argparse.ArgumentParser(prog="python -m noderag.indexing.update.compact",
                                  description="compact an index's delta segments in the background, yielding to "
                                              "any other writer")
     ap.add_argument("index")

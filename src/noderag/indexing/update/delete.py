@@ -1,8 +1,8 @@
 """Delete and replace documents: in place, or the survivors re-assembled and the build's later stages run.
 
-A delete of documents of the base is done in place when it can be (:mod:`noderag.build.scrub`: the
+A delete of documents of the base is done in place when it can be (:mod:`noderag.indexing.update.scrub`: the
 nodes holding their text are scrubbed, every id kept, the rest of the index shared); a delete of
-documents of the delta segments rewrites those (:func:`noderag.build.delta.rewrite_deltas`). Otherwise,
+documents of the delta segments rewrites those (:func:`noderag.indexing.update.delta.rewrite_deltas`). Otherwise,
 and for a replacement, what follows holds.
 
 A delete (``noderag delete``, ``Index.delete``) and a replacement (a document given again
@@ -45,9 +45,9 @@ def delete_documents(index_dir: str | os.PathLike, doc_ids: Sequence[str] = (), 
     documents raise :class:`UnknownDocumentError` and nothing changes. An index built with
     an LLM needs it again (``llm`` or the configured spec): its summaries are recomputed.
     ``config``: the index's own configuration with other ``update`` (or ``llm``) settings, if any.
-    Returns the :class:`~noderag.build.driver.BuildReport` (``deleted`` documents).
+    Returns the :class:`~noderag.indexing.driver.BuildReport` (``deleted`` documents).
     """
-    from .driver import build_index
+    from ..driver import build_index
 
     if isinstance(doc_ids, (str, os.PathLike)):
         doc_ids = [doc_ids]

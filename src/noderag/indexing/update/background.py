@@ -1,11 +1,11 @@
 """Background compaction: an insert past ``update.max_delta_share`` returns at once and a detached
 process compacts the index afterwards (``update.compaction = "background"``).
 
-The writer that leaves the deltas over the share starts ``python -m noderag.build.compact INDEX --background SHARE``
+The writer that leaves the deltas over the share starts ``python -m noderag.indexing.update.compact INDEX --background SHARE``
 in a session of its own, at low CPU priority, with its output appended to ``INDEX/compaction.log``.
 That process takes the writer lock as a :data:`~noderag.store.lock.BACKGROUND` writer, checks under
 the lock that the compaction is still due (another one may have run) and merges the deltas
-(:func:`noderag.build.compact.compact_index`, ``merge``). Readers go on reading the generation they
+(:func:`noderag.indexing.update.compact.compact_index`, ``merge``). Readers go on reading the generation they
 opened. Any other writer that comes meanwhile stops it (:class:`~noderag.store.lock.WriterLock`), drops
 its unfinished stages and, if the deltas are still over the
 share when it is done, starts a new one: merges never delay a write, as in Lucene's merge scheduler.
@@ -39,7 +39,7 @@ def start_background_compaction(root: str | os.PathLike, *, max_delta_share: flo
                                 llm_spec: str | None = None) -> int:
     """Start a detached compaction of the index in ``root``; returns its pid (it outlives the caller)."""
     root = Path(root)
-    cmd = [sys.executable, "-m", "noderag.build.compact", str(root), "--background", repr(max_delta_share)]
+    cmd = [sys.executable, "-m", "noderag.indexing.update.compact", str(root), "--background", repr(max_delta_share)]
     if llm_spec:
         cmd += ["--llm", llm_spec]
     out = subprocess.run([sys.executable, "-W", "ignore::ResourceWarning", "-c", _DETACH, str(root / LOG), *cmd],

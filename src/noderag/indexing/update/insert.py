@@ -1,7 +1,7 @@
 """Incremental insert: add documents to a finished index without rebuilding it.
 
 This is the build pipeline run against an existing index (see
-:mod:`noderag.build.driver` for exactly what is recomputed): only the new
+:mod:`noderag.indexing.driver` for exactly what is recomputed): only the new
 chunks are decomposed, nodes whose keys exist are merged, vectors of existing
 T/S nodes are reused. ``build(A)`` then ``insert(B)`` gives the same T/S/N/R
 nodes (by key) and structural edges as ``build(A + B)``.
@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from typing import Sequence
 
-from .driver import BuildReport, build_index
+from ..driver import BuildReport, build_index
 
 __all__ = ["insert_documents"]
 
@@ -24,8 +24,8 @@ def insert_documents(index_dir: str | os.PathLike, inputs: Sequence[str | os.Pat
 
     ``config``: the index's own configuration with other ``update`` (or ``llm``) settings, if any.
     """
-    from ..store.manifest import read_manifest
-    from ..store.tables import IndexNotFoundError
+    from ...store.manifest import read_manifest
+    from ...store.tables import IndexNotFoundError
 
     m = read_manifest(index_dir)
     if m is None or m.get("state") != "complete":

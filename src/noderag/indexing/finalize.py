@@ -27,7 +27,7 @@ T, S, N, R, A, H, O = (int(t) for t in NodeType)
 def start_vector_stage(table: NodeTable, vec: NodeVectors, config, work: Path):
     """Start the HNSW vector index of the T/S nodes right after the embed stage, on one core.
 
-    It builds in a worker process (:mod:`noderag.build.vector_process`, its files under ``work``)
+    It builds in a worker process (:mod:`noderag.indexing.vector_process`, its files under ``work``)
     that maps the vectors from ``vec``'s file (``embed_stage``'s ``vectors_file``) while the
     attributes, communities and finalize stages run single-threaded in Python here, the shards
     taking turns block by block; ``build.finish`` widens it to every core once this process only

@@ -402,12 +402,12 @@ def pilot_calibration(pilot, config, count, progress: bool = False, log=None) ->
 
 def _update_mode(previous, config, n_new: int) -> dict | None:
     """How a build into an existing index adds ``n_new`` documents (None: a new index). A delta insert
-    (:func:`noderag.build.delta.delta_reason`) makes no attribute or community request: the summaries describe
+    (:func:`noderag.indexing.update.delta.delta_reason`) makes no attribute or community request: the summaries describe
     the base until ``noderag compact``. A recompute renders them for the whole index, which the dry run of
     the new documents does not."""
     if previous is None or not n_new:
         return None
-    from .delta import delta_reason
+    from .update.delta import delta_reason
 
     why = delta_reason(previous, config, [], n_new)
     if why is None:

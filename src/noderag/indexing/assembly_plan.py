@@ -1,6 +1,6 @@
 """The half of assembling a chunk that needs no node table: its keys, names and trace text.
 
-Assembling a chunk (:func:`noderag.build.assemble.assemble_planned`) looks keys up in the node
+Assembling a chunk (:func:`noderag.indexing.assemble.assemble_planned`) looks keys up in the node
 table and appends rows, which only the process that owns the table can do. Everything before
 that (canonical names, node keys, display names, the JSON of the chunk trace) depends on the
 chunk alone, so the decompose workers compute it beside the decomposition

@@ -12,13 +12,13 @@ from typing import Sequence
 
 import numpy as np
 
-from ..graph.types import NodeType
+from ...graph.types import NodeType
 
-from .assemble import ChunkRecord, EdgeList, NodeTable, assemble_chunks
-from .decompose.base import ChunkDecomposition, Unit
-from ..store.decompositions import ChunkTrace
+from ..assemble import ChunkRecord, EdgeList, NodeTable, assemble_chunks
+from ..decompose.base import ChunkDecomposition, Unit
+from ...store.decompositions import ChunkTrace
 
-from ..errors import NodeRAGError
+from ...errors import NodeRAGError
 from .scrub import is_tombstone
 
 __all__ = ["Deletion", "UnknownDocumentError", "reassemble_survivors", "prune_llm_cache"]
@@ -42,15 +42,15 @@ class Deletion:
     def resolve(self, docs_rows) -> list[int]:
         """Index document ids to drop (ascending); raises :class:`UnknownDocumentError` listing what matched nothing.
 
-        ``docs_rows``: a :class:`~noderag.build.doc_rows.DocumentRows` or a sequence of row dicts."""
-        from .doc_rows import DocumentRows
+        ``docs_rows``: a :class:`~noderag.indexing.doc_rows.DocumentRows` or a sequence of row dicts."""
+        from ..doc_rows import DocumentRows
 
         rows = docs_rows if isinstance(docs_rows, DocumentRows) else DocumentRows.from_dicts(docs_rows)
         ids = list(dict.fromkeys(str(x) for x in self.ids))
         drop: set[int] = set(rows.doc_ids_where("source", ids))
         unknown = [i for i, hit in zip(ids, rows.present("source", ids)) if not hit]
         if self.paths:
-            from .ingest import iter_documents
+            from ..ingest import iter_documents
 
             docs = list(iter_documents(list(self.paths)))
             sources, hashes = [d.source for d in docs], [d.content_hash for d in docs]
