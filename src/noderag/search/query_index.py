@@ -222,7 +222,8 @@ def _paged_texts(folder: Path, meta: dict, n: int) -> tuple[np.ndarray, PagedByt
 
 
 class QueryIndex:
-    """The ``query/`` folder opened read-only (memory-mapped): per-node columns, texts, labels and names.
+    """The ``query/`` folder opened read-only (memory-mapped): per-node columns, texts, labels and names
+    (a :class:`~noderag.store.protocols.NodeTables`).
 
     Attributes
     ----------

@@ -209,7 +209,8 @@ FLAT_DELTA_VECTORS = 32768
 
 
 class IndexStore:
-    """One generation of a finished index opened read-only (arrays memory-mapped).
+    """One generation of a finished index opened read-only (arrays memory-mapped): the
+    :class:`~noderag.store.protocols.IndexReader` of the package.
 
     Opening resolves ``INDEX/CURRENT`` once and pins that generation (a shared lock, see
     :mod:`noderag.store.generations`) until :meth:`close` or garbage collection: every lazy
