@@ -16,7 +16,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ..graph.csr import CSR, csr_from_coo
-from ..graph.types import NodeType
+from ..graph.types import A, H, O
 
 from .assemble import NodeTable
 
@@ -25,7 +25,6 @@ from ..errors import NodeRAGError
 __all__ = ["AugmentFailure", "Adjacency", "block_mean", "block_sims", "budget_join_count", "column_sums", "mean_vectors",
            "retire_unproduced", "subgraph_csr"]
 
-T, S, N, R, A, H, O = (int(t) for t in NodeType)
 
 
 class AugmentFailure(NodeRAGError, RuntimeError):
