@@ -33,7 +33,7 @@ __all__ = [
 
 from ..errors import ConfigError  # noqa: E402  (one error type for every section, search included)
 from ..graph.importance import ImportanceConfig  # noqa: E402
-from ..llm.options import ClientOptions  # noqa: E402  (the LLM client settings, declared once)
+from ..llm.options import LLMOptions  # noqa: E402  (the [llm] settings, declared once beside their table)
 from .search import QuotaConfig, SearchConfig  # noqa: E402
 
 
@@ -355,13 +355,12 @@ class SemanticConfig:
 
 
 @dataclass
-class LLMConfig(ClientOptions):
+class LLMConfig(LLMOptions):
     """LLM backend used by the ``llm`` decomposer, augmentation and answers (``spec=None``: no LLM).
 
-    Every setting other than ``spec``/``cache`` is ``None`` for "the backend's default"; the
-    command line sets them with ``--llm-option KEY=VALUE``. The client settings (``dialect`` to
-    ``max_validation_retries``) are those of :class:`noderag.llm.options.ClientOptions`, their defaults in
-    :data:`noderag.llm.options.LLM_OPTIONS`.
+    Every setting other than ``spec``/``cache``/``options`` is ``None`` for "the backend's default"; the
+    command line sets them with ``--llm-option KEY=VALUE``. They are declared once, in
+    :class:`noderag.llm.options.LLMOptions`, their ranges and defaults in :data:`noderag.llm.options.LLM_OPTIONS`.
 
     Attributes
     ----------
@@ -398,11 +397,6 @@ class LLMConfig(ClientOptions):
 
     spec: str | None = None
     cache: bool = True
-    api_key_env: str | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    seed: int | None = None
-    max_tokens: int | None = None
     options: dict = field(default_factory=dict)
 
     def validate(self) -> None:

@@ -17,6 +17,7 @@ __all__ = [
     "LLM_OPTIONS",
     "SAMPLING_OPTIONS",
     "ClientOptions",
+    "LLMOptions",
     "OptionError",
     "parse_option_value",
     "parse_llm_options",
@@ -104,6 +105,20 @@ class ClientOptions:
             out[f.name] = LLM_OPTIONS[f.name].default if value is None else parse_option_value(
                 f.name, value, where=where)
         return out
+
+
+@dataclass
+class LLMOptions(ClientOptions):
+    """Every ``[llm]`` setting a backend understands, declared beside their table (its options that are not
+    engine settings; ``None``: the backend's default): the client settings, the API-key variable and the
+    sampling of every request. :class:`noderag.config.LLMConfig` adds the spec, the cache switch and the
+    engine options."""
+
+    api_key_env: str | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    seed: int | None = None
+    max_tokens: int | None = None
 
 
 def parse_option_value(key: str, value: Any, *, where: str = "--llm-option") -> Any:
