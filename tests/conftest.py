@@ -64,6 +64,8 @@ def under_ci() -> bool:
 
 
 settings.register_profile("ci", derandomize=True, print_blob=True)
+# CI's second pass over a few property tests (.ci/run): new random cases from the seed it prints, none saved
+settings.register_profile("ci-random", derandomize=False, print_blob=True, database=None)
 if under_ci():
     settings.load_profile("ci")
 

@@ -102,6 +102,14 @@ def test_the_build_seed_reaches_the_betweenness_pivots(monkeypatch, tmp_path):
     assert seen and set(seen) == {7}
 
 
+def test_importance_has_no_seed_of_its_own():
+    """The build's top-level ``seed`` is the only one: an ``importance.seed`` key is refused, not ignored."""
+    from noderag.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"unknown config key\(s\) \['importance\.seed'\]"):
+        noderag.NodeRAGConfig.from_dict({"importance": {"seed": 3}})
+
+
 def test_streaming_belongs_to_the_backend():
     """A backend without a stream says so (the server falls back to run); wrappers pass astream through,
     the sampling wrapper with its sampling applied."""

@@ -354,14 +354,14 @@ def test_format_version_mismatch_is_clear(tmp_path, demo_index):
     m = json.loads(mpath.read_text())
     m["format_version"] = 999
     mpath.write_text(json.dumps(m))
-    with pytest.raises(FormatVersionError, match="format version 999.*rebuild the index"):
+    with pytest.raises(FormatVersionError, match="format version 999.*rebuild it with `noderag build SOURCES --index NEW_DIR`"):
         IndexStore.open(out)
-    with pytest.raises(FormatVersionError, match="format version 999.*rebuild the index"):
+    with pytest.raises(FormatVersionError, match="format version 999.*rebuild it with `noderag build SOURCES --index NEW_DIR`"):
         _build([demo_dir()], out)  # a writer refuses it too
     # the flat single-folder layout of format version 1: a clear "rebuild it", for readers and writers
     flat = tmp_path / "flat"
     shutil.copytree(_live(demo_index), flat)
-    with pytest.raises(FormatVersionError, match="flat layout of format version 1.*rebuild it"):
+    with pytest.raises(FormatVersionError, match="flat layout of format version 1.*rebuild it with `noderag build SOURCES --index NEW_DIR`"):
         IndexStore.open(flat)
     with pytest.raises(FormatVersionError, match="flat layout"):
         _build([demo_dir()], flat)

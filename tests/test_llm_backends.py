@@ -145,7 +145,7 @@ def test_llamacpp_kwargs_and_missing_model(tmp_path):
     assert kw["max_tokens"] == 32 and kw["seed"] == 4 and kw["messages"][0]["role"] == "system"
     assert "response_format" not in llamacpp_completion_kwargs(req(1, None))
     with pytest.raises(LLMError, match="does not exist"):
-        LlamaCppBackend(model_path=str(tmp_path / "none.gguf"))
+        LlamaCppBackend(model=str(tmp_path / "none.gguf"))
 
 
 # ------------------------------------------------------------------------------ factory

@@ -214,3 +214,11 @@ def test_backends_satisfy_the_protocol(tmp_path):
     with pytest.raises(TypeError, match=r"requests\[0\]"):
         scripted.run([{"messages": []}], stage="decompose")
     cached.close()
+
+
+def test_the_lazy_names_are_the_exported_names():
+    """``noderag.llm.__all__`` is written out for linters; it lists exactly the names loaded on first use."""
+    import noderag.llm as llm
+
+    assert sorted(llm.__all__) == sorted(llm._HOME)
+    assert all(getattr(llm, name) is not None for name in llm.__all__)

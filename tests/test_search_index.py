@@ -243,8 +243,8 @@ def test_one_config_error_type_names_the_key():
         NodeRAGConfig().with_overrides({"importance.betweenness_pivots": 0})
     with pytest.raises(ConfigError, match=r"^search\.expansion_search must be an int >= 1"):
         SearchConfig(expansion_search=0).validate()
-    with pytest.raises(ConfigError):
-        ImportanceConfig(seed="x").validate()
+    with pytest.raises(ConfigError, match=r"^importance\.min_mentions must be an integer"):
+        ImportanceConfig(min_mentions="x")
 
 
 def test_lexical_tables_are_written_at_build_and_equal_an_in_memory_build(index):

@@ -206,7 +206,7 @@ def test_tree_files_is_the_rglob_listing(tmp_path, seed):
 
 def test_check_format_version():
     check_format_version(FORMAT_VERSION, where="x")
-    with pytest.raises(FormatVersionError, match=rf"m\.json.*99.*reads format version {FORMAT_VERSION}: rebuild"):
+    with pytest.raises(FormatVersionError, match=rf"m\.json.*99.*reads format version {FORMAT_VERSION} only: rebuild it with `noderag build SOURCES --index NEW_DIR`$"):
         check_format_version(99, where="m.json")
     for bad in (None, "1", True, 1.0):
         with pytest.raises(FormatVersionError):

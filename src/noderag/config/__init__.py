@@ -33,6 +33,7 @@ __all__ = [
 
 from ..errors import ConfigError  # noqa: E402  (one error type for every section, search included)
 from ..graph.importance import ImportanceConfig  # noqa: E402
+from ..llm.options import LLMOptions  # noqa: E402  (the [llm] settings, declared once beside their table)
 from .search import QuotaConfig, SearchConfig  # noqa: E402
 
 
@@ -354,11 +355,12 @@ class SemanticConfig:
 
 
 @dataclass
-class LLMConfig:
+class LLMConfig(LLMOptions):
     """LLM backend used by the ``llm`` decomposer, augmentation and answers (``spec=None``: no LLM).
 
-    Every setting other than ``spec``/``cache`` is ``None`` for "the backend's default"; the
-    command line sets them with ``--llm-option KEY=VALUE``.
+    Every setting other than ``spec``/``cache``/``options`` is ``None`` for "the backend's default"; the
+    command line sets them with ``--llm-option KEY=VALUE``. They are declared once, in
+    :class:`noderag.llm.options.LLMOptions`, their ranges and defaults in :data:`noderag.llm.options.LLM_OPTIONS`.
 
     Attributes
     ----------
@@ -395,19 +397,6 @@ class LLMConfig:
 
     spec: str | None = None
     cache: bool = True
-    dialect: str | None = None
-    max_concurrency: int | None = None
-    timeout_s: float | None = None
-    connect_timeout_s: float | None = None
-    max_retries: int | None = None
-    backoff_base_s: float | None = None
-    backoff_max_s: float | None = None
-    max_validation_retries: int | None = None
-    api_key_env: str | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    seed: int | None = None
-    max_tokens: int | None = None
     options: dict = field(default_factory=dict)
 
     def validate(self) -> None:

@@ -9,10 +9,9 @@ __all__ = ["SearchConfig", "QuotaConfig"]
 
 from ..errors import ConfigError
 from ..graph.ppr import DEFAULT_RULE, RULES as _RULES
+
 _ENTITY_SOURCES = ("nlp", "llm", "none")
 _BRIDGE_MODES = ("about_shared", "about", "shared")
-#: Renamed fields: old name -> new name (accepted when loading).
-_RENAMED = {"passage_entry_weight": "passage_dense_weight"}
 
 
 @dataclass
@@ -258,9 +257,6 @@ class SearchConfig:
     def from_dict(cls, data: Mapping[str, Any] | None) -> "SearchConfig":
         """Build from a mapping (e.g. the ``[search]`` table of a config file); unknown keys are errors."""
         data = dict(data or {})
-        for old, new in _RENAMED.items():  # manifests written before a rename still open
-            if old in data and new not in data:
-                data[new] = data.pop(old)
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:

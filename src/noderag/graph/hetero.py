@@ -801,7 +801,7 @@ class HeteroGraph:
         types = load_npy(root / "node_types.npy", mmap, dtype=TYPE_DTYPE, shape=(n,))
         keys = load_npy(root / "node_keys.npy", mmap, dtype=KEY_DTYPE, shape=(n,))
         order_path = root / "node_key_order.npy"
-        # written by older saves only (checked before first use); otherwise derived lazily
+        # written for graphs of KEY_ORDER_FROM nodes and more (checked before first use); otherwise derived lazily
         order = load_npy(order_path, mmap, dtype=_ID_DTYPE, shape=(n,)) if order_path.is_file() else None
         layers = {}
         for name in LAYERS:

@@ -52,9 +52,9 @@ class ImportanceConfig:
         Minimum mention count ("mentioned more than once").
     weighted : bool, default=False
         Use edge weights as lengths in betweenness (the reference does not).
-    seed : int, default=0
-        Seed of the pivot sample when :func:`important_entities` is called on its own; a build passes
-        the configuration's top-level ``seed`` instead (the one seed of every random algorithm).
+
+    The pivot sample's seed is not a setting here: it is the configuration's top-level ``seed`` (the one seed of
+    every random algorithm of a build), passed to :func:`important_entities`.
     """
 
     k_core: int | None = None
@@ -62,7 +62,6 @@ class ImportanceConfig:
     betweenness_pivots: int = 10
     min_mentions: int = 2
     weighted: bool = False
-    seed: int = 0
 
     def __post_init__(self):
         self.validate()
@@ -80,8 +79,6 @@ class ImportanceConfig:
             raise ConfigError(f"importance.min_mentions must be an integer, got {self.min_mentions!r}")
         if not isinstance(self.weighted, bool):
             raise ConfigError(f"importance.weighted must be a bool, got {self.weighted!r}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)):
-            raise ConfigError(f"importance.seed must be an integer, got {self.seed!r}")
         return self
 
 
@@ -107,7 +104,7 @@ def important_entities(
     config: ImportanceConfig = ImportanceConfig(),
     *,
     nodes=None,
-    seed: int | None = None,
+    seed: int = 0,
 ) -> np.ndarray:
     """Sorted int32 ids of the important entities of ``csr`` (see the module docstring).
 
@@ -123,8 +120,8 @@ def important_entities(
     nodes : array-like of int or None, default=None
         Measure centrality on the subgraph induced by these node ids (duplicates
         ignored); ``None`` uses the whole graph. Returned ids are ids of ``csr``.
-    seed : int or None, default=None
-        Seed of the betweenness pivot sample (default: ``config.seed``).
+    seed : int, default=0
+        Seed of the betweenness pivot sample (a build passes its top-level ``seed``).
     """
     if not isinstance(csr, CSR):
         raise TypeError(f"csr must be a noderag.graph.csr.CSR, got {type(csr).__name__}")
@@ -154,7 +151,7 @@ def important_entities(
     from .kcore import core_numbers  # load Numba (0.6 s at every Index.open)
 
     central = core_numbers(checked) >= k
-    scores = betweenness(checked, k=config.betweenness_pivots, seed=config.seed if seed is None else seed,
+    scores = betweenness(checked, k=config.betweenness_pivots, seed=seed,
                          weighted=config.weighted)
     central |= scores > scores.mean() * factor
     local = np.flatnonzero(candidates & central)

@@ -21,11 +21,17 @@ import numpy as np
 
 from ..errors import NodeRAGError
 
-#: Version of the on-disk index layout written by this package (2: generations, decompositions.parquet).
-FORMAT_VERSION = 2
+#: Version of the on-disk index layout written and read by this package (3: generations, delta segments, node
+#: texts in pages beside ``nodes.parquet``, decompositions in parts, BM25 arrays in ``query/``). Only this
+#: version is read: an index of an earlier one is refused with the command that rebuilds it.
+FORMAT_VERSION = 3
+
+#: How to rebuild an index this package cannot read (the tail of every format error).
+REBUILD_HINT = "rebuild it with `noderag build SOURCES --index NEW_DIR`"
 
 __all__ = [
     "FORMAT_VERSION",
+    "REBUILD_HINT",
     "FormatVersionError",
     "atomic_write_bytes",
     "atomic_save_npy",
@@ -45,11 +51,11 @@ class FormatVersionError(NodeRAGError, ValueError):
 
 
 def check_format_version(found: Any, *, where: str | os.PathLike, expected: int = FORMAT_VERSION) -> None:
-    """Raise ``FormatVersionError`` naming both versions when ``found != expected``."""
+    """Raise ``FormatVersionError`` (one line: both versions and how to rebuild) when ``found != expected``."""
     if isinstance(found, bool) or not isinstance(found, int) or found != expected:
         raise FormatVersionError(
             f"{os.fspath(where)}: format version {found!r} is not supported; "
-            f"this noderag reads format version {expected}: rebuild the index with `noderag build`"
+            f"this noderag reads format version {expected} only: {REBUILD_HINT}"
         )
 
 

@@ -19,6 +19,9 @@ class NodeType(IntEnum):
     O = 6  # overview  # noqa: E741
 
 
+#: The type codes as plain ints (numpy comparisons and indexing, without the enum's per-use cost); ``O`` is the
+#: paper's letter of the overview type.
+T, S, N, R, A, H, O = (int(t) for t in NodeType)  # noqa: E741
 N_TYPES = len(NodeType)
 TYPE_NAMES = {t: n for t, n in zip(NodeType, (
     "text", "semantic_unit", "entity", "relationship", "attribute", "high_level", "overview"))}

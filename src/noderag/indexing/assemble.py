@@ -16,7 +16,7 @@ from typing import Sequence
 import numpy as np
 
 from ..lang.entities import canonical_token
-from ..graph.types import NodeType
+from ..graph.types import A, H, N, O, R, S, T
 
 from .assembly_plan import PlannedChunks, plan_chunks
 from .decompose.base import ChunkDecomposition
@@ -28,7 +28,6 @@ from .key_index import KeyIndex
 __all__ = ["NodeTable", "EdgeList", "assemble_chunks", "assemble_planned", "link_known_names", "ChunkRecord",
            "Assembly", "assemble_stage", "cat_edges", "mention_counts"]
 
-T, S, N, R, A, H, O = (int(t) for t in NodeType)
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ import numpy as np
 
 from ..graph.csr import CSR
 from ..graph.keys import canonical_name, node_key
-from ..graph.types import NodeType
+from ..graph.types import A, N, R, S
 
 from .assemble import EdgeList, NodeTable, cat_edges, mention_counts
 from .augment import Adjacency, budget_join_count, mean_vectors, subgraph_csr
@@ -17,7 +17,6 @@ from .node_vectors import NodeVectors
 
 __all__ = ["Attributes", "attributes_stage", "add_attributes"]
 
-T, S, N, R, A, H, O = (int(t) for t in NodeType)
 
 
 @dataclass

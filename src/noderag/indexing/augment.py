@@ -16,7 +16,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ..graph.csr import CSR, csr_from_coo
-from ..graph.types import NodeType
+from ..graph.types import A, H, O
 
 from .assemble import NodeTable
 
@@ -25,7 +25,6 @@ from ..errors import NodeRAGError
 __all__ = ["AugmentFailure", "Adjacency", "block_mean", "block_sims", "budget_join_count", "column_sums", "mean_vectors",
            "retire_unproduced", "subgraph_csr"]
 
-T, S, N, R, A, H, O = (int(t) for t in NodeType)
 
 
 class AugmentFailure(NodeRAGError, RuntimeError):
@@ -96,14 +95,18 @@ VECTOR_BLOCK = 8192
 
 
 def block_mean(ids: np.ndarray, vectors_of: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
-    """``vectors_of(ids).mean(axis=0)``, bit for bit, reading ``VECTOR_BLOCK`` vectors at a time (the float32
-    sum runs row after row into one accumulator, as NumPy's reduction over the first axis does for two
-    dimensions or more; one contiguous column it sums pairwise)."""
-    acc = None
+    """The float32 mean of ``vectors_of(ids)``, reading ``VECTOR_BLOCK`` vectors at a time.
+
+    The sum runs in float64 and the mean is rounded to float32 once, so it does not depend on the block size
+    or on the order NumPy adds in (pairwise for one contiguous column, row after row otherwise) wherever the
+    float64 sums are exact: float16-rounded vectors with components in [-1, 1] are multiples of 2^-24 below
+    2, so any count under 2^28 rows sums exactly. Other float32 vectors can differ by one float32 rounding
+    step where a float64 rounding error crosses a float32 rounding boundary (tested: at most 1 ulp).
+    """
+    acc = np.zeros(0 if not ids.size else vectors_of(ids[:1]).shape[1], np.float64)
     for b in range(0, ids.size, VECTOR_BLOCK):
-        block = vectors_of(ids[b:b + VECTOR_BLOCK])
-        acc = block.sum(axis=0) if acc is None else np.add.reduce(np.concatenate((acc[None], block)), axis=0)
-    return acc / ids.size
+        acc += vectors_of(ids[b:b + VECTOR_BLOCK]).sum(axis=0, dtype=np.float64)
+    return (acc / ids.size).astype(np.float32)
 
 
 def block_sims(ids: np.ndarray, vectors_of: Callable[[np.ndarray], np.ndarray], v: np.ndarray) -> np.ndarray:

@@ -11,7 +11,7 @@ import numpy as np
 
 from ..graph.csr import CSR
 from ..graph.keys import canonical_name, node_key
-from ..graph.types import NodeType
+from ..graph.types import A, H, N, O, R, S
 
 from .assemble import EdgeList, NodeTable, cat_edges
 from .attributes import Attributes
@@ -21,7 +21,6 @@ from .node_vectors import NodeVectors
 
 __all__ = ["Communities", "communities_stage", "add_communities"]
 
-T, S, N, R, A, H, O = (int(t) for t in NodeType)
 
 
 @dataclass

@@ -74,6 +74,9 @@ def build_index(inputs: Sequence[str | os.PathLike], index_dir: str | os.PathLik
     A new document whose source id (JSONL ``id`` or file path) is already in the index with
     other content replaces that document. Every run commits a new generation.
 
+    An insert that leaves the deltas over ``update.max_delta_share`` starts a background compaction
+    when ``update.compaction`` is "background" (its pid: ``BuildReport.background_compaction``).
+
     Parameters
     ----------
     inputs : paths of files (.txt, .md, .jsonl) or directories
@@ -101,9 +104,6 @@ def build_index(inputs: Sequence[str | os.PathLike], index_dir: str | os.PathLik
     background : float, optional
         This is a background compaction (:mod:`noderag.indexing.update.background`) for this ``update.max_delta_share``:
         any other writer stops it, and it does nothing unless the deltas hold more than that share of the base.
-
-    An insert that leaves the deltas over ``update.max_delta_share`` starts a background compaction
-    when ``update.compaction`` is "background" (its pid: ``BuildReport.background_compaction``).
     """
     root = Path(index_dir)
     if root.exists() and not root.is_dir():

@@ -418,6 +418,51 @@ def _update_mode(previous, config, n_new: int) -> dict | None:
                     "every document; these figures are the new documents' alone"}
 
 
+def _existing_index(index_dir: str | os.PathLike | None) -> tuple[set[str], Any, Path | None]:
+    """(content hashes of the documents it holds, its current generation, its LLM cache) of an existing index
+    (empty, None, None when ``index_dir`` holds none)."""
+    if index_dir is None or not (Path(index_dir) / CURRENT).is_file():
+        return set(), None, None
+    from ..store.tables import IndexStore
+    from .previous import Previous
+
+    with IndexStore.open(index_dir) as store:
+        known = set(store.documents.column("content_hash").to_pylist())
+        previous = Previous(store.generation, store.path, store.manifest)
+    return known, previous, Path(index_dir) / LLM_CACHE
+
+
+def _stage_estimate(s: str, dry: dict, factor: float, cal: dict | None, measured: tuple | None, chunk_tokens: int,
+                    delta: bool) -> dict:
+    """One stage's estimate: the dry run's requests and prompt tokens scaled by ``factor`` (or by the pilot's
+    calibration ``cal``), none after decompose for a ``delta`` insert, and the completion tokens at the
+    pilot's, the cache's (``measured``: ratio, answers) or the default completion ratio."""
+    req = dry["requests"] * factor
+    prompt = dry["prompt_tokens"] * factor
+    if cal is not None and s == "decompose":
+        req, prompt = req * cal["request_factor"], prompt * cal["prompt_factor"]
+    elif cal is not None:
+        req, prompt = chunk_tokens * cal["requests_per_chunk_token"], chunk_tokens * cal["prompt_per_chunk_token"]
+    if delta and s != "decompose":
+        req = prompt = 0  # a delta insert leaves the summaries to `noderag compact`
+    if cal is not None and cal["completion_ratio"] is not None:
+        ratio, source = cal["completion_ratio"], f"measured on the pilot's {cal['pilot_requests']} requests"
+    elif measured is not None:
+        ratio, source = measured[0], f"measured on {measured[1]} cached answers"
+    else:
+        ratio, source = DEFAULT_COMPLETION_RATIO[s], "default (the demo corpus LLM build)"
+    out = {"requests": int(round(req)), "prompt_tokens": int(round(prompt)),
+           "completion_tokens": int(round(prompt * ratio)), "completion_ratio": round(ratio, 3),
+           "completion_ratio_source": source,
+           "dry_run": {"requests": int(round(dry["requests"] * factor)),
+                       "prompt_tokens": int(round(dry["prompt_tokens"] * factor))},
+           "exact": s == "decompose" and factor == 1.0 and cal is None}
+    if cal is not None:
+        out["calibration"] = {k: round(v, 6) for k, v in cal.items() if k in (
+            "prompt_factor", "request_factor", "prompt_per_chunk_token", "requests_per_chunk_token")}
+    return out
+
+
 def estimate_build(inputs: Sequence[str | os.PathLike], config=None, *, index_dir: str | os.PathLike | None = None,
                    sample: int | None = None, tps: float | None = None, progress: bool = False,
                    log=None, tokenizer=None, calibrate: str | os.PathLike | None = None) -> dict:
@@ -452,16 +497,7 @@ def estimate_build(inputs: Sequence[str | os.PathLike], config=None, *, index_di
     if sample is not None and int(sample) < 1:
         raise ValueError(f"--estimate-sample must be >= 1, got {sample}")
     calibration = pilot_calibration(calibrate, config, count, progress, log) if calibrate is not None else None
-    known: set[str] = set()
-    cache_path = previous = None
-    if index_dir is not None and (Path(index_dir) / CURRENT).is_file():
-        from ..store.tables import IndexStore
-        from .previous import Previous
-
-        with IndexStore.open(index_dir) as store:
-            known = set(store.documents.column("content_hash").to_pylist())
-            previous = Previous(store.generation, store.path, store.manifest)
-        cache_path = Path(index_dir) / LLM_CACHE
+    known, previous, cache_path = _existing_index(index_dir)
     docs, dupes = ingest(list(inputs), known_hashes=known)
     update = _update_mode(previous, config, len(docs))
     chunks = [(d.title, c) for d in docs for c in chunk_text(d.text, config.chunk.max_tokens, config.chunk.min_tokens)]
@@ -475,32 +511,9 @@ def estimate_build(inputs: Sequence[str | os.PathLike], config=None, *, index_di
 
     stages, embed = _dry_run(chunks, pick, n_chunks, config, count, progress, log)
     measured = _cache_ratios(cache_path) if cache_path is not None else {}
-    out_stages = {}
-    for s in STAGES:
-        req = stages[s]["requests"] * factor
-        prompt = stages[s]["prompt_tokens"] * factor
-        cal = calibration["stages"][s] if calibration else None
-        if cal is not None and s == "decompose":
-            req, prompt = req * cal["request_factor"], prompt * cal["prompt_factor"]
-        elif cal is not None:
-            req, prompt = chunk_tokens * cal["requests_per_chunk_token"], chunk_tokens * cal["prompt_per_chunk_token"]
-        if update is not None and update["mode"] == "delta" and s != "decompose":
-            req = prompt = 0  # a delta insert leaves the summaries to `noderag compact`
-        if cal is not None and cal["completion_ratio"] is not None:
-            ratio, source = cal["completion_ratio"], f"measured on the pilot's {cal['pilot_requests']} requests"
-        elif s in measured:
-            ratio, source = measured[s][0], f"measured on {measured[s][1]} cached answers"
-        else:
-            ratio, source = DEFAULT_COMPLETION_RATIO[s], "default (the demo corpus LLM build)"
-        out_stages[s] = {"requests": int(round(req)), "prompt_tokens": int(round(prompt)),
-                         "completion_tokens": int(round(prompt * ratio)), "completion_ratio": round(ratio, 3),
-                         "completion_ratio_source": source,
-                         "dry_run": {"requests": int(round(stages[s]["requests"] * factor)),
-                                     "prompt_tokens": int(round(stages[s]["prompt_tokens"] * factor))},
-                         "exact": s == "decompose" and factor == 1.0 and cal is None}
-        if cal is not None:
-            out_stages[s]["calibration"] = {k: round(v, 6) for k, v in cal.items() if k in (
-                "prompt_factor", "request_factor", "prompt_per_chunk_token", "requests_per_chunk_token")}
+    delta = update is not None and update["mode"] == "delta"
+    out_stages = {s: _stage_estimate(s, stages[s], factor, calibration["stages"][s] if calibration else None,
+                                     measured.get(s), chunk_tokens, delta) for s in STAGES}
     total_p = sum(v["prompt_tokens"] for v in out_stages.values())
     total_c = sum(v["completion_tokens"] for v in out_stages.values())
     res = {

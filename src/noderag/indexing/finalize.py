@@ -13,7 +13,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..store.layout import DOCUMENTS, NODES, VECTORS
-from ..graph.types import NodeType
+from ..graph.types import A, H, NodeType, S, T
 
 from .assemble import EdgeList, NodeTable
 from .node_vectors import NodeVectors
@@ -21,7 +21,6 @@ from .node_vectors import NodeVectors
 __all__ = ["start_vector_stage", "vector_stage", "tables_stage", "files_stage", "finalize_stage", "write_linked",
            "edge_kinds", "graph_counts"]
 
-T, S, N, R, A, H, O = (int(t) for t in NodeType)
 
 
 def start_vector_stage(table: NodeTable, vec: NodeVectors, config, work: Path):

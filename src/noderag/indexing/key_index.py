@@ -4,7 +4,7 @@ on, plus a dict of the keys added since, at the cost of what the insert adds.
 A large segment stores its keys sorted (``node_keys_sorted.npy``, with ``node_key_order.npy``: the ids in
 that order, see :meth:`noderag.graph.hetero.HeteroGraph.save`); a look-up is a binary search in the
 memory-mapped file, so an insert reads a few pages of it instead of sorting every key. A smaller
-segment's keys (or a large one's from an index written before those files) are bucketed in memory.
+segment's keys are bucketed in memory.
 Of equal keys the lowest id is found, as a stable sort gives.
 """
 

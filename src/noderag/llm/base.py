@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Callable, Sequence
 
 from .._overrides import with_overrides
@@ -157,6 +157,18 @@ class BaseBackend:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+@dataclass
+class EngineConfig:
+    """The settings every in-process engine backend shares (vllm, llamacpp): the model, the engine's seed,
+    the retries of an output that fails its schema and extra keyword arguments of the engine's constructor.
+    Each backend's settings extend it with its engine's own."""
+
+    model: str = ""
+    seed: int = 0
+    max_validation_retries: int = 2
+    engine_kwargs: dict[str, Any] = field(default_factory=dict)
 
 
 class BatchedBackend(BaseBackend):

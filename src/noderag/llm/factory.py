@@ -74,7 +74,7 @@ def make_llm(
     elif kind == "llamacpp":
         from .backends.llamacpp import LlamaCppBackend, LlamaCppConfig
 
-        backend = LlamaCppBackend(LlamaCppConfig(model_path=model or ""), ledger=ledger, **overrides)
+        backend = LlamaCppBackend(LlamaCppConfig(model=model or ""), ledger=ledger, **overrides)
     else:  # pragma: no cover - parse_llm_spec rejects it
         raise LLMError(f"unknown backend {kind!r}")
     if cache_path is not None:

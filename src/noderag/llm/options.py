@@ -8,7 +8,7 @@ split of a settings dict into backend-config overrides and request-sampling over
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Iterable, Mapping
 
 from ..errors import NodeRAGError
@@ -16,6 +16,8 @@ from ..errors import NodeRAGError
 __all__ = [
     "LLM_OPTIONS",
     "SAMPLING_OPTIONS",
+    "ClientOptions",
+    "LLMOptions",
     "OptionError",
     "parse_option_value",
     "parse_llm_options",
@@ -37,19 +39,28 @@ class _Opt:
     backends: tuple[str, ...] | None = None
     #: an engine setting of one backend: kept in the ``[llm] options`` table, not a key of ``[llm]``
     engine: bool = False
+    #: the value a client setting (:class:`ClientOptions`) takes when it is not set
+    default: Any = None
 
 
 #: Settings shared by the LLM backends (``[llm]`` keys and ``--llm-option`` keys).
 LLM_OPTIONS: dict[str, _Opt] = {
     "dialect": _Opt(str, "structured-output dialect of the openai backend",
-                    choices=("auto", "json_schema", "json_object", "vllm", "none"), backends=("openai",)),
-    "max_concurrency": _Opt(int, "requests in flight at once (openai)", 1, backends=("openai",)),
-    "timeout_s": _Opt(float, "read timeout of one request in seconds (openai)", 0.001, backends=("openai",)),
-    "connect_timeout_s": _Opt(float, "connect timeout in seconds (openai)", 0.001, backends=("openai",)),
-    "max_retries": _Opt(int, "retries of a transient HTTP failure (openai)", 0, backends=("openai",)),
-    "backoff_base_s": _Opt(float, "first retry delay in seconds, doubled per retry (openai)", 0, backends=("openai",)),
-    "backoff_max_s": _Opt(float, "largest retry delay in seconds (openai)", 0.001, backends=("openai",)),
-    "max_validation_retries": _Opt(int, "retries of an invalid (non-schema) output", 0),
+                    choices=("auto", "json_schema", "json_object", "vllm", "none"), backends=("openai",),
+                    default="auto"),
+    "max_concurrency": _Opt(int, "requests in flight at once (openai)", 1, backends=("openai",), default=8),
+    # as long as the openai client's default: requests queued behind others on a one-slot server (llama.cpp)
+    # wait there, and a timed-out request keeps the server busy
+    "timeout_s": _Opt(float, "read timeout of one request in seconds (openai)", 0.001, backends=("openai",),
+                      default=600.0),
+    "connect_timeout_s": _Opt(float, "connect timeout in seconds (openai)", 0.001, backends=("openai",),
+                              default=10.0),
+    "max_retries": _Opt(int, "retries of a transient HTTP failure (openai)", 0, backends=("openai",), default=4),
+    "backoff_base_s": _Opt(float, "first retry delay in seconds, doubled per retry (openai)", 0, backends=("openai",),
+                           default=0.5),
+    "backoff_max_s": _Opt(float, "largest retry delay in seconds (openai)", 0.001, backends=("openai",),
+                          default=20.0),
+    "max_validation_retries": _Opt(int, "retries of an invalid (non-schema) output", 0, default=2),
     "api_key_env": _Opt(str, "name of the environment variable holding the API key (openai)", backends=("openai",)),
     "temperature": _Opt(float, "sampling temperature of every request (default: greedy 0)", 0),
     "top_p": _Opt(float, "nucleus sampling of every request (default 1)", 0.000001),
@@ -66,6 +77,48 @@ LLM_OPTIONS: dict[str, _Opt] = {
 
 #: Options applied to each request's sampling (part of the cache key), not to the backend.
 SAMPLING_OPTIONS = ("temperature", "top_p", "seed", "max_tokens")
+
+
+@dataclass
+class ClientOptions:
+    """The settings of a client of an LLM server, declared once: the ``[llm]`` section
+    (:class:`noderag.config.LLMConfig`) and the openai backend's settings
+    (:class:`~noderag.llm.backends.openai.OpenAIConfig`) both extend it. ``None`` is the backend's default
+    (:data:`LLM_OPTIONS`' ``default``); :meth:`client_settings` fills and checks them.
+    """
+
+    dialect: str | None = None
+    max_concurrency: int | None = None
+    timeout_s: float | None = None
+    connect_timeout_s: float | None = None
+    max_retries: int | None = None
+    backoff_base_s: float | None = None
+    backoff_max_s: float | None = None
+    max_validation_retries: int | None = None
+
+    def client_settings(self, where: str) -> dict[str, Any]:
+        """Every client setting, unset ones at their default, each checked (:class:`OptionError` names
+        ``where`` and the key)."""
+        out = {}
+        for f in fields(ClientOptions):
+            value = getattr(self, f.name)
+            out[f.name] = LLM_OPTIONS[f.name].default if value is None else parse_option_value(
+                f.name, value, where=where)
+        return out
+
+
+@dataclass
+class LLMOptions(ClientOptions):
+    """Every ``[llm]`` setting a backend understands, declared beside their table (its options that are not
+    engine settings; ``None``: the backend's default): the client settings, the API-key variable and the
+    sampling of every request. :class:`noderag.config.LLMConfig` adds the spec, the cache switch and the
+    engine options."""
+
+    api_key_env: str | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    seed: int | None = None
+    max_tokens: int | None = None
 
 
 def parse_option_value(key: str, value: Any, *, where: str = "--llm-option") -> Any:

@@ -3,20 +3,20 @@ and memory-mapped at open, so a query touches only its seeds' neighbourhood and 
 
 Folder ``query/`` of an index directory (``.npy`` files; ``*_off`` are int64 offsets into a uint8 UTF-8 blob)::
 
-    meta.json                        format, n (nodes), names, max_tokens, text_page
+    meta.json                        format (3), n (nodes), names, max_tokens, text_page
     (../text_off.npy, ../text/)      display text of every node: the segment's node texts, stored once beside
                                      ``nodes.parquet`` in pages of ``text_page`` bytes
-                                     (:mod:`noderag.store.node_texts`), read from there (format 3; format 2
-                                     kept a copy here in text_off.npy and text/, format 1 in text.npy)
+                                     (:mod:`noderag.store.node_texts`), read from there
     chunk, doc                       int64 (n,): chunk_id / doc_id of every node
     active                           bool (n,)
     label_node, label_off, label     source-passage label of every T node (sorted node ids)
     doclabel_id, doclabel_off, doclabel   label of every document with one (sorted doc ids)
     name_*, exact_*, phrase_*, tok*, post_*   the name matcher (noderag.search.entities.name_index_arrays)
+    lex_*                            the passages' BM25 postings (noderag.search.lexical)
 
 Written by :func:`write_query_index` from the finished ``nodes.parquet`` and ``documents.parquet`` of a
 build or insert (deterministic: the same tables give byte-identical files); opened by
-:meth:`QueryIndex.load`. An index without the folder is served by the in-memory path of the searcher.
+:meth:`QueryIndex.load`.
 """
 
 from __future__ import annotations
@@ -29,14 +29,12 @@ from typing import Any
 import numpy as np
 
 from ..store.layout import DOCUMENTS, NODE_TEXT_OFF, NODES, QUERY_DIR
-from ..store.paged_blob import PagedBytes, erase_strings, page_name, page_size_for, unzeroed, write_pages
-from ..graph.storage import atomic_save_npy, atomic_write_bytes, load_npy, read_json
+from ..store.paged_blob import PagedBytes, page_name, unzeroed
+from ..graph.storage import REBUILD_HINT, atomic_save_npy, atomic_write_bytes, load_npy, read_json
 
-__all__ = ["QUERY_DIR", "QueryIndex", "write_query_index", "passage_labels", "document_labels", "display_texts"]
+__all__ = ["QUERY_DIR", "QueryIndex", "write_query_index", "passage_labels", "document_labels"]
 
-_FORMAT = 3  # 3: node texts read from the segment's pages; 2: a copy in pages here (text/); 1: in text.npy
-_FORMATS = (1, 2, 3)
-TEXT_PAGES = "text"  # the folder of the node texts' pages in query/
+_FORMAT = 3  # the only format read: node texts from the segment's pages, BM25 postings here
 _T = 0
 _NAMED = (2, 6)  # N and O: matched by name
 
@@ -69,14 +67,6 @@ def passage_labels(types: np.ndarray, source_ids: list, doc_ids: np.ndarray, doc
     return out
 
 
-def display_texts(nodes: Any):
-    """The text column with nulls replaced by the name, then by "" (a pyarrow array)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    return pc.coalesce(nodes.column("text"), nodes.column("name"), pa.scalar("", pa.string()))
-
-
 def _py_blob(strings: list[str]) -> tuple[np.ndarray, np.ndarray]:
     from .entities import _blob
 
@@ -102,7 +92,7 @@ def write_query_index(index_dir: str | os.PathLike, *, first_node: int = 0, lexi
 
     from .entities import name_arrays
 
-    from ..store.node_texts import node_texts, string_blob
+    from ..store.node_texts import node_texts
     from ..store.tables import read_nodes_file
 
     root = Path(index_dir)
@@ -125,18 +115,8 @@ def write_query_index(index_dir: str | os.PathLike, *, first_node: int = 0, lexi
     save("chunk", np.asarray(nodes.column("chunk_id").to_numpy(zero_copy_only=False), dtype=np.int64))
     save("doc", doc)
     save("active", active)
-    pages = node_texts(nodes_path, n)
-    if pages is not None:  # the segment's own text pages (format 3): read for the BM25 postings, not copied
-        text_off, text, text_page = np.asarray(pages.offsets), pages.pages.to_array(), pages.pages.page
-    else:  # an index whose nodes.parquet holds the texts: a copy in pages here (format 2)
-        shown = read_nodes_file(nodes_path, columns=("text",)).column("text")  # one column of texts at a time
-        if shown.null_count:
-            shown = display_texts(read_nodes_file(nodes_path, columns=("text", "name")))
-        text_off, text = string_blob(shown)
-        del shown
-        save("text_off", text_off)
-        text_page = page_size_for(int(text.shape[0]))
-        write_pages(out / TEXT_PAGES, text, text_page)
+    pages = node_texts(nodes_path, n)  # the segment's own text pages: read for the BM25 postings, not copied
+    text_off, text, text_page = np.asarray(pages.offsets), pages.pages.to_array(), pages.pages.page
     _save_lexical(save, types, active, doc, text_off, text, documents, first_node, lexical_background)
     del text_off, text
     t_ids = np.flatnonzero(types == _T)
@@ -162,7 +142,7 @@ def write_query_index(index_dir: str | os.PathLike, *, first_node: int = 0, lexi
     del names
     for key in sorted(name_index):
         save(key, name_index[key])
-    meta = {"format": _FORMAT if pages is not None else 2, "n": int(n), "names": int(name_index["name_node"].shape[0]),
+    meta = {"format": _FORMAT, "n": int(n), "names": int(name_index["name_node"].shape[0]),
             "max_tokens": max_tokens, "text_page": text_page,
             **({"first_node": int(first_node)} if first_node else {})}
     atomic_write_bytes(out / "meta.json", (json.dumps(meta, sort_keys=True) + "\n").encode("utf-8"))
@@ -186,12 +166,10 @@ def _save_lexical(save, types: np.ndarray, active: np.ndarray, doc: np.ndarray, 
 
 
 def _load_lexical(folder: Path, arrays: dict[str, np.ndarray]) -> None:
-    """Map the ``lex_*`` arrays into ``arrays`` when the index has them (older indexes do not); O(1) checks
-    (node ids are checked by ``noderag verify``, which reads every byte)."""
+    """Map the ``lex_*`` arrays into ``arrays``; O(1) checks (node ids are checked by ``noderag verify``,
+    which reads every byte)."""
     from .lexical import LEX_ARRAYS
 
-    if not (folder / "lex_term_hash.npy").is_file():
-        return
     dtypes = {"lex_term_hash": np.uint64, "lex_post_ptr": np.int64, "lex_post_node": np.int32,
               "lex_post_weight": np.float32}
     for key in LEX_ARRAYS:
@@ -233,20 +211,19 @@ def _check_damage(folder: Path, arrays: dict[str, np.ndarray], n: int, m: int, f
         raise bad("name_tok", "id out of range", f"token id {int(arrays['name_tok'].min())}")
 
 
-def _paged_texts(folder: Path, meta: dict, n: int, beside: bool) -> tuple[np.ndarray, PagedBytes]:
-    """(offsets, pages) of the node texts, checked as they open: the segment's own beside ``nodes.parquet``
-    (format 3), or the copy in ``query/`` (format 2)."""
+def _paged_texts(folder: Path, meta: dict, n: int) -> tuple[np.ndarray, PagedBytes]:
+    """(offsets, pages) of the node texts, the segment's own beside ``nodes.parquet``, checked as they open."""
     from ..store.node_texts import NodeTexts
     from ..store.verify import IndexDamagedError
 
-    at, prefix = (folder.parent, "") if beside else (folder, f"{QUERY_DIR}/")
-    texts = NodeTexts(at, int(meta["text_page"]), n,
-                      lambda rel, problem, detail: IndexDamagedError(folder.parent, prefix + rel, problem, detail))
+    texts = NodeTexts(folder.parent, int(meta["text_page"]), n,
+                      lambda rel, problem, detail: IndexDamagedError(folder.parent, rel, problem, detail))
     return texts.offsets, texts.pages
 
 
 class QueryIndex:
-    """The ``query/`` folder opened read-only (memory-mapped): per-node columns, texts, labels and names.
+    """The ``query/`` folder opened read-only (memory-mapped): per-node columns, texts, labels and names
+    (a :class:`~noderag.store.protocols.NodeTables`).
 
     Attributes
     ----------
@@ -268,11 +245,9 @@ class QueryIndex:
         self.doc = arrays["doc"]
         self.active = arrays["active"]
         self.names = MappedNames(arrays, int(meta["max_tokens"]))
-        self.lexical = None
-        if "lex_term_hash" in arrays:
-            from .lexical import LexicalIndex
+        from .lexical import LexicalIndex
 
-            self.lexical = LexicalIndex(arrays)
+        self.lexical = LexicalIndex(arrays)
 
     @classmethod
     def load(cls, index_dir: str | os.PathLike, n: int | None = None, *, checked: bool = True) -> "QueryIndex | None":
@@ -286,12 +261,11 @@ class QueryIndex:
         if not mpath.is_file():
             return None
         meta = read_json(mpath)
-        if not isinstance(meta, dict) or meta.get("format") not in _FORMATS:
-            raise ValueError(f"{mpath}: unknown query index format {meta.get('format') if isinstance(meta, dict) else meta!r}")
-        paged = meta["format"] >= 2
-        beside = meta["format"] >= 3  # the texts are the segment's own pages, beside nodes.parquet
+        if not isinstance(meta, dict) or meta.get("format") != _FORMAT:
+            raise ValueError(f"{mpath}: query index format {meta.get('format') if isinstance(meta, dict) else meta!r}"
+                             f" is not supported; this noderag reads format {_FORMAT} only: {REBUILD_HINT}")
         for key in ("n", "names", "max_tokens", "first_node", "text_page"):
-            if (key == "first_node" and key not in meta) or (key == "text_page" and not paged):
+            if key == "first_node" and key not in meta:
                 continue
             if isinstance(meta.get(key), bool) or not isinstance(meta.get(key), int) or meta[key] < 0:
                 raise ValueError(f"{mpath}: field {key!r} must be a non-negative integer, got {meta.get(key)!r}")
@@ -301,7 +275,6 @@ class QueryIndex:
         m = meta["names"]
         shapes: dict[str, tuple[Any, tuple | None]] = {
             "chunk": (np.int64, (nn,)), "doc": (np.int64, (nn,)), "active": (np.bool_, (nn,)),
-            "text_off": (np.int64, (nn + 1,)), "text": (np.uint8, None),
             "label_node": (np.int64, None), "label_off": (np.int64, None), "label": (np.uint8, None),
             "doclabel_id": (np.int64, None), "doclabel_off": (np.int64, None), "doclabel": (np.uint8, None),
             "name_node": (np.int64, (m,)), "name_tok_ptr": (np.int64, (m + 1,)), "name_tok": (np.int32, None),
@@ -312,14 +285,11 @@ class QueryIndex:
             "post_ptr": (np.int64, None), "post_name": (np.int64, None),
         }
         assert set(NAME_ARRAYS) <= set(shapes)
-        if paged:  # read with their pages (_paged_texts)
-            del shapes["text"], shapes["text_off"]
         arrays: dict[str, Any] = {}
         for key, (dtype, shape) in shapes.items():
             # plain ndarray views of the maps: numpy.memmap's per-item __getitem__ costs ~4 us a look-up
             arrays[key] = np.asarray(load_npy(folder / f"{key}.npy", True, dtype=dtype, ndim=1, shape=shape))
-        if paged:
-            arrays["text_off"], arrays["text"] = _paged_texts(folder, meta, nn, beside)
+        arrays["text_off"], arrays["text"] = _paged_texts(folder, meta, nn)  # the segment's, beside nodes.parquet
         # cheap consistency checks (sizes only: O(1)), naming the file
         for off, blob in (("text_off", "text"), ("label_off", "label"), ("doclabel_off", "doclabel"),
                           ("name_canon_off", "name_canon"), ("tok_off", "tok")):
@@ -335,8 +305,7 @@ class QueryIndex:
         if arrays["tok_off"].shape[0] != v + 1 or arrays["post_ptr"].shape[0] != v + 1:
             raise ValueError(f"{folder / 'tok_off.npy'}: tok_off and post_ptr must have len(tok_hash) + 1 entries")
         if checked:  # ids in range (O(n)), naming the file
-            _check_damage(folder, arrays, nn, m, meta.get("first_node", 0),
-                          {"text_off": NODE_TEXT_OFF} if beside else {})
+            _check_damage(folder, arrays, nn, m, meta.get("first_node", 0), {"text_off": NODE_TEXT_OFF})
         _load_lexical(folder, arrays)
         return cls(folder, meta, arrays)
 
@@ -424,21 +393,6 @@ def open_query_index(index_path: str | os.PathLike, *, checked: bool = True) -> 
         return QueryIndex.load(index_path, checked=checked)
 
 
-def _blanked(off: np.ndarray, data: np.ndarray, blank: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """A string blob (int64 offsets, UTF-8 bytes) with the strings where ``blank`` is True made empty (the
-    bytes between them copied in runs: a few blanked strings cost one pass over the blob)."""
-    off = np.asarray(off, dtype=np.int64)
-    lens = np.diff(off)
-    blank = np.asarray(blank, dtype=bool)
-    new_off = np.zeros_like(off)
-    np.cumsum(np.where(blank, 0, lens), out=new_off[1:])
-    at = np.flatnonzero(blank & (lens > 0))
-    cuts = np.concatenate([[0], off[at + 1]]).tolist()
-    stops = np.concatenate([off[at], [off[-1]]]).tolist()
-    data = np.asarray(data)
-    return new_off, np.ascontiguousarray(np.concatenate([data[a:b] for a, b in zip(cuts, stops)]))
-
-
 def _zeroed(off: np.ndarray, data: np.ndarray, blank: np.ndarray) -> np.ndarray:
     """A copy of the string blob's bytes ``data`` with the strings where ``blank`` is True overwritten by zeros
     (the offsets stay as they are, so they are shared; an all-zero string reads as "")."""
@@ -452,9 +406,8 @@ def _zeroed(off: np.ndarray, data: np.ndarray, blank: np.ndarray) -> np.ndarray:
 
 
 #: The tables :func:`scrub_query_tables` rewrites from their previous contents (a writer checks them first).
-SCRUBBED_TABLES = ("active", "text_off", "text", "label_node", "label_off", "label", "doclabel_id", "doclabel_off",
-                   "doclabel", "name_node", "name_canon_off", "name_canon", "name_tok_ptr", "name_tok", "tok_off",
-                   "tok")
+SCRUBBED_TABLES = ("active", "label_node", "label_off", "label", "doclabel_id", "doclabel_off", "doclabel",
+                   "name_node", "name_canon_off", "name_canon", "name_tok_ptr", "name_tok", "tok_off", "tok")
 
 
 def scrub_query_tables(src_dir: str | os.PathLike, dst_dir: str | os.PathLike, dead: np.ndarray,
@@ -462,9 +415,8 @@ def scrub_query_tables(src_dir: str | os.PathLike, dst_dir: str | os.PathLike, d
     """Write ``dst_dir/query/`` from ``src_dir/query/`` without the texts of the ``dead`` nodes (a scrubbing
     delete, :mod:`noderag.indexing.update.scrub`): their passage labels, canonical names and the name tokens no live
     name uses are overwritten by zeros (read as ""; the offsets are shared), the labels of the
-    ``documents_gone`` too, and the nodes are marked inactive (a query index of format 2 or 1 holds a copy of
-    the display texts: erased in its pages, or emptied). A current index's display texts are the segment's
-    own pages, erased by the scrub itself. Every other table (BM25 postings, name hashes and postings) holds
+    ``documents_gone`` too, and the nodes are marked inactive. The display texts are the segment's own
+    pages, erased by the scrub itself. Every other table (BM25 postings, name hashes and postings) holds
     ids and hashes only and is hard-linked as it is: a search skips inactive nodes.
     """
     import shutil
@@ -478,25 +430,17 @@ def scrub_query_tables(src_dir: str | os.PathLike, dst_dir: str | os.PathLike, d
         return np.load(a[key], mmap_mode="r", allow_pickle=False)
 
     written: dict[str, np.ndarray] = {"active": np.asarray(load("active"), dtype=bool) & ~dead}
-    meta = read_json(src / "meta.json")
-    if meta.get("format", 1) >= 3:  # the texts are the segment's own pages: the scrub erases them there
-        pass
-    elif meta.get("format", 1) >= 2:  # the texts' pages that held scrubbed texts are written anew, the rest linked
-        erase_strings(src / TEXT_PAGES, out / TEXT_PAGES, load("text_off"), int(meta["text_page"]), dead)
-    else:
-        written["text_off"], written["text"] = _blanked(load("text_off"), load("text"), dead)
     # the smaller blobs are written whole with the scrubbed strings' bytes zeroed: their offsets are shared
     label_node = np.asarray(load("label_node"), dtype=np.int64)
     written["label"] = _zeroed(load("label_off"), load("label"), dead[label_node])
     doc_ids = np.asarray(load("doclabel_id"), dtype=np.int64)
     written["doclabel"] = _zeroed(load("doclabel_off"), load("doclabel"), np.isin(doc_ids, documents_gone))
-    if "name_node" in a:
-        name_dead = dead[np.asarray(load("name_node"), dtype=np.int64)]
-        written["name_canon"] = _zeroed(load("name_canon_off"), load("name_canon"), name_dead)
-        ptr, tok = np.asarray(load("name_tok_ptr"), dtype=np.int64), np.asarray(load("name_tok"))
-        live_tok = np.zeros(np.asarray(load("tok_off")).shape[0] - 1, dtype=bool)
-        live_tok[tok[np.repeat(~name_dead, np.diff(ptr))]] = True
-        written["tok"] = _zeroed(load("tok_off"), load("tok"), ~live_tok)
+    name_dead = dead[np.asarray(load("name_node"), dtype=np.int64)]
+    written["name_canon"] = _zeroed(load("name_canon_off"), load("name_canon"), name_dead)
+    ptr, tok = np.asarray(load("name_tok_ptr"), dtype=np.int64), np.asarray(load("name_tok"))
+    live_tok = np.zeros(np.asarray(load("tok_off")).shape[0] - 1, dtype=bool)
+    live_tok[tok[np.repeat(~name_dead, np.diff(ptr))]] = True
+    written["tok"] = _zeroed(load("tok_off"), load("tok"), ~live_tok)
     for key, arr in written.items():
         atomic_save_npy(out / f"{key}.npy", arr)
     for p in sorted(src.iterdir()):

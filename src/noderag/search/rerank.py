@@ -52,16 +52,14 @@ class CrossEncoderReranker(OnnxModel):
         ``token_type_ids``), int64, and a first output of shape (batch,), (batch, 1) or (batch, 2).
     tokenizer_path : str or Path
         HuggingFace ``tokenizer.json`` (optionally gzipped) whose post-processor builds pairs.
-    name : str or None, default=None
-        Name for reports; ``None`` uses the model directory's name.
     max_length : int, default=512
         Token limit of a pair.
     batch_size : int, default=8
         Pairs per ONNX run.
-    n_threads : int or None, default=None
-        Parallel ONNX runs; ``None`` uses ``min(8, os.cpu_count())``.
-    model_sha256, tokenizer_sha256 : str or None, default=None
-        When given, the files' sha256 must match.
+    **options
+        ``name`` (str or None: name for reports; ``None`` uses the model directory's name),
+        ``n_threads`` (int or None: parallel ONNX runs; ``None`` uses ``min(8, os.cpu_count())``),
+        ``model_sha256`` and ``tokenizer_sha256`` (str or None: when given, the files' sha256 must match).
     """
 
     _runtime = ("onnxruntime", "tokenizers")

@@ -9,7 +9,7 @@ included) and decomposed edges a fresh build of those documents gives.
 
 The rows are stored in parts of :func:`part_rows_for` rows, ``decompositions/NNNNNN.parquet``, so that a delete
 in place (:func:`filter_decompositions`) rewrites only the parts that held the deleted documents' rows and
-shares the others. An index written before parts holds one ``decompositions.parquet``, still read.
+shares the others.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from .layout import DECOMPOSITIONS, DECOMPOSITIONS_FILE
+from .layout import DECOMPOSITIONS
 
 __all__ = ["DECOMPOSITIONS", "ChunkTrace", "read_decompositions", "traces_columns", "traces_table",
            "write_decompositions", "filter_decompositions", "PART_ROWS", "part_rows_for"]
@@ -102,16 +102,12 @@ def write_decompositions(folder: str | os.PathLike, rows) -> Path:
 
 
 def _part_files(path: Path) -> list[Path]:
-    """The files holding a generation's traces, in order: ``path`` (``decompositions/``) parts, or the older
-    single file beside it."""
-    if path.is_dir():
-        return sorted(path.glob("*.parquet"))
-    legacy = path.with_name(DECOMPOSITIONS_FILE)
-    if legacy.is_file():
-        return [legacy]
-    from .tables import IndexNotFoundError
+    """The parts holding a generation's traces, in order (``path``: its ``decompositions/`` folder)."""
+    if not path.is_dir():
+        from .errors import IndexNotFoundError
 
-    raise IndexNotFoundError(f"{path}: missing")
+        raise IndexNotFoundError(f"{path}: missing")
+    return sorted(path.glob("*.parquet"))
 
 
 def read_decompositions(path: str | os.PathLike) -> list[ChunkTrace]:
@@ -138,7 +134,7 @@ def read_decompositions(path: str | os.PathLike) -> list[ChunkTrace]:
 def filter_decompositions(src: str | os.PathLike, dst: str | os.PathLike, gone, **options) -> int:
     """Write the traces of ``src`` (a generation's ``decompositions`` folder) into ``dst`` without the rows of the
     documents ``gone``: the parts that held such rows are written anew (Parquet ``options`` on top of the
-    build's), the others hard-linked. An older single file is rewritten whole. Returns the parts written."""
+    build's), the others hard-linked. Returns the parts written."""
     import shutil
 
     import numpy as np
@@ -148,11 +144,6 @@ def filter_decompositions(src: str | os.PathLike, dst: str | os.PathLike, gone, 
     src, dst = Path(src), Path(dst)
     gone = np.asarray(sorted(gone), dtype=np.int64)
     files = _part_files(src)
-    if not src.is_dir():  # one file: the rows of the deleted documents out, the rest as it was
-        tab = pq.ParquetFile(files[0]).read()
-        _write_part(dst.with_name(DECOMPOSITIONS_FILE),
-                    tab.filter(pa.array(~np.isin(tab.column("doc_id").to_numpy(), gone))), **options)
-        return 1
     dst.mkdir(parents=True, exist_ok=False)
     written = 0
     for f in files:

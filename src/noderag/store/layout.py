@@ -9,12 +9,8 @@ inserts added since the last compaction under ``deltas/<k>/`` (:mod:`noderag.sto
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
-
 __all__ = ["CURRENT", "GENERATIONS", "READERS", "LOCK_FILE", "LLM_CACHE", "STAGES", "MANIFEST", "NODES", "DOCUMENTS",
-           "DECOMPOSITIONS", "DECOMPOSITIONS_FILE", "LINKED", "COMMUNITIES", "SCRUBBED", "SCRUBBED_KEYS", "VECTORS", "QUERY_DIR", "NODE_TEXT_OFF", "NODE_TEXT_PAGES", "NODE_TYPES", "NODE_KEYS", "NODE_KEY_ORDER", "NODE_KEYS_SORTED", "DELTAS", "DELTA_EDGES",
-           "IndexLayout", "GenerationLayout"]
+           "DECOMPOSITIONS", "LINKED", "COMMUNITIES", "SCRUBBED", "SCRUBBED_KEYS", "VECTORS", "QUERY_DIR", "NODE_TEXT_OFF", "NODE_TEXT_PAGES", "NODE_TYPES", "NODE_KEYS", "NODE_KEY_ORDER", "NODE_KEYS_SORTED", "DELTAS", "DELTA_EDGES"]
 
 # the index directory
 CURRENT = "CURRENT"  # the current generation's number
@@ -26,12 +22,11 @@ STAGES = "stages"  # an unfinished build's resumable work
 # a generation folder
 READERS = ".readers"  # readers' shared locks pin a generation
 MANIFEST = "manifest.json"  # configuration, counts, stage report, checksums
-NODES = "nodes.parquet"  # the node table (names, ids, flags; the texts of older indexes)
+NODES = "nodes.parquet"  # the node table (names, ids, flags; the texts are in pages beside it)
 NODE_TEXT_OFF = "text_off.npy"  # the node texts' int64 offsets (store.node_texts)
 NODE_TEXT_PAGES = "text"  # the node texts' UTF-8 bytes in pages (store.paged_blob)
 DOCUMENTS = "documents.parquet"  # one row per document
 DECOMPOSITIONS = "decompositions"  # what each chunk contributed (an insert re-assembles from it), in Parquet parts
-DECOMPOSITIONS_FILE = "decompositions.parquet"  # the same in one file, as indexes written before the parts hold it
 LINKED = "linked.parquet"  # the name-link S-N edges
 COMMUNITIES = "communities.npy"  # each node's Leiden community (int32, -1: none): a merging compaction's warm start
 SCRUBBED = "scrubbed.npy"  # the base's nodes deleted in place whose edges, labels and keys its shared files still hold
@@ -45,35 +40,3 @@ NODE_KEYS_SORTED = "node_keys_sorted.npy"
 DELTAS = "deltas"  # the delta segments of inserts (deltas/<k>/, each a small index of its new nodes)
 DELTA_EDGES = "edges"  # a delta's new structural edges (src, dst, w .npy; global node ids, each edge once)
 
-
-def _with_files(**names: str):
-    """Give a layout class one path property per file: ``attribute = file name`` under its folder."""
-    def add(cls):
-        for attr, name in names.items():
-            setattr(cls, attr, property(lambda self, name=name: self.folder / name, doc=f"``{name}``"))
-        return cls
-    return add
-
-
-@_with_files(current=CURRENT, generations=GENERATIONS, lock=LOCK_FILE, llm_cache=LLM_CACHE, stages=STAGES)
-@dataclass(frozen=True)
-class IndexLayout:
-    """The paths of one index directory."""
-
-    folder: Path
-
-    def generation(self, number: int) -> "GenerationLayout":
-        return GenerationLayout(self.folder / GENERATIONS / str(number))
-
-
-@_with_files(manifest=MANIFEST, nodes=NODES, documents=DOCUMENTS, decompositions=DECOMPOSITIONS, linked=LINKED,
-             vectors=VECTORS, query=QUERY_DIR, deltas=DELTAS)
-@dataclass(frozen=True)
-class GenerationLayout:
-    """The paths of one generation folder (or of one delta segment in it)."""
-
-    folder: Path
-
-    def delta(self, name: str) -> "GenerationLayout":
-        """The layout of the delta segment ``name`` (its files are named as the base's)."""
-        return GenerationLayout(self.folder / DELTAS / name)

@@ -5,7 +5,7 @@ It is kept in one place, as UTF-8 in fixed-size pages (:mod:`noderag.store.paged
 offsets: ``nodes.parquet`` holds every other column (its schema metadata ``noderag.text`` gives the
 page size), and the query tables read the same pages. A delete in place overwrites the deleted texts
 with zeros in new copies of the pages that held them and shares the rest; an erased text reads as
-``""``. Indexes written before keep the texts in ``nodes.parquet`` (and a copy in ``query/``).
+``""``.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from .paged_blob import PagedBytes, page_size_for, write_pages
 
 __all__ = ["TEXT_META", "NodeTexts", "node_texts", "string_blob", "text_page_of", "write_node_texts"]
 
-#: The ``nodes.parquet`` schema metadata key whose value is the text pages' size in bytes (absent: texts inline).
+#: The ``nodes.parquet`` schema metadata key whose value is the text pages' size in bytes.
 TEXT_META = b"noderag.text"
 
 
@@ -140,15 +140,13 @@ class NodeTexts:
         return col if not wide else col.cast(pa.large_string())
 
 
-def text_page_of(path: str | os.PathLike) -> int | None:
-    """The page size of the node texts beside ``nodes.parquet`` at ``path`` (None: the texts are in the file)."""
+def text_page_of(path: str | os.PathLike) -> int:
+    """The page size of the node texts beside ``nodes.parquet`` at ``path`` (its schema metadata)."""
     import pyarrow.parquet as pq
 
     raw = (pq.read_schema(path).metadata or {}).get(TEXT_META)
-    if raw is None:
-        return None
     try:
-        page = int(raw)
+        page = int(raw) if raw is not None else 0
     except ValueError:
         page = 0
     if page <= 0:
@@ -156,15 +154,13 @@ def text_page_of(path: str | os.PathLike) -> int | None:
     return page
 
 
-def node_texts(path: str | os.PathLike, n: int | None = None):
-    """The :class:`~noderag.store.node_texts.NodeTexts` beside ``nodes.parquet`` at ``path``, or None for a file
-    that holds its texts; damaged files raise :class:`~noderag.store.errors.IndexDamagedError` naming them."""
+def node_texts(path: str | os.PathLike, n: int | None = None) -> NodeTexts:
+    """The :class:`~noderag.store.node_texts.NodeTexts` beside ``nodes.parquet`` at ``path``; damaged files raise
+    :class:`~noderag.store.errors.IndexDamagedError` naming them."""
     from .errors import IndexDamagedError
 
     path = Path(path)
     page = text_page_of(path)
-    if page is None:
-        return None
     gen, seg = _generation_of(path.parent)
     return NodeTexts(path.parent, page, n,
                      lambda rel, problem, detail: IndexDamagedError(gen, seg + rel, problem, detail))

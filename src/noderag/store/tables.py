@@ -4,14 +4,15 @@ An index directory holds generations (see :mod:`noderag.store.generations`): ``C
 names the live folder ``generations/N``, which holds::
 
     manifest.json        format version, config, stage states, counts, tokens, time, bytes
-    nodes.parquet        id, type, name, text, doc_id, chunk_id, source_id, mentions, active
-                         (``IndexStore.nodes`` adds ``key`` from node_keys.npy;
+    nodes.parquet        id, type, name, doc_id, chunk_id, source_id, mentions, active
+                         (``IndexStore.nodes`` adds ``key`` from node_keys.npy and ``text`` from the pages;
                          ``name`` is left out when it is the text of N/O nodes and null elsewhere)
+    text_off.npy, text/  every node's text, stored once in pages (:mod:`noderag.store.node_texts`)
     documents.parquet    doc_id, source, title, content_hash, chunk_ids (a document deleted in place keeps
                          its row as a tombstone: null source, title and hash, no chunks)
     decompositions/      per assembled chunk: doc_id, T node id, its units' S ids, entity and
                          relation surface forms (what a delete re-assembles the survivors from), in
-                         Parquet parts of 256 chunks and up (older indexes: one decompositions.parquet)
+                         Parquet parts of 256 chunks and up
     scrubbed.npy         after a delete in place: the scrubbed nodes, whose edges the shared graph
                          files still hold (left out where the graph is opened)
     node_types.npy, node_keys.npy, graph/, semantic/   (HeteroGraph.save)
@@ -59,15 +60,15 @@ _STORED_NODE_COLUMNS = tuple(c for c in NODE_COLUMNS if c != "key")
 
 
 def check_layout(root: Path) -> None:
-    """Refuse the flat single-folder layout of format version 1 with a clear 'rebuild it' error."""
-    from ..graph.storage import FORMAT_VERSION, FormatVersionError
+    """Refuse the flat single-folder layout of format version 1 with a one-line 'rebuild it' error."""
+    from ..graph.storage import FORMAT_VERSION, REBUILD_HINT, FormatVersionError
 
     if root.parent.name == GENERATIONS and (root / READERS).is_file():
         raise IndexNotFoundError(f"{root}: a generation folder; open the index directory {root.parent.parent} instead")
     if not (root / CURRENT).exists() and (root / MANIFEST).is_file():
         raise FormatVersionError(
             f"{root}: an index in the flat layout of format version 1 (an earlier noderag); this noderag reads "
-            f"format version {FORMAT_VERSION} (generations): rebuild it with `noderag build` into a new directory")
+            f"format version {FORMAT_VERSION} only: {REBUILD_HINT}")
 
 
 def _schema_nodes():
@@ -118,7 +119,8 @@ def nodes_table(table, mentions: np.ndarray, first: int = 0):
 
 
 def read_nodes_file(path: str | os.PathLike, columns: Sequence[str] | None = None):
-    """``nodes.parquet`` as a pyarrow Table with its ``name`` column (restored when left out); no key added.
+    """``nodes.parquet`` as a pyarrow Table with its ``text`` (read from the pages beside it) and ``name``
+    (restored when left out) columns; no key added.
 
     ``columns``: read only these (a derived ``name`` reads ``text`` and ``type`` to restore it).
     """
@@ -131,27 +133,23 @@ def read_nodes_file(path: str | os.PathLike, columns: Sequence[str] | None = Non
         raise IndexNotFoundError(f"{path}: missing")
     want = list(_STORED_NODE_COLUMNS) if columns is None else list(columns)
     stored = pq.read_schema(path).names
+    derive_name = "name" in want and "name" not in stored
     read = [c for c in want if c in stored]
-    if "name" in want and "name" not in stored:
-        read += [c for c in ("text", "type") if c not in read and c in stored]
+    if derive_name and "type" not in read:
+        read.append("type")
     tab = pq.read_table(path, memory_map=True, columns=read)
-    if "name" in want and "name" not in stored and (tab.schema.metadata or {}).get(_NAME_META) != _NAME_META_VALUE:
+    if derive_name and (tab.schema.metadata or {}).get(_NAME_META) != _NAME_META_VALUE:
         raise ValueError(f"{path}: no name column and no {_NAME_META.decode()} metadata saying how to derive it")
-    if "text" not in stored and ("text" in want or ("name" in want and "name" not in stored)):
+    if "text" in want or derive_name:
         from .node_texts import node_texts
 
         texts = node_texts(path)  # beside the file, in pages
-        if texts is not None:
-            if texts.n != pq.ParquetFile(path).metadata.num_rows:
-                raise ValueError(f"{path.parent / 'text_off.npy'}: {texts.n} texts for "
-                                 f"{pq.ParquetFile(path).metadata.num_rows} nodes")
-            col = texts.column()
-            tab = tab.append_column(pa.field("text", col.type), col)
-    if "name" in want and "name" not in tab.column_names and "text" in tab.column_names \
-            and "type" in tab.column_names:
-        meta = tab.schema.metadata or {}
-        if meta.get(_NAME_META) != _NAME_META_VALUE:
-            raise ValueError(f"{path}: no name column and no {_NAME_META.decode()} metadata saying how to derive it")
+        rows = pq.ParquetFile(path).metadata.num_rows
+        if texts.n != rows:
+            raise ValueError(f"{path.parent / 'text_off.npy'}: {texts.n} texts for {rows} nodes")
+        col = texts.column()
+        tab = tab.append_column(pa.field("text", col.type), col)
+    if derive_name:
         name = pc.if_else(pc.is_in(tab.column("type"), value_set=pa.array(_NAME_IS_TEXT, pa.uint8())),
                           tab.column("text"), pa.scalar(None, pa.string()))
         tab = tab.add_column(tab.column_names.index("text"), pa.field("name", pa.string()), name)
@@ -211,7 +209,8 @@ FLAT_DELTA_VECTORS = 32768
 
 
 class IndexStore:
-    """One generation of a finished index opened read-only (arrays memory-mapped).
+    """One generation of a finished index opened read-only (arrays memory-mapped): the
+    :class:`~noderag.store.protocols.IndexReader` of the package.
 
     Opening resolves ``INDEX/CURRENT`` once and pins that generation (a shared lock, see
     :mod:`noderag.store.generations`) until :meth:`close` or garbage collection: every lazy

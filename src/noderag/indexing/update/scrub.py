@@ -269,7 +269,7 @@ def write_scrubbed(run: ScrubRun) -> tuple[dict, dict[str, str], frozenset[str]]
     from ...graph.storage import atomic_save_npy, load_npy
     from ...search.query_index import open_query_index, scrub_query_tables
     from ...store.decompositions import DECOMPOSITIONS, filter_decompositions
-    from ...store.layout import (COMMUNITIES, DECOMPOSITIONS_FILE, DOCUMENTS, LINKED, NODE_TEXT_PAGES, NODES,
+    from ...store.layout import (COMMUNITIES, DOCUMENTS, LINKED, NODE_TEXT_PAGES, NODES,
                                 QUERY_DIR, SCRUBBED, SCRUBBED_KEYS)
     from ...store.paged_blob import erase_strings, page_name, pages_holding
     from ...store.node_texts import node_texts
@@ -293,7 +293,7 @@ def write_scrubbed(run: ScrubRun) -> tuple[dict, dict[str, str], frozenset[str]]
     was_active = np.asarray(texts.active, dtype=bool)
     # the graph, node types and communities are shared: scrubbed.npy lists the nodes whose edges and labels
     # they still hold, left out where the graph is opened (noderag.store.segments.base_graph)
-    rewritten = (NODES, DOCUMENTS, DECOMPOSITIONS, DECOMPOSITIONS_FILE, LINKED, SCRUBBED, SCRUBBED_KEYS,
+    rewritten = (NODES, DOCUMENTS, DECOMPOSITIONS, LINKED, SCRUBBED, SCRUBBED_KEYS,
                  f"{NODE_TEXT_PAGES}/", f"{QUERY_DIR}/")
     shared, copied = share_generation(prev, run.final, skip=rewritten)
     run.say(f"deleting {len(run.drop)} document(s) in place: {int(dead.sum())} nodes held their text (scrubbed)")
@@ -305,14 +305,11 @@ def write_scrubbed(run: ScrubRun) -> tuple[dict, dict[str, str], frozenset[str]]
     atomic_save_npy(run.final / SCRUBBED, ids)  # node_keys.npy is shared: the tombstones are kept beside it
     atomic_save_npy(run.final / SCRUBBED_KEYS, keys[ids])
     _nodes_without(prev / NODES, run.final / NODES, dead)
+    # the pages that held scrubbed texts get zeros in new copies; the others and the offsets are shared
     pages = node_texts(prev / NODES, types.shape[0])
-    if pages is not None:  # the pages that held scrubbed texts get zeros in new copies; the others and the offsets are
-        # shared
-        held = pages_holding(pages.offsets, pages.pages.page, dead)  # checked byte for byte before they are rewritten
-        check_files(prev, run.previous.manifest, tuple(f"{NODE_TEXT_PAGES}/{page_name(p)}" for p in held))
-        erase_strings(prev / NODE_TEXT_PAGES, run.final / NODE_TEXT_PAGES, pages.offsets, pages.pages.page, dead)
-    elif (prev / QUERY_DIR / NODE_TEXT_PAGES).is_dir():  # a query index that kept a copy of the texts in pages
-        check_files(prev, run.previous.manifest, (f"{QUERY_DIR}/{NODE_TEXT_PAGES}/",))
+    held = pages_holding(pages.offsets, pages.pages.page, dead)  # checked byte for byte before they are rewritten
+    check_files(prev, run.previous.manifest, tuple(f"{NODE_TEXT_PAGES}/{page_name(p)}" for p in held))
+    erase_strings(prev / NODE_TEXT_PAGES, run.final / NODE_TEXT_PAGES, pages.offsets, pages.pages.page, dead)
     _documents_without(prev / DOCUMENTS, run.final / DOCUMENTS, run.drop)
     gone = np.asarray(run.drop, dtype=np.int64)
     filter_decompositions(prev / DECOMPOSITIONS, run.final / DECOMPOSITIONS, gone, **SCRUB_PARQUET)

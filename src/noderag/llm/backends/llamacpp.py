@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..accounting import TokenLedger
-from ..base import BatchedBackend, RawOutput
+from ..base import BatchedBackend, EngineConfig, RawOutput
 from ..types import LLMError, LLMRequest, now
 from .openai import parse_chat_response
 
@@ -17,22 +17,19 @@ _INSTALL_HINT = "the llamacpp backend needs llama-cpp-python: pip install 'noder
 
 
 @dataclass
-class LlamaCppConfig:
-    """Settings of :class:`LlamaCppBackend`."""
+class LlamaCppConfig(EngineConfig):
+    """Settings of :class:`LlamaCppBackend`: the shared engine settings (:class:`~noderag.llm.base.EngineConfig`;
+    ``model`` is the GGUF file) plus llama.cpp's context, threads and GPU layers."""
 
-    model_path: str = ""
     n_ctx: int = 4096
     n_threads: int | None = None
     n_gpu_layers: int = 0
-    seed: int = 0
-    max_validation_retries: int = 2
-    llama_kwargs: dict[str, Any] = field(default_factory=dict)
 
     def check(self) -> None:
         """Raise LLMError naming the first bad field."""
-        if not self.model_path:
-            raise LLMError("llamacpp backend: model_path is required (llamacpp:/path/model.gguf)")
-        p = Path(self.model_path)
+        if not self.model:
+            raise LLMError("llamacpp backend: model is required (llamacpp:/path/model.gguf)")
+        p = Path(self.model)
         if not p.is_file():
             raise LLMError(f"llamacpp backend: model file {str(p)!r} does not exist")
         if not (isinstance(self.n_ctx, int) and self.n_ctx > 0):
@@ -59,14 +56,14 @@ class LlamaCppBackend(BatchedBackend):
 
     def __init__(self, config: LlamaCppConfig | None = None, *, ledger: TokenLedger | None = None, **overrides: Any):
         cfg = self._configure(config or LlamaCppConfig(), overrides, ledger, "LlamaCppBackend")
-        self.model_id = f"llamacpp:{Path(cfg.model_path).name}"
+        self.model_id = f"llamacpp:{Path(cfg.model).name}"
         try:
             from llama_cpp import Llama
         except ImportError as e:
             raise ImportError(f"{_INSTALL_HINT} ({e})") from e
         self.llm = Llama(
-            model_path=str(cfg.model_path), n_ctx=cfg.n_ctx, n_threads=cfg.n_threads,
-            n_gpu_layers=cfg.n_gpu_layers, seed=cfg.seed, verbose=False, **cfg.llama_kwargs,
+            model_path=str(cfg.model), n_ctx=cfg.n_ctx, n_threads=cfg.n_threads,
+            n_gpu_layers=cfg.n_gpu_layers, seed=cfg.seed, verbose=False, **cfg.engine_kwargs,
         )
 
     def _batch_size(self, n: int) -> int:

@@ -17,6 +17,7 @@ from ..._overrides import openai_endpoint, with_overrides
 from ...retry import Transient, async_retrying
 from ..accounting import TokenLedger
 from ..base import BaseBackend, RawOutput, _check_requests, estimate_usage, finish_result, retry_request
+from ..options import LLM_OPTIONS, ClientOptions, OptionError
 from ..types import LLMError, LLMRequest, LLMResult, ResultCallback, StreamUnavailable, Usage, now
 
 __all__ = ["DIALECTS", "OpenAIConfig", "OpenAIBackend", "build_chat_body", "parse_chat_response",
@@ -27,7 +28,7 @@ __all__ = ["DIALECTS", "OpenAIConfig", "OpenAIBackend", "build_chat_body", "pars
 #: ``auto`` (the default) sends ``json_schema`` and switches once to ``json_object`` when the
 #: server rejects it (llama-cpp-python answers ``json_schema`` with an HTTP 500 naming
 #: ``response_format``).
-DIALECTS = ("auto", "json_schema", "json_object", "vllm", "none")
+DIALECTS: tuple[str, ...] = LLM_OPTIONS["dialect"].choices or ()
 
 _RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 _TRANSIENT_4XX = frozenset({408, 409, 425, 429})
@@ -59,55 +60,30 @@ def rejects_response_format(status: int, text: str) -> bool:
 
 
 @dataclass
-class OpenAIConfig:
-    """Settings of :class:`OpenAIBackend`; unset base_url / api_key / model come from the environment."""
+class OpenAIConfig(ClientOptions):
+    """Settings of :class:`OpenAIBackend`: the endpoint, the client settings it shares with the ``[llm]``
+    section (:class:`~noderag.llm.options.ClientOptions`; ``None`` is the default) and the request flags.
+    Unset model / base_url / api_key come from the environment; :meth:`resolved` fills and checks everything."""
 
     model: str | None = None
     base_url: str | None = None
     api_key: str | None = None
-    dialect: str = "auto"
-    max_concurrency: int = 8
-    #: Read timeout of one request; as long as the openai client's default, because requests queued behind
-    #: others on a one-slot server (llama.cpp) wait there, and a timed-out request keeps the server busy.
-    timeout_s: float = 600.0
-    connect_timeout_s: float = 10.0
-    max_retries: int = 4
-    backoff_base_s: float = 0.5
-    backoff_max_s: float = 20.0
-    max_validation_retries: int = 2
     send_seed: bool = True
     #: ``strict`` flag of the json_schema dialect (hosted OpenAI rejects maxLength under strict).
     strict: bool = True
     extra_body: dict[str, Any] = field(default_factory=dict)
 
     def resolved(self) -> "OpenAIConfig":
-        """Return a copy with environment defaults filled in and every field checked."""
+        """Return a copy with environment defaults and the client settings' defaults filled in, every field
+        checked (:class:`~noderag.llm.types.LLMError` naming it)."""
         model, base_url, api_key = openai_endpoint(self.model, self.base_url, self.api_key, env="LLM",
                                                    owner="openai backend", error=LLMError)
-        if self.dialect not in DIALECTS:
-            raise LLMError(f"openai backend: dialect must be one of {DIALECTS}, got {self.dialect!r}")
-        for name in ("max_concurrency",):
-            v = getattr(self, name)
-            if not (isinstance(v, int) and v >= 1):
-                raise LLMError(f"openai backend: {name} must be an int >= 1, got {v!r}")
-        for name in ("max_retries", "max_validation_retries"):
-            v = getattr(self, name)
-            if not (isinstance(v, int) and v >= 0):
-                raise LLMError(f"openai backend: {name} must be an int >= 0, got {v!r}")
-        for name in ("timeout_s", "connect_timeout_s", "backoff_max_s"):
-            v = getattr(self, name)
-            if not (isinstance(v, (int, float)) and v > 0):
-                raise LLMError(f"openai backend: {name} must be > 0, got {v!r}")
-        if not (isinstance(self.backoff_base_s, (int, float)) and self.backoff_base_s >= 0):
-            raise LLMError(f"openai backend: backoff_base_s must be >= 0, got {self.backoff_base_s!r}")
-        return OpenAIConfig(
-            model=model, base_url=base_url.rstrip("/"), api_key=api_key, dialect=self.dialect,
-            max_concurrency=self.max_concurrency, timeout_s=float(self.timeout_s),
-            connect_timeout_s=float(self.connect_timeout_s), max_retries=self.max_retries,
-            backoff_base_s=float(self.backoff_base_s), backoff_max_s=float(self.backoff_max_s),
-            max_validation_retries=self.max_validation_retries, send_seed=self.send_seed,
-            strict=self.strict, extra_body=dict(self.extra_body),
-        )
+        try:
+            client = self.client_settings("openai backend:")
+        except OptionError as exc:
+            raise LLMError(str(exc)) from None
+        return OpenAIConfig(model=model, base_url=base_url.rstrip("/"), api_key=api_key, send_seed=self.send_seed,
+                            strict=self.strict, extra_body=dict(self.extra_body), **client)
 
 
 def build_chat_body(

@@ -6,11 +6,11 @@ imported only when a :class:`VLLMBackend` is constructed.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ..accounting import TokenLedger
-from ..base import BatchedBackend, RawOutput
+from ..base import BatchedBackend, EngineConfig, RawOutput
 from ..types import LLMError, LLMRequest, Usage, now
 
 __all__ = [
@@ -27,22 +27,19 @@ _INSTALL_HINT = "the vllm backend needs vLLM: pip install 'noderag[vllm]' (GPU m
 
 
 @dataclass
-class VLLMConfig:
-    """Settings of :class:`VLLMBackend` (engine arguments plus batching and retries)."""
+class VLLMConfig(EngineConfig):
+    """Settings of :class:`VLLMBackend`: the shared engine settings (:class:`~noderag.llm.base.EngineConfig`)
+    plus vLLM's engine arguments and batching."""
 
-    model: str = ""
     tensor_parallel_size: int = 1
     max_model_len: int | None = None
     gpu_memory_utilization: float = 0.90
     enable_prefix_caching: bool = True
     dtype: str = "auto"
-    seed: int = 0
     trust_remote_code: bool = False
-    max_validation_retries: int = 2
     #: Requests per ``LLM.chat`` call; None = the whole stage batch in one call. A smaller value
     #: commits finished work to the cache more often (less lost if the build is killed).
     batch_size: int | None = None
-    engine_kwargs: dict[str, Any] = field(default_factory=dict)
 
     def check(self) -> None:
         """Raise LLMError naming the first bad field."""
