@@ -42,7 +42,7 @@ the largest corpus: texts/s, model tokens/s (its own tokenizer, truncated input)
 and corpus (cl100k) tokens/s, from which the embedding cost of a default-embedder
 build is *projected* per million corpus tokens and per size.
 
-Writes ``OUT/scale.json``, ``OUT/scale.md`` and ``OUT/scale.png`` (default ``benchmarks/results``).
+Writes ``OUT/NAME.json``, ``OUT/NAME.md`` and ``OUT/NAME.png`` (default ``benchmarks/results/scale.*``).
 """
 
 from __future__ import annotations
@@ -613,7 +613,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--passages", type=_sizes, default=_sizes("10000,100000,1000000"),
                     help="comma-separated corpus sizes (default 10000,100000,1000000)")
     ap.add_argument("--embed", default="hash:384", help="build embedder spec (default hash:384)")
-    ap.add_argument("--out", type=Path, default=HERE / "results", help="folder of scale.json/.md/.png")
+    ap.add_argument("--out", type=Path, default=HERE / "results", help="folder of NAME.json/.md/.png")
+    ap.add_argument("--name", default="scale", help="basename of the outputs (default scale)")
     ap.add_argument("--work", type=Path, default=REPO / ".benchcache" / "scale", help="corpora, indexes, logs")
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA, help="folder with <source>/corpus.jsonl")
     ap.add_argument("--sources", nargs="+", default=list(DEFAULT_SOURCES))
@@ -698,11 +699,11 @@ def main(argv: list[str] | None = None) -> int:
     res["driver_peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
-    (out / "scale.json").write_text(json.dumps(res, indent=1) + "\n", encoding="utf-8")
-    (out / "scale.md").write_text(to_markdown(res), encoding="utf-8")
-    plotted = write_plot(out / "scale.png", res)
+    (out / f"{args.name}.json").write_text(json.dumps(res, indent=1) + "\n", encoding="utf-8")
+    (out / f"{args.name}.md").write_text(to_markdown(res), encoding="utf-8")
+    plotted = write_plot(out / f"{args.name}.png", res)
     print(to_markdown(res))
-    print(f"wrote {out / 'scale.json'}, scale.md" + (", scale.png" if plotted else ""), file=sys.stderr)
+    print(f"wrote {out / args.name}.json, .md" + (", .png" if plotted else ""), file=sys.stderr)
     return 0 if all(s.get("ok") for s in res["sizes"]) else 2
 
 
