@@ -127,14 +127,15 @@ class TimedEmbedder:
 
 
 def build_one(data: Path, work: Path, spec: str, rebuild: bool) -> tuple[Path, dict]:
-    """The sample's index built with ``spec`` (reused when its stamp matches), and what the build cost."""
+    """The sample's index built with ``spec`` (reused when its stamp matches), and what the build cost
+    (``cost["reused"]`` when the index was reused)."""
     import noderag
 
     digest = hashlib.sha256((data / "corpus.jsonl").read_bytes()).hexdigest()
     d = work / f"{data.name}_{''.join(c if c.isalnum() else '-' for c in spec)}"
     stamp, cost_file = d / "bench_corpus.sha256", d / "bench_cost.json"
     if not rebuild and stamp.is_file() and stamp.read_text().strip() == digest and cost_file.is_file():
-        return d, json.loads(cost_file.read_text())
+        return d, {**json.loads(cost_file.read_text()), "reused": True}
     if d.exists():
         shutil.rmtree(d)
     t0 = time.perf_counter()
@@ -158,13 +159,14 @@ def per_question_scores(path: Path, method: str) -> dict[str, np.ndarray]:
     return {m: np.array([r["methods"][method]["scores"][m] for r in rows], dtype=np.float64) for m in METRICS}
 
 
-def evaluate_one(data: Path, index: Path, out: Path) -> tuple[dict, dict[str, np.ndarray]]:
-    """noderag and dense rows of an index on its sample, and noderag's per-question scores."""
+def evaluate_one(data: Path, index: Path, out: Path, restart: bool) -> tuple[dict, dict[str, np.ndarray]]:
+    """noderag and dense rows of an index on its sample, and noderag's per-question scores (``restart``: discard
+    the evaluation's finished batches, as after a new build; else they are reused)."""
     from noderag.eval import evaluate, load_dataset
 
     ds = load_dataset(data, format="noderag")
     res = evaluate(ds, [index], out=out, methods=["noderag", "dense"], compare=[("noderag", "dense")],
-                   latency=False, per_question=True, restart=True, progress=False)
+                   latency=False, per_question=True, restart=restart, progress=False)
     rows = {m: {k: {kk: round(res["methods"][m]["metrics"][k][kk], 4) for kk in ("mean", "low", "high")}
                 for k in METRICS} for m in ("noderag", "dense")}
     rows["embedder"] = res["index"]["embedder"]
@@ -196,7 +198,8 @@ def main(argv: list[str] | None = None) -> int:
                 row["samples"][data.name] = {"skipped": skip[f"{spec}@{data.name}"]}
                 continue
             index, cost = build_one(data.resolve(), args.work.resolve(), spec, args.rebuild)
-            res, per_q[(spec, data.name)] = evaluate_one(data.resolve(), index, args.work / f"eval_{index.name}")
+            res, per_q[(spec, data.name)] = evaluate_one(data.resolve(), index, args.work / f"eval_{index.name}",
+                                                         restart=not cost.pop("reused", False))
             row["samples"][data.name] = {**res, "cost": cost}
             print(f"{spec:18s} {data.name:10s} noderag " + " ".join(f"{m} {res['noderag'][m]['mean']:.3f}"
                   for m in METRICS) + f" | dense R@5 {res['dense']['recall@5']['mean']:.3f} | {cost['embed']}",
