@@ -537,10 +537,10 @@ def to_markdown(res: dict) -> str:
                                              ("build wall time, sizes >= 10^4", [f["build_wall_slope_from_1e4"]])])
     e = res.get("embedder")
     if e:
-        lines += [f"## Default embedder (`{e['spec']}`, {e['name']}): throughput and a projection", "",
+        lines += [f"## Embedder `{e['spec']}` ({e['name']}): throughput and a projection", "",
                   f"One pass over the first {e['sample_passages']:,} passages of `{Path(e['sample_from']).name}`: "
                   f"{e['texts_per_s']:.1f} texts/s, {e.get('model_tokens_per_s', 0):,.0f} model tokens/s "
-                  f"(its own tokenizer, input truncated), {e['corpus_tokens_per_s']:,.0f} corpus (cl100k) tokens/s "
+                  f"(its own tokenizer; the ONNX models truncate their input), {e['corpus_tokens_per_s']:,.0f} corpus (cl100k) tokens/s "
                   f"({e['corpus_tokens_per_passage']:.1f} per passage). **Projection**, not a measured build: "
                   f"embedding corpus text with it costs ≈ {e['projected_s_per_m_corpus_tokens']:,.0f} s per million "
                   "corpus tokens; the per-size row below divides the build's embedded texts (T, S, A, H) by the "
@@ -550,8 +550,8 @@ def to_markdown(res: dict) -> str:
             lines += _table("", [f"{s['passages']:,}" for s in ok], [
                 ("estimated corpus tokens (M)", [f"{s['passages'] * e['corpus_tokens_per_passage'] / 1e6:.2f}" for s in ok]),
                 ("embedded texts", [f"{s['embedded']:,}" for s in ok]),
-                ("projected default-embedder embed stage (s)", [f"{s['embedded'] / e['texts_per_s']:,.0f}" for s in ok]),
-                ("hash-embedder build wall (s)", [f"{s['build']['wall_s']:.1f}" for s in ok]),
+                (f"projected `{e['spec']}` embed stage (s)", [f"{s['embedded'] / e['texts_per_s']:,.0f}" for s in ok]),
+                (f"build wall with `{res['embed']}` (s)", [f"{s['build']['wall_s']:.1f}" for s in ok]),
             ])
     lines += ["## Targets of issue 9", ""]
     lines += _table("target", ["value", "status"], [(t["target"], [t["value"] if t["value"] is not None else "",

@@ -144,6 +144,10 @@ class StaticEmbedder:
         top = self.table.shape[0] - 1
         return [np.clip(np.asarray(e.ids, dtype=np.int64), 0, top) for e in encs]
 
+    def token_lengths(self, texts: Sequence[str]) -> np.ndarray:
+        """Tokens each text is pooled over (int64), what the embedding of a text costs."""
+        return np.fromiter((a.size for a in self.token_ids(texts)), dtype=np.int64, count=len(texts))
+
     def embed(self, texts: Sequence[str], *, batch_size: int | None = None) -> np.ndarray:
         """Float32 of shape (len(texts), dim), rows L2-normalised; a text with no tokens gives zeros."""
         texts, bs, out = batch_frame(texts, batch_size, self.batch_size, self.dim)
