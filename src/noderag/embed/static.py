@@ -13,8 +13,9 @@ search mostly recovers. Two sources:
   ``DIR/tokenizer.json``; not pinned.
 
 Pipeline (as WordLlama's ``embed``): the tokenizer without special tokens or truncation, ids
-clipped to the table, the mean of their rows (float32 sums, one text at a time, so a vector
-does not depend on its batch), L2 normalisation. The safetensors file is parsed here (a JSON
+clipped to the table, the mean of their rows (float32 sums of a sparse bag-of-tokens matrix
+times the table, each text's row on its own, so a vector does not depend on its batch), L2
+normalisation. The safetensors file is parsed here (a JSON
 header and raw little-endian arrays): no pickle, no framework.
 """
 
@@ -27,6 +28,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+from scipy.sparse import csr_matrix
 
 from .base import batch_frame, check_batch_size, check_pinned, l2_normalize, shipped_file
 
@@ -154,13 +156,13 @@ class StaticEmbedder:
         for start in range(0, len(texts), bs):
             ids = self.token_ids(texts[start : start + bs])
             counts = np.fromiter((a.size for a in ids), dtype=np.int64, count=len(ids))
-            if not counts.any():
-                continue
-            flat = np.concatenate(ids)
-            nz = np.flatnonzero(counts)
-            offsets = np.concatenate(([0], np.cumsum(counts[nz])[:-1]))
-            sums = np.add.reduceat(self.table[flat], offsets, axis=0)
-            out[start + nz] = sums / counts[nz, None].astype(np.float32)
+            indptr = np.concatenate(([0], np.cumsum(counts)))
+            # a (texts x vocabulary) matrix of token counts times the table: each row summed in token order
+            # without materialising the (tokens x dim) gathered rows
+            bag = csr_matrix((np.ones(int(indptr[-1]), np.float32), np.concatenate(ids), indptr),
+                             shape=(len(ids), self.table.shape[0]))
+            sums = np.asarray(bag @ self.table, dtype=np.float32)
+            out[start : start + len(ids)] = sums / np.maximum(counts, 1)[:, None].astype(np.float32)
         return l2_normalize(out)
 
     def __repr__(self) -> str:
