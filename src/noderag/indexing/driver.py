@@ -53,7 +53,7 @@ from .communities import Communities, communities_stage, stored_labels
 from .decompose.base import DecomposeFailure
 from .update.delta import delta_counts, link_scope, write_delta_segment
 from .decompose.stage import decompose_stage
-from .embed import embed_stage
+from .embedding import embed_stage
 from .executor.sharded import Executors
 from .finalize import finalize_stage, graph_counts, start_vector_stage, tables_stage, vector_stage
 from .journal import checkpoint

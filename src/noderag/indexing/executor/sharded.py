@@ -218,7 +218,7 @@ def embed_sharded(executor: Executors, config, emb, embedder_given: bool, texts:
     """
     from ...graph.arrays import drop_resident
 
-    from ..embedding import texts_digest
+    from ...embed.base import texts_digest
     from .shards import ShardStore
     from .stages import EmbedStage, text_table, vectors_of
 
