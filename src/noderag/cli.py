@@ -47,6 +47,9 @@ def _cmd_repair(args: argparse.Namespace) -> int:
     if report.removed:
         print(f"noderag: removed {len(report.removed)} temporary file(s): {', '.join(report.removed[:10])}",
               file=sys.stderr)
+    if report.discarded is not None:
+        print(f"noderag: discarded the unfinished run in {Path(args.index) / 'stages'} (never committed)",
+              file=sys.stderr)
     if report.changed:
         was = "missing" if report.before is None else repr(report.before[:40])
         print(f"index {args.index}: CURRENT now names generation {report.generation} (was {was}); "
@@ -135,6 +138,10 @@ def _cmd_compact(args: argparse.Namespace) -> int:
     progress = not args.no_progress
     log = (lambda msg: print(f"noderag: {msg}", file=sys.stderr)) if progress else None
     report = compact_index(args.index, full=args.full, llm=args.llm, progress=progress, log=log, wait=args.wait)
+    if report.nothing_done:
+        print(f"index {args.index}: nothing to compact ({report.nothing_done}); generation {report.generation} "
+              "is unchanged")
+        return 0
     print(f"index {args.index}: compacted ({'full' if args.full else 'merge'}) into generation {report.generation}")
     print(format_summary(report.manifest))
     return 0
