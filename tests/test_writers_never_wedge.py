@@ -155,3 +155,20 @@ def test_an_orphan_generation_is_removed_by_gc_and_repair(deleted_in_place, tmp_
     assert rep.generation == gen and rep.discarded is not None
     assert generation_numbers(root) == [gen] and not (root / "stages").exists()
     assert "phi-0" not in _sources(root)
+
+
+def test_a_replacement_of_a_few_documents_keeps_bm25_weights_positive(tmp_path):
+    # found by tests/test_random_writes.py: the delta of a replacement counted the passages BM25 knows without the
+    # scrubbed old version, whose postings stay: a term's document frequency exceeded it, its idf went negative
+    # and every query failed in PPR ("seed_weights must be finite float32 values >= 0")
+    from noderag.api import Index
+
+    root = tmp_path / "idx"
+    rows = _rows("alpha", 4)
+    build_index([_jsonl(tmp_path / "a.jsonl", rows)], root, _cfg(), progress=False)
+    new = dict(rows[0], text=rows[0]["text"].replace("Engineer", "Architect"))
+    rep = build_index([_jsonl(tmp_path / "b.jsonl", [new])], root, _cfg(), progress=False)
+    assert rep.deleted_documents == 1 and rep.manifest.get("deltas")
+    with Index.open(root) as ix:
+        for row in [new] + rows[1:]:
+            assert ix.retrieve(row["text"]).passages[0] == row["id"]
