@@ -11,6 +11,7 @@ sets the examples and steps (``EXAMPLES:STEPS``); ``benchmarks/bench_random_writ
 from __future__ import annotations
 
 import json
+from collections import Counter
 import os
 import shutil
 import subprocess
@@ -33,6 +34,8 @@ from noderag.store.verify import verify_index
 EXAMPLES, STEPS = (int(x) for x in os.environ.get("NODERAG_RANDOM_WRITES", "2:5").split(":"))
 #: checkpoints a killed writer stops at (noderag.indexing.journal.checkpoint); past "switch" the write is committed
 KILL_POINTS = ("embed", "commit", "switch", "committed")
+#: steps run so far, by rule (the benchmark reports them)
+STEP_COUNTS: Counter = Counter()
 _WORDS = ("harbour", "lighthouse", "orchard", "quarry", "foundry", "abbey", "mill", "bridge")
 
 
@@ -94,12 +97,14 @@ class RandomWrites(RuleBasedStateMachine):
 
     @initialize(k=st.integers(4, 7))
     def build(self, k: int) -> None:
+        STEP_COUNTS["build"] += 1
         docs = self._new_docs(k)
         build_index([self._file(docs)], self.root, _cfg(), progress=False)
         self.model.update(docs)
 
     @rule(k=st.integers(1, 3))
     def insert(self, k: int) -> None:
+        STEP_COUNTS["insert"] += 1
         docs = self._new_docs(k)
         build_index([self._file(docs)], self.root, _cfg(), progress=False)
         self.model.update(docs)
@@ -107,6 +112,7 @@ class RandomWrites(RuleBasedStateMachine):
     @precondition(lambda self: len(self.model) >= 2)
     @rule(pick=st.integers(0, 10 ** 6))
     def replace(self, pick: int) -> None:
+        STEP_COUNTS["replace"] += 1
         sid = sorted(self.model)[pick % len(self.model)]
         self.gone.add(f"zq{sid[4:]}v{self.version[sid]}x")
         self.version[sid] += 1
@@ -117,6 +123,7 @@ class RandomWrites(RuleBasedStateMachine):
     @precondition(lambda self: len(self.model) >= 3)
     @rule(picks=st.lists(st.integers(0, 10 ** 6), min_size=1, max_size=2))
     def delete(self, picks: list[int]) -> None:
+        STEP_COUNTS["delete"] += 1
         ids = sorted({sorted(self.model)[p % len(self.model)] for p in picks})
         delete_documents(self.root, ids, config=_cfg())
         for sid in ids:
@@ -125,15 +132,18 @@ class RandomWrites(RuleBasedStateMachine):
 
     @rule(full=st.booleans())
     def compact(self, full: bool) -> None:
+        STEP_COUNTS["compact --full" if full else "compact"] += 1
         compact_index(self.root, full=full)
 
     @rule()
     def gc(self) -> None:
+        STEP_COUNTS["gc"] += 1
         removed, left = remove_old_generations(self.root)
         assert left == []  # this test holds no reader open between steps
 
     @rule(point=st.sampled_from(KILL_POINTS), what=st.sampled_from(("insert", "delete", "compact")))
     def killed(self, point: str, what: str) -> None:
+        STEP_COUNTS[f"killed {what} at {point}"] += 1
         if what == "delete" and len(self.model) < 3:
             what = "insert"
         if what == "insert":
@@ -145,11 +155,10 @@ class RandomWrites(RuleBasedStateMachine):
         else:
             argv, after = ["compact", str(self.root)], dict(self.model)
         rc = _killed_write(self.root, argv, point)
-        if rc == 0:  # a compaction with nothing to do never reaches a checkpoint
-            assert what == "compact"
-            return
-        assert rc == -9
-        if point == "committed":  # killed after the switch: the write happened
+        assert rc in (0, -9), f"noderag {' '.join(argv)} exited with {rc}"
+        # rc 0: the writer never reached the checkpoint (a delete in place embeds nothing, an empty compaction
+        # commits nothing) and finished; killed after the switch ("committed"): the write happened too
+        if rc == 0 or point == "committed":
             for sid in set(self.model) - set(after):
                 self.gone.add(f"zq{sid[4:]}v{self.version[sid]}x")
             self.model = after
@@ -174,16 +183,15 @@ class RandomWrites(RuleBasedStateMachine):
 
 
 def run_machine(examples: int, steps: int, seed: int = 0) -> None:
-    """Run :class:`RandomWrites` for ``examples`` sequences of up to ``steps`` steps (seeded)."""
+    """Run :class:`RandomWrites` for ``examples`` sequences of up to ``steps`` steps (seed 0: derandomized)."""
     from hypothesis import seed as hseed
+    from hypothesis.stateful import run_state_machine_as_test
 
-    test = RandomWrites.TestCase
-    test.settings = settings(max_examples=examples, stateful_step_count=steps, deadline=None, derandomize=seed == 0,
-                             suppress_health_check=list(HealthCheck), database=None, print_blob=True,
-                             phases=(Phase.explicit, Phase.generate))  # no shrinking: bounded time
-    if seed:
-        hseed(seed)(test.runTest)
-    test("runTest").runTest()
+    machine = hseed(seed)(type("SeededRandomWrites", (RandomWrites,), {})) if seed else RandomWrites
+    run_state_machine_as_test(machine, settings=settings(
+        max_examples=examples, stateful_step_count=steps, deadline=None, derandomize=seed == 0,
+        suppress_health_check=list(HealthCheck), database=None, print_blob=True,
+        phases=(Phase.explicit, Phase.generate)))  # no shrinking: bounded time
 
 
 def test_random_write_sequences_keep_the_model():
