@@ -152,10 +152,13 @@ class GenerationWatcher:
     on_new : callable
         Receives the prepared generation (swaps it in).
     interval_s : float, default=1.0
+    opener : callable, optional
+        ``root -> store`` (default ``IndexStore.open``; the MCP server opens ``noderag.Index``).
     """
 
     def __init__(self, root: Any, current: Callable[[], Generation], prepare: Callable[[Any], Generation],
-                 on_new: Callable[[Generation], None], *, interval_s: float = 1.0) -> None:
+                 on_new: Callable[[Generation], None], *, interval_s: float = 1.0,
+                 opener: Callable[[Any], Any] | None = None) -> None:
         if not interval_s > 0:
             raise ValueError(f"interval_s must be > 0, got {interval_s!r}")
         self.root = root
@@ -163,6 +166,7 @@ class GenerationWatcher:
         self.prepare = prepare
         self.on_new = on_new
         self.interval_s = float(interval_s)
+        self.opener = opener
         self.reloads = 0
         self.failures = 0
         self.last_error: str | None = None
@@ -188,7 +192,7 @@ class GenerationWatcher:
             return False
         t0 = time.perf_counter()
         try:
-            store = IndexStore.open(self.root)
+            store = (self.opener or IndexStore.open)(self.root)
             if store.generation == self.current().number:
                 store.close()
                 return False
