@@ -172,3 +172,22 @@ def test_a_replacement_of_a_few_documents_keeps_bm25_weights_positive(tmp_path):
     with Index.open(root) as ix:
         for row in [new] + rows[1:]:
             assert ix.retrieve(row["text"]).passages[0] == row["id"]
+
+
+def test_update_settings_are_stored_and_insert_takes_a_config(tmp_path, capsys):
+    # fault 6: [update] reached an insert only through `build --config` and was not stored: a later insert without
+    # a configuration silently went back to the defaults (here: a delta segment instead of the whole index)
+    root = tmp_path / "idx"
+    whole = _cfg().with_overrides({"update.segments": False})
+    build_index([_jsonl(tmp_path / "a.jsonl", _rows("alpha", 8))], root, whole, progress=False)
+    rep = build_index([_jsonl(tmp_path / "b.jsonl", _rows("beta", 1))], root, None, progress=False)
+    assert rep.manifest["update"]["segments"] is False and not rep.manifest.get("deltas")
+    cfg = tmp_path / "update.toml"
+    cfg.write_text('[embed]\nspec = "hash:32"\n[update]\nsegments = true\ncompaction = "off"\n', encoding="utf-8")
+    assert main(["insert", str(root), str(_jsonl(tmp_path / "c.jsonl", _rows("gamma", 1))), "--config", str(cfg),
+                 "--no-progress"]) == 0
+    capsys.readouterr()
+    with IndexStore.open(root) as st:
+        assert st.manifest["update"] == {"segments": True, "max_delta_share": 0.25, "compaction": "off"}
+        assert [d["name"] for d in st.manifest["deltas"]] == ["1"]
+    verify_index(root, "full")

@@ -259,6 +259,8 @@ def _add_writers(sub) -> None:
     ins.add_argument("index", metavar="DIR", help="index directory (must hold a finished index)")
     ins.add_argument("inputs", nargs="+", metavar="INPUT", help=".txt/.md/.jsonl files or directories")
     _add_run_options(ins, "LLM backend (an LLM-built index needs it again)")
+    ins.add_argument("--config", metavar="FILE", help="TOML or YAML configuration file: its [update] and [llm] "
+                                                      "settings apply (the build sections must be the index's)")
     ins.set_defaults(func=_cmd_insert)
     dl = sub.add_parser("delete", help="delete documents (by source id, or every document of some inputs)")
     dl.add_argument("index", metavar="DIR", help="index directory")

@@ -51,6 +51,25 @@ class BuildReport:
     nothing_done: str | None = None  # why a run committed nothing (a compaction with nothing to compact)
 
 
+def stored_update(manifest: dict, where: Path):
+    """The ``[update]`` settings the index's manifest records (the last run's; the defaults for an index written
+    before they were recorded)."""
+    from ..config import ConfigError, UpdateConfig
+
+    raw = manifest.get(UPDATE_KEY)
+    if raw is None:
+        return UpdateConfig()
+    try:
+        return NodeRAGConfig.from_dict({"update": raw}).update
+    except ConfigError as exc:
+        raise BuildError(f"{where / 'manifest.json'}: {UPDATE_KEY}: {exc}") from None
+
+
+#: The manifest entry recording the ``[update]`` settings the last write used (later writes without a
+#: configuration use them: ``noderag insert`` of an index built with ``update.segments = false`` stays whole).
+UPDATE_KEY = "update"
+
+
 def nothing_to_compact(previous: "Previous", compact: str) -> str | None:
     """Why compacting ``previous`` ("merge" or "full") would change nothing (None: it would).
 
@@ -148,8 +167,11 @@ def start_run(inputs: Sequence, root: Path, config, *, llm=None, embedder=None, 
     previous = open_previous(root, say)
     if previous is None and (delete is not None or compact is not None):
         raise IndexNotFoundError(f"{root}: no finished index to {'delete from' if delete is not None else 'compact'}")
+    given = config
     config, notes = NodeRAGConfig.for_run(config, (previous.manifest.get("config") or {}) if previous else None,
                                           llm_given=llm is not None, executor=executor)
+    if given is None and previous is not None:  # no configuration given: the index's stored [update] holds
+        config = replace(config, update=stored_update(previous.manifest, previous.path))
     for note in notes:
         say(note)
     pending = _pending_run(root) if background is not None else None
