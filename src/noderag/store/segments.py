@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import os
 import shutil
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from .errors import IndexDamagedError
+from .errors import IndexDamagedError, fd_exhaustion
 from .layout import DELTAS, MANIFEST, READERS
 
 __all__ = ["Delta", "deltas_of", "segment_folders", "share_generation", "next_delta_name", "delta_entry",
@@ -316,14 +317,28 @@ def segmented_graph(path: Path, deltas: list[Delta], *, validate: bool = True, s
     return HeteroGraph(types.astype(TYPE_DTYPE), keys.astype(KEY_DTYPE), structural, semantic_csr)
 
 
+@contextmanager
+def _named(path: Path, rel: str):
+    """A loader's error on the file ``rel`` of the generation at ``path`` as :class:`IndexDamagedError` naming it
+    (running out of file descriptors stays that: :func:`~noderag.store.errors.fd_exhaustion`)."""
+    try:
+        yield
+    except (ValueError, OSError, IndexError) as exc:
+        if isinstance(exc, (IndexDamagedError, FileNotFoundError)):
+            raise
+        found = fd_exhaustion(exc, path, rel)
+        if found is not None:
+            raise found from None
+        raise IndexDamagedError(path, rel, "unreadable array", f"{type(exc).__name__}: {exc}"[:200]) from None
+
+
 def _delta_array(path: Path, d: Delta, name: str, dtype) -> np.ndarray:
     """One array of delta ``d`` of the generation at ``path`` (node types checked to be known types), its
     damage named as the delta's file (``deltas/1/node_types.npy``), not the base's."""
     from .layout import NODE_TYPES
-    from .verify import reading
 
     rel = f"{DELTAS}/{d.name}/{name}"
-    with reading(path, rel):
+    with _named(path, rel):
         arr = concat_npy([path / DELTAS / d.name], name, dtype)
     if arr.shape[0] != d.nodes:
         raise IndexDamagedError(path, rel, "wrong length", f"{arr.shape[0]} entries, the manifest lists {d.nodes} "
@@ -337,10 +352,9 @@ def _checked_delta_edges(path: Path, d: Delta, n: int) -> tuple[np.ndarray, np.n
     """The edges of delta ``d`` (:func:`delta_edges`), ids in ``[0, n)`` and weights finite and >= 0; damage
     names the delta's file (``deltas/1/edges/src.npy``)."""
     from .layout import DELTA_EDGES
-    from .verify import reading
 
     sub = f"{DELTAS}/{d.name}/{DELTA_EDGES}"
-    with reading(path, f"{sub}/"):
+    with _named(path, f"{sub}/"):
         src, dst, w = delta_edges(path / DELTAS / d.name)
     for name, ids in (("src", src), ("dst", dst)):
         if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= n):
