@@ -174,15 +174,9 @@ def start_run(inputs: Sequence, root: Path, config, *, llm=None, embedder=None, 
         config = replace(config, update=stored_update(previous.manifest, previous.path))
     for note in notes:
         say(note)
-    pending = _pending_run(root) if background is not None else None
-    if pending is not None and not pending.get("background"):  # a user's unfinished run: its writer's to resume
-        say(f"no background compaction: {_what_was_pending(pending)} is unfinished in {root / 'stages'}")
-        return BuildReport(0, 0, previous.manifest, generation=previous.generation)
-    if background is not None and not background_compaction_due(
-            previous.manifest, previous.path,
-            replace(config, update=replace(config.update, max_delta_share=background, compaction="background"))):
-        say(f"no compaction due: the deltas hold at most update.max_delta_share = {background} of the base")
-        return BuildReport(0, 0, previous.manifest, generation=previous.generation)
+    idle = _compaction_to_skip(root, previous, config, compact, background, say)
+    if idle is not None:
+        return idle
     docs_rows = load_documents(previous.path, previous.manifest) if previous is not None else DocumentRows()
     drop = delete.resolve(docs_rows) if delete is not None else []
     t0 = time.perf_counter()
@@ -195,11 +189,6 @@ def start_run(inputs: Sequence, root: Path, config, *, llm=None, embedder=None, 
     # a new document with the source id of an indexed one (other content) replaces it
     drop = sorted(set(drop) | set(docs_rows.doc_ids_where("source", [d.source for d in new_docs])))
     stages = root / "stages"
-    if compact is not None and background is None:
-        idle = nothing_to_compact(previous, compact)
-        if idle is not None:
-            say(f"nothing to compact: {idle}")
-            return BuildReport(0, 0, previous.manifest, generation=previous.generation, nothing_done=idle)
     if not new_docs and not drop and compact is None:
         if previous is not None:
             say("nothing new to add: every input document is already in the index")
@@ -250,6 +239,30 @@ def start_run(inputs: Sequence, root: Path, config, *, llm=None, embedder=None, 
     if rewrite is not None:  # the re-assembled documents are the new delta's
         run.first_document = deltas_of(previous.manifest, previous.path)[rewrite].first_document
     return run
+
+
+def _compaction_to_skip(root: Path, previous, config, compact: str | None, background: float | None,
+                        say) -> BuildReport | None:
+    """The report of a compaction that does nothing (None: go on): a background one that is not due or finds a
+    user's unfinished run in ``stages/`` (its writer's to resume), or one with nothing to compact."""
+    if compact is None:
+        return None
+    unchanged = BuildReport(0, 0, previous.manifest, generation=previous.generation)
+    if background is None:
+        idle = nothing_to_compact(previous, compact)
+        if idle is not None:
+            say(f"nothing to compact: {idle}")
+            return replace(unchanged, nothing_done=idle)
+        return None
+    pending = _pending_run(root)
+    if pending is not None and not pending.get("background"):
+        say(f"no background compaction: {_what_was_pending(pending)} is unfinished in {root / 'stages'}")
+        return unchanged
+    if not background_compaction_due(previous.manifest, previous.path, replace(
+            config, update=replace(config.update, max_delta_share=background, compaction="background"))):
+        say(f"no compaction due: the deltas hold at most update.max_delta_share = {background} of the base")
+        return unchanged
+    return None
 
 
 def _run_nodes(previous: Previous | None, reason: str | None, rewrite: int | None, drop: list[int],

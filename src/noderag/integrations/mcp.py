@@ -87,25 +87,14 @@ def create_server(index: Any, *, llm: Any = None, search_config: Any = None, nam
     from mcp.server.mcpserver.exceptions import ToolError
 
     from .._version import __version__
-    from ..serve.views import GraphView, NodeNotFound
+    from ..serve.views import NodeNotFound
 
     from .passages import open_index
 
     live, watcher = _live_generation(open_index(index), follow)
-    view_lock = threading.Lock()
-
-    def view(gen) -> GraphView:  # the node view reads the node table: prepared on the first get_node
-        with view_lock:
-            if gen.view is None:
-                gen.view = GraphView(gen.store)
-            return gen.view
 
     config = search_config
-    server = MCPServer(name, version=__version__, instructions=(
-        "Retrieval over a noderag index (a graph of text chunks, semantic units, entities, relationships, "
-        "attributes, high-level elements and overviews). Use retrieve for one question, retrieve_many for "
-        "several, get_node to look at a node id from a result" + (", answer for an LLM answer." if llm else ".")),
-        log_level="WARNING")
+    server = MCPServer(name, version=__version__, instructions=_instructions(llm is not None), log_level="WARNING")
 
     @server.tool(description="Retrieve the k best source passages, the typed context and the retrieved nodes "
                              f"for one question (k from 1 to {MAX_K}, default 5).")
@@ -139,15 +128,11 @@ def create_server(index: Any, *, llm: Any = None, search_config: Any = None, nam
                              "by type then id, with neighbour_count the total).")
     @_strict
     def get_node(id: int) -> dict[str, Any]:  # noqa: A002 - the tool's argument is called id
-        if isinstance(id, bool) or not isinstance(id, int):
-            raise ToolError(f"id: expected a node id (integer), got {id!r}")
-        gen = live.acquire()
         try:
-            return view(gen).node(id)
+            with _held(live, whole=True) as gen:
+                return _view(gen).node(id)
         except NodeNotFound as exc:
             raise ToolError(f"id: {exc}") from None
-        finally:
-            gen.release()
 
     if llm is not None:
         @server.tool(description="Answer one question with the configured LLM over the retrieved context; "
@@ -199,13 +184,34 @@ def _live_generation(index: Any, follow: bool):
 
 
 @contextmanager
-def _held(live):
-    """The live generation's index, held for one call (a writer's switch meanwhile closes it only after)."""
+def _held(live, whole: bool = False):
+    """The live generation's index (``whole``: the generation), held for one call (a writer's switch meanwhile
+    closes it only after)."""
     gen = live.acquire()
     try:
-        yield gen.store
+        yield gen if whole else gen.store
     finally:
         gen.release()
+
+
+_VIEW_LOCK = threading.Lock()
+
+
+def _view(gen):
+    """The generation's node view (it reads the node table: prepared on the first ``get_node``, not at start-up)."""
+    from ..serve.views import GraphView
+
+    with _VIEW_LOCK:
+        if gen.view is None:
+            gen.view = GraphView(gen.store)
+        return gen.view
+
+
+def _instructions(answers: bool) -> str:
+    return ("Retrieval over a noderag index (a graph of text chunks, semantic units, entities, relationships, "
+            "attributes, high-level elements and overviews). Use retrieve for one question, retrieve_many for "
+            "several, get_node to look at a node id from a result" + (", answer for an LLM answer." if answers
+                                                                       else "."))
 
 
 def add_mcp_arguments(parser: argparse.ArgumentParser) -> None:
