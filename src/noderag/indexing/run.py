@@ -74,17 +74,20 @@ def nothing_to_compact(previous: "Previous", compact: str) -> str | None:
     """Why compacting ``previous`` ("merge" or "full") would change nothing (None: it would).
 
     A merge has work while the generation has delta segments or nodes a delete in place scrubbed whose edges
-    and vectors are still stored; a full compaction also while it holds retired nodes (a fresh build has none).
+    and vectors are still stored. A full compaction has work unless the generation was written by the first
+    build or by a full compaction (any other write leaves bytes a fresh build would not: reused quantised
+    vectors, retired nodes, node ids in insertion order).
     """
     counts = previous.manifest.get("counts") or {}
     if deltas_of(previous.manifest, previous.path):
         return None
     if (previous.path / SCRUBBED).is_file() or int(counts.get("scrubbed_vectors") or 0):
         return None
-    if compact == "full" and int(counts.get("retired_nodes") or 0):
-        return None
     if compact == "full":
-        return "no delta segments, no deleted or retired nodes: the index is what a fresh build writes"
+        runs = previous.manifest.get("runs") or []
+        if len(runs) == 1 or (runs and runs[-1].get("compaction") == "full"):
+            return "the index is what a fresh build of its documents writes (nothing was written since)"
+        return None
     return "no delta segments and no nodes deleted in place since the last compaction"
 
 
