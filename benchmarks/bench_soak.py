@@ -14,7 +14,8 @@ deadline, the writer after its last cycle.
 
 Reported: requests and errors (any non-200 or connection error), client latency p50/p99 overall and
 per minute, the server's RSS after the first minute and at the end (and their ratio; the target is
-within 10%), the writer's operations and their times, generation folders seen after each operation,
+within 5%), its open files, open deleted files and memory-mapped deleted files per minute (flat: a superseded
+generation's files are let go of), the writer's operations and their times, generation folders seen after each operation,
 and whether every superseded generation was removed by the end (after the server has switched to the
 last generation and ``noderag gc`` has run). Writes ``benchmarks/results/soak.json`` and ``soak.md``.
 """
@@ -40,6 +41,8 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
+#: the server's RSS at the end over its RSS after the first minute must stay within this
+RSS_LIMIT = 1.05
 HOST = "127.0.0.1"  # loopback only: the soak never listens on another interface
 
 
@@ -54,6 +57,36 @@ def _rss_mb(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024.0
     raise RuntimeError(f"no VmRSS for pid {pid}")
+
+
+def _handles(pid: int) -> dict[str, int]:
+    """Open files, open deleted files, and memory-mapped deleted files of a process (Linux /proc): a superseded
+    generation a server did not let go of shows as deleted files once ``gc`` removed its folder."""
+    fds = []
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            fds.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
+        except OSError:  # closed meanwhile
+            pass
+    maps = {line.split(None, 5)[5] for line in Path(f"/proc/{pid}/maps").read_text().splitlines()
+            if len(line.split(None, 5)) == 6}
+    return {"open_files": len(fds), "deleted_open": sum(f.endswith(" (deleted)") for f in fds),
+            "deleted_mapped": sum(m.endswith(" (deleted)") for m in maps)}
+
+
+def _handles_flat(samples: list[dict], end: dict) -> tuple[bool, bool]:
+    """(open files flat, no deleted file held): the second half's most open files within 10% (+8) of the first
+    half's (the count moves with the live generation's delta segments and doubles while a new generation is
+    prepared beside the old one, so a leak shows as growth between halves, not between two samples); no open or
+    mapped deleted file in the second half's samples beyond the first half's, and none at the end."""
+    if len(samples) < 4:
+        return False, False
+    first, second = samples[:len(samples) // 2], samples[len(samples) // 2:]
+    most = lambda hs, k: max(h[k] for h in hs)  # noqa: E731
+    fds_flat = most(second, "open_files") <= 1.1 * most(first, "open_files") + 8
+    deleted_flat = all(most(second, k) <= most(first, k) for k in ("deleted_open", "deleted_mapped")) and \
+        end["deleted_open"] == 0 and end["deleted_mapped"] == 0
+    return fds_flat, deleted_flat
 
 
 def _pct(values: list[float], q: float) -> float | None:
@@ -231,9 +264,12 @@ def main(argv: list[str] | None = None) -> int:
     start = time.monotonic()
     deadline = start + args.minutes * 60
 
+    fds: list[tuple[float, dict]] = []
+
     def sample_rss() -> None:
         while not stop.wait(5.0):
             rss.append((round(time.monotonic() - start, 1), round(_rss_mb(server.proc.pid), 1)))
+            fds.append((round(time.monotonic() - start, 1), _handles(server.proc.pid)))
 
     sampler = threading.Thread(target=sample_rss, daemon=True)
     writer = threading.Thread(target=_writer, args=(index, reserve, args.work, args.every_s, deadline, ops, stop),
@@ -261,6 +297,8 @@ def main(argv: list[str] | None = None) -> int:
     folders_before_gc = _generations(index)
     gc = subprocess.run(_noderag() + ["gc", str(index)], capture_output=True, text=True)
     folders_after_gc = _generations(index)
+    time.sleep(2.5)  # two watcher ticks: what the server released is collected
+    handles_end = _handles(server.proc.pid)
     server.stop()
 
     after_1min = [v for t, v in rss if t >= 60.0]
@@ -269,7 +307,13 @@ def main(argv: list[str] | None = None) -> int:
     per_min = []
     for m in range(int(np.ceil(wall / 60))):
         sel = [d for t, d in rec if start + 60 * m <= t < start + 60 * (m + 1)]
-        per_min.append({"minute": m + 1, "requests": len(sel), "p50_ms": _pct(sel, 50), "p99_ms": _pct(sel, 99)})
+        hs = [h for t, h in fds if 60 * m <= t < 60 * (m + 1)]
+        mem = [v for t, v in rss if 60 * m <= t < 60 * (m + 1)]
+        per_min.append({"minute": m + 1, "requests": len(sel), "p50_ms": _pct(sel, 50), "p99_ms": _pct(sel, 99),
+                        "rss_mb_max": max(mem, default=None),
+                        **{f"{k}_max": max((h[k] for h in hs), default=None)
+                           for k in ("open_files", "deleted_open", "deleted_mapped")}})
+    fds_flat, deleted_flat = _handles_flat([h for _, h in fds], handles_end)
     result = {
         "revision": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
                                    text=True).stdout.strip(),
@@ -290,14 +334,25 @@ def main(argv: list[str] | None = None) -> int:
         "generation_folders_before_gc": folders_before_gc, "gc": gc.stdout.strip() or gc.stderr.strip(),
         "generation_folders_after_gc": folders_after_gc,
         "superseded_all_removed": folders_after_gc == [want],
+        "handles_samples": fds, "handles_end": handles_end, "open_files_flat": fds_flat,
+        "deleted_handles_flat": deleted_flat,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     args.out.with_suffix(".md").write_text(_markdown(result), encoding="utf-8")
     print(_markdown(result))
     ok = (result["errors"] == 0 and result["writer_failures"] == 0 and result["superseded_all_removed"]
-          and result["rss_end_over_first_minute"] is not None and result["rss_end_over_first_minute"] <= 1.10)
+          and fds_flat and deleted_flat
+          and result["rss_end_over_first_minute"] is not None and result["rss_end_over_first_minute"] <= RSS_LIMIT)
+    print(f"soak check: {'passed' if ok else 'FAILED'}", file=sys.stderr)
     return 0 if ok else 1
+
+
+def _half_max(r: dict, half: int) -> int | None:
+    """The most open files sampled in the first (0) or second (1) half of the run."""
+    hs = [h["open_files"] for _, h in r["handles_samples"]]
+    part = hs[:len(hs) // 2] if half == 0 else hs[len(hs) // 2:]
+    return max(part, default=None)
 
 
 def _markdown(r: dict) -> str:
@@ -317,7 +372,12 @@ def _markdown(r: dict) -> str:
         f"| errors (non-200 or connection) | **{r['errors']}** |",
         f"| client latency p50 / p99 / max | {r['p50_ms']} / **{r['p99_ms']}** / {r['max_ms']} ms |",
         f"| server RSS after the first minute / at the end | {r['rss_after_first_minute_mb']} / {r['rss_end_mb']} MiB "
-        f"(ratio **{r['rss_end_over_first_minute']}**; target ≤ 1.10) |",
+        f"(ratio **{r['rss_end_over_first_minute']}**; target ≤ {RSS_LIMIT}) |",
+        f"| server open files, most in the first half / in the second half / at the end | "
+        f"{_half_max(r, 0)} / {_half_max(r, 1)} / {r['handles_end']['open_files']} (flat: **{r['open_files_flat']}**) |",
+        f"| open deleted files / mapped deleted files at the end (after `noderag gc`) | "
+        f"**{r['handles_end']['deleted_open']}** / **{r['handles_end']['deleted_mapped']}** (no growth: "
+        f"**{r['deleted_handles_flat']}**) |",
         f"| writer operations (failed) | {len(ops)} ({r['writer_failures']}): {len(ins)} inserts, median "
         f"{np.median(ins) if ins else 0:.1f} s; {len(dels)} deletes, median {np.median(dels) if dels else 0:.1f} s |",
         f"| generation folders after each operation (max) | {r['max_generation_folders']} |",
@@ -327,9 +387,12 @@ def _markdown(r: dict) -> str:
         f"| generation folders before / after `noderag gc` | {r['generation_folders_before_gc']} / "
         f"{r['generation_folders_after_gc']} |",
         f"| every superseded generation removed | **{r['superseded_all_removed']}** |", "",
-        "Per minute:", "", "| minute | requests | p50 ms | p99 ms |", "|---|---|---|---|",
+        "Per minute (the server's most open files, open deleted files and mapped deleted files, and RSS, sampled "
+        "every 5 s):", "", "| minute | requests | p50 ms | p99 ms | open files | deleted open | deleted mapped | "
+        "RSS MiB |", "|---|---|---|---|---|---|---|---|",
     ]
-    lines += [f"| {m['minute']} | {m['requests']:,} | {m['p50_ms']} | {m['p99_ms']} |" for m in r["per_minute"]]
+    lines += [f"| {m['minute']} | {m['requests']:,} | {m['p50_ms']} | {m['p99_ms']} | {m['open_files_max']} | "
+              f"{m['deleted_open_max']} | {m['deleted_mapped_max']} | {m['rss_mb_max']} |" for m in r["per_minute"]]
     if r["error_examples"]:
         lines += ["", "Errors (first 5): " + "; ".join(r["error_examples"])]
     return "\n".join(lines) + "\n"

@@ -47,6 +47,9 @@ def _cmd_repair(args: argparse.Namespace) -> int:
     if report.removed:
         print(f"noderag: removed {len(report.removed)} temporary file(s): {', '.join(report.removed[:10])}",
               file=sys.stderr)
+    if report.discarded is not None:
+        print(f"noderag: discarded the unfinished run in {Path(args.index) / 'stages'} (never committed)",
+              file=sys.stderr)
     if report.changed:
         was = "missing" if report.before is None else repr(report.before[:40])
         print(f"index {args.index}: CURRENT now names generation {report.generation} (was {was}); "
@@ -135,6 +138,10 @@ def _cmd_compact(args: argparse.Namespace) -> int:
     progress = not args.no_progress
     log = (lambda msg: print(f"noderag: {msg}", file=sys.stderr)) if progress else None
     report = compact_index(args.index, full=args.full, llm=args.llm, progress=progress, log=log, wait=args.wait)
+    if report.nothing_done:
+        print(f"index {args.index}: nothing to compact ({report.nothing_done}); generation {report.generation} "
+              "is unchanged")
+        return 0
     print(f"index {args.index}: compacted ({'full' if args.full else 'merge'}) into generation {report.generation}")
     print(format_summary(report.manifest))
     return 0
@@ -252,6 +259,8 @@ def _add_writers(sub) -> None:
     ins.add_argument("index", metavar="DIR", help="index directory (must hold a finished index)")
     ins.add_argument("inputs", nargs="+", metavar="INPUT", help=".txt/.md/.jsonl files or directories")
     _add_run_options(ins, "LLM backend (an LLM-built index needs it again)")
+    ins.add_argument("--config", metavar="FILE", help="TOML or YAML configuration file: its [update] and [llm] "
+                                                      "settings apply (the build sections must be the index's)")
     ins.set_defaults(func=_cmd_insert)
     dl = sub.add_parser("delete", help="delete documents (by source id, or every document of some inputs)")
     dl.add_argument("index", metavar="DIR", help="index directory")

@@ -109,6 +109,7 @@ def export_index(index: Any, fmt: str, *, out: str | os.PathLike | None = None,
     t0 = time.perf_counter()
     try:
         source = ExportSource(store, letters, with_vectors, node_batch=batch_size, edge_batch=16 * batch_size)
+        source.check()  # what it reads, byte for byte, before anything is written
         if fmt == "postgres":
             from .postgres import write_postgres
 

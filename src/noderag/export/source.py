@@ -105,6 +105,20 @@ class ExportSource:
         if self.node_batch < 1 or self.edge_batch < 1:
             raise ValueError("node_batch and edge_batch must be >= 1")
 
+    def check(self) -> int:
+        """Checksum every file the export reads (:func:`~noderag.store.verify.check_files`): a flipped byte in a
+        text page would otherwise be exported as it is. Raises ``IndexDamagedError`` naming the file; returns the
+        bytes read. The search-only tables (``query/``) and, without vectors, the vector files are not read."""
+        from ..store.layout import QUERY_DIR, VECTORS
+        from ..store.verify import CHECKSUMS, check_files
+
+        manifest = getattr(self.store, "manifest", None) or {}
+        files = ((manifest.get(CHECKSUMS) or {}).get("files")) or {}
+        reads = tuple(rel for rel in files
+                      if not (rel.startswith(f"{QUERY_DIR}/") or f"/{QUERY_DIR}/" in rel)
+                      and (self.with_vectors or not rel.rpartition("/")[2].startswith(VECTORS.split(".")[0] + ".")))
+        return check_files(self.path, manifest, reads) if reads else 0
+
     # ------------------------------------------------------------------ facts
 
     @property

@@ -423,6 +423,11 @@ def _commit(run: BuildRun, manifest: dict, known: dict | None = None,
             durable: frozenset[str] = frozenset()) -> BuildReport:
     """Checksum and write the manifest, switch ``CURRENT`` to the new generation, drop the stages.
     ``known`` and ``durable``: checksums and paths of files shared with the previous generation (not read again)."""
+    from dataclasses import asdict
+
+    from .run import UPDATE_KEY
+
+    manifest[UPDATE_KEY] = asdict(run.config.update)  # how later writes without a configuration are done
     manifest[CHECKSUMS] = file_checksums(run.final, manifest, known)  # last: its manifest digest covers every entry
     atomic_write_json(run.final / MANIFEST, manifest)
     checkpoint("commit")

@@ -35,7 +35,7 @@ from .progress import Progress
 from .update.scrub import ScrubRun, scrub_reason
 from ..search.query_index import SCRUBBED_TABLES
 
-__all__ = ["BuildRun", "BuildReport", "start_run", "documents_without_text"]
+__all__ = ["BuildRun", "BuildReport", "STAGES_RULE", "nothing_to_compact", "start_run", "documents_without_text"]
 
 
 @dataclass
@@ -48,6 +48,47 @@ class BuildReport:
     deleted_documents: int = 0
     generation: int | None = None
     background_compaction: int | None = None  # pid of the compaction it started (update.compaction)
+    nothing_done: str | None = None  # why a run committed nothing (a compaction with nothing to compact)
+
+
+def stored_update(manifest: dict, where: Path):
+    """The ``[update]`` settings the index's manifest records (the last run's; the defaults for an index written
+    before they were recorded)."""
+    from ..config import ConfigError, UpdateConfig
+
+    raw = manifest.get(UPDATE_KEY)
+    if raw is None:
+        return UpdateConfig()
+    try:
+        return NodeRAGConfig.from_dict({"update": raw}).update
+    except ConfigError as exc:
+        raise BuildError(f"{where / 'manifest.json'}: {UPDATE_KEY}: {exc}") from None
+
+
+#: The manifest entry recording the ``[update]`` settings the last write used (later writes without a
+#: configuration use them: ``noderag insert`` of an index built with ``update.segments = false`` stays whole).
+UPDATE_KEY = "update"
+
+
+def nothing_to_compact(previous: "Previous", compact: str) -> str | None:
+    """Why compacting ``previous`` ("merge" or "full") would change nothing (None: it would).
+
+    A merge has work while the generation has delta segments or nodes a delete in place scrubbed whose edges
+    and vectors are still stored. A full compaction has work unless the generation was written by the first
+    build or by a full compaction (any other write leaves bytes a fresh build would not: reused quantised
+    vectors, retired nodes, node ids in insertion order).
+    """
+    counts = previous.manifest.get("counts") or {}
+    if deltas_of(previous.manifest, previous.path):
+        return None
+    if (previous.path / SCRUBBED).is_file() or int(counts.get("scrubbed_vectors") or 0):
+        return None
+    if compact == "full":
+        runs = previous.manifest.get("runs") or []
+        if len(runs) == 1 or (runs and runs[-1].get("compaction") == "full"):
+            return "the index is what a fresh build of its documents writes (nothing was written since)"
+        return None
+    return "no delta segments and no nodes deleted in place since the last compaction"
 
 
 @dataclass
@@ -129,15 +170,16 @@ def start_run(inputs: Sequence, root: Path, config, *, llm=None, embedder=None, 
     previous = open_previous(root, say)
     if previous is None and (delete is not None or compact is not None):
         raise IndexNotFoundError(f"{root}: no finished index to {'delete from' if delete is not None else 'compact'}")
+    given = config
     config, notes = NodeRAGConfig.for_run(config, (previous.manifest.get("config") or {}) if previous else None,
                                           llm_given=llm is not None, executor=executor)
+    if given is None and previous is not None:  # no configuration given: the index's stored [update] holds
+        config = replace(config, update=stored_update(previous.manifest, previous.path))
     for note in notes:
         say(note)
-    if background is not None and not background_compaction_due(
-            previous.manifest, previous.path,
-            replace(config, update=replace(config.update, max_delta_share=background, compaction="background"))):
-        say(f"no compaction due: the deltas hold at most update.max_delta_share = {background} of the base")
-        return BuildReport(0, 0, previous.manifest, generation=previous.generation)
+    idle = _compaction_to_skip(root, previous, config, compact, background, say)
+    if idle is not None:
+        return idle
     docs_rows = load_documents(previous.path, previous.manifest) if previous is not None else DocumentRows()
     drop = delete.resolve(docs_rows) if delete is not None else []
     t0 = time.perf_counter()
@@ -150,7 +192,7 @@ def start_run(inputs: Sequence, root: Path, config, *, llm=None, embedder=None, 
     # a new document with the source id of an indexed one (other content) replaces it
     drop = sorted(set(drop) | set(docs_rows.doc_ids_where("source", [d.source for d in new_docs])))
     stages = root / "stages"
-    if not new_docs and not drop and compact is None and not stages.exists():
+    if not new_docs and not drop and compact is None:
         if previous is not None:
             say("nothing new to add: every input document is already in the index")
             return BuildReport(0, dupes, previous.manifest, generation=previous.generation)
@@ -202,6 +244,30 @@ def start_run(inputs: Sequence, root: Path, config, *, llm=None, embedder=None, 
     return run
 
 
+def _compaction_to_skip(root: Path, previous, config, compact: str | None, background: float | None,
+                        say) -> BuildReport | None:
+    """The report of a compaction that does nothing (None: go on): a background one that is not due or finds a
+    user's unfinished run in ``stages/`` (its writer's to resume), or one with nothing to compact."""
+    if compact is None:
+        return None
+    unchanged = BuildReport(0, 0, previous.manifest, generation=previous.generation)
+    if background is None:
+        idle = nothing_to_compact(previous, compact)
+        if idle is not None:
+            say(f"nothing to compact: {idle}")
+            return replace(unchanged, nothing_done=idle)
+        return None
+    pending = _pending_run(root)
+    if pending is not None and not pending.get("background"):
+        say(f"no background compaction: {_what_was_pending(pending)} is unfinished in {root / 'stages'}")
+        return unchanged
+    if not background_compaction_due(previous.manifest, previous.path, replace(
+            config, update=replace(config.update, max_delta_share=background, compaction="background"))):
+        say(f"no compaction due: the deltas hold at most update.max_delta_share = {background} of the base")
+        return unchanged
+    return None
+
+
 def _run_nodes(previous: Previous | None, reason: str | None, rewrite: int | None, drop: list[int],
                compact: str | None, docs_rows: DocumentRows):
     """(table, decomposed edges, traces, segments' query tables, document rows, vec_src, the first node of a
@@ -212,6 +278,8 @@ def _run_nodes(previous: Previous | None, reason: str | None, rewrite: int | Non
     table, base, traces, segments = _previous_nodes(previous, reason is None,
                                                     need_edges=not drop and compact != "full")
     vec_src = np.arange(len(table), dtype=np.int64)
+    if len(table):  # nodes a delete in place scrubbed keep their ids but have no stored vector after a compaction
+        vec_src[~table.active_array()] = -1
     if drop or compact == "full":  # re-assembled in their original order, numbered as a fresh build numbers them
         from .update.survivors import reassemble_survivors
 
@@ -281,20 +349,54 @@ def _check_previous(previous: Previous, delta: bool, reads: tuple[str, ...] | No
                     reads if reads is not None else delta_reads(previous.manifest, previous.path))
 
 
-def _claim_stages(root: Path, run_id: str, n_docs: int, n_drop: int, say, *, background: bool = False) -> None:
-    """Record the run in ``stages/run.json``, or resume the pending run there if it is this one."""
+#: The rule for what an unfinished run leaves (``docs/integrity.md``), in one line.
+STAGES_RULE = ("stages/ belong to one run: a rerun of that run resumes them; any other writer, and `noderag repair`, "
+               "discards them first (they were never committed: the index stays its last committed generation)")
+
+
+def _pending_run(root: Path) -> dict | None:
+    """``stages/run.json`` of the unfinished run there ({} when stages/ exists without a readable one; None: none)."""
     stages = root / "stages"
-    stages.mkdir(exist_ok=True)
-    run_path = stages / "run.json"
-    if run_path.is_file():
-        if json.loads(run_path.read_text("utf-8")).get("run_id") != run_id:
-            raise BuildError(
-                f"{root}: an unfinished build with different inputs or configuration is pending; "
-                f"rerun it with the same inputs to resume, or delete {stages} to discard it")
+    if not stages.exists():
+        return None
+    try:
+        run = json.loads((stages / "run.json").read_text("utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return run if isinstance(run, dict) else {}
+
+
+def _what_was_pending(run: dict) -> str:
+    """'an insert of 3 document(s)', 'a compaction', ... of a pending ``run.json``."""
+    if run.get("background"):
+        return "a background compaction"
+    docs, drop = int(run.get("n_docs") or 0), int(run.get("drop") or 0)
+    if docs and drop:
+        return f"a run adding {docs} and deleting or replacing {drop} document(s)"
+    if docs:
+        return f"a build or insert of {docs} document(s)"
+    if drop:
+        return f"a delete of {drop} document(s)"
+    return "a compaction" if run.get("run_id") else "a run"
+
+
+def _claim_stages(root: Path, run_id: str, n_docs: int, n_drop: int, say, *, background: bool = False) -> None:
+    """Record the run in ``stages/run.json``; resume the pending run there if it is this one, else discard it
+    (:data:`STAGES_RULE`)."""
+    from ..store.generations import discard_stages
+
+    stages = root / "stages"
+    pending = _pending_run(root)
+    if pending is not None and pending.get("run_id") == run_id:
         say("resuming the unfinished build")
-    else:
-        atomic_write_json(run_path, {"run_id": run_id, "n_docs": n_docs, "drop": n_drop,
-                                     **({"background": True} if background else {})})
+        return
+    if pending is not None:
+        discard_stages(root)
+        say(f"discarded the unfinished {_what_was_pending(pending)} left in {stages} (never committed; "
+            "rerun it to redo it)")
+    stages.mkdir()
+    atomic_write_json(stages / "run.json", {"run_id": run_id, "n_docs": n_docs, "drop": n_drop,
+                                            **({"background": True} if background else {})})
 
 
 def _drop_background_stages(root: Path, say) -> None:

@@ -17,9 +17,14 @@ Tools:
 
 Resource ``noderag://stats``: the index's generation, counts, bytes and stage times (JSON).
 
-A malformed call (missing or mistyped argument, empty question, ``k`` out of range, unknown node id)
-is answered with a tool error whose text names the argument; the server keeps serving. The SDK is
-imported only when the server is created.
+A malformed call (missing or mistyped argument, empty or over-long question, ``k`` out of range, unknown
+node id) is answered with a tool error whose text names the argument; the server keeps serving. Arguments are
+strict: ``k: "5"``, ``k: true`` and ``id: "5"`` are refused, not coerced. Over stdio every malformed line, batch
+array or lone surrogate gets a JSON-RPC error reply (:mod:`noderag.integrations.mcp_stdio`).
+
+The server follows the index's live generation as ``noderag serve`` does (:mod:`noderag.serve.reload`): a
+writer's new generation is served within a second, and a superseded one is closed (files, maps, caches) as
+soon as no call uses it, so ``noderag gc`` can remove it. The SDK is imported only when the server is created.
 """
 
 from __future__ import annotations
@@ -28,12 +33,15 @@ import argparse
 import json
 import sys
 import threading
+from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["create_server", "add_mcp_arguments", "run_mcp", "MAX_K", "MAX_QUESTIONS"]
+__all__ = ["create_server", "add_mcp_arguments", "run_mcp", "MAX_K", "MAX_QUESTIONS", "MAX_QUESTION_CHARS"]
 
 MAX_K = 100
 MAX_QUESTIONS = 64
+#: The longest question (characters), as ``noderag serve`` allows.
+MAX_QUESTION_CHARS = 2000
 STATS_URI = "noderag://stats"
 
 
@@ -48,6 +56,8 @@ def _sdk():
 def _question(value: Any, name: str = "question") -> str:
     if not isinstance(value, str) or not value.strip():
         raise ValueError(f"{name}: expected a non-empty string")
+    if len(value) > MAX_QUESTION_CHARS:
+        raise ValueError(f"{name}: at most {MAX_QUESTION_CHARS} characters, got {len(value)}")
     return value
 
 
@@ -68,45 +78,39 @@ def _payload(index: Any, result: Any, k: int, config: Any) -> dict[str, Any]:
             "nodes": [n.to_dict() for n in result.nodes]}
 
 
-def create_server(index: Any, *, llm: Any = None, search_config: Any = None, name: str = "noderag"):
-    """The MCP server (an ``MCPServer``) of an opened index; ``llm`` (a backend) adds the ``answer`` tool."""
+def create_server(index: Any, *, llm: Any = None, search_config: Any = None, name: str = "noderag",
+                  follow: bool = True):
+    """The MCP server (an ``MCPServer``) of an opened index; ``llm`` (a backend) adds the ``answer`` tool.
+
+    ``follow``: serve each generation a writer commits (the one opened first is closed once superseded)."""
     MCPServer = _sdk()
     from mcp.server.mcpserver.exceptions import ToolError
 
     from .._version import __version__
-    from ..serve.views import GraphView, NodeNotFound
+    from ..serve.views import NodeNotFound
 
     from .passages import open_index
 
-    index = open_index(index)
-    views: list = []  # the node view reads the node table: prepared on the first get_node, not at start-up
-    view_lock = threading.Lock()
-
-    def view() -> GraphView:
-        with view_lock:
-            if not views:
-                views.append(GraphView(index))
-            return views[0]
+    live, watcher = _live_generation(open_index(index), follow)
 
     config = search_config
-    server = MCPServer(name, version=__version__, instructions=(
-        "Retrieval over a noderag index (a graph of text chunks, semantic units, entities, relationships, "
-        "attributes, high-level elements and overviews). Use retrieve for one question, retrieve_many for "
-        "several, get_node to look at a node id from a result" + (", answer for an LLM answer." if llm else ".")),
-        log_level="WARNING")
+    server = MCPServer(name, version=__version__, instructions=_instructions(llm is not None), log_level="WARNING")
 
     @server.tool(description="Retrieve the k best source passages, the typed context and the retrieved nodes "
                              f"for one question (k from 1 to {MAX_K}, default 5).")
+    @_strict
     def retrieve(question: str, k: int = 5) -> dict[str, Any]:
         try:
             _question(question)
             _k(k)
         except ValueError as exc:
             raise ToolError(str(exc)) from None
-        return _payload(index, index.retrieve(question, config=config), k, config)
+        with _held(live) as index:
+            return _payload(index, index.retrieve(question, config=config), k, config)
 
     @server.tool(description=f"Retrieve for up to {MAX_QUESTIONS} questions in one batch; one result per "
                              "question, in order (k passages each, default 5).")
+    @_strict
     def retrieve_many(questions: list[str], k: int = 5) -> dict[str, Any]:
         try:
             if not questions or len(questions) > MAX_QUESTIONS:
@@ -116,28 +120,31 @@ def create_server(index: Any, *, llm: Any = None, search_config: Any = None, nam
             _k(k)
         except ValueError as exc:
             raise ToolError(str(exc)) from None
-        results = index.retrieve_many(list(questions), config=config)
-        return {"results": [_payload(index, r, k, config) for r in results]}
+        with _held(live) as index:
+            results = index.retrieve_many(list(questions), config=config)
+            return {"results": [_payload(index, r, k, config) for r in results]}
 
     @server.tool(description="One node by id: its type, text, source passage and neighbours (the first 50, "
                              "by type then id, with neighbour_count the total).")
+    @_strict
     def get_node(id: int) -> dict[str, Any]:  # noqa: A002 - the tool's argument is called id
-        if isinstance(id, bool) or not isinstance(id, int):
-            raise ToolError(f"id: expected a node id (integer), got {id!r}")
         try:
-            return view().node(id)
+            with _held(live, whole=True) as gen:
+                return _view(gen).node(id)
         except NodeNotFound as exc:
             raise ToolError(f"id: {exc}") from None
 
     if llm is not None:
         @server.tool(description="Answer one question with the configured LLM over the retrieved context; "
                                  "the answer cites node ids.")
+        @_strict
         def answer(question: str) -> dict[str, Any]:
             try:
                 _question(question)
             except ValueError as exc:
                 raise ToolError(str(exc)) from None
-            res = index.answer(question, llm=llm, config=config)
+            with _held(live) as index:
+                res = index.answer(question, llm=llm, config=config)
             if res.error:
                 raise ToolError(f"the LLM gave no answer: {res.error}")
             return {"answer": res.answer, "cited_ids": list(res.cited_ids), "usage": dict(res.usage),
@@ -146,9 +153,65 @@ def create_server(index: Any, *, llm: Any = None, search_config: Any = None, nam
     @server.resource(STATS_URI, name="stats", description="Index generation, node and edge counts, bytes, "
                                                           "stage times (JSON)", mime_type="application/json")
     def stats() -> str:
-        return json.dumps(index.stats(), sort_keys=True)
+        with _held(live) as index:
+            return json.dumps(index.stats(), sort_keys=True)
 
+    server.noderag_watcher = watcher  # closed by run_mcp; None when not following
     return server
+
+
+def _strict(fn):
+    """``fn`` with strict argument types for the SDK's validation (put under ``@server.tool``): ``"5"`` or ``true``
+    is no integer, ``5`` no string."""
+    from pydantic import StrictInt, StrictStr
+
+    strict = {"int": StrictInt, "str": StrictStr, "list[str]": list[StrictStr]}
+    fn.__annotations__.update({k: strict[v] for k, v in fn.__annotations__.items() if v in strict})
+    return fn
+
+
+def _live_generation(index: Any, follow: bool):
+    """(the live generation, its watcher or None): ``index`` first, then each generation a writer commits."""
+    from ..api import Index
+    from ..serve.reload import Generation, GenerationWatcher, LiveGeneration
+
+    live = LiveGeneration(Generation(index, None, None))
+    if not follow:
+        return live, None
+    watcher = GenerationWatcher(index.root, lambda: live.current, lambda store: Generation(store, None, None),
+                                live.swap, interval_s=1.0, opener=Index.open)
+    return live, watcher
+
+
+@contextmanager
+def _held(live, whole: bool = False):
+    """The live generation's index (``whole``: the generation), held for one call (a writer's switch meanwhile
+    closes it only after)."""
+    gen = live.acquire()
+    try:
+        yield gen if whole else gen.store
+    finally:
+        gen.release()
+
+
+_VIEW_LOCK = threading.Lock()
+
+
+def _view(gen):
+    """The generation's node view (it reads the node table: prepared on the first ``get_node``, not at start-up)."""
+    from ..serve.views import GraphView
+
+    with _VIEW_LOCK:
+        if gen.view is None:
+            gen.view = GraphView(gen.store)
+        return gen.view
+
+
+def _instructions(answers: bool) -> str:
+    return ("Retrieval over a noderag index (a graph of text chunks, semantic units, entities, relationships, "
+            "attributes, high-level elements and overviews). Use retrieve for one question, retrieve_many for "
+            "several, get_node to look at a node id from a result" + (", answer for an LLM answer." if answers
+                                                                       else "."))
 
 
 def add_mcp_arguments(parser: argparse.ArgumentParser) -> None:
@@ -197,11 +260,19 @@ def run_mcp(args: argparse.Namespace) -> int:
     where = f"http://127.0.0.1:{args.http}/mcp" if args.http is not None else "stdio"
     print(f"noderag mcp: {where} ({index.graph.n:,} nodes; answer tool: {spec if llm else 'off'})",
           file=sys.stderr, flush=True)
+    del index  # the server holds the generation now, and lets go of it once a newer one is served
     try:
         if args.http is None:
-            server.run("stdio")
+            import anyio
+
+            from .mcp_stdio import run_stdio
+
+            anyio.run(run_stdio, server)
         else:
             server.run("streamable-http", host="127.0.0.1", port=args.http)
     except KeyboardInterrupt:
         pass
+    finally:
+        if server.noderag_watcher is not None:
+            server.noderag_watcher.close()
     return 0

@@ -26,6 +26,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .._version import __version__
+from ..store.errors import fd_exhaustion
 from ..search import SearchConfig, Searcher
 from .models import (AnswerOut, AnswerRequest, ErrorOut, HealthOut, Limits, NodeOut, RetrievalOut,
                      RetrieveManyOut, RetrieveManyRequest, RetrieveRequest, StatsOut)
@@ -321,6 +322,11 @@ def _add_error_handlers(app: FastAPI, counters: dict) -> None:
     @app.exception_handler(Exception)
     async def _crash(request: Request, exc: Exception) -> JSONResponse:
         counters["errors"] += 1
+        out_of_fds = fd_exhaustion(exc, "noderag serve", "an index file")
+        if out_of_fds is not None:  # the server's limit, not the request's fault nor the index's: try again later
+            log.error("%s", out_of_fds)
+            return _error(503, "the server has too many open files (its ulimit -n); try again later", None,
+                          {"Retry-After": "5"})
         log.exception("unexpected error on %s %s", request.method, request.url.path)
         return _error(500, "internal error (logged on the server)")
 

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import errno
 import os
+
+try:  # imported now: importing it once the descriptors have run out would fail too
+    import resource
+except ImportError:  # not on Windows
+    resource = None
 
 from .layout import CURRENT, GENERATIONS
 from ..errors import NodeRAGError
 
-__all__ = ["IndexNotFoundError", "IndexDamagedError", "IndexPointerError"]
+__all__ = ["IndexNotFoundError", "IndexDamagedError", "IndexPointerError", "TooManyOpenFilesError", "fd_exhaustion"]
 
 
 
@@ -44,3 +50,32 @@ class IndexPointerError(IndexDamagedError):
             tail = (f"the newest complete generation is {newest} ({GENERATIONS}/{newest}): run `noderag repair "
                     f"{root}` to point {CURRENT} at the newest generation that passes the full check")
         ValueError.__init__(self, f"{root}/{problem}; the index is damaged: {tail}")
+
+
+class TooManyOpenFilesError(NodeRAGError, OSError):
+    """The process ran out of file descriptors (EMFILE/ENFILE) while reading an index: not damage."""
+
+
+_FD_ERRNOS = (errno.EMFILE, errno.ENFILE)
+_FD_TEXTS = ("Too many open files", f"[Errno {errno.EMFILE}]", f"[Errno {errno.ENFILE}]")
+
+
+def fd_exhaustion(exc: BaseException, root: str | os.PathLike, file: str) -> TooManyOpenFilesError | None:
+    """The :class:`TooManyOpenFilesError` to raise instead of calling ``exc`` (an error reading ``file`` of the
+    index in ``root``) damage, when ``exc`` is the process running out of file descriptors; else None.
+
+    Readers in C++ (pyarrow, usearch) report it in their message only, hence the text match."""
+    if isinstance(exc, TooManyOpenFilesError):
+        return exc
+    text = str(exc)
+    if getattr(exc, "errno", None) not in _FD_ERRNOS and not any(t in text for t in _FD_TEXTS):
+        return None
+    try:
+        limit = f" of {resource.getrlimit(resource.RLIMIT_NOFILE)[0]}" if resource is not None else ""
+    except (OSError, ValueError):
+        limit = ""
+    err = TooManyOpenFilesError(f"{root}: too many open files: this process reached its limit{limit} open files "
+                                f"(ulimit -n) while reading {file}; the index is not damaged: raise the limit "
+                                "or open fewer indexes at once")
+    err.errno = errno.EMFILE
+    return err

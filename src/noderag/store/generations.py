@@ -12,8 +12,8 @@ Layout::
 Commit (the writer, under the writer lock): the finished staging folder is fsynced and
 renamed to ``generations/N`` in one ``os.replace``, then ``CURRENT`` is replaced atomically
 (temp file, fsync, rename, fsync of the directory). A writer killed before the switch
-leaves ``CURRENT`` on the previous generation, which is untouched; the orphan folder is
-removed by the next writer.
+leaves ``CURRENT`` on the previous generation, which is untouched; the orphan folder (its manifest's run id
+is the one ``stages/run.json`` names) is removed by the next writer, ``gc`` and ``repair``.
 
 Readers (:func:`pin`) resolve ``CURRENT`` once and hold a shared ``flock`` on that
 generation's ``.readers`` file until they close, so every lazy load reads one generation.
@@ -58,7 +58,7 @@ from .errors import IndexDamagedError, IndexPointerError
 
 __all__ = [CURRENT, "GENERATIONS", "READERS", "IndexPointerError", "Pin", "current_generation", "current_path",
            "generation_path", "pin", "commit_generation", "collect_garbage", "remove_old_generations", "fsync_tree",
-           "newest_complete", "finish_pending_switch", "remove_temp_files"]
+           "newest_complete", "finish_pending_switch", "remove_temp_files", "orphan_generations", "pending_run_id", "discard_stages"]
 
 _TRASH_PREFIX = ".trash-"
 
@@ -104,6 +104,26 @@ def pending_first_switch(root: Path, nums: list[int]) -> bool:
     if not run_id or not nums:
         return False
     return all((manifest_of(generation_path(root, n)) or {}).get("run_id") == run_id for n in nums)
+
+
+def pending_run_id(root: Path) -> str | None:
+    """The run id in ``stages/run.json`` (the unfinished or killed writer's run), or None."""
+    try:
+        run = json.loads((root / _RUN_JSON).read_bytes().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    run_id = run.get("run_id") if isinstance(run, dict) else None
+    return run_id if isinstance(run_id, str) and run_id else None
+
+
+def orphan_generations(root: Path, cur: int | None) -> list[int]:
+    """Generations a writer renamed into place but never switched to: numbered above ``CURRENT``, made by the
+    run ``stages/run.json`` names (a kill between the rename and the switch). No reader ever saw them."""
+    run_id = pending_run_id(root)
+    if cur is None or run_id is None:
+        return []
+    return [n for n in generation_numbers(root)
+            if n > cur and (manifest_of(generation_path(root, n)) or {}).get("run_id") == run_id]
 
 
 def read_pointer(root: Path) -> str | None:
@@ -243,6 +263,10 @@ def remove_temp_files(root: str | os.PathLike) -> list[str]:
         if p.is_file() and not p.is_symlink():
             p.unlink(missing_ok=True)
             gone.append(p.name)
+    for p in sorted(root.glob(".stages-discarded-*")):  # a writer killed while discarding stages
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p, ignore_errors=True)
+            gone.append(p.name)
     gdir = root / GENERATIONS
     if gdir.is_dir():
         for p in sorted(gdir.iterdir()):
@@ -252,6 +276,34 @@ def remove_temp_files(root: str | os.PathLike) -> list[str]:
     if gone:
         fsync_dir(root)
     return gone
+
+
+def discard_stages(root: str | os.PathLike) -> dict | None:
+    """Discard what an unfinished (failed or killed) writer left in ``stages/``, with any generation it renamed
+    into place but never switched to; call as the writer. Returns its ``run.json`` (None when nothing was there).
+
+    Nothing under ``stages/`` was ever part of the index: the index stays its last committed generation.
+    """
+    root = Path(root)
+    stages = root / _RUN_JSON.parent
+    if not stages.exists():
+        return None
+    try:
+        run = json.loads((root / _RUN_JSON).read_bytes().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        run = None
+    try:
+        cur = current_generation(root)
+    except IndexPointerError:
+        cur = None  # a damaged pointer: no generation is judged an orphan
+    gdir = root / GENERATIONS
+    for n in orphan_generations(root, cur):
+        _try_remove(gdir / str(n), f"{_TRASH_PREFIX}{n}")
+    trash = root / f".stages-discarded-{os.getpid()}"
+    os.replace(stages, trash)  # one rename: a kill mid-removal leaves no half of stages/ to be resumed
+    shutil.rmtree(trash, ignore_errors=True)
+    fsync_dir(root)
+    return run if isinstance(run, dict) else {}
 
 
 def finish_pending_switch(root: str | os.PathLike) -> int | None:
@@ -272,7 +324,8 @@ def finish_pending_switch(root: str | os.PathLike) -> int | None:
 def collect_garbage(root: str | os.PathLike) -> list[int]:
     """Remove every generation but the current one that no reader pins, temp files and trash; call as the writer.
 
-    The newest complete generation is kept too, even when ``CURRENT`` names an older one.
+    The newest complete generation is kept too, even when ``CURRENT`` names an older one, unless it is an
+    orphan (:func:`orphan_generations`: renamed into place by a writer killed before its pointer switch).
     Raises :class:`IndexPointerError` (removing nothing) when the pointer is damaged.
     Returns the numbers of the generations removed.
     """
@@ -282,7 +335,8 @@ def collect_garbage(root: str | os.PathLike) -> list[int]:
     gdir = root / GENERATIONS
     if not gdir.is_dir():
         return []
-    keep = {cur, newest_complete(root)}
+    orphans = orphan_generations(root, cur)
+    keep = {cur} | ({newest_complete(root)} - set(orphans))
     removed = []
     for n in generation_numbers(root):
         if n not in keep and _try_remove(gdir / str(n), f"{_TRASH_PREFIX}{n}"):
@@ -304,7 +358,7 @@ def remove_old_generations(root: str | os.PathLike, *, wait: float | None = None
     with WriterLock(root, wait=wait):
         removed = collect_garbage(root)
         cur = current_generation(root)
-        keep = {cur, newest_complete(root)}
+        keep = {cur} | ({newest_complete(root)} - set(orphan_generations(root, cur)))
         left = [n for n in generation_numbers(root) if n not in keep]
     return removed, left
 

@@ -1,4 +1,5 @@
-"""``noderag repair``: point ``CURRENT`` at the newest generation that passes the full check."""
+"""``noderag repair``: point ``CURRENT`` at the newest generation that passes the full check, and discard what an
+unfinished writer left (``stages/`` and the generation it renamed into place but never switched to)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Callable
 
 from ..graph.storage import atomic_write_bytes
 from .errors import IndexDamagedError, IndexNotFoundError, IndexPointerError
-from .generations import (current_generation, generation_numbers, generation_path, manifest_of, pending_first_switch,
+from .generations import (current_generation, discard_stages, generation_numbers, generation_path, manifest_of, pending_first_switch,
                           read_pointer, remove_temp_files)
 from .layout import CURRENT, GENERATIONS, READERS
 
@@ -27,13 +28,15 @@ class RepairReport:
     removed: list[str]
     skipped: list[str]
     before: str | None
+    discarded: dict | None = None  # the ``stages/run.json`` of the unfinished run discarded ({}: unreadable)
 
 
 def repair_pointer(root: str | os.PathLike, *, wait: float | None = None,
                    progress: Callable[[str], None] | None = None) -> RepairReport:
     """Point ``CURRENT`` at the newest generation that passes the full check (``noderag repair``).
 
-    Under the writer lock: removes orphaned temporary files; keeps a valid ``CURRENT`` whose
+    Under the writer lock: removes orphaned temporary files; discards an unfinished run's ``stages/`` (and a
+    generation it renamed into place without switching to it) once the pointer is settled; keeps a valid ``CURRENT`` whose
     generation passes the full check; otherwise tries the generations newest first and switches
     the pointer to the first that passes. Raises :class:`IndexPointerError` when none passes, and
     :class:`~noderag.store.tables.IndexNotFoundError` when the folder holds no generation.
@@ -79,7 +82,8 @@ def repair_pointer(root: str | os.PathLike, *, wait: float | None = None,
             changed = cur != n or before is None or before != str(n)
             if changed:
                 atomic_write_bytes(root / CURRENT, f"{n}\n".encode("ascii"))
-            return RepairReport(n, changed, removed, skipped, before)
+            discarded = discard_stages(root)  # never committed: the index is the generation CURRENT names
+            return RepairReport(n, changed, removed, skipped, before, discarded)
         raise IndexPointerError(root, f"{CURRENT}: no generation passes the full check "
                                 f"({'; '.join(skipped[:5])})", None)
 

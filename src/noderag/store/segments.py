@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import os
 import shutil
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from .errors import IndexDamagedError
+from .errors import IndexDamagedError, fd_exhaustion
 from .layout import DELTAS, MANIFEST, READERS
 
 __all__ = ["Delta", "deltas_of", "segment_folders", "share_generation", "next_delta_name", "delta_entry",
@@ -296,19 +297,16 @@ def segmented_graph(path: Path, deltas: list[Delta], *, validate: bool = True, s
     from .layout import NODE_KEYS, NODE_TYPES
 
     base = base_graph(path, validate=validate)
-    folders = [path / DELTAS / d.name for d in deltas]
-    types = np.concatenate([np.asarray(base.types)] + [concat_npy([f], NODE_TYPES, TYPE_DTYPE) for f in folders])
-    keys = np.concatenate([np.asarray(base.keys)] + [concat_npy([f], NODE_KEYS, KEY_DTYPE) for f in folders])
+    types = np.concatenate([np.asarray(base.types)] + [_delta_array(path, d, NODE_TYPES, TYPE_DTYPE) for d in deltas])
+    keys = np.concatenate([np.asarray(base.keys)] + [_delta_array(path, d, NODE_KEYS, KEY_DTYPE) for d in deltas])
     n = int(types.shape[0])
     if n != (deltas[-1].end_node if deltas else base.n):
         raise IndexDamagedError(path, MANIFEST, "damaged field", f"{DELTAS} end at node {deltas[-1].end_node}, "
                                 f"the segments hold {n} nodes")
-    parts = [delta_edges(f) for f in folders]
+    parts = [_checked_delta_edges(path, d, n) for d in deltas]
     src = np.concatenate([p[0] for p in parts])
     dst = np.concatenate([p[1] for p in parts])
     w = np.concatenate([p[2] for p in parts])
-    if src.size and (min(src.min(), dst.min()) < 0 or max(src.max(), dst.max()) >= n):
-        raise IndexDamagedError(path, f"{DELTAS}/.../edges", "id out of range", f"edges must end at nodes < {n}")
     if scrubbed and src.size:
         keep = without_scrubbed(path, np.asarray(base.types), src, dst)
         src, dst, w = src[keep], dst[keep], w[keep]
@@ -317,6 +315,54 @@ def segmented_graph(path: Path, deltas: list[Delta], *, validate: bool = True, s
     semantic_csr = CSR(semantic.indptr.astype(np.int64), np.asarray(semantic.indices, dtype=np.int32),
                        np.asarray(semantic.data, dtype=np.float32))
     return HeteroGraph(types.astype(TYPE_DTYPE), keys.astype(KEY_DTYPE), structural, semantic_csr)
+
+
+@contextmanager
+def _named(path: Path, rel: str):
+    """A loader's error on the file ``rel`` of the generation at ``path`` as :class:`IndexDamagedError` naming it
+    (running out of file descriptors stays that: :func:`~noderag.store.errors.fd_exhaustion`)."""
+    try:
+        yield
+    except (ValueError, OSError, IndexError) as exc:
+        if isinstance(exc, (IndexDamagedError, FileNotFoundError)):
+            raise
+        found = fd_exhaustion(exc, path, rel)
+        if found is not None:
+            raise found from None
+        raise IndexDamagedError(path, rel, "unreadable array", f"{type(exc).__name__}: {exc}"[:200]) from None
+
+
+def _delta_array(path: Path, d: Delta, name: str, dtype) -> np.ndarray:
+    """One array of delta ``d`` of the generation at ``path`` (node types checked to be known types), its
+    damage named as the delta's file (``deltas/1/node_types.npy``), not the base's."""
+    from .layout import NODE_TYPES
+
+    rel = f"{DELTAS}/{d.name}/{name}"
+    with _named(path, rel):
+        arr = concat_npy([path / DELTAS / d.name], name, dtype)
+    if arr.shape[0] != d.nodes:
+        raise IndexDamagedError(path, rel, "wrong length", f"{arr.shape[0]} entries, the manifest lists {d.nodes} "
+                                "nodes")
+    if name == NODE_TYPES and arr.size and int(arr.max()) >= 7:
+        raise IndexDamagedError(path, rel, "invalid node type", f"found {int(arr.max())}; node types are 0..6")
+    return arr
+
+
+def _checked_delta_edges(path: Path, d: Delta, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The edges of delta ``d`` (:func:`delta_edges`), ids in ``[0, n)`` and weights finite and >= 0; damage
+    names the delta's file (``deltas/1/edges/src.npy``)."""
+    from .layout import DELTA_EDGES
+
+    sub = f"{DELTAS}/{d.name}/{DELTA_EDGES}"
+    with _named(path, f"{sub}/"):
+        src, dst, w = delta_edges(path / DELTAS / d.name)
+    for name, ids in (("src", src), ("dst", dst)):
+        if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= n):
+            raise IndexDamagedError(path, f"{sub}/{name}.npy", "id out of range", f"edges must end at nodes < {n}, "
+                                    f"found {int(ids.min()) if int(ids.min()) < 0 else int(ids.max())}")
+    if w.size and (not np.all(np.isfinite(w)) or float(w.min()) < 0):
+        raise IndexDamagedError(path, f"{sub}/w.npy", "invalid weight", "not finite or negative")
+    return src, dst, w
 
 
 def _ends_at(mask: np.ndarray, ids: np.ndarray) -> np.ndarray:

@@ -30,7 +30,7 @@ import numpy as np
 
 from .layout import (COMMUNITIES, CURRENT, DELTAS, DOCUMENTS, LINKED, LLM_CACHE, LOCK_FILE, MANIFEST, NODES, NODE_KEY_ORDER, NODE_KEYS,
                      NODE_KEYS_SORTED, NODE_TEXT_OFF, NODE_TYPES, READERS, SCRUBBED, SCRUBBED_KEYS, VECTORS)
-from .errors import IndexDamagedError
+from .errors import IndexDamagedError, fd_exhaustion
 
 __all__ = ["CHECKSUMS", "IndexDamagedError", "VerifyReport", "file_checksums", "graph_damage", "manifest_digest",
            "reading", "verify_index", "VERIFY_LEVELS"]
@@ -57,9 +57,19 @@ def reading(root: str | os.PathLike, rel: str):
     except (IndexDamagedError, FileNotFoundError, FormatVersionError):
         raise
     except (ValueError, OSError, RuntimeError, IndexError) as exc:  # ArrowInvalid is a ValueError, ArrowIOError an OSError
+        _not_damage(exc, root, rel)
         named, detail = _named_file(root, str(exc))
         raise IndexDamagedError(root, named or rel, "unreadable data",
                                 f"{type(exc).__name__}: {detail}"[:200]) from None
+
+
+def _not_damage(exc: BaseException, root: str | os.PathLike, rel: str) -> None:
+    """Raise the error ``exc`` really is when it is no damage of ``rel``: the process out of file descriptors."""
+    found = fd_exhaustion(exc, root, rel)
+    if found is not None:
+        raise found from None
+    if isinstance(exc, MemoryError):
+        raise exc
 
 
 def _named_file(root: str | os.PathLike, message: str) -> tuple[str | None, str]:
@@ -156,6 +166,7 @@ def _npy_header(root: Path, rel: str) -> tuple[np.dtype, tuple[int, ...], int]:
                 raise ValueError(f"unknown .npy version {version}")
             offset = fh.tell()
     except Exception as exc:  # numpy raises ValueError, SyntaxError, tokenize.TokenError... on a bad header
+        _not_damage(exc, root, rel)
         raise IndexDamagedError(root, rel, "damaged header", f"{type(exc).__name__}: {exc}"[:200]) from None
     if dtype.hasobject or fortran:
         raise IndexDamagedError(root, rel, "damaged header", f"dtype {dtype}, fortran_order {fortran}")
@@ -179,6 +190,7 @@ def _parquet_meta(root: Path, rel: str):
     try:
         return pq.read_metadata(path)
     except Exception as exc:  # pyarrow.ArrowInvalid / OSError on a damaged footer
+        _not_damage(exc, root, rel)
         raise IndexDamagedError(root, rel, "damaged footer", f"{type(exc).__name__}: {exc}"[:200]) from None
 
 
@@ -198,6 +210,7 @@ def _usearch_meta(root: Path, rel: str) -> dict[str, Any]:
     try:
         meta = Index.metadata(str(path))
     except Exception as exc:  # usearch raises RuntimeError/ValueError on a damaged header
+        _not_damage(exc, root, rel)
         raise IndexDamagedError(root, rel, "damaged header", f"{type(exc).__name__}: {exc}"[:200]) from None
     if not meta or not meta.get("matrix_included", False):
         raise IndexDamagedError(root, rel, "damaged header", "no usearch index header")
@@ -424,6 +437,7 @@ def _array(root: Path, rel: str) -> np.ndarray:
     try:
         return load_npy(root / rel, mmap=True)
     except (ValueError, OSError) as exc:
+        _not_damage(exc, root, rel)
         raise IndexDamagedError(root, rel, "unreadable array", str(exc)[:200]) from None
 
 
@@ -570,6 +584,7 @@ def _read_table(root: Path, rel: str, columns: list[str]):
     try:
         return pq.read_table(root / rel, columns=[c for c in columns if c in pq.read_schema(root / rel).names])
     except Exception as exc:  # pyarrow raises ArrowInvalid / OSError on damaged pages
+        _not_damage(exc, root, rel)
         raise IndexDamagedError(root, rel, "damaged data", f"{type(exc).__name__}: {exc}"[:200]) from None
 
 
@@ -609,6 +624,7 @@ def _check_vectors(root: Path, n: int, types: np.ndarray) -> None:
         vindex = VectorIndex.load(root / VECTORS, view=True)
         keys = np.sort(vindex.keys())
     except Exception as exc:  # usearch raises RuntimeError ("Out of memory!") on a damaged body
+        _not_damage(exc, root, VECTORS)
         raise IndexDamagedError(root, VECTORS, "unreadable vectors", f"{type(exc).__name__}: {exc}"[:200]) from None
     active = pq.read_table(root / NODES, columns=["active"]).column("active").to_numpy(zero_copy_only=False)
     embedded = np.isin(np.asarray(types), _EMBEDDED_TYPES)

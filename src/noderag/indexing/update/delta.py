@@ -235,7 +235,9 @@ def write_delta_segment(folder: Path, table: NodeTable, old_n: int, docs_rows: l
         atomic_save_npy(folder / DELTA_EDGES / f"{key}.npy", np.asarray(arr, dtype=dtype))
     write_linked(folder / LINKED, *link.arrays())
     _write_vectors(folder / VECTORS, table, old_n, vec, config)
-    passages = int(np.sum((types[:old_n] == T) & table.active_array()[:old_n]))  # the older passages BM25 counts
+    # the older passages BM25 counts: every one the segments' postings hold, scrubbed ones too (a delete in place
+    # keeps their postings, which a search skips), so that no term's document frequency exceeds the count
+    passages = int(np.sum(types[:old_n] == T))
     lexicals = [t.lexical for t in tables if t.lexical is not None]
     background = (passages, lambda h: sum((x.document_frequencies(h) for x in lexicals), np.zeros(len(h), np.int64)))
     write_query_index(folder, first_node=old_n, lexical_background=background)
