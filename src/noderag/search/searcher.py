@@ -68,6 +68,10 @@ class Searcher:
     entity_extractor : callable or None, default=None
         ``str -> list[str]`` query-entity extractor for ``entity_source="nlp"``;
         ``None`` uses :func:`noderag.search.entities.extract_query_entities`.
+    stages : list of Stage or None, default=None
+        The passage ranking (:mod:`noderag.search.ranking`); ``None``: :func:`~noderag.search.ranking.default_stages`
+        for ``config`` (or the stage names of a :class:`~noderag.search.ranking.StagedConfig`). An ablation is
+        another list.
     """
 
     def __init__(
@@ -78,6 +82,7 @@ class Searcher:
         embedder: Any = None,
         llm: Any = None,
         entity_extractor: Callable[[str], list[str]] | None = None,
+        stages: Sequence[Any] | None = None,
     ) -> None:
         from ..tokenize import count_tokens
 
@@ -109,15 +114,18 @@ class Searcher:
         self._active = tables.active
         self._walk = TypedNeighbours(self._s_indptr, self._s_indices, self.types, self._active)
         self.matcher = tables.names
+        self._line_table = getattr(tables, "line_tokens", None)
         self.lexical = self._bind_lexical(tables)
         self._reranker = None
         self._reranker_lock = threading.Lock()
         self._titles: dict[int, str] | None = None  # doc_id -> title, read at the first rerank or title bridge
         self.view = IndexView(self.n, self.types, self._chunk, self._doc, self._active, self._s_indptr, self._walk,
                               store.vectors, self.lexical, tables, self._document_titles)
-        names = getattr(self.config, "stages", None)  # a benchmark's stage list (ranking.StagedConfig)
-        make = default_stages if names is None else (lambda *a: stages_named(names, *a))
-        self.ranking = Ranking(make(self.config, lambda: self.reranker, self._passage_texts))
+        if stages is None:
+            names = getattr(self.config, "stages", None)  # a benchmark's stage list (ranking.StagedConfig)
+            make = default_stages if names is None else (lambda *a: stages_named(names, *a))
+            stages = make(self.config, lambda: self.reranker, self._passage_texts)
+        self.ranking = Ranking(stages)
         #: phase -> seconds per query, collected when a dict (benchmarks/bench_search_cost.py)
         self.timings: dict[str, list[float]] | None = None
 
@@ -200,6 +208,16 @@ class Searcher:
         pprs = self._ppr(preps)
         return [self._finish(p, r) for p, r in zip(preps, pprs)]
 
+    def query_context(self, query: str, *, query_vector: np.ndarray | None = None) -> QueryContext:
+        """What ``query`` knows when its passages are ranked (entry points, names, BM25, the PPR result): the
+        input of the ranking stages."""
+        query = _check_query(query, "query")
+        if query_vector is None:
+            query_vector = self.embed([query])[0]
+        ctx = self._prepare([query], np.atleast_2d(query_vector))[0]
+        self._with_ppr(ctx, self._ppr([ctx])[0])
+        return ctx
+
     def embed(self, queries: Sequence[str]) -> np.ndarray:
         """Query vectors, float32 of shape (n_queries, dim)."""
         return np.asarray(embed_queries(self.embedder, list(queries)), dtype=np.float32)
@@ -258,10 +276,10 @@ class Searcher:
 
     def _prepare(self, queries: list[str], vectors: np.ndarray) -> list[QueryContext]:
         """Each query's context up to PPR: entry points, name matches, BM25 hits and the PPR seeds."""
-        t0 = time.thread_time()
+        t0 = time.perf_counter()
         ids, sims = self._entry_points(queries, vectors)
         self._timed("vector_search", t0, len(queries))
-        t0 = time.thread_time()
+        t0 = time.perf_counter()
         out = [self._context(q, ids[i], sims[i], vectors[i]) for i, q in enumerate(queries)]
         self._timed("prepare", t0, len(queries))
         return out
@@ -299,9 +317,9 @@ class Searcher:
         return ids, scores, top, top_s
 
     def _timed(self, phase: str, t0: float, n: int = 1) -> None:
-        """Record a phase's CPU time (this thread's, since ``t0``) per query when timings are collected."""
+        """Record a phase's time (since ``t0``) per query when timings are collected."""
         if self.timings is not None:
-            self.timings.setdefault(phase, []).append((time.thread_time() - t0) / max(n, 1))
+            self.timings.setdefault(phase, []).append((time.perf_counter() - t0) / max(n, 1))
 
     def _k_per_type(self) -> list[int]:
         cfg = self.config
@@ -324,7 +342,7 @@ class Searcher:
         out: list[tuple[np.ndarray, np.ndarray] | None] = [None] * len(preps)
         if not todo:
             return out
-        t0 = time.thread_time()
+        t0 = time.perf_counter()
         if len(todo) == 1:
             p = preps[todo[0]]
             results = [self._operator.query(p.seeds, p.weights, **kw)]
@@ -337,8 +355,12 @@ class Searcher:
         return out
 
     def _line_tokens(self, node: RetrievedNode, line: str) -> int:
-        """Token count of a node's context line, counted once per node and cached (the cache starts over past
-        :data:`TOKEN_CACHE_NODES` nodes, so a long-serving searcher's memory stays bounded)."""
+        """Token count of a node's context line: the build's table (``query/line_tok``), else counted once per
+        node and cached (the cache starts over past :data:`TOKEN_CACHE_NODES` nodes, so a long-serving
+        searcher's memory stays bounded)."""
+        table = self._line_table
+        if table is not None:
+            return int(table[node.id])
         n = self._tok_cache.get(node.id)
         if n is None:
             n = self._count_tokens(line)
@@ -361,27 +383,28 @@ class Searcher:
     def _neighbours_of_type(self, node: int, node_type: int) -> np.ndarray:
         return self._walk(np.asarray([node], dtype=np.int64), node_type)[1]
 
+    def _selection_candidates(self, prep: QueryContext, ppr: tuple[np.ndarray, np.ndarray] | None
+                              ) -> tuple[list[int], dict[int, float]]:
+        """The nodes typed selection draws from, best first, and their scores: every live node of the PPR
+        result; without PPR the name matches (the entry points are selected first in any case)."""
+        if ppr is None:
+            return prep.name_ids.tolist(), {i: float(s) for i, s in zip(prep.entry_ids.tolist(),
+                                                                        prep.entry_sims.tolist())}
+        ids, scores = ppr
+        flat_i, flat_s = ids.ravel(), scores.ravel()
+        ok = flat_i >= 0
+        flat_i, flat_s = flat_i[ok].astype(np.int64), flat_s[ok].astype(np.float64)
+        live = self._active[flat_i]
+        flat_i, flat_s = flat_i[live], flat_s[live]
+        order = np.lexsort((flat_i, -flat_s))
+        cand_i = flat_i[order].tolist()
+        return cand_i, dict(zip(cand_i, flat_s[order].tolist()))
+
     def _select(self, prep: QueryContext, ppr: tuple[np.ndarray, np.ndarray] | None) -> list[tuple[int, float, str]]:
         """Typed selection: (node id, score, origin) in priority order, no duplicates."""
         q = self.config.quotas
-        score: dict[int, float] = {}
         entry = prep.entry_ids.tolist()
-        if ppr is not None:
-            ids, scores = ppr
-            flat_i, flat_s = ids.ravel(), scores.ravel()
-            ok = flat_i >= 0
-            flat_i, flat_s = flat_i[ok].astype(np.int64), flat_s[ok].astype(np.float64)
-            live = self._active[flat_i]
-            flat_i, flat_s = flat_i[live], flat_s[live]
-            order = np.lexsort((flat_i, -flat_s))
-            cand_i, cand_s = flat_i[order].tolist(), flat_s[order].tolist()
-            score = dict(zip(cand_i, cand_s))
-        else:
-            cand_i, cand_s = [], []
-            score.update({i: float(s) for i, s in zip(entry, prep.entry_sims.tolist())})
-            for nid in prep.name_ids.tolist():
-                cand_i.append(nid)
-                cand_s.append(0.0)
+        cand_i, score = self._selection_candidates(prep, ppr)
         entry_set = set(entry)
         ents: list[int] = []
         rels: list[int] = []
@@ -431,13 +454,16 @@ class Searcher:
     def _rank_passages(self, ctx: QueryContext, ppr: tuple[np.ndarray, np.ndarray] | None
                        ) -> tuple[list[str], list[float], list[int]]:
         """Source passages best first (labels, scores, chunk ids), by the stage list (:mod:`.ranking`)."""
-        cfg = self.config
-        ctx.ppr = ppr
-        ctx.seed_keep = 1.0 - cfg.alpha if cfg.rule == "restart" else (1.0 - cfg.alpha) ** cfg.iterations
+        self._with_ppr(ctx, ppr)
         self.ranking.timings = self.timings
         chunks, scores = self.ranking(ctx)
         ids = chunks.tolist()
         return [lab for lab in self.tables.labels(ids)], scores.tolist(), ids
+
+    def _with_ppr(self, ctx: QueryContext, ppr: tuple[np.ndarray, np.ndarray] | None) -> None:
+        cfg = self.config
+        ctx.ppr = ppr
+        ctx.seed_keep = 1.0 - cfg.alpha if cfg.rule == "restart" else (1.0 - cfg.alpha) ** cfg.iterations
 
     def _passage_texts(self, chunks: np.ndarray) -> list[str]:
         """Title + text of some passages, as the cross-encoder reads them."""
@@ -450,7 +476,7 @@ class Searcher:
         return self._titles
 
     def _finish(self, ctx: QueryContext, ppr: tuple[np.ndarray, np.ndarray] | None) -> RetrievalResult:
-        t0 = time.thread_time()
+        t0 = time.perf_counter()
         picked = self._select(ctx, ppr)
         ids = [p[0] for p in picked]
         texts = self.tables.texts(ids)  # only the returned nodes' texts are read
@@ -459,7 +485,7 @@ class Searcher:
                  for (nid, sc, origin), text, t in zip(picked, texts, types)]
         self._timed("select", t0)
         passages, pscores, pnodes = self._rank_passages(ctx, ppr)
-        t0 = time.thread_time()
+        t0 = time.perf_counter()
         sources = [nid for nid, t in zip(ids, types) if t == _T or t == _S]
         docs_of = self._doc[np.asarray(sources, dtype=np.int64)].tolist() if sources else []
         docs = [self.tables.doc_label(d) for d in dict.fromkeys(d for d in docs_of if d >= 0)]  # first-seen order

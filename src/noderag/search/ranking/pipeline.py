@@ -62,12 +62,12 @@ class Ranking:
         cands, scores = np.zeros(0, np.int64), np.zeros(0)
         timings = self.timings
         for stage in self.stages:
-            t0 = time.thread_time() if timings is not None else 0.0
+            t0 = time.perf_counter() if timings is not None else 0.0
             cands, scores = stage(cands, scores, ctx)
             if not getattr(stage, "orders", False):
                 cands, scores = rank(cands, scores, ctx)
             if timings is not None:
-                timings.setdefault(stage.name, []).append(time.thread_time() - t0)
+                timings.setdefault(stage.name, []).append(time.perf_counter() - t0)
         return distinct(cands, scores, ctx)
 
 
