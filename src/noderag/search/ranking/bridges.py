@@ -35,11 +35,12 @@ def _best_of(ctx: QueryContext, groups: list[np.ndarray]) -> list[int]:
     return cand[order[first]].tolist()
 
 
-def _shared_best(ctx: QueryContext, hop1: list[int], strength: dict[int, float], per_source: int
-                 ) -> dict[int, float]:
-    """Per source, the ``per_source`` passages sharing a rare entity with it that fit best what the question
-    asks beyond the source (dense + BM25 over the terms the source does not match)."""
-    sources = [(c, sh) for c, sh in ((c, shared(ctx, c, hop1)) for c in hop1) if sh]
+def _shared_best(ctx: QueryContext, sources: list[tuple[int, dict[int, float]]], strength: dict[int, float],
+                 per_source: int) -> dict[int, float]:
+    """Per source, the ``per_source`` passages sharing a rare entity with it (``sources``: source -> those
+    passages' link strengths) that fit best what the question asks beyond the source (dense + BM25 over the
+    terms the source does not match)."""
+    sources = [(c, sh) for c, sh in sources if sh]
     cands = [np.fromiter(sorted(sh), dtype=np.int64, count=len(sh)) for _, sh in sources]
     out: dict[int, float] = {}
     if not sources:
@@ -70,7 +71,9 @@ def bonus(ctx: QueryContext, hop1: list[int], strengths: list[float], shared_per
     asked_groups = title_links(view).named_groups(ctx.query)
     asked = title_groups(view, asked_groups, [])
     titled_of = titled_passages(ctx, hop1, {d for g in asked_groups for d in g})
-    pool = [np.fromiter(out, dtype=np.int64, count=len(out)), *asked, *(g for _, g in titled_of)]
+    shared_of = [(c, shared(ctx, c, hop1)) for c in hop1] if shared_per_source > 0 else []
+    pool = [np.fromiter(out, dtype=np.int64, count=len(out)), *asked, *(g for _, g in titled_of),
+            *(np.fromiter(sh, dtype=np.int64, count=len(sh)) for _, sh in shared_of)]
     dense(ctx, np.unique(np.concatenate(pool)))  # one vector look-up for the passages compared below
     for c2 in _best_of(ctx, asked):
         out[c2] = 1.0
@@ -80,10 +83,10 @@ def bonus(ctx: QueryContext, hop1: list[int], strengths: list[float], shared_per
             follows.add(c2)
         else:  # as strong a bridge as its source, whatever else leads there
             out[c2] = max(out[c2], strength[c])
-    if shared_per_source <= 0:
+    if not shared_of:
         return out, follows
     about_set = set(out) - follows
-    for c2, b in _shared_best(ctx, hop1, strength, shared_per_source).items():
+    for c2, b in _shared_best(ctx, shared_of, strength, shared_per_source).items():
         out[c2] = max(out.get(c2, 0.0), b)
         if c2 not in about_set:
             follows.add(c2)
