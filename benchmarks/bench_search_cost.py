@@ -197,8 +197,9 @@ def markdown(out: dict) -> list[str]:
         b = r.get("before", {"p50_ms": "", "p95_ms": ""})
         lines.append(f"| {t} | {r['n']} | {r['default']['p50_ms']} | {r['default']['p95_ms']} | {b['p50_ms']} | "
                      f"{b['p95_ms']} |")
-    lines += ["", "Default configuration per phase, CPU time of the querying thread (each question's best of the "
-              "repeats; the ranking stages in their order; `prepare` is name matches, BM25 and the seeds):", "", "| phase | p50 ms | p95 ms |",
+    lines += ["", "Default configuration per phase, wall time (each question's best of the repeats; the ranking "
+              "stages in their order; `prepare` is name matches, BM25 and the seeds; on a loaded machine the p95 "
+              "is mostly time the process waited for a core):", "", "| phase | p50 ms | p95 ms |",
               "|---|---|---|"]
     lines += [_row(k, r) for k, r in out["stages"].items()]
     return lines

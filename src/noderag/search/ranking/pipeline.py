@@ -1,8 +1,8 @@
 """Passage ranking as a list of stages over one candidate set.
 
-A :class:`Stage` maps ``(candidates, scores, ctx)`` to new ``(candidates, scores)``; a scoring stage's output is
-put best first by :func:`rank` (score, then the score a ceiling held a passage below, then id), an ordering
-stage (``orders = True``) returns its own order. The searcher runs :func:`default_stages`; an ablation is
+A :class:`Stage` maps ``(candidates, scores, ctx)`` to new ``(candidates, scores)``. A scoring stage may return
+them in any order; an ordering stage (``orders = True``) reads them best first (by :func:`rank`: score, then
+the score a ceiling held a passage below, then id) and returns its own order. The searcher runs :func:`default_stages`; an ablation is
 another list (:func:`stages_named`, the names of :data:`STAGE_NAMES`).
 """
 
@@ -61,13 +61,18 @@ class Ranking:
                 prepare(ctx)
         cands, scores = np.zeros(0, np.int64), np.zeros(0)
         timings = self.timings
+        ranked = True
         for stage in self.stages:
             t0 = time.perf_counter() if timings is not None else 0.0
-            cands, scores = stage(cands, scores, ctx)
-            if not getattr(stage, "orders", False):
+            orders = getattr(stage, "orders", False)
+            if orders and not ranked:  # an ordering stage reads the list best first
                 cands, scores = rank(cands, scores, ctx)
+            cands, scores = stage(cands, scores, ctx)
+            ranked = orders
             if timings is not None:
                 timings.setdefault(stage.name, []).append(time.perf_counter() - t0)
+        if not ranked:
+            cands, scores = rank(cands, scores, ctx)
         return distinct(cands, scores, ctx)
 
 
