@@ -370,16 +370,6 @@ class Searcher:
         return n
 
     # ------------------------------------------------------------ selection
-    def _degrees(self, ids: np.ndarray) -> np.ndarray:
-        """Structural degree of some nodes (float64), read from indptr: no O(n) array."""
-        ids = np.asarray(ids, dtype=np.int64)
-        return (self._s_indptr[ids + 1] - self._s_indptr[ids]).astype(np.float64)
-
-    def _typed_neighbours(self, nodes: np.ndarray, node_type: int) -> tuple[np.ndarray, np.ndarray]:
-        """Active structural neighbours of type ``node_type`` of many nodes at once: (position in ``nodes``
-        of each neighbour's owner, neighbour ids), grouped by owner in adjacency order (the native gather)."""
-        return self._walk(nodes, node_type)
-
     def _neighbours_of_type(self, node: int, node_type: int) -> np.ndarray:
         return self._walk(np.asarray([node], dtype=np.int64), node_type)[1]
 
