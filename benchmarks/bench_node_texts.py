@@ -3,7 +3,7 @@
     python benchmarks/bench_node_texts.py INDEX [INDEX ...] [--ids 110] [--reps 50] [--out DIR]
 
 Per index (built with ``query/``): ``--reps`` draws of ``--ids`` random node ids (seeded; ~110 is a
-typical result's node count), timed through :class:`noderag.search.tables.InMemoryTables` (``take``
+typical result's node count), timed through ``take`` (:func:`take_texts`:
 on the pyarrow text column, as every query did before the query index) and through
 :class:`noderag.search.query_index.QueryIndex` (offsets + bytes). Medians and ratio; the texts are
 checked equal. Writes ``OUT/node_texts.json`` and ``.md`` (default ``benchmarks/results``).
@@ -23,9 +23,16 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 
 
+def take_texts(nodes, ids: list[int]) -> list[str]:
+    """Display texts (text, else name, else "") by ``take`` on the node table's columns."""
+    idx = np.asarray(ids, dtype=np.int64)
+    texts = nodes.column("text").take(idx).to_pylist()
+    names = nodes.column("name").take(idx).to_pylist()
+    return [t if t is not None else (n or "") for t, n in zip(texts, names)]
+
+
 def main(argv: list[str] | None = None) -> int:
     import noderag
-    from noderag.search.tables import InMemoryTables
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("indexes", nargs="+", type=Path)
@@ -39,13 +46,13 @@ def main(argv: list[str] | None = None) -> int:
         mapped = index.query_index
         if mapped is None:
             raise SystemExit(f"{path}: no query/ folder (build it with this version)")
-        memory = InMemoryTables(index, np.asarray(index.types))
+        nodes = index.nodes
         rng = np.random.default_rng(0)
         times: dict[str, list[float]] = {"take": [], "blob": []}
         for _ in range(args.reps):
             ids = rng.integers(0, mapped.n, args.ids).tolist()
             t0 = time.perf_counter()
-            a = memory.texts(ids)
+            a = take_texts(nodes, ids)
             t1 = time.perf_counter()
             b = mapped.texts(ids)
             t2 = time.perf_counter()

@@ -13,11 +13,11 @@ for all of them; ``--index DIR`` (repeatable) evaluates existing indexes instead
 This script is a thin caller of ``noderag.eval.evaluate`` (what ``noderag eval`` runs): the package
 ranks every method on the same passages, scores each question (recall@2/5/10, all gold in the top 8,
 MRR, nDCG@10), averages the per-question scores over the seeds, and computes the means with 95%
-bootstrap intervals, the paired bootstrap differences (noderag against the configuration before the
-lexical entry point and bridging round, and against the baselines), the breakdown by question type
-(HotpotQA bridge/comparison, MuSiQue 2/3/4 hops) and every ablation row. The ablations are defined
-here, as named search variants that each remove one component, and evaluated there, each paired
-against the defaults. Latency: p50/p95 of one query *without* the query embedding (first seed), and
+bootstrap intervals, the paired bootstrap differences (noderag against the graph's ranking alone,
+``graph_only``, and against the baselines), the breakdown by question type (HotpotQA bridge/comparison,
+MuSiQue 2/3/4 hops) and every ablation row. The ablations are defined here, as named search variants that
+each remove one component (most of them a ranking stage list, :class:`noderag.search.ranking.StagedConfig`),
+and evaluated there, each paired against the defaults. Latency: p50/p95 of one query *without* the query embedding (first seed), and
 batch throughput.
 
 Per build seed, the noderag row of that seed's index alone (``per_seed``): ``noderag eval DATA --index
@@ -43,13 +43,14 @@ import numpy as np
 
 from noderag.lang import corpus_language
 from noderag.search import Searcher
+from noderag.search.ranking import DEFAULT_NAMES, StagedConfig
 from noderag.search.metrics import percentile_ms, retrieval_metrics  # noqa: F401  (bench_hnsw_leiden uses it)
 
 REPO = Path(__file__).resolve().parents[1]
 DEPTH = 10  # ranked passages kept per question
 
 
-# load_jsonl, load_sample, _git_revision, MemoEmbedder, BEFORE: also imported by other benchmarks
+# load_jsonl, load_sample, _git_revision, MemoEmbedder, GRAPH_ONLY: also imported by other benchmarks
 def load_jsonl(path: Path) -> list[dict]:
     """Rows of a JSON Lines file; a malformed line is an error naming file and line."""
     rows = []
@@ -131,28 +132,23 @@ def _add_timing(row: dict, lat, batch_s: float, n_q: int, embed_s=None, cpu=None
     return row
 
 
+def without(*names: str) -> dict:
+    """A variant ranking with the default stages but ``names`` (``noderag.search.ranking.DEFAULT_NAMES``)."""
+    return {"stages": [n for n in DEFAULT_NAMES if n not in names and n != "rerank"]}
+
+
 ABLATIONS = {
-    # the components of the hybrid search, each removed alone
-    "no_lexical": {"lexical_top_k": 0, "lexical_weight": 0.0, "passage_lexical_weight": 0.0},
-    "no_lexical_seeds": {"lexical_weight": 0.0},
-    "no_lexical_rank": {"passage_lexical_weight": 0.0},
-    "no_bridging": {"bridge_top": 0},
-    "about_bridges_only": {"bridge_mode": "about"},
-    # the defaults of issue 26's first round ("about" bridges alone, no floor, no title bridges)
-    "first_round_bridging": {"bridge_mode": "about", "bridge_agree_top": 0, "bridge_titles": False,
-                             "bridge_question_titles": False},
-    "shared_entity_bridges": {"bridge_mode": "shared"},
-    "no_agreed_floor": {"bridge_agree_top": 0},
-    "no_title_bridges": {"bridge_titles": False},
-    "no_question_title_bridges": {"bridge_question_titles": False},
-    "bridges_at_full_strength": {"bridge_source_strength": False},
-    "no_redundancy": {"redundancy_top": 0},
-    "shared_bridge_by_whole_question": {"bridge_shared_residual": False},
-    "about_bridges_unsplit": {"bridge_about_split": 0.0},
-    "title_bridges_per_document": {"bridge_title_groups": False},
-    "no_fill": {"min_passages": 0},
-    "passage_vector_only": {"passage_unit_similarity": False},
-    "mass_without_lexical": {"passage_mass_lexical": False},
+    # the components of the hybrid search, each removed alone: a different stage list, or a user setting
+    "no_lexical": {"lexical_top_k": 0, **without("lexical")},
+    "no_lexical_entry_points": {"lexical_top_k": 0},
+    "no_lexical_rank": without("lexical"),
+    "no_propagated_mass": without("mass"),
+    "no_bridging": {"bridging": False},
+    "about_bridges_only": {"stages": [("bridges_about_only" if n == "bridges" else n)
+                                      for n in without()["stages"]]},
+    "no_agreement_cap": without("agreement_cap"),
+    "no_redundancy": without("redundancy"),
+    "no_fill": without("fill"),
     "no_ppr": {"use_ppr": False},
     # the default runs on the structural layer alone (semantic_weight 0, chosen by this benchmark)
     "semantic_layer_on": {"semantic_weight": 1.0},
@@ -160,10 +156,8 @@ ABLATIONS = {
     "t=1": {"iterations": 1},
     "t=3": {"iterations": 3},
 }
-#: The configuration issue 26 started from (before the lexical entry point and the bridging round).
-BEFORE = {"lexical_top_k": 0, "lexical_weight": 0.0, "passage_lexical_weight": 0.0, "bridge_mode": "shared",
-          "bridge_top": 1, "bridge_weight": 0.4, "min_passages": 0, "passage_unit_similarity": False,
-          "passage_mass_lexical": False}
+#: The graph's ranking alone: entry points, dense fit and propagated mass, no lexical signal, no bridging.
+GRAPH_ONLY = {"lexical_top_k": 0, "stages": ["entry", "dense", "mass", "distinct"]}
 
 
 METRICS = ("recall@2", "recall@5", "recall@10", "all_gold@8", "mrr", "ndcg@10")
@@ -401,7 +395,7 @@ def _per_seed(res: dict, built: list[tuple[Path, float | None]]) -> list[dict]:
 
 def bench_output(res: dict, ds, built, ablations: dict, baselines: list[str], args, argv, eval_out: Path) -> dict:
     """The benchmark's JSON from the package's results: the same keys as before, plus ``per_seed``."""
-    heads = ["noderag", "before_issue_26", *baselines]
+    heads = ["noderag", "graph_only", *baselines]
     n_q = res["dataset"]["n_questions"]
     return {
         "dataset": ds.name,
@@ -477,11 +471,12 @@ def main(argv: list[str] | None = None) -> int:
     built = _indexes(args, data, work, texts)
     ablations = {} if args.no_ablations else dict(ABLATIONS)
     baselines = ["dense", "bm25"] + (["bm25_segmenter"] if corpus_language(texts).chinese else [])
-    compare = [("noderag", m) for m in ("before_issue_26", *baselines)] + [(v, "noderag") for v in ablations]
+    compare = [("noderag", m) for m in ("graph_only", *baselines)] + [(v, "noderag") for v in ablations]
     eval_out = work / (f"eval_{data.name}" + (f"_{args.embed.replace(':', '-')}" if args.embed else ""))
-    res = evaluate(ds, [d for d, _ in built], out=eval_out, methods=["noderag", "before_issue_26", *baselines,
+    res = evaluate(ds, [d for d, _ in built], out=eval_out, methods=["noderag", "graph_only", *baselines,
                                                                      *ablations],
-                   variants={"before_issue_26": BEFORE, **ablations}, compare=compare, restart=True,
+                   variants={"graph_only": GRAPH_ONLY, **ablations}, search_config=StagedConfig(), compare=compare,
+                   restart=True,
                    log=lambda msg: print(f"bench_retrieval: {msg}", file=sys.stderr, flush=True))
     out = bench_output(res, ds, built, ablations, baselines, args, argv, eval_out)
     out_path.parent.mkdir(parents=True, exist_ok=True)

@@ -1,16 +1,22 @@
-"""What the hybrid search costs per query: the defaults against the search before the lexical entry point and
-the bridging round, timed side by side on one index in one process.
+"""What a query costs: p50/p95 per query, per ranking stage and per query type, and batch throughput.
 
 Usage::
 
-    python benchmarks/bench_search_cost.py --index DIR --questions Q.jsonl [--repeats 3] [--rerank SPEC]
+    python benchmarks/bench_search_cost.py --index DIR --questions Q.jsonl [--limit 200] [--repeats 3]
+        [--before-package DIR] [--out FILE]
 
 The questions are embedded once with the index's embedder; then for every question each configuration
-retrieves it in turn (interleaved, so both see the same machine load) ``--repeats`` times and keeps its best
-time: the latency of one query *without* the query embedding. Besides ``before`` and ``default``, the
-defaults with one bridging component off (``COMPONENTS``) say what each component costs. Reports p50/p95 ms
-per configuration, the p50 ratio against ``before``, and the process CPU time of the same calls. With ``--rerank SPEC`` a third
-configuration reranks the top passages with that cross-encoder.
+retrieves it in turn (interleaved, so all see the same machine load) ``--repeats`` times and keeps its best
+time: the latency of one query *without* the query embedding. ``default`` is the search defaults;
+``COMPONENTS`` are the defaults without one ranking stage (a stage list, ``noderag.search.ranking``), timed
+beside them: what each stage costs. A further pass over the default searcher collects each phase's time
+(entry points and BM25, PPR, typed selection, every ranking stage, context assembly). ``retrieve_many`` is
+timed on the whole question set (best of ``--repeats``).
+
+``--before-package DIR`` times an earlier version of the package beside this one, in the same process and
+interleaved with it: ``DIR/noderag_before`` is that version's ``src/noderag`` copied under another name (its
+compiled ``_core`` included; every import inside the package is relative), e.g. ``git archive REV src/noderag``.
+Its rows are ``before`` (default configuration, per query type, ``retrieve_many``); it has no phase timings.
 
 Writes ``--out`` (JSON) and the same name with ``.md``.
 """
@@ -21,6 +27,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import sys
 import time
 from pathlib import Path
@@ -28,23 +35,174 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_retrieval import BEFORE, _git_revision, load_jsonl  # noqa: E402
+from bench_retrieval import _git_revision, load_jsonl  # noqa: E402
 
 import noderag  # noqa: E402
 from noderag.search import Searcher, SearchConfig  # noqa: E402
 from noderag.search.metrics import percentile_ms  # noqa: E402
 
+try:  # the stage lists; absent in a package before the ranking pipeline
+    from noderag.search.ranking import DEFAULT_NAMES, StagedConfig
+except ImportError:  # pragma: no cover - timing an older package for --before
+    DEFAULT_NAMES, StagedConfig = None, None
+
 REPO = Path(__file__).resolve().parents[1]
-#: The defaults with one component off, timed beside them: what each costs.
-COMPONENTS = {
-    "about_bridges_only": {"bridge_mode": "about", "bridge_agree_top": 0, "bridge_titles": False,
-                           "bridge_question_titles": False},
-    "no_title_bridges": {"bridge_titles": False, "bridge_question_titles": False},
-    "no_bridging": {"bridge_top": 0},
-    "passage_vector_only": {"passage_unit_similarity": False},
-    "no_redundancy": {"redundancy_top": 0},
-    "shared_bridge_by_whole_question": {"bridge_shared_residual": False},
-}
+
+
+def without(*names: str) -> dict:
+    """The default stage list without ``names``."""
+    return {"stages": [n for n in DEFAULT_NAMES if n not in names and n != "rerank"]}
+
+
+def components() -> dict[str, dict]:
+    """The defaults with one stage off, timed beside them."""
+    if StagedConfig is None:
+        return {}
+    return {"no_bridging": {"bridging": False}, "no_redundancy": without("redundancy"),
+            "no_fill": without("fill"), "no_propagated_mass": without("mass")}
+
+
+def query_type(row: dict) -> str:
+    """A question's type: its ``type`` field, else the hop count its id starts with ("2hop__..."), else "all"."""
+    if row.get("type"):
+        return str(row["type"])
+    m = re.match(r"(\d)hop", str(row.get("id", "")))
+    return f"{m.group(1)}hop" if m else "all"
+
+
+def _pcts(values) -> dict:
+    return {"p50_ms": round(percentile_ms(values, 50), 3), "p95_ms": round(percentile_ms(values, 95), 3)}
+
+
+def interleaved(searchers: dict, questions: list[str], qvecs: np.ndarray, repeats: int):
+    """Best-of-``repeats`` latency and CPU time of every question under every searcher, interleaved."""
+    lat = {name: np.full(len(questions), np.inf) for name in searchers}
+    cpu = {name: np.full(len(questions), np.inf) for name in searchers}
+    for i, (q, v) in enumerate(zip(questions, qvecs)):
+        for _ in range(repeats):
+            for name, s in searchers.items():
+                c0, w0 = time.process_time(), time.perf_counter()
+                s.retrieve(q, query_vector=v)
+                lat[name][i] = min(lat[name][i], time.perf_counter() - w0)
+                cpu[name][i] = min(cpu[name][i], time.process_time() - c0)
+    return lat, cpu
+
+
+def per_stage(searcher, questions: list[str], qvecs: np.ndarray, repeats: int) -> dict:
+    """p50/p95 of each phase over the questions (each question's best of ``repeats``); {} without timings."""
+    if not hasattr(searcher, "timings"):
+        return {}
+    best: dict[str, np.ndarray] = {}
+    for i, (q, v) in enumerate(zip(questions, qvecs)):
+        for _ in range(repeats):
+            searcher.timings = {}
+            searcher.retrieve(q, query_vector=v)
+            for name, ts in searcher.timings.items():
+                arr = best.setdefault(name, np.full(len(questions), np.inf))
+                arr[i] = min(arr[i], sum(ts))
+    searcher.timings = None
+    return {name: _pcts(np.where(np.isfinite(arr), arr, 0.0)) for name, arr in best.items()}
+
+
+def batch_qps(searcher, questions: list[str], qvecs: np.ndarray, repeats: int) -> float:
+    """Questions per second of one ``retrieve_many`` over the whole set (best of ``repeats``)."""
+    best = np.inf
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        searcher.retrieve_many(questions, query_vectors=qvecs)
+        best = min(best, time.perf_counter() - t0)
+    return round(len(questions) / best, 1)
+
+
+def before_searcher(folder: Path, index_dir: Path):
+    """The default searcher of the package copy ``folder/noderag_before`` over ``index_dir``, and its open +
+    first-query time (without the embedding)."""
+    import importlib
+
+    sys.path.insert(0, str(folder))
+    old = importlib.import_module("noderag_before")
+    index = old.Index.open(index_dir)
+    return old.search.Searcher(index, old.search.SearchConfig())
+
+
+def open_and_first(index_dir: Path, question: str, vector: np.ndarray, make) -> tuple[object, float, float]:
+    """A searcher made by ``make(index)`` on a freshly opened index; the open time and the first query's."""
+    t0 = time.perf_counter()
+    index = noderag.Index.open(index_dir)
+    open_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    searcher = make(index)
+    searcher.retrieve(question, query_vector=vector)
+    return searcher, open_s, time.perf_counter() - t0
+
+
+def measure(args) -> dict:
+    rows_q = load_jsonl(args.questions)[: args.limit]
+    questions = [q["question"] for q in rows_q]
+    base = StagedConfig() if StagedConfig is not None else SearchConfig()
+    configs = {"default": base, **{name: base.replace(**change) for name, change in components().items()}}
+    probe = noderag.Index.open(args.index).searcher()
+    qvecs = probe.embed(questions)
+    first, open_s, first_s = open_and_first(args.index, questions[0], qvecs[0], lambda ix: Searcher(ix, base))
+    index = first.store
+    searchers = {"default": first, **{name: Searcher(index, cfg) for name, cfg in configs.items() if name != "default"}}
+    if args.before_package:
+        searchers["before"] = before_searcher(args.before_package, args.index)
+    for s in searchers.values():  # warm-up: kernels, mapped pages
+        for q, v in zip(questions[:5], qvecs[:5]):
+            s.retrieve(q, query_vector=v)
+    lat, cpu = interleaved(searchers, questions, qvecs, args.repeats)
+    rows = {name: {**_pcts(lat[name]), "p50_cpu_ms": round(percentile_ms(cpu[name], 50), 3),
+                   "p95_cpu_ms": round(percentile_ms(cpu[name], 95), 3)} for name in searchers}
+    types = [query_type(r) for r in rows_q]
+    by_type = {t: {"n": types.count(t), **{name: _pcts(lat[name][[i for i, x in enumerate(types) if x == t]])
+                                           for name in ("default", "before") if name in lat}}
+               for t in sorted(set(types))}
+    manifest = getattr(index, "manifest", {}) or {}
+    qps = {name: batch_qps(searchers[name], questions, qvecs, args.repeats) for name in ("default", "before")
+           if name in searchers}
+    return {"index": str(args.index), "counts": manifest.get("counts"), "n_questions": len(questions),
+            "repeats": args.repeats, "before_package": str(args.before_package or ""), "open_s": round(open_s, 3),
+            "first_query_s": round(first_s, 3), "open_plus_first_s": round(open_s + first_s, 3),
+            "machine": f"{platform.machine()}, {os.cpu_count()} cores, python {platform.python_version()}",
+            "load_average": [round(x, 2) for x in os.getloadavg()], "git_revision": _git_revision(),
+            "command": "python benchmarks/bench_search_cost.py " + " ".join(args.argv),
+            "rows": rows, "by_type": by_type, "stages": per_stage(first, questions, qvecs, args.repeats),
+            "batch_qps": qps}
+
+
+def _row(name: str, r: dict) -> str:
+    return f"| {name} | {r['p50_ms']} | {r['p95_ms']} |"
+
+
+def markdown(out: dict) -> list[str]:
+    counts = out["counts"] or {}
+    n_nodes = sum((counts.get("nodes") or {}).values())
+    rows, qps = out["rows"], out["batch_qps"]
+    lines = [f"# Search cost per query: {counts.get('chunks', '?')} passages, {n_nodes} nodes", "",
+             f"`{out['command']}`; {out['machine']}; load average {out['load_average']}; git {out['git_revision']}.",
+             "", f"{out['n_questions']} questions, best of {out['repeats']} per question, configurations interleaved "
+             "per question; latency without the query embedding. Open {open_s} s, first query {first_query_s} s."
+             .format(**out), "", "| configuration | p50 ms | p95 ms | p50 CPU ms | p95 CPU ms | p95 ratio vs before |",
+             "|---|---|---|---|---|---|"]
+    ref = rows.get("before")
+    for name, r in rows.items():
+        ratio = round(r["p95_ms"] / ref["p95_ms"], 3) if ref else ""
+        lines.append(f"| {name} | {r['p50_ms']} | {r['p95_ms']} | {r['p50_cpu_ms']} | {r['p95_cpu_ms']} | {ratio} |")
+    lines += ["", "`retrieve_many` over the question set (questions/s): " +
+              ", ".join(f"{k} {v}" for k, v in qps.items()) + ".", "",
+              "By query type (default configuration, and before):", "",
+              "| type | questions | p50 ms | p95 ms | before p50 ms | before p95 ms |", "|---|---|---|---|---|---|"]
+    for t, r in out["by_type"].items():
+        b = r.get("before", {"p50_ms": "", "p95_ms": ""})
+        lines.append(f"| {t} | {r['n']} | {r['default']['p50_ms']} | {r['default']['p95_ms']} | {b['p50_ms']} | "
+                     f"{b['p95_ms']} |")
+    lines += ["", "Default configuration per phase, wall time (each question's best of the repeats; the ranking "
+              "stages in their order; `prepare` is name matches, BM25 and the seeds; on a loaded machine the p95 "
+              "is mostly time the process waited for a core):", "", "| phase | p50 ms | p95 ms |",
+              "|---|---|---|"]
+    lines += [_row(k, r) for k, r in out["stages"].items()]
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -53,58 +211,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--questions", required=True, type=Path, help="JSONL with a 'question' field per line")
     ap.add_argument("--limit", type=int, default=200, help="questions used (default 200)")
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--rerank", default=None, help="also time search.rerank = SPEC")
+    ap.add_argument("--before-package", type=Path, default=None, metavar="DIR",
+                    help="folder holding an earlier package copy named noderag_before, timed beside this one")
     ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "search_cost.json")
     args = ap.parse_args(argv)
-
-    questions = [q["question"] for q in load_jsonl(args.questions)][: args.limit]
-    t0 = time.perf_counter()
-    index = noderag.Index.open(args.index)
-    open_s = time.perf_counter() - t0
-    base = SearchConfig()
-    configs = {"before": base.replace(**BEFORE), "default": base}
-    configs.update({name: base.replace(**change) for name, change in COMPONENTS.items()})
-    if args.rerank:
-        configs["default+rerank"] = base.replace(rerank=args.rerank)
-    searchers = {name: Searcher(index, cfg) for name, cfg in configs.items()}
-    first = next(iter(searchers.values()))
-    qvecs = first.embed(questions)
-    for s in searchers.values():  # warm-up: kernels, mapped pages, the reranker's session
-        s._embedder = first.embedder
-        for q, v in zip(questions[:5], qvecs[:5]):
-            s.retrieve(q, query_vector=v)
-    lat = {name: np.full(len(questions), np.inf) for name in searchers}
-    cpu = {name: np.full(len(questions), np.inf) for name in searchers}
-    for i, (q, v) in enumerate(zip(questions, qvecs)):
-        for _ in range(args.repeats):
-            for name, s in searchers.items():
-                c0, w0 = time.process_time(), time.perf_counter()
-                s.retrieve(q, query_vector=v)
-                lat[name][i] = min(lat[name][i], time.perf_counter() - w0)
-                cpu[name][i] = min(cpu[name][i], time.process_time() - c0)
-    rows = {}
-    for name in searchers:
-        rows[name] = {"p50_ms": round(percentile_ms(lat[name], 50), 3), "p95_ms": round(percentile_ms(lat[name], 95), 3),
-                      "p50_cpu_ms": round(percentile_ms(cpu[name], 50), 3)}
-    for name in rows:
-        rows[name]["p50_ratio_vs_before"] = round(rows[name]["p50_ms"] / rows["before"]["p50_ms"], 3)
-    manifest = getattr(index, "manifest", {}) or {}
-    out = {"index": str(args.index), "counts": manifest.get("counts"), "n_questions": len(questions),
-           "repeats": args.repeats, "open_s": round(open_s, 3),
-           "machine": f"{platform.machine()}, {os.cpu_count()} cores, python {platform.python_version()}",
-           "load_average": [round(x, 2) for x in os.getloadavg()], "git_revision": _git_revision(),
-           "command": "python benchmarks/bench_search_cost.py " + " ".join(sys.argv[1:] if argv is None else argv),
-           "configs": {name: cfg.to_dict() for name, cfg in configs.items()}, "rows": rows}
+    args.argv = sys.argv[1:] if argv is None else argv
+    out = measure(args)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
-    counts = out["counts"] or {}
-    lines = [f"# Search cost per query: {counts.get('chunks', '?')} passages, {sum((counts.get('nodes') or {}).values())} nodes",
-             "", f"`{out['command']}`; {out['machine']}; load average {out['load_average']}; git {out['git_revision']}.",
-             "", f"{len(questions)} questions, best of {args.repeats} per question, configurations interleaved per "
-             "question; latency without the query embedding.", "",
-             "| configuration | p50 ms | p95 ms | p50 CPU ms | p50 ratio vs before |", "|---|---|---|---|---|"]
-    for name, row in rows.items():
-        lines.append(f"| {name} | {row['p50_ms']} | {row['p95_ms']} | {row['p50_cpu_ms']} | {row['p50_ratio_vs_before']} |")
+    lines = markdown(out)
     args.out.with_suffix(".md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     print("\n".join(lines))
     return 0

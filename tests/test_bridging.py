@@ -1,5 +1,5 @@
-"""Query-time bridging rules on a hand-built graph: "about" passages, the best shared-entity passage per
-source (``about_shared``), shared bridges ranking after their source, and the floor of agreed passages."""
+"""The bridging stages on a hand-built graph: "about" passages, the best shared-entity passage per source, title
+bridges, followers ranking after their source, and the agreement cap."""
 
 from __future__ import annotations
 
@@ -11,6 +11,9 @@ from noderag.graph.hetero import HeteroGraph
 from noderag.graph.keys import canonical_name, node_keys
 from noderag.graph.types import NodeType as NT
 from noderag.search import Searcher, SearchConfig
+from noderag.search.ranking import AgreementCap, Bridges, DenseFit, Distinct, EntryPoints, LexicalFit, rank
+from noderag.search.ranking.bridges import bonus, source_strengths
+from noderag.search.ranking.links import ABOUT_SPLIT
 
 from test_search import BagEmbedder, ExactVectors, ToyStore
 
@@ -71,89 +74,98 @@ def store():
     return bridge_store()
 
 
-# one entry point (p-album), no PPR, no names from the question: the bridges alone add passages
-BASE = SearchConfig(vector_top_k=1, use_ppr=False, match_names_in_query=False, entity_source="none",
-                    lexical_top_k=0, passage_lexical_weight=0.0, min_passages=0, bridge_top=1, bridge_agree_top=0,
-                    bridge_weight=0.3, bridge_titles=False, bridge_question_titles=False)
+# one entry point (p-album), no PPR, no names from the question, no lexical signal: the bridges alone add passages
+BASE = SearchConfig(vector_top_k=1, use_ppr=False, entity_source="none", lexical_top_k=0, min_passages=0)
 Q = "Hello Love album: where does the granddaughter live?"
 
 
-def test_about_mode_adds_only_the_passage_about_the_bridge_entity(store):
-    r = Searcher(store, BASE.replace(bridge_mode="about")).retrieve(Q)
-    assert r.passages == ["p-album", "p-snow"]
+def stages(bridges=None, lexical: bool = False, cap: bool = False) -> list:
+    """Entry points and dense fit (+ BM25), then ``bridges`` (+ the agreement cap), one passage per label."""
+    out = [EntryPoints(), DenseFit()] + ([LexicalFit()] if lexical else [])
+    return out + ([bridges] if bridges else []) + ([AgreementCap()] if cap else []) + [Distinct()]
 
 
-def test_about_shared_adds_the_shared_entity_passage_the_question_ranks_best(store):
-    r = Searcher(store, BASE).retrieve(Q)
+def ranked(store, q: str = Q, cfg: SearchConfig = BASE, **kw):
+    return Searcher(store, cfg, stages=stages(**kw)).retrieve(q)
+
+
+def test_without_bridges_the_first_round_is_the_entry_point_alone(store):
+    assert ranked(store).passages == ["p-album"]
+
+
+def test_bridges_add_the_about_passage_the_best_shared_one_and_the_titled_one(store):
+    """From p-album: p-snow is about Hank Snow, whom it names; p-grand shares Hank Snow and fits the question
+    best among the passages sharing it; p-nash is the article whose title (Nashville) it names."""
+    r = ranked(store, bridges=Bridges(top=1, weight=0.3))
     assert r.passages[0] == "p-album"
-    assert set(r.passages) == {"p-album", "p-snow", "p-grand"}  # p-grand shares Hank Snow and fits the question
-    assert Searcher(store, BASE.replace(bridge_shared_per_source=0)).retrieve(Q).passages == ["p-album", "p-snow"]
-    wide = Searcher(store, BASE.replace(bridge_shared_per_source=3)).retrieve(Q)
-    assert set(wide.passages) == {"p-album", "p-snow", "p-grand", "p-fans"}
+    assert set(r.passages) == {"p-album", "p-snow", "p-grand", "p-nash"}
+    about_only = ranked(store, bridges=Bridges(top=1, weight=0.3, shared_per_source=0))
+    assert set(about_only.passages) == {"p-album", "p-snow", "p-nash"}
+    wide = ranked(store, bridges=Bridges(top=1, weight=0.3, shared_per_source=3))
+    assert set(wide.passages) == {"p-album", "p-snow", "p-grand", "p-fans", "p-nash"}
 
 
-def test_a_shared_entity_bridge_ranks_after_its_source_and_an_about_bridge_need_not(store):
-    r = Searcher(store, BASE.replace(bridge_weight=5.0)).retrieve(Q)
+#: names no title (Q names "Hello Love", p-album's own: a question-title bridge lifts p-album itself)
+UNTITLED = "which album: where does the granddaughter live?"
+
+
+def test_a_shared_entity_or_title_bridge_ranks_after_its_source_and_an_about_bridge_need_not(store):
+    r = ranked(store, UNTITLED, bridges=Bridges(top=1, weight=5.0))
     assert r.passages[0] == "p-snow"  # an "about" bridge with a large bonus may lead
-    assert r.passages.index("p-grand") > r.passages.index("p-album")
-    assert r.passage_scores[r.passages.index("p-grand")] < r.passage_scores[r.passages.index("p-album")]
+    for follower in ("p-grand", "p-nash"):
+        assert r.passages.index(follower) > r.passages.index("p-album")
+        assert r.passage_scores[r.passages.index(follower)] < r.passage_scores[r.passages.index("p-album")]
 
 
-def test_bridges_stay_below_the_passage_dense_and_lexical_agree_on(store):
-    lexical = BASE.replace(lexical_top_k=1, passage_lexical_weight=0.5, bridge_weight=5.0)
-    q = "Hello Love album"
-    free = Searcher(store, lexical).retrieve(q)
-    assert free.passages[0] == "p-snow"  # without the floor the bonus lifts the bridge above the answer
-    floored = Searcher(store, lexical.replace(bridge_agree_top=2)).retrieve(q)
-    assert floored.passages[:2] == ["p-album", "p-snow"]
+def test_the_agreement_cap_holds_bridges_below_the_passage_dense_and_lexical_agree_on(store):
+    cfg, q = BASE.replace(lexical_top_k=1), UNTITLED
+    free = ranked(store, q, cfg, bridges=Bridges(top=1, weight=5.0), lexical=True)
+    assert free.passages[0] == "p-snow"  # without the cap the bonus lifts the bridge above the answer
+    capped = ranked(store, q, cfg, bridges=Bridges(top=1, weight=5.0), lexical=True, cap=True)
+    assert capped.passages[0] == "p-album" and set(capped.passages) == set(free.passages)
+    assert max(capped.passage_scores[1:]) < capped.passage_scores[0]  # every bridge held below it
+    # the cap alone (nothing bridged) changes no score
+    plain = ranked(store, q, cfg, lexical=True)
+    assert ranked(store, q, cfg, lexical=True, cap=True).passage_scores == plain.passage_scores
 
 
-def test_title_bridges_reach_the_document_a_passage_names_by_title(store):
-    assert "p-nash" not in Searcher(store, BASE).retrieve(Q).passages  # no entity links it
-    r = Searcher(store, BASE.replace(bridge_titles=True, bridge_weight=5.0)).retrieve(Q)
-    assert "p-nash" in r.passages
-    assert r.passages.index("p-nash") > r.passages.index("p-album")  # after its source, whatever the bonus
-    # a title the question names itself is no bridge (its passages are the question's own matches)
-    named = Searcher(store, BASE.replace(bridge_titles=True)).retrieve(Q + " Nashville")
-    assert "p-nash" not in named.passages
-
-
-def test_a_document_the_question_names_by_title_is_bridged_like_an_about_bridge(store):
+def test_a_title_the_question_names_is_no_title_bridge_but_a_full_strength_one(store):
     q = Q + " Nashville"
-    assert "p-nash" not in Searcher(store, BASE).retrieve(q).passages  # the first round does not reach it
-    r = Searcher(store, BASE.replace(bridge_question_titles=True)).retrieve(q)
-    assert "p-nash" in r.passages
-    strong = Searcher(store, BASE.replace(bridge_question_titles=True, bridge_weight=5.0)).retrieve(q)
-    first = Searcher(store, BASE.replace(bridge_top=0)).retrieve(q)  # p-album, alone in the first round
+    assert "p-nash" not in ranked(store, q).passages  # the first round does not reach it
+    strong = ranked(store, q, bridges=Bridges(top=1, weight=5.0))
+    first = ranked(store, q)  # p-album, alone in the first round
     # full strength, not held below the first round's passage as a title bridge is; p-album, whose title
     # ("Hello Love") the question names too, gets the same bonus and stays first
     assert strong.passages[:2] == ["p-album", "p-nash"]
     assert strong.passage_scores[1] > first.passage_scores[0] + 4.0
-    assert "p-nash" not in Searcher(store, BASE.replace(bridge_question_titles=True)).retrieve(Q).passages
 
 
 def test_a_passage_the_question_names_by_title_keeps_its_bonus_among_the_first_round_ones(store):
     """With two first-round passages, the question's titled passage (p-grand, "Nora Snow") is one of them; it still
     gets the bonus, so the bridge from its peer (p-snow) does not overtake it; one first-round passage: the same."""
-    q = "Hello Love album by Nora Snow"
-    cfg = BASE.replace(bridge_question_titles=True, bridge_weight=5.0, vector_top_k=2)
-    one, two = (Searcher(store, cfg.replace(bridge_top=k)).retrieve(q) for k in (1, 2))
+    q, cfg = "Hello Love album by Nora Snow", BASE.replace(vector_top_k=2)
+    one, two = (ranked(store, q, cfg, bridges=Bridges(top=k, weight=5.0)) for k in (1, 2))
     for r in (one, two):
         assert r.passages.index("p-grand") < r.passages.index("p-snow"), r.passages
     assert two.passage_scores[two.passages.index("p-grand")] == one.passage_scores[one.passages.index("p-grand")]
-    off = Searcher(store, cfg.replace(bridge_top=2, bridge_question_titles=False)).retrieve(q)
-    assert off.passages.index("p-grand") > off.passages.index("p-snow")
+
+
+def _context(store, q: str = Q, cfg: SearchConfig = BASE):
+    s = Searcher(store, cfg)
+    ctx = s.query_context(q)
+    ctx.dense_weight = 1.0
+    return s, ctx
 
 
 def test_a_bridge_is_as_strong_as_the_passage_it_starts_from(store):
     """Every kind of bridge from a source ("about", shared-entity, title) is scaled by that source's strength."""
-    s = Searcher(store, BASE.replace(bridge_titles=True))
-    prep = s._prepare([Q], s.embed([Q]))[0]
+    s, ctx = _context(store, UNTITLED)
     album = s.tables.labels(list(range(s.n))).index("p-album")
-    full, full_follows = s._bridging.bonus([album], prep)
-    half, half_follows = s._bridging.bonus([album], prep, [0.5])
+    full, full_follows = bonus(ctx, [album], [1.0])
+    half, half_follows = bonus(ctx, [album], [0.5])
     label = {c: s.tables.label(c) for c in full}
     assert {label[c] for c in full} == {"p-snow", "p-grand", "p-nash"}  # about, shared, title
+    assert {label[c] for c in full_follows} == {"p-grand", "p-nash"}
     assert half.keys() == full.keys() and half_follows == full_follows
     for c, b in full.items():
         assert half[c] == pytest.approx(0.5 * b), label[c]
@@ -170,45 +182,29 @@ MORE_STRUCT = STRUCT + [(19, 18), (19, 12), (21, 20)]
 MORE_TITLES = {**TITLES, 18: "Hank Snow on tour", 20: "Nashville, Tennessee"}
 
 
-def _bonus_by_label(cfg: SearchConfig, store: ToyStore) -> tuple[dict[str, float], set[str]]:
-    s = Searcher(store, cfg)
-    prep = s._prepare([Q], s.embed([Q]))[0]
+def _bonus_by_label(store) -> tuple[dict[str, float], set[str]]:
+    s, ctx = _context(store)
     album = s.tables.labels(list(range(s.n))).index("p-album")
-    bonus, follows = s._bridging.bonus([album], prep)
-    return {s.tables.label(c): b for c, b in bonus.items()}, {s.tables.label(c) for c in follows}
+    gained, follows = bonus(ctx, [album], [1.0], shared_per_source=0)
+    return {s.tables.label(c): b for c, b in gained.items()}, {s.tables.label(c) for c in follows}
 
 
 def test_an_entity_many_passages_are_about_leads_to_each_more_weakly():
     """p-album names Hank Snow, whom two passages (p-snow, p-tour) are about: each "about" bridge is divided by
-    2 ** bridge_about_split (0: both at full strength)."""
-    store = bridge_store(MORE_NODES, MORE_STRUCT, MORE_TITLES)
-    cfg = BASE.replace(bridge_mode="about")
-    for split in (0.0, 0.25, 1.0):
-        bonus, _ = _bonus_by_label(cfg.replace(bridge_about_split=split), store)
-        assert bonus == pytest.approx({"p-snow": 2.0 ** -split, "p-tour": 2.0 ** -split})
-    alone, _ = _bonus_by_label(cfg.replace(bridge_about_split=1.0), bridge_store())  # p-snow alone: undivided
-    assert alone == pytest.approx({"p-snow": 1.0})
-
-
-def test_a_passage_named_by_title_is_as_strong_a_bridge_as_its_source():
-    """p-snow is about Hank Snow (divided with p-tour) and its document's title, "Hank Snow", is named by p-album:
-    the title link gives it its source's full strength, and it stays an "about" bridge (not held below p-album)."""
-    store = bridge_store(MORE_NODES, MORE_STRUCT, MORE_TITLES)
-    bonus, follows = _bonus_by_label(BASE.replace(bridge_mode="about", bridge_titles=True), store)
-    assert bonus["p-snow"] == pytest.approx(1.0)
-    assert bonus["p-tour"] == pytest.approx(2.0 ** -0.25)
-    assert "p-snow" not in follows
+    2 ** ABOUT_SPLIT; p-snow, whose title p-album also names, is as strong as its source."""
+    bonus_more, follows = _bonus_by_label(bridge_store(MORE_NODES, MORE_STRUCT, MORE_TITLES))
+    assert bonus_more["p-tour"] == pytest.approx(2.0 ** -ABOUT_SPLIT)
+    assert bonus_more["p-snow"] == pytest.approx(1.0)
+    assert "p-snow" not in follows  # an "about" bridge, not held below p-album
+    alone, _ = _bonus_by_label(bridge_store())  # p-snow alone is about Hank Snow: undivided
+    assert alone["p-snow"] == pytest.approx(1.0)
 
 
 def test_a_title_two_documents_bear_is_one_bridge_to_the_passage_the_question_picks():
     """p-album names "Nashville": the two documents titled "Nashville, Tennessee" are one subject and get one
-    bridge (``bridge_title_groups``); False: one per document."""
-    store = bridge_store(MORE_NODES, MORE_STRUCT, MORE_TITLES)
-    cfg = BASE.replace(bridge_mode="about", bridge_titles=True)
-    grouped, _ = _bonus_by_label(cfg, store)
-    per_doc, _ = _bonus_by_label(cfg.replace(bridge_title_groups=False), store)
+    bridge."""
+    grouped, _ = _bonus_by_label(bridge_store(MORE_NODES, MORE_STRUCT, MORE_TITLES))
     assert len({"p-nash", "p-nash2"} & grouped.keys()) == 1
-    assert {"p-nash", "p-nash2"} <= per_doc.keys()
     from noderag.search.titles import TitleLinks
 
     docs = np.array(sorted(MORE_TITLES))
@@ -218,41 +214,36 @@ def test_a_title_two_documents_bear_is_one_bridge_to_the_passage_the_question_pi
 
 
 def test_source_strengths_are_scores_over_the_best_sources():
-    from noderag.search.bridging import source_strengths
-
     assert source_strengths([2.0, 1.0]) == [1.0, 0.5]
     assert source_strengths([2.0, -1.0]) == [1.0, 0.0]  # a negative score bridges with no strength
     assert source_strengths([0.0, -0.5]) == [1.0, 1.0]  # nothing to compare with: full strength
     assert source_strengths([]) == []
 
 
-def test_the_searcher_gives_each_source_its_score_over_the_best_ones(store, monkeypatch):
-    """The strengths are the first-round scores of the ``bridge_top`` passages over the best one's; the flag
-    turns them off."""
-    cfg = BASE.replace(bridge_top=2, vector_top_k=3, bridge_mode="about")
-    q = "pie is sweet granddaughter"
-    for flag in (True, False):
-        s = Searcher(store, cfg.replace(bridge_source_strength=flag))
-        seen = []
-        real = s._bridging.bonus
-        monkeypatch.setattr(s._bridging, "bonus", lambda hop1, prep, strengths=None: (
-            seen.append((s.tables.labels(hop1), strengths)), real(hop1, prep, strengths))[1])
-        r = s.retrieve(q)
-        (hop1, strengths), = seen
-        assert hop1 == ["p-fans", "p-grand"] == [p for p in r.passages if p in hop1]
-        scores = [r.passage_scores[r.passages.index(p)] for p in hop1]  # sources get no bonus: first-round scores
-        assert strengths == (pytest.approx([1.0, scores[1] / scores[0]]) if flag else None)
+def test_the_bridges_stage_starts_from_the_best_first_round_passages_at_their_strengths(store, monkeypatch):
+    """The sources are the ``top`` best first-round passages; their strengths their scores over the best one's."""
+    import noderag.search.ranking.bridges as br
+
+    seen = []
+    real = br.bonus
+    monkeypatch.setattr(br, "bonus", lambda ctx, hop1, strengths, per: (seen.append((hop1, strengths)),
+                                                                        real(ctx, hop1, strengths, per))[1])
+    s = Searcher(store, BASE.replace(vector_top_k=3), stages=stages(bridges=Bridges(top=2)))
+    r = s.retrieve("pie is sweet granddaughter")
+    (hop1, strengths), = seen
+    assert s.tables.labels(hop1) == ["p-fans", "p-grand"] == [p for p in r.passages if p in ("p-fans", "p-grand")]
+    scores = [r.passage_scores[r.passages.index(p)] for p in ("p-fans", "p-grand")]  # sources keep their scores
+    assert strengths == pytest.approx([1.0, scores[1] / scores[0]])
 
 
-def test_passages_held_at_one_ceiling_keep_their_order_without_it():
-    from noderag.search.searcher import ranked_passages
-
-    total = {7: 1.0, 3: 1.0, 5: 1.0, 9: 2.0, 1: 0.5, 4: 0.5}
-    uncapped = {7: 1.8, 3: 1.2}  # 7 and 3 were held at 1.0; 5 scored 1.0 on its own
-    assert ranked_passages(total, uncapped) == [(9, 2.0), (7, 1.0), (3, 1.0), (5, 1.0), (1, 0.5), (4, 0.5)]
-    assert ranked_passages(total, {}) == [(9, 2.0), (3, 1.0), (5, 1.0), (7, 1.0), (1, 0.5), (4, 0.5)]
-
-
+def test_passages_held_at_one_ceiling_keep_their_order_without_it(store):
+    _, ctx = _context(store)
+    cands = np.array([7, 3, 5, 9, 1, 4])
+    scores = np.array([1.0, 1.0, 1.0, 2.0, 0.5, 0.5])
+    ctx.uncapped = {7: 1.8, 3: 1.2}  # 7 and 3 were held at 1.0; 5 scored 1.0 on its own
+    assert rank(cands, scores, ctx)[0].tolist() == [9, 7, 3, 5, 1, 4]
+    ctx.uncapped = {}
+    assert rank(cands, scores, ctx)[0].tolist() == [9, 3, 5, 7, 1, 4]
 def test_title_heads_match_capitalised_whole_word_phrases_longest_first():
     from noderag.search.titles import TitleLinks, title_head
 
@@ -282,28 +273,8 @@ def test_titles_match_without_their_accents():
     assert links.named_docs("馬祖列島在哪裡") == [2]
 
 
-def test_bridge_fields_are_validated():
-    with pytest.raises(ValueError, match="bridge_mode"):
-        SearchConfig(bridge_mode="both").validate()
-    with pytest.raises(ValueError, match="bridge_shared_per_source"):
-        SearchConfig(bridge_shared_per_source=-1).validate()
-    with pytest.raises(ValueError, match="bridge_agree_top"):
-        SearchConfig(bridge_agree_top=1.5).validate()
-    with pytest.raises(ValueError, match="bridge_titles"):
-        SearchConfig(bridge_titles=1).validate()
-    with pytest.raises(ValueError, match="bridge_question_titles"):
-        SearchConfig(bridge_question_titles="yes").validate()
-    with pytest.raises(ValueError, match="bridge_source_strength"):
-        SearchConfig(bridge_source_strength=0).validate()
-    with pytest.raises(ValueError, match="bridge_title_groups"):
-        SearchConfig(bridge_title_groups=1).validate()
-    with pytest.raises(ValueError, match="bridge_about_split"):
-        SearchConfig(bridge_about_split=-0.5).validate()
-    assert SearchConfig().bridge_mode == "about_shared"
-
-
 def test_absent_is_the_complement_of_isin_for_small_and_large_exclusions():
-    from noderag.search.bridging import absent as _absent
+    from noderag.search.ranking.links import absent as _absent
 
     rng = np.random.default_rng(3)
     a = rng.integers(0, 50, 200)

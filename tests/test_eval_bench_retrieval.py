@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from noderag.cli import main
+from noderag.search.ranking import StagedConfig
 from noderag.eval import evaluate
 
 REPO = Path(__file__).resolve().parents[1]
@@ -55,7 +56,7 @@ def _figures(row: dict) -> dict:
 def test_outputs_hold_per_seed_rows(bench):
     _, work, out = bench
     assert out["build_seeds"] == 2 and [r["seed"] for r in out["per_seed"]] == [0, 1]
-    assert set(out["methods"]) == {"noderag", "before_issue_26", "dense", "bm25"}
+    assert set(out["methods"]) == {"noderag", "graph_only", "dense", "bm25"}
     assert set(out["ablations"]) == set(ABLATIONS)
     assert out["per_seed"][0] != out["per_seed"][1]  # the seeds build different graphs
     for m in METRICS:  # the averaged row's mean is the mean of the seeds' (rounded to 4 places each)
@@ -84,10 +85,11 @@ def test_per_seed_row_is_noderag_eval_on_an_index_built_with_that_seed(bench, tm
 def test_averaged_rows_are_evaluate_on_every_seeds_index(bench):
     br, _, out = bench
     indexes = [r["index"] for r in out["per_seed"]]
-    res = evaluate(DATA, indexes, methods=["noderag", "before_issue_26", "dense", "bm25", *ABLATIONS],
-                   variants={"before_issue_26": br.BEFORE, **ABLATIONS}, latency=False, progress=False,
+    res = evaluate(DATA, indexes, methods=["noderag", "graph_only", "dense", "bm25", *ABLATIONS],
+                   variants={"graph_only": br.GRAPH_ONLY, **ABLATIONS}, latency=False, progress=False,
+                   search_config=StagedConfig(),
                    compare=[("noderag", "dense"), ("no_ppr", "noderag")])
-    for m in ("noderag", "before_issue_26", "dense", "bm25"):
+    for m in ("noderag", "graph_only", "dense", "bm25"):
         assert _flat(res["methods"][m]["metrics"]) == _figures(out["methods"][m])
     for v in ABLATIONS:
         assert _flat(res["methods"][v]["metrics"]) == _figures(out["ablations"][v])

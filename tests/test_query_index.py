@@ -20,15 +20,25 @@ from noderag.store.verify import IndexDamagedError
 from noderag.search import SearchConfig, Searcher
 from noderag.search.entities import EntityMatcher, MappedNames, name_arrays, name_index_arrays, name_tokens
 from conftest import MUSIQUE, musique_queries
+from search_tables import InMemoryTables
 
+
+
+class _InMemory:
+    """An opened index whose query tables are built in memory from its node table (:mod:`search_tables`): the
+    reference the memory-mapped ``query/`` tables are checked against."""
+
+    def __init__(self, index) -> None:
+        self._index = index
+        self.query_index = InMemoryTables(index, np.asarray(index.graph.types))
+
+    def __getattr__(self, name):
+        return getattr(self._index, name)
 
 
 def _without_query_index(index, tmp: Path):
-    """A copy of the index without ``query/``: the searcher prepares everything in memory."""
-    dst = tmp / "memory"
-    shutil.copytree(index.root, dst)
-    shutil.rmtree(dst / index.path.relative_to(index.root) / QUERY_DIR)
-    return noderag.Index.open(dst, verify="none")  # the manifest still lists the removed files
+    """The index with its query tables made in memory (``tmp`` unused: nothing is copied)."""
+    return _InMemory(index)
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +63,7 @@ def _rows(index, queries, config=None):
     return [r.to_dict() for r in Searcher(index, config).retrieve_many(queries)]
 
 
-@pytest.mark.parametrize("config", [None, SearchConfig(name_degree_power=0.5, contains_weight=0.5),
+@pytest.mark.parametrize("config", [None, SearchConfig(entity_source="none"),
                                     SearchConfig(use_ppr=False)])
 def test_demo_retrieval_identical_to_in_memory_path(demo, tmp_path, config):
     memory = _without_query_index(demo, tmp_path)
@@ -128,7 +138,7 @@ def test_open_and_retrieve_never_read_the_node_table(demo):
 
     plain = noderag.Index.open(demo.root)
     res = plain.retrieve("Which river flows through the capital?",
-                         config=SearchConfig(bridge_titles=False, bridge_question_titles=False))
+                         config=SearchConfig(bridging=False))
     assert res.nodes and res.passages
     assert "nodes" not in plain.__dict__ and "documents" not in plain.__dict__  # cached_property never ran
     plain.close()

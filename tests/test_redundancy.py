@@ -1,14 +1,17 @@
 """Redundancy in the passage list (:mod:`noderag.search.redundancy`): the greedy kernel against a brute-force
-reference on random inputs, the per-term BM25 impacts it reads, and both rules on an index built by the real
-pipeline: a near-copy of the first passage gives the second place to the passage that matches what the first
-does not, and the residual term that picks a shared-entity bridge by the terms its source lacks."""
+reference on random inputs, the per-term BM25 impacts it reads, and the redundancy stage on an index built by the
+real pipeline (a near-copy of the first passage gives the second place to the passage that matches what the first
+does not), and the residual term that picks a shared-entity bridge by the terms its source lacks."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from noderag.search import SearchConfig
+from noderag.search import SearchConfig, Searcher
+from noderag.search.ranking import (AgreementCap, Bridges, DenseFit, Distinct, EntryPoints, LexicalFit,
+                                    PropagatedMass, Redundancy)
+from noderag.search.ranking.fit import lexical_share, residual_shares
 from noderag.search.redundancy import redundancy_order
 
 from conftest import build_passages
@@ -89,14 +92,22 @@ def index(tmp_path_factory):
     return build_passages(tmp_path_factory.mktemp("redundancy"), PASSAGES)
 
 
-def test_the_second_place_goes_to_the_passage_matching_what_the_first_does_not(index):
-    # no title bridges: the one from p-26 to the article "Greece" it names would take the second place either way
-    on = index.searcher(SearchConfig(bridge_titles=False)).retrieve(Q)
-    off = index.searcher(SearchConfig(redundancy_top=0, bridge_titles=False)).retrieve(Q)
+def _stages(*, redundancy: bool) -> list:
+    """The default stages up to the agreement cap, with or without the redundancy stage."""
+    first = [EntryPoints(), DenseFit(), PropagatedMass(), LexicalFit(), Bridges(), AgreementCap()]
+    return first + ([Redundancy()] if redundancy else []) + [Distinct()]
+
+
+def test_the_near_copy_falls_below_the_passage_matching_what_the_first_does_not(index):
+    on = Searcher(index, SearchConfig(), stages=_stages(redundancy=True)).retrieve(Q)
+    off = Searcher(index, SearchConfig(), stages=_stages(redundancy=False)).retrieve(Q)
     assert off.passages[:2] == ["p-26", "p-41"]  # the other Olympiad matches the same words
-    assert on.passages[:2] == ["p-26", "p-port"]
+    assert on.passages[0] == "p-26" and on.passages.index("p-port") < on.passages.index("p-41")
     assert on.passage_scores == sorted(on.passage_scores, reverse=True)
-    assert set(on.passages) == set(off.passages)
+    assert set(on.passages) == set(off.passages)  # a re-ordering: nothing added, nothing dropped
+    # the near-copy loses its BM25 credit; the first keeps its score
+    assert on.passage_scores[0] == off.passage_scores[0]
+    assert on.passage_scores[on.passages.index("p-41")] < off.passage_scores[1]
 
 
 def test_term_impacts_sum_to_the_terms_bm25(index):
@@ -112,54 +123,51 @@ def test_term_impacts_sum_to_the_terms_bm25(index):
             {i: dict(zip(one.tolist(), one_s.tolist())).get(i, 0.0) for i in ids.tolist()})
 
 
+def _ctx(index, q: str = Q):
+    s = Searcher(index)
+    ctx = s.query_context(q)
+    ctx.dense_weight, ctx.lexical_weight = DenseFit().weight, LexicalFit().weight
+    return s, ctx
+
+
 def test_the_residual_term_scores_what_the_question_asks_beyond_the_source(index):
     """BM25 over the question terms the source passage lacks (found here by tokenizing its text), on the scale
     of the whole question's lexical term; the other Olympiad matches nothing beyond p-26."""
     from noderag.search.lexical import passage_terms
     from noderag.search.searcher import passage_texts
 
-    s = index.searcher()
-    prep = s._prepare([Q], s.embed([Q]))[0]
+    s, ctx = _ctx(index)
     t_ids = np.asarray([i for i in range(s.n) if int(s.types[i]) == 0], dtype=np.int64)
     labels = s.tables.labels(t_ids.tolist())
     source = int(t_ids[labels.index("p-26")])
-    residual = dict(zip(labels, s._residual_lexical_term(source, t_ids, prep).tolist()))
+    residual = dict(zip(labels, residual_shares(ctx, [(source, t_ids)])[0].tolist()))
     own = set(passage_terms(passage_texts(s.store, s.tables, np.asarray([source]))[0]))
-    ids, scores = s.lexical.term_scores({t for t in prep.lex_terms if t not in own})
-    expected = dict(zip(s.tables.labels(ids.tolist()), (0.5 * scores / prep.lex_scores.max()).tolist()))
+    ids, scores = s.lexical.term_scores({t for t in ctx.lex_terms if t not in own})
+    expected = dict(zip(s.tables.labels(ids.tolist()), (0.5 * scores / ctx.lex_scores.max()).tolist()))
     assert residual == pytest.approx({lab: expected.get(lab, 0.0) for lab in labels})
     assert residual["p-41"] == 0.0 and residual["p-26"] == 0.0 and residual["p-port"] > 0
-    whole = dict(zip(labels, s._lexical_term(t_ids, prep).tolist()))
+    whole = dict(zip(labels, (0.5 * lexical_share(ctx, t_ids)).tolist()))
     assert whole["p-41"] > whole["p-port"] > residual["p-port"]  # the whole question favours the other Olympiad
 
 
 def test_the_residual_terms_of_several_sources_read_together_are_each_sources_own(index):
-    s = index.searcher()
-    prep = s._prepare([Q], s.embed([Q]))[0]
+    s, ctx = _ctx(index)
     t_ids = np.asarray([i for i in range(s.n) if int(s.types[i]) == 0], dtype=np.int64)
     groups = [(int(t_ids[0]), t_ids[1:]), (int(t_ids[2]), t_ids[::-1]), (int(t_ids[1]), t_ids[:0])]
-    together = s._residual_lexical_terms(groups, prep)
+    together = residual_shares(ctx, groups)
     assert [a.shape for a in together] == [(t_ids.size - 1,), (t_ids.size,), (0,)]
     for (source, chunks), got in zip(groups, together):
-        assert got == pytest.approx(s._residual_lexical_term(source, chunks, prep))
-    assert s._residual_lexical_terms([], prep) == []
+        assert got == pytest.approx(residual_shares(ctx, [(source, chunks)])[0])
+    assert residual_shares(ctx, []) == []
 
 
-def test_the_shared_bridge_of_a_source_is_picked_by_its_residual_term(index, monkeypatch):
-    """With ``bridge_shared_residual`` each source's shared-entity candidates are fitted by the residual term of
-    that source; without it, by the whole question's lexical term."""
-    for flag in (True, False):
-        s = index.searcher(SearchConfig(bridge_shared_residual=flag, bridge_top=1))
-        calls = []
-        real = s._bridging._residual_terms
-        monkeypatch.setattr(s._bridging, "_residual_terms", lambda groups, prep: (
-            calls.extend((s.tables.label(src), cand.size) for src, cand in groups), real(groups, prep))[1])
-        s.retrieve(Q)
-        assert (calls[0][0] == "p-26" and calls[0][1] > 0) if flag else calls == []
-
-
-def test_redundancy_top_is_validated():
-    with pytest.raises(ValueError, match="redundancy_top"):
-        SearchConfig(redundancy_top=-1).validate()
-    with pytest.raises(ValueError, match="bridge_shared_residual"):
-        SearchConfig(bridge_shared_residual=None).validate()
+def test_the_redundancy_stage_alone_changes_nothing_without_a_lexical_weight(index):
+    """Redundancy takes back BM25 credit: with no lexical weight in the stage list it has none to take."""
+    s, ctx = _ctx(index)
+    cands = np.asarray([i for i in range(s.n) if int(s.types[i]) == 0], dtype=np.int64)
+    scores = np.linspace(2.0, 1.0, cands.size)
+    moved = Redundancy()(cands, scores, ctx)
+    assert sorted(moved[0].tolist()) == sorted(cands.tolist())  # a re-ordering: nothing added, nothing dropped
+    ctx.lexical_weight = 0.0
+    same = Redundancy()(cands, scores, ctx)
+    assert same[0].tolist() == cands.tolist() and same[1].tolist() == scores.tolist()

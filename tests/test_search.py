@@ -15,9 +15,12 @@ from noderag.graph.keys import canonical_name, node_keys
 from noderag.graph.types import NodeType as NT
 from noderag.search import Searcher, SearchConfig
 from noderag.search.config import QuotaConfig
+from noderag.search.ranking import Distinct, EntryPoints, PropagatedMass
 from noderag.search.entities import EntityMatcher, extract_query_entities
 from noderag.search.searcher import LLMNotConfiguredError
 from noderag.tokenize import count_tokens
+
+from search_tables import InMemoryTables
 
 
 class BagEmbedder:
@@ -91,6 +94,13 @@ class ToyStore:
 
     def embedder(self):
         return self.emb
+
+    @property
+    def query_index(self) -> InMemoryTables:
+        """The query tables a build would write, made in memory once (after ``documents`` is set)."""
+        if "_tables" not in self.__dict__:
+            self.__dict__["_tables"] = InMemoryTables(self, np.asarray(self.graph.types))
+        return self.__dict__["_tables"]
 
 
 def toy_store() -> ToyStore:
@@ -197,27 +207,10 @@ def test_passage_ranking_aggregates_units_onto_chunks(store):
     assert r.passages[0] == "p3"
     assert r.passage_scores == sorted(r.passage_scores, reverse=True)
     assert len(r.passages) == len(set(r.passages))
-    # text weight 0 and unit weight > 0: only S mass counts, p3 still first (S5 is next to Hawaii)
-    r2 = Searcher(store, cfg.replace(passage_text_weight=0.0)).retrieve("Pineapples from Hawaii")
+    # the units' mass alone (no passage mass, no dense or lexical fit): p3 still first (S5 is next to Hawaii)
+    units_only = [EntryPoints(), PropagatedMass(text_weight=0.0, unit_weight=0.4), Distinct()]
+    r2 = Searcher(store, cfg, stages=units_only).retrieve("Pineapples from Hawaii")
     assert r2.passages[0] == "p3"
-
-
-def test_propagated_mass_counts_by_the_passages_own_lexical_evidence(store):
-    """passage_mass_lexical: a passage sharing no word with the question keeps its query similarity but
-    none of the PPR mass the walk brings it; a question without any lexical hit ranks as without the rule."""
-    cfg = SearchConfig(bridge_top=0)
-    on, off = Searcher(store, cfg), Searcher(store, cfg.replace(passage_mass_lexical=False))
-
-    def scores(searcher, q):
-        r = searcher.retrieve(q)
-        return dict(zip(r.passages, r.passage_scores))
-
-    a, b = scores(on, "Hello Love"), scores(off, "Hello Love")
-    assert a["p1"] < b["p1"]  # reached through Hank Snow, but no word of the question
-    prep = on._prepare(["Hello Love"], on.embed(["Hello Love"]))[0]
-    assert on._lexical_share(np.asarray([0, 1]), prep).tolist()[0] == 0.0
-    assert a["p2"] == pytest.approx(b["p2"])  # the question's best BM25 passage keeps its mass whole
-    assert scores(on, "zzyzx qwerty") == scores(off, "zzyzx qwerty")
 
 
 def test_context_respects_budget_and_groups_by_type(store):
@@ -287,18 +280,3 @@ def test_bad_queries_and_config_raise_clear_errors(store):
         SearchConfig.from_dict({"alpha": 0.5, "bogus": 1})
     with pytest.raises(ValueError, match="quotas.entities"):
         SearchConfig.from_dict({"quotas": {"entities": -1}})
-
-
-def test_entity_bridges_add_passages_linked_to_the_best_chunk(store):
-    q = "Which album Hello Love was released in 1974?"
-    base = SearchConfig(use_ppr=False, vector_top_k=1, match_names_in_query=False, entity_source="none",
-                        bridge_mode="shared", lexical_top_k=0, min_passages=0)
-    alone = Searcher(store, base.replace(bridge_weight=0.0)).retrieve(q)
-    assert alone.passages == ["p2"]
-    bridged = Searcher(store, base).retrieve(q)
-    assert bridged.passages[0] == "p2"
-    assert "p1" in bridged.passages  # p1 shares the entity "Hank Snow" with p2
-    assert "p3" not in bridged.passages
-    # entities above the degree cap do not bridge
-    capped = Searcher(store, base.replace(bridge_max_degree=1)).retrieve(q)
-    assert capped.passages == ["p2"]

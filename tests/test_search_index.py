@@ -152,7 +152,7 @@ def test_matched_signal_on_real_and_junk_queries(index):
     d = junk.to_dict()
     assert d["matched"] is False and d["best_similarity"] == pytest.approx(junk.best_similarity, abs=1e-6)
     # a threshold the real query's best similarity passes marks it matched without names too
-    cfg = SearchConfig(match_names_in_query=False, entity_source="none", min_similarity=-1.0)
+    cfg = SearchConfig(entity_source="none", min_similarity=-1.0)
     res = index.searcher(cfg).retrieve("?!?! ... ;;; ---")
     assert res.matched and not res.matched_names
 
@@ -237,7 +237,7 @@ def test_one_config_error_type_names_the_key():
     from noderag.config import ConfigError, NodeRAGConfig
     from noderag.graph.importance import ImportanceConfig
 
-    with pytest.raises(ConfigError, match=r"^search\.alpha must be in \[0, 1\]"):
+    with pytest.raises(ConfigError, match=r"^search\.alpha must be a number in \[0, 1\], got 2\.0"):
         NodeRAGConfig().with_overrides({"search.alpha": 2.0})
     with pytest.raises(ConfigError, match=r"^importance\.betweenness_pivots must be a positive integer"):
         NodeRAGConfig().with_overrides({"importance.betweenness_pivots": 0})
@@ -265,17 +265,16 @@ def test_lexical_tables_are_written_at_build_and_equal_an_in_memory_build(index)
 
 
 def test_lexical_entry_point_alone_finds_the_passage_sharing_a_rare_word(index):
-    only_lexical = SearchConfig(vector_top_k=0, use_ppr=False, match_names_in_query=False, entity_source="none",
-                                bridge_top=0, min_passages=0)
+    only_lexical = SearchConfig(vector_top_k=0, use_ppr=False, entity_source="none", bridging=False, min_passages=0)
     r = index.searcher(only_lexical).retrieve("which company grows pineapples")
     assert r.passages[0] == "p-pine"
-    none = index.searcher(only_lexical.replace(lexical_top_k=0, passage_lexical_weight=0.0)).retrieve(
+    none = index.searcher(only_lexical.replace(lexical_top_k=0)).retrieve(
         "which company grows pineapples")
     assert none.passages == []
 
 
 def test_every_query_returns_min_passages_when_the_corpus_has_them(index):
-    few = SearchConfig(vector_top_k=1, lexical_top_k=1, use_ppr=False, bridge_top=0)
+    few = SearchConfig(vector_top_k=1, lexical_top_k=1, use_ppr=False, bridging=False)
     for q in ("Publix", "zzz unknown words only", "Where did the singer of Hello Love die?"):
         r = index.searcher(few).retrieve(q)
         assert len(r.passages) == len(PASSAGES)  # 10 wanted, the corpus holds 8
@@ -287,11 +286,10 @@ def test_every_query_returns_min_passages_when_the_corpus_has_them(index):
 
 def test_bridging_brings_the_passage_about_an_entity_of_the_best_passage(index):
     q = "Where did the singer of Hello Love die?"
-    base = SearchConfig(vector_top_k=1, lexical_top_k=1, use_ppr=False, min_passages=0, match_names_in_query=False,
-                        entity_source="none", passage_lexical_weight=0.0)
-    alone = index.searcher(base.replace(bridge_top=0)).retrieve(q)
+    base = SearchConfig(vector_top_k=1, lexical_top_k=1, use_ppr=False, min_passages=0, entity_source="none")
+    alone = index.searcher(base.replace(bridging=False)).retrieve(q)
     assert alone.passages[0] == "p-love" and "p-snow" not in alone.passages
-    bridged = index.searcher(base.replace(bridge_top=1)).retrieve(q)
+    bridged = index.searcher(base).retrieve(q)
     assert set(bridged.passages[:2]) == {"p-love", "p-snow"}  # "Hank Snow", named in p-love, is what p-snow is about
 
 

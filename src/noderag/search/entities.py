@@ -338,23 +338,15 @@ def _string_ranks(strings: list[str]) -> np.ndarray:
     return ranks
 
 
-def name_arrays(node_ids: Sequence[int], names: Sequence[str | None]) -> tuple[dict[str, np.ndarray], int]:
-    """``name_index_arrays(EntityMatcher(node_ids, names))`` without building the matcher.
-
-    The same arrays, made from flat integer buffers: the matcher's per-name tuples, dicts and one
-    posting array per token held ~1 KB a name (0.6 GB for 680k names) just to be flattened.
-    """
+def _flat_tokens(names: Sequence[str | None]) -> tuple:
+    """(token -> id in order of first sight, canonical names, token phrases, every kept name's token ids name
+    after name, token counts, input positions of the names with tokens), as flat buffers."""
     from array import array
 
-    node_ids = np.asarray(node_ids, dtype=np.int64).ravel()
-    if node_ids.shape[0] != len(names):
-        raise ValueError(f"node_ids ({node_ids.shape[0]}) and names ({len(names)}) differ in length")
-    first_id: dict[str, int] = {}  # token -> id in order of first sight
+    first_id: dict[str, int] = {}
     canon: list[str] = []
     phrase: list[str] = []
-    flat = array("i")  # every kept name's token ids, name after name (input order)
-    lens = array("i")
-    keep = array("q")  # input positions of the names with tokens
+    flat, lens, keep = array("i"), array("i"), array("q")
     for i, name in enumerate(names):
         c = canonical_name(str(name)) if name is not None else ""
         toks = match_tokens(c)
@@ -369,6 +361,19 @@ def name_arrays(node_ids: Sequence[int], names: Sequence[str | None]) -> tuple[d
             if k is None:
                 k = first_id[t] = len(first_id)
             flat.append(k)
+    return first_id, canon, phrase, flat, lens, keep
+
+
+def name_arrays(node_ids: Sequence[int], names: Sequence[str | None]) -> tuple[dict[str, np.ndarray], int]:
+    """``name_index_arrays(EntityMatcher(node_ids, names))`` without building the matcher.
+
+    The same arrays, made from flat integer buffers: the matcher's per-name tuples, dicts and one
+    posting array per token held ~1 KB a name (0.6 GB for 680k names) just to be flattened.
+    """
+    node_ids = np.asarray(node_ids, dtype=np.int64).ravel()
+    if node_ids.shape[0] != len(names):
+        raise ValueError(f"node_ids ({node_ids.shape[0]}) and names ({len(names)}) differ in length")
+    first_id, canon, phrase, flat, lens, keep = _flat_tokens(names)
     kept_nodes = node_ids[np.frombuffer(keep, dtype=np.int64)] if keep else np.zeros(0, np.int64)
     ln = np.frombuffer(lens, dtype=np.int32).astype(np.int64) if lens else np.zeros(0, np.int64)
     # name order j: by (token count, canonical name, node id), as the matcher sorts them

@@ -50,16 +50,9 @@ def titled(text: str | None, title: str | None) -> str:
     return f"{title}\n{text or ''}" if title else (text or "")
 
 
-def lexical_arrays(node_ids: np.ndarray, texts: Iterable[str], *, k1: float = 1.2, b: float = 0.75,
-                   block: int = 65536, background=None) -> dict[str, np.ndarray]:
-    """BM25 impact postings of the passages ``node_ids`` (their texts, title included, in ``texts``).
-
-    ``background``: (passages elsewhere, ``term hashes -> their document frequencies there``): the
-    idf counts those passages too (a delta segment's impacts on the scale of the whole index).
-    Deterministic: the same texts give the same arrays in any process. Memory stays near one copy
-    of the postings (term counts are gathered ``block`` passages at a time).
-    """
-    node_ids = np.asarray(node_ids, dtype=np.int64)
+def _term_counts(texts: Iterable[str], block: int) -> tuple[dict[str, int], np.ndarray, np.ndarray, np.ndarray, int]:
+    """(term -> column, row of each (passage, term) pair, its column, its count as float64, passages), the
+    pairs gathered ``block`` passages at a time."""
     vocab: dict[str, int] = {}
     parts_r: list[np.ndarray] = []
     parts_c: list[np.ndarray] = []
@@ -86,12 +79,23 @@ def lexical_arrays(node_ids: np.ndarray, texts: Iterable[str], *, k1: float = 1.
         if n_docs % block == 0:
             flush()
     flush()
+    return (vocab, np.concatenate(parts_r), np.concatenate(parts_c), np.concatenate(parts_tf).astype(np.float64),
+            n_docs)
+
+
+def lexical_arrays(node_ids: np.ndarray, texts: Iterable[str], *, k1: float = 1.2, b: float = 0.75,
+                   block: int = 65536, background=None) -> dict[str, np.ndarray]:
+    """BM25 impact postings of the passages ``node_ids`` (their texts, title included, in ``texts``).
+
+    ``background``: (passages elsewhere, ``term hashes -> their document frequencies there``): the
+    idf counts those passages too (a delta segment's impacts on the scale of the whole index).
+    Deterministic: the same texts give the same arrays in any process. Memory stays near one copy
+    of the postings (term counts are gathered ``block`` passages at a time).
+    """
+    node_ids = np.asarray(node_ids, dtype=np.int64)
+    vocab, r, c, tf, n_docs = _term_counts(texts, block)
     if n_docs != node_ids.shape[0]:
         raise ValueError(f"{n_docs} texts for {node_ids.shape[0]} passage ids")
-    r = np.concatenate(parts_r)
-    c = np.concatenate(parts_c)
-    tf = np.concatenate(parts_tf).astype(np.float64)
-    parts_r.clear(), parts_c.clear(), parts_tf.clear()
     n_terms = len(vocab)
     dl = np.bincount(r, weights=tf, minlength=n_docs)
     avgdl = float(dl.mean()) if n_docs else 1.0
@@ -124,6 +128,8 @@ def lexical_arrays(node_ids: np.ndarray, texts: Iterable[str], *, k1: float = 1.
 TERM_CACHE_FROM = 1024
 #: At most this many postings are kept so (12 bytes each); past it the kept lists are dropped and kept anew.
 TERM_CACHE_POSTINGS = 1 << 21
+#: Query terms whose hashes a lexical index keeps (a query's terms are hashed once for all its look-ups).
+HASH_CACHE = 1 << 16
 
 
 class LexicalIndex:
@@ -148,6 +154,20 @@ class LexicalIndex:
         self._scratch = threading.local()  # per thread: score accumulator and stamps over passage ordinals
         self._term_cache: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}  # (start, end) -> ordinals, impacts
         self._term_cached = 0  # postings held by _term_cache
+        self._hashes: dict[str, int] = {}  # query term -> its hash (a term recurs across a query's look-ups)
+
+    def _term_hashes(self, terms) -> np.ndarray:
+        """:func:`~noderag.search.entities.hash64` of each term, memoised (at most :data:`HASH_CACHE` terms)."""
+        memo = self._hashes
+        if len(memo) > HASH_CACHE:
+            memo = self._hashes = {}
+        out = np.empty(len(terms), dtype=np.uint64)
+        for i, t in enumerate(terms):
+            h = memo.get(t)
+            if h is None:
+                h = memo[t] = hash64(t)
+            out[i] = h
+        return out
 
     def bind_passages(self, ids: np.ndarray) -> None:
         """Give the node ids that postings name (every T node): queries then sum impacts per passage
@@ -194,7 +214,7 @@ class LexicalIndex:
         (node ids sorted, int64; scores, float64)."""
         if not terms or self._hash.shape[0] == 0:
             return np.zeros(0, np.int64), np.zeros(0)
-        hashes = np.fromiter((hash64(t) for t in sorted(terms)), dtype=np.uint64, count=len(terms))
+        hashes = self._term_hashes(sorted(terms))
         pos = np.searchsorted(self._hash, hashes)
         inside = pos < self._hash.shape[0]
         pos, hashes = pos[inside], hashes[inside]
@@ -224,7 +244,7 @@ class LexicalIndex:
         out = np.zeros((len(terms), ids.shape[0]))
         if not terms or not ids.size or self._hash.shape[0] == 0:
             return out
-        hashes = np.fromiter((hash64(t) for t in terms), dtype=np.uint64, count=len(terms))
+        hashes = self._term_hashes(terms)
         pos = np.minimum(np.searchsorted(self._hash, hashes), self._hash.shape[0] - 1)
         found = np.flatnonzero(self._hash[pos] == hashes)
         starts = self._ptr[pos[found]]

@@ -73,6 +73,32 @@ def _py_blob(strings: list[str]) -> tuple[np.ndarray, np.ndarray]:
     return _blob(strings)
 
 
+#: The table of context-line token counts (``line_tok.npy``, int32 per node; :func:`line_token_counts`).
+LINE_TOKENS = "line_tok"
+
+
+def line_token_counts(text_off: np.ndarray, text: np.ndarray, first_node: int = 0, batch: int = 8192) -> np.ndarray:
+    """Tokens of every node's context line (``[id] text`` with whitespace collapsed, ending in a newline;
+    :func:`noderag.search.context.render_line`), int32 per node: what a query would count for every node it
+    puts in the context, counted once at build time. A node without text counts 0 (it gets no line)."""
+    from ..tokenize import count_tokens_batch
+
+    n = int(text_off.shape[0]) - 1
+    view = memoryview(np.ascontiguousarray(text)).cast("B")
+    out = np.zeros(n, dtype=np.int32)
+    for lo in range(0, n, batch):
+        hi = min(n, lo + batch)
+        lines, at = [], []
+        for i in range(lo, hi):
+            words = unzeroed(str(view[int(text_off[i]):int(text_off[i + 1])], "utf-8", "surrogatepass")).split()
+            if words:
+                lines.append(f"[{first_node + i}] " + " ".join(words) + "\n")
+                at.append(i)
+        if lines:
+            out[at] = count_tokens_batch(lines)
+    return out
+
+
 def write_query_index(index_dir: str | os.PathLike, *, first_node: int = 0, lexical_background=None) -> Path:
     """Write ``query/`` into ``index_dir`` from its ``nodes.parquet`` and ``documents.parquet``; returns the folder.
 
@@ -118,6 +144,7 @@ def write_query_index(index_dir: str | os.PathLike, *, first_node: int = 0, lexi
     pages = node_texts(nodes_path, n)  # the segment's own text pages: read for the BM25 postings, not copied
     text_off, text, text_page = np.asarray(pages.offsets), pages.pages.to_array(), pages.pages.page
     _save_lexical(save, types, active, doc, text_off, text, documents, first_node, lexical_background)
+    save(LINE_TOKENS, line_token_counts(text_off, text, first_node))
     del text_off, text
     t_ids = np.flatnonzero(types == _T)
     src = nodes.column("source_id").take(t_ids).to_pylist()
@@ -245,6 +272,8 @@ class QueryIndex:
         self.doc = arrays["doc"]
         self.active = arrays["active"]
         self.names = MappedNames(arrays, int(meta["max_tokens"]))
+        #: tokens of each node's context line (int32), written at build time
+        self.line_tokens = arrays[LINE_TOKENS]
         from .lexical import LexicalIndex
 
         self.lexical = LexicalIndex(arrays)
@@ -307,6 +336,8 @@ class QueryIndex:
         if checked:  # ids in range (O(n)), naming the file
             _check_damage(folder, arrays, nn, m, meta.get("first_node", 0), {"text_off": NODE_TEXT_OFF})
         _load_lexical(folder, arrays)
+        arrays[LINE_TOKENS] = np.asarray(load_npy(folder / f"{LINE_TOKENS}.npy", True, dtype=np.int32, ndim=1,
+                                                  shape=(nn,)))
         return cls(folder, meta, arrays)
 
     @staticmethod

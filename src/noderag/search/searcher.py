@@ -1,22 +1,20 @@
 """Query-time retrieval over an opened index.
 
-Pipeline per query: vector entry points (T, S, A, H) + name matches (N, O) ->
-personalisation weights -> native shallow PPR over the combined structural and
-semantic layers -> typed selection with quotas and N->A / O->H expansion ->
-ranked source passages -> context within a token budget.
+Pipeline per query: vector entry points (T, S, A, H) + name matches (N, O) + lexical entry points ->
+personalisation weights (:mod:`~noderag.search.seeds`) -> native shallow PPR over the combined structural and
+semantic layers -> typed selection with quotas and N->A / O->H expansion -> ranked source passages (a list of
+stages, :mod:`noderag.search.ranking`) -> context within a token budget.
 
-Node-table columns, passage labels and the name indexes are written at build time
-(``query/``, :mod:`noderag.search.query_index`) and memory-mapped, so ``Searcher.__init__``
-does no O(n) Python work on a built index (an index without them is prepared in memory,
-:class:`~noderag.search.tables.InMemoryTables`). A query touches only its seeds' t-hop
-neighbourhood, a few hundred candidate nodes and the texts of the nodes it returns.
+Node-table columns, passage labels, the name indexes and the BM25 postings are written at build time
+(``query/``, :mod:`noderag.search.query_index`) and memory-mapped, so ``Searcher.__init__`` does no O(n)
+Python work. A query touches only its seeds' t-hop neighbourhood, a few hundred candidate nodes and the texts
+of the nodes it returns.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -27,51 +25,27 @@ from ..errors import NodeRAGError
 from ..graph.types import N_TYPES, NodeType
 from ..graph.walk import TypedNeighbours
 from ..store.layout import SCRUBBED
-from .bridging import Bridging, source_strengths
 from .config import SearchConfig
 from .context import assemble_context
 from .entities import extract_query_entities
-from .lexical import LexicalIndex, passage_terms, titled, top_scored
-from .redundancy import content_terms, redundancy_order
+from .lexical import passage_terms, titled, top_scored
+from .ranking import IndexView, QueryContext, Ranking, default_stages, stages_named
 from .rerank import CrossEncoderReranker
 from .result import AnswerResult, RetrievalResult, RetrievedNode
+from .seeds import seed_weights
 
 __all__ = ["Searcher", "LLMNotConfiguredError"]
 
 _T, _S, _N, _R, _A, _H, _O = (int(t) for t in NodeType)
-#: Context-line token counts kept per searcher before the cache starts over.
+#: Context-line token counts kept per searcher before the cache starts over (indexes without the build's table).
 TOKEN_CACHE_NODES = 1_000_000
 _OTHER_TYPES = frozenset((_T, _S, _A, _H))
+#: Name matches that merely contain the query entity as whole words weigh this much against exact ones.
+CONTAINS_WEIGHT = 0.1
 
 
 class LLMNotConfiguredError(NodeRAGError, RuntimeError):
     """Raised by ``answer`` when no LLM backend is configured: only retrieval is available."""
-
-
-@dataclass
-class _Prepared:
-    """Per-query state between entry-point search and PPR (plain arrays)."""
-
-    query: str
-    entities: list[str]
-    entry_ids: np.ndarray  # int64, vector order
-    entry_sims: np.ndarray  # float32
-    name_ids: np.ndarray  # int64
-    seeds: np.ndarray  # int32
-    weights: np.ndarray  # float32
-    vector: np.ndarray  # float32 (dim,), L2-normalised query vector
-    lex_ids: np.ndarray  # int64, sorted: every passage sharing a term with the query
-    lex_scores: np.ndarray  # float64, their BM25 scores
-    lex_top: np.ndarray  # int64: the ``lexical_top_k`` best of them, best first
-    cosines: dict[int, float] = field(default_factory=dict)  # chunk -> cos(query, chunk), read once per query
-    lex_terms: list[str] = field(default_factory=list)  # the query's BM25 terms, sorted
-
-
-def ranked_passages(total: dict[int, float], uncapped: dict[int, float]) -> list[tuple[int, float]]:
-    """``(chunk, score)`` best first: by score, then passages held at the same ceiling in the order of their
-    scores without it (``uncapped``), then by chunk id. A ceiling bounds how far a bridge lifts a passage; it
-    should not decide the order among the passages it holds, as chunk ids would."""
-    return sorted(total.items(), key=lambda kv: (-kv[1], -uncapped.get(kv[0], kv[1]), kv[0]))
 
 
 class Searcher:
@@ -94,6 +68,10 @@ class Searcher:
     entity_extractor : callable or None, default=None
         ``str -> list[str]`` query-entity extractor for ``entity_source="nlp"``;
         ``None`` uses :func:`noderag.search.entities.extract_query_entities`.
+    stages : list of Stage or None, default=None
+        The passage ranking (:mod:`noderag.search.ranking`); ``None``: :func:`~noderag.search.ranking.default_stages`
+        for ``config`` (or the stage names of a :class:`~noderag.search.ranking.StagedConfig`). An ablation is
+        another list.
     """
 
     def __init__(
@@ -104,6 +82,7 @@ class Searcher:
         embedder: Any = None,
         llm: Any = None,
         entity_extractor: Callable[[str], list[str]] | None = None,
+        stages: Sequence[Any] | None = None,
     ) -> None:
         from ..tokenize import count_tokens
 
@@ -129,34 +108,26 @@ class Searcher:
             from ..store.verify import graph_damage
 
             raise graph_damage(store.path, exc) from None
-        # per-node columns, texts, labels and names: memory-mapped from the build's query/ folder,
-        # else built in memory from the node table (O(n))
-        tables = getattr(store, "query_index", None)
-        if tables is None and isinstance(getattr(store, "path", None), Path):
-            from .segments import open_segment_tables
-
-            tables = open_segment_tables(store)
-        if tables is None:
-            from .tables import InMemoryTables
-
-            tables = InMemoryTables(store, self.types)
-        elif tables.n != self.n:
-            raise ValueError(f"the query index has {tables.n} nodes but the graph has {self.n}")
-        self.tables = tables
+        self.tables = tables = _query_tables(store, self.n)
         self._chunk = tables.chunk
         self._doc = tables.doc
         self._active = tables.active
         self._walk = TypedNeighbours(self._s_indptr, self._s_indices, self.types, self._active)
         self.matcher = tables.names
-        self._lexical_all_live = True
-        self.lexical = self._lexical_index(tables)
+        self._line_table = getattr(tables, "line_tokens", None)
+        self.lexical = self._bind_lexical(tables)
         self._reranker = None
         self._reranker_lock = threading.Lock()
         self._titles: dict[int, str] | None = None  # doc_id -> title, read at the first rerank or title bridge
-        self._bridging = Bridging(self.config, n=self.n, chunk=self._chunk, doc=self._doc, active=self._active,
-                                  types=self.types, s_indptr=self._s_indptr, walk=self._walk, texts=tables.texts,
-                                  titles=self._document_titles, cosines=self._cosines,
-                                  lexical_term=self._lexical_term, residual_terms=self._residual_lexical_terms)
+        self.view = IndexView(self.n, self.types, self._chunk, self._doc, self._active, self._s_indptr, self._walk,
+                              store.vectors, self.lexical, tables, self._document_titles)
+        if stages is None:
+            names = getattr(self.config, "stages", None)  # a benchmark's stage list (ranking.StagedConfig)
+            make = default_stages if names is None else (lambda *a: stages_named(names, *a))
+            stages = make(self.config, lambda: self.reranker, self._passage_texts)
+        self.ranking = Ranking(stages)
+        #: phase -> seconds per query, collected when a dict (benchmarks/bench_search_cost.py)
+        self.timings: dict[str, list[float]] | None = None
 
     def node_texts(self, ids) -> list[str]:
         """Display texts of some nodes (text, else name), reading only those nodes' bytes."""
@@ -176,28 +147,20 @@ class Searcher:
                 raise ConfigError(f"search.semantic_weight = {cfg.semantic_weight} needs the semantic kNN layer, "
                                   "which this index was built without: rebuild it with semantic.enabled = true "
                                   "(or search with search.semantic_weight = 0)")
-        csr = graph.combined(structural_weight=cfg.structural_weight, semantic_weight=cfg.semantic_weight)
+        csr = graph.combined(structural_weight=1.0, semantic_weight=cfg.semantic_weight)
         return PPROperator(csr, self.types)
 
-    def _lexical_index(self, tables: Any) -> Any:
-        """The passages' BM25 postings: memory-mapped from ``query/``, else built here (an older index).
-
-        None when the configuration uses no lexical signal.
-        """
-        cfg = self.config
-        if cfg.lexical_top_k == 0 and cfg.passage_lexical_weight == 0:
-            return None
+    def _bind_lexical(self, tables: Any) -> Any:
+        """The passages' BM25 postings, memory-mapped from ``query/`` and bound to the passages' ids."""
         mapped = getattr(tables, "lexical", None)
-        if mapped is not None:
-            t_ids = np.flatnonzero(self.types == _T)  # O(n) numpy, once per open
-            mapped.bind_passages(t_ids)
-            # a passage of a deleted document may still have postings; when none is, no hit needs the check
-            self._lexical_all_live = bool(np.asarray(self._active, dtype=bool)[t_ids].all())
-            return mapped
-        t_ids = np.flatnonzero((self.types == _T) & np.asarray(self._active, dtype=bool))
-        lex = LexicalIndex.from_texts(t_ids, passage_texts(self.store, tables, t_ids))
-        lex.bind_passages(t_ids)  # only live passages: _lexical_all_live stays True
-        return lex
+        if mapped is None:
+            raise ValueError(f"{getattr(self.store, 'path', 'the index')}: its query tables have no BM25 postings "
+                             "(query/lex_*); rebuild the index")
+        t_ids = np.flatnonzero(self.types == _T)  # O(n) numpy, once per open
+        mapped.bind_passages(t_ids)
+        # a passage of a deleted document may still have postings; when none is, no hit needs the check
+        self._lexical_all_live = bool(np.asarray(self._active, dtype=bool)[t_ids].all())
+        return mapped
 
     @property
     def reranker(self) -> Any:
@@ -245,6 +208,16 @@ class Searcher:
         pprs = self._ppr(preps)
         return [self._finish(p, r) for p, r in zip(preps, pprs)]
 
+    def query_context(self, query: str, *, query_vector: np.ndarray | None = None) -> QueryContext:
+        """What ``query`` knows when its passages are ranked (entry points, names, BM25, the PPR result): the
+        input of the ranking stages."""
+        query = _check_query(query, "query")
+        if query_vector is None:
+            query_vector = self.embed([query])[0]
+        ctx = self._prepare([query], np.atleast_2d(query_vector))[0]
+        self._with_ppr(ctx, self._ppr([ctx])[0])
+        return ctx
+
     def embed(self, queries: Sequence[str]) -> np.ndarray:
         """Query vectors, float32 of shape (n_queries, dim)."""
         return np.asarray(embed_queries(self.embedder, list(queries)), dtype=np.float32)
@@ -290,48 +263,52 @@ class Searcher:
             return extract_query_entities(query)
         return list(self._extract(query))
 
-    def _prepare(self, queries: list[str], vectors: np.ndarray) -> list[_Prepared]:
+    def _entry_points(self, queries: list[str], vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The ``vector_top_k`` nearest embedded nodes of each query: (ids, similarities), one row per query."""
         cfg = self.config
-        k = cfg.vector_top_k
-        if k > 0 and len(self.store.vectors) > 0:
+        if cfg.vector_top_k > 0 and len(self.store.vectors) > 0:
             threads = 1 if len(queries) == 1 else (cfg.n_threads or 0)
-            ids, dist = self.store.vectors.search(vectors, k, threads=threads, expansion=cfg.expansion_search)
-            ids = np.asarray(ids, dtype=np.int64).reshape(len(queries), -1)
-            sims = (1.0 - np.asarray(dist, dtype=np.float32)).reshape(len(queries), -1)
-        else:
-            ids = np.zeros((len(queries), 0), np.int64)
-            sims = np.zeros((len(queries), 0), np.float32)
-        out = []
-        for qi, query in enumerate(queries):
-            row, sim = ids[qi], sims[qi]
-            ok = (row >= 0) & (row < self.n)
-            row, sim = row[ok], sim[ok]
-            ok = self._active[row]
-            row, sim = row[ok], sim[ok]
-            _, first = np.unique(row, return_index=True)
-            first.sort()
-            row, sim = row[first], sim[first]
-            ents = self.query_entities(query) if cfg.entity_source != "none" or cfg.match_names_in_query else []
-            matches = self.matcher.match(ents, query if cfg.match_names_in_query else None,
-                                         limit=cfg.max_name_matches)
-            matches = [m for m in matches if self._active[m.node_id]]  # a scrubbing delete's names stay mapped
-            name_ids = np.asarray([m.node_id for m in matches], dtype=np.int64)
-            rel = np.asarray([cfg.contains_weight if m.kind == "contains" else 1.0 for m in matches], np.float64)
-            terms = sorted(set(passage_terms(query))) if self.lexical is not None else []
-            lex_ids, lex_scores, lex_top, lex_top_s = self._lexical_hits(terms)
-            seeds, weights = self._seed_weights(row, sim, name_ids, rel, lex_top, lex_top_s)
-            qv = np.asarray(vectors[qi], dtype=np.float32)
-            norm = float(np.linalg.norm(qv))
-            out.append(_Prepared(query, ents, row, sim, name_ids, seeds, weights, qv / norm if norm > 0 else qv,
-                                 lex_ids, lex_scores, lex_top, lex_terms=terms))
+            ids, dist = self.store.vectors.search(vectors, cfg.vector_top_k, threads=threads,
+                                                  expansion=cfg.expansion_search)
+            return (np.asarray(ids, dtype=np.int64).reshape(len(queries), -1),
+                    (1.0 - np.asarray(dist, dtype=np.float32)).reshape(len(queries), -1))
+        return np.zeros((len(queries), 0), np.int64), np.zeros((len(queries), 0), np.float32)
+
+    def _prepare(self, queries: list[str], vectors: np.ndarray) -> list[QueryContext]:
+        """Each query's context up to PPR: entry points, name matches, BM25 hits and the PPR seeds."""
+        t0 = time.perf_counter()
+        ids, sims = self._entry_points(queries, vectors)
+        self._timed("vector_search", t0, len(queries))
+        t0 = time.perf_counter()
+        out = [self._context(q, ids[i], sims[i], vectors[i]) for i, q in enumerate(queries)]
+        self._timed("prepare", t0, len(queries))
         return out
+
+    def _context(self, query: str, row: np.ndarray, sim: np.ndarray, vector: np.ndarray) -> QueryContext:
+        ok = (row >= 0) & (row < self.n)
+        row, sim = row[ok], sim[ok]
+        ok = self._active[row]
+        row, sim = row[ok], sim[ok]
+        _, first = np.unique(row, return_index=True)
+        first.sort()
+        row, sim = row[first], sim[first]
+        ents = self.query_entities(query) if self.config.entity_source != "none" else []
+        matches = self.matcher.match(ents, query if self.config.entity_source != "none" else None,
+                                     limit=self.config.max_name_matches)
+        matches = [m for m in matches if self._active[m.node_id]]  # a scrubbing delete's names stay mapped
+        name_ids = np.asarray([m.node_id for m in matches], dtype=np.int64)
+        rel = np.asarray([CONTAINS_WEIGHT if m.kind == "contains" else 1.0 for m in matches], np.float64)
+        terms = sorted(set(passage_terms(query)))
+        lex_ids, lex_scores, lex_top, lex_top_s = self._lexical_hits(terms)
+        seeds, weights = seed_weights(row, sim, name_ids, rel, lex_top, lex_top_s)
+        qv = np.asarray(vector, dtype=np.float32)
+        norm = float(np.linalg.norm(qv))
+        return QueryContext(query, ents, row, sim, name_ids, seeds, weights, qv / norm if norm > 0 else qv,
+                            lex_ids, lex_scores, lex_top, lex_terms=terms, view=self.view)
 
     def _lexical_hits(self, terms: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(passages sharing one of the query's BM25 ``terms``, their BM25 scores, the ``lexical_top_k`` best,
         their scores)."""
-        if self.lexical is None:
-            empty = np.zeros(0, np.int64)
-            return empty, np.zeros(0), empty, np.zeros(0)
         ids, scores = self.lexical.term_scores(set(terms))
         if not self._lexical_all_live:  # only the active passages
             live = self._active[ids]
@@ -339,36 +316,10 @@ class Searcher:
         top, top_s = top_scored(ids, scores, self.config.lexical_top_k)
         return ids, scores, top, top_s
 
-    def _seed_weights(self, entry: np.ndarray, sims: np.ndarray, names: np.ndarray,
-                      rel: np.ndarray | None = None, lex: np.ndarray | None = None,
-                      lex_scores: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """Personalisation: vector hits share ``vector_weight`` by similarity, name hits share ``name_weight``,
-        lexical (BM25) passage hits share ``lexical_weight`` by score.
-
-        A name hit's share is proportional to its match weight (``contains_weight`` for
-        whole-word containment, 1 otherwise) times ``(1 + degree) ** -name_degree_power``,
-        so hub entities with many mentions weigh less.
-        """
-        cfg = self.config
-        parts_i, parts_w = [], []
-        if entry.size and cfg.vector_weight > 0:
-            s = np.clip(sims, 0.0, None).astype(np.float64)
-            s = s / s.sum() if s.sum() > 0 else np.full(entry.size, 1.0 / entry.size)
-            parts_i.append(entry)
-            parts_w.append(cfg.vector_weight * s)
-        if names.size and cfg.name_weight > 0:
-            w = np.ones(names.size) if rel is None else np.asarray(rel, np.float64)
-            if cfg.name_degree_power > 0:
-                w = w * (1.0 + self._degrees(names)) ** (-cfg.name_degree_power)
-            if w.sum() > 0:
-                parts_i.append(names)
-                parts_w.append(cfg.name_weight * w / w.sum())
-        if lex is not None and lex.size and cfg.lexical_weight > 0 and float(lex_scores.sum()) > 0:
-            parts_i.append(lex)
-            parts_w.append(cfg.lexical_weight * lex_scores / lex_scores.sum())
-        if not parts_i:
-            return np.zeros(0, np.int32), np.zeros(0, np.float32)
-        return (np.concatenate(parts_i).astype(np.int32), np.concatenate(parts_w).astype(np.float32))
+    def _timed(self, phase: str, t0: float, n: int = 1) -> None:
+        """Record a phase's time (since ``t0``) per query when timings are collected."""
+        if self.timings is not None:
+            self.timings.setdefault(phase, []).append((time.perf_counter() - t0) / max(n, 1))
 
     def _k_per_type(self) -> list[int]:
         cfg = self.config
@@ -381,7 +332,7 @@ class Searcher:
             k[t] = max(q.others + cfg.vector_top_k, 1)
         return k
 
-    def _ppr(self, preps: list[_Prepared]) -> list[tuple[np.ndarray, np.ndarray] | None]:
+    def _ppr(self, preps: list[QueryContext]) -> list[tuple[np.ndarray, np.ndarray] | None]:
         """Per-type top-k ids and scores, shape (7, k) each, for every prepared query (None without PPR)."""
         cfg = self.config
         if not cfg.use_ppr:
@@ -391,6 +342,7 @@ class Searcher:
         out: list[tuple[np.ndarray, np.ndarray] | None] = [None] * len(preps)
         if not todo:
             return out
+        t0 = time.perf_counter()
         if len(todo) == 1:
             p = preps[todo[0]]
             results = [self._operator.query(p.seeds, p.weights, **kw)]
@@ -399,11 +351,16 @@ class Searcher:
                                                  n_threads=cfg.n_threads, **kw)
         for i, r in zip(todo, results):
             out[i] = (np.asarray(r.ids), np.asarray(r.scores))
+        self._timed("ppr", t0, len(todo))
         return out
 
     def _line_tokens(self, node: RetrievedNode, line: str) -> int:
-        """Token count of a node's context line, counted once per node and cached (the cache starts over past
-        :data:`TOKEN_CACHE_NODES` nodes, so a long-serving searcher's memory stays bounded)."""
+        """Token count of a node's context line: the build's table (``query/line_tok``), else counted once per
+        node and cached (the cache starts over past :data:`TOKEN_CACHE_NODES` nodes, so a long-serving
+        searcher's memory stays bounded)."""
+        table = self._line_table
+        if table is not None:
+            return int(table[node.id])
         n = self._tok_cache.get(node.id)
         if n is None:
             n = self._count_tokens(line)
@@ -413,40 +370,31 @@ class Searcher:
         return n
 
     # ------------------------------------------------------------ selection
-    def _degrees(self, ids: np.ndarray) -> np.ndarray:
-        """Structural degree of some nodes (float64), read from indptr: no O(n) array."""
-        ids = np.asarray(ids, dtype=np.int64)
-        return (self._s_indptr[ids + 1] - self._s_indptr[ids]).astype(np.float64)
-
-    def _typed_neighbours(self, nodes: np.ndarray, node_type: int) -> tuple[np.ndarray, np.ndarray]:
-        """Active structural neighbours of type ``node_type`` of many nodes at once: (position in ``nodes``
-        of each neighbour's owner, neighbour ids), grouped by owner in adjacency order (the native gather)."""
-        return self._walk(nodes, node_type)
-
     def _neighbours_of_type(self, node: int, node_type: int) -> np.ndarray:
         return self._walk(np.asarray([node], dtype=np.int64), node_type)[1]
 
-    def _select(self, prep: _Prepared, ppr: tuple[np.ndarray, np.ndarray] | None) -> list[tuple[int, float, str]]:
+    def _selection_candidates(self, prep: QueryContext, ppr: tuple[np.ndarray, np.ndarray] | None
+                              ) -> tuple[list[int], dict[int, float]]:
+        """The nodes typed selection draws from, best first, and their scores: every live node of the PPR
+        result; without PPR the name matches (the entry points are selected first in any case)."""
+        if ppr is None:
+            return prep.name_ids.tolist(), {i: float(s) for i, s in zip(prep.entry_ids.tolist(),
+                                                                        prep.entry_sims.tolist())}
+        ids, scores = ppr
+        flat_i, flat_s = ids.ravel(), scores.ravel()
+        ok = flat_i >= 0
+        flat_i, flat_s = flat_i[ok].astype(np.int64), flat_s[ok].astype(np.float64)
+        live = self._active[flat_i]
+        flat_i, flat_s = flat_i[live], flat_s[live]
+        order = np.lexsort((flat_i, -flat_s))
+        cand_i = flat_i[order].tolist()
+        return cand_i, dict(zip(cand_i, flat_s[order].tolist()))
+
+    def _select(self, prep: QueryContext, ppr: tuple[np.ndarray, np.ndarray] | None) -> list[tuple[int, float, str]]:
         """Typed selection: (node id, score, origin) in priority order, no duplicates."""
         q = self.config.quotas
-        score: dict[int, float] = {}
         entry = prep.entry_ids.tolist()
-        if ppr is not None:
-            ids, scores = ppr
-            flat_i, flat_s = ids.ravel(), scores.ravel()
-            ok = flat_i >= 0
-            flat_i, flat_s = flat_i[ok].astype(np.int64), flat_s[ok].astype(np.float64)
-            live = self._active[flat_i]
-            flat_i, flat_s = flat_i[live], flat_s[live]
-            order = np.lexsort((flat_i, -flat_s))
-            cand_i, cand_s = flat_i[order].tolist(), flat_s[order].tolist()
-            score = dict(zip(cand_i, cand_s))
-        else:
-            cand_i, cand_s = [], []
-            score.update({i: float(s) for i, s in zip(entry, prep.entry_sims.tolist())})
-            for nid in prep.name_ids.tolist():
-                cand_i.append(nid)
-                cand_s.append(0.0)
+        cand_i, score = self._selection_candidates(prep, ppr)
         entry_set = set(entry)
         ents: list[int] = []
         rels: list[int] = []
@@ -493,169 +441,23 @@ class Searcher:
             add(nid, "ppr")
         return picked
 
-    def _rank_passages(self, prep: _Prepared, ppr: tuple[np.ndarray, np.ndarray] | None
+    def _rank_passages(self, ctx: QueryContext, ppr: tuple[np.ndarray, np.ndarray] | None
                        ) -> tuple[list[str], list[float], list[int]]:
-        """Source passages best first (see ``noderag.search`` docs: dense + propagated PPR mass + entity bridges).
+        """Source passages best first (labels, scores, chunk ids), by the stage list (:mod:`.ranking`)."""
+        self._with_ppr(ctx, ppr)
+        self.ranking.timings = self.timings
+        chunks, scores = self.ranking(ctx)
+        ids = chunks.tolist()
+        return [lab for lab in self.tables.labels(ids)], scores.tolist(), ids
 
-        1. Candidates: chunks of the entry points and of the PPR top T and S nodes.
-        2. Score = ``passage_dense_weight`` * cos(query, chunk) + ``passage_text_weight`` *
-           propagated T mass / max + ``passage_unit_weight`` * propagated S mass (summed per
-           chunk) / max, where *propagated* excludes the mass a seed keeps for itself.
-        3. Entity bridges (:meth:`~noderag.search.bridging.Bridging.bonus`): from the ``bridge_top`` best chunks, the chunks
-           about an entity they name and (``about_shared``) the best chunk sharing one with each get
-           ``bridge_weight`` * their bridge strength, up to just below the passages dense and lexical
-           both rank top (:meth:`~noderag.search.bridging.Bridging.agreed_floor`). Passages held at the
-           same ceiling keep the order of their scores without it (not their ids).
-        """
+    def _with_ppr(self, ctx: QueryContext, ppr: tuple[np.ndarray, np.ndarray] | None) -> None:
         cfg = self.config
-        parts_c = [self._chunk[prep.entry_ids]] if prep.entry_ids.size else []
-        if prep.lex_top.size:
-            parts_c.append(prep.lex_top)
-        masses: list[tuple[np.ndarray, np.ndarray]] = []
-        if ppr is not None:
-            ids, scores = ppr
-            keep = 1.0 - cfg.alpha if cfg.rule == "restart" else (1.0 - cfg.alpha) ** cfg.iterations
-            seed_u, inv = np.unique(prep.seeds, return_inverse=True)
-            seed_m = np.bincount(inv, weights=prep.weights.astype(np.float64), minlength=seed_u.size)
-            seed_m *= keep / max(float(prep.weights.sum()), 1e-30)
-            for t in (_T, _S):
-                row_i, row_s = ids[t], scores[t].astype(np.float64)
-                ok = row_i >= 0
-                row_i, row_s = row_i[ok], row_s[ok]
-                if seed_u.size and row_i.size:
-                    pos = np.minimum(np.searchsorted(seed_u, row_i), seed_u.size - 1)
-                    row_s = row_s - np.where(seed_u[pos] == row_i, seed_m[pos], 0.0)
-                ch = self._chunk[row_i]
-                good = ch >= 0
-                parts_c.append(ch[good])
-                masses.append((ch[good], np.clip(row_s[good], 0.0, None)))
-        cands = np.unique(np.concatenate(parts_c)) if parts_c else np.zeros(0, np.int64)
-        cands = cands[cands >= 0]
-        if not cands.size:
-            return [], [], []
-        chunks = cands
-        score = cfg.passage_dense_weight * self._cosines(chunks, prep)
-        share = self._lexical_share(chunks, prep)  # read once: the mass's evidence and the BM25 term
-        evidence = share if cfg.passage_mass_lexical else None
-        for (ch, m), w in zip(masses, (cfg.passage_text_weight, cfg.passage_unit_weight)):
-            if w <= 0 or not ch.size:
-                continue
-            acc = np.zeros(chunks.size)
-            np.add.at(acc, np.searchsorted(chunks, ch), m)
-            top = acc.max()
-            if top > 0:
-                score = score + w * acc / top * (1.0 if evidence is None else evidence)
-        if share is not None and cfg.passage_lexical_weight > 0:
-            score = score + cfg.passage_lexical_weight * share  # _lexical_term, without a second look-up
-        total = dict(zip(chunks.tolist(), score.tolist()))
-        uncapped: dict[int, float] = {}  # a bridged passage held at a ceiling -> its score without the ceiling
-        if cfg.bridge_top > 0 and cfg.bridge_weight > 0:
-            order = np.lexsort((chunks, -score))[: cfg.bridge_top]
-            hop1 = [int(chunks[i]) for i in order]
-            strengths = source_strengths([float(score[i]) for i in order]) if cfg.bridge_source_strength else None
-            bonus, follows = self._bridging.bonus(hop1, prep, strengths)
-            new = np.fromiter((c for c in bonus if c not in total), dtype=np.int64)
-            if new.size:
-                new.sort()
-                base = cfg.passage_dense_weight * self._cosines(new, prep) + self._lexical_term(new, prep)
-                total.update(zip(new.tolist(), base.tolist()))
-            cap = self._bridging.agreed_floor(chunks, total, prep)
-            below_hop1 = min(cap, min(total[h] for h in hop1) - 1e-9)
-            for c, b in bonus.items():
-                top = below_hop1 if c in follows else cap
-                if total[c] < top:
-                    lifted = total[c] + cfg.bridge_weight * min(b, 1.0)
-                    if lifted > top:
-                        uncapped[c] = lifted
-                    total[c] = min(lifted, top)
-        ranked = ranked_passages(total, uncapped)
-        if cfg.redundancy_top > 0 and len(ranked) > 1:
-            ranked = self._without_redundancy(ranked, prep)
-        labels: list[str] = []
-        scores_out: list[float] = []
-        chunks_out: list[int] = []
-        seen: set[str] = set()
-        for (c, s), lab in zip(ranked, self.tables.labels([c for c, _ in ranked])):
-            if lab is None or lab in seen:
-                continue
-            seen.add(lab)
-            labels.append(lab)
-            scores_out.append(s)
-            chunks_out.append(c)
-        if len(labels) < cfg.min_passages:
-            self._fill(prep, total, seen, labels, scores_out, chunks_out)
-        if self.reranker is not None and labels:
-            self._rerank(prep.query, labels, scores_out, chunks_out)
-        return labels, scores_out, chunks_out
+        ctx.ppr = ppr
+        ctx.seed_keep = 1.0 - cfg.alpha if cfg.rule == "restart" else (1.0 - cfg.alpha) ** cfg.iterations
 
-    def _without_redundancy(self, ranked: list[tuple[int, float]], prep: _Prepared) -> list[tuple[int, float]]:
-        """``ranked`` re-ordered by :func:`~noderag.search.redundancy.redundancy_order` (its first
-        ``redundancy_top`` positions one at a time): a passage matching no content word of the question that
-        the passages above it lack, and no closer to the query vector than they are, loses its BM25 credit."""
-        chunks = np.fromiter((c for c, _ in ranked), dtype=np.int64, count=len(ranked))
-        share = self._lexical_share(chunks, prep)
-        if share is None or self.config.passage_lexical_weight <= 0:
-            return ranked
-        scores = np.fromiter((s for _, s in ranked), dtype=np.float64, count=len(ranked))
-        terms = content_terms(prep.lex_terms)
-        if not terms:
-            return ranked
-        matched = self.lexical.term_impacts(terms, chunks) > 0
-        order, adjusted = redundancy_order(scores, self.config.passage_lexical_weight * share, matched,
-                                           self._cosines(chunks, prep), self.config.redundancy_top)
-        return [(int(chunks[i]), a) for i, a in zip(order.tolist(), adjusted.tolist())]
-
-    def _rerank(self, query: str, labels: list[str], scores: list[float], chunks: list[int]) -> None:
-        """Reorder the ``rerank_top`` best passages by the cross-encoder (in place); their scores become
-        its logits, and the passages after them keep their order below the lowest of those."""
-        top = min(self.config.rerank_top, len(labels))
-        texts = passage_texts(self.store, self.tables, np.asarray(chunks[:top], dtype=np.int64),
-                              self._document_titles())
-        logits = self.reranker.score(query, texts).astype(np.float64)
-        order = np.argsort(-logits, kind="stable").tolist()
-        labels[:top] = [labels[i] for i in order]
-        chunks[:top] = [chunks[i] for i in order]
-        head = [float(logits[i]) for i in order]
-        rest = scores[top:]
-        scores[:] = head + [head[-1] - 1.0 - (rest[0] - r) for r in rest]
-
-    def _fill(self, prep: _Prepared, ranked: dict[int, float], seen: set[str], labels: list[str],
-              scores: list[float], chunks: list[int]) -> None:
-        """Extend a short passage list to ``min_passages`` from the lexical and dense rankings.
-
-        The graph's candidates run out on small corpora and on questions whose seeds reach few
-        passages; the next passages are those BM25 and the query vector rank best (scored as
-        any candidate: dense + lexical), appended after the graph's.
-        """
-        cfg = self.config
-        want = cfg.min_passages - len(labels)
-        parts = [prep.lex_ids[np.argsort(-prep.lex_scores, kind="stable")][: 4 * cfg.min_passages]]
-        vecs = self.store.vectors
-        if len(vecs) > 0:
-            k = min(8 * cfg.min_passages, len(vecs))
-            ids, _ = vecs.search(prep.vector[None, :], k, threads=1, expansion=max(cfg.expansion_search, k))
-            ids = np.asarray(ids, dtype=np.int64).ravel()
-            ids = ids[(ids >= 0) & (ids < self.n)]
-            parts.append(self._chunk[ids[self._active[ids]]])
-        extra = np.unique(np.concatenate(parts))
-        extra = extra[extra >= 0]
-        extra = extra[np.fromiter((c not in ranked for c in extra.tolist()), dtype=bool, count=extra.size)]
-        if not extra.size:
-            return
-        base = cfg.passage_dense_weight * self._cosines(extra, prep) + self._lexical_term(extra, prep)
-        floor = scores[-1] if scores else 0.0
-        for i in np.lexsort((extra, -base)).tolist():
-            lab = self.tables.label(int(extra[i]))
-            if lab is None or lab in seen:
-                continue
-            seen.add(lab)
-            labels.append(lab)
-            scores.append(min(float(base[i]), floor))  # after every graph candidate: scores stay non-increasing
-            floor = scores[-1]
-            chunks.append(int(extra[i]))
-            want -= 1
-            if want == 0:
-                return
+    def _passage_texts(self, chunks: np.ndarray) -> list[str]:
+        """Title + text of some passages, as the cross-encoder reads them."""
+        return passage_texts(self.store, self.tables, np.asarray(chunks, dtype=np.int64), self._document_titles())
 
     def _document_titles(self) -> dict[int, str]:
         """doc_id -> title, read once per searcher (the reranker's passages, bridges by title)."""
@@ -663,104 +465,46 @@ class Searcher:
             self._titles = document_titles(self.store)
         return self._titles
 
-    def _lexical_term(self, chunks: np.ndarray, prep: _Prepared) -> np.ndarray:
-        """``passage_lexical_weight`` * BM25(query, chunk) / the query's best BM25, for ``chunks`` in any order."""
-        w = self.config.passage_lexical_weight
-        share = self._lexical_share(chunks, prep) if w > 0 else None
-        return np.zeros(chunks.shape[0]) if share is None else w * share
-
-    def _residual_lexical_term(self, source: int, chunks: np.ndarray, prep: _Prepared) -> np.ndarray:
-        """:meth:`_lexical_term` without the query terms the ``source`` passage matches (BM25 over the other terms
-        / the query's best BM25), for ``chunks`` in any order: how well each chunk fits what the question asks
-        beyond the source (0 when the source matches every term)."""
-        return self._residual_lexical_terms([(source, chunks)], prep)[0]
-
-    def _residual_lexical_terms(self, groups: list[tuple[int, np.ndarray]], prep: _Prepared) -> list[np.ndarray]:
-        """:meth:`_residual_lexical_term` of each ``(source, chunks)`` pair, in one read of the terms' postings
-        for every source and chunk together."""
-        w = self.config.passage_lexical_weight
-        sizes = [int(np.asarray(chunks).shape[0]) for _, chunks in groups]
-        top = float(prep.lex_scores.max()) if prep.lex_scores.size else 0.0
-        if self.lexical is None or w <= 0 or not sum(sizes) or not prep.lex_terms or top <= 0:
-            return [np.zeros(k) for k in sizes]
-        ids = np.concatenate([np.concatenate([[source], chunks]) for source, chunks in groups]).astype(np.int64)
-        impacts = self.lexical.term_impacts(prep.lex_terms, ids)
-        out, at = [], 0
-        for k in sizes:
-            block, at = impacts[:, at:at + 1 + k], at + 1 + k
-            rest = block[:, 0] <= 0  # the terms the source does not match
-            out.append(w * block[rest, 1:].sum(axis=0) / top)
-        return out
-
-    def _lexical_share(self, chunks: np.ndarray, prep: _Prepared) -> np.ndarray | None:
-        """BM25(query, chunk) / the query's best BM25 for ``chunks`` in any order (0 without a shared term);
-        None when the query has no lexical hit at all (nothing to weigh the graph's mass by)."""
-        if not prep.lex_ids.size or not chunks.size or float(prep.lex_scores.max()) <= 0:
-            return None
-        pos = np.minimum(np.searchsorted(prep.lex_ids, chunks), prep.lex_ids.size - 1)
-        return np.where(prep.lex_ids[pos] == chunks, prep.lex_scores[pos], 0.0) / float(prep.lex_scores.max())
-
-    def _cosines(self, chunks: np.ndarray, prep: _Prepared) -> np.ndarray:
-        """:meth:`_dense` of some chunks for one query, each chunk's vector read once per query (the
-        candidates, bridges, title links and the fill ask for overlapping sets)."""
-        memo = prep.cosines
-        ids = chunks.tolist()
-        missing = [c for c in ids if c not in memo]
-        if missing:
-            memo.update(zip(missing, self._dense(np.asarray(missing, dtype=np.int64), prep.vector).tolist()))
-        return np.fromiter((memo[c] for c in ids), dtype=np.float64, count=len(ids))
-
-    def _dense(self, chunks: np.ndarray, vector: np.ndarray) -> np.ndarray:
-        """Query similarity of some T nodes: the cosine with each one's stored vector (0 when not stored),
-        averaged with its best semantic unit's (``passage_unit_similarity``; units are its S neighbours)."""
-        if not self.config.passage_unit_similarity or chunks.size == 0:
-            return self._stored_cosines(chunks, vector)
-        owner, units = self._typed_neighbours(chunks, _S)
-        cos = self._stored_cosines(np.concatenate([chunks, units]), vector)  # one look-up per shard
-        own = cos[:chunks.size]
-        if not units.size:
-            return own
-        best = np.full(chunks.shape[0], -np.inf)
-        np.maximum.at(best, owner, cos[chunks.size:])
-        return np.where(np.isfinite(best), 0.5 * (own + best), own)
-
-    def _stored_cosines(self, ids: np.ndarray, vector: np.ndarray) -> np.ndarray:
-        """Cosine similarity of the query with the stored vectors of some nodes (0 when not stored)."""
-        if ids.size == 0:
-            return np.zeros(0)
-        vecs = self.store.vectors
-        try:  # T and S nodes are always embedded: one look-up in the common case
-            rows = np.asarray(vecs.get(ids), dtype=np.float64)
-            return rows @ vector.astype(np.float64)
-        except ValueError:
-            present = np.asarray(vecs.contains(ids), dtype=bool)
-        out = np.zeros(ids.shape[0])
-        if present.any():
-            rows = np.asarray(vecs.get(ids[present]), dtype=np.float64)
-            out[present] = rows @ vector.astype(np.float64)
-        return out
-
-    def _finish(self, prep: _Prepared, ppr: tuple[np.ndarray, np.ndarray] | None) -> RetrievalResult:
-        picked = self._select(prep, ppr)
+    def _finish(self, ctx: QueryContext, ppr: tuple[np.ndarray, np.ndarray] | None) -> RetrievalResult:
+        t0 = time.perf_counter()
+        picked = self._select(ctx, ppr)
         ids = [p[0] for p in picked]
         texts = self.tables.texts(ids)  # only the returned nodes' texts are read
         types = self.types[np.asarray(ids, dtype=np.int64)].tolist() if ids else []
         nodes = [RetrievedNode(nid, _NODE_TYPES[t], float(sc), text, origin)
                  for (nid, sc, origin), text, t in zip(picked, texts, types)]
-        passages, pscores, pnodes = self._rank_passages(prep, ppr)
+        self._timed("select", t0)
+        passages, pscores, pnodes = self._rank_passages(ctx, ppr)
+        t0 = time.perf_counter()
         sources = [nid for nid, t in zip(ids, types) if t == _T or t == _S]
         docs_of = self._doc[np.asarray(sources, dtype=np.int64)].tolist() if sources else []
         docs = [self.tables.doc_label(d) for d in dict.fromkeys(d for d in docs_of if d >= 0)]  # first-seen order
         priority = sorted(range(len(nodes)), key=lambda i: (_PRIORITY[nodes[i].origin], i))
         context, n_tok, ctx_ids = assemble_context([nodes[i] for i in priority], self.config.context_tokens,
                                                    self._count_tokens, self._line_tokens)
-        best = float(prep.entry_sims.max()) if prep.entry_sims.size else None
+        best = float(ctx.entry_sims.max()) if ctx.entry_sims.size else None
         min_sim = float(self.config.min_similarity)
-        matched = bool(prep.name_ids.size) or (best is not None and best >= min_sim)
-        return RetrievalResult(prep.query, nodes, passages, pscores, pnodes, docs, context, n_tok, ctx_ids,
-                               list(prep.entities), prep.name_ids.tolist(),
+        matched = bool(ctx.name_ids.size) or (best is not None and best >= min_sim)
+        self._timed("context", t0)
+        return RetrievalResult(ctx.query, nodes, passages, pscores, pnodes, docs, context, n_tok, ctx_ids,
+                               list(ctx.entities), ctx.name_ids.tolist(),
                                generation=getattr(self.store, "generation", None), best_similarity=best,
                                min_similarity=min_sim, matched=matched)
+
+
+def _query_tables(store: Any, n: int) -> Any:
+    """The build's query tables of ``store`` (memory-mapped ``query/``; one table over every segment with
+    deltas), checked against the graph's ``n`` nodes."""
+    tables = getattr(store, "query_index", None)
+    if tables is None and isinstance(getattr(store, "path", None), Path):
+        from .segments import open_segment_tables
+
+        tables = open_segment_tables(store)
+    if tables is None:
+        raise ValueError(f"{getattr(store, 'path', 'the index')}: no query tables (query/); rebuild the index")
+    if tables.n != n:
+        raise ValueError(f"the query index has {tables.n} nodes but the graph has {n}")
+    return tables
 
 
 def _search_graph(store: Any) -> Any:

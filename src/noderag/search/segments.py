@@ -163,6 +163,8 @@ class SegmentedTables:
         self.chunk = np.concatenate([np.asarray(p.chunk) for p in self.parts])
         self.doc = np.concatenate([np.asarray(p.doc) for p in self.parts])
         self.active = np.concatenate([np.asarray(p.active) for p in self.parts])
+        lines = [getattr(p, "line_tokens", None) for p in self.parts]
+        self.line_tokens = None if any(x is None for x in lines) else np.concatenate([np.asarray(x) for x in lines])
         # the deltas' names and postings are merged once into one in-memory part (O(their size)): a query
         # then looks up two parts, however many deltas there are
         names = [p.names for p in self.parts]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -37,9 +38,11 @@ def title_head(title: str) -> str:
     return _COMMA.sub("", t) or t or title.strip()
 
 
+@lru_cache(maxsize=1 << 16)
 def fold_token(token: str) -> str:
     """A match token case-folded and without accents ("Akinoshū" -> "akinoshu"): questions often spell a name
-    without the diacritics of the article's title. ASCII tokens are only lower-cased."""
+    without the diacritics of the article's title. ASCII tokens are only lower-cased. Memoised: a Chinese text
+    is one token per character, and the same few thousand characters recur in every passage."""
     if token.isascii():
         return token.lower()
     return "".join(c for c in unicodedata.normalize("NFKD", token) if not unicodedata.combining(c)).casefold()

@@ -1,0 +1,92 @@
+"""What passage ranking reads: the index's side (:class:`IndexView`, one per searcher) and the query's
+(:class:`QueryContext`, one per query), so that no stage calls back into the searcher."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from ...graph.types import NodeType
+
+__all__ = ["IndexView", "QueryContext"]
+
+_T, _S = int(NodeType.T), int(NodeType.S)
+
+
+@dataclass
+class IndexView:
+    """The per-node columns, graph walk, vectors, BM25 postings and titles one searcher ranks with.
+
+    ``walk(nodes, node_type) -> (owner positions, neighbour ids)`` gives the active typed neighbours
+    (:class:`~noderag.graph.walk.TypedNeighbours`); ``tables`` the texts and labels
+    (:class:`~noderag.search.query_index.QueryIndex`); ``titles()`` doc_id -> title, read once when first asked.
+    """
+
+    n: int
+    types: np.ndarray
+    chunk: np.ndarray
+    doc: np.ndarray
+    active: np.ndarray
+    s_indptr: np.ndarray
+    walk: Callable[[Any, int], tuple[np.ndarray, np.ndarray]]
+    vectors: Any
+    lexical: Any
+    tables: Any
+    titles: Callable[[], dict[int, str]]
+    cache: dict = field(default_factory=dict)  # what stages keep per searcher (title links, name flags)
+
+    def stored_cosines(self, ids: np.ndarray, vector: np.ndarray) -> np.ndarray:
+        """Cosine similarity of the query with the stored vectors of some nodes (0 when not stored)."""
+        if ids.size == 0:
+            return np.zeros(0)
+        try:  # passages and units are always embedded: one look-up in the common case
+            rows = np.asarray(self.vectors.get(ids), dtype=np.float64)
+            return rows @ vector.astype(np.float64)
+        except ValueError:
+            present = np.asarray(self.vectors.contains(ids), dtype=bool)
+        out = np.zeros(ids.shape[0])
+        if present.any():
+            rows = np.asarray(self.vectors.get(ids[present]), dtype=np.float64)
+            out[present] = rows @ vector.astype(np.float64)
+        return out
+
+
+@dataclass
+class QueryContext:
+    """What one query knows when its passages are ranked.
+
+    Filled before ranking: the query text, its entities, vector entry points, name matches, PPR seeds, the
+    unit-norm query vector, its BM25 terms and hits, the PPR result. Filled by stages: the fit weights the
+    stage list gives (:mod:`~noderag.search.ranking.fit`), the first-round passages bridges start from and
+    what each bridge added, and the scores a ceiling held passages below (``uncapped``, for ties).
+    """
+
+    query: str
+    entities: list[str]
+    entry_ids: np.ndarray  # int64, vector order
+    entry_sims: np.ndarray  # float32
+    name_ids: np.ndarray  # int64
+    seeds: np.ndarray  # int32
+    weights: np.ndarray  # float32
+    vector: np.ndarray  # float32 (dim,), L2-normalised
+    lex_ids: np.ndarray  # int64, sorted: every passage sharing a term with the query
+    lex_scores: np.ndarray  # float64, their BM25 scores
+    lex_top: np.ndarray  # int64: the lexical entry points, best first
+    lex_terms: list[str] = field(default_factory=list)  # the query's BM25 terms, sorted
+    view: IndexView | None = None
+    ppr: tuple[np.ndarray, np.ndarray] | None = None  # per-type top ids and scores, (7, k) each
+    seed_keep: float = 0.0  # the share of its personalisation mass a seed keeps through the walk
+    dense_weight: float = 0.0
+    lexical_weight: float = 0.0
+    cosines: dict[int, float] = field(default_factory=dict)  # chunk -> its query similarity, once per query
+    first: dict[int, float] = field(default_factory=dict)  # first-round scores (before bridges)
+    hop1: list[int] = field(default_factory=list)  # the passages bridges start from
+    bridged: dict[int, tuple[float, float]] = field(default_factory=dict)  # chunk -> (score before, lifted)
+    uncapped: dict[int, float] = field(default_factory=dict)  # chunk held at a ceiling -> its score without it
+
+    @property
+    def lex_best(self) -> float:
+        """The query's best BM25 score (0 without a lexical hit)."""
+        return float(self.lex_scores.max()) if self.lex_scores.size else 0.0

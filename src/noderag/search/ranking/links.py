@@ -1,0 +1,174 @@
+"""Where a passage leads, by the graph and by titles: the walks the bridging round reads (no LLM call).
+
+A multi-hop question's next passage is most often the one *about* an entity the first passage names, sometimes
+one that merely shares a rare entity with it, or the article whose title the first passage names. These
+functions find them by walking the structural graph (passage -> units -> entities -> units -> passages,
+bounded by an entity degree cap) and by title heads (:mod:`noderag.search.titles`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...graph.types import NodeType
+from ..titles import TitleLinks
+from .context import IndexView, QueryContext
+
+__all__ = ["ABOUT_SHARE", "ABOUT_SPLIT", "MAX_DEGREE", "MAX_SHARED", "absent", "about", "shared", "title_links", "title_groups",
+           "titled_passages"]
+
+_T, _S, _N = int(NodeType.T), int(NodeType.S), int(NodeType.N)
+#: A passage is about an entity when at least half of its semantic units name it (a majority, not a tuned weight).
+ABOUT_SHARE = 0.5
+#: An "about" bridge through an entity that ``m`` reached passages are about is divided by ``m ** ABOUT_SPLIT``:
+#: an entity many passages are about (a country, a league) leads to each of them less surely (0-0.5 tried on
+#: the English dev samples, benchmarks/bench_retrieval.py).
+ABOUT_SPLIT = 0.25
+#: Entities of higher structural degree do not bridge: a hub links everything, so it says nothing, and the cap
+#: bounds each walk to MAX_DEGREE units per entity.
+MAX_DEGREE = 60
+#: At most this many entities per source passage are walked: bounds the tail of a long, name-dense passage.
+MAX_ENTITIES = 128
+#: At most this many passages sharing an entity with a source are scored against the question (the most strongly
+#: linked): each costs a vector look-up of the passage and its units. Per source the median is 13 passages on an
+#: English and 26 on a Chinese dev sample (95th percentile 50 and 73, at most 118); 48 left every dev recall
+#: figure as it was (benchmarks/bench_retrieval.py).
+MAX_SHARED = 48
+
+
+def absent(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``~np.isin(a, b)``; for the few ids a bridge walk excludes, one broadcast comparison instead of a sort."""
+    if b.size == 0:
+        return np.ones(a.shape[0], bool)
+    if b.size <= 16:
+        return ~(a[:, None] == b[None, :]).any(axis=1)
+    return ~np.isin(a, b)
+
+
+def _entities(view: IndexView, c: int) -> np.ndarray:
+    """The entities a passage's units name, one per naming unit (adjacency order)."""
+    _, units = view.walk(np.asarray([c], dtype=np.int64), _S)
+    return view.walk(units, _N)[1]
+
+
+def about(ctx: QueryContext, hop1: list[int], strength: dict[int, float]) -> dict[int, float]:
+    """The passages about an entity that the ``hop1`` passages name and the question does not.
+
+    From each ``hop1`` passage: its units -> their entities (not the question's name matches; not years or
+    numbers; degree <= :data:`MAX_DEGREE`) -> those entities' units -> their passages. A passage is about the
+    entity when at least :data:`ABOUT_SHARE` of its units name it; its strength is that share over
+    ``m ** ABOUT_SPLIT`` (``m`` the passages the source reaches that are about the entity) times its
+    source's ``strength``; the strongest if several lead to it.
+    """
+    view = ctx.view
+    out: dict[int, float] = {}
+    hop = np.asarray(hop1, dtype=np.int64)
+    n_units: dict[int, int] = {}
+    for c in hop1:
+        ents = np.unique(_entities(view, c))
+        ents = ents[absent(ents, ctx.name_ids)]
+        ents = ents[_is_name(view, ents)][:MAX_ENTITIES]
+        if not ents.size:
+            continue
+        owner, s_of = view.walk(ents, _S)
+        small = np.bincount(owner, minlength=ents.size) <= MAX_DEGREE  # hubs do not bridge
+        owner, s_of = owner[small[owner]], s_of[small[owner]]
+        ch = view.chunk[s_of].astype(np.int64)
+        ok = (ch >= 0) & (ch != c) & absent(ch, hop)
+        owner, ch = owner[ok], ch[ok]
+        if not ch.size:
+            continue
+        pair, k = np.unique(owner * (view.n + 1) + ch, return_counts=True)  # (entity, passage) -> its units
+        c2s, ent_of = pair % (view.n + 1), pair // (view.n + 1)
+        share = k / _unit_counts(view, c2s, n_units)
+        is_about = share >= ABOUT_SHARE
+        if not is_about.any():
+            continue
+        c2s, ent_of, share = c2s[is_about], ent_of[is_about], share[is_about]
+        share = share / np.bincount(ent_of, minlength=ents.size)[ent_of].astype(np.float64) ** ABOUT_SPLIT
+        for c2, v in zip(c2s.tolist(), (share * strength[c]).tolist()):
+            out[c2] = max(out.get(c2, 0.0), v)
+    return out
+
+
+def _unit_counts(view: IndexView, chunks: np.ndarray, memo: dict[int, int]) -> np.ndarray:
+    """Units per passage (at least 1), each passage walked once per query."""
+    new = np.asarray(sorted({c for c in chunks.tolist() if c not in memo}), dtype=np.int64)
+    if new.size:
+        o2, _ = view.walk(new, _S)
+        memo.update(zip(new.tolist(), np.maximum(np.bincount(o2, minlength=new.size), 1).tolist()))
+    return np.fromiter((memo[c] for c in chunks.tolist()), dtype=np.float64, count=chunks.size)
+
+
+def shared(ctx: QueryContext, c: int, skip: list[int]) -> dict[int, float]:
+    """Passages linked to passage ``c`` through a shared entity of degree <= :data:`MAX_DEGREE` that the question
+    does not name, with strength sum(1 / log(1 + degree)) over the shared entities; ``skip`` are not bridged to."""
+    view = ctx.view
+    ents = _entities(view, c)  # an entity once per unit naming it
+    if ctx.name_ids.size:
+        ents = ents[absent(ents, ctx.name_ids)]
+    deg = (view.s_indptr[ents + 1] - view.s_indptr[ents]).astype(np.float64)
+    ents, deg = ents[deg <= MAX_DEGREE][:MAX_ENTITIES], deg[deg <= MAX_DEGREE][:MAX_ENTITIES]
+    if not ents.size:
+        return {}
+    owner, s_of = view.walk(ents, _S)
+    ch = view.chunk[s_of].astype(np.int64)
+    ok = (ch >= 0) & (ch != c) & absent(ch, np.asarray(skip, dtype=np.int64))
+    ch, w = ch[ok], (1.0 / np.log1p(deg))[owner[ok]]
+    if not ch.size:
+        return {}
+    uniq, inv = np.unique(ch, return_inverse=True)
+    strength = np.bincount(inv, weights=w, minlength=uniq.size)
+    if uniq.size > MAX_SHARED:  # the most strongly linked (ties to the lower id): a bounded fit per source
+        keep = np.lexsort((uniq, -strength))[:MAX_SHARED]
+        uniq, strength = uniq[keep], strength[keep]
+    return dict(zip(uniq.tolist(), strength.tolist()))
+
+
+def _is_name(view: IndexView, ents: np.ndarray) -> np.ndarray:
+    """Which entity nodes have a name with a letter (a year or a number is no entity a passage is about);
+    names are read once per searcher (a bounded cache)."""
+    cache = view.cache.setdefault("name_flags", {})
+    todo = [e for e in ents.tolist() if e not in cache]
+    if todo:
+        if len(cache) > 1_000_000:
+            cache.clear()
+        for e, name in zip(todo, view.tables.texts(todo)):
+            cache[e] = any(ch.isalpha() for ch in (name or ""))
+    return np.fromiter((cache[e] for e in ents.tolist()), dtype=bool, count=ents.size)
+
+
+def title_links(view: IndexView) -> TitleLinks:
+    """The index's title links, built at the first query that bridges by title."""
+    links = view.cache.get("title_links")
+    if links is None:
+        links = view.cache["title_links"] = TitleLinks.of(view.titles(), view.types, view.doc, view.active, _T)
+    return links
+
+
+def title_groups(view: IndexView, groups: list[list[int]], hop1: list[int]) -> list[np.ndarray]:
+    """The passages (not in ``hop1``) of each title named, ``groups`` being the documents of each title: a title
+    names one subject, however many documents bear it, so the question picks one passage among them all."""
+    links = title_links(view)
+    hop = np.asarray(hop1, dtype=np.int64)
+    out = []
+    for g in groups:
+        found = [p for p in (links.passages(d) for d in g) if p.size]
+        found = [p[absent(p, hop)] for p in found]
+        found = [p for p in found if p.size]
+        if found:
+            out.append(np.concatenate(found))
+    return out
+
+
+def titled_passages(ctx: QueryContext, hop1: list[int], in_query: set[int]) -> list[tuple[int, np.ndarray]]:
+    """``(hop1 passage, passages)``: the passages (not in ``hop1``) of each title a ``hop1`` passage names,
+    without the documents whose title the question names itself (``in_query``) and the passage's own."""
+    view = ctx.view
+    links = title_links(view)
+    found: list[tuple[int, np.ndarray]] = []
+    for c, text in zip(hop1, view.tables.texts(hop1)):
+        own = int(view.doc[c])
+        groups = [[d for d in g if d != own and d not in in_query] for g in links.named_groups(text or "")]
+        found.extend((c, group) for group in title_groups(view, groups, hop1))
+    return found
