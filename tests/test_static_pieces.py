@@ -90,6 +90,11 @@ def test_embed_pieces_resumable_matches_embedding_every_text(wl, tmp_path):
     assert np.array_equal(cv, wl.embed(chunks)) and np.array_equal(uv, wl.embed(units))
     cv2, uv2, again = embed_pieces_resumable(wl, chunks, units, unit_chunk, prefixes, tmp_path / "st", batch_size=2)
     assert again == 0 and np.array_equal(cv, cv2) and np.array_equal(uv, uv2)  # every batch reused
+    c_out, u_out = np.full((3, wl.dim), 9, np.float16), np.full((7, wl.dim), 9, np.float16)
+    got = embed_pieces_resumable(wl, chunks, units, unit_chunk, prefixes, None, batch_size=2,
+                                 chunk_out=c_out, unit_out=u_out)
+    assert got[0] is c_out and got[1] is u_out and got[2] == 5  # rows written in place, no float32 copy
+    assert np.array_equal(c_out, cv.astype(np.float16)) and np.array_equal(u_out, uv.astype(np.float16))
     with pytest.raises(ValueError, match="unit_chunk"):
         embed_pieces_resumable(wl, chunks, units, unit_chunk[:2], prefixes, None)
 

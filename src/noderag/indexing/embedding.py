@@ -217,21 +217,23 @@ def _exact_spans(chunk: str, units: list[str], prefix: str | None) -> tuple[list
 
 def embed_pieces_resumable(embedder, chunks: Sequence[str], units: Sequence[str], unit_chunk: np.ndarray,
                            prefixes: Sequence[str | None], stage_dir: Path | None, *, batch_size: int = 1024,
-                           progress=None) -> tuple[np.ndarray, np.ndarray, int]:
+                           progress=None, chunk_out=None, unit_out=None) -> tuple[np.ndarray, np.ndarray, int]:
     """Embed chunks and their units with a token-table embedder, each chunk tokenized once: a unit that is
     a span of its chunk (with or without ``prefixes[c]``) is pooled from the chunk's tokens
     (``embedder.embed_with_pieces``, the same vectors as embedding its text), any other on its own.
 
-    Arguments and batches (of ``batch_size`` chunks, saved under ``stage_dir``) as ``embed_late_resumable``.
-    Returns (chunk vectors, unit vectors, units pooled from their chunk's tokens)."""
+    Arguments and batches (of ``batch_size`` chunks, saved under ``stage_dir``) as ``embed_late_resumable``;
+    ``chunk_out``/``unit_out``: where to put each batch's rows by position (``x[pos] = rows``) instead of
+    new float32 arrays, so the build holds no second copy of its vectors. Returns (chunk vectors, unit
+    vectors, units pooled from their chunk's tokens), the vectors being ``chunk_out``/``unit_out`` if given."""
     chunks, units = list(chunks), list(units)
     unit_chunk = np.asarray(unit_chunk, dtype=np.int64)
     if unit_chunk.shape != (len(units),) or (unit_chunk.size and (unit_chunk.min() < 0
                                                                     or unit_chunk.max() >= len(chunks))):
         raise ValueError("unit_chunk must give a chunk position for every unit")
     dim = int(embedder.dim)
-    chunk_vecs = np.zeros((len(chunks), dim), dtype=np.float32)
-    unit_vecs = np.zeros((len(units), dim), dtype=np.float32)
+    chunk_vecs = np.zeros((len(chunks), dim), dtype=np.float32) if chunk_out is None else chunk_out
+    unit_vecs = np.zeros((len(units), dim), dtype=np.float32) if unit_out is None else unit_out
     if not chunks:
         if units:
             raise ValueError("units without chunks")
@@ -273,6 +275,16 @@ def embed_pieces_resumable(embedder, chunks: Sequence[str], units: Sequence[str]
         if progress is not None:
             progress.update(rows)
     return chunk_vecs, unit_vecs, pooled
+
+
+class _Rows:
+    """The rows ``ids[pos]`` of a ``NodeVectors``, set by position (``rows[pos] = values``)."""
+
+    def __init__(self, vec: NodeVectors, ids: np.ndarray) -> None:
+        self.vec, self.ids = vec, ids
+
+    def __setitem__(self, pos, values: np.ndarray) -> None:
+        self.vec[self.ids[pos]] = values
 
 
 def start_vector_index(ids: np.ndarray, vectors: np.ndarray, dim: int, embed_config, parallel: int | None = None):
@@ -361,11 +373,14 @@ def embed_stage(table: NodeTable, old_n: int, emb, executor, config, stages: Pat
                 new_s = new_s[in_new_chunk]
             unit_chunk = np.array([pos_of_t[table.chunk_ids[s]] for s in new_s.tolist()], dtype=np.int64)
             titles = [getattr(doc_of.get(table.doc_ids[t]), "title", None) for t in new_t.tolist()]
-            run = embed_late_resumable if late else embed_pieces_resumable
-            vec[new_t], vec[new_s], _ = run(
-                emb, [table.texts[i] for i in new_t.tolist()], [table.texts[i] for i in new_s.tolist()],
-                unit_chunk, [unit_prefix(t) if t else None for t in titles],
-                stages / ("emb_ts" if late else "emb_pieces"), batch_size=config.embed.batch_size, progress=bar)
+            args = (emb, [table.texts[i] for i in new_t.tolist()], [table.texts[i] for i in new_s.tolist()],
+                    unit_chunk, [unit_prefix(t) if t else None for t in titles])
+            if late:
+                vec[new_t], vec[new_s], _ = embed_late_resumable(*args, stages / "emb_ts",
+                                                                 batch_size=config.embed.batch_size, progress=bar)
+            else:  # rows straight into ``vec`` (float16 or file-mapped): no float32 copy of all T/S vectors
+                embed_pieces_resumable(*args, stages / "emb_pieces", batch_size=config.embed.batch_size,
+                                       progress=bar, chunk_out=_Rows(vec, new_t), unit_out=_Rows(vec, new_s))
         else:
             embed_sharded(executor, config, emb, embedder_given, table.texts.take(new_ids),
                           stages / "emb_ts", bar, out=vec.slots(new_ids))
