@@ -17,6 +17,10 @@ clipped to the table, the mean of their rows (float32 sums of a sparse bag-of-to
 times the table, each text's row on its own, so a vector does not depend on its batch), L2
 normalisation. The safetensors file is parsed here (a JSON
 header and raw little-endian arrays): no pickle, no framework.
+
+``embed_with_pieces`` embeds texts and spans of them (a chunk and its semantic units) from one
+tokenizer pass over the texts cut into pieces at spaces, where the tokenizer provably gives the same
+ids as tokenizing each span on its own (see ``splits_at_spaces``): the same vectors, bit for bit.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from __future__ import annotations
 import json
 import os
 import struct
+from itertools import chain
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -38,6 +43,7 @@ __all__ = [
     "WORDLLAMA_TOKENIZER_SHA256",
     "StaticEmbedder",
     "load_safetensors_table",
+    "splits_at_spaces",
     "wordllama_embedder",
     "wordllama_paths",
 ]
@@ -106,6 +112,33 @@ def _load_tokenizer(path: Path):
     return tok
 
 
+def splits_at_spaces(tokenizer_json: dict) -> bool:
+    """Whether the tokenizer's ids of ``x + " " + y`` are always its ids of ``x`` followed by those of ``y``
+    (``x`` not ending in a space or "\u2581", both non-empty, no added token in either).
+
+    True for a SentencePiece-style BPE (Llama's): the normalizer prepends "\u2581" and maps spaces to it,
+    no pre-tokenizer, and no merge whose result holds "\u2581" after a non-"\u2581" character, so no
+    token crosses the "\u2581" that starts a word and each word's merges do not see its neighbours."""
+    norm, model = tokenizer_json.get("normalizer"), tokenizer_json.get("model")
+    steps = norm.get("normalizers") if isinstance(norm, dict) and norm.get("type") == "Sequence" else None
+    want = [{"type": "Prepend", "prepend": "\u2581"},
+            {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}]
+    if steps != want or tokenizer_json.get("pre_tokenizer") is not None or not isinstance(model, dict):
+        return False
+    if model.get("type") != "BPE" or model.get("dropout") or model.get("ignore_merges"):
+        return False
+    for merge in model.get("merges", []):
+        pair = merge.split(" ") if isinstance(merge, str) else merge
+        if "\u2581" in "".join(pair).lstrip("\u2581"):
+            return False
+    return True
+
+
+def _cut_ok(text: str, p: int) -> bool:
+    """Whether ``text`` may be cut at ``p`` (dropping the space at ``p - 1``) without changing its ids."""
+    return 1 < p < len(text) and text[p - 1] == " " and text[p - 2] not in " \u2581"
+
+
 class StaticEmbedder:
     """Mean-pooled rows of a token-embedding table, L2-normalised float32.
 
@@ -139,12 +172,22 @@ class StaticEmbedder:
         self.table = np.ascontiguousarray(load_safetensors_table(weights_path, tensor_key))
         self.dim = int(self.table.shape[1])
         self._tok = _load_tokenizer(tokenizer_path)
+        try:
+            spec = json.loads(tokenizer_path.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ValueError(f"{tokenizer_path}: not a tokenizer.json: {exc}") from None
+        #: whether ``embed_with_pieces`` may cut texts at spaces (else it covers no span)
+        self.splits_at_spaces = isinstance(spec, dict) and splits_at_spaces(spec)
+        self._added = [t["content"] for t in spec.get("added_tokens", []) if isinstance(t, dict)
+                       and isinstance(t.get("content"), str)] if isinstance(spec, dict) else []
 
     def token_ids(self, texts: Sequence[str]) -> list[np.ndarray]:
         """Each text's token ids (no special tokens), clipped to the table as WordLlama does."""
-        encs = self._tok.encode_batch(list(texts), add_special_tokens=False)
-        top = self.table.shape[0] - 1
-        return [np.clip(np.asarray(e.ids, dtype=np.int64), 0, top) for e in encs]
+        lists = [e.ids for e in self._tok.encode_batch(list(texts), add_special_tokens=False)]
+        counts = np.fromiter(map(len, lists), dtype=np.int64, count=len(lists))
+        flat = np.fromiter(chain.from_iterable(lists), dtype=np.int64, count=int(counts.sum()))
+        np.clip(flat, 0, self.table.shape[0] - 1, out=flat)  # once for the batch, not per text
+        return np.split(flat, np.cumsum(counts)[:-1]) if lists else []
 
     def token_lengths(self, texts: Sequence[str]) -> np.ndarray:
         """Tokens each text is pooled over (int64), what the embedding of a text costs."""
@@ -154,19 +197,101 @@ class StaticEmbedder:
         """Float32 of shape (len(texts), dim), rows L2-normalised; a text with no tokens gives zeros."""
         texts, bs, out = batch_frame(texts, batch_size, self.batch_size, self.dim)
         for start in range(0, len(texts), bs):
-            ids = self.token_ids(texts[start : start + bs])
-            counts = np.fromiter((a.size for a in ids), dtype=np.int64, count=len(ids))
-            indptr = np.concatenate(([0], np.cumsum(counts)))
-            # a (texts x vocabulary) matrix of token counts times the table: each row summed in token order
-            # without materialising the (tokens x dim) gathered rows
-            bag = csr_matrix((np.ones(int(indptr[-1]), np.float32), np.concatenate(ids), indptr),
-                             shape=(len(ids), self.table.shape[0]))
-            sums = np.asarray(bag @ self.table, dtype=np.float32)
-            out[start : start + len(ids)] = sums / np.maximum(counts, 1)[:, None].astype(np.float32)
+            out[start : start + bs] = self._pool(self.token_ids(texts[start : start + bs]))
         return l2_normalize(out)
+
+    def _pool(self, ids: list[np.ndarray]) -> np.ndarray:
+        """Mean table row of each id list (float32, not normalised; zeros for an empty list)."""
+        counts = np.fromiter((a.size for a in ids), dtype=np.int64, count=len(ids))
+        indptr = np.concatenate(([0], np.cumsum(counts)))
+        # a (texts x vocabulary) matrix of token counts times the table: each row summed in token order
+        # without materialising the (tokens x dim) gathered rows
+        flat = np.concatenate(ids) if ids else np.zeros(0, np.int64)
+        bag = csr_matrix((np.ones(int(indptr[-1]), np.float32), flat, indptr), shape=(len(ids), self.table.shape[0]))
+        sums = np.asarray(bag @ self.table, dtype=np.float32)
+        return sums / np.maximum(counts, 1)[:, None].astype(np.float32)
+
+    def embed_with_pieces(self, texts: Sequence[str], spans: Sequence[Sequence[tuple[int, int]]],
+                          heads: Sequence[Sequence[str]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The texts' vectors and, from the same tokenizer pass, the vector of ``head + text[a:b]`` for each
+        span, bit for bit what ``embed`` gives for those strings.
+
+        Each text is cut at the spaces just before and after its spans where ``splits_at_spaces`` makes
+        the cut exact, and the pieces are tokenized once; a text's ids are its pieces' ids, a span's are
+        its head's then its pieces'. A span is covered when both its ends are such cuts (or the text's
+        ends) and its head ends in one space; an uncovered span's row is zero (embed it on its own).
+
+        Parameters
+        ----------
+        texts : sequence of str
+        spans : sequence of sequences of (start, end)
+            Character ranges ``[start, end)`` into the text of the same position.
+        heads : sequence of sequences of str
+            A string each span's unit carries before it ("" for none), parallel to ``spans``.
+
+        Returns
+        -------
+        text_vectors : float32 of shape (len(texts), dim)
+        span_vectors : float32 of shape (total spans, dim), in the order of ``spans`` flattened
+        covered : bool of shape (total spans,)
+        """
+        texts = list(texts)
+        if len(spans) != len(texts) or len(heads) != len(texts):
+            raise ValueError(f"got {len(texts)} texts, {len(spans)} span lists and {len(heads)} head lists")
+        pieces, text_pieces, span_pieces = self._pieces(texts, spans, heads)
+        head_text = sorted({h[:-1] for (h, _, _) in span_pieces if h})
+        ids = self.token_ids(pieces + head_text)
+        head_ids = dict(zip(head_text, ids[len(pieces):]))
+        empty = np.zeros(0, np.int64)
+        text_ids = [np.concatenate(ids[a:b]) if b > a + 1 else ids[a] for a, b in text_pieces]
+        covered = np.array([a >= 0 for (_, a, _) in span_pieces], dtype=bool)
+        unit_ids = [np.concatenate([head_ids[h[:-1]] if h else empty] + ids[a:b])
+                    for (h, a, b) in span_pieces if a >= 0]
+        text_vecs, span_vecs = self._pooled(text_ids), np.zeros((len(span_pieces), self.dim), np.float32)
+        span_vecs[covered] = self._pooled(unit_ids)
+        return text_vecs, span_vecs, covered
+
+    def _pooled(self, ids: list[np.ndarray]) -> np.ndarray:
+        out = np.zeros((len(ids), self.dim), np.float32)
+        for start in range(0, len(ids), self.batch_size):
+            out[start : start + self.batch_size] = self._pool(ids[start : start + self.batch_size])
+        return l2_normalize(out)
+
+    def _pieces(self, texts: list[str], spans, heads) -> tuple[list[str], list[tuple[int, int]],
+                                                                list[tuple[str, int, int]]]:
+        """The texts cut at their spans' exact ends: (pieces, each text's piece range, each span's
+        (head, piece range) with range (-1, -1) where it is not covered)."""
+        pieces: list[str] = []
+        text_pieces: list[tuple[int, int]] = []
+        span_pieces: list[tuple[str, int, int]] = []
+        for text, sp, hd in zip(texts, spans, heads):
+            if len(sp) != len(hd):
+                raise ValueError(f"got {len(sp)} spans but {len(hd)} heads for one text")
+            whole = not self.splits_at_spaces or any(t in text for t in self._added)
+            ok = [not whole and (a == 0 or _cut_ok(text, a)) and (b == len(text) or _cut_ok(text, b + 1))
+                  and 0 <= a < b <= len(text) and _head_ok(h) and not any(t in h for t in self._added)
+                  for (a, b), h in zip(sp, hd)]
+            cuts = sorted({p for (a, b), good in zip(sp, ok) if good for p in (a, b + 1) if 0 < p < len(text)})
+            first = len(pieces)
+            starts = [0] + cuts
+            piece_at = {p: first + k for k, p in enumerate(starts)}
+            ends = [c - 1 for c in cuts] + [len(text)]
+            pieces.extend(text[p:q] for p, q in zip(starts, ends))
+            text_pieces.append((first, len(pieces)))
+            for (a, b), h, good in zip(sp, hd, ok):
+                if good:
+                    span_pieces.append((h, piece_at[a], piece_at[b + 1] if b < len(text) else len(pieces)))
+                else:
+                    span_pieces.append((h, -1, -1))
+        return pieces, text_pieces, span_pieces
 
     def __repr__(self) -> str:
         return f"StaticEmbedder(name={self.name!r}, dim={self.dim}, vocab={self.table.shape[0]})"
+
+
+def _head_ok(head: str) -> bool:
+    """Whether ``head + span`` tokenizes as ``head[:-1]`` then the span: "" or a text ending in one space."""
+    return head == "" or (len(head) > 1 and head[-1] == " " and head[-2] not in " \u2581")
 
 
 def wordllama_embedder(*, verify: bool = True, batch_size: int = 512) -> StaticEmbedder:

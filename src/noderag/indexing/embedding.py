@@ -17,7 +17,7 @@ from ..graph.types import NodeType
 from .assemble import NodeTable
 from .node_vectors import NodeVectors
 
-__all__ = ["embed_late_resumable", "embed_stage", "embed_texts_resumable", "unit_spans", "semantic_layer",
+__all__ = ["embed_late_resumable", "embed_pieces_resumable", "embed_stage", "embed_texts_resumable", "unit_spans", "semantic_layer",
            "load_vectors", "start_vector_index"]
 
 T, S = int(NodeType.T), int(NodeType.S)
@@ -191,6 +191,102 @@ def embed_late_resumable(embedder, chunks: Sequence[str], units: Sequence[str], 
     return chunk_vecs, unit_vecs, late
 
 
+def _exact_spans(chunk: str, units: list[str], prefix: str | None) -> tuple[list[tuple[int, int]], list[str], list[int]]:
+    """Spans of the units whose text is exactly ``chunk[a:b]`` or ``prefix + chunk[a:b]``: (spans, heads,
+    position of each in ``units``); a unit that is not verbatim in its chunk (whitespace collapsed, say) is
+    left out. Each is searched from where the previous one ended, then from the start."""
+    spans, heads, where = [], [], []
+    pos = 0
+    for k, unit in enumerate(units):
+        head, body = "", unit
+        at = chunk.find(body, pos) if body else -1
+        if at < 0 and body:
+            at = chunk.find(body)
+        if at < 0 and prefix and unit.startswith(prefix) and len(unit) > len(prefix):
+            head, body = prefix, unit[len(prefix):]
+            at = chunk.find(body, pos)
+            if at < 0:
+                at = chunk.find(body)
+        if at >= 0:
+            spans.append((at, at + len(body)))
+            heads.append(head)
+            where.append(k)
+            pos = at + len(body)
+    return spans, heads, where
+
+
+def embed_pieces_resumable(embedder, chunks: Sequence[str], units: Sequence[str], unit_chunk: np.ndarray,
+                           prefixes: Sequence[str | None], stage_dir: Path | None, *, batch_size: int = 1024,
+                           progress=None, chunk_out=None, unit_out=None) -> tuple[np.ndarray, np.ndarray, int]:
+    """Embed chunks and their units with a token-table embedder, each chunk tokenized once: a unit that is
+    a span of its chunk (with or without ``prefixes[c]``) is pooled from the chunk's tokens
+    (``embedder.embed_with_pieces``, the same vectors as embedding its text), any other on its own.
+
+    Arguments and batches (of ``batch_size`` chunks, saved under ``stage_dir``) as ``embed_late_resumable``;
+    ``chunk_out``/``unit_out``: where to put each batch's rows by position (``x[pos] = rows``) instead of
+    new float32 arrays, so the build holds no second copy of its vectors. Returns (chunk vectors, unit
+    vectors, units pooled from their chunk's tokens), the vectors being ``chunk_out``/``unit_out`` if given."""
+    chunks, units = list(chunks), list(units)
+    unit_chunk = np.asarray(unit_chunk, dtype=np.int64)
+    if unit_chunk.shape != (len(units),) or (unit_chunk.size and (unit_chunk.min() < 0
+                                                                    or unit_chunk.max() >= len(chunks))):
+        raise ValueError("unit_chunk must give a chunk position for every unit")
+    dim = int(embedder.dim)
+    chunk_vecs = np.zeros((len(chunks), dim), dtype=np.float32) if chunk_out is None else chunk_out
+    unit_vecs = np.zeros((len(units), dim), dtype=np.float32) if unit_out is None else unit_out
+    if not chunks:
+        if units:
+            raise ValueError("units without chunks")
+        return chunk_vecs, unit_vecs, 0
+    name = getattr(embedder, "name", type(embedder).__name__)
+    digest = texts_digest(name, chunks + units + [str(c) for c in unit_chunk.tolist()]
+                          + [p or "" for p in prefixes], batch_size, "pieces")
+    parts = _Parts(stage_dir, digest, len(chunks) + len(units), dim)
+    order = np.argsort(unit_chunk, kind="stable")
+    bounds = np.searchsorted(unit_chunk[order], np.arange(len(chunks) + 1), side="left")
+    pooled = 0
+    for b, start in enumerate(range(0, len(chunks), batch_size)):
+        stop = min(start + batch_size, len(chunks))
+        members = order[bounds[start]:bounds[stop]]
+        rows = (stop - start) + members.size
+        vec = parts.load(b, rows)
+        if vec is None:
+            vec = np.zeros((rows, dim), dtype=np.float32)
+            spans, heads, where = [], [], []  # where: unit (position in members) of each span, flattened
+            for c in range(start, stop):
+                lo, hi = bounds[c] - bounds[start], bounds[c + 1] - bounds[start]
+                sp, hd, at = _exact_spans(chunks[c], [units[u] for u in members[lo:hi].tolist()], prefixes[c])
+                spans.append(sp)
+                heads.append(hd)
+                where.extend(lo + k for k in at)
+            text_vecs, span_vecs, covered = embedder.embed_with_pieces(chunks[start:stop], spans, heads)
+            vec[: stop - start] = text_vecs
+            done = np.zeros(members.size, dtype=bool)
+            where_arr = np.asarray(where, dtype=np.int64)
+            vec[stop - start + where_arr[covered]] = span_vecs[covered]
+            done[where_arr[covered]] = True
+            rest = np.flatnonzero(~done)
+            if rest.size:
+                vec[stop - start + rest] = _embed_checked(embedder, [units[u] for u in members[rest].tolist()], dim)
+            parts.save(b, vec)
+            pooled += int(covered.sum())
+        chunk_vecs[start:stop] = vec[: stop - start]
+        unit_vecs[members] = vec[stop - start:]
+        if progress is not None:
+            progress.update(rows)
+    return chunk_vecs, unit_vecs, pooled
+
+
+class _Rows:
+    """The rows ``ids[pos]`` of a ``NodeVectors``, set by position (``rows[pos] = values``)."""
+
+    def __init__(self, vec: NodeVectors, ids: np.ndarray) -> None:
+        self.vec, self.ids = vec, ids
+
+    def __setitem__(self, pos, values: np.ndarray) -> None:
+        self.vec[self.ids[pos]] = values
+
+
 def start_vector_index(ids: np.ndarray, vectors: np.ndarray, dim: int, embed_config, parallel: int | None = None):
     """An HNSW index keyed by node id whose first ``vectors`` are being added in the background.
 
@@ -262,23 +358,29 @@ def embed_stage(table: NodeTable, old_n: int, emb, executor, config, stages: Pat
         old_ids = old_ids[vec_src[old_ids] >= 0]  # a delete's untouched segments need no vectors here
         vec[old_ids] = load_vectors(path, vec_src[old_ids], dim)
     new_ids = np.flatnonzero(np.isin(types, (T, S)) & (np.arange(n_ts) >= old_n))
+    late = config.embed.late_units and callable(getattr(emb, "embed_with_spans", None))
+    pieces = not late and callable(getattr(emb, "embed_with_pieces", None))
     with bars.bar(int(new_ids.size), "embed T/S") as bar:
-        if config.embed.late_units and callable(getattr(emb, "embed_with_spans", None)):
+        if late or pieces:  # units from their chunk's pass: late chunking, or a static model's exact pooling
             new_t = new_ids[types[new_ids] == T]
             new_s = new_ids[types[new_ids] == S]
             pos_of_t = {int(t): k for k, t in enumerate(new_t.tolist())}
             in_new_chunk = np.array([table.chunk_ids[s] in pos_of_t for s in new_s.tolist()], dtype=bool)
-            if not in_new_chunk.all():  # a new unit of an existing chunk: no forward pass of its chunk to reuse
+            if not in_new_chunk.all():  # a new unit of an existing chunk: no pass of its chunk to reuse
                 rest = new_s[~in_new_chunk]
                 vec[rest] = embed_texts_resumable(emb, [table.texts[i] for i in rest.tolist()], stages / "emb_s",
                                                   batch_size=config.embed.batch_size, progress=bar)
                 new_s = new_s[in_new_chunk]
             unit_chunk = np.array([pos_of_t[table.chunk_ids[s]] for s in new_s.tolist()], dtype=np.int64)
             titles = [getattr(doc_of.get(table.doc_ids[t]), "title", None) for t in new_t.tolist()]
-            vec[new_t], vec[new_s], _ = embed_late_resumable(
-                emb, [table.texts[i] for i in new_t.tolist()], [table.texts[i] for i in new_s.tolist()],
-                unit_chunk, [unit_prefix(t) if t else None for t in titles], stages / "emb_ts",
-                batch_size=config.embed.batch_size, progress=bar)
+            args = (emb, [table.texts[i] for i in new_t.tolist()], [table.texts[i] for i in new_s.tolist()],
+                    unit_chunk, [unit_prefix(t) if t else None for t in titles])
+            if late:
+                vec[new_t], vec[new_s], _ = embed_late_resumable(*args, stages / "emb_ts",
+                                                                 batch_size=config.embed.batch_size, progress=bar)
+            else:  # rows straight into ``vec`` (float16 or file-mapped): no float32 copy of all T/S vectors
+                embed_pieces_resumable(*args, stages / "emb_pieces", batch_size=config.embed.batch_size,
+                                       progress=bar, chunk_out=_Rows(vec, new_t), unit_out=_Rows(vec, new_s))
         else:
             embed_sharded(executor, config, emb, embedder_given, table.texts.take(new_ids),
                           stages / "emb_ts", bar, out=vec.slots(new_ids))
