@@ -178,12 +178,15 @@ def test_page_in_headless_chromium(server):
             answer: document.getElementById('answer').textContent,
             cites: [...document.querySelectorAll('#citations .chip')].map(c => +c.dataset.node),
             passages: [...document.querySelectorAll('#passages li')].map(li => li.querySelector('.label').textContent),
+            passageIds: [...document.querySelectorAll('#passages li')].map(li => li.querySelector('.pid').textContent),
             passageText: document.querySelector('#passages li .text').textContent,
         }))()""")
         graph = b.evaluate(_GRAPH)
         assert page["answer"].startswith("Scripted answer"), page
         assert len(page["cites"]) == 2
-        assert len(page["passages"]) >= 3 and page["passages"][0].endswith(".md") and page["passageText"]
+        assert len(page["passages"]) >= 3 and page["passageText"]
+        assert page["passages"][0] and not page["passages"][0].endswith(".md")  # the title (the file's heading)
+        assert page["passageIds"][0].endswith(".md")  # then the file
         assert graph["circles"] >= 30 and len(graph["types"]) >= 5 and graph["seeds"] >= 1 and graph["edges"] >= 20
         assert graph["inView"] and graph["labelOverlaps"] == 0, graph
         # clicking a node shows its text and source passage

@@ -34,7 +34,7 @@ from .entities import extract_query_entities
 from .lexical import LexicalIndex, passage_terms, titled, top_scored
 from .redundancy import content_terms, redundancy_order
 from .rerank import CrossEncoderReranker
-from .result import AnswerResult, RetrievalResult, RetrievedNode
+from .result import AnswerResult, RetrievalResult, RetrievedNode, passage_records
 
 __all__ = ["Searcher", "LLMNotConfiguredError"]
 
@@ -757,6 +757,7 @@ class Searcher:
         best = float(prep.entry_sims.max()) if prep.entry_sims.size else None
         min_sim = float(self.config.min_similarity)
         matched = bool(prep.name_ids.size) or (best is not None and best >= min_sim)
+        passages = passage_records(self.store, self.tables, passages, pscores, pnodes)  # titles and texts
         return RetrievalResult(prep.query, nodes, passages, pscores, pnodes, docs, context, n_tok, ctx_ids,
                                list(prep.entities), prep.name_ids.tolist(),
                                generation=getattr(self.store, "generation", None), best_similarity=best,
