@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import codecs
 import json
+import re
 import subprocess
 import sys
 
@@ -32,7 +33,7 @@ def _run(capsys, *argv: str) -> tuple[int, str]:
 def _one_line(err: str) -> str:
     lines = err.strip().splitlines()
     assert len(lines) == 1, err
-    assert lines[0].startswith("noderag: ") and "Traceback" not in err
+    assert re.match(r"noderag [a-z-]+: ", lines[0]) and "Traceback" not in err
     return lines[0]
 
 
@@ -59,7 +60,7 @@ def test_bad_input_is_one_line_exit_1(tmp_path, capsys, name, content, message):
     rc, err = _build(tmp_path, capsys, p)
     assert rc == 1
     line = _one_line(err)
-    assert line.startswith("noderag: error: ") and message in line
+    assert line.startswith("noderag build: error: ") and message in line
     assert not (tmp_path / "idx").exists()  # a failed first build leaves nothing behind
 
 
@@ -127,7 +128,7 @@ def test_llm_error_is_one_line(tmp_path, capsys, monkeypatch):
 
     monkeypatch.setattr(cli, "_cmd_stats", fail)
     rc, err = _run(capsys, "stats", str(tmp_path))
-    assert rc == 1 and _one_line(err) == "noderag: error: server answered 500: line two of the body"
+    assert rc == 1 and _one_line(err) == "noderag stats: error: server answered 500: line two of the body"
 
 
 def test_usage_errors_exit_2_and_debug_shows_the_traceback(tmp_path, capsys, monkeypatch):
@@ -142,7 +143,7 @@ def test_usage_errors_exit_2_and_debug_shows_the_traceback(tmp_path, capsys, mon
     monkeypatch.setattr(cli, "_cmd_stats", bug)
     rc, err = _run(capsys, "stats", str(tmp_path))
     assert rc == 1
-    assert _one_line(err) == "noderag: internal error: TypeError: unexpected None (rerun with --debug for the traceback)"
+    assert _one_line(err) == "noderag stats: internal error: TypeError: unexpected None (rerun with --debug for the traceback)"
     rc, err = _run(capsys, "--debug", "stats", str(tmp_path))
     assert rc == 1 and "Traceback (most recent call last)" in err and "TypeError: unexpected None" in err
 

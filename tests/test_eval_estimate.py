@@ -125,7 +125,7 @@ def test_cli_estimate_tokenizer_errors_in_one_line(tmp_path, capsys, value, msg)
     assert main(["build", str(CORPUS), "--index", str(ix), "--estimate", "--estimate-tokenizer", value,
                  "--no-progress"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith(f"noderag: error: {msg}")
+    assert len(err) == 1 and err[0].startswith(f"noderag build: error: {msg}")
     assert not ix.exists()
 
 

@@ -171,7 +171,7 @@ def test_cli_verify_and_stats(index_copy, capsys):
     capsys.readouterr()
     assert main(["verify", str(index_copy)]) == 1
     err = capsys.readouterr().err
-    assert err.startswith("noderag: error: ") and "checksum mismatch in graph/weights.npy" in err
+    assert err.startswith("noderag verify: error: ") and "checksum mismatch in graph/weights.npy" in err
     assert len(err.strip().splitlines()) == 1
     (_gen(index_copy) / "graph" / "indptr.npy").write_bytes((_gen(index_copy) / "graph" / "indptr.npy").read_bytes()[:50])
     assert main(["stats", str(index_copy)]) == 1
