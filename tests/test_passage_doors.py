@@ -164,3 +164,16 @@ def test_dir_lists_the_api_and_a_closed_index_refuses_to_search(index):
     for call in (lambda: ix.retrieve(QUESTION), lambda: ix.retrieve_many([QUESTION]), lambda: ix.searcher()):
         with pytest.raises(noderag.IndexClosedError, match=r"is closed: open it again with noderag\.Index\.open"):
             call()
+
+
+def test_a_blank_question_and_bad_json_read_as_sentences(index, tmp_path, capsys):
+    assert main(["query", str(index.root), "   "]) == 1
+    assert capsys.readouterr().err.strip() == \
+        "noderag query: error: question 1 of 1 is blank: ask something with words in it"
+    with pytest.raises(ValueError, match=r"^the question is blank: ask something with words in it$"):
+        index.retrieve(" ")
+    bad = tmp_path / "c.jsonl"
+    bad.write_text('{"id": "a", "text": "ok"}\n{"id": "b", "text": "no end\n', encoding="utf-8")
+    assert main(["build", str(bad), "--index", str(tmp_path / "ix"), "--no-progress"]) == 1
+    assert capsys.readouterr().err.strip() == \
+        f"noderag build: error: {bad}:2: malformed JSON (unterminated string starting at column 21)"

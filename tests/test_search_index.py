@@ -130,7 +130,7 @@ def test_demo_builds_and_retrieves(tmp_path, capsys):
 def test_lone_surrogate_query_is_a_clear_value_error(index):
     with pytest.raises(ValueError, match=r"not valid Unicode: lone surrogate U\+D800 at character 4"):
         index.retrieve("Who \ud800 sang Hello Love?")
-    with pytest.raises(ValueError, match=r"queries\[1\] is not valid Unicode"):
+    with pytest.raises(ValueError, match=r"question 2 of 2 is not valid Unicode"):
         index.retrieve_many(["Who sang Hello Love?", "bad \udcff"])
 
 

@@ -236,7 +236,7 @@ BAD = [
     ("/retrieve", b"{}", 422, "question", "'question' is required"),
     ("/retrieve", b'{"question": "x", "top": 3}', 422, "top", "unknown field 'top'"),
     ("/retrieve", b'{"question": ""}', 422, "question", "at least 1 character"),
-    ("/retrieve", b'{"question": "   "}', 422, "question", "non-empty"),
+    ("/retrieve", b'{"question": "   "}', 422, "question", "is blank: ask something with words in it"),
     ("/retrieve", json.dumps({"question": "a" * 100_000}).encode(), 422, "question", "at most 2000 characters"),
     ("/retrieve", b'{"question": "x", "k": 0}', 422, "k", "greater than or equal to 1"),
     ("/retrieve", b'{"question": "x", "k": 101}', 422, "k", "less than or equal to 100"),

@@ -13,7 +13,7 @@ from typing import Sequence
 
 __all__ = ["main", "format_summary"]
 
-from .store.summary import format_bytes, format_summary  # noqa: E402  (format_summary is re-exported)
+from .store.summary import format_brief, format_bytes, format_summary  # noqa: E402  (format_summary is re-exported)
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
@@ -123,8 +123,8 @@ def _cmd_delete(args: argparse.Namespace) -> int:
     log = (lambda msg: print(f"noderag: {msg}", file=sys.stderr)) if progress else None
     report = delete_documents(args.index, args.doc_ids, all_from=args.all_from or (), llm=args.llm,
                               progress=progress, log=log, wait=args.wait)
-    print(f"index {args.index}: {report.deleted_documents} document(s) deleted, generation {report.generation}")
-    print(format_summary(report.manifest))
+    print(f"index {args.index}: {report.deleted_documents} document(s) deleted, generation {report.generation}; "
+          + format_brief(report.manifest))
     _say_background(args.index, report)
     return 0
 

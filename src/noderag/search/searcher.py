@@ -222,7 +222,7 @@ class Searcher:
     # ------------------------------------------------------------ public API
     def retrieve(self, query: str, *, query_vector: np.ndarray | None = None) -> RetrievalResult:
         """Retrieve nodes, ranked source passages and a budgeted context for one query."""
-        query = _check_query(query, "query")
+        query = _check_query(query, "the question")
         if query_vector is None:
             query_vector = self.embed([query])[0]
         prep = self._prepare([query], np.atleast_2d(query_vector))[0]
@@ -233,7 +233,7 @@ class Searcher:
         """Retrieve for many queries: one embedding batch, one multi-threaded PPR call."""
         if isinstance(queries, str):
             raise TypeError("queries must be a sequence of strings, not one string (use retrieve)")
-        queries = [_check_query(q, f"queries[{i}]") for i, q in enumerate(queries)]
+        queries = [_check_query(q, f"question {i + 1} of {len(queries)}") for i, q in enumerate(queries)]
         if not queries:
             return []
         if query_vectors is None:
@@ -815,5 +815,5 @@ def _check_query(query: Any, name: str) -> str:
         raise ValueError(f"{name} is not valid Unicode: lone surrogate U+{ord(bad):04X} at character {exc.start} "
                          "(decode the input with errors='replace' or fix its encoding)") from None
     if not query.strip():
-        raise ValueError(f"{name} must be a non-empty question")
+        raise ValueError(f"{name} is blank: ask something with words in it")
     return query

@@ -25,7 +25,7 @@ class Limits:
 
 def _question(v: str, field: str) -> str:
     if not v.strip():
-        raise ValueError(f"{field} must be a non-empty question (it is blank)")
+        raise ValueError(f"{field} is blank: ask something with words in it")
     return v
 
 
@@ -66,7 +66,7 @@ class RetrieveManyRequest(_Strict):
     def _each(cls, v: list[str]) -> list[str]:
         for i, q in enumerate(v):
             if not q.strip():
-                raise ValueError(f"questions[{i}] must be a non-empty question (it is blank)")
+                raise ValueError(f"questions[{i}] is blank: ask something with words in it")
             if len(q) > Limits.max_question_chars:
                 raise ValueError(f"questions[{i}] has {len(q)} characters; at most {Limits.max_question_chars}")
         return v
