@@ -13,8 +13,10 @@ from .layout import CURRENT, GENERATIONS, LLM_CACHE, LOCK_FILE, READERS, STAGES
 
 __all__ = ["NotAnIndexFolderError", "check_index_folder", "INDEX_ENTRIES"]
 
-#: what an index folder holds (the LLM cache also as SQLite's -wal/-shm/-journal companions)
+#: what an index folder holds (the LLM cache also as SQLite's -wal/-shm/-journal companions, and each entry as
+#: the ".NAME.*" temporary file a killed write leaves, which the next writer removes)
 INDEX_ENTRIES = frozenset({CURRENT, GENERATIONS, LOCK_FILE, LLM_CACHE, STAGES, READERS})
+_OWN_PREFIXES = (LLM_CACHE + "-", *(f".{name}." for name in sorted(INDEX_ENTRIES)))
 
 
 class NotAnIndexFolderError(NodeRAGError, ValueError):
@@ -38,7 +40,7 @@ def check_index_folder(root: str | Path) -> None:
     if not root.is_dir():
         raise NotAnIndexFolderError(f"{root}: not a folder; give a new or empty folder for the index")
     other = sorted(p.name for p in root.iterdir()
-                   if p.name not in INDEX_ENTRIES and not p.name.startswith(LLM_CACHE + "-"))
+                   if p.name not in INDEX_ENTRIES and not p.name.startswith(_OWN_PREFIXES))
     if other:
         shown = ", ".join(other[:3]) + (f" and {len(other) - 3} more" if len(other) > 3 else "")
         raise NotAnIndexFolderError(f"{root}: not empty and not a noderag index (it holds {shown}); "
