@@ -76,6 +76,7 @@ def test_duplicate_id_and_missing_file(tmp_path, capsys):
     assert rc == 1 and "nope.txt: no such file or directory" in _one_line(err)
 
 
+@pytest.mark.slow  # over 25 s in a loaded full run; .ci/run runs it (-m "")
 def test_utf16_with_bom_builds(tmp_path, capsys):
     p = tmp_path / "wide.txt"
     p.write_bytes(codecs.BOM_UTF16_LE + "Harbour of Kessel was built in 1801 by Ann Lee.\n".encode("utf-16-le"))
@@ -83,6 +84,7 @@ def test_utf16_with_bom_builds(tmp_path, capsys):
     assert rc == 0
 
 
+@pytest.mark.slow  # over 25 s in a loaded full run; .ci/run runs it (-m "")
 def test_index_errors_are_one_line(tmp_path, capsys):
     docs = tmp_path / "d.jsonl"
     docs.write_text(json.dumps({"id": "a", "text": "Kessel Harbour was built in 1801 by Ann Lee."}) + "\n",
@@ -148,6 +150,7 @@ def test_usage_errors_exit_2_and_debug_shows_the_traceback(tmp_path, capsys, mon
     assert rc == 1 and "Traceback (most recent call last)" in err and "TypeError: unexpected None" in err
 
 
+@pytest.mark.slow  # over 25 s in a loaded full run; .ci/run runs it (-m "")
 def test_subprocess_damaged_index_no_traceback(tmp_path):
     docs = tmp_path / "d.jsonl"
     docs.write_text(json.dumps({"id": "a", "text": "Kessel Harbour was built in 1801 by Ann Lee."}) + "\n",

@@ -112,6 +112,7 @@ def test_resume_after_torn_write_scores_only_the_rest(built, tmp_path):
     assert "recall@1" in fresh["methods"]["noderag"]["metrics"]
 
 
+@pytest.mark.slow  # over 25 s in a loaded full run; .ci/run runs it (-m "")
 def test_sigkill_mid_run_resumes(built, tmp_path):
     """A real SIGKILL: 240 questions (the four, repeated under new ids) in batches of 2."""
     root, _ = built

@@ -170,6 +170,7 @@ _GRAPH = """(() => {
 })()"""
 
 
+@pytest.mark.browser
 def test_page_in_headless_chromium(server):
     binary = _chromium()
     with Chromium(binary, width=1400, height=1000) as b:
@@ -199,6 +200,7 @@ def test_page_in_headless_chromium(server):
     assert SCREENSHOT.stat().st_size > 20_000
 
 
+@pytest.mark.browser
 def test_page_stays_readable_at_200_nodes(big_server):
     with Chromium(_chromium(), width=1400, height=1000) as b:
         assert "retrieval only" in _ask(b, big_server, QUESTION)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Sequence
 
 import numpy as np
@@ -23,16 +24,24 @@ class Passage(str):
     (the text of its best-scoring chunk), ``score`` and ``node_id`` (that chunk's T node).
     """
 
-    title: str | None
     text: str
     score: float
     node_id: int
 
     def __new__(cls, id: str, *, title: str | None = None, text: str = "", score: float = 0.0,
-                node_id: int = -1) -> "Passage":
+                node_id: int = -1, title_of: Any = None) -> "Passage":
+        """``title_of``: a callable giving the title on first use (a retrieval reads no documents table)."""
         self = super().__new__(cls, id)
-        self.__dict__.update(title=title, text=text, score=float(score), node_id=int(node_id))
+        self.__dict__.update(_title=title, _title_of=title_of, text=text, score=float(score), node_id=int(node_id))
         return self
+
+    @property
+    def title(self) -> str | None:
+        """The title of the passage's document (None when it has none); read on first use."""
+        d = self.__dict__
+        if d["_title_of"] is not None:
+            d["_title"], d["_title_of"] = d["_title_of"](), None
+        return d["_title"]
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError(f"Passage is read-only (tried to set {name!r})")
@@ -73,9 +82,12 @@ def passage_records(store: Any, tables: Any, ids: Sequence[str], scores: Sequenc
     nodes = [int(n) for n in node_ids]
     texts = tables.texts(nodes) if nodes else []
     docs = np.asarray(tables.doc, dtype=np.int64)[np.asarray(nodes, dtype=np.int64)].tolist() if nodes else []
-    titles = _DocTitles.of(store)
-    return [Passage(str(pid), title=titles.get(d), text=t or "", score=float(sc), node_id=n)
+    return [Passage(str(pid), text=t or "", score=float(sc), node_id=n, title_of=partial(_title, store, d))
             for pid, sc, n, t, d in zip(ids, scores, nodes, texts, docs)]
+
+
+def _title(store: Any, doc: int) -> str | None:
+    return _DocTitles.of(store).get(doc)
 
 
 class _DocTitles:
@@ -86,7 +98,8 @@ class _DocTitles:
     def __init__(self, documents: Any) -> None:
         self._ids = self._titles = None
         if documents is not None and {"doc_id", "title"} <= set(documents.column_names):
-            self._ids = np.asarray(documents.column("doc_id").to_numpy(zero_copy_only=False), dtype=np.int64)
+            ids = documents.column("doc_id").combine_chunks()  # an Array converts without pandas
+            self._ids = np.asarray(ids.to_numpy(zero_copy_only=False), dtype=np.int64)
             self._order = np.argsort(self._ids, kind="stable")
             self._titles = documents.column("title")
 

@@ -9,13 +9,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import NodeRAGError
-from .layout import CURRENT, GENERATIONS, LLM_CACHE, LOCK_FILE, READERS, STAGES
+from .layout import CURRENT, GENERATIONS, LLM_CACHE, LOCK_FILE, MANIFEST, READERS, STAGES
 
 __all__ = ["NotAnIndexFolderError", "check_index_folder", "INDEX_ENTRIES"]
 
 #: what an index folder holds (the LLM cache also as SQLite's -wal/-shm/-journal companions, and each entry as
 #: the ".NAME.*" temporary file a killed write leaves, which the next writer removes)
-INDEX_ENTRIES = frozenset({CURRENT, GENERATIONS, LOCK_FILE, LLM_CACHE, STAGES, READERS})
+INDEX_ENTRIES = frozenset({CURRENT, GENERATIONS, LOCK_FILE, LLM_CACHE, STAGES, READERS,
+                           "compaction.log"})  # a background compaction's output (indexing.update.background.LOG)
 _OWN_PREFIXES = (LLM_CACHE + "-", *(f".{name}." for name in sorted(INDEX_ENTRIES)))
 
 
@@ -39,6 +40,8 @@ def check_index_folder(root: str | Path) -> None:
         return
     if not root.is_dir():
         raise NotAnIndexFolderError(f"{root}: not a folder; give a new or empty folder for the index")
+    if (root / MANIFEST).is_file():  # an index of an earlier layout: the build's layout check says what to do
+        return
     other = sorted(p.name for p in root.iterdir()
                    if p.name not in INDEX_ENTRIES and not p.name.startswith(_OWN_PREFIXES))
     if other:
