@@ -73,6 +73,7 @@ def test_an_insert_past_the_share_returns_with_its_delta_and_compacts_in_the_bac
     assert report.manifest.get("deltas") and report.background_compaction is None
 
 
+@pytest.mark.slow  # over 25 s in a loaded full run; .ci/run runs it (-m "")
 def test_a_writer_stops_a_background_compaction_and_starts_it_again(base, tmp_path, monkeypatch, capsys):
     from noderag.cli import main
 

@@ -86,6 +86,7 @@ def test_loglog_slope():
     assert bench_scale.loglog_slope([10], [1.0]) is None
 
 
+@pytest.mark.slow  # over 25 s in a loaded full run; .ci/run runs it (-m "")
 def test_tiny_end_to_end_run(tmp_path):
     out = tmp_path / "out"
     rc = bench_scale.main(["--data", str(DATA), "--passages", "200,400", "--embed", "hash:64", "--work", str(tmp_path / "work"),

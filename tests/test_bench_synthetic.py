@@ -131,6 +131,7 @@ def test_scales_and_overlap_helpers():
     assert top[0].tolist() == [1, 3, 2]
 
 
+@pytest.mark.slow  # over 25 s in a loaded full run; .ci/run runs it (-m "")
 def test_bench_kernels_smoke_run(tmp_path):
     out = tmp_path / "out"
     rc = bench_kernels.main(["--max-nodes", "1500", "--runs", "1", "--queries", "2", "--out", str(out),

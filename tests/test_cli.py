@@ -39,7 +39,7 @@ def test_build_and_stats(tmp_path, capsys):
 def test_user_errors_exit_1_with_message(tmp_path, capsys):
     assert main(["build", str(tmp_path / "missing"), "--index", str(tmp_path / "i")]) == 1
     err = capsys.readouterr().err
-    assert err.startswith("noderag: error: ") and "missing: no such file" in err
+    assert err.startswith("noderag build: error: ") and "missing: no such file" in err
     bad = tmp_path / "bad.toml"
     bad.write_text("[chunk]\nmax_tokenz = 5\n", encoding="utf-8")
     assert main(["build", str(demo_dir()), "--index", str(tmp_path / "i"), "--config", str(bad)]) == 1

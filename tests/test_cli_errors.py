@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import codecs
 import json
+import re
 import subprocess
 import sys
 
@@ -32,7 +33,7 @@ def _run(capsys, *argv: str) -> tuple[int, str]:
 def _one_line(err: str) -> str:
     lines = err.strip().splitlines()
     assert len(lines) == 1, err
-    assert lines[0].startswith("noderag: ") and "Traceback" not in err
+    assert re.match(r"noderag [a-z-]+: ", lines[0]) and "Traceback" not in err
     return lines[0]
 
 
@@ -59,7 +60,7 @@ def test_bad_input_is_one_line_exit_1(tmp_path, capsys, name, content, message):
     rc, err = _build(tmp_path, capsys, p)
     assert rc == 1
     line = _one_line(err)
-    assert line.startswith("noderag: error: ") and message in line
+    assert line.startswith("noderag build: error: ") and message in line
     assert not (tmp_path / "idx").exists()  # a failed first build leaves nothing behind
 
 
@@ -75,6 +76,7 @@ def test_duplicate_id_and_missing_file(tmp_path, capsys):
     assert rc == 1 and "nope.txt: no such file or directory" in _one_line(err)
 
 
+@pytest.mark.slow  # over 25 s in a loaded full run; .ci/run runs it (-m "")
 def test_utf16_with_bom_builds(tmp_path, capsys):
     p = tmp_path / "wide.txt"
     p.write_bytes(codecs.BOM_UTF16_LE + "Harbour of Kessel was built in 1801 by Ann Lee.\n".encode("utf-16-le"))
@@ -82,6 +84,7 @@ def test_utf16_with_bom_builds(tmp_path, capsys):
     assert rc == 0
 
 
+@pytest.mark.slow  # over 25 s in a loaded full run; .ci/run runs it (-m "")
 def test_index_errors_are_one_line(tmp_path, capsys):
     docs = tmp_path / "d.jsonl"
     docs.write_text(json.dumps({"id": "a", "text": "Kessel Harbour was built in 1801 by Ann Lee."}) + "\n",
@@ -127,7 +130,7 @@ def test_llm_error_is_one_line(tmp_path, capsys, monkeypatch):
 
     monkeypatch.setattr(cli, "_cmd_stats", fail)
     rc, err = _run(capsys, "stats", str(tmp_path))
-    assert rc == 1 and _one_line(err) == "noderag: error: server answered 500: line two of the body"
+    assert rc == 1 and _one_line(err) == "noderag stats: error: server answered 500: line two of the body"
 
 
 def test_usage_errors_exit_2_and_debug_shows_the_traceback(tmp_path, capsys, monkeypatch):
@@ -142,11 +145,12 @@ def test_usage_errors_exit_2_and_debug_shows_the_traceback(tmp_path, capsys, mon
     monkeypatch.setattr(cli, "_cmd_stats", bug)
     rc, err = _run(capsys, "stats", str(tmp_path))
     assert rc == 1
-    assert _one_line(err) == "noderag: internal error: TypeError: unexpected None (rerun with --debug for the traceback)"
+    assert _one_line(err) == "noderag stats: internal error: TypeError: unexpected None (rerun with --debug for the traceback)"
     rc, err = _run(capsys, "--debug", "stats", str(tmp_path))
     assert rc == 1 and "Traceback (most recent call last)" in err and "TypeError: unexpected None" in err
 
 
+@pytest.mark.slow  # over 25 s in a loaded full run; .ci/run runs it (-m "")
 def test_subprocess_damaged_index_no_traceback(tmp_path):
     docs = tmp_path / "d.jsonl"
     docs.write_text(json.dumps({"id": "a", "text": "Kessel Harbour was built in 1801 by Ann Lee."}) + "\n",

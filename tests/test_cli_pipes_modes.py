@@ -58,7 +58,7 @@ def test_closed_stdout_after_commit_exits_0_quietly(small_index):
 
 def test_an_error_is_still_reported_with_a_closed_stdout(small_index):
     p = _run_with_closed_stdout("delete", str(small_index), "no-such-doc", "--no-progress")
-    assert p.returncode == 1 and p.stderr.startswith("noderag: error: 1 document(s) to delete are not in the index")
+    assert p.returncode == 1 and p.stderr.startswith("noderag delete: error: 1 document(s) to delete are not in the index")
 
 
 _MODES = r"""

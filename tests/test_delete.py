@@ -71,6 +71,7 @@ def _check_consistent(path: Path) -> None:
                    for c in cs)
 
 
+@pytest.mark.slow  # over 25 s in a loaded full run; .ci/run runs it (-m "")
 def test_delete_invariant_on_demo(tmp_path):
     files = sorted(demo_dir().iterdir())
     keep, drop = files[1::2], files[0::2]  # interleaved: dropped documents come first, so first-seen names change
@@ -97,6 +98,7 @@ def test_delete_invariant_on_demo(tmp_path):
     assert sorted(p.name for p in (full / "generations").iterdir()) == [str(g0 + 3)]
 
 
+@pytest.mark.slow  # over 25 s in a loaded full run; .ci/run runs it (-m "")
 def test_delete_after_inserts(tmp_path):
     # ids of traces stay valid across inserts (ids stable) and deletes (renumbered): A, +B, +C, -B == A + C
     files = sorted(demo_dir().iterdir())
@@ -130,6 +132,7 @@ def _write_jsonl(path: Path, rows: list[dict]) -> Path:
     return path
 
 
+@pytest.mark.slow  # over 25 s in a loaded full run; .ci/run runs it (-m "")
 def test_delete_invariant_on_musique_slice(tmp_path):
     rows = _slice(MUSIQUE / "corpus.jsonl", 300)
     a_rows = [r for i, r in enumerate(rows) if i % 3 != 0]
@@ -167,6 +170,7 @@ def test_unknown_ids_change_nothing(tmp_path, capsys):
     assert "no finished index" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # over 25 s in a loaded full run; .ci/run runs it (-m "")
 def test_cli_delete_by_id_and_all_from(tmp_path, capsys):
     a = _write_jsonl(tmp_path / "a.jsonl", [{"id": f"a{i}", "title": f"Alpha {i}", "text": f"Alpha Town {i} lies on "
                                              f"the river Wend{i}. Mayor Hollis{i} built its bridge."} for i in range(5)])
@@ -270,6 +274,7 @@ delete_documents(sys.argv[1], sys.argv[2:])
 """
 
 
+@pytest.mark.slow  # over 25 s in a loaded full run; .ci/run runs it (-m "")
 def test_delete_resumes_after_sigkill_and_leaves_previous_generation(tmp_path):
     idx = tmp_path / "idx"
     _build([demo_dir()], idx)

@@ -72,6 +72,7 @@ def test_specs_use_and_auto():
     assert spec == "use" and (info["documents"], info["chinese_documents"]) == (6, 4)
 
 
+@pytest.mark.slow  # over 25 s in a loaded full run; .ci/run runs it (-m "")
 def test_chinese_build_chooses_use_records_it_and_queries_use_it(tmp_path, use):
     corpus = _jsonl(tmp_path / "zh.jsonl", ZH_DOCS)
     out = tmp_path / "idx"

@@ -38,6 +38,7 @@ def test_decompose_prompts_are_the_decomposers_on_the_real_chunks():
     assert est["embedding"]["texts"] > est["chunks"]
 
 
+@pytest.mark.slow  # over 25 s in a loaded full run; .ci/run runs it (-m "")
 def test_dry_run_matches_a_real_build_given_the_same_replies(tmp_path):
     """A real LLM build whose model answers as the stand-in does sends exactly the counted prompts."""
     cfg = NodeRAGConfig().with_overrides({"embed.spec": "hash:64"})
@@ -56,6 +57,7 @@ def test_dry_run_matches_a_real_build_given_the_same_replies(tmp_path):
     assert sent == {s: est["stages"][s]["prompt_tokens"] for s in sent}
 
 
+@pytest.mark.slow  # over 25 s in a loaded full run; .ci/run runs it (-m "")
 def test_sample_extrapolates_and_says_so():
     est = estimate_build([CORPUS], NodeRAGConfig(), sample=5, tps=100.0)
     assert est["extrapolated"] and est["sampled_chunks"] == 5 and est["scale_factor"] == 2.0
@@ -93,6 +95,7 @@ def test_bad_sample_is_an_error():
         estimate_build([CORPUS], NodeRAGConfig(), sample=0)
 
 
+@pytest.mark.slow  # over 25 s in a loaded full run; .ci/run runs it (-m "")
 def test_prompts_are_counted_with_the_given_counter():
     """Every request of every stage goes through the counter (here: one token per message)."""
     ones = estimate_build([CORPUS], NodeRAGConfig(), tokenizer=lambda messages: len(messages))
@@ -125,10 +128,11 @@ def test_cli_estimate_tokenizer_errors_in_one_line(tmp_path, capsys, value, msg)
     assert main(["build", str(CORPUS), "--index", str(ix), "--estimate", "--estimate-tokenizer", value,
                  "--no-progress"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith(f"noderag: error: {msg}")
+    assert len(err) == 1 and err[0].startswith(f"noderag build: error: {msg}")
     assert not ix.exists()
 
 
+@pytest.mark.slow  # over 25 s in a loaded full run; .ci/run runs it (-m "")
 def test_cli_estimate_tokenizer_cl100k(tmp_path, capsys):
     assert main(["build", str(CORPUS), "--index", str(tmp_path / "ix"), "--estimate", "--estimate-tokenizer",
                  "cl100k", "--no-progress"]) == 0
@@ -255,6 +259,7 @@ def _spent(ix):
                 ("decompose", "attributes", "communities")}
 
 
+@pytest.mark.slow  # over 25 s in a loaded full run; .ci/run runs it (-m "")
 def test_a_pilot_of_the_same_inputs_gives_back_what_its_build_spent(tmp_path):
     """Calibrated on its own build, the estimate of the same inputs is that build's prompt tokens and requests,
     stage by stage, retries included; the dry run's own figures stay beside them."""
@@ -276,6 +281,7 @@ def test_a_pilot_of_the_same_inputs_gives_back_what_its_build_spent(tmp_path):
     assert cal["calibration"]["chunk_tokens"] == cal["chunk_tokens"]
 
 
+@pytest.mark.slow  # over 25 s in a loaded full run; .ci/run runs it (-m "")
 def test_cli_estimate_calibrated_on_a_pilot(tmp_path, capsys):
     cfg = NodeRAGConfig().with_overrides({"embed.spec": "hash:64"})
     a, b = _halves(tmp_path)
@@ -289,6 +295,7 @@ def test_cli_estimate_calibrated_on_a_pilot(tmp_path, capsys):
     assert f"calibrated on the pilot {tmp_path / 'pilot'} (5 chunks" in out and not (tmp_path / "ix").exists()
 
 
+@pytest.mark.slow  # over 25 s in a loaded full run; .ci/run runs it (-m "")
 def test_calibration_counts_the_models_retries_and_its_sparser_graph(tmp_path):
     """A model that retries every decompose request once and extracts a sparser graph: the pilot (one half of
     the corpus) makes the estimate of the other half exact for decompose, and far closer for the rest."""
@@ -309,6 +316,7 @@ def test_calibration_counts_the_models_retries_and_its_sparser_graph(tmp_path):
     assert abs(cal["total"]["prompt_tokens"] - total_real) < abs(plain["total"]["prompt_tokens"] - total_real) / 3
 
 
+@pytest.mark.slow  # over 25 s in a loaded full run; .ci/run runs it (-m "")
 def test_bad_pilots_are_named(tmp_path, capsys):
     cfg = NodeRAGConfig().with_overrides({"embed.spec": "hash:64"})
     a, b = _halves(tmp_path)
@@ -331,6 +339,7 @@ def test_bad_pilots_are_named(tmp_path, capsys):
     assert "--estimate-calibrate only applies with --estimate" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # over 25 s in a loaded full run; .ci/run runs it (-m "")
 def test_an_insert_into_an_index_is_estimated_as_the_build_will_run_it(tmp_path, capsys):
     """Into an existing index the build adds a delta segment: decompose only (the summaries wait for compaction),
     exactly what the insert then spends; with segments off it recomputes the index, and the estimate says that

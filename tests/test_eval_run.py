@@ -112,6 +112,7 @@ def test_resume_after_torn_write_scores_only_the_rest(built, tmp_path):
     assert "recall@1" in fresh["methods"]["noderag"]["metrics"]
 
 
+@pytest.mark.slow  # over 25 s in a loaded full run; .ci/run runs it (-m "")
 def test_sigkill_mid_run_resumes(built, tmp_path):
     """A real SIGKILL: 240 questions (the four, repeated under new ids) in batches of 2."""
     root, _ = built
@@ -197,7 +198,7 @@ def test_undetectable_format_and_cli_one_line(tmp_path, capsys):
         load_dataset(tmp_path / "x.json")
     assert main(["eval", str(tmp_path), "--index", str(tmp_path / "ix"), "--no-progress"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("noderag: error: ") and str(tmp_path) in err[0]
+    assert len(err) == 1 and err[0].startswith("noderag eval: error: ") and str(tmp_path) in err[0]
     assert not (tmp_path / "ix").exists()  # nothing was built for a dataset that could not be read
 
 
@@ -298,5 +299,5 @@ def test_cli_several_indexes_and_one_line_errors(two_seeds, tmp_path, capsys):
     capsys.readouterr()
     assert main([*args, "--out", str(tmp_path / "o2"), "--llm", "scripted"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["noderag: error: answers are evaluated on one index, 2 were given: leave out --llm/--judge or "
+    assert err == ["noderag eval: error: answers are evaluated on one index, 2 were given: leave out --llm/--judge or "
                    "give one --index"]

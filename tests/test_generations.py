@@ -186,6 +186,7 @@ print("done")
 """
 
 
+@pytest.mark.slow  # over 25 s in a loaded full run; .ci/run runs it (-m "")
 def test_reader_during_inserts_and_deletes_sees_one_generation_per_result(tmp_path):
     idx = tmp_path / "idx"
     rep = build_index([_jsonl(tmp_path / "a.jsonl", _rows("alpha", 6) + _rows("bravo", 6))], idx, _cfg(),

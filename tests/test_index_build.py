@@ -179,6 +179,7 @@ def _run_sub(inputs, out, env_extra):
                           capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow  # over 25 s in a loaded full run; .ci/run runs it (-m "")
 def test_deterministic_across_processes(tmp_path, demo_index):
     # the fixture was built in this process (random PYTHONHASHSEED); rebuild under a fixed other seed
     a = tmp_path / "a"
@@ -187,6 +188,7 @@ def test_deterministic_across_processes(tmp_path, demo_index):
     assert _snapshot(a) == _snapshot(demo_index)
 
 
+@pytest.mark.slow  # over 25 s in a loaded full run; .ci/run runs it (-m "")
 def test_resume_after_sigkills_is_identical(tmp_path, demo_index):
     out = tmp_path / "idx"
     other = tmp_path / "other.txt"
@@ -237,6 +239,7 @@ def _key_view(path: Path):
     return nodes, edges, mentions
 
 
+@pytest.mark.slow  # over 25 s in a loaded full run; .ci/run runs it (-m "")
 def test_insert_equals_full_build(tmp_path, demo_index):
     files = sorted(demo_dir().iterdir())
     part_a, part_b = tmp_path / "a", tmp_path / "b"
@@ -276,6 +279,7 @@ def _pair_sums(src, dst, w) -> dict:
     return out
 
 
+@pytest.mark.slow  # over 25 s in a loaded full run; .ci/run runs it (-m "")
 def test_base_edges_derived_from_graph(tmp_path, monkeypatch):
     # the decomposed edges an insert extends are not stored: graph T/S/N/R edges minus linked.parquet
     import noderag.indexing.assemble as stages
@@ -335,6 +339,7 @@ def test_bad_inputs(tmp_path):
         _build([demo_dir()], f)
 
 
+@pytest.mark.slow  # over 25 s in a loaded full run; .ci/run runs it (-m "")
 def test_failed_write_loses_nothing(tmp_path, demo_index, monkeypatch):
     import noderag.store.tables as store_mod
 
@@ -383,6 +388,7 @@ def test_insert_with_other_config_is_refused(tmp_path, demo_index):
         build_index([demo_dir()], out, _config(**{"chunk.max_tokens": 200}), progress=False)
 
 
+@pytest.mark.slow  # over 25 s in a loaded full run; .ci/run runs it (-m "")
 def test_manifest_records_build_settings_but_no_search_section(tmp_path):
     """Search settings are query-time: the manifest keeps the build's sections and no [search] copy."""
     import noderag
@@ -398,6 +404,7 @@ def test_manifest_records_build_settings_but_no_search_section(tmp_path):
     assert idx.searcher().config == SearchConfig()  # queries use the current defaults
 
 
+@pytest.mark.slow  # over 25 s in a loaded full run; .ci/run runs it (-m "")
 def test_semantic_layer_is_built_when_the_search_config_weights_it(tmp_path):
     """Off by default; a new index whose search config weights it gets it; an index without it refuses the weight."""
     from noderag import Index
@@ -439,6 +446,7 @@ def test_a_failed_build_closes_the_backend_it_opened(tmp_path, monkeypatch):
     assert closed == [True]
 
 
+@pytest.mark.slow  # over 25 s in a loaded full run; .ci/run runs it (-m "")
 def test_identical_for_any_batch_sizes_and_worker_count(tmp_path, demo_index):
     """Batch sizes and the local worker count change how the work is cut, never the index."""
     out = tmp_path / "other-cuts"

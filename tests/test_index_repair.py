@@ -100,7 +100,7 @@ def test_damaged_pointer_every_command_refuses_and_nothing_changes(idx, tmp_path
                  ["serve", str(idx), "--port", "0"]):
         rc, out, err = _cli(capsys, *argv)
         assert rc == 1, (argv, err)
-        assert err == f"noderag: error: {want} to point CURRENT at the newest generation that passes the full " \
+        assert err == f"noderag {argv[0]}: error: {want} to point CURRENT at the newest generation that passes the full " \
                       "check\n", argv
     assert _files(idx) == before  # no writer and no gc touched anything
     rc, out, err = _cli(capsys, "repair", str(idx))
@@ -182,7 +182,7 @@ def test_insert_command(idx, tmp_path, capsys):
     assert out.startswith(f"index {idx}: 2 new document(s), 0 duplicate(s) skipped")
     assert _docs(idx) == 17 and current_generation(idx) == 3
     rc, _, err = _cli(capsys, "insert", str(tmp_path / "nope"), str(new))
-    assert rc == 1 and err == (f"noderag: error: {tmp_path / 'nope'}: no finished index to insert into; build one "
+    assert rc == 1 and err == (f"noderag insert: error: {tmp_path / 'nope'}: no finished index to insert into; build one "
                                f"first with `noderag build INPUT... --index {tmp_path / 'nope'}`\n")
     assert not (tmp_path / "nope").exists()
 
@@ -191,5 +191,5 @@ def test_negative_wait_is_one_line(idx, capsys):
     for argv in (["gc", str(idx), "--wait", "-5"], ["delete", str(idx), "x", "--wait", "-1"],
                  ["repair", str(idx), "--wait", "nan"]):
         rc, out, err = _cli(capsys, *argv)
-        assert rc == 2 and err.startswith("noderag: error: --wait must be a number of seconds >= 0, got ") \
+        assert rc == 2 and err.startswith(f"noderag {argv[0]}: error: --wait must be a number of seconds >= 0, got ") \
             and err.count("\n") == 1, (argv, err)

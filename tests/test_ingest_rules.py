@@ -104,6 +104,7 @@ def test_failed_first_build_leaves_no_folder(tmp_path):
     assert not idx.exists()
 
 
+@pytest.mark.slow  # over 25 s in a loaded full run; .ci/run runs it (-m "")
 def test_failed_insert_keeps_the_built_index(tmp_path):
     good = _jsonl(tmp_path / "good.jsonl", [{"id": "a", "text": "Alpha Harbour was built in 1801 by Ann Lee."}])
     idx = tmp_path / "idx"

@@ -147,8 +147,75 @@ def test_canonical_name_fast_paths_equal_the_full_normalisation(text):
 
     from noderag.lang.fold import fold_zh
 
-    full = _WS_REF.sub(" ", fold_zh(unicodedata.normalize("NFKC", text).casefold())).strip(ent._EDGE_CHARS)
+    full = _WS_REF.sub(" ", fold_zh(unicodedata.normalize("NFKC", text).casefold()))
+    full = ent.strip_edges(full)
     assert canonical_name(text) == full
 
 
 _WS_REF = __import__("re").compile(r"\s+")
+
+
+# Names with brackets, quotes and commas: what a title such as "Lilu (mythology)" is made of.
+_NAME_PARTS = ["Lilu", "mythology", "The", "Prestige", "film", "Smith", "director", "Heroes", "song", "Le",
+               "Monde", "臺灣", "地區", ",", " ", "(", ")", "[", "]", "\"", "“", "”", "«", "»", "（", "）", ".", "'"]
+_names = st.lists(st.sampled_from(_NAME_PARTS), min_size=1, max_size=12).map("".join)
+_OPEN_CLOSE = {"(": ")", "[": "]", "“": "”", "«": "»", "（": "）"}
+
+
+def _balanced(text: str) -> bool:
+    """Every bracket pair of ``_OPEN_CLOSE`` well nested and every ASCII double quote paired."""
+    stack: list[str] = []
+    closes = {c: o for o, c in _OPEN_CLOSE.items()}
+    for ch in text:
+        if ch in _OPEN_CLOSE:
+            stack.append(ch)
+        elif ch in closes:
+            if not stack or stack.pop() != closes[ch]:
+                return False
+    return not stack and text.count('"') % 2 == 0
+
+
+@settings(max_examples=500, deadline=None)
+@given(_names, st.sampled_from(["", ".", ",", " ", ";", "!"]))
+def test_a_bracket_or_quote_closed_inside_a_name_survives_the_edge_strip(name, tail):
+    """Only surrounding punctuation goes: the result is a slice of the name, idempotent, balanced when
+    the name is, and a closing bracket or quote at its end is kept exactly when its opener is inside."""
+    got = ent.strip_edges(name + tail)
+    assert got in name + tail
+    assert ent.strip_edges(got) == got
+    assert canonical_name(canonical_name(name + tail)) == canonical_name(name + tail)
+    if _balanced(name):
+        assert _balanced(got), (name, got)
+        assert ent.strip_edges(name) == got  # trailing punctuation after a closed bracket changes nothing
+    if got:
+        for edge in (got[0], got[-1]):
+            assert edge not in ent._EDGE_SET or edge in ent._PAIRED, (name, got)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(["Lilu", "The", "Prestige", "David", "Smith", "臺灣"]), min_size=1, max_size=3),
+       st.lists(st.sampled_from(["film", "mythology", "director", "band", "地區"]), min_size=1, max_size=2),
+       st.sampled_from([("(", ")"), ("[", "]"), ("（", "）")]), st.sampled_from(["", ".", ",", ";", " ", "?"]))
+def test_a_qualified_title_keeps_its_closing_bracket(words, qualifier, brackets, tail):
+    """ "Lilu (mythology)" and its kin keep the closing bracket, as a key and as a displayed name."""
+    title = f"{' '.join(words)} {brackets[0]}{' '.join(qualifier)}{brackets[1]}"
+    key = canonical_name(title + tail)
+    assert key == canonical_name(title) and key.endswith(brackets[1].replace("）", ")"))  # NFKC
+    planned = assembly_plan.plan_chunks(["p"], ["t"], [_one_unit(title + tail)])
+    assert planned.e_name == [title]
+
+
+def _one_unit(entity: str):
+    from noderag.indexing.decompose.base import ChunkDecomposition, Unit
+
+    return ChunkDecomposition(0, [Unit(text="a unit", entities=[entity])])
+
+
+def test_canonical_name_keeps_paired_brackets_and_quotes():
+    assert canonical_name("Lilu (mythology)") == "lilu (mythology)"
+    assert canonical_name("The Prestige (film).") == "the prestige (film)"
+    assert canonical_name('"Heroes" (song),') == '"heroes" (song)'
+    assert canonical_name("(Lilu)") == "lilu"  # a pair around the whole name goes
+    assert canonical_name("Smith)") == "smith"  # a bracket without its partner goes
+    assert canonical_name("the Beatles'") == "the beatles"  # an apostrophe is not a quote
+    assert canonical_name("Lilu, mythology,") == "lilu, mythology"

@@ -193,6 +193,7 @@ def test_embed_late_resumable_routes_every_unit(tmp_path):
         embed_late_resumable(emb, chunks, units, unit_chunk[:2], prefixes, None)
 
 
+@pytest.mark.slow  # over 25 s in a loaded full run; .ci/run runs it (-m "")
 @pytest.mark.parametrize("late", [False, True])
 def test_build_with_late_units(tmp_path, late):
     config = NodeRAGConfig().with_overrides({"embed.late_units": late, "embed.vector_dtype": "f32"})

@@ -69,6 +69,7 @@ def test_chinese_terms_are_segmenter_words_folded_to_simplified():
     assert lex.search("马祖在哪里", 1)[0].tolist() == [0]
 
 
+@pytest.mark.slow  # over 25 s in a loaded full run; .ci/run runs it (-m "")
 def test_insert_and_delete_keep_the_lexical_tables_consistent(tmp_path):
     import json
 

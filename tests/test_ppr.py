@@ -225,6 +225,7 @@ def hub_graphs(draw):
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data(), rule=st.sampled_from(["restart", "lazy"]), t=st.integers(1, 4),
        eps=st.sampled_from([1e-4, 1e-3, 1e-2, 0.1]), alpha=st.sampled_from([0.3, 0.5, 0.85]))
+@pytest.mark.slow  # over 25 s in a loaded full run; .ci/run runs it (-m "")
 def test_epsilon_mode_error_bound(data, rule, t, eps, alpha):
     csr, types = data.draw(hub_graphs())
     seeds, weights = data.draw(queries(csr.n))

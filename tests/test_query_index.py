@@ -207,6 +207,7 @@ def test_damaged_query_index_is_a_clear_error(demo, tmp_path):
         QueryIndex.load(copy, n=n)
 
 
+@pytest.mark.slow  # over 25 s in a loaded full run; .ci/run runs it (-m "")
 def test_insert_rewrites_the_query_index(tmp_path):
     first = tmp_path / "a.txt"
     first.write_text("Hank Snow was a singer from Canada. Hank Snow recorded Hello Love.", encoding="utf-8")

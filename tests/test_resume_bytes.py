@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pyarrow as pa
+import pytest
 
 from noderag.data import demo_dir
 from noderag.store.decompositions import PART_ROWS, traces_columns, write_decompositions
@@ -76,6 +77,7 @@ def _without_times(manifest: bytes) -> dict:
     return m
 
 
+@pytest.mark.slow  # over 25 s in a loaded full run; .ci/run runs it (-m "")
 def test_resume_after_a_kill_in_every_stage_is_byte_identical(tmp_path):
     parallel = max(2, min(4, os.cpu_count() or 2))
     ref = tmp_path / "clean"

@@ -64,6 +64,7 @@ def built(tmp_path):
     return idx
 
 
+@pytest.mark.slow  # over 25 s in a loaded full run; .ci/run runs it (-m "")
 def test_scrub_removes_the_text_and_compacts_to_the_fresh_build(tmp_path, built):
     rows = _rows()
     gone = ["d5", "d9", "d12"]
@@ -135,6 +136,7 @@ def test_filtering_decompositions_rewrites_only_the_parts_that_held_the_document
     assert part_rows_for(n) == PART_ROWS and part_rows_for(10**6) == 1024  # ~1,024 parts at most
 
 
+@pytest.mark.slow  # over 25 s in a loaded full run; .ci/run runs it (-m "")
 @pytest.mark.parametrize("sorted_keys", [False, True])
 def test_a_scrub_shares_the_keys_and_an_insert_never_finds_a_scrubbed_node(tmp_path, monkeypatch, sorted_keys):
     """The keys (and a large base's stored sorted keys) are shared; ``scrubbed_keys.npy`` holds the scrubbed
@@ -170,6 +172,7 @@ def test_a_scrub_shares_the_keys_and_an_insert_never_finds_a_scrubbed_node(tmp_p
         assert np.unique(np.asarray(index.graph.keys)).size == index.graph.n
 
 
+@pytest.mark.slow  # over 25 s in a loaded full run; .ci/run runs it (-m "")
 def test_insert_merge_and_delete_again_after_a_scrub(tmp_path, built):
     rows = _rows()
     delete_documents(built, ["d5", "d7"])
@@ -190,6 +193,7 @@ def test_insert_merge_and_delete_again_after_a_scrub(tmp_path, built):
     verify_index(gen, "full")
 
 
+@pytest.mark.slow  # over 25 s in a loaded full run; .ci/run runs it (-m "")
 def test_scrub_beside_delta_segments(tmp_path, built):
     rows = _rows()
     extra = [{"id": "x1", "title": "Mill", "text": f"Birch Mill stands by Wend1. {SECRET} bought Birch Mill."},
@@ -293,6 +297,7 @@ def test_zeroed_blob_matches_python(seed):
     assert got == ["" if b else s for s, b in zip(strings, blank)]
 
 
+@pytest.mark.slow  # over 25 s in a loaded full run; .ci/run runs it (-m "")
 def test_a_replacement_is_a_scrub_then_a_delta_insert(tmp_path, built):
     rows = _rows()
     new = dict(rows[5], text="Ilse Marrow founded the Blue Finch ferry line in 1902. Engineer Vance0 built its ferries.")

@@ -270,7 +270,7 @@ def test_answer_cites_only_context_ids(store):
 
 def test_bad_queries_and_config_raise_clear_errors(store):
     s = Searcher(store)
-    with pytest.raises(ValueError, match="non-empty"):
+    with pytest.raises(ValueError, match="is blank"):
         s.retrieve("   ")
     with pytest.raises(TypeError, match="sequence of strings"):
         s.retrieve_many("one string")

@@ -79,7 +79,7 @@ def _cli(capsys, *args: str) -> tuple[int, str, str]:
 
 
 def test_cli_query_readable_and_json(index, capsys):
-    code, out, err = _cli(capsys, "query", str(index.root), "Who grows pineapples in Hawaii?", "--passages", "2")
+    code, out, err = _cli(capsys, "query", str(index.root), "Who grows pineapples in Hawaii?", "--k", "2")
     assert code == 0, err
     assert "Q: Who grows pineapples in Hawaii?" in out
     assert "p-pine" in out
@@ -89,7 +89,7 @@ def test_cli_query_readable_and_json(index, capsys):
     rows = [json.loads(line) for line in out.splitlines()]
     assert [r["query"] for r in rows] == ["Who grows pineapples in Hawaii?", "Who sang Hello Love?"]
     assert sum(n["origin"] == "entry" for n in rows[0]["nodes"]) <= 3
-    assert "p-pine" in rows[0]["passages"][:3]
+    assert "p-pine" in [p["id"] for p in rows[0]["passages"][:3]]
 
 
 def test_cli_query_answer_without_llm_says_so(index, capsys):
@@ -103,7 +103,7 @@ def test_cli_query_bad_input_is_a_clear_error(index, tmp_path, capsys):
     code, _, err = _cli(capsys, "query", str(tmp_path / "nope"), "anything")
     assert code != 0 and "nope" in err
     code, _, err = _cli(capsys, "query", str(index.root), "   ")
-    assert code != 0 and "non-empty" in err
+    assert code != 0 and "is blank" in err
     code, _, err = _cli(capsys, "query", str(index.root), "q", "--top-k", "-1")
     assert code != 0 and "vector_top_k" in err
 
@@ -130,7 +130,7 @@ def test_demo_builds_and_retrieves(tmp_path, capsys):
 def test_lone_surrogate_query_is_a_clear_value_error(index):
     with pytest.raises(ValueError, match=r"not valid Unicode: lone surrogate U\+D800 at character 4"):
         index.retrieve("Who \ud800 sang Hello Love?")
-    with pytest.raises(ValueError, match=r"queries\[1\] is not valid Unicode"):
+    with pytest.raises(ValueError, match=r"question 2 of 2 is not valid Unicode"):
         index.retrieve_many(["Who sang Hello Love?", "bad \udcff"])
 
 
@@ -293,6 +293,7 @@ def test_bridging_brings_the_passage_about_an_entity_of_the_best_passage(index):
     assert set(bridged.passages[:2]) == {"p-love", "p-snow"}  # "Hank Snow", named in p-love, is what p-snow is about
 
 
+@pytest.mark.slow  # over 25 s in a loaded full run; .ci/run runs it (-m "")
 def test_chinese_query_word_finds_a_longer_indexed_name(tmp_path):
     rows = [("zh-1", "馬祖列島", "馬祖列島位於臺灣海峽北部，由南竿、北竿等島嶼組成。馬祖列島冬季風大。"),
             ("zh-2", "新北市", "新北市是臺灣人口最多的城市，環繞臺北市。"),

@@ -109,6 +109,7 @@ def _key_view(store):
     return nodes, pairs
 
 
+@pytest.mark.slow  # over 25 s in a loaded full run; .ci/run runs it (-m "")
 def test_a_delta_holds_the_nodes_and_decomposed_edges_of_a_full_build(base, parts, tmp_path):
     idx = _copy(base, tmp_path / "idx")
     build_index([parts[1]], idx, progress=False)
@@ -145,6 +146,7 @@ def _links(store) -> dict:
     return out
 
 
+@pytest.mark.slow  # over 25 s in a loaded full run; .ci/run runs it (-m "")
 def test_compaction_gives_the_bytes_of_a_fresh_build(base, parts, tmp_path):
     from noderag.indexing.update.compact import compact_index
 
@@ -165,6 +167,7 @@ def test_compaction_gives_the_bytes_of_a_fresh_build(base, parts, tmp_path):
     assert ma["checksums"]["files"] == mb["checksums"]["files"] and ma["counts"] == mb["counts"]
 
 
+@pytest.mark.slow  # over 25 s in a loaded full run; .ci/run runs it (-m "")
 def test_deltas_past_the_share_compact_by_themselves(base, parts, tmp_path):
     idx = _copy(base, tmp_path / "idx")
     small = NodeRAGConfig().with_overrides({"update.max_delta_share": 0.02,  # 10 of 270 is over 2%
@@ -195,6 +198,7 @@ def test_a_damaged_delta_is_named(base, parts, tmp_path):
         build_index([parts[2]], idx, progress=False)
 
 
+@pytest.mark.slow  # over 25 s in a loaded full run; .ci/run runs it (-m "")
 def test_a_delete_inside_the_deltas_rewrites_only_them(base, parts, tmp_path):
     idx = _copy(base, tmp_path / "idx")
     build_index([parts[1]], idx, progress=False)
@@ -267,6 +271,7 @@ def _generation_bytes(idx: Path) -> dict[str, bytes]:
     return out
 
 
+@pytest.mark.slow  # over 25 s in a loaded full run; .ci/run runs it (-m "")
 def test_a_delta_insert_killed_anywhere_resumes_to_the_same_bytes(base, parts, tmp_path):
     clean = _copy(base, tmp_path / "clean")
     assert _insert(parts[1], clean, None).returncode == 0
@@ -376,6 +381,7 @@ delete_documents(sys.argv[2], [sys.argv[1]])
 """
 
 
+@pytest.mark.slow  # over 25 s in a loaded full run; .ci/run runs it (-m "")
 def test_a_delete_inside_the_deltas_killed_resumes_to_the_same_bytes(base, parts, tmp_path):
     with_delta = _copy(base, tmp_path / "with-delta")
     build_index([parts[1]], with_delta, progress=False)
@@ -475,6 +481,7 @@ def test_leaving_nodes_out_equals_masking_the_whole_matrix(seed):
     assert np.array_equal(weights, b.data[kept].astype(np.float32))
 
 
+@pytest.mark.slow  # over 25 s in a loaded full run; .ci/run runs it (-m "")
 def test_a_base_with_stored_sorted_keys_takes_inserts_as_one_without(base, parts, tmp_path, monkeypatch):
     """A large base stores its keys sorted (``HeteroGraph.save`` from ``KEY_ORDER_FROM`` nodes on); an insert
     binary-searches them in place, checks only the node types and flags byte for byte first (not the keys),

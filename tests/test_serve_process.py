@@ -170,6 +170,7 @@ _GRAPH = """(() => {
 })()"""
 
 
+@pytest.mark.browser
 def test_page_in_headless_chromium(server):
     binary = _chromium()
     with Chromium(binary, width=1400, height=1000) as b:
@@ -178,12 +179,15 @@ def test_page_in_headless_chromium(server):
             answer: document.getElementById('answer').textContent,
             cites: [...document.querySelectorAll('#citations .chip')].map(c => +c.dataset.node),
             passages: [...document.querySelectorAll('#passages li')].map(li => li.querySelector('.label').textContent),
+            passageIds: [...document.querySelectorAll('#passages li')].map(li => li.querySelector('.pid').textContent),
             passageText: document.querySelector('#passages li .text').textContent,
         }))()""")
         graph = b.evaluate(_GRAPH)
         assert page["answer"].startswith("Scripted answer"), page
         assert len(page["cites"]) == 2
-        assert len(page["passages"]) >= 3 and page["passages"][0].endswith(".md") and page["passageText"]
+        assert len(page["passages"]) >= 3 and page["passageText"]
+        assert page["passages"][0] and not page["passages"][0].endswith(".md")  # the title (the file's heading)
+        assert page["passageIds"][0].endswith(".md")  # then the file
         assert graph["circles"] >= 30 and len(graph["types"]) >= 5 and graph["seeds"] >= 1 and graph["edges"] >= 20
         assert graph["inView"] and graph["labelOverlaps"] == 0, graph
         # clicking a node shows its text and source passage
@@ -196,6 +200,7 @@ def test_page_in_headless_chromium(server):
     assert SCREENSHOT.stat().st_size > 20_000
 
 
+@pytest.mark.browser
 def test_page_stays_readable_at_200_nodes(big_server):
     with Chromium(_chromium(), width=1400, height=1000) as b:
         assert "retrieval only" in _ask(b, big_server, QUESTION)

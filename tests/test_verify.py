@@ -64,6 +64,7 @@ def test_manifest_records_a_checksum_of_every_file(small_index):
     assert report.files == len(files) and not report.warnings
 
 
+@pytest.mark.slow  # over 25 s in a loaded full run; .ci/run runs it (-m "")
 def test_fault_injection_full_check_catches_every_fault_naming_the_file(index_copy):
     root = _gen(index_copy)
     caught_full = caught_cheap = total = 0
@@ -171,7 +172,7 @@ def test_cli_verify_and_stats(index_copy, capsys):
     capsys.readouterr()
     assert main(["verify", str(index_copy)]) == 1
     err = capsys.readouterr().err
-    assert err.startswith("noderag: error: ") and "checksum mismatch in graph/weights.npy" in err
+    assert err.startswith("noderag verify: error: ") and "checksum mismatch in graph/weights.npy" in err
     assert len(err.strip().splitlines()) == 1
     (_gen(index_copy) / "graph" / "indptr.npy").write_bytes((_gen(index_copy) / "graph" / "indptr.npy").read_bytes()[:50])
     assert main(["stats", str(index_copy)]) == 1
@@ -222,6 +223,7 @@ def test_a_delta_insert_never_launders_damage_in_what_it_shares(index_copy, tmp_
         verify_index(index_copy, "full")
 
 
+@pytest.mark.slow  # over 25 s in a loaded full run; .ci/run runs it (-m "")
 def test_a_sharded_vector_index_verifies_and_a_missing_shard_is_named(tmp_path):
     idx = tmp_path / "idx"
     cfg = NodeRAGConfig().with_overrides({"embed.spec": "hash:32", "embed.vector_shards": 3})

@@ -14,7 +14,11 @@ from typing import Any, Sequence
 
 from .store.tables import IndexStore
 
-__all__ = ["build", "Index"]
+__all__ = ["build", "Index", "IndexClosedError"]
+
+
+class IndexClosedError(ValueError):
+    """A closed :class:`Index` was asked to search (as a closed file is asked to read)."""
 
 
 class Index(IndexStore):
@@ -44,7 +48,16 @@ class Index(IndexStore):
 
         ``llm`` is a backend, a spec string, or None for the index config's ``llm.spec``.
         """
+        if self._search is None:
+            raise IndexClosedError(f"the index {str(self.root)!r} is closed: open it again with "
+                                   f"noderag.Index.open({str(self.root)!r})")
         return self._search.searcher(self, config, llm=llm)
+
+    def close(self) -> None:
+        """Release the pinned generation and the prepared searchers; searching afterwards raises
+        :class:`IndexClosedError`."""
+        self._search = None
+        super().close()
 
     def retrieve(self, query: str, *, config=None):
         """Retrieve nodes, ranked source passages and a budgeted context for one question."""

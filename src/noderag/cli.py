@@ -13,7 +13,7 @@ from typing import Sequence
 
 __all__ = ["main", "format_summary"]
 
-from .store.summary import format_bytes, format_summary  # noqa: E402  (format_summary is re-exported)
+from .store.summary import format_brief, format_bytes, format_summary  # noqa: E402  (format_summary is re-exported)
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
@@ -126,8 +126,8 @@ def _cmd_delete(args: argparse.Namespace) -> int:
     log = (lambda msg: print(f"noderag: {msg}", file=sys.stderr)) if progress else None
     report = delete_documents(args.index, args.doc_ids, all_from=args.all_from or (), llm=args.llm,
                               progress=progress, log=log, wait=args.wait)
-    print(f"index {args.index}: {report.deleted_documents} document(s) deleted, generation {report.generation}")
-    print(format_summary(report.manifest))
+    print(f"index {args.index}: {report.deleted_documents} document(s) deleted, generation {report.generation}; "
+          + format_brief(report.manifest))
     _say_background(args.index, report)
     return 0
 
@@ -341,9 +341,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # usage error (2), --help or --version (0): argparse has printed why
         return int(exc.code or 0) if not isinstance(exc.code, str) else 2
+    prog = f"noderag {args.command}"  # every error line starts as argparse's usage errors do
     wait = getattr(args, "wait", None)
     if wait is not None and not wait >= 0:  # NaN too
-        _fail(f"error: --wait must be a number of seconds >= 0, got {wait:g}", False)
+        _fail(prog, f"error: --wait must be a number of seconds >= 0, got {wait:g}", False)
         return 2
     try:
         rc = int(args.func(args) or 0)
@@ -353,19 +354,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         if _stdout_closed():  # `noderag ... | head`: the work is done, only its report has no reader
             _silence_stdout()
             return 0
-        _fail(f"error: {exc}", args.debug)
+        _fail(prog, f"error: {exc}", args.debug)
         return 1
     except KeyboardInterrupt:
-        print("noderag: interrupted (rerun the same command to resume)", file=sys.stderr)
+        print(f"{prog}: interrupted (rerun the same command to resume)", file=sys.stderr)
         return 130
     except _user_errors() as exc:
         msg = str(exc)
         if isinstance(exc, OSError) and exc.filename and str(exc.filename) not in msg:
             msg = f"{exc.filename}: {msg}"
-        _fail(f"error: {msg}", args.debug)
+        _fail(prog, f"error: {msg}", args.debug)
         return 1
     except Exception as exc:  # a bug: still one line unless --debug
-        _fail(f"internal error: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)", args.debug)
+        _fail(prog, f"internal error: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)", args.debug)
         return 1
 
 
@@ -390,13 +391,13 @@ def _silence_stdout() -> None:
         pass
 
 
-def _fail(msg: str, debug: bool) -> None:
-    """Print ``noderag: MSG`` as one line on stderr (the traceback before it with ``--debug``)."""
+def _fail(prog: str, msg: str, debug: bool) -> None:
+    """Print ``noderag COMMAND: MSG`` as one line on stderr (the traceback before it with ``--debug``)."""
     if debug:
         import traceback
 
         traceback.print_exc(file=sys.stderr)
-    print("noderag: " + " ".join(part.strip() for part in msg.splitlines() if part.strip()), file=sys.stderr)
+    print(f"{prog}: " + " ".join(part.strip() for part in msg.splitlines() if part.strip()), file=sys.stderr)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -6,7 +6,14 @@ from __future__ import annotations
 import json
 from typing import Iterable, Iterator
 
-__all__ = ["json_objects"]
+__all__ = ["json_objects", "json_problem"]
+
+
+def json_problem(exc: json.JSONDecodeError) -> str:
+    """The decoder's message with its column, read as a phrase: "unterminated string starting at column 31",
+    "expecting value at column 1" (the message of some errors already ends in "at")."""
+    msg = exc.msg[:1].lower() + exc.msg[1:]
+    return f"{msg} column {exc.colno}" if msg.endswith(" at") else f"{msg} at column {exc.colno}"
 
 
 def json_objects(lines: Iterable[str], where: object, error: type[Exception]) -> Iterator[tuple[int, dict]]:
@@ -18,7 +25,7 @@ def json_objects(lines: Iterable[str], where: object, error: type[Exception]) ->
         try:
             obj = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise error(f"{where}:{lineno}: malformed JSON ({exc.msg} at column {exc.colno})") from None
+            raise error(f"{where}:{lineno}: malformed JSON ({json_problem(exc)})") from None
         if not isinstance(obj, dict):
             raise error(f"{where}:{lineno}: expected a JSON object, got {type(obj).__name__}")
         yield lineno, obj

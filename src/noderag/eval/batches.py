@@ -2,17 +2,15 @@
 answers over each method's context; the result is the batch's record, one JSON line of the run's state.
 
 Methods: ``noderag`` and its named search variants rank through ``Searcher.retrieve_many`` with the
-batch's query vectors (embedded once); ``dense`` (exact cosine with the index's embedder), ``bm25``, and
+batch's query vectors (embedded once); ``dense`` (exact cosine over the passage vectors the index stores), ``bm25``, and
 ``bm25_segmenter`` (BM25 over segmenter words for Chinese, bigrams being ``bm25``'s) rank the corpus
 passages in :class:`Baselines`.
 """
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -43,14 +41,23 @@ class Baselines:
             n = self._tokens[j] = count_tokens(self.texts[j])
         return n
 
-    def build(self, methods: Sequence[str], embedder: Any, vectors_path: Path, progress: bool,
+    def build(self, methods: Sequence[str], searcher: Any, progress: bool,
               log: Callable[[str], None] | None) -> "Baselines":
-        """Make the retrievers of the baselines among ``methods`` (dense vectors cached at ``vectors_path``)."""
+        """Make the retrievers of the baselines among ``methods``; ``dense`` reads the vectors the index of
+        ``searcher`` stores (:func:`stored_passage_vectors`) instead of embedding the corpus again."""
         from ..search.baselines import BM25Retriever, DenseRetriever
 
         if "dense" in methods:
-            self.retrievers["dense"] = DenseRetriever(self.ids, dense_vectors(vectors_path, embedder, self.texts,
-                                                                              progress))
+            vectors, missing = stored_passage_vectors(searcher, self.ids)
+            if missing:  # passages the index holds under another id (merged duplicates): embedded here
+                if log:
+                    log(f"dense: embedding {len(missing):,} passages the index stores no vector for")
+                fresh = dense_vectors(searcher.embedder, [self.texts[j] for j in missing], progress)
+                if len(missing) == len(self.ids):
+                    vectors = fresh
+                else:
+                    vectors[missing] = fresh
+            self.retrievers["dense"] = DenseRetriever(self.ids, vectors)
         for m, cjk in (("bm25", "bigram"), ("bm25_segmenter", "segment")):
             if m in methods:
                 if log:
@@ -59,12 +66,30 @@ class Baselines:
         return self
 
 
-def dense_vectors(path: Path, embedder: Any, texts: list[str], progress: bool) -> np.ndarray:
-    """Passage vectors from the index's embedder, cached in ``path`` (the run's state) for resumed runs."""
-    if path.is_file():
-        vec = np.load(path, mmap_mode="r", allow_pickle=False)
-        if vec.shape[0] == len(texts):
-            return vec
+def stored_passage_vectors(searcher: Any, ids: Sequence[str]) -> tuple[np.ndarray, list[int]]:
+    """The vector of each passage ``ids[j]`` as the index stores it: its chunk's (T node's) vector, or the mean of
+    its chunks' unit vectors when it has several; and the rows ``j`` of passages it holds no chunk of."""
+    from ..graph.types import NodeType
+
+    chunks = np.flatnonzero(np.asarray(searcher.types) == int(NodeType.T))
+    chunks = chunks[np.asarray(searcher.tables.active, dtype=bool)[chunks]]
+    row_of = {pid: j for j, pid in enumerate(ids)}
+    rows = np.array([row_of.get(label, -1) if label is not None else -1
+                     for label in searcher.tables.labels(chunks.tolist())], dtype=np.int64)
+    keep = rows >= 0
+    chunks, rows = chunks[keep], rows[keep]
+    stored = np.asarray(searcher.store.vectors.get(chunks), dtype=np.float32) if chunks.size else None
+    dim = stored.shape[1] if stored is not None else 1
+    out = np.zeros((len(ids), dim), dtype=np.float32)
+    if stored is not None:
+        norms = np.linalg.norm(stored, axis=1, keepdims=True)
+        np.add.at(out, rows, stored / np.where(norms > 0, norms, 1.0))
+    counts = np.bincount(rows, minlength=len(ids))
+    return out, np.flatnonzero(counts == 0).tolist()
+
+
+def dense_vectors(embedder: Any, texts: list[str], progress: bool) -> np.ndarray:
+    """Vectors of some passage texts from the index's embedder (passages the index stores no vector for)."""
     from tqdm.auto import tqdm
 
     parts = []
@@ -72,11 +97,7 @@ def dense_vectors(path: Path, embedder: Any, texts: list[str], progress: bool) -
     for s in tqdm(range(0, len(texts), step), desc="dense: passages", unit="batch", disable=not progress,
                   leave=False):
         parts.append(np.asarray(embedder.embed(texts[s:s + step]), dtype=np.float32))
-    vec = np.concatenate(parts) if parts else np.zeros((0, 1), np.float32)
-    tmp = path.with_name("dense_vectors.tmp.npy")
-    np.save(tmp, vec, allow_pickle=False)
-    os.replace(tmp, path)
-    return vec
+    return np.concatenate(parts) if parts else np.zeros((0, 1), np.float32)
 
 
 def _rank_baseline(score_fn: Callable[[Any], np.ndarray], inputs: Any, n_passages: int, depth: int) -> np.ndarray:

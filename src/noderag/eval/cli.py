@@ -38,7 +38,7 @@ def add_eval_arguments(p: argparse.ArgumentParser) -> None:
                         "it for several builds of the corpus (e.g. one per --seed): noderag's per-question scores "
                         "are averaged over them, and each one's figures are reported too")
     p.add_argument("--out", metavar="DIR", default=None,
-                   help="results folder: results.json/.md, recall.png, state/ for resuming (default eval-<dataset>)")
+                   help="results folder: results.json/.md, recall.svg, state/ for resuming (default eval-<dataset>)")
     p.add_argument("--methods", type=_methods, default=list(METHODS), metavar="M,M",
                    help=f"methods ({','.join(KNOWN_METHODS)}), the first being the reference of paired "
                         f"comparisons (default {','.join(METHODS)})")
@@ -65,13 +65,13 @@ def add_eval_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run_eval(args: argparse.Namespace) -> int:
-    """Run ``noderag eval``; a dataset problem is one ``noderag: error:`` line and exit 1."""
+    """Run ``noderag eval``; a dataset problem is one ``noderag eval: error:`` line and exit 1."""
     from pathlib import Path
 
     from ..config import NodeRAGConfig, load_config
 
     if args.judge and not args.llm:
-        print("noderag: error: --judge needs --llm (the answers it judges)", file=sys.stderr)
+        print("noderag eval: error: --judge needs --llm (the answers it judges)", file=sys.stderr)
         return 2
     progress = not args.no_progress
     log = (lambda msg: print(f"noderag: {msg}", file=sys.stderr))
@@ -88,7 +88,7 @@ def run_eval(args: argparse.Namespace) -> int:
                        by=[f.strip() for f in args.by.split(",") if f.strip()] if args.by else None,
                        limit=args.limit, restart=args.restart, progress=progress, log=log)
     except DatasetError as exc:
-        print(f"noderag: error: {exc}", file=sys.stderr)
+        print(f"noderag eval: error: {exc}", file=sys.stderr)
         return 1
     keys = list(next(iter(res["methods"].values()))["metrics"])
     print(f"{'method':<10}" + "".join(f"{k:>12}" for k in keys) + f"{'p50 ms':>10}{'q/s':>10}")
@@ -99,6 +99,6 @@ def run_eval(args: argparse.Namespace) -> int:
         for m, row in one["methods"].items():
             print(f"{f'{m}[{i}]':<10}" + "".join(f"{row['metrics'][k]['mean']:>12.4f}" for k in keys))
     print(f"wrote {out / 'results.json'}, {out / 'results.md'}"
-          + (f", {out / 'recall.png'}" if (out / "recall.png").is_file() else "")
+          + f", {out / 'recall.svg'}"
           + (f", {out / 'per_question.jsonl'}" if args.per_question else ""))
     return 0

@@ -41,7 +41,7 @@ from typing import Any, Iterator, Sequence
 from .metrics import musique_hops
 
 from ..errors import NodeRAGError
-from ..jsonl import json_objects
+from ..jsonl import json_objects, json_problem
 
 __all__ = ["DatasetError", "Question", "Dataset", "FORMATS", "detect_format", "load_dataset", "write_corpus_jsonl"]
 
@@ -94,7 +94,7 @@ def _read_json(path: Path) -> Any:
         with open(path, encoding="utf-8") as fh:
             return json.load(fh)
     except json.JSONDecodeError as exc:
-        raise DatasetError(f"{path}:{exc.lineno}: invalid JSON ({exc.msg})") from None
+        raise DatasetError(f"{path}:{exc.lineno}: invalid JSON ({json_problem(exc)})") from None
     except UnicodeDecodeError as exc:
         raise DatasetError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
 

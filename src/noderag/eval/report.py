@@ -1,5 +1,5 @@
-"""The files of an evaluation beside ``results.json``: ``results.md`` (tables), ``recall.png`` (bars with
-intervals) and ``per_question.jsonl`` (each question's ranked ids, gold and scores, for error analysis)."""
+"""The files of an evaluation beside ``results.json``: ``results.md`` (tables), ``recall.svg`` (bars with
+intervals, drawn without a plotting library) and ``per_question.jsonl`` (each question's ranked ids, gold and scores, for error analysis)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
+
+from .figure import recall_svg
 
 __all__ = ["write_markdown", "write_plot", "write_per_question", "BASELINE_CONTEXT_PASSAGES"]
 
@@ -122,34 +124,9 @@ def write_markdown(path: Path, res: dict) -> None:
 
 
 def write_plot(path: Path, res: dict) -> str | None:
-    """recall@k per method with interval whiskers; returns why it was not written (no matplotlib), else None."""
-    try:
-        import matplotlib
-    except ImportError:
-        return "matplotlib is not installed (pip install 'noderag[eval]')"
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    methods = list(res["methods"])
-    keys = [k for k in next(iter(res["methods"].values()))["metrics"] if k.startswith(("recall@", "all_gold@"))]
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.6 * len(keys) * len(methods) / 2), 4.6))
-    width = 0.8 / max(len(methods), 1)
-    x = np.arange(len(keys))
-    for i, m in enumerate(methods):
-        d = res["methods"][m]["metrics"]
-        mean = np.array([d[k]["mean"] for k in keys])
-        err = np.array([[d[k]["mean"] - d[k]["low"] for k in keys], [d[k]["high"] - d[k]["mean"] for k in keys]])
-        ax.bar(x + (i - (len(methods) - 1) / 2) * width, mean, width, yerr=err, capsize=3, label=m)
-    ax.set_xticks(x, keys)
-    ax.set_ylim(0, 1)
-    ax.set_ylabel("score")
-    lv = int(round(100 * res["config"]["level"]))
-    ax.set_title(f"{res['dataset']['name']}: {res['dataset']['n_questions']:,} questions ({lv}% bootstrap intervals)")
-    ax.legend(loc="upper left")
-    ax.grid(axis="y", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    """recall@k per method with interval whiskers, as SVG (:mod:`noderag.eval.figure`: no plotting library);
+    returns None (the figure is always written)."""
+    path.write_text(recall_svg(res), encoding="utf-8")
     return None
 
 

@@ -9,7 +9,7 @@ for latency), optionally answered by an LLM, and appended as one JSON line to ``
 (flushed and fsynced). A killed run resumes from the batches on disk: finished questions are never
 ranked or answered again. At the end the per-question scores are summarised (:mod:`noderag.eval.summary`:
 bootstrap intervals, paired comparisons, breakdowns by question labels) and written
-(:mod:`noderag.eval.report`) as ``results.json``, ``results.md``, ``recall.png`` and (``per_question=True``)
+(:mod:`noderag.eval.report`) as ``results.json``, ``results.md``, ``recall.svg`` and (``per_question=True``)
 ``per_question.jsonl``.
 
 Several indexes (builds of the same corpus, e.g. one per build seed): each is evaluated in turn, with
@@ -314,8 +314,7 @@ def _run_index(ds: Dataset, ix: Any, out: Path, st: _Settings, methods: list[str
     searchers = {m: (searcher if m == "noderag" else ix.searcher(st.configs[m])) for m in methods
                  if m not in BASELINES}
     base = Baselines([r["id"] for r in ds.corpus], [_passage_text(r) for r in ds.corpus])
-    base.build([m for m in methods if m in BASELINES], searcher.embedder, state.dir / "dense_vectors.npy",
-               progress, log)
+    base.build([m for m in methods if m in BASELINES], searcher, progress, log)
     qs, size = ds.questions, st.batch_size
     n_batches = (len(qs) + size - 1) // size
     done = [b for b in range(n_batches) if b in state.batches]
@@ -405,9 +404,7 @@ def _evaluate(ds: Dataset, indexes: list[Path], out: Path, st: _Settings, llm: A
     if write:
         _write_atomic(out / "results.json", json.dumps(res, indent=1, ensure_ascii=False) + "\n")
         write_markdown(out / "results.md", res)
-        why = write_plot(out / "recall.png", res)
-        if why and log:
-            log(f"{why}: {out / 'recall.png'} not written")
+        write_plot(out / "recall.svg", res)
         for i, (run, sc) in enumerate(zip(runs, scored)):
             if per_question:
                 sub = out / f"index-{i}" if multi else out
@@ -432,7 +429,7 @@ def evaluate(data: str | os.PathLike | Dataset, index: str | os.PathLike | Seque
     index : index directory, built from the dataset's corpus when it has no finished build; or several
         (e.g. one per build seed): per-question scores of noderag and its variants are averaged over them
         before the bootstrap, the baselines rank on the first, and ``per_index`` holds each one's figures
-    out : folder for results.json/.md/.png, per_question.jsonl and the resumable ``state/``
+    out : folder for results.json/.md, recall.svg, per_question.jsonl and the resumable ``state/``
         (None: a temporary folder, so nothing is kept and nothing resumes)
     methods : "noderag", "dense", "bm25", "bm25_segmenter" (BM25 over Chinese segmenter words) or the name of
         a variant; the first is the reference of the default paired comparisons

@@ -24,7 +24,7 @@ import numpy as np
 
 from ..graph.keys import node_key
 from ..graph.types import NodeType
-from ..lang.entities import canonical_name
+from ..lang.entities import canonical_name, strip_edges
 
 from .decompose.base import ChunkDecomposition
 
@@ -32,7 +32,7 @@ __all__ = ["PlannedChunks", "plan_chunks", "plan_columns", "planned_from_table",
 
 T, S, N, R = int(NodeType.T), int(NodeType.S), int(NodeType.N), int(NodeType.R)
 
-_DISPLAY_STRIP = " \t.,;:!?\"'“”‘’()[]{}"
+_DISPLAY_STRIP = frozenset(" \t.,;:!?\"'“”‘’()[]{}")  # paired brackets/quotes stay (strip_edges)
 
 
 def t_key(source: str, text: str) -> int:
@@ -78,7 +78,7 @@ def plan_chunks(sources: Sequence[str], texts: Sequence[str], decomps: Sequence[
         if got == 0:
             norm = " ".join(surface.split())
             canon = canonical_name(norm)
-            got = entity_of[surface] = ((node_key(N, canon), norm.strip(_DISPLAY_STRIP) or norm)
+            got = entity_of[surface] = ((node_key(N, canon), strip_edges(norm, _DISPLAY_STRIP) or norm)
                                         if canon else None)
         return got
 

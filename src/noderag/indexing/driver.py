@@ -38,6 +38,7 @@ from ..errors import BuildError
 from ..graph.storage import atomic_save_npy, atomic_write_json, load_npy, tree_files
 from ..graph.types import NodeType
 from ..store.decompositions import DECOMPOSITIONS, write_decompositions
+from ..store.folder import check_index_folder
 from ..store.generations import collect_garbage, commit_generation
 from ..store.lock import BACKGROUND, WriterLock
 from ..store.segments import (delta_entry, deltas_of, next_delta_name, scrubbed_overlay, segment_folders,
@@ -108,6 +109,7 @@ def build_index(inputs: Sequence[str | os.PathLike], index_dir: str | os.PathLik
     root = Path(index_dir)
     if root.exists() and not root.is_dir():
         raise BuildError(f"{root}: exists and is not a directory")
+    check_index_folder(root)  # not a folder of other files, nor one inside an index: refused before the lock file
     created = not root.exists()
     # the lock comes first: the existing index and the pending stages are read under it
     if isinstance(inputs, (str, os.PathLike)):

@@ -16,7 +16,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 from ..jsonl import json_objects
 from ..errors import NodeRAGError
@@ -173,17 +173,19 @@ def _iter_jsonl(path: Path) -> Iterator[Document]:
         yield Document(source, title, body, content_hash(title, body), f"{path}:{lineno}")
 
 
-def _expand(inputs: Iterable[str | os.PathLike]) -> list[Path]:
+def _expand(inputs: Iterable[str | os.PathLike], on_skip: Callable[[str], None] | None = None) -> list[Path]:
     files: list[Path] = []
     for item in inputs:
         p = Path(item)
         if p.is_dir():
-            found = sorted(
-                q for q in p.rglob("*")
-                if q.is_file() and q.suffix.lower() in SUPPORTED_SUFFIXES
-                and not any(part.startswith(".") for part in q.relative_to(p).parts)
-            )
-            files.extend(found)
+            found, skipped = [], []
+            for q in p.rglob("*"):
+                if not q.is_file() or any(part.startswith(".") for part in q.relative_to(p).parts):
+                    continue
+                (found if q.suffix.lower() in SUPPORTED_SUFFIXES else skipped).append(q)
+            files.extend(sorted(found))
+            if skipped and on_skip is not None:
+                on_skip(skipped_note(p, skipped))
         elif p.is_file():
             if p.suffix.lower() not in SUPPORTED_SUFFIXES:
                 raise IngestError(f"{p}: unsupported file type {p.suffix!r}; expected one of {SUPPORTED_SUFFIXES}")
@@ -195,9 +197,20 @@ def _expand(inputs: Iterable[str | os.PathLike]) -> list[Path]:
     return files
 
 
-def iter_documents(inputs: Sequence[str | os.PathLike]) -> Iterator[Document]:
-    """Yield documents of every input in order (directories recursively, sorted), not deduplicated."""
-    for path in _expand(inputs):
+def skipped_note(folder: Path, skipped: Sequence[Path]) -> str:
+    """One line naming the files of unsupported types a folder held (the first few, by name)."""
+    names = sorted(str(q.relative_to(folder)) for q in skipped)
+    shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+    return (f"{folder}: skipped {len(names)} file{'s' if len(names) != 1 else ''} of unsupported type ({shown}); "
+            f"read are {', '.join(SUPPORTED_SUFFIXES)}")
+
+
+def iter_documents(inputs: Sequence[str | os.PathLike], *,
+                   on_skip: Callable[[str], None] | None = None) -> Iterator[Document]:
+    """Yield documents of every input in order (directories recursively, sorted), not deduplicated.
+
+    ``on_skip`` is told, one line per folder, which of its files were skipped for their type."""
+    for path in _expand(inputs, on_skip):
         if path.suffix.lower() == ".jsonl":
             yield from _iter_jsonl(path)
         else:
@@ -208,8 +221,11 @@ def iter_documents(inputs: Sequence[str | os.PathLike]) -> Iterator[Document]:
             yield Document(str(path), title, text, content_hash(title, text), str(path))
 
 
-def ingest(inputs: Sequence[str | os.PathLike], *, known_hashes: Iterable[str] = ()) -> tuple[list[Document], int]:
+def ingest(inputs: Sequence[str | os.PathLike], *, known_hashes: Iterable[str] = (),
+           on_skip: Callable[[str], None] | None = None) -> tuple[list[Document], int]:
     """Read all inputs; return (new unique documents, number of duplicates skipped).
+
+    ``on_skip``: told which files of a folder were skipped for their type (one line per folder).
 
     Documents whose content hash is in ``known_hashes`` (already indexed) or seen
     earlier in this call are skipped. Two documents of this call with the same source id
@@ -223,7 +239,7 @@ def ingest(inputs: Sequence[str | os.PathLike], *, known_hashes: Iterable[str] =
     docs: list[Document] = []
     by_source: dict[str, Document] = {}
     dupes = 0
-    for doc in iter_documents(inputs):
+    for doc in iter_documents(inputs, on_skip=on_skip):
         first = by_source.setdefault(doc.source, doc)
         if first.content_hash != doc.content_hash:
             raise IngestError(f"{doc.origin}: document id {doc.source!r} was already read from {first.origin} "

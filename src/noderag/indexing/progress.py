@@ -18,7 +18,8 @@ class Progress:
         self.enabled = enabled
 
     def bar(self, total: int, desc: str):
-        if not self.enabled:
+        """A bar of ``total`` items (none when progress is off or there is nothing to count: no "chunk: 0it")."""
+        if not self.enabled or total == 0:
             return NullBar()
         from tqdm.auto import tqdm
 

@@ -183,7 +183,7 @@ def start_run(inputs: Sequence, root: Path, config, *, llm=None, embedder=None, 
     docs_rows = load_documents(previous.path, previous.manifest) if previous is not None else DocumentRows()
     drop = delete.resolve(docs_rows) if delete is not None else []
     t0 = time.perf_counter()
-    new_docs, dupes = ingest(inputs) if compact is None and (inputs or delete is None) else ([], 0)
+    new_docs, dupes = ingest(inputs, on_skip=say) if compact is None and (inputs or delete is None) else ([], 0)
     if new_docs and len(docs_rows):  # already indexed (the same content): skipped
         known = docs_rows.present("content_hash", [d.content_hash for d in new_docs])
         dupes += sum(known)

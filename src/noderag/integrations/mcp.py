@@ -148,7 +148,7 @@ def create_server(index: Any, *, llm: Any = None, search_config: Any = None, nam
             if res.error:
                 raise ToolError(f"the LLM gave no answer: {res.error}")
             return {"answer": res.answer, "cited_ids": list(res.cited_ids), "usage": dict(res.usage),
-                    "passages": list(res.retrieval.passages)}
+                    "passages": _payload(index, res.retrieval, 5, config)["passages"]}
 
     @server.resource(STATS_URI, name="stats", description="Index generation, node and edge counts, bytes, "
                                                           "stage times (JSON)", mime_type="application/json")

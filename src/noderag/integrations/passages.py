@@ -1,10 +1,8 @@
 """One retrieval as framework-neutral passages: the text of each ranked passage and its metadata.
 
 The framework retrievers (LangChain, LlamaIndex) and the MCP server all return what
-``Index.retrieve`` ranks, in its order: passage ``i`` is ``result.passages[i]``, its text the text
-of its best-scoring chunk (``result.passage_node_ids[i]``, a T node), its score
-``result.passage_scores[i]``. Node texts are read through the searcher's memory-mapped tables, so
-a call touches only the returned nodes.
+``Index.retrieve`` ranks, in its order: passage ``i`` is ``result.passages[i]`` (a
+:class:`~noderag.search.result.Passage`: its id, title, score and the text of its best-scoring chunk).
 """
 
 from __future__ import annotations
@@ -49,6 +47,7 @@ def node_payload(node) -> dict[str, Any]:
 def passages(index: Any, result: Any, k: int | None, *, config: Any = None) -> list[dict[str, Any]]:
     """The first ``k`` (None: all) ranked passages of ``result`` as ``{"text", "metadata"}`` dicts.
 
+    ``text`` and ``title`` are what ``result.passages`` carries (the text of the passage's best chunk);
     ``metadata``: ``passage_id`` (the source id: the JSONL ``id`` or the file path), ``node_id``
     (the T node whose text this is), ``doc_id``, ``title``, ``score``, ``rank`` (0-based),
     ``generation``, ``matched`` (whether anything matched confidently), ``query``, ``context``
@@ -57,41 +56,15 @@ def passages(index: Any, result: Any, k: int | None, *, config: Any = None) -> l
     """
     if k is not None and k < 1:
         raise ValueError(f"k must be >= 1 (or None for every passage), got {k}")
-    n = len(result.passages) if k is None else min(k, len(result.passages))
-    ids = [int(i) for i in result.passage_node_ids[:n]]
+    ranked = result.passages if k is None else result.passages[:k]
     searcher = index.searcher(config)
-    texts = searcher.node_texts(ids)
-    docs = [int(searcher.tables.doc[i]) for i in ids]
-    titles = _titles(index, docs)
+    docs = [int(searcher.tables.doc[int(p.node_id)]) for p in ranked]
     nodes = [node_payload(nd) for nd in result.nodes]
-    out = []
-    for rank, (pid, nid, score, text, doc) in enumerate(zip(result.passages[:n], ids, result.passage_scores[:n],
-                                                            texts, docs)):
-        out.append({"text": text, "metadata": {
-            "passage_id": pid, "node_id": nid, "doc_id": doc, "title": titles.get(doc), "score": float(score),
-            "rank": rank, "generation": result.generation, "matched": bool(result.matched), "query": result.query,
-            "context": result.context, "context_node_ids": [int(i) for i in result.context_node_ids],
-            "nodes": nodes}})
-    return out
-
-
-def _titles(index: Any, docs: list[int]) -> dict[int, str | None]:
-    """Titles of some documents, from the (memory-mapped) documents table; its doc_id column is cached."""
-    import numpy as np
-
-    if not docs:
-        return {}
-    table = index.documents
-    ids = index.__dict__.get("_integration_doc_ids")
-    if ids is None:
-        ids = np.asarray(table.column("doc_id").to_numpy(zero_copy_only=False), dtype=np.int64)
-        index.__dict__["_integration_doc_ids"] = ids
-    out: dict[int, str | None] = {}
-    titles = table.column("title")
-    for d in set(docs):
-        rows = np.flatnonzero(ids == d) if not (0 <= d < ids.shape[0] and ids[d] == d) else [d]
-        out[d] = titles[int(rows[0])].as_py() if len(rows) else None
-    return out
+    return [{"text": p.text, "metadata": {
+        "passage_id": p.id, "node_id": p.node_id, "doc_id": doc, "title": p.title, "score": p.score,
+        "rank": rank, "generation": result.generation, "matched": bool(result.matched), "query": result.query,
+        "context": result.context, "context_node_ids": [int(i) for i in result.context_node_ids],
+        "nodes": nodes}} for rank, (p, doc) in enumerate(zip(ranked, docs))]
 
 
 class PassageRetriever:

@@ -16,7 +16,7 @@ from functools import lru_cache
 from .fold import fold_zh
 
 __all__ = ["CONNECT", "LEAD", "STOP", "TOKEN", "Mention", "canonical_name", "canonical_token", "extract_mentions",
-           "non_overlapping", "query_entities", "same_name"]
+           "non_overlapping", "query_entities", "same_name", "strip_edges"]
 
 _WS = re.compile(r"\s+")
 # Punctuation (Unicode category P*) and symbols trimmed from both ends of a name.
@@ -26,11 +26,70 @@ _EDGE_CHARS = "".join(
 
 
 _EDGE_SET = frozenset(_EDGE_CHARS)
+# Brackets and quotes that pair: one at an edge stays when its partner is kept inside the name
+# ("Lilu (mythology)"). ASCII "'" is not among them: at an edge it is an apostrophe ("the Beatles'").
+_OPENS = {"(": ")", "[": "]", "{": "}", "\u201c": "\u201d", "\u2018": "\u2019", "\u00ab": "\u00bb",
+          "\uff08": "\uff09", "\u3010": "\u3011", "\u300a": "\u300b", "\u3008": "\u3009",
+          "\u300c": "\u300d", "\u300e": "\u300f"}
+_CLOSES = {c: o for o, c in _OPENS.items()}
+_SYMMETRIC = frozenset('"')  # one character opens and closes: pairs are the 1st and 2nd, the 3rd and 4th, ...
+_PAIRED = frozenset(_OPENS) | frozenset(_CLOSES) | _SYMMETRIC
+
+
+def _partner(text: str, i: int, lo: int, hi: int) -> int:
+    """Index in ``text[lo:hi]`` of the bracket or quote that pairs with ``text[i]``, or -1."""
+    c = text[i]
+    if c in _SYMMETRIC:
+        at = [k for k in range(lo, hi) if text[k] == c]
+        mate = at.index(i) ^ 1
+        return at[mate] if mate < len(at) else -1
+    if c in _OPENS:
+        other, step, stop = _OPENS[c], 1, hi
+    else:
+        other, step, stop = _CLOSES[c], -1, lo - 1
+    depth = 0
+    for k in range(i, stop, step):
+        if text[k] == c:
+            depth += 1
+        elif text[k] == other:
+            depth -= 1
+            if depth == 0:
+                return k
+    return -1
+
+
+def strip_edges(text: str, chars: frozenset[str] | str = _EDGE_SET) -> str:
+    """``text.strip(chars)``, except that a bracket or quote whose partner stays inside the text stays too.
+
+    "Lilu (mythology)." keeps its ")" and "\"Heroes\" (song)" its quotes; a pair around the whole text
+    goes ("(Lilu)" is "Lilu"), as does one without a partner ("Smith)" is "Smith").
+    """
+    lo, hi = 0, len(text)
+    while True:
+        start = (lo, hi)
+        while lo < hi and text[lo] in chars:
+            if text[lo] in _PAIRED:
+                p = _partner(text, lo, lo, hi)
+                if p == hi - 1 and p > lo:  # the pair wraps the whole text
+                    hi -= 1
+                elif p >= 0:
+                    break
+            lo += 1
+        while lo < hi and text[hi - 1] in chars:
+            if text[hi - 1] in _PAIRED:
+                p = _partner(text, hi - 1, lo, hi)
+                if p == lo and p < hi - 1:
+                    lo += 1
+                elif p >= 0:
+                    break
+            hi -= 1
+        if (lo, hi) == start:
+            return text[lo:hi]
 
 
 def canonical_name(text: str) -> str:
     """NFKC, case-folded, Traditional Chinese folded to Simplified, whitespace collapsed, surrounding
-    punctuation stripped (so 臺灣, 台灣 and 台湾 are one name; the text as written is stored elsewhere).
+    punctuation stripped except brackets and quotes paired inside (:func:`strip_edges`; so 臺灣, 台灣 and 台湾 are one name; the text as written is stored elsewhere).
 
     The one normalisation of names: node keys, name links at build time and query matching all use it.
     """
@@ -41,7 +100,7 @@ def canonical_name(text: str) -> str:
     if not text.isalnum():  # a letters-and-digits word holds no whitespace: skip the regex (~0.4 us)
         text = _WS.sub(" ", text)
     if text and (text[0] in _EDGE_SET or text[-1] in _EDGE_SET):  # strip() rebuilds its char set per call
-        text = text.strip(_EDGE_CHARS)
+        text = strip_edges(text)
     return text
 
 

@@ -11,7 +11,18 @@ from typing import Any, TextIO
 from .config import SearchConfig
 from .result import AnswerResult, RetrievalResult
 
-__all__ = ["add_query_arguments", "run_query", "format_result", "search_overrides"]
+__all__ = ["add_query_arguments", "run_query", "format_result", "search_overrides", "passage_count"]
+
+
+def passage_count(text: str) -> int:
+    """``--k``: a number of passages, 1 or more (argparse turns the ValueError into a usage error)."""
+    try:
+        k = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number of passages (1 or more), got {text!r}") from None
+    if k < 1:
+        raise argparse.ArgumentTypeError(f"the number of passages must be 1 or more, got {k}")
+    return k
 
 
 def add_query_arguments(parser: argparse.ArgumentParser) -> None:
@@ -27,7 +38,8 @@ def add_query_arguments(parser: argparse.ArgumentParser) -> None:
                         help="LLM backend setting for --answer, repeatable (dialect, timeout_s, temperature, ...)")
     parser.add_argument("--top-k", type=int, default=None, metavar="N",
                         help="vector entry points per query (search.vector_top_k)")
-    parser.add_argument("--passages", type=int, default=5, metavar="N", help="passages to show (default 5)")
+    parser.add_argument("--k", type=passage_count, default=5, metavar="N",
+                        help="ranked passages to show, also with --json (default 5)")
     parser.add_argument("--context-tokens", type=int, default=None, metavar="N", help="context token budget")
     parser.add_argument("--rule", choices=("restart", "lazy"), default=None, help="PPR update rule")
     parser.add_argument("--iterations", type=int, default=None, metavar="T", help="PPR iterations")
@@ -57,7 +69,8 @@ def _snippet(text: str, width: int = 100) -> str:
 
 def format_result(res: RetrievalResult, *, passages: int = 5, texts: dict[int, str] | None = None,
                   show_context: bool = False, answer: AnswerResult | None = None) -> str:
-    """Human-readable summary of one retrieval (and answer)."""
+    """Human-readable summary of one retrieval (and answer): the first ``passages`` ranked passages with
+    their titles, scores and a line of their text (``texts``: node id -> text, for results without it)."""
     lines = [f"Q: {res.query}"]
     if answer is not None:
         cites = ", ".join(str(i) for i in answer.cited_ids) or "none"
@@ -76,8 +89,12 @@ def format_result(res: RetrievalResult, *, passages: int = 5, texts: dict[int, s
     texts = texts or {}
     for rank, (pid, score, nid) in enumerate(zip(res.passages[:passages], res.passage_scores,
                                                  res.passage_node_ids), 1):
-        snip = _snippet(texts.get(nid, "")) if nid in texts else ""
-        lines.append(f"  {rank:>2}. {pid}  score {score:.3f}  {snip}".rstrip())
+        title = getattr(pid, "title", None)
+        head = f"{title} [{pid}]" if title and title != str(pid) else str(pid)
+        lines.append(f"  {rank:>2}. {head}  score {score:.3f}")
+        text = texts.get(nid) or getattr(pid, "text", "")
+        if text:
+            lines.append(f"      {_snippet(text)}")
     counts: dict[str, int] = {}
     for n in res.nodes:
         counts[n.type.name] = counts.get(n.type.name, 0) + 1
@@ -139,12 +156,12 @@ def run_query(args: argparse.Namespace, *, out: TextIO | None = None) -> int:
                 status = max(status, 3)
         if args.json:
             obj = answer.to_dict() if answer is not None else res.to_dict()
+            ranked = obj["retrieval"] if answer is not None else obj
+            for key in ("passages", "passage_scores", "passage_node_ids"):  # cut to --k, as HTTP's k does
+                ranked[key] = ranked[key][: args.k]
             out.write(json.dumps(obj, ensure_ascii=False) + "\n")
             continue
-        ids = res.passage_node_ids[: args.passages]
-        texts = dict(zip(ids, searcher.node_texts(ids))) if ids else {}
         if i:
             out.write("\n")
-        out.write(format_result(res, passages=args.passages, texts=texts, show_context=args.show_context,
-                                answer=answer) + "\n")
+        out.write(format_result(res, passages=args.k, show_context=args.show_context, answer=answer) + "\n")
     return status

@@ -31,7 +31,7 @@ from .entities import extract_query_entities
 from .lexical import passage_terms, titled, top_scored
 from .ranking import IndexView, QueryContext, Ranking, default_stages, stages_named
 from .rerank import CrossEncoderReranker
-from .result import AnswerResult, RetrievalResult, RetrievedNode
+from .result import AnswerResult, RetrievalResult, RetrievedNode, passage_records
 from .seeds import seed_weights
 
 __all__ = ["Searcher", "LLMNotConfiguredError"]
@@ -185,7 +185,7 @@ class Searcher:
     # ------------------------------------------------------------ public API
     def retrieve(self, query: str, *, query_vector: np.ndarray | None = None) -> RetrievalResult:
         """Retrieve nodes, ranked source passages and a budgeted context for one query."""
-        query = _check_query(query, "query")
+        query = _check_query(query, "the question")
         if query_vector is None:
             query_vector = self.embed([query])[0]
         prep = self._prepare([query], np.atleast_2d(query_vector))[0]
@@ -196,7 +196,7 @@ class Searcher:
         """Retrieve for many queries: one embedding batch, one multi-threaded PPR call."""
         if isinstance(queries, str):
             raise TypeError("queries must be a sequence of strings, not one string (use retrieve)")
-        queries = [_check_query(q, f"queries[{i}]") for i, q in enumerate(queries)]
+        queries = [_check_query(q, f"question {i + 1} of {len(queries)}") for i, q in enumerate(queries)]
         if not queries:
             return []
         if query_vectors is None:
@@ -485,6 +485,7 @@ class Searcher:
         best = float(ctx.entry_sims.max()) if ctx.entry_sims.size else None
         min_sim = float(self.config.min_similarity)
         matched = bool(ctx.name_ids.size) or (best is not None and best >= min_sim)
+        passages = passage_records(self.store, self.tables, passages, pscores, pnodes)  # titles and texts
         self._timed("context", t0)
         return RetrievalResult(ctx.query, nodes, passages, pscores, pnodes, docs, context, n_tok, ctx_ids,
                                list(ctx.entities), ctx.name_ids.tolist(),
@@ -558,5 +559,5 @@ def _check_query(query: Any, name: str) -> str:
         raise ValueError(f"{name} is not valid Unicode: lone surrogate U+{ord(bad):04X} at character {exc.start} "
                          "(decode the input with errors='replace' or fix its encoding)") from None
     if not query.strip():
-        raise ValueError(f"{name} must be a non-empty question")
+        raise ValueError(f"{name} is blank: ask something with words in it")
     return query

@@ -25,7 +25,7 @@ class Limits:
 
 def _question(v: str, field: str) -> str:
     if not v.strip():
-        raise ValueError(f"{field} must be a non-empty question (it is blank)")
+        raise ValueError(f"{field} is blank: ask something with words in it")
     return v
 
 
@@ -41,8 +41,9 @@ class RetrieveRequest(_Strict):
 
     question: str = Field(min_length=1, max_length=Limits.max_question_chars,
                           description="the question (1 to 2000 characters, not blank)")
-    k: int | None = Field(default=None, ge=1, le=Limits.max_k,
-                          description="ranked passages to return (1 to 100; default: all that were ranked)")
+    k: int | None = Field(default=5, ge=1, le=Limits.max_k,
+                          description="ranked passages to return (1 to 100, default 5, as `noderag query --k`; "
+                                      "null: all that were ranked)")
     explain: bool = Field(default=False, description="also return the edges among the retrieved nodes, the seeds "
                                                      "and the texts of the returned passages (for the page's graph)")
 
@@ -57,14 +58,15 @@ class RetrieveManyRequest(_Strict):
 
     questions: list[str] = Field(min_length=1, max_length=Limits.max_questions,
                                  description="1 to 64 questions of 1 to 2000 characters each")
-    k: int | None = Field(default=None, ge=1, le=Limits.max_k, description="ranked passages per question (1 to 100)")
+    k: int | None = Field(default=5, ge=1, le=Limits.max_k,
+                          description="ranked passages per question (1 to 100, default 5; null: all)")
 
     @field_validator("questions")
     @classmethod
     def _each(cls, v: list[str]) -> list[str]:
         for i, q in enumerate(v):
             if not q.strip():
-                raise ValueError(f"questions[{i}] must be a non-empty question (it is blank)")
+                raise ValueError(f"questions[{i}] is blank: ask something with words in it")
             if len(q) > Limits.max_question_chars:
                 raise ValueError(f"questions[{i}] has {len(q)} characters; at most {Limits.max_question_chars}")
         return v
@@ -91,12 +93,22 @@ class Explain(BaseModel):
     passage_texts: list[str] = Field(description="text of each returned passage's best chunk")
 
 
+class PassageOut(BaseModel):
+    """One ranked passage: its source id, title, the text of its best chunk, score and that chunk's node id."""
+
+    id: str
+    title: str | None
+    text: str
+    score: float
+    node_id: int
+
+
 class RetrievalOut(BaseModel):
     """The JSON of `noderag query --json` (plus ``explain`` when asked)."""
 
     query: str
     nodes: list[NodeBrief]
-    passages: list[str]
+    passages: list[PassageOut]
     passage_scores: list[float]
     passage_node_ids: list[int]
     documents: list[str]

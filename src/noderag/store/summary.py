@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from .manifest import bytes_by_component
 
-__all__ = ["format_summary", "format_bytes"]
+__all__ = ["format_summary", "format_brief", "format_bytes", "edge_breakdown"]
 
 
 #: The build's stages in the order they run (the summary table lists them so, whatever the manifest's key order).
@@ -18,6 +18,28 @@ def format_bytes(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return f"{n:.1f} GB"
+
+
+def edge_breakdown(edges: dict) -> dict:
+    """The manifest's edge counts with, for each kind broken down by node types ("structural.S-N"), a row
+    "KIND.in deltas" for the edges the breakdown leaves out (an insert's delta segments count in the kind's
+    total but are broken down by type only when compacted), so the rows of each kind add up to its total."""
+    out = dict(edges)
+    for kind in dict.fromkeys(name.split(".", 1)[0] for name in edges if "." in name):
+        rest = edges.get(kind, 0) - sum(v for name, v in edges.items() if name.startswith(kind + "."))
+        if rest > 0:
+            out[f"{kind}.in deltas"] = rest
+    return out
+
+
+def format_brief(manifest: dict) -> str:
+    """One line of a manifest's counts: documents, chunks, nodes (active), edges."""
+    counts = manifest.get("counts", {})
+    nodes = sum(counts.get("nodes", {}).values())
+    active = sum(counts.get("active_nodes", counts.get("nodes", {})).values())
+    edges = sum(v for name, v in counts.get("edges", {}).items() if "." not in name)
+    return (f"documents {counts.get('documents', 0):,}, chunks {counts.get('chunks', 0):,}, nodes {nodes:,} "
+            f"({active:,} active), edges {edges:,} (noderag stats for the rest)")
 
 
 def format_summary(manifest: dict) -> str:
@@ -40,7 +62,7 @@ def format_summary(manifest: dict) -> str:
         lines.append(f"{name:<16}{v:>10,}{active.get(name, v):>10,}")
     lines.append(f"{'total':<16}{sum(nodes.values()):>10,}{sum(active.values()):>10,}")
     lines.append("")
-    edges = counts.get("edges", {})
+    edges = edge_breakdown(counts.get("edges", {}))
     lines.append(f"{'edges':<16}{'count':>10}")
     for name, v in edges.items():
         lines.append(f"{name:<24}{v:>10,}" if "." in name else f"{name:<16}{v:>10,}")

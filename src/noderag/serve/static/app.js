@@ -68,13 +68,13 @@ function showCitations(ids, caption = "cites:") {
 function showPassages(res) {
   const ol = $("passages");
   ol.replaceChildren();
-  const texts = (res.explain && res.explain.passage_texts) || [];
-  res.passages.forEach((p, i) => {
-    const li = el("li", { "data-node": res.passage_node_ids[i] });
-    li.append(el("span", { class: "label", title: p }, baseName(p)),
-              el("span", { class: "score" }, "score " + Number(res.passage_scores[i]).toFixed(3)),
-              el("div", { class: "text" }, texts[i] || ""));
-    li.onclick = () => { li.classList.toggle("open"); selectNode(res.passage_node_ids[i]); };
+  res.passages.forEach((p) => {
+    const li = el("li", { "data-node": p.node_id });
+    li.append(el("span", { class: "label", title: p.id }, p.title || baseName(p.id)),
+              el("span", { class: "pid" }, p.title ? baseName(p.id) : ""),
+              el("span", { class: "score" }, "score " + Number(p.score).toFixed(3)),
+              el("div", { class: "text" }, p.text || ""));
+    li.onclick = () => { li.classList.toggle("open"); selectNode(p.node_id); };
     ol.append(li);
   });
   $("ctxinfo").textContent = `(${res.passages.length} ranked; context ${res.context_tokens} tokens from ` +
