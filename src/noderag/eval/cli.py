@@ -74,7 +74,10 @@ def run_eval(args: argparse.Namespace) -> int:
         print("noderag eval: error: --judge needs --llm (the answers it judges)", file=sys.stderr)
         return 2
     progress = not args.no_progress
-    log = (lambda msg: print(f"noderag: {msg}", file=sys.stderr))
+
+    def log(msg: str) -> None:
+        print(f"noderag: {msg}", file=sys.stderr)
+
     build_config = load_config(args.config) if args.config else None
     if args.embed:
         build_config = (build_config or NodeRAGConfig()).with_overrides({"embed.spec": args.embed})

@@ -17,6 +17,11 @@ __all__ = ["write_markdown", "write_plot", "write_per_question", "BASELINE_CONTE
 BASELINE_CONTEXT_PASSAGES = 5  # a passage retriever's context: its top 5 passages (as the benchmark)
 
 
+def _maybe_cell(d: Mapping[str, float] | None) -> str:
+    """:func:`_cell`, or an empty cell where the figure is missing."""
+    return _cell(d) if d else ""
+
+
 def _cell(d: Mapping[str, float]) -> str:
     """``mean [low, high]``."""
     return f"{d['mean']:.4f} [{d['low']:.3f}, {d['high']:.3f}]"
@@ -72,9 +77,8 @@ def _answers_table(res: dict) -> list[str]:
         a = row.get("answers")
         if not a:
             continue
-        cell = (lambda d: "" if not d else _cell(d))
-        lines.append(f"| {m} | {a['answered']} | {a['failed']} | {cell(a['exact_match'])} | {cell(a['f1'])} | "
-                     f"{cell(a['judge_accuracy'])} | {a['mean_prompt_tokens']} | {a['mean_completion_tokens']} |")
+        lines.append(f"| {m} | {a['answered']} | {a['failed']} | {_maybe_cell(a['exact_match'])} | "
+                     f"{_maybe_cell(a['f1'])} | {_maybe_cell(a['judge_accuracy'])} | {a['mean_prompt_tokens']} | {a['mean_completion_tokens']} |")
     return lines
 
 

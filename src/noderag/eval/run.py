@@ -221,6 +221,13 @@ class _Settings:
     config: dict = field(default_factory=dict)  # what results.json records as the run's configuration
 
 
+def _spec_name(backend: Any) -> str | None:
+    """A backend as the results name it: its spec string, else its model id or class name."""
+    if backend is None or isinstance(backend, str):
+        return backend
+    return getattr(backend, "model_id", type(backend).__name__)
+
+
 def _variant_configs(search: Any, variants: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     """The search configuration of each named variant: ``search`` with the variant's changes (validated)."""
     from ..errors import ConfigError
@@ -267,10 +274,9 @@ def _settings(methods, variants, compare, ks, batch_size, search_config, latency
     search = (search_config or SearchConfig()).validate()
     configs = {"noderag": search, **_variant_configs(search, {v: variants[v] for v in variants if v in methods})}
     depth = max(ks[-1], 10, ALL_GOLD_K)
-    spec = (lambda x: x if isinstance(x, str) or x is None else getattr(x, "model_id", type(x).__name__))
     config = {"methods": methods, "ks": ks, "all_gold_k": ALL_GOLD_K, "depth": depth, "batch_size": int(batch_size),
               "latency": bool(latency), "n_resamples": n_resamples, "level": level, "seed": seed,
-              "search_config": search.to_dict(), "llm": spec(llm), "judge": spec(judge),
+              "search_config": search.to_dict(), "llm": _spec_name(llm), "judge": _spec_name(judge),
               "compare": [list(p) for p in pairs]}
     if any(v in methods for v in variants):
         config["variants"] = {v: variants[v] for v in variants if v in methods}

@@ -52,12 +52,10 @@ from typing import Any, Callable
 import numpy as np
 
 from ...graph.storage import tree_files
-from ...graph.types import NodeType
+from ...graph.types import A, H, N, O, R, S, T, NodeType
 from ...store.layout import DELTAS
 
 __all__ = ["ScrubRun", "scrub_reason", "scrubbed_nodes", "tombstone_keys", "is_tombstone", "write_scrubbed"]
-
-T, S, N, R, A, H, O = (int(t) for t in NodeType)
 
 
 def is_tombstone(row: dict) -> bool:
