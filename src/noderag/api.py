@@ -7,6 +7,7 @@ stays cheap.
 
 from __future__ import annotations
 
+import gc
 import os
 from functools import cached_property
 from pathlib import Path
@@ -54,10 +55,16 @@ class Index(IndexStore):
         return self._search.searcher(self, config, llm=llm)
 
     def close(self) -> None:
-        """Release the pinned generation and the prepared searchers; searching afterwards raises
-        :class:`IndexClosedError`."""
+        """Release the pinned generation, the prepared searchers and every loaded table, memory map and file
+        of the generation (a long-lived process that reopens the index keeps no superseded generation open);
+        searching afterwards raises :class:`IndexClosedError`."""
         self._search = None
         super().close()
+        loaded = {name for cls in type(self).__mro__ for name, attr in vars(cls).items()
+                  if isinstance(attr, cached_property)}
+        for name in loaded & set(vars(self)):
+            del self.__dict__[name]
+        gc.collect()  # the searchers' reference cycles hold the maps until a full collection
 
     def retrieve(self, query: str, *, config=None):
         """Retrieve nodes, ranked source passages and a budgeted context for one question."""
