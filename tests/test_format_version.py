@@ -55,7 +55,7 @@ def test_cli_refuses_an_older_format_in_one_line(old_index, tmp_path, capsys, co
     rc = main(argv)
     err = capsys.readouterr().err
     assert rc == 1
-    assert err.strip().splitlines() == [f"noderag: error: {_message(old_index)}"]
+    assert err.strip().splitlines() == [f"noderag {command}: error: {_message(old_index)}"]
     assert sorted(p.relative_to(old_index) for p in old_index.rglob("*")) == before  # nothing written
 
 
