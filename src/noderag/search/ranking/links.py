@@ -63,7 +63,6 @@ def about(ctx: QueryContext, hop1: list[int], strength: dict[int, float]) -> dic
     view = ctx.view
     out: dict[int, float] = {}
     hop = np.asarray(hop1, dtype=np.int64)
-    n_units: dict[int, int] = {}
     for c in hop1:
         ents = np.unique(_entities(view, c))
         ents = ents[absent(ents, ctx.name_ids)]
@@ -80,7 +79,7 @@ def about(ctx: QueryContext, hop1: list[int], strength: dict[int, float]) -> dic
             continue
         pair, k = np.unique(owner * (view.n + 1) + ch, return_counts=True)  # (entity, passage) -> its units
         c2s, ent_of = pair % (view.n + 1), pair // (view.n + 1)
-        share = k / _unit_counts(view, c2s, n_units)
+        share = k / _unit_counts(view, c2s)
         is_about = share >= ABOUT_SHARE
         if not is_about.any():
             continue
@@ -91,13 +90,11 @@ def about(ctx: QueryContext, hop1: list[int], strength: dict[int, float]) -> dic
     return out
 
 
-def _unit_counts(view: IndexView, chunks: np.ndarray, memo: dict[int, int]) -> np.ndarray:
-    """Units per passage (at least 1), each passage walked once per query."""
-    new = np.asarray(sorted({c for c in chunks.tolist() if c not in memo}), dtype=np.int64)
-    if new.size:
-        o2, _ = view.walk(new, _S)
-        memo.update(zip(new.tolist(), np.maximum(np.bincount(o2, minlength=new.size), 1).tolist()))
-    return np.fromiter((memo[c] for c in chunks.tolist()), dtype=np.float64, count=chunks.size)
+def _unit_counts(view: IndexView, chunks: np.ndarray) -> np.ndarray:
+    """Units per passage (at least 1), one walk over the distinct passages."""
+    uniq, inv = np.unique(chunks, return_inverse=True)
+    o2, _ = view.walk(uniq, _S)
+    return np.maximum(np.bincount(o2, minlength=uniq.size), 1)[inv].astype(np.float64)
 
 
 def shared(ctx: QueryContext, c: int, skip: list[int]) -> dict[int, float]:
@@ -127,15 +124,16 @@ def shared(ctx: QueryContext, c: int, skip: list[int]) -> dict[int, float]:
 
 def _is_name(view: IndexView, ents: np.ndarray) -> np.ndarray:
     """Which entity nodes have a name with a letter (a year or a number is no entity a passage is about);
-    names are read once per searcher (a bounded cache)."""
-    cache = view.cache.setdefault("name_flags", {})
-    todo = [e for e in ents.tolist() if e not in cache]
-    if todo:
-        if len(cache) > 1_000_000:
-            cache.clear()
-        for e, name in zip(todo, view.tables.texts(todo)):
-            cache[e] = any(ch.isalpha() for ch in (name or ""))
-    return np.fromiter((cache[e] for e in ents.tolist()), dtype=bool, count=ents.size)
+    each name is read once per searcher, its flag kept in a per-node array (-1: not read yet)."""
+    flags = view.cache.get("name_flags")
+    if flags is None:
+        flags = view.cache["name_flags"] = np.full(view.n, -1, dtype=np.int8)
+    got = flags[ents]
+    if (got < 0).any():
+        todo = np.unique(ents[got < 0])
+        flags[todo] = [any(ch.isalpha() for ch in (name or "")) for name in view.tables.texts(todo.tolist())]
+        got = flags[ents]
+    return got > 0
 
 
 def title_links(view: IndexView) -> TitleLinks:
