@@ -89,31 +89,35 @@ def interleaved(searchers: dict, questions: list[str], qvecs: np.ndarray, repeat
     return lat, cpu
 
 
-def per_stage(searcher, questions: list[str], qvecs: np.ndarray, repeats: int) -> dict:
-    """p50/p95 CPU time of each phase over the questions (each question's best of ``repeats``); {} without
-    timings. The phase clock of the searcher's modules reads the thread's CPU time for the pass (the machine
-    is shared: wall time per phase is mostly time spent waiting for a core)."""
-    if not hasattr(searcher, "timings"):
-        return {}
-    mods = {sys.modules[type(searcher).__module__], sys.modules[type(searcher.ranking).__module__]}
+def per_stage(searchers: dict, questions: list[str], qvecs: np.ndarray, repeats: int) -> dict[str, dict]:
+    """Per searcher, p50/p95 CPU time of each phase over the questions (each question's best of ``repeats``, the
+    searchers interleaved per question); {} for a searcher without timings. The phase clock of each searcher's
+    modules reads the thread's CPU time for the pass (the machine is shared: wall time per phase is mostly time
+    spent waiting for a core)."""
+    timed = {name: s for name, s in searchers.items() if hasattr(s, "timings")}
+    mods = {sys.modules[type(s).__module__] for s in timed.values()}
+    mods |= {sys.modules[type(s.ranking).__module__] for s in timed.values()}
     cpu_clock = types.SimpleNamespace(perf_counter=time.thread_time)
     saved = {m: m.time for m in mods}
-    best: dict[str, np.ndarray] = {}
+    best: dict[str, dict[str, np.ndarray]] = {name: {} for name in timed}
     try:
         for m in mods:
             m.time = cpu_clock
         for i, (q, v) in enumerate(zip(questions, qvecs)):
             for _ in range(repeats):
-                searcher.timings = {}
-                searcher.retrieve(q, query_vector=v)
-                for name, ts in searcher.timings.items():
-                    arr = best.setdefault(name, np.full(len(questions), np.inf))
-                    arr[i] = min(arr[i], sum(ts))
+                for name, searcher in timed.items():
+                    searcher.timings = {}
+                    searcher.retrieve(q, query_vector=v)
+                    for phase, ts in searcher.timings.items():
+                        arr = best[name].setdefault(phase, np.full(len(questions), np.inf))
+                        arr[i] = min(arr[i], sum(ts))
     finally:
         for m, t in saved.items():
             m.time = t
-        searcher.timings = None
-    return {name: _pcts(np.where(np.isfinite(arr), arr, 0.0)) for name, arr in best.items()}
+        for searcher in timed.values():
+            searcher.timings = None
+    return {name: {phase: _pcts(np.where(np.isfinite(arr), arr, 0.0)) for phase, arr in b.items()}
+            for name, b in best.items()}
 
 
 def batch_qps(searchers: dict, questions: list[str], qvecs: np.ndarray, repeats: int) -> dict[str, float]:
@@ -173,6 +177,8 @@ def measure(args) -> dict:
                                            for name in ("default", "before") if name in lat}}
                for t in sorted(set(types))}
     manifest = getattr(index, "manifest", {}) or {}
+    phases = per_stage({name: searchers[name] for name in ("default", "before") if name in searchers}, questions,
+                       qvecs, args.repeats)
     qps = batch_qps({name: searchers[name] for name in ("default", "before") if name in searchers}, questions, qvecs,
                     args.repeats)
     return {"index": str(args.index), "counts": manifest.get("counts"), "n_questions": len(questions),
@@ -181,9 +187,8 @@ def measure(args) -> dict:
             "machine": f"{platform.machine()}, {os.cpu_count()} cores, python {platform.python_version()}",
             "load_average": [round(x, 2) for x in os.getloadavg()], "git_revision": _git_revision(),
             "command": "python benchmarks/bench_search_cost.py " + " ".join(args.argv),
-            "rows": rows, "by_type": by_type, "stages": per_stage(first, questions, qvecs, args.repeats),
-            "stages_before": (per_stage(searchers["before"], questions, qvecs, args.repeats)
-                              if "before" in searchers else {}),
+            "rows": rows, "by_type": by_type, "stages": phases.get("default", {}),
+            "stages_before": phases.get("before", {}),
             "batch_qps": qps}
 
 
@@ -216,7 +221,7 @@ def markdown(out: dict) -> list[str]:
     before = out.get("stages_before") or {}
     lines += ["", "Default configuration per phase, CPU time of the querying thread (each question's best of the "
               "repeats; the ranking stages in their order; `prepare` is name matches, BM25 and the seeds), and "
-              "the same for the before package:", "",
+              "the same for the before package, interleaved with it per question:", "",
               "| phase | p50 CPU ms | p95 CPU ms | before p50 CPU ms | before p95 CPU ms |", "|---|---|---|---|---|"]
     for k, r in out["stages"].items():
         b = before.get(k, {"p50_ms": "", "p95_ms": ""})
