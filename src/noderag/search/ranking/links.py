@@ -63,31 +63,49 @@ def about(ctx: QueryContext, hop1: list[int], strength: dict[int, float]) -> dic
     view = ctx.view
     out: dict[int, float] = {}
     hop = np.asarray(hop1, dtype=np.int64)
-    for c in hop1:
-        ents = np.unique(_entities(view, c))
-        ents = ents[absent(ents, ctx.name_ids)]
-        ents = ents[_is_name(view, ents)][:MAX_ENTITIES]
-        if not ents.size:
-            continue
-        owner, s_of = view.walk(ents, _S)
-        small = np.bincount(owner, minlength=ents.size) <= MAX_DEGREE  # hubs do not bridge
-        owner, s_of = owner[small[owner]], s_of[small[owner]]
-        ch = view.chunk[s_of].astype(np.int64)
-        ok = (ch >= 0) & (ch != c) & absent(ch, hop)
-        owner, ch = owner[ok], ch[ok]
-        if not ch.size:
-            continue
-        pair, k = np.unique(owner * (view.n + 1) + ch, return_counts=True)  # (entity, passage) -> its units
-        c2s, ent_of = pair % (view.n + 1), pair // (view.n + 1)
-        share = k / _unit_counts(view, c2s)
-        is_about = share >= ABOUT_SHARE
-        if not is_about.any():
-            continue
-        c2s, ent_of, share = c2s[is_about], ent_of[is_about], share[is_about]
-        share = share / np.bincount(ent_of, minlength=ents.size)[ent_of].astype(np.float64) ** ABOUT_SPLIT
-        for c2, v in zip(c2s.tolist(), (share * strength[c]).tolist()):
-            out[c2] = max(out.get(c2, 0.0), v)
+    src, ents = _source_entities(ctx, hop)  # one slot per (source, entity), by source then entity
+    if not ents.size:
+        return out
+    owner, s_of = view.walk(ents, _S)
+    owner = np.asarray(owner, dtype=np.int64)
+    small = np.bincount(owner, minlength=ents.size) <= MAX_DEGREE  # hubs do not bridge
+    owner, s_of = owner[small[owner]], s_of[small[owner]]
+    ch = view.chunk[s_of].astype(np.int64)
+    ok = (ch >= 0) & absent(ch, hop)
+    owner, ch = owner[ok], ch[ok]
+    if not ch.size:
+        return out
+    pair, k = np.unique(owner * (view.n + 1) + ch, return_counts=True)  # (slot, passage) -> its units
+    c2s, slot = pair % (view.n + 1), pair // (view.n + 1)
+    share = k / _unit_counts(view, c2s)
+    is_about = share >= ABOUT_SHARE
+    c2s, slot, share = c2s[is_about], slot[is_about], share[is_about]
+    share = share / np.bincount(slot, minlength=ents.size)[slot].astype(np.float64) ** ABOUT_SPLIT
+    by_source = np.asarray([strength[c] for c in hop1], dtype=np.float64)
+    for c2, v in zip(c2s.tolist(), (share * by_source[src[slot]]).tolist()):
+        out[c2] = max(out.get(c2, 0.0), v)
     return out
+
+
+def _source_entities(ctx: QueryContext, hop: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(source position in ``hop``, entity) of each distinct entity a source's units name that the question
+    does not and whose name has a letter, at most :data:`MAX_ENTITIES` per source (the lowest ids), by source
+    then entity: every source's entities in one walk."""
+    view = ctx.view
+    u_src, units = view.walk(hop, _S)
+    e_unit, ents = view.walk(units, _N)
+    if not ents.size:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    src = np.asarray(u_src, dtype=np.int64)[np.asarray(e_unit, dtype=np.int64)]
+    key = np.unique(src * (view.n + 1) + np.asarray(ents, dtype=np.int64))
+    src, ents = key // (view.n + 1), key % (view.n + 1)
+    keep = absent(ents, ctx.name_ids)
+    src, ents = src[keep], ents[keep]
+    keep = _is_name(view, ents)
+    src, ents = src[keep], ents[keep]
+    first = np.searchsorted(src, src)  # each slot's rank within its source
+    keep = np.arange(src.size) - first < MAX_ENTITIES
+    return src[keep], ents[keep]
 
 
 def _unit_counts(view: IndexView, chunks: np.ndarray) -> np.ndarray:
