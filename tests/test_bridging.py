@@ -339,3 +339,24 @@ def test_about_over_several_sources_equals_the_walk_source_by_source(monkeypatch
             assert list(got.items()) == list(want.items()), hop1
             seen_bridge |= bool(got)
     assert seen_bridge
+
+
+@pytest.mark.parametrize("cap", [1, 128])
+def test_shared_of_every_source_at_once_equals_each_source_alone(monkeypatch, cap):
+    """The shared-entity walk of all sources at once gives each source the passages, strengths (the same float
+    sums) and order of :func:`shared` for that source alone, with the entity and passage caps."""
+    import noderag.search.ranking.links as links
+
+    monkeypatch.setattr(links, "MAX_ENTITIES", cap)
+    monkeypatch.setattr(links, "MAX_SHARED", cap)
+    s, ctx = _context(bridge_store(MORE_NODES, MORE_STRUCT, MORE_TITLES))
+    chunks = np.flatnonzero(s.types == int(NT.T)).tolist()
+    seen = False
+    for a in chunks:
+        for b in chunks:
+            hop1 = [a] if a == b else [a, b]
+            got = links.shared_each(ctx, hop1)
+            want = [(c, links.shared(ctx, c, hop1)) for c in hop1]
+            assert [(c, list(d.items())) for c, d in got] == [(c, list(d.items())) for c, d in want], hop1
+            seen |= any(d for _, d in got)
+    assert seen

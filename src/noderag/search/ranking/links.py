@@ -14,8 +14,8 @@ from ...graph.types import NodeType
 from ..titles import TitleLinks
 from .context import IndexView, QueryContext
 
-__all__ = ["ABOUT_SHARE", "ABOUT_SPLIT", "MAX_DEGREE", "MAX_SHARED", "absent", "about", "shared", "title_links", "title_groups",
-           "titled_passages"]
+__all__ = ["ABOUT_SHARE", "ABOUT_SPLIT", "MAX_DEGREE", "MAX_SHARED", "absent", "about", "shared", "shared_each",
+           "title_links", "title_groups", "titled_passages"]
 
 _T, _S, _N = int(NodeType.T), int(NodeType.S), int(NodeType.N)
 #: A passage is about an entity when at least half of its semantic units name it (a majority, not a tuned weight).
@@ -138,6 +138,46 @@ def shared(ctx: QueryContext, c: int, skip: list[int]) -> dict[int, float]:
         keep = np.lexsort((uniq, -strength))[:MAX_SHARED]
         uniq, strength = uniq[keep], strength[keep]
     return dict(zip(uniq.tolist(), strength.tolist()))
+
+
+def shared_each(ctx: QueryContext, hop1: list[int]) -> list[tuple[int, dict[int, float]]]:
+    """:func:`shared` of every ``hop1`` passage (``skip`` = ``hop1``), ``(source, its dict)`` in ``hop1`` order:
+    all sources walked at once, each passage's strength summed in the same order as source by source."""
+    view = ctx.view
+    hop = np.asarray(hop1, dtype=np.int64)
+    u_src, units = view.walk(hop, _S)
+    e_unit, ents = view.walk(units, _N)  # each source's entities, a block per source (walk order)
+    src = np.asarray(u_src, dtype=np.int64)[np.asarray(e_unit, dtype=np.int64)]
+    ents = np.asarray(ents, dtype=np.int64)
+    if ctx.name_ids.size:
+        keep = absent(ents, ctx.name_ids)
+        src, ents = src[keep], ents[keep]
+    deg = (view.s_indptr[ents + 1] - view.s_indptr[ents]).astype(np.float64)
+    keep = deg <= MAX_DEGREE
+    src, ents, deg = src[keep], ents[keep], deg[keep]
+    keep = np.arange(src.size) - np.searchsorted(src, src) < MAX_ENTITIES  # the first ones of each source
+    src, ents, deg = src[keep], ents[keep], deg[keep]
+    out: list[tuple[int, dict[int, float]]] = [(c, {}) for c in hop1]
+    if not ents.size:
+        return out
+    owner, s_of = view.walk(ents, _S)
+    owner = np.asarray(owner, dtype=np.int64)
+    ch = view.chunk[s_of].astype(np.int64)
+    ok = (ch >= 0) & absent(ch, hop)
+    ch, w, by = ch[ok], (1.0 / np.log1p(deg))[owner[ok]], src[owner[ok]]
+    if not ch.size:
+        return out
+    key, inv = np.unique(by * (view.n + 1) + ch, return_inverse=True)
+    strength = np.bincount(inv.ravel(), weights=w, minlength=key.size)
+    key_src, uniq = key // (view.n + 1), key % (view.n + 1)
+    for i, (c, found) in enumerate(out):
+        lo, hi = np.searchsorted(key_src, [i, i + 1])
+        u, st = uniq[lo:hi], strength[lo:hi]
+        if u.size > MAX_SHARED:  # the most strongly linked (ties to the lower id): a bounded fit per source
+            top = np.lexsort((u, -st))[:MAX_SHARED]
+            u, st = u[top], st[top]
+        found.update(zip(u.tolist(), st.tolist()))
+    return out
 
 
 def _is_name(view: IndexView, ents: np.ndarray) -> np.ndarray:
