@@ -325,7 +325,7 @@ def _about_per_source(ctx, hop1: list[int], strength: dict[int, float]) -> dict[
 def test_about_over_several_sources_equals_the_walk_source_by_source(monkeypatch, max_entities):
     """The "about" walk of all sources at once (one walk for all) gives the bridges, floats and order of the
     walk source by source, the per-source entity cap included, for every ordered pair of sources."""
-    import noderag.search.ranking.links as links
+    from noderag.search.ranking import links
 
     monkeypatch.setattr(links, "MAX_ENTITIES", max_entities)
     s, ctx = _context(bridge_store(MORE_NODES, MORE_STRUCT, MORE_TITLES))
@@ -345,7 +345,7 @@ def test_about_over_several_sources_equals_the_walk_source_by_source(monkeypatch
 def test_shared_of_every_source_at_once_equals_each_source_alone(monkeypatch, cap):
     """The shared-entity walk of all sources at once gives each source the passages, strengths (the same float
     sums) and order of :func:`shared` for that source alone, with the entity and passage caps."""
-    import noderag.search.ranking.links as links
+    from noderag.search.ranking import links
 
     monkeypatch.setattr(links, "MAX_ENTITIES", cap)
     monkeypatch.setattr(links, "MAX_SHARED", cap)

@@ -163,7 +163,7 @@ def test_term_impacts_equal_single_term_scores_bound_or_not(texts, terms, picks,
 def test_term_impacts_of_kept_lists_binary_searched_equal_the_scatter(texts, terms, picks):
     """A kept posting list long against the asked ids is read by a binary search over its ordinal-sorted copy:
     the impacts are those of the scatter over the same list (repeats included), every call."""
-    import noderag.search.lexical as lexical
+    from noderag.search import lexical
 
     ids = np.arange(len(texts), dtype=np.int64) * 2
     asked = np.asarray(picks, dtype=np.int64)
