@@ -289,3 +289,74 @@ def test_title_links_skip_words_that_start_no_title():
     links = TitleLinks({0: "Hank Snow", 1: "Nashville, Tennessee"}, np.array([5, 6]), np.array([0, 1]))
     assert links.named_docs("Snow fell on Hank Snow in Nashville and Tennessee.") == [0, 1]
     assert links.named_docs("Snow Hank.") == []
+
+
+def _about_per_source(ctx, hop1: list[int], strength: dict[int, float]) -> dict[int, float]:
+    """The "about" walk source by source (the reference the one-walk form keeps)."""
+    from noderag.search.ranking import links
+
+    view, out, hop = ctx.view, {}, np.asarray(hop1, dtype=np.int64)
+    for c in hop1:
+        ents = np.unique(links._entities(view, c))
+        ents = ents[links.absent(ents, ctx.name_ids)]
+        ents = ents[links._is_name(view, ents)][:links.MAX_ENTITIES]
+        if not ents.size:
+            continue
+        owner, s_of = view.walk(ents, int(NT.S))
+        small = np.bincount(owner, minlength=ents.size) <= links.MAX_DEGREE
+        owner, s_of = owner[small[owner]], s_of[small[owner]]
+        ch = view.chunk[s_of].astype(np.int64)
+        ok = (ch >= 0) & links.absent(ch, hop)
+        owner, ch = owner[ok].astype(np.int64), ch[ok]
+        if not ch.size:
+            continue
+        pair, k = np.unique(owner * (view.n + 1) + ch, return_counts=True)
+        c2s, ent_of = pair % (view.n + 1), pair // (view.n + 1)
+        share = k / links._unit_counts(view, c2s)
+        about = share >= links.ABOUT_SHARE
+        c2s, ent_of, share = c2s[about], ent_of[about], share[about]
+        share = share / np.bincount(ent_of, minlength=ents.size)[ent_of].astype(np.float64) ** links.ABOUT_SPLIT
+        for c2, v in zip(c2s.tolist(), (share * strength[c]).tolist()):
+            out[c2] = max(out.get(c2, 0.0), v)
+    return out
+
+
+@pytest.mark.parametrize("max_entities", [1, 128])
+def test_about_over_several_sources_equals_the_walk_source_by_source(monkeypatch, max_entities):
+    """The "about" walk of all sources at once (one walk for all) gives the bridges, floats and order of the
+    walk source by source, the per-source entity cap included, for every ordered pair of sources."""
+    from noderag.search.ranking import links
+
+    monkeypatch.setattr(links, "MAX_ENTITIES", max_entities)
+    s, ctx = _context(bridge_store(MORE_NODES, MORE_STRUCT, MORE_TITLES))
+    chunks = np.flatnonzero(s.types == int(NT.T)).tolist()
+    strength = {c: 1.0 / (1 + i) for i, c in enumerate(chunks)}
+    seen_bridge = False
+    for a in chunks:
+        for b in chunks:
+            hop1 = [a] if a == b else [a, b]
+            got, want = links.about(ctx, hop1, strength), _about_per_source(ctx, hop1, strength)
+            assert list(got.items()) == list(want.items()), hop1
+            seen_bridge |= bool(got)
+    assert seen_bridge
+
+
+@pytest.mark.parametrize("cap", [1, 128])
+def test_shared_of_every_source_at_once_equals_each_source_alone(monkeypatch, cap):
+    """The shared-entity walk of all sources at once gives each source the passages, strengths (the same float
+    sums) and order of :func:`shared` for that source alone, with the entity and passage caps."""
+    from noderag.search.ranking import links
+
+    monkeypatch.setattr(links, "MAX_ENTITIES", cap)
+    monkeypatch.setattr(links, "MAX_SHARED", cap)
+    s, ctx = _context(bridge_store(MORE_NODES, MORE_STRUCT, MORE_TITLES))
+    chunks = np.flatnonzero(s.types == int(NT.T)).tolist()
+    seen = False
+    for a in chunks:
+        for b in chunks:
+            hop1 = [a] if a == b else [a, b]
+            got = links.shared_each(ctx, hop1)
+            want = [(c, links.shared(ctx, c, hop1)) for c in hop1]
+            assert [(c, list(d.items())) for c, d in got] == [(c, list(d.items())) for c, d in want], hop1
+            seen |= any(d for _, d in got)
+    assert seen

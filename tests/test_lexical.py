@@ -156,3 +156,31 @@ def test_term_impacts_equal_single_term_scores_bound_or_not(texts, terms, picks,
         expected[row] = [score.get(i, 0.0) for i in asked.tolist()]
     for lex in (plain, bound, bound):  # the scratch is clean after each call
         np.testing.assert_array_equal(lex.term_impacts(terms, asked), expected)
+
+
+@settings(max_examples=60, deadline=None)
+@given(texts=texts_st, terms=st.lists(st.sampled_from(WORDS + ["absent"]), min_size=1, max_size=6, unique=True),
+       picks=st.lists(st.integers(0, 40), min_size=1, max_size=2))
+def test_term_impacts_of_kept_lists_binary_searched_equal_the_scatter(texts, terms, picks):
+    """A kept posting list long against the asked ids is read by a binary search over its ordinal-sorted copy:
+    the impacts are those of the scatter over the same list (repeats included), every call."""
+    from noderag.search import lexical
+
+    ids = np.arange(len(texts), dtype=np.int64) * 2
+    asked = np.asarray(picks, dtype=np.int64)
+    asked = asked[asked < ids[-1] + 1]
+    asked = np.asarray([i - i % 2 for i in asked.tolist()] or [0], dtype=np.int64)  # bound passages only
+    scatter = LexicalIndex(lexical_arrays(ids, texts))
+    scatter.bind_passages(ids)
+    searched = LexicalIndex(lexical_arrays(ids, texts))
+    searched.bind_passages(ids)
+    expected = scatter.term_impacts(terms, asked)
+    old = lexical.TERM_CACHE_FROM
+    lexical.TERM_CACHE_FROM = 1  # every list kept, so each long one is binary-searched
+    try:
+        for _ in range(2):  # sorted at the first call, reused at the second
+            np.testing.assert_array_equal(searched.term_impacts(terms, asked), expected)
+    finally:
+        lexical.TERM_CACHE_FROM = old
+    long_lists = [k for k, (o, _) in searched._term_cache.items() if o.size > 4 * asked.size]
+    assert set(searched._term_sorted) == set(long_lists)

@@ -154,6 +154,7 @@ class LexicalIndex:
         self._scratch = threading.local()  # per thread: score accumulator and stamps over passage ordinals
         self._term_cache: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}  # (start, end) -> ordinals, impacts
         self._term_cached = 0  # postings held by _term_cache
+        self._term_sorted: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}  # the same, by ordinal
         self._hashes: dict[str, int] = {}  # query term -> its hash (a term recurs across a query's look-ups)
 
     def _term_hashes(self, terms) -> np.ndarray:
@@ -181,7 +182,7 @@ class LexicalIndex:
         ordinal[ids] = np.arange(ids.size, dtype=np.int32)
         self._passages, self._ordinal = ids, ordinal
         self._scratch = threading.local()
-        self._term_cache, self._term_cached = {}, 0
+        self._term_cache, self._term_cached, self._term_sorted = {}, 0, {}
 
     @classmethod
     def from_texts(cls, node_ids: np.ndarray, texts: Iterable[str], **kw) -> "LexicalIndex":
@@ -255,7 +256,14 @@ class LexicalIndex:
             if int(id_ords.min()) >= 0 and all(part is not None for part in parts):
                 acc = self._accumulator()
                 gather = id_ords.astype(np.int64)
-                for row, (ords, weights) in zip(found.tolist(), parts):
+                for row, a, b, (ords, weights) in zip(found.tolist(), starts.tolist(), ends.tolist(), parts):
+                    by_ord = self._by_ordinal(a, b) if ords.size > 4 * gather.size else None
+                    if by_ord is not None:  # a long cached list: binary-search the few ids in it
+                        so, sw = by_ord
+                        at = np.minimum(np.searchsorted(so, gather), so.size - 1)
+                        hit = so[at] == gather
+                        out[row, hit] = sw[at[hit]]
+                        continue
                     acc[ords] = weights
                     out[row] = acc[gather]
                     acc[ords] = 0.0
@@ -289,10 +297,24 @@ class LexicalIndex:
             for a in out:
                 a.flags.writeable = False
             if self._term_cached + ords.size > TERM_CACHE_POSTINGS:
-                self._term_cache, self._term_cached = {}, 0
+                self._term_cache, self._term_cached, self._term_sorted = {}, 0, {}
             self._term_cache[(start, end)] = out
             self._term_cached += ords.size
         return out
+
+    def _by_ordinal(self, start: int, end: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """A cached posting list (:meth:`_term_ordinals`) sorted by passage ordinal, with its impacts; None when
+        the list is not cached (a short list is scattered instead). Sorted once per cached list."""
+        got = self._term_sorted.get((start, end))
+        if got is None:
+            cached = self._term_cache.get((start, end))
+            if cached is None:
+                return None
+            ords, weights = cached
+            order = np.argsort(ords, kind="stable")
+            got = ords[order], weights[order]
+            self._term_sorted[(start, end)] = got
+        return got
 
     def _accumulator(self) -> np.ndarray:
         """The thread's float64 scratch over passage ordinals (all zeros between uses)."""

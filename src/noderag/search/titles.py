@@ -48,6 +48,13 @@ def fold_token(token: str) -> str:
     return "".join(c for c in unicodedata.normalize("NFKD", token) if not unicodedata.combining(c)).casefold()
 
 
+@lru_cache(maxsize=1 << 16)
+def _name_start(token: str) -> bool:
+    """Whether a match token may start a title head in a text: capitalised, a digit or a Han character.
+    Memoised like :func:`fold_token` (a Chinese text is one token per character)."""
+    return token[:1].isupper() or token[:1].isdigit() or is_han_token(token)
+
+
 def _key(tokens: list[str]) -> str:
     return " ".join(map(fold_token, tokens))
 
@@ -106,8 +113,7 @@ class TitleLinks:
         if text.isascii():  # a \w+ token below "Z" starts with a digit or a capital
             starts = [i for i, w in enumerate(surface) if "0" <= w[0] <= "Z" and folded[i] in first]
         else:
-            starts = [i for i, w in enumerate(surface) if folded[i] in first
-                      and (w[:1].isupper() or w[:1].isdigit() or is_han_token(w))]
+            starts = [i for i, (w, f) in enumerate(zip(surface, folded)) if f in first and _name_start(w)]
         for s in starts:
             if s < after:
                 continue

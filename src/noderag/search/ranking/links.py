@@ -14,8 +14,8 @@ from ...graph.types import NodeType
 from ..titles import TitleLinks
 from .context import IndexView, QueryContext
 
-__all__ = ["ABOUT_SHARE", "ABOUT_SPLIT", "MAX_DEGREE", "MAX_SHARED", "absent", "about", "shared", "title_links", "title_groups",
-           "titled_passages"]
+__all__ = ["ABOUT_SHARE", "ABOUT_SPLIT", "MAX_DEGREE", "MAX_SHARED", "absent", "about", "shared", "shared_each",
+           "title_links", "title_groups", "titled_passages"]
 
 _T, _S, _N = int(NodeType.T), int(NodeType.S), int(NodeType.N)
 #: A passage is about an entity when at least half of its semantic units name it (a majority, not a tuned weight).
@@ -63,41 +63,56 @@ def about(ctx: QueryContext, hop1: list[int], strength: dict[int, float]) -> dic
     view = ctx.view
     out: dict[int, float] = {}
     hop = np.asarray(hop1, dtype=np.int64)
-    n_units: dict[int, int] = {}
-    for c in hop1:
-        ents = np.unique(_entities(view, c))
-        ents = ents[absent(ents, ctx.name_ids)]
-        ents = ents[_is_name(view, ents)][:MAX_ENTITIES]
-        if not ents.size:
-            continue
-        owner, s_of = view.walk(ents, _S)
-        small = np.bincount(owner, minlength=ents.size) <= MAX_DEGREE  # hubs do not bridge
-        owner, s_of = owner[small[owner]], s_of[small[owner]]
-        ch = view.chunk[s_of].astype(np.int64)
-        ok = (ch >= 0) & (ch != c) & absent(ch, hop)
-        owner, ch = owner[ok], ch[ok]
-        if not ch.size:
-            continue
-        pair, k = np.unique(owner * (view.n + 1) + ch, return_counts=True)  # (entity, passage) -> its units
-        c2s, ent_of = pair % (view.n + 1), pair // (view.n + 1)
-        share = k / _unit_counts(view, c2s, n_units)
-        is_about = share >= ABOUT_SHARE
-        if not is_about.any():
-            continue
-        c2s, ent_of, share = c2s[is_about], ent_of[is_about], share[is_about]
-        share = share / np.bincount(ent_of, minlength=ents.size)[ent_of].astype(np.float64) ** ABOUT_SPLIT
-        for c2, v in zip(c2s.tolist(), (share * strength[c]).tolist()):
-            out[c2] = max(out.get(c2, 0.0), v)
+    src, ents = _source_entities(ctx, hop)  # one slot per (source, entity), by source then entity
+    if not ents.size:
+        return out
+    owner, s_of = view.walk(ents, _S)
+    owner = np.asarray(owner, dtype=np.int64)
+    small = np.bincount(owner, minlength=ents.size) <= MAX_DEGREE  # hubs do not bridge
+    owner, s_of = owner[small[owner]], s_of[small[owner]]
+    ch = view.chunk[s_of].astype(np.int64)
+    ok = (ch >= 0) & absent(ch, hop)
+    owner, ch = owner[ok], ch[ok]
+    if not ch.size:
+        return out
+    pair, k = np.unique(owner * (view.n + 1) + ch, return_counts=True)  # (slot, passage) -> its units
+    c2s, slot = pair % (view.n + 1), pair // (view.n + 1)
+    share = k / _unit_counts(view, c2s)
+    is_about = share >= ABOUT_SHARE
+    c2s, slot, share = c2s[is_about], slot[is_about], share[is_about]
+    share = share / np.bincount(slot, minlength=ents.size)[slot].astype(np.float64) ** ABOUT_SPLIT
+    by_source = np.asarray([strength[c] for c in hop1], dtype=np.float64)
+    for c2, v in zip(c2s.tolist(), (share * by_source[src[slot]]).tolist()):
+        out[c2] = max(out.get(c2, 0.0), v)
     return out
 
 
-def _unit_counts(view: IndexView, chunks: np.ndarray, memo: dict[int, int]) -> np.ndarray:
-    """Units per passage (at least 1), each passage walked once per query."""
-    new = np.asarray(sorted({c for c in chunks.tolist() if c not in memo}), dtype=np.int64)
-    if new.size:
-        o2, _ = view.walk(new, _S)
-        memo.update(zip(new.tolist(), np.maximum(np.bincount(o2, minlength=new.size), 1).tolist()))
-    return np.fromiter((memo[c] for c in chunks.tolist()), dtype=np.float64, count=chunks.size)
+def _source_entities(ctx: QueryContext, hop: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(source position in ``hop``, entity) of each distinct entity a source's units name that the question
+    does not and whose name has a letter, at most :data:`MAX_ENTITIES` per source (the lowest ids), by source
+    then entity: every source's entities in one walk."""
+    view = ctx.view
+    u_src, units = view.walk(hop, _S)
+    e_unit, ents = view.walk(units, _N)
+    if not ents.size:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    src = np.asarray(u_src, dtype=np.int64)[np.asarray(e_unit, dtype=np.int64)]
+    key = np.unique(src * (view.n + 1) + np.asarray(ents, dtype=np.int64))
+    src, ents = key // (view.n + 1), key % (view.n + 1)
+    keep = absent(ents, ctx.name_ids)
+    src, ents = src[keep], ents[keep]
+    keep = _is_name(view, ents)
+    src, ents = src[keep], ents[keep]
+    first = np.searchsorted(src, src)  # each slot's rank within its source
+    keep = np.arange(src.size) - first < MAX_ENTITIES
+    return src[keep], ents[keep]
+
+
+def _unit_counts(view: IndexView, chunks: np.ndarray) -> np.ndarray:
+    """Units per passage (at least 1), one walk over the distinct passages."""
+    uniq, inv = np.unique(chunks, return_inverse=True)
+    o2, _ = view.walk(uniq, _S)
+    return np.maximum(np.bincount(o2, minlength=uniq.size), 1)[inv].astype(np.float64)
 
 
 def shared(ctx: QueryContext, c: int, skip: list[int]) -> dict[int, float]:
@@ -125,17 +140,58 @@ def shared(ctx: QueryContext, c: int, skip: list[int]) -> dict[int, float]:
     return dict(zip(uniq.tolist(), strength.tolist()))
 
 
+def shared_each(ctx: QueryContext, hop1: list[int]) -> list[tuple[int, dict[int, float]]]:
+    """:func:`shared` of every ``hop1`` passage (``skip`` = ``hop1``), ``(source, its dict)`` in ``hop1`` order:
+    all sources walked at once, each passage's strength summed in the same order as source by source."""
+    view = ctx.view
+    hop = np.asarray(hop1, dtype=np.int64)
+    u_src, units = view.walk(hop, _S)
+    e_unit, ents = view.walk(units, _N)  # each source's entities, a block per source (walk order)
+    src = np.asarray(u_src, dtype=np.int64)[np.asarray(e_unit, dtype=np.int64)]
+    ents = np.asarray(ents, dtype=np.int64)
+    if ctx.name_ids.size:
+        keep = absent(ents, ctx.name_ids)
+        src, ents = src[keep], ents[keep]
+    deg = (view.s_indptr[ents + 1] - view.s_indptr[ents]).astype(np.float64)
+    keep = deg <= MAX_DEGREE
+    src, ents, deg = src[keep], ents[keep], deg[keep]
+    keep = np.arange(src.size) - np.searchsorted(src, src) < MAX_ENTITIES  # the first ones of each source
+    src, ents, deg = src[keep], ents[keep], deg[keep]
+    out: list[tuple[int, dict[int, float]]] = [(c, {}) for c in hop1]
+    if not ents.size:
+        return out
+    owner, s_of = view.walk(ents, _S)
+    owner = np.asarray(owner, dtype=np.int64)
+    ch = view.chunk[s_of].astype(np.int64)
+    ok = (ch >= 0) & absent(ch, hop)
+    ch, w, by = ch[ok], (1.0 / np.log1p(deg))[owner[ok]], src[owner[ok]]
+    if not ch.size:
+        return out
+    key, inv = np.unique(by * (view.n + 1) + ch, return_inverse=True)
+    strength = np.bincount(inv.ravel(), weights=w, minlength=key.size)
+    key_src, uniq = key // (view.n + 1), key % (view.n + 1)
+    for i, (c, found) in enumerate(out):
+        lo, hi = np.searchsorted(key_src, [i, i + 1])
+        u, st = uniq[lo:hi], strength[lo:hi]
+        if u.size > MAX_SHARED:  # the most strongly linked (ties to the lower id): a bounded fit per source
+            top = np.lexsort((u, -st))[:MAX_SHARED]
+            u, st = u[top], st[top]
+        found.update(zip(u.tolist(), st.tolist()))
+    return out
+
+
 def _is_name(view: IndexView, ents: np.ndarray) -> np.ndarray:
     """Which entity nodes have a name with a letter (a year or a number is no entity a passage is about);
-    names are read once per searcher (a bounded cache)."""
-    cache = view.cache.setdefault("name_flags", {})
-    todo = [e for e in ents.tolist() if e not in cache]
-    if todo:
-        if len(cache) > 1_000_000:
-            cache.clear()
-        for e, name in zip(todo, view.tables.texts(todo)):
-            cache[e] = any(ch.isalpha() for ch in (name or ""))
-    return np.fromiter((cache[e] for e in ents.tolist()), dtype=bool, count=ents.size)
+    each name is read once per searcher, its flag kept in a per-node array (-1: not read yet)."""
+    flags = view.cache.get("name_flags")
+    if flags is None:
+        flags = view.cache["name_flags"] = np.full(view.n, -1, dtype=np.int8)
+    got = flags[ents]
+    if (got < 0).any():
+        todo = np.unique(ents[got < 0])
+        flags[todo] = [any(ch.isalpha() for ch in (name or "")) for name in view.tables.texts(todo.tolist())]
+        got = flags[ents]
+    return got > 0
 
 
 def title_links(view: IndexView) -> TitleLinks:
