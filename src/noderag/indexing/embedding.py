@@ -137,58 +137,24 @@ def embed_late_resumable(embedder, chunks: Sequence[str], units: Sequence[str], 
     Batches of ``batch_size`` chunks (with their units) are saved under ``stage_dir`` as in
     ``embed_texts_resumable``. Returns (chunk vectors, unit vectors, units embedded late).
     """
-    chunks, units = list(chunks), list(units)
-    unit_chunk = np.asarray(unit_chunk, dtype=np.int64)
-    if unit_chunk.shape != (len(units),) or (unit_chunk.size and (unit_chunk.min() < 0
-                                                                    or unit_chunk.max() >= len(chunks))):
-        raise ValueError("unit_chunk must give a chunk position for every unit")
-    dim = int(embedder.dim)
-    chunk_vecs = np.zeros((len(chunks), dim), dtype=np.float32)
-    unit_vecs = np.zeros((len(units), dim), dtype=np.float32)
-    if not chunks:
-        if units:
-            raise ValueError("units without chunks")
-        return chunk_vecs, unit_vecs, 0
-    name = getattr(embedder, "name", type(embedder).__name__)
-    digest = texts_digest(name, chunks + units + [str(c) for c in unit_chunk.tolist()]
-                           + [p or "" for p in prefixes], batch_size, "late")
-    parts = _Parts(stage_dir, digest, len(chunks) + len(units), dim)
-    order = np.argsort(unit_chunk, kind="stable")
-    bounds = np.searchsorted(unit_chunk[order], np.arange(len(chunks) + 1), side="left")
-    late = 0
-    for b, start in enumerate(range(0, len(chunks), batch_size)):
-        stop = min(start + batch_size, len(chunks))
-        members = order[bounds[start]:bounds[stop]]
-        rows = (stop - start) + members.size
-        vec = parts.load(b, rows)
-        if vec is None:
-            vec = np.zeros((rows, dim), dtype=np.float32)
-            spans: list[list[tuple[int, int]]] = []
-            where: list[int] = []  # unit (position in members) of each span, in flattened order
-            for c in range(start, stop):
-                lo, hi = bounds[c] - bounds[start], bounds[c + 1] - bounds[start]
-                found = unit_spans(chunks[c], [units[u] for u in members[lo:hi].tolist()], prefixes[c])
-                spans.append([sp for sp in found if sp is not None])
-                where.extend(lo + k for k, sp in enumerate(found) if sp is not None)
-            heads = [len(prefixes[c] or "") for c in range(start, stop)]
-            inputs = [(prefixes[c] or "") + chunks[c] for c in range(start, stop)]
-            spans = [[(a + h, b + h) for a, b in sp] for sp, h in zip(spans, heads)]
-            text_vecs, span_vecs, covered = embedder.embed_with_spans(inputs, spans, heads)
-            vec[: stop - start] = text_vecs
-            done = np.zeros(members.size, dtype=bool)
-            where_arr = np.asarray(where, dtype=np.int64)
-            vec[stop - start + where_arr[covered]] = span_vecs[covered]
-            done[where_arr[covered]] = True
-            rest = np.flatnonzero(~done)
-            if rest.size:
-                vec[stop - start + rest] = _embed_checked(embedder, [units[u] for u in members[rest].tolist()], dim)
-            parts.save(b, vec)
-            late += int(covered.sum())
-        chunk_vecs[start:stop] = vec[: stop - start]
-        unit_vecs[members] = vec[stop - start:]
-        if progress is not None:
-            progress.update(rows)
-    return chunk_vecs, unit_vecs, late
+    return _embed_chunks_and_units(embedder, chunks, units, unit_chunk, prefixes, stage_dir, batch_size, progress,
+                                   "late", _late_batch)
+
+
+def _late_batch(embedder, chunks: list[str], unit_lists: list[list[str]], prefixes: list[str | None]):
+    """One batch of :func:`embed_late_resumable`: (chunk vectors, span vectors, covered, flat unit position
+    of each span)."""
+    spans, where, off = [], [], 0
+    for chunk, texts, prefix in zip(chunks, unit_lists, prefixes):
+        found = unit_spans(chunk, texts, prefix)
+        h = len(prefix or "")
+        spans.append([(a + h, b + h) for a, b in (sp for sp in found if sp is not None)])
+        where.extend(off + k for k, sp in enumerate(found) if sp is not None)
+        off += len(texts)
+    heads = [len(p or "") for p in prefixes]
+    inputs = [(p or "") + c for p, c in zip(prefixes, chunks)]
+    text_vecs, span_vecs, covered = embedder.embed_with_spans(inputs, spans, heads)
+    return text_vecs, span_vecs, covered, np.asarray(where, dtype=np.int64)
 
 
 def _exact_spans(chunk: str, units: list[str], prefix: str | None) -> tuple[list[tuple[int, int]], list[str], list[int]]:
@@ -226,7 +192,28 @@ def embed_pieces_resumable(embedder, chunks: Sequence[str], units: Sequence[str]
     ``chunk_out``/``unit_out``: where to put each batch's rows by position (``x[pos] = rows``) instead of
     new float32 arrays, so the build holds no second copy of its vectors. Returns (chunk vectors, unit
     vectors, units pooled from their chunk's tokens), the vectors being ``chunk_out``/``unit_out`` if given."""
-    chunks, units = list(chunks), list(units)
+    return _embed_chunks_and_units(embedder, chunks, units, unit_chunk, prefixes, stage_dir, batch_size, progress,
+                                   "pieces", _pieces_batch, chunk_out, unit_out)
+
+
+def _pieces_batch(embedder, chunks: list[str], unit_lists: list[list[str]], prefixes: list[str | None]):
+    """One batch of :func:`embed_pieces_resumable`, returned as :func:`_late_batch` returns it."""
+    spans, heads, where, off = [], [], [], 0
+    for chunk, texts, prefix in zip(chunks, unit_lists, prefixes):
+        sp, hd, at = _exact_spans(chunk, texts, prefix)
+        spans.append(sp)
+        heads.append(hd)
+        where.extend(off + k for k in at)
+        off += len(texts)
+    text_vecs, span_vecs, covered = embedder.embed_with_pieces(chunks, spans, heads)
+    return text_vecs, span_vecs, covered, np.asarray(where, dtype=np.int64)
+
+
+def _embed_chunks_and_units(embedder, chunks, units, unit_chunk, prefixes, stage_dir, batch_size, progress,
+                            kind: str, embed_batch, chunk_out=None, unit_out=None) -> tuple[np.ndarray, np.ndarray, int]:
+    """The batches, resume and fallback shared by the late and the pieces paths: ``embed_batch`` embeds one
+    batch's chunks with the units it can place in them; every other unit is embedded on its own."""
+    chunks, units, prefixes = list(chunks), list(units), list(prefixes)
     unit_chunk = np.asarray(unit_chunk, dtype=np.int64)
     if unit_chunk.shape != (len(units),) or (unit_chunk.size and (unit_chunk.min() < 0
                                                                     or unit_chunk.max() >= len(chunks))):
@@ -240,11 +227,11 @@ def embed_pieces_resumable(embedder, chunks: Sequence[str], units: Sequence[str]
         return chunk_vecs, unit_vecs, 0
     name = getattr(embedder, "name", type(embedder).__name__)
     digest = texts_digest(name, chunks + units + [str(c) for c in unit_chunk.tolist()]
-                          + [p or "" for p in prefixes], batch_size, "pieces")
+                          + [p or "" for p in prefixes], batch_size, kind)
     parts = _Parts(stage_dir, digest, len(chunks) + len(units), dim)
     order = np.argsort(unit_chunk, kind="stable")
     bounds = np.searchsorted(unit_chunk[order], np.arange(len(chunks) + 1), side="left")
-    pooled = 0
+    placed = 0
     for b, start in enumerate(range(0, len(chunks), batch_size)):
         stop = min(start + batch_size, len(chunks))
         members = order[bounds[start]:bounds[stop]]
@@ -252,29 +239,23 @@ def embed_pieces_resumable(embedder, chunks: Sequence[str], units: Sequence[str]
         vec = parts.load(b, rows)
         if vec is None:
             vec = np.zeros((rows, dim), dtype=np.float32)
-            spans, heads, where = [], [], []  # where: unit (position in members) of each span, flattened
-            for c in range(start, stop):
-                lo, hi = bounds[c] - bounds[start], bounds[c + 1] - bounds[start]
-                sp, hd, at = _exact_spans(chunks[c], [units[u] for u in members[lo:hi].tolist()], prefixes[c])
-                spans.append(sp)
-                heads.append(hd)
-                where.extend(lo + k for k in at)
-            text_vecs, span_vecs, covered = embedder.embed_with_pieces(chunks[start:stop], spans, heads)
+            unit_lists = [[units[u] for u in order[bounds[c]:bounds[c + 1]].tolist()] for c in range(start, stop)]
+            text_vecs, span_vecs, covered, where = embed_batch(embedder, chunks[start:stop], unit_lists,
+                                                               prefixes[start:stop])
             vec[: stop - start] = text_vecs
             done = np.zeros(members.size, dtype=bool)
-            where_arr = np.asarray(where, dtype=np.int64)
-            vec[stop - start + where_arr[covered]] = span_vecs[covered]
-            done[where_arr[covered]] = True
+            vec[stop - start + where[covered]] = span_vecs[covered]
+            done[where[covered]] = True
             rest = np.flatnonzero(~done)
             if rest.size:
                 vec[stop - start + rest] = _embed_checked(embedder, [units[u] for u in members[rest].tolist()], dim)
             parts.save(b, vec)
-            pooled += int(covered.sum())
+            placed += int(covered.sum())
         chunk_vecs[start:stop] = vec[: stop - start]
         unit_vecs[members] = vec[stop - start:]
         if progress is not None:
             progress.update(rows)
-    return chunk_vecs, unit_vecs, pooled
+    return chunk_vecs, unit_vecs, placed
 
 
 class _Rows:
