@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 
 import numpy as np
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import noderag.graph.keys as keys
@@ -55,6 +55,7 @@ def test_canonical_name_is_idempotent(text):
 
 @settings(max_examples=300, deadline=None)
 @given(_texts)
+@example('"? The "')  # a quote whose name is one stop word: found by a random draw, no mention now
 def test_a_mention_indexed_from_a_text_is_matched_in_a_query_to_the_same_key(text):
     """Every mention the decomposer's rules extract from ``text`` is found again when it is asked:
     in the text itself as the query, and alone inside another question (quoted if it is a quote)."""
