@@ -67,13 +67,15 @@ def test_a_mention_indexed_from_a_text_is_matched_in_a_query_to_the_same_key(tex
     matcher = EntityMatcher(ids, names)
     hits = {h.node_id for h in matcher.match(extract_query_entities(text), text)}
     for m in mentions:
+        if m.kind == "quote" and canonical_name(m.text) in ent.STOP:
+            continue  # a quote whose name is one stop word ('"? The "') is no query entity: the known gap below
         same = {j for j in range(len(names)) if canonical_name(names[j]) == canonical_name(m.text)}
         assert same & hits, (text, m)
     for m in mentions:
         if m.kind == "name" and (ent._POSSESSIVE.search(m.text) or text[m.end:m.end + 2] in ("'s", "’s")):
             continue  # "Bank's" (from "Bank's's"), "The" (from "The's"): the possessive decided the name
-        if m.kind == "quote" and m.text.strip().casefold() in ent.STOP:
-            continue  # a quote of one stop word ('" a "') is no query entity: a known gap
+        if m.kind == "quote" and canonical_name(m.text) in ent.STOP:
+            continue  # a quote of one stop word ('" a "', '"? The "') is no query entity: a known gap
         q = f'Who wrote "{m.text}"?' if m.kind == "quote" else f"What do we know about {m.text}?"
         matched = matcher.match(extract_query_entities(q), q)
         keys_found = {canonical_name(names[h.node_id]) for h in matched}

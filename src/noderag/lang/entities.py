@@ -238,8 +238,7 @@ def extract_mentions(sent: str, *, dates: bool = True, numbers: bool = False) ->
     cands: list[Mention] = []
     for m in _QUOTED.finditer(sent):
         inner = m.group(1).strip()
-        # a quote whose name is one stop word ('"? The "') could never be asked for: no entity
-        if 1 <= len(inner.split()) <= 12 and any(ch.isalpha() for ch in inner) and canonical_name(inner) not in STOP:
+        if 1 <= len(inner.split()) <= 12 and any(ch.isalpha() for ch in inner):
             cands.append(Mention(m.start(1), m.end(1), inner, "quote"))
     if dates:
         for m in _DATE.finditer(sent):
