@@ -195,6 +195,7 @@ def test_cli_delete_by_id_and_all_from(tmp_path, capsys):
     assert _key_view(idx) == _key_view(ref)
 
 
+@pytest.mark.slow
 def test_replace_document_with_same_id(tmp_path):
     rows = [{"id": f"d{i}", "title": f"Doc {i}", "text": f"Harbour {i} was built by Engineer Vance{i}. "
                                                          f"It faces the Cold Sea."} for i in range(6)]

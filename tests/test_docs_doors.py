@@ -68,6 +68,7 @@ def test_integrations_example(tmp_path, monkeypatch, capsys):
     assert "Ilse Marren, in 1979." in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_mcp_example(tmp_path, monkeypatch, capfd):
     need("mcp")
     monkeypatch.chdir(tmp_path)
@@ -79,6 +80,7 @@ def test_mcp_example(tmp_path, monkeypatch, capfd):
     assert out[3].startswith("True ") and "question" in out[3]
 
 
+@pytest.mark.slow
 def test_export_example(tmp_path, monkeypatch, capsys):
     psycopg = need("psycopg")
     from noderag.export.local_pg import PostgresNotFound, temporary_cluster

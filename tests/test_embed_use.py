@@ -120,6 +120,7 @@ def _snapshot(path):
     return snap
 
 
+@pytest.mark.slow
 def test_english_auto_build_equals_the_default_build(tmp_path):
     corpus = _jsonl(tmp_path / "en.jsonl", EN_DOCS)
     build_index([corpus], tmp_path / "auto", NodeRAGConfig(), progress=False)

@@ -42,6 +42,7 @@ def test_ray_executor_without_ray_names_the_install_command(tmp_path):
     assert "pip install 'noderag[ray]'" in p.stderr and "Traceback" not in p.stderr
 
 
+@pytest.mark.slow
 def test_local_worker_processes_give_the_in_process_index(tmp_path, monkeypatch):
     """nlp decomposition and the hash embedder in 2 spawned worker processes: the same index as in-process."""
     import pyarrow.parquet as pq

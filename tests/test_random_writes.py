@@ -19,6 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
@@ -30,6 +31,8 @@ from noderag.indexing.update.compact import compact_index
 from noderag.indexing.update.delete import delete_documents
 from noderag.store.generations import remove_old_generations
 from noderag.store.verify import verify_index
+
+pytestmark = pytest.mark.slow  # whole builds, inserts, compactions and killed writers, step after step
 
 EXAMPLES, STEPS = (int(x) for x in os.environ.get("NODERAG_RANDOM_WRITES", "2:5").split(":"))
 #: checkpoints a killed writer stops at (noderag.indexing.journal.checkpoint); past "switch" the write is committed

@@ -28,7 +28,8 @@ from noderag.indexing.update.delete import delete_documents  # noqa: E402
 from noderag.store.generations import current_generation, remove_old_generations  # noqa: E402
 from noderag.store.tables import IndexStore  # noqa: E402
 
-pytestmark = pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="counts /proc/PID/fd (Linux)")
+pytestmark = [pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="counts /proc/PID/fd (Linux)"),
+              pytest.mark.slow]  # real server processes over many generation switches
 
 
 def _rows(prefix: str, n: int) -> list[dict]:

@@ -127,6 +127,7 @@ def _cli_insert(corpus, idx, *extra):
                              "--no-progress", *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+@pytest.mark.slow
 def test_overlapping_inserts_lose_no_documents(tmp_path):
     """The reported lost update: two overlapping inserts into one index must both land (with --wait)."""
     base, b, c = tmp_path / "base.jsonl", tmp_path / "b.jsonl", tmp_path / "c.jsonl"
@@ -148,6 +149,7 @@ def test_overlapping_inserts_lose_no_documents(tmp_path):
     assert len(sources) == 30
 
 
+@pytest.mark.slow
 def test_overlapping_inserts_without_wait_one_fails_cleanly(tmp_path):
     base, b, c = tmp_path / "base.jsonl", tmp_path / "b.jsonl", tmp_path / "c.jsonl"
     _corpus(base, "alpha", 6)

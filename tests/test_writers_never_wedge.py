@@ -61,6 +61,7 @@ def deleted_in_place(tmp_path) -> Path:
     return root
 
 
+@pytest.mark.slow
 def test_second_merging_compaction_after_a_delete_in_place(deleted_in_place):
     root = deleted_in_place
     first = compact_index(root)
