@@ -15,6 +15,8 @@ from noderag.store.errors import IndexDamagedError
 from noderag.store.generations import current_path
 from noderag.store.tables import IndexStore
 
+pytestmark = pytest.mark.slow  # each case damages and reopens a freshly built index with deltas
+
 
 def _rows(prefix: str, n: int) -> list[dict]:
     return [{"id": f"{prefix}-{i}", "title": f"{prefix} {i}",

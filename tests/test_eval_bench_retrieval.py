@@ -17,6 +17,8 @@ from noderag.cli import main
 from noderag.search.ranking import StagedConfig
 from noderag.eval import evaluate
 
+pytestmark = pytest.mark.slow  # builds an index per seed
+
 REPO = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).parent / "data" / "musique"
 METRICS = ("recall@2", "recall@5", "recall@10", "all_gold@8", "mrr", "ndcg@10")

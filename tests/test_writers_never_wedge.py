@@ -30,6 +30,8 @@ from noderag.store.repair import repair_pointer
 from noderag.store.tables import IndexStore
 from noderag.store.verify import verify_index
 
+pytestmark = pytest.mark.slow  # each test builds, deletes and compacts real indexes
+
 
 def _rows(prefix: str, n: int) -> list[dict]:
     return [{"id": f"{prefix}-{i}", "title": f"{prefix} {i}",
