@@ -356,34 +356,7 @@ class OnnxEmbedder(OnnxModel):
             return text_vecs, span_vecs, covered
         runs: list[tuple[int, np.ndarray, int, int, list[tuple[int, int, int]]]] = []
         for i, enc in enumerate(self._full_tokenizer().encode_batch(texts)):
-            content = np.flatnonzero(np.asarray(enc.special_tokens_mask) == 0)
-            ids = np.asarray(enc.ids, dtype=np.int64)  # [CLS] content [SEP]
-            offsets = np.asarray(enc.offsets, dtype=np.int64).reshape(-1, 2)[content]
-            n_head = int(np.searchsorted(offsets[:, 0], heads[i], side="left")) if heads[i] > 0 else 0
-            if n_head > (self.max_length - 2) // 2:  # a head that would crowd out the text is read as text
-                n_head = 0
-            head = ids[content[:n_head]]
-            body = ids[content[n_head:]]
-            offsets = offsets[n_head:]
-            m = body.size
-            window = max(1, self.max_length - 2 - n_head)
-            windows: dict[int, list[tuple[int, int, int]]] = {0: []}
-            pending: list[tuple[int, int, int]] = []
-            for j, (a, b) in enumerate(spans[i]):
-                ts = int(np.searchsorted(offsets[:, 1], int(a), side="right")) if m else 0
-                te = int(np.searchsorted(offsets[:, 0], int(b), side="left")) if m else 0
-                if b <= a or te <= ts or te - ts > window:
-                    continue
-                (windows[0] if te <= window else pending).append((int(first[i]) + j, ts, te))
-            start = None
-            for row, ts, te in sorted(pending, key=lambda p: (p[1], p[2])):
-                if start is None or te > start + window:
-                    start = max(0, min(ts, m - window))
-                    windows.setdefault(start, [])
-                windows[start].append((row, ts, te))
-            for start, members in windows.items():
-                ids_w = np.concatenate([ids[:1], head, body[start : start + window], ids[-1:]])
-                runs.append((i if start == 0 else -1, ids_w, start - n_head, n_head, members))
+            runs += self._span_windows(i, enc, spans[i], heads[i], int(first[i]))
 
         def run(job: tuple[int, np.ndarray, int, int, list[tuple[int, int, int]]]):
             owner, ids_w, shift, n_head, members = job
@@ -404,6 +377,42 @@ class OnnxEmbedder(OnnxModel):
                     covered[row] = True
         span_vecs[covered] = l2_normalize(span_vecs[covered])
         return text_vecs, span_vecs, covered
+
+    def _span_windows(self, owner: int, enc, spans: Sequence[tuple[int, int]], head_chars: int,
+                      first_row: int) -> list[tuple[int, np.ndarray, int, int, list[tuple[int, int, int]]]]:
+        """The forward passes text ``owner`` needs for :meth:`embed_with_spans`: its first window (which gives
+        the text's vector) and one extra window of ``max_length`` tokens per run of spans past it.
+
+        Each pass is (owner, or -1 for an extra window; its token ids; the body token its window starts at,
+        minus the head's length; head tokens; [(span row, first token, end token)] of the spans it covers).
+        """
+        content = np.flatnonzero(np.asarray(enc.special_tokens_mask) == 0)
+        ids = np.asarray(enc.ids, dtype=np.int64)  # [CLS] content [SEP]
+        offsets = np.asarray(enc.offsets, dtype=np.int64).reshape(-1, 2)[content]
+        n_head = int(np.searchsorted(offsets[:, 0], head_chars, side="left")) if head_chars > 0 else 0
+        if n_head > (self.max_length - 2) // 2:  # a head that would crowd out the text is read as text
+            n_head = 0
+        head = ids[content[:n_head]]
+        body = ids[content[n_head:]]
+        offsets = offsets[n_head:]
+        m = body.size
+        window = max(1, self.max_length - 2 - n_head)
+        windows: dict[int, list[tuple[int, int, int]]] = {0: []}
+        pending: list[tuple[int, int, int]] = []
+        for j, (a, b) in enumerate(spans):
+            ts = int(np.searchsorted(offsets[:, 1], int(a), side="right")) if m else 0
+            te = int(np.searchsorted(offsets[:, 0], int(b), side="left")) if m else 0
+            if b <= a or te <= ts or te - ts > window:
+                continue
+            (windows[0] if te <= window else pending).append((first_row + j, ts, te))
+        start = None
+        for row, ts, te in sorted(pending, key=lambda p: (p[1], p[2])):
+            if start is None or te > start + window:
+                start = max(0, min(ts, m - window))
+                windows.setdefault(start, [])
+            windows[start].append((row, ts, te))
+        return [(owner if start == 0 else -1, np.concatenate([ids[:1], head, body[start : start + window], ids[-1:]]),
+                 start - n_head, n_head, members) for start, members in windows.items()]
 
     def __repr__(self) -> str:
         return f"OnnxEmbedder(name={self.name!r}, dim={self.dim}, max_length={self.max_length})"

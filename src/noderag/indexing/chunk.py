@@ -212,10 +212,12 @@ def chunk_documents(texts: Sequence[str], *, first_doc_id: int = 0, first_chunk_
 
 # ----------------------------------------------------------------------------- the stage
 
-def chunk_stage(docs: list, first_doc: int, config, bars, *, min_docs_for_workers: int = 8192) -> list[list]:
-    """``[chunk id, doc id, text]`` rows of the documents ``docs`` (doc ids from ``first_doc``).
+def chunk_stage(docs: list, first_doc: int, chunk, bars, *, workers: int = 1,
+                min_docs_for_workers: int = 8192) -> list[list]:
+    """``[chunk id, doc id, text]`` rows of the documents ``docs`` (doc ids from ``first_doc``), cut as the
+    ``[chunk]`` section ``chunk`` says.
 
-    Large corpora are chunked by forked worker processes (``executor.workers``); rows come
+    Large corpora are chunked by ``workers`` forked worker processes (``executor.workers``); rows come
     back in document order either way.
     """
     from .executor.local import fork_map
@@ -223,9 +225,8 @@ def chunk_stage(docs: list, first_doc: int, config, bars, *, min_docs_for_worker
     rows: list[list] = []
     texts = [d.text for d in docs]
     step = 2048  # documents per batch
-    batches = [(texts[b:b + step], config.chunk.max_tokens, config.chunk.min_tokens)
-               for b in range(0, len(texts), step)]
-    workers = config.executor.workers if len(texts) >= min_docs_for_workers else 1
+    batches = [(texts[b:b + step], chunk.max_tokens, chunk.min_tokens) for b in range(0, len(texts), step)]
+    workers = workers if len(texts) >= min_docs_for_workers else 1
     with bars.bar(len(docs), "chunk") as bar:
         i = 0
         for pieces in fork_map(chunk_texts, batches, workers):

@@ -28,8 +28,9 @@ from __future__ import annotations
 import os
 import shutil
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
@@ -58,7 +59,8 @@ from .embedding import embed_stage
 from .executor.sharded import Executors
 from .finalize import finalize_stage, graph_counts, start_vector_stage, tables_stage, vector_stage
 from .journal import checkpoint
-from .update.scrub import ScrubRun, write_scrubbed
+from .plan import Compaction, DeltaInsert, RunPlan, Scrub
+from .update.scrub import write_scrubbed
 from .run import BuildReport, BuildRun, documents_without_text, start_run
 
 __all__ = ["BuildError", "build_index", "BuildReport"]
@@ -124,7 +126,8 @@ def build_index(inputs: Sequence[str | os.PathLike], index_dir: str | os.PathLik
 
             run = started()
             report = run if isinstance(run, BuildReport) else _execute(run)
-            if isinstance(run, ScrubRun) and run.then_insert:  # the replaced documents are tombstones now
+            if isinstance(run, BuildRun) and isinstance(run.plan.kind, Scrub) and run.plan.kind.then_insert:
+                # the replaced documents are tombstones now: the new versions go in as a second run
                 from dataclasses import replace
 
                 scrubbed = report.deleted_documents
@@ -152,113 +155,138 @@ def _maybe_compact_in_background(run: BuildRun, report: BuildReport, llm, say) -
     from .update.background import LOG, start_background_compaction
     from .update.delta import background_compaction_due
 
-    if not background_compaction_due(report.manifest, generation_path(run.root, report.generation), run.config):
+    plan = run.plan
+    if not background_compaction_due(report.manifest, generation_path(plan.root, report.generation), plan.config):
         return report
     if llm is not None and not isinstance(llm, str):
         say("update.compaction = background: an LLM object cannot be handed to another process; the deltas are "
             "compacted by the insert that takes them past twice update.max_delta_share")
         return report
-    pid = start_background_compaction(run.root, max_delta_share=run.config.update.max_delta_share, llm_spec=llm)
+    pid = start_background_compaction(plan.root, max_delta_share=plan.config.update.max_delta_share, llm_spec=llm)
     say(f"the deltas are over update.max_delta_share: compacting in the background (pid {pid}, "
-        f"log {run.root / LOG})")
+        f"log {plan.root / LOG})")
     return replace(report, background_compaction=pid)
 
 
 def _execute(run: BuildRun) -> BuildReport:
-    """The stages in pipeline order, then the manifest and the commit."""
-    if isinstance(run, ScrubRun):  # a delete of base documents in place
-        manifest, known, written = write_scrubbed(run)
-        return _commit(run, manifest, known=known, durable=written)
-    if run.delta:
+    """The run's stages by its kind, then the manifest and the commit."""
+    plan = run.plan
+    if isinstance(plan.kind, Scrub):  # a delete of base documents in place
+        manifest, known, written = write_scrubbed(plan)
+        return _commit(plan, manifest, known=known, durable=written)
+    if isinstance(plan.kind, DeltaInsert):
         return _execute_delta(run)
-    _ingest(run)
-    _chunk(run)
-    executor = Executors(run.config, run.say)
-    backend = open_llm(run.llm, run.config, run.root, executor)
-    vbuild = None
-    try:
-        failures, n_chunks, link = _decompose_and_assemble(run, executor, backend)
-        emb, vec = _embed(run, executor)
-        vbuild = start_vector_stage(run.table, vec, run.config, run.stages / "vectors")
-        attrs = _attributes(run, link, vec, emb, backend)
-        comm = _communities(run, link, attrs, vec, emb, backend)
-        edges = _tables(run, link, attrs, comm)
-        saved, semantic = _vectors(run, vec, vbuild)
-        del vec  # the vectors live in the index now: the finalize peak need not hold them twice
-        graph = _finalize(run, edges, semantic, link, vbuild, saved)
-        vbuild = None
-    except BaseException:
-        if vbuild is not None:  # a failed run: stop building vector shards nobody will use
+    with _new_documents(run) as new:
+        vbuild = start_vector_stage(run.table, new.vec, plan.config, plan.stages / "vectors")
+        try:
+            attrs = _attributes(run, new)
+            comm = _communities(run, new, attrs)
+            edges = _tables(run, new.link, attrs, comm)
+            saved, semantic = _vectors(run, new.vec, vbuild)
+            new.vec = None  # the vectors live in the index now: the finalize peak need not hold them twice
+            graph = _finalize(run, edges, semantic, new.link, vbuild, saved)
+        except BaseException:  # a failed run: stop building vector shards nobody will use
             vbuild.cancel()
-        raise
-    finally:  # every LLM call is done (or the run failed): close what we opened, never the caller's backend
-        executor.close()
-        close_llm(backend, run.llm)
-    if run.drop:  # before the commit, so that a kill cannot leave unused entries behind a finished delete
+            raise
+    if plan.drop:  # before the commit, so that a kill cannot leave unused entries behind a finished delete
         from .update.survivors import prune_llm_cache
 
-        used = getattr(backend, "used_keys", None)
-        prune_llm_cache(run.root / LLM_CACHE, set(used) if used is not None else set())
-    manifest = _manifest(run, emb, backend, graph, edges, failures, attrs, comm, n_chunks)
-    return _commit(run, manifest)
+        used = getattr(new.backend, "used_keys", None)
+        prune_llm_cache(plan.root / LLM_CACHE, set(used) if used is not None else set())
+    return _commit(plan, _manifest(run, new, graph, edges, attrs, comm))
 
 
 def _execute_delta(run: BuildRun) -> BuildReport:
-    """An insert as a delta segment (:mod:`noderag.indexing.update.delta`): the new documents' stages, the segment, the commit."""
-    _ingest(run)
-    _chunk(run)
-    executor = Executors(run.config, run.say)
-    backend = open_llm(run.llm, run.config, run.root, executor)
-    try:
-        failures, n_chunks, link = _decompose_and_assemble(run, executor, backend,
-                                                           link_scope(run.segments, run.delta_from))
-        emb, vec = _embed(run, executor)
-    finally:
-        executor.close()
-        close_llm(backend, run.llm)
+    """An insert as a delta segment (:mod:`noderag.indexing.update.delta`): the new documents' stages (the same as a
+    build's), then the segment instead of the global stages, the manifest and the commit."""
+    plan = run.plan
+    with _new_documents(run, link_scope(plan.kind.segments, plan.kind.delta_from)) as new:
+        pass  # a delta recomputes no global stage: nothing more needs the LLM
+    deltas, segment, replaced, shared = _segment(run, new)
+    manifest = _delta_manifest(run, new, deltas, segment, [plan.previous.path / DELTAS / d.name for d in replaced])
+    known = (plan.previous.manifest.get(CHECKSUMS) or {}).get("files") or {}
+    # every file of the new generation is on disk already: shared ones are committed files, the delta's own
+    # were written atomically (fsynced); the commit syncs the folders
+    written = frozenset(tree_files(plan.final))
+    return _commit(plan, manifest, known={rel: known[rel] for rel in shared if rel in known}, durable=written)
+
+
+def _segment(run: BuildRun, new: "_NewDocuments"):
+    """The segment stage of a delta run: the new generation shares the previous one's files and adds the delta.
+    Returns (the new generation's deltas, the new delta's name or None, the deltas it replaces, shared files)."""
+    plan = run.plan
     with run.journal.stage("segment") as info, run.bars.spinner("delta segment"):
-        traces = run.stages / "delta_traces"  # the new chunks' traces go to the segment, not the base
+        traces = plan.stages / "delta_traces"  # the new chunks' traces go to the segment, not the base
         if traces.exists():  # left by a killed run
             shutil.rmtree(traces)
-        os.replace(run.final / DECOMPOSITIONS, traces)
-        deltas = deltas_of(run.previous.manifest, run.previous.path)
-        replaced = deltas[run.rewrites:] if run.rewrites is not None else []  # a delete's: rewritten as one
-        shared, copied = share_generation(run.previous.path, run.final,
+        os.replace(plan.final / DECOMPOSITIONS, traces)
+        deltas = deltas_of(plan.previous.manifest, plan.previous.path)
+        rewrites = plan.kind.rewrites
+        replaced = deltas[rewrites:] if rewrites is not None else []  # a delete's: rewritten as one
+        shared, copied = share_generation(plan.previous.path, plan.final,
                                           skip=tuple(f"{DELTAS}/{d.name}/" for d in replaced))
         name = next_delta_name(deltas)
         deltas = deltas[:len(deltas) - len(replaced)]
         wrote = len(run.table) > run.segment_start  # a delete of every document of the deltas leaves none
         if wrote:
-            deltas.append(write_delta_segment(run.final / DELTAS / name, run.table, run.segment_start,
-                                              run.docs_rows, run.first_document, run.base, link, traces, vec,
-                                              run.config, run.segments, name))
-        info.update(nodes=len(run.table) - run.segment_start, documents=len(run.docs_rows) - run.first_document,
+            deltas.append(write_delta_segment(plan.final / DELTAS / name, run.table, run.segment_start,
+                                              run.docs_rows, plan.first_document, run.base, new.link, traces,
+                                              new.vec, plan.config, list(plan.kind.segments), name))
+        info.update(nodes=len(run.table) - run.segment_start, documents=len(run.docs_rows) - plan.first_document,
                     shared_files=len(shared), copied_bytes=copied)
-    manifest = _delta_manifest(run, emb, backend, deltas, name if wrote else None, failures, n_chunks,
-                               [run.previous.path / DELTAS / d.name for d in replaced])
-    known = (run.previous.manifest.get(CHECKSUMS) or {}).get("files") or {}
-    # every file of the new generation is on disk already: shared ones are committed files, the delta's own
-    # were written atomically (fsynced); the commit syncs the folders
-    written = frozenset(tree_files(run.final))
-    return _commit(run, manifest, known={rel: known[rel] for rel in shared if rel in known}, durable=written)
+    return deltas, name if wrote else None, replaced, shared
+
+
+@dataclass
+class _NewDocuments:
+    """What the stages every run kind shares leave: the new documents ingested, chunked, decomposed,
+    assembled and embedded (T/S vectors), and the LLM backend they used."""
+
+    failures: dict
+    n_chunks: int
+    link: Any  # the name-link edges
+    emb: Any  # the embedder
+    vec: Any  # the T/S vectors (NodeVectors)
+    backend: Any
+
+
+@contextmanager
+def _new_documents(run: BuildRun, scope=None) -> Iterator[_NewDocuments]:
+    """Ingest, chunk, decompose + assemble and embed the run's new documents; the executor and the LLM backend
+    stay open for the caller's later stages and are closed when it leaves (also on failure; never the caller's
+    backend). ``scope``: a delta's name-linking scope (:func:`~noderag.indexing.update.delta.link_scope`)."""
+    plan = run.plan
+    _ingest(run)
+    _chunk(run)
+    executor = Executors(plan.config, plan.say)
+    backend = open_llm(plan.llm, plan.config, plan.root, executor)
+    try:
+        failures, n_chunks, link = _decompose_and_assemble(run, executor, backend, scope)
+        emb, vec = _embed(run, executor)
+        yield _NewDocuments(failures, n_chunks, link, emb, vec, backend)
+    finally:  # every LLM call is done (or the run failed)
+        executor.close()
+        close_llm(backend, plan.llm)
 
 
 def _ingest(run: BuildRun) -> None:
     if not run.journal.done("ingest"):
-        with run.journal.stage("ingest", already_s=run.ingest_s) as info:
-            info.update(documents=run.n_new, duplicates=run.duplicates)
+        with run.journal.stage("ingest", already_s=run.plan.ingest_s) as info:
+            info.update(documents=run.plan.n_new, duplicates=run.plan.duplicates)
 
 
 def _chunk(run: BuildRun) -> None:
     """``run.chunk_rows`` (resumed from ``stages/chunks.json``) and ``run.doc_of``; the documents' texts go."""
     import json
 
-    path = run.stages / "chunks.json"
+    path = run.plan.stages / "chunks.json"
     if run.journal.done("chunk") and path.is_file():
         run.chunk_rows = json.loads(path.read_text("utf-8"))
     else:
         with run.journal.stage("chunk") as info:
-            run.chunk_rows = chunk_stage(run.new_docs, len(run.docs_rows), run.config, run.bars)
+            config = run.plan.config
+            run.chunk_rows = chunk_stage(run.new_docs, len(run.docs_rows), config.chunk, run.bars,
+                                         workers=config.executor.workers)
             atomic_write_json(path, run.chunk_rows)
             info.update(chunks=len(run.chunk_rows))
     run.doc_of = documents_without_text(run)  # the documents' texts live on in their chunks
@@ -269,30 +297,30 @@ def _decompose_and_assemble(run: BuildRun, executor, backend, link_scope=None):
     """(decompose failures, chunk count, name-link edges); the decomposed nodes and edges are in the run's
     table and base, the chunk traces in ``final/``. Chunks are assembled as their records arrive.
     ``link_scope``: narrows the name linking (a delta run's, see :func:`assemble_stage`)."""
-    config, journal = run.config, run.journal
-    if config.decompose.method == "llm" and backend is None:
+    plan, journal = run.plan, run.journal
+    if plan.config.decompose.method == "llm" and backend is None:
         from ..config import ConfigError
 
         raise ConfigError("decompose.method = 'llm' needs an LLM: pass llm=..., set llm.spec or use --llm SPEC")
     with journal.stage("decompose", checkpoint_as="decompose-done") as info:
-        assembly = Assembly(run.table, run.base, run.traces, run.chunk_rows, run.doc_of, run.docs_rows, config)
+        assembly = Assembly(run.table, run.base, run.traces, run.chunk_rows, run.doc_of, run.docs_rows, plan.config)
         run.traces = None
-        records, failures = decompose_stage(executor, config, backend, run.llm, run.root, run.chunk_rows, run.doc_of,
-                                            run.bars, assembly=assembly)
+        records, failures = decompose_stage(executor, plan.config, backend, plan.llm, plan.root, run.chunk_rows,
+                                            run.doc_of, run.bars, assembly=assembly)
         info.update(chunks=len(run.chunk_rows), failures=len(failures), assembled_meanwhile=assembly.pos,
                     assemble_s=round(assembly.busy_s, 2))
-    if failures and not run.allow_failures:
+    if failures and not plan.allow_failures:
         raise DecomposeFailure(failures)
-    if run.final.exists():
-        shutil.rmtree(run.final)
-    run.final.mkdir(parents=True)  # the finished files; each is written as soon as it is final
+    if plan.final.exists():
+        shutil.rmtree(plan.final)
+    plan.final.mkdir(parents=True)  # the finished files; each is written as soon as it is final
     with journal.stage("assemble") as info:
         with run.bars.spinner("assemble"):
             traces, link = assemble_stage(assembly, records, link_scope)
         del assembly, records  # the shards on disk keep the records; the graph needs only the table now
         n_chunks = len(run.chunk_rows)
         run.chunk_rows = None  # the table holds the chunk texts now
-        write_decompositions(run.final / DECOMPOSITIONS, traces)
+        write_decompositions(plan.final / DECOMPOSITIONS, traces)
         del traces
     return failures, n_chunks, link
 
@@ -301,51 +329,54 @@ def _embed(run: BuildRun, executor):
     """(the embedder, the T/S vectors: new ones embedded, old ones read from the previous generation)."""
     from .. import embed
 
-    config = run.config
-    emb = run.embedder if run.embedder is not None else embed.from_config(config.embed)
+    plan = run.plan
+    emb = plan.embedder if plan.embedder is not None else embed.from_config(plan.config.embed)
     with run.journal.stage("embed") as info:
-        old = (([f / VECTORS for f in segment_folders(run.previous.path, run.previous.manifest)], run.vec_src)
-               if run.previous is not None and (not run.delta or run.delta_from is not None) else None)
+        old = (([f / VECTORS for f in segment_folders(plan.previous.path, plan.previous.manifest)], run.vec_src)
+               if plan.previous is not None and plan.kind.reads_old_vectors else None)
         doc_of = run.doc_of
-        if run.compact == "full":  # every document's title, for late unit embeddings
+        if isinstance(plan.kind, Compaction) and plan.kind.reassembles:  # every document's title, for late units
             from types import SimpleNamespace
 
             doc_of = {int(d["doc_id"]): SimpleNamespace(title=d["title"]) for d in run.docs_rows}
-        vec = embed_stage(run.table, run.old_n, emb, executor, config, run.stages, run.bars, doc_of,
-                          run.embedder is not None, old_vectors=old,
-                          vectors_file=run.stages / "vectors" / "build_vectors.npy")
+        vec = embed_stage(run.table, run.old_n, emb, executor, plan.config, plan.stages, run.bars, doc_of,
+                          plan.embedder is not None, old_vectors=old,
+                          vectors_file=plan.stages / "vectors" / "build_vectors.npy")
         executor.close()
         info.update(embedded=int(np.isin(run.table.types_array(run.old_n), (T, S)).sum()))
     return emb, vec
 
 
-def _attributes(run: BuildRun, link, vec, emb, backend) -> Attributes:
+def _attributes(run: BuildRun, new: _NewDocuments) -> Attributes:
     with run.journal.stage("attributes") as info, run.bars.spinner("attributes"):
-        attrs = attributes_stage(run.table, run.base, link, vec, emb, backend, run.config, run.stages, run.bars)
+        attrs = attributes_stage(run.table, run.base, new.link, new.vec, new.emb, new.backend, run.plan.config,
+                                 run.plan.stages, run.bars)
         info.update(important=int(attrs.important.size), failures=len(attrs.failures))
     return attrs
 
 
-def _communities(run: BuildRun, link, attrs: Attributes, vec, emb, backend) -> Communities:
+def _communities(run: BuildRun, new: _NewDocuments, attrs: Attributes) -> Communities:
+    plan = run.plan
     with run.journal.stage("communities") as info, run.bars.spinner("communities"):
-        comm = communities_stage(run.table, run.base, link, attrs, vec, emb, backend, run.config, run.stages,
-                                 run.bars, initial=_stored_communities(run))
+        comm = communities_stage(run.table, run.base, new.link, attrs, new.vec, new.emb, new.backend, plan.config,
+                                 plan.stages, run.bars, initial=_stored_communities(plan, len(run.table)))
         info.update(communities=comm.count, high_level=len(comm.h_ids), failures=len(comm.failures),
                     leiden_s=round(comm.leiden_s, 2), **({"warm_start": True} if comm.warm else {}))
     return comm
 
 
-def _stored_communities(run: BuildRun) -> np.ndarray | None:
+def _stored_communities(plan: RunPlan, n_nodes: int) -> np.ndarray | None:
     """The base's stored Leiden labels when this run recomputes the index keeping every node id (a merging
     compaction, an insert without segments) and ``communities.warm_start`` is on; else None (a cold start)."""
-    if (run.previous is None or run.drop or run.compact == "full" or not run.config.communities.warm_start
-            or not (run.previous.path / COMMUNITIES).is_file()):
+    previous = plan.previous
+    if (previous is None or plan.kind.reassembles or not plan.config.communities.warm_start
+            or not (previous.path / COMMUNITIES).is_file()):
         return None
-    labels = load_npy(run.previous.path / COMMUNITIES, mmap=False, dtype=np.int32, ndim=1)
-    if labels.shape[0] > len(run.table):
-        raise BuildError(f"{run.previous.path / COMMUNITIES}: labels for {labels.shape[0]} nodes, the index "
-                         f"has {len(run.table)}")
-    gone = scrubbed_overlay(run.previous.path, labels.shape[0])
+    labels = load_npy(previous.path / COMMUNITIES, mmap=False, dtype=np.int32, ndim=1)
+    if labels.shape[0] > n_nodes:
+        raise BuildError(f"{previous.path / COMMUNITIES}: labels for {labels.shape[0]} nodes, the index "
+                         f"has {n_nodes}")
+    gone = scrubbed_overlay(previous.path, labels.shape[0])
     if gone is not None:  # deleted in place: in no community
         labels = np.array(labels)
         labels[gone] = -1
@@ -355,73 +386,83 @@ def _stored_communities(run: BuildRun) -> np.ndarray | None:
 def _tables(run: BuildRun, link, attrs: Attributes, comm: Communities):
     """Every edge of the structural layer (src, dst, w); the node and document tables written to ``final/``
     (final now; before the vector stage, so that the texts can go)."""
+    final = run.plan.final
     with run.journal.stage("tables"):
         edges = cat_edges(run.base, link, attrs.edges, comm.edges)
         with run.bars.spinner("tables"):
-            tables_stage(run.final, run.table, mention_counts(len(run.table), run.table.types_array(), *edges),
+            tables_stage(final, run.table, mention_counts(len(run.table), run.table.types_array(), *edges),
                          run.docs_rows)
         if comm.membership is not None:  # the next merging compaction starts Leiden from these
-            atomic_save_npy(run.final / COMMUNITIES, stored_labels(comm.membership, len(run.table)))
+            atomic_save_npy(final / COMMUNITIES, stored_labels(comm.membership, len(run.table)))
     return edges
 
 
 def _vectors(run: BuildRun, vec, vbuild):
     with run.journal.stage("semantic") as info, run.bars.spinner("vectors"):
-        saved, semantic = vector_stage(run.table, vec, run.config, vbuild, run.final / VECTORS)
+        saved, semantic = vector_stage(run.table, vec, run.plan.config, vbuild, run.plan.final / VECTORS)
         info.update(edges=int(semantic.nnz // 2))
     return saved, semantic
 
 
 def _finalize(run: BuildRun, edges, semantic, link, vbuild, saved: bool):
     with run.journal.stage("finalize", checkpoint_as="finalize-files") as info:
-        graph, parts = finalize_stage(run.final, run.table, edges, semantic, link, vbuild, saved, run.bars)
+        graph, parts = finalize_stage(run.plan.final, run.table, edges, semantic, link, vbuild, saved, run.bars)
         info.update(parts)
     return graph
 
 
-def _manifest(run: BuildRun, emb, backend, graph, edges, failures, attrs: Attributes, comm: Communities,
-              n_chunks: int) -> dict:
-    config = run.config
-    sizes = dir_sizes(run.final)
-    if (run.root / LLM_CACHE).is_file():
-        sizes[LLM_CACHE] = (run.root / LLM_CACHE).stat().st_size
+def _run_record(run: BuildRun, new: _NewDocuments, **extra) -> dict:
+    """The manifest's record of this run: documents added, skipped and deleted, chunks, and what ``extra`` adds."""
+    plan = run.plan
+    return {"documents_added": plan.n_new, "duplicates": plan.duplicates, "chunks": new.n_chunks,
+            "documents_deleted": len(plan.drop), **extra}
+
+
+def _sizes_and_tokens(plan: RunPlan, backend) -> tuple[dict, dict]:
+    """(bytes of each folder of ``final/`` and of the LLM cache, the backend's token ledger)."""
+    sizes = dir_sizes(plan.final)
+    if (plan.root / LLM_CACHE).is_file():
+        sizes[LLM_CACHE] = (plan.root / LLM_CACHE).stat().st_size
     ledger = getattr(backend, "ledger", None)
-    embedder = {"name": getattr(emb, "name", config.embed.spec), "dim": int(emb.dim),
-                **({"auto": run.language} if run.language is not None else {})}
+    return sizes, ledger.to_dict() if ledger is not None else {}
+
+
+def _manifest(run: BuildRun, new: _NewDocuments, graph, edges, attrs: Attributes, comm: Communities) -> dict:
+    plan, emb = run.plan, new.emb
+    sizes, tokens = _sizes_and_tokens(plan, new.backend)
+    embedder = {"name": getattr(emb, "name", plan.config.embed.spec), "dim": int(emb.dim),
+                **({"auto": plan.language} if plan.language is not None else {})}
     counts = graph_counts(run.table, graph, edges, documents=len(run.docs_rows), communities=comm.count,
                           important=int(attrs.important.size), retired=comm.retired)
+    compaction = {"compaction": plan.compaction} if plan.compaction else {}
     return index_manifest(
-        config=config.to_index_dict(), embedder=embedder, counts=counts, stages=run.journal.stages,
-        tokens=ledger.to_dict() if ledger is not None else {},
-        failures={"decompose": {str(k): v for k, v in failures.items()},
+        config=plan.config.to_index_dict(), embedder=embedder, counts=counts, stages=run.journal.stages,
+        tokens=tokens,
+        failures={"decompose": {str(k): v for k, v in new.failures.items()},
                   "attributes": {str(k): v for k, v in attrs.failures.items()}, "communities": comm.failures},
-        sizes=sizes, run={"documents_added": run.n_new, "duplicates": run.duplicates, "chunks": n_chunks,
-                          "documents_deleted": len(run.drop), **({"compaction": run.compact} if run.compact else {})},
-        run_id=run.run_id, previous=run.previous.manifest if run.previous is not None else None)
+        sizes=sizes, run=_run_record(run, new, **compaction),
+        run_id=plan.run_id, previous=plan.previous.manifest if plan.previous is not None else None)
 
 
-def _delta_manifest(run: BuildRun, emb, backend, deltas: list, segment: str | None, failures, n_chunks: int,
-                    replaced: list) -> dict:
+def _delta_manifest(run: BuildRun, new: _NewDocuments, deltas: list, segment: str | None, replaced: list) -> dict:
     """The previous generation's manifest with the delta's counts, runs, stage report and the segment list."""
-    prev = run.previous.manifest
-    ledger = getattr(backend, "ledger", None)
-    sizes = dir_sizes(run.final)
-    if (run.root / LLM_CACHE).is_file():
-        sizes[LLM_CACHE] = (run.root / LLM_CACHE).stat().st_size
+    plan = run.plan
+    prev = plan.previous.manifest
+    sizes, tokens = _sizes_and_tokens(plan, new.backend)
     manifest = index_manifest(
-        config=run.config.to_index_dict(), embedder=prev.get("embedder") or {"name": emb.name, "dim": int(emb.dim)},
+        config=plan.config.to_index_dict(),
+        embedder=prev.get("embedder") or {"name": new.emb.name, "dim": int(new.emb.dim)},
         counts=delta_counts(prev.get("counts") or {}, run.table, run.segment_start,
-                            len(run.docs_rows) - run.first_document, run.base, replaced),
-        stages=run.journal.stages, tokens=ledger.to_dict() if ledger is not None else {},
-        failures={**(prev.get("failures") or {}), "decompose": {str(k): v for k, v in failures.items()}},
-        sizes=sizes, run={"documents_added": run.n_new, "duplicates": run.duplicates, "chunks": n_chunks,
-                          "documents_deleted": len(run.drop), "delta_segment": segment},
-        run_id=run.run_id, previous=prev)
+                            len(run.docs_rows) - plan.first_document, run.base, replaced),
+        stages=run.journal.stages, tokens=tokens,
+        failures={**(prev.get("failures") or {}), "decompose": {str(k): v for k, v in new.failures.items()}},
+        sizes=sizes, run=_run_record(run, new, delta_segment=segment),
+        run_id=plan.run_id, previous=prev)
     manifest[DELTAS] = [delta_entry(d) for d in deltas]
     return manifest
 
 
-def _commit(run: BuildRun, manifest: dict, known: dict | None = None,
+def _commit(plan: RunPlan, manifest: dict, known: dict | None = None,
             durable: frozenset[str] = frozenset()) -> BuildReport:
     """Checksum and write the manifest, switch ``CURRENT`` to the new generation, drop the stages.
     ``known`` and ``durable``: checksums and paths of files shared with the previous generation (not read again)."""
@@ -429,15 +470,15 @@ def _commit(run: BuildRun, manifest: dict, known: dict | None = None,
 
     from .run import UPDATE_KEY
 
-    manifest[UPDATE_KEY] = asdict(run.config.update)  # how later writes without a configuration are done
-    manifest[CHECKSUMS] = file_checksums(run.final, manifest, known)  # last: its manifest digest covers every entry
-    atomic_write_json(run.final / MANIFEST, manifest)
+    manifest[UPDATE_KEY] = asdict(plan.config.update)  # how later writes without a configuration are done
+    manifest[CHECKSUMS] = file_checksums(plan.final, manifest, known)  # last: its manifest digest covers every entry
+    atomic_write_json(plan.final / MANIFEST, manifest)
     checkpoint("commit")
-    gen_new = commit_generation(run.root, run.final, before_switch=lambda: checkpoint("switch"), durable=durable)
+    gen_new = commit_generation(plan.root, plan.final, before_switch=lambda: checkpoint("switch"), durable=durable)
     checkpoint("committed")  # a kill here leaves stages/ behind: the next writer sees its run_id committed
-    shutil.rmtree(run.stages, ignore_errors=True)
-    collect_garbage(run.root)
-    return BuildReport(run.n_new, run.duplicates, manifest, deleted_documents=len(run.drop), generation=gen_new)
+    shutil.rmtree(plan.stages, ignore_errors=True)
+    collect_garbage(plan.root)
+    return BuildReport(plan.n_new, plan.duplicates, manifest, deleted_documents=len(plan.drop), generation=gen_new)
 
 
 @contextmanager

@@ -13,7 +13,7 @@ import shutil
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -31,11 +31,12 @@ from ..store.segments import deltas_of, segment_folders
 from .doc_rows import DocumentRows
 from .update.delta import background_compaction_due, delete_plan, delta_reason, delta_table, load_documents, rewrite_deltas
 from .previous import Previous, load_base, load_tables, open_previous
+from .plan import Compaction, DeltaInsert, FreshBuild, Recompute, RunPlan, Scrub
 from .progress import Progress
-from .update.scrub import ScrubRun, scrub_reason
+from .update.scrub import scrub_reason
 from ..search.query_index import SCRUBBED_TABLES
 
-__all__ = ["BuildRun", "BuildReport", "STAGES_RULE", "nothing_to_compact", "start_run", "documents_without_text"]
+__all__ = ["BuildRun", "BuildReport", "RunPlan", "STAGES_RULE", "nothing_to_compact", "start_run", "documents_without_text"]
 
 
 @dataclass
@@ -93,64 +94,45 @@ def nothing_to_compact(previous: "Previous", compact: str) -> str | None:
 
 @dataclass
 class BuildRun:
-    """Everything a run's stages share; the stages' own outputs stay in the driver's locals."""
+    """A run's plan and the working data its stages hand on (the stages' own outputs stay in the driver's locals)."""
 
-    root: Path
-    config: NodeRAGConfig
-    previous: Previous | None
-    say: Callable[[str], None]
+    plan: RunPlan
     bars: Progress
-    journal: Journal
-    run_id: str
-    table: NodeTable  # the node table (the previous generation's survivors first)
-    base: EdgeList  # their decomposed edges
-    traces: Any  # their chunk traces (None once handed to the assembly)
-    docs_rows: list  # document rows, new ones appended by the assemble stage
-    vec_src: np.ndarray  # old id of each previous node whose vector is reused
-    new_docs: list  # the ingested documents (emptied once chunked)
-    duplicates: int
-    drop: list[int]  # doc ids deleted or replaced
-    ingest_s: float
-    language: dict | None  # what "auto" saw of the corpus
-    llm: Any = None  # the caller's LLM (backend or spec), or None
-    embedder: Any = None  # the caller's embedder, or None
-    allow_failures: bool = False
-    delta: bool = False  # the run adds a delta segment (noderag.indexing.update.delta) instead of recomputing the index
-    compact: str | None = None  # "merge" or "full": a compaction (noderag.indexing.update.compact)
-    delta_from: int | None = None  # a delete inside the deltas: the first node of the delta that replaces them
-    rewrites: int | None = None  # ... and the first of the deltas it replaces (noderag.indexing.update.delta.rewrite_deltas)
-    segments: list = field(default_factory=list)  # a delta run: the query tables of the segments it builds on
+    journal: Journal | None = None  # None: a scrub (it keeps no stage journal)
+    table: NodeTable | None = None  # the node table (the previous generation's survivors first)
+    base: EdgeList | None = None  # their decomposed edges
+    traces: Any = None  # their chunk traces (None once handed to the assembly)
+    docs_rows: Any = None  # document rows, new ones appended by the assemble stage
+    vec_src: np.ndarray | None = None  # old id of each previous node whose vector is reused
+    new_docs: list = field(default_factory=list)  # the ingested documents (emptied once chunked)
     chunk_rows: list | None = None  # [chunk id, doc id, text] rows, until assembled
     doc_of: dict = field(default_factory=dict)  # doc id -> new document record (no text)
-    n_new: int = field(init=False)
-    first_document: int = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.n_new = len(self.new_docs)
-        self.first_document = len(self.docs_rows)  # the id of the run's first new document
-
-    @property
-    def stages(self) -> Path:
-        return self.root / "stages"
-
-    @property
-    def final(self) -> Path:
-        return self.stages / "final"
-
-    @property
-    def segment_start(self) -> int:
-        """The first node of the delta segment a delta run writes."""
-        return self.old_n if self.delta_from is None else self.delta_from
 
     @property
     def old_n(self) -> int:
         """Nodes that existed before this run (after deletions)."""
         return len(self.vec_src)
 
+    @property
+    def segment_start(self) -> int:
+        """The first node of the delta segment a delta run writes."""
+        delta_from = getattr(self.plan.kind, "delta_from", None)
+        return self.old_n if delta_from is None else delta_from
+
 
 def _digest(obj: Any) -> str:
     return hashlib.blake2b(json.dumps(obj, sort_keys=True, ensure_ascii=False).encode("utf-8"),
                            digest_size=16).hexdigest()
+
+
+@dataclass(frozen=True)
+class _Inputs:
+    """The run's documents once ingested: the new ones, the duplicates skipped, the doc ids to drop."""
+
+    new_docs: list
+    duplicates: int
+    drop: list[int]
+    ingest_s: float
 
 
 def start_run(inputs: Sequence, root: Path, config, *, llm=None, embedder=None, progress: bool = True,
@@ -170,17 +152,68 @@ def start_run(inputs: Sequence, root: Path, config, *, llm=None, embedder=None, 
     previous = open_previous(root, say)
     if previous is None and (delete is not None or compact is not None):
         raise IndexNotFoundError(f"{root}: no finished index to {'delete from' if delete is not None else 'compact'}")
-    given = config
-    config, notes = NodeRAGConfig.for_run(config, (previous.manifest.get("config") or {}) if previous else None,
-                                          llm_given=llm is not None, executor=executor)
-    if given is None and previous is not None:  # no configuration given: the index's stored [update] holds
-        config = replace(config, update=stored_update(previous.manifest, previous.path))
-    for note in notes:
-        say(note)
+    config = _run_config(config, previous, llm is not None, executor, say)
     idle = _compaction_to_skip(root, previous, config, compact, background, say)
     if idle is not None:
         return idle
     docs_rows = load_documents(previous.path, previous.manifest) if previous is not None else DocumentRows()
+    got = _ingest_inputs(inputs, docs_rows, delete, compact, say)
+    if not got.new_docs and not got.drop and compact is None:
+        if previous is not None:
+            say("nothing new to add: every input document is already in the index")
+            return BuildReport(0, got.duplicates, previous.manifest, generation=previous.generation)
+        raise IngestError(f"no documents found in {', '.join(str(p) for p in inputs)} "
+                          "(expected non-empty .txt, .md or .jsonl files)")
+    common = dict(root=root, say=say, previous=previous, n_new=len(got.new_docs), duplicates=got.duplicates,
+                  ingest_s=got.ingest_s, llm=llm, embedder=embedder, allow_failures=allow_failures)
+    rewrite = delete_plan(previous, config, got.drop) if previous is not None and not got.new_docs and compact is None \
+        else None
+    if got.drop and compact is None and rewrite is None:
+        scrub = _scrub_kind(previous, config, got, delete is None, say)
+        if scrub is not None:
+            _check_previous(previous, delta=True, reads=SCRUB_READS)
+            run_id = _digest({"scrub": got.drop, "generation": previous.generation,
+                              "run": previous.manifest.get("run_id")})
+            _claim_stages(root, run_id, 0, len(got.drop), say)
+            return BuildRun(RunPlan(**{**common, "n_new": 0, "duplicates": 0}, config=config, kind=scrub,
+                                    run_id=run_id, drop=tuple(got.drop)), Progress(progress))
+    kind, nodes = _run_kind(previous, config, got, compact, rewrite, docs_rows, say)
+    table, base, traces, docs_rows, vec_src = nodes
+    config, language = _embedder_spec(config, previous, got.new_docs, say)
+    run_id = _digest({"config": {k: config.to_dict()[k] for k in BUILD_SECTIONS},
+                      "docs": [d.content_hash for d in got.new_docs], "base_nodes": len(table),
+                      "generation": previous.generation if previous else None, "drop": got.drop,
+                      **({"delta": True} if isinstance(kind, DeltaInsert) else {}),
+                      **({"compact": compact} if compact is not None else {})})
+    _claim_stages(root, run_id, len(got.new_docs), len(got.drop), say, background=background is not None)
+    from .heap import release
+
+    # each stage's freed memory goes back (a full collection: not worth it for a delta's few objects)
+    journal = Journal(root / "stages" / "state.json", log=log,
+                      on_finish=None if isinstance(kind, DeltaInsert) else release)
+    first_document = len(docs_rows)  # the id of the run's first new document
+    if isinstance(kind, DeltaInsert) and kind.rewrites is not None:  # the re-assembled documents are the new delta's
+        first_document = deltas_of(previous.manifest, previous.path)[kind.rewrites].first_document
+    plan = RunPlan(**common, config=config, kind=kind, run_id=run_id, drop=tuple(got.drop),
+                   first_document=first_document, language=language)
+    return BuildRun(plan, Progress(progress), journal, table, base, traces, docs_rows, vec_src, got.new_docs)
+
+
+def _run_config(config, previous: Previous | None, llm_given: bool, executor, say):
+    """The run's configuration, reconciled once with the index's own (an index keeps its build configuration)."""
+    given = config
+    stored = (previous.manifest.get("config") or {}) if previous else None
+    config, notes = NodeRAGConfig.for_run(config, stored, llm_given=llm_given, executor=executor)
+    if given is None and previous is not None:  # no configuration given: the index's stored [update] holds
+        config = replace(config, update=stored_update(previous.manifest, previous.path))
+    for note in notes:
+        say(note)
+    return config
+
+
+def _ingest_inputs(inputs: Sequence, docs_rows: DocumentRows, delete, compact: str | None, say) -> _Inputs:
+    """Ingest the inputs, skip the documents already indexed, and resolve what is deleted: the deletion's
+    documents and every indexed one that a new document of the same source id (other content) replaces."""
     drop = delete.resolve(docs_rows) if delete is not None else []
     t0 = time.perf_counter()
     new_docs, dupes = ingest(inputs, on_skip=say) if compact is None and (inputs or delete is None) else ([], 0)
@@ -189,35 +222,63 @@ def start_run(inputs: Sequence, root: Path, config, *, llm=None, embedder=None, 
         dupes += sum(known)
         new_docs = [d for d, k in zip(new_docs, known) if not k]
     ingest_s = time.perf_counter() - t0
-    # a new document with the source id of an indexed one (other content) replaces it
     drop = sorted(set(drop) | set(docs_rows.doc_ids_where("source", [d.source for d in new_docs])))
-    stages = root / "stages"
-    if not new_docs and not drop and compact is None:
-        if previous is not None:
-            say("nothing new to add: every input document is already in the index")
-            return BuildReport(0, dupes, previous.manifest, generation=previous.generation)
-        raise IngestError(f"no documents found in {', '.join(str(p) for p in inputs)} "
-                          "(expected non-empty .txt, .md or .jsonl files)")
-    rewrite = delete_plan(previous, config, drop) if previous is not None and not new_docs and compact is None else None
-    if drop and compact is None and rewrite is None:
-        why = scrub_reason(previous, config, drop)
-        # a replacement of base documents: the old versions scrubbed, then the new ones inserted (as a delta)
-        replace_in_place = bool(new_docs) and delete is None and why is None and \
-            delta_reason(previous, config, [], len(new_docs)) is None
-        if why is None and (not new_docs or replace_in_place):  # scrubbed in place (noderag.indexing.update.scrub)
-            _check_previous(previous, delta=True, reads=SCRUB_READS)
-            run_id = _digest({"scrub": drop, "generation": previous.generation, "run": previous.manifest.get("run_id")})
-            _claim_stages(root, run_id, 0, len(drop), say)
-            return ScrubRun(root, config, previous, drop, run_id, say, then_insert=replace_in_place)
-        if not new_docs:
-            say(f"deleting by recomputing the whole index: {why}")
+    return _Inputs(new_docs, dupes, drop, ingest_s)
+
+
+def _scrub_kind(previous: Previous, config, got: _Inputs, replacing: bool, say) -> Scrub | None:
+    """A delete (or a replacement) of base documents done in place, or None when it recomputes the index."""
+    why = scrub_reason(previous, config, got.drop)
+    # a replacement of base documents: the old versions scrubbed, then the new ones inserted (as a delta)
+    replace_in_place = bool(got.new_docs) and replacing and why is None and \
+        delta_reason(previous, config, [], len(got.new_docs)) is None
+    if why is None and (not got.new_docs or replace_in_place):  # scrubbed in place (noderag.indexing.update.scrub)
+        return Scrub(then_insert=replace_in_place)
+    if not got.new_docs:
+        say(f"deleting by recomputing the whole index: {why}")
+    return None
+
+
+def _run_kind(previous: Previous | None, config, got: _Inputs, compact: str | None, rewrite: int | None,
+              docs_rows: DocumentRows, say):
+    """(the run kind, (table, decomposed edges, traces, document rows, vec_src)): the nodes it builds on,
+    documents deleted or re-assembled as it needs."""
     reason = (f"compaction ({compact})" if compact is not None else None if rewrite is not None
-              else delta_reason(previous, config, drop, len(new_docs)))
+              else delta_reason(previous, config, got.drop, len(got.new_docs)))
     if previous is not None and reason is not None and (deltas_of(previous.manifest, previous.path) or
-                                                        (new_docs and not drop and config.update.segments)):
+                                                        (got.new_docs and not got.drop and config.update.segments)):
         say(f"recomputing the whole index: {reason}")
-    table, base, traces, segments, docs_rows, vec_src, delta_from = _run_nodes(previous, reason, rewrite, drop,
-                                                                               compact, docs_rows)
+    if rewrite is not None:  # a delete inside the deltas: they are rewritten, the rest stays
+        _check_previous(previous, delta=True)
+        table, base, traces, segments, docs_rows, vec_src, delta_from = rewrite_deltas(previous, rewrite, got.drop,
+                                                                                       docs_rows)
+        return DeltaInsert(tuple(segments), delta_from, rewrite), (table, base, traces, docs_rows, vec_src)
+    if reason is None:
+        kind = DeltaInsert()
+    elif compact is not None:
+        kind = Compaction(compact)
+    elif previous is None:
+        kind = FreshBuild()
+    else:
+        kind = Recompute(reason, reassembles=bool(got.drop))
+    table, base, traces, segments = _previous_nodes(previous, isinstance(kind, DeltaInsert),
+                                                    need_edges=not kind.reassembles)
+    if isinstance(kind, DeltaInsert):  # an insert as a delta: on the query tables of the segments
+        kind = DeltaInsert(tuple(segments))
+    vec_src = np.arange(len(table), dtype=np.int64)
+    if len(table):  # nodes a delete in place scrubbed keep their ids but have no stored vector after a compaction
+        vec_src[~table.active_array()] = -1
+    if kind.reassembles:  # re-assembled in their original order, numbered as a fresh build numbers them
+        from .update.survivors import reassemble_survivors
+
+        table, docs_rows, base, traces, vec_src = reassemble_survivors(table, docs_rows, traces, set(got.drop))
+        if isinstance(kind, Compaction):  # every vector embedded again: stored ones are quantised, a fresh build's are not
+            vec_src = np.zeros(0, np.int64)
+    return kind, (table, base, traces, docs_rows, vec_src)
+
+
+def _embedder_spec(config, previous: Previous | None, new_docs: list, say):
+    """(the configuration with ``embed.spec`` "auto" resolved from the corpus for a new index, what it saw)."""
     language = (previous.manifest.get("embedder", {}).get("auto") if previous is not None else None)
     if config.embed.spec == "auto":  # a new index: choose the embedder from the corpus (noderag.lang)
         from ..embed import resolve_auto_spec
@@ -225,23 +286,7 @@ def start_run(inputs: Sequence, root: Path, config, *, llm=None, embedder=None, 
         spec, language = resolve_auto_spec(d.text for d in new_docs)
         config = config.with_overrides({"embed.spec": spec})
         say(f"embed.spec auto: {spec} ({language['chinese_documents']} of {language['documents']} documents Chinese)")
-    run_id = _digest({"config": {k: config.to_dict()[k] for k in BUILD_SECTIONS},
-                      "docs": [d.content_hash for d in new_docs], "base_nodes": len(table),
-                      "generation": previous.generation if previous else None, "drop": drop,
-                      **({"delta": True} if reason is None else {}),
-                      **({"compact": compact} if compact is not None else {})})
-    _claim_stages(root, run_id, len(new_docs), len(drop), say, background=background is not None)
-    from .heap import release
-
-    # each stage's freed memory goes back (a full collection: not worth it for a delta's few objects)
-    journal = Journal(stages / "state.json", log=log, on_finish=release if reason is not None else None)
-    run = BuildRun(root, config, previous, say, Progress(progress), journal, run_id, table, base, traces, docs_rows,
-                   vec_src, new_docs, dupes, drop, ingest_s, language, llm=llm, embedder=embedder,
-                   allow_failures=allow_failures, delta=reason is None, segments=segments, compact=compact,
-                   delta_from=delta_from, rewrites=rewrite)
-    if rewrite is not None:  # the re-assembled documents are the new delta's
-        run.first_document = deltas_of(previous.manifest, previous.path)[rewrite].first_document
-    return run
+    return config, language
 
 
 def _compaction_to_skip(root: Path, previous, config, compact: str | None, background: float | None,
@@ -266,27 +311,6 @@ def _compaction_to_skip(root: Path, previous, config, compact: str | None, backg
         say(f"no compaction due: the deltas hold at most update.max_delta_share = {background} of the base")
         return unchanged
     return None
-
-
-def _run_nodes(previous: Previous | None, reason: str | None, rewrite: int | None, drop: list[int],
-               compact: str | None, docs_rows: DocumentRows):
-    """(table, decomposed edges, traces, segments' query tables, document rows, vec_src, the first node of a
-    delete's delta or None): the nodes the run builds on, documents deleted or re-assembled as it needs."""
-    if rewrite is not None:  # a delete inside the deltas: they are rewritten, the rest stays
-        _check_previous(previous, delta=True)
-        return rewrite_deltas(previous, rewrite, drop, docs_rows)
-    table, base, traces, segments = _previous_nodes(previous, reason is None,
-                                                    need_edges=not drop and compact != "full")
-    vec_src = np.arange(len(table), dtype=np.int64)
-    if len(table):  # nodes a delete in place scrubbed keep their ids but have no stored vector after a compaction
-        vec_src[~table.active_array()] = -1
-    if drop or compact == "full":  # re-assembled in their original order, numbered as a fresh build numbers them
-        from .update.survivors import reassemble_survivors
-
-        table, docs_rows, base, traces, vec_src = reassemble_survivors(table, docs_rows, traces, set(drop))
-        if compact == "full":  # every vector embedded again: stored ones are quantised, a fresh build's are not
-            vec_src = np.zeros(0, np.int64)
-    return table, base, traces, segments, docs_rows, vec_src, None
 
 
 #: What a delta run reads whole of each segment of the generation it builds on (paths relative to the segment;

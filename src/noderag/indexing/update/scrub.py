@@ -32,7 +32,7 @@ not start from. Delta segments are shared as they are; where the segments are jo
 name links to scrubbed nodes are left out (:func:`noderag.store.segments.scrubbed_mask`).
 
 A replacement (a document given again with its id and new text) of base documents scrubs the old
-versions and commits, then inserts the new ones as a delta segment (``ScrubRun.then_insert``; the
+versions and commits, then inserts the new ones as a delta segment (``noderag.indexing.plan.Scrub.then_insert``; the
 driver runs the insert once the scrub is committed).
 
 Taken when :func:`scrub_reason` finds nothing against it: no document of a delta segment is deleted
@@ -45,9 +45,8 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
@@ -55,7 +54,10 @@ from ...graph.storage import tree_files
 from ...graph.types import A, H, N, O, R, S, T, NodeType
 from ...store.layout import DELTAS
 
-__all__ = ["ScrubRun", "scrub_reason", "scrubbed_nodes", "tombstone_keys", "is_tombstone", "write_scrubbed"]
+if TYPE_CHECKING:
+    from ..plan import RunPlan
+
+__all__ = ["scrub_reason", "scrubbed_nodes", "tombstone_keys", "is_tombstone", "write_scrubbed"]
 
 
 def is_tombstone(row: dict) -> bool:
@@ -168,27 +170,6 @@ def tombstone_keys(node_ids: np.ndarray, keys: np.ndarray) -> np.ndarray:
 SCRUB_PARQUET = {"compression": "zstd", "compression_level": 1, "use_dictionary": False}
 
 
-@dataclass
-class ScrubRun:
-    """A delete that scrubs the base: the plan, and what the driver's commit needs of a run."""
-
-    root: Path
-    config: Any
-    previous: Any
-    drop: list[int]
-    run_id: str
-    say: Any
-    stages: Path = field(init=False)
-    final: Path = field(init=False)
-    n_new: int = 0
-    duplicates: int = 0
-    then_insert: bool = False  # a replacement: the run's inputs are inserted once the old versions are scrubbed
-
-    def __post_init__(self) -> None:
-        self.stages = self.root / "stages"
-        self.final = self.stages / "final"
-
-
 def _nodes_without(path: Path, out: Path, dead: np.ndarray) -> None:
     """``nodes.parquet`` with the scrubbed rows' text, name and source emptied and their flag cleared."""
     import pyarrow as pa
@@ -259,7 +240,7 @@ def _removed_edges(csr, dead: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return src[once], nb[once]
 
 
-def write_scrubbed(run: ScrubRun) -> tuple[dict, dict[str, str], frozenset[str]]:
+def write_scrubbed(run: RunPlan) -> tuple[dict, dict[str, str], frozenset[str]]:
     """Write the scrubbed generation into ``run.final`` (the unchanged files shared). Returns what the commit
     needs: its manifest, the checksums of the files shared with the previous generation, every file's path."""
     import shutil
@@ -323,7 +304,7 @@ def write_scrubbed(run: ScrubRun) -> tuple[dict, dict[str, str], frozenset[str]]
     return manifest, {rel: sums[rel] for rel in linked}, frozenset(files)
 
 
-def _scrub_manifest(run: ScrubRun, types, dead, was_active, removed, edge_kinds, seconds: float, shared: int,
+def _scrub_manifest(run: RunPlan, types, dead, was_active, removed, edge_kinds, seconds: float, shared: int,
                     copied: int) -> dict:
     """The previous manifest with its counts less what was scrubbed (base edges removed, and the delta segments'
     edges that ended at scrubbed nodes), this run and its stage report."""
