@@ -9,11 +9,12 @@ client waits the same way every run.
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass, fields
 from typing import Any, Callable
 
 import tenacity
 
-__all__ = ["Transient", "retrying", "async_retrying", "attempts_made"]
+__all__ = ["RetrySettings", "Transient", "retrying", "async_retrying", "attempts_made"]
 
 
 class Transient(Exception):
@@ -59,3 +60,33 @@ def async_retrying(max_retries: int, base_s: float, max_s: float, rng: random.Ra
 def attempts_made(controller: tenacity.BaseRetrying) -> int:
     """How many attempts a finished retry loop made."""
     return int(controller.statistics.get("attempt_number", 0))
+
+
+@dataclass
+class RetrySettings:
+    """The request timeouts and retries of an HTTP client, declared once: the ``[embed]`` and ``[llm]`` sections
+    and the openai embedding and LLM clients all extend it. ``None``: the client's default."""
+
+    timeout_s: float | None = None
+    connect_timeout_s: float | None = None
+    max_retries: int | None = None
+    backoff_base_s: float | None = None
+    backoff_max_s: float | None = None
+
+    def retry_settings(self) -> dict[str, Any]:
+        """The settings that are set (not None), by name."""
+        return {f.name: getattr(self, f.name) for f in fields(RetrySettings) if getattr(self, f.name) is not None}
+
+    def retry_problems(self) -> list[tuple[str, Any, str]]:
+        """(name, value, what it must be) of each set value out of its range, in declaration order of the checks."""
+        def num(v: Any) -> bool:
+            return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+        out = [(name, getattr(self, name), "a number > 0") for name in ("timeout_s", "connect_timeout_s", "backoff_max_s")
+               if getattr(self, name) is not None and not (num(getattr(self, name)) and getattr(self, name) > 0)]
+        if self.backoff_base_s is not None and not (num(self.backoff_base_s) and self.backoff_base_s >= 0):
+            out.append(("backoff_base_s", self.backoff_base_s, "a number >= 0"))
+        r = self.max_retries
+        if r is not None and not (isinstance(r, int) and not isinstance(r, bool) and r >= 0):
+            out.append(("max_retries", r, "an int >= 0"))
+        return out

@@ -34,6 +34,7 @@ __all__ = [
 from ..errors import ConfigError  # noqa: E402  (one error type for every section, search included)
 from ..graph.importance import ImportanceConfig  # noqa: E402
 from ..llm.options import LLMOptions  # noqa: E402  (the [llm] settings, declared once beside their table)
+from ..retry import RetrySettings  # noqa: E402  (the [embed] timeouts and retries, declared with the clients')
 from .search import QuotaConfig, SearchConfig  # noqa: E402
 
 
@@ -215,7 +216,7 @@ class CommunityConfig:
 
 
 @dataclass
-class EmbedConfig:
+class EmbedConfig(RetrySettings):
     """Embedding backend of T, S, A, H nodes and the stored HNSW index.
 
     Attributes
@@ -276,11 +277,6 @@ class EmbedConfig:
     vector_shards: int | str = "auto"
     extractive_mean: bool = True
     late_units: bool = False
-    timeout_s: float | None = None
-    connect_timeout_s: float | None = None
-    max_retries: int | None = None
-    backoff_base_s: float | None = None
-    backoff_max_s: float | None = None
     api_key_env: str | None = None
     options: dict = field(default_factory=dict)
 
@@ -297,13 +293,8 @@ class EmbedConfig:
                "embed.vector_shards", self.vector_shards, "'auto' or an int from 1 to 64")
         _check(isinstance(self.extractive_mean, bool), "embed.extractive_mean", self.extractive_mean, "a bool")
         _check(isinstance(self.late_units, bool), "embed.late_units", self.late_units, "a bool")
-        for name in ("timeout_s", "connect_timeout_s", "backoff_max_s"):
-            v = getattr(self, name)
-            _check(v is None or (_is_num(v) and v > 0), f"embed.{name}", v, "None or a number > 0")
-        _check(self.backoff_base_s is None or (_is_num(self.backoff_base_s) and self.backoff_base_s >= 0),
-               "embed.backoff_base_s", self.backoff_base_s, "None or a number >= 0")
-        _check(self.max_retries is None or (_is_int(self.max_retries) and self.max_retries >= 0),
-               "embed.max_retries", self.max_retries, "None or an int >= 0")
+        for name, v, what in self.retry_problems()[:1]:  # the first, as every other check
+            raise ConfigError(f"embed.{name} must be None or {what}, got {v!r}")
         _check(self.api_key_env is None or (isinstance(self.api_key_env, str) and bool(self.api_key_env)),
                "embed.api_key_env", self.api_key_env, "None or a non-empty str")
         _check(isinstance(self.options, dict), "embed.options", self.options, "a table")
@@ -321,9 +312,7 @@ class EmbedConfig:
 
         Raises ``ConfigError`` when ``api_key_env`` names an unset variable.
         """
-        out = {name: getattr(self, name) for name in
-               ("timeout_s", "connect_timeout_s", "max_retries", "backoff_base_s", "backoff_max_s")
-               if getattr(self, name) is not None}
+        out = self.retry_settings()
         if self.api_key_env is not None:
             key = os.environ.get(self.api_key_env)
             if not key:

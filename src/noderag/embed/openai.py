@@ -9,12 +9,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._overrides import openai_endpoint, with_overrides
-from ..retry import Transient, attempts_made, retrying
+from ..retry import RetrySettings, Transient, attempts_made, retrying
 from .base import check_batch_size, check_texts, l2_normalize
 
 from ..errors import NodeRAGError
 
 __all__ = ["EmbeddingServerError", "OpenAIEmbedConfig", "OpenAIEmbedder"]
+
+#: The timeouts and retries of an openai embedder whose configuration leaves them unset.
+_RETRY_DEFAULTS = RetrySettings(timeout_s=60.0, connect_timeout_s=10.0, max_retries=4, backoff_base_s=0.5,
+                                backoff_max_s=20.0)
 
 _RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 
@@ -28,11 +32,12 @@ class EmbeddingServerError(NodeRAGError, RuntimeError):
 
 
 @dataclass
-class OpenAIEmbedConfig:
+class OpenAIEmbedConfig(RetrySettings):
     """Settings of :class:`OpenAIEmbedder`; unset model / base_url / api_key come from the environment.
 
     Environment: ``NODERAG_EMBED_MODEL``, ``NODERAG_EMBED_BASE_URL``,
-    ``NODERAG_EMBED_API_KEY`` (else ``OPENAI_API_KEY``).
+    ``NODERAG_EMBED_API_KEY`` (else ``OPENAI_API_KEY``). Unset timeouts and retries
+    (:class:`~noderag.retry.RetrySettings`) take :data:`_RETRY_DEFAULTS`.
     """
 
     model: str | None = None
@@ -40,11 +45,6 @@ class OpenAIEmbedConfig:
     api_key: str | None = None
     dim: int | None = None
     batch_size: int = 128
-    timeout_s: float = 60.0
-    connect_timeout_s: float = 10.0
-    max_retries: int = 4
-    backoff_base_s: float = 0.5
-    backoff_max_s: float = 20.0
     seed: int = 0
 
     def resolved(self) -> "OpenAIEmbedConfig":
@@ -54,20 +54,12 @@ class OpenAIEmbedConfig:
         if self.dim is not None:
             check_batch_size(self.dim, "dim")
         check_batch_size(self.batch_size)
-        if isinstance(self.max_retries, bool) or not isinstance(self.max_retries, int) or self.max_retries < 0:
-            raise ValueError(f"openai embedder: max_retries must be an int >= 0, got {self.max_retries!r}")
-        for name in ("timeout_s", "connect_timeout_s", "backoff_max_s"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
-                raise ValueError(f"openai embedder: {name} must be > 0, got {v!r}")
-        if isinstance(self.backoff_base_s, bool) or not isinstance(self.backoff_base_s, (int, float)) or self.backoff_base_s < 0:
-            raise ValueError(f"openai embedder: backoff_base_s must be >= 0, got {self.backoff_base_s!r}")
+        retries = {**_RETRY_DEFAULTS.retry_settings(), **self.retry_settings()}
+        for name, v, what in RetrySettings(**retries).retry_problems()[:1]:
+            raise ValueError(f"openai embedder: {name} must be {what}, got {v!r}")
         return OpenAIEmbedConfig(
-            model=model, base_url=base_url.rstrip("/"), api_key=api_key, dim=self.dim,
-            batch_size=self.batch_size, timeout_s=float(self.timeout_s),
-            connect_timeout_s=float(self.connect_timeout_s), max_retries=self.max_retries,
-            backoff_base_s=float(self.backoff_base_s), backoff_max_s=float(self.backoff_max_s), seed=self.seed,
-        )
+            model=model, base_url=base_url.rstrip("/"), api_key=api_key, dim=self.dim, batch_size=self.batch_size,
+            seed=self.seed, **{k: (v if k == "max_retries" else float(v)) for k, v in retries.items()})
 
 
 class OpenAIEmbedder:

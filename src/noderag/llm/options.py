@@ -12,6 +12,7 @@ from dataclasses import dataclass, fields
 from typing import Any, Iterable, Mapping
 
 from ..errors import NodeRAGError
+from ..retry import RetrySettings
 
 __all__ = [
     "LLM_OPTIONS",
@@ -80,20 +81,16 @@ SAMPLING_OPTIONS = ("temperature", "top_p", "seed", "max_tokens")
 
 
 @dataclass
-class ClientOptions:
+class ClientOptions(RetrySettings):
     """The settings of a client of an LLM server, declared once: the ``[llm]`` section
     (:class:`noderag.config.LLMConfig`) and the openai backend's settings
-    (:class:`~noderag.llm.backends.openai.OpenAIConfig`) both extend it. ``None`` is the backend's default
+    (:class:`~noderag.llm.backends.openai.OpenAIConfig`) both extend it, and it extends the timeouts and retries
+    every HTTP client shares (:class:`noderag.retry.RetrySettings`). ``None`` is the backend's default
     (:data:`LLM_OPTIONS`' ``default``); :meth:`client_settings` fills and checks them.
     """
 
     dialect: str | None = None
     max_concurrency: int | None = None
-    timeout_s: float | None = None
-    connect_timeout_s: float | None = None
-    max_retries: int | None = None
-    backoff_base_s: float | None = None
-    backoff_max_s: float | None = None
     max_validation_retries: int | None = None
 
     def client_settings(self, where: str) -> dict[str, Any]:

@@ -176,6 +176,20 @@ def _req(task: str, lang: str, user: str, schema: dict | None, max_tokens: int |
     )
 
 
+def _check_text(value: Any, what: str) -> None:
+    """A request's main input must be text with something in it (``what``: "function: argument")."""
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"{what} must be a non-empty string")
+
+
+def _templated(task: str, lang: str, sample: str, schema: dict | None, max_tokens: int | None, seed: int,
+               rid: str | None, **fields: str) -> LLMRequest:
+    """The request of ``task`` in ``lang`` ("auto": the language of ``sample``): the task's system prompt and its
+    user template filled with ``fields``."""
+    lg = _lang(lang, sample)
+    return _req(task, lg, USER_TEMPLATES[lg][task].format(**fields), schema, max_tokens, seed, rid)
+
+
 def _bullets(items: Iterable[str]) -> str:
     return "\n".join(f"- {t}" for t in items)
 
@@ -185,11 +199,8 @@ def decompose_request(
     seed: int = 0, id: str | None = None,
 ) -> LLMRequest:
     """Request decomposing one chunk into semantic units with entities and relations."""
-    if not isinstance(text, str) or not text.strip():
-        raise ValueError("decompose_request: text must be a non-empty string")
-    lg = _lang(lang, text)
-    return _req("decompose", lg, USER_TEMPLATES[lg]["decompose"].format(text=text),
-                schema or DECOMPOSE_SCHEMA, max_tokens, seed, id)
+    _check_text(text, "decompose_request: text")
+    return _templated("decompose", lang, text, schema or DECOMPOSE_SCHEMA, max_tokens, seed, id, text=text)
 
 
 def attribute_request(
@@ -197,12 +208,10 @@ def attribute_request(
     lang: str = "auto", max_tokens: int | None = None, seed: int = 0, id: str | None = None,
 ) -> LLMRequest:
     """Request a plain-text attribute summary of ``entity`` from its semantic units and relations."""
-    if not isinstance(entity, str) or not entity.strip():
-        raise ValueError("attribute_request: entity must be a non-empty string")
-    lg = _lang(lang, entity + " ".join(units))
+    _check_text(entity, "attribute_request: entity")
     rels = _bullets(f"{s} | {r} | {t}" for s, r, t in relations) or "-"
-    user = USER_TEMPLATES[lg]["attribute"].format(entity=entity, units=_bullets(units) or "-", relations=rels)
-    return _req("attribute", lg, user, None, max_tokens, seed, id)
+    return _templated("attribute", lang, entity + " ".join(units), None, max_tokens, seed, id, entity=entity,
+                      units=_bullets(units) or "-", relations=rels)
 
 
 def community_request(
@@ -212,9 +221,8 @@ def community_request(
     """Request high-level elements ``{title, description}`` of one community's texts."""
     if not texts:
         raise ValueError("community_request: texts must be non-empty")
-    lg = _lang(lang, " ".join(texts[:20]))
-    return _req("community", lg, USER_TEMPLATES[lg]["community"].format(texts=_bullets(texts)),
-                schema or COMMUNITY_SCHEMA, max_tokens, seed, id)
+    return _templated("community", lang, " ".join(texts[:20]), schema or COMMUNITY_SCHEMA, max_tokens, seed, id,
+                      texts=_bullets(texts))
 
 
 def query_entities_request(
@@ -222,11 +230,8 @@ def query_entities_request(
     seed: int = 0, id: str | None = None,
 ) -> LLMRequest:
     """Request the key entities of a search query."""
-    if not isinstance(query, str) or not query.strip():
-        raise ValueError("query_entities_request: query must be a non-empty string")
-    lg = _lang(lang, query)
-    return _req("query", lg, USER_TEMPLATES[lg]["query"].format(query=query),
-                schema or QUERY_ENTITIES_SCHEMA, max_tokens, seed, id)
+    _check_text(query, "query_entities_request: query")
+    return _templated("query", lang, query, schema or QUERY_ENTITIES_SCHEMA, max_tokens, seed, id, query=query)
 
 
 def answer_request(
@@ -234,9 +239,6 @@ def answer_request(
     max_tokens: int | None = None, seed: int = 0, id: str | None = None,
 ) -> LLMRequest:
     """Request an answer citing context ids; ``context`` is a sequence of ``(id, text)`` pairs."""
-    if not isinstance(query, str) or not query.strip():
-        raise ValueError("answer_request: query must be a non-empty string")
-    lg = _lang(lang, query)
+    _check_text(query, "answer_request: query")
     ctx = "\n".join(f"[{cid}] {text}" for cid, text in context) or "-"
-    return _req("answer", lg, USER_TEMPLATES[lg]["answer"].format(context=ctx, query=query),
-                schema or ANSWER_SCHEMA, max_tokens, seed, id)
+    return _templated("answer", lang, query, schema or ANSWER_SCHEMA, max_tokens, seed, id, context=ctx, query=query)

@@ -6,9 +6,12 @@ the response models document them and the tests validate real responses against 
 
 from __future__ import annotations
 
-from typing import Literal
+import dataclasses
+from typing import Any, Literal, get_type_hints
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
+
+from ..search.result import RetrievalResult
 
 __all__ = ["Limits", "RetrieveRequest", "RetrieveManyRequest", "AnswerRequest", "RetrievalOut",
            "RetrieveManyOut", "AnswerOut", "NodeOut", "StatsOut", "HealthOut", "ErrorOut"]
@@ -103,21 +106,27 @@ class PassageOut(BaseModel):
     node_id: int
 
 
-class RetrievalOut(BaseModel):
-    """The JSON of `noderag query --json` (plus ``explain`` when asked)."""
+def _fields_of(cls: type, **types: Any) -> dict[str, Any]:
+    """pydantic field definitions of the dataclass ``cls``'s fields (their annotations and defaults), ``types``
+    replacing some annotations: a response model that follows the dataclass it serialises."""
+    hints = get_type_hints(cls)
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if f.default is not dataclasses.MISSING:
+            default: Any = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            default = Field(default_factory=f.default_factory)
+        else:
+            default = ...
+        out[f.name] = (types.get(f.name, hints[f.name]), default)
+    return out
 
-    query: str
-    nodes: list[NodeBrief]
-    passages: list[PassageOut]
-    passage_scores: list[float]
-    passage_node_ids: list[int]
-    documents: list[str]
-    context: str
-    context_tokens: int
-    context_node_ids: list[int]
-    query_entities: list[str]
-    matched_names: list[int]
-    explain: Explain | None = None
+
+#: Every field of :class:`~noderag.search.result.RetrievalResult` (nodes and passages as :class:`NodeBrief` and
+#: :class:`PassageOut`), so that the schema cannot fall behind the result.
+RetrievalOut = create_model("RetrievalOut", __doc__="The JSON of `noderag query --json` (plus ``explain`` when asked).",
+                            **_fields_of(RetrievalResult, nodes=list[NodeBrief], passages=list[PassageOut]),
+                            explain=(Explain | None, None))
 
 
 class RetrieveManyOut(BaseModel):
