@@ -339,7 +339,7 @@ def _embed(run: BuildRun, executor):
             from types import SimpleNamespace
 
             doc_of = {int(d["doc_id"]): SimpleNamespace(title=d["title"]) for d in run.docs_rows}
-        vec = embed_stage(run.table, run.old_n, emb, executor, plan.config, plan.stages, run.bars, doc_of,
+        vec = embed_stage(run.table, run.old_n, emb, executor, plan.config.embed, plan.stages, run.bars, doc_of,
                           plan.embedder is not None, old_vectors=old,
                           vectors_file=plan.stages / "vectors" / "build_vectors.npy")
         executor.close()

@@ -312,11 +312,12 @@ def load_vectors(path, ids: np.ndarray, dim: int) -> np.ndarray:
     return arr
 
 
-def embed_stage(table: NodeTable, old_n: int, emb, executor, config, stages: Path, bars, doc_of,
+def embed_stage(table: NodeTable, old_n: int, emb, executor, embed, stages: Path, bars, doc_of,
                 embedder_given: bool, old_vectors: tuple[list[Path], np.ndarray] | None = None,
                 vectors_file: Path | None = None) -> NodeVectors:
     """Vectors of every T/S node: the new ones embedded (resumable shards), the old ones read from
-    ``old_vectors`` = (the previous generation's vectors.usearch of each segment, old id of each node).
+    ``old_vectors`` = (the previous generation's vectors.usearch of each segment, old id of each node);
+    ``embed``: the ``[embed]`` section.
 
     ``vectors_file``: keep them in this ``.npy`` file (room for the A and H vectors included), which
     the vector index worker maps too; the build then holds only the rows it is using in memory."""
@@ -327,7 +328,7 @@ def embed_stage(table: NodeTable, old_n: int, emb, executor, config, stages: Pat
     n_ts = len(table)
     types = table.types_array()
     # rows for the embedded nodes only; float16 unless the index keeps float32 vectors
-    vec = NodeVectors(dim, np.float32 if config.embed.vector_dtype == "f32" else np.float16)
+    vec = NodeVectors(dim, np.float32 if embed.vector_dtype == "f32" else np.float16)
     n_vec = int(np.isin(types, (T, S)).sum())
     vec.reserve(n_vec + 1024 + n_vec // 20)  # untouched pages until written; room for the A and H vectors
     if vectors_file is not None:
@@ -339,7 +340,7 @@ def embed_stage(table: NodeTable, old_n: int, emb, executor, config, stages: Pat
         old_ids = old_ids[vec_src[old_ids] >= 0]  # a delete's untouched segments need no vectors here
         vec[old_ids] = load_vectors(path, vec_src[old_ids], dim)
     new_ids = np.flatnonzero(np.isin(types, (T, S)) & (np.arange(n_ts) >= old_n))
-    late = config.embed.late_units and callable(getattr(emb, "embed_with_spans", None))
+    late = embed.late_units and callable(getattr(emb, "embed_with_spans", None))
     pieces = not late and callable(getattr(emb, "embed_with_pieces", None))
     with bars.bar(int(new_ids.size), "embed T/S") as bar:
         if late or pieces:  # units from their chunk's pass: late chunking, or a static model's exact pooling
@@ -350,7 +351,7 @@ def embed_stage(table: NodeTable, old_n: int, emb, executor, config, stages: Pat
             if not in_new_chunk.all():  # a new unit of an existing chunk: no pass of its chunk to reuse
                 rest = new_s[~in_new_chunk]
                 vec[rest] = embed_texts_resumable(emb, [table.texts[i] for i in rest.tolist()], stages / "emb_s",
-                                                  batch_size=config.embed.batch_size, progress=bar)
+                                                  batch_size=embed.batch_size, progress=bar)
                 new_s = new_s[in_new_chunk]
             unit_chunk = np.array([pos_of_t[table.chunk_ids[s]] for s in new_s.tolist()], dtype=np.int64)
             titles = [getattr(doc_of.get(table.doc_ids[t]), "title", None) for t in new_t.tolist()]
@@ -358,11 +359,11 @@ def embed_stage(table: NodeTable, old_n: int, emb, executor, config, stages: Pat
                     unit_chunk, [unit_prefix(t) if t else None for t in titles])
             if late:
                 vec[new_t], vec[new_s], _ = embed_late_resumable(*args, stages / "emb_ts",
-                                                                 batch_size=config.embed.batch_size, progress=bar)
+                                                                 batch_size=embed.batch_size, progress=bar)
             else:  # rows straight into ``vec`` (float16 or file-mapped): no float32 copy of all T/S vectors
-                embed_pieces_resumable(*args, stages / "emb_pieces", batch_size=config.embed.batch_size,
+                embed_pieces_resumable(*args, stages / "emb_pieces", batch_size=embed.batch_size,
                                        progress=bar, chunk_out=_Rows(vec, new_t), unit_out=_Rows(vec, new_s))
         else:
-            embed_sharded(executor, config, emb, embedder_given, table.texts.take(new_ids),
+            embed_sharded(executor, embed, emb, embedder_given, table.texts.take(new_ids),
                           stages / "emb_ts", bar, out=vec.slots(new_ids))
     return vec

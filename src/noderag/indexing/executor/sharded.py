@@ -210,9 +210,10 @@ def _remote_decompose_stage(ex, stage, config, root: Path):
     return stage.remote(cache=cache, llm_options=opts)
 
 
-def embed_sharded(executor: Executors, config, emb, embedder_given: bool, texts: list[str], stage_dir: Path,
+def embed_sharded(executor: Executors, embed, emb, embedder_given: bool, texts: list[str], stage_dir: Path,
                    bar, out: np.ndarray | None = None) -> np.ndarray:
-    """Vectors of ``texts`` in shards of ``embed.batch_size`` (Parquet under ``stage_dir``, reused on a rerun).
+    """Vectors of ``texts`` in shards of ``embed.batch_size`` (``embed``: the ``[embed]`` section; Parquet under
+    ``stage_dir``, reused on a rerun).
 
     ``out``: a ``(len(texts), dim)`` array to fill (float16 rounds the vectors); by default a new float32 one.
     """
@@ -223,7 +224,7 @@ def embed_sharded(executor: Executors, config, emb, embedder_given: bool, texts:
     from .stages import EmbedStage, text_table, vectors_of
 
     dim = int(emb.dim)
-    bs = config.embed.batch_size
+    bs = embed.batch_size
     if out is None:
         out = np.zeros((len(texts), dim), dtype=np.float32)
     elif out.shape != (len(texts), dim):
@@ -254,7 +255,7 @@ def embed_sharded(executor: Executors, config, emb, embedder_given: bool, texts:
             for i in range(len(starts)) if i not in done}
     if todo:
         ex = executor.get()
-        stage = EmbedStage(config.embed.spec, dict(config.embed.backend_options()), embedder=emb,
+        stage = EmbedStage(embed.spec, dict(embed.backend_options()), embedder=emb,
                            embedder_given=embedder_given, dtype=kept)
         if ex.remote:
             stage = stage.remote(embedder_given)
