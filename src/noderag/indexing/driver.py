@@ -2,8 +2,9 @@
 
 Stages, one module each: ingest -> chunk -> decompose -> assemble (+ name linking) -> embed T/S ->
 attributes (A) -> communities (H/O) -> tables -> vectors (+ semantic kNN) -> finalize. This module
-is the list of them (:func:`_execute`); the run record (:mod:`.run`) holds what they share, the
-journal (:mod:`.journal`) their states and times. Around them: the writer lock, closing backends
+is the list of them (:func:`_execute`, by the run's kind); the run's plan (:mod:`.plan`, resolved
+once by :mod:`.run`) and working data hold what they share, the journal (:mod:`.journal`) their
+states and times. Around them: the writer lock, closing backends
 (also on failure), the manifest and the commit.
 
 Persistence: everything of an unfinished run lives in ``INDEX/stages/`` (the

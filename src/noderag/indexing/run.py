@@ -1,8 +1,10 @@
-"""One build run as a record: what it builds on, its configuration, its new documents and its journal.
+"""The start of a run: everything before the first stage, resolved once into a plan.
 
-:func:`start_run` does everything before the first stage, under the writer lock: open the previous
-generation, reconcile the configuration once, ingest, resolve deletions and replacements, and
-identify the run (a rerun with the same inputs resumes it).
+:func:`start_run` does it under the writer lock: open the previous generation, reconcile the
+configuration once, ingest, resolve deletions and replacements, choose the run kind
+(:mod:`.plan`) and identify the run (a rerun with the same inputs resumes it, :data:`STAGES_RULE`).
+It returns a :class:`BuildRun`: the frozen :class:`~noderag.indexing.plan.RunPlan` and the working
+data the stages hand on.
 """
 
 from __future__ import annotations
@@ -116,8 +118,8 @@ class BuildRun:
     @property
     def segment_start(self) -> int:
         """The first node of the delta segment a delta run writes."""
-        delta_from = getattr(self.plan.kind, "delta_from", None)
-        return self.old_n if delta_from is None else delta_from
+        kind = self.plan.kind
+        return kind.delta_from if isinstance(kind, DeltaInsert) and kind.delta_from is not None else self.old_n
 
 
 def _digest(obj: Any) -> str:
