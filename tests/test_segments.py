@@ -536,16 +536,22 @@ def test_a_merging_compaction_starts_leiden_from_the_stored_communities(base, pa
     assert after.shape[0] > labels.shape[0] and np.all(after[labels.shape[0]:][
         np.load(current_path(idx) / "node_types.npy")[labels.shape[0]:] == S] >= 0)  # the inserted units joined
     # the switch: off, or no stored labels, or a run that renumbers nodes (a delete, --full) starts cold
+    from dataclasses import replace
     from types import SimpleNamespace
 
     from noderag.indexing.driver import _stored_communities
+    from noderag.indexing.plan import Compaction, Recompute, RunPlan
 
-    prev = SimpleNamespace(path=current_path(base))
-    run = SimpleNamespace(previous=prev, drop=[], compact="merge", config=CFG, table=[0] * (labels.shape[0] + 5))
-    assert np.array_equal(_stored_communities(run), labels)
+    n_nodes = labels.shape[0] + 5
+    plan = RunPlan(root=idx, config=CFG, previous=SimpleNamespace(path=current_path(base)), kind=Compaction("merge"),
+                   run_id="r", say=print)
+    assert np.array_equal(_stored_communities(plan, n_nodes), labels)
+    assert np.array_equal(_stored_communities(replace(plan, kind=Recompute("update.segments = false")), n_nodes),
+                          labels)  # an insert that recomputes keeps every node id
     off = CFG.with_overrides({"communities.warm_start": False})
-    for change in ({"config": off}, {"drop": [3]}, {"compact": "full"}, {"previous": None}):
-        assert _stored_communities(SimpleNamespace(**{**vars(run), **change})) is None
+    for change in ({"config": off}, {"kind": Recompute("a delete", reassembles=True)}, {"kind": Compaction("full")},
+                   {"previous": None}):
+        assert _stored_communities(replace(plan, **change), n_nodes) is None
 
 
 def test_damaged_stored_communities_are_named(base, tmp_path):

@@ -60,7 +60,7 @@ from .embedding import embed_stage
 from .executor.sharded import Executors
 from .finalize import finalize_stage, graph_counts, start_vector_stage, tables_stage, vector_stage
 from .journal import checkpoint
-from .plan import Compaction, DeltaInsert, RunPlan, Scrub
+from .plan import Compaction, DeltaInsert, FreshBuild, Recompute, RunPlan, Scrub
 from .update.scrub import write_scrubbed
 from .run import BuildReport, BuildRun, documents_without_text, start_run
 
@@ -143,7 +143,8 @@ def build_index(inputs: Sequence[str | os.PathLike], index_dir: str | os.PathLik
                 except OSError:  # never mask the build's own error
                     pass
             raise
-    if isinstance(run, BuildRun) and compact is None and report.generation is not None:
+    if isinstance(run, BuildRun) and isinstance(run.plan.kind, (FreshBuild, Recompute, DeltaInsert)) \
+            and report.generation is not None:  # a write of documents (not a compaction, not a scrub)
         report = _maybe_compact_in_background(run, report, llm, log or (lambda msg: None))
     return report
 
@@ -306,8 +307,8 @@ def _decompose_and_assemble(run: BuildRun, executor, backend, link_scope=None):
     with journal.stage("decompose", checkpoint_as="decompose-done") as info:
         assembly = Assembly(run.table, run.base, run.traces, run.chunk_rows, run.doc_of, run.docs_rows, plan.config)
         run.traces = None
-        records, failures = decompose_stage(executor, plan.config, backend, plan.llm, plan.root, run.chunk_rows,
-                                            run.doc_of, run.bars, assembly=assembly)
+        records, failures = decompose_stage(executor, plan, backend, run.chunk_rows, run.doc_of, run.bars,
+                                            assembly=assembly)
         info.update(chunks=len(run.chunk_rows), failures=len(failures), assembled_meanwhile=assembly.pos,
                     assemble_s=round(assembly.busy_s, 2))
     if failures and not plan.allow_failures:
