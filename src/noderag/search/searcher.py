@@ -120,7 +120,8 @@ class Searcher:
         self._reranker_lock = threading.Lock()
         self._titles: dict[int, str] | None = None  # doc_id -> title, read at the first rerank or title bridge
         self.view = IndexView(self.n, self.types, self._chunk, self._doc, self._active, self._s_indptr, self._walk,
-                              store.vectors, self.lexical, tables, self._document_titles)
+                              store.vectors, self.lexical, tables, self._document_titles,
+                              title_columns=self._title_columns)
         if stages is None:
             names = getattr(self.config, "stages", None)  # a benchmark's stage list (ranking.StagedConfig)
             make = default_stages if names is None else (lambda *a: stages_named(names, *a))
@@ -464,6 +465,18 @@ class Searcher:
         if self._titles is None:
             self._titles = document_titles(self.store)
         return self._titles
+
+    def _title_columns(self) -> Any:
+        """(doc ids, pyarrow title column) of the documents table, or {} without titles."""
+        docs = getattr(self.store, "documents", None)
+        if docs is None or "title" not in docs.column_names:
+            return {}
+        ids = docs.column("doc_id").combine_chunks()
+        if ids.null_count:
+            raise ValueError(f"{getattr(self.store, 'path', 'the index')}: documents.parquet has null doc_id values")
+        # the buffer, not to_numpy: pyarrow's conversion imports pandas (~0.4 s of a first query)
+        raw = np.frombuffer(ids.buffers()[1], dtype=np.dtype(str(ids.type)))[ids.offset:ids.offset + len(ids)]
+        return raw.astype(np.int64), docs.column("title")
 
     def _finish(self, ctx: QueryContext, ppr: tuple[np.ndarray, np.ndarray] | None) -> RetrievalResult:
         t0 = time.perf_counter()
