@@ -30,6 +30,7 @@ from .context import assemble_context
 from .entities import extract_query_entities
 from .lexical import passage_terms, titled, top_scored
 from .ranking import IndexView, QueryContext, Ranking, default_stages, stages_named
+from .ranking.fill import labels
 from .rerank import CrossEncoderReranker
 from .result import AnswerResult, RetrievalResult, RetrievedNode, passage_records
 from .seeds import seed_weights
@@ -39,7 +40,7 @@ __all__ = ["Searcher", "LLMNotConfiguredError"]
 _T, _S, _N, _R, _A, _H, _O = (int(t) for t in NodeType)
 #: Context-line token counts kept per searcher before the cache starts over (indexes without the build's table).
 TOKEN_CACHE_NODES = 1_000_000
-_OTHER_TYPES = frozenset((_T, _S, _A, _H))
+_OTHER_CODES = np.asarray((_T, _S, _A, _H), dtype=np.uint8)
 #: Name matches that merely contain the query entity as whole words weigh this much against exact ones.
 CONTAINS_WEIGHT = 0.1
 
@@ -371,9 +372,6 @@ class Searcher:
         return n
 
     # ------------------------------------------------------------ selection
-    def _neighbours_of_type(self, node: int, node_type: int) -> np.ndarray:
-        return self._walk(np.asarray([node], dtype=np.int64), node_type)[1]
-
     def _selection_candidates(self, prep: QueryContext, ppr: tuple[np.ndarray, np.ndarray] | None
                               ) -> tuple[list[int], dict[int, float]]:
         """The nodes typed selection draws from, best first, and their scores: every live node of the PPR
@@ -396,27 +394,14 @@ class Searcher:
         q = self.config.quotas
         entry = prep.entry_ids.tolist()
         cand_i, score = self._selection_candidates(prep, ppr)
-        entry_set = set(entry)
-        ents: list[int] = []
-        rels: list[int] = []
-        overs: list[int] = []
-        others: list[int] = []
-        for nid in cand_i:
-            t = int(self.types[nid])
-            if t == _N:
-                if len(ents) < q.entities:
-                    ents.append(nid)
-            elif t == _R:
-                if len(rels) < q.relationships:
-                    rels.append(nid)
-            elif t == _O:
-                if len(overs) < q.overviews:
-                    overs.append(nid)
-            elif t in _OTHER_TYPES and nid not in entry_set and len(others) < q.others:
-                others.append(nid)
-            if (len(ents) >= q.entities and len(rels) >= q.relationships
-                    and len(overs) >= q.overviews and len(others) >= q.others):
-                break
+        cand = np.asarray(cand_i, dtype=np.int64)
+        kind = self.types[cand] if cand.size else np.zeros(0, np.uint8)
+        # the first of each type by the quotas (the candidates are best first)
+        ents = cand[kind == _N][:q.entities].tolist()
+        rels = cand[kind == _R][:q.relationships].tolist()
+        overs = cand[kind == _O][:q.overviews].tolist()
+        other = np.isin(kind, _OTHER_CODES) & ~np.isin(cand, prep.entry_ids)
+        others = cand[other][:q.others].tolist()
         names = set(prep.name_ids.tolist())
         picked: list[tuple[int, float, str]] = []
         seen: set[int] = set()
@@ -430,14 +415,14 @@ class Searcher:
             add(nid, "entry")
         for nid in others:
             add(nid, "ppr")
-        for nid in ents:
-            add(nid, "name" if nid in names else "ppr")
-            for a in self._neighbours_of_type(nid, _A).tolist():
-                add(a, "attribute")
-        for nid in overs:
-            add(nid, "name" if nid in names else "ppr")
-            for h in self._neighbours_of_type(nid, _H).tolist():
-                add(h, "high_level")
+        for group, below, origin in ((ents, _A, "attribute"), (overs, _H, "high_level")):
+            owner, found = self._walk(np.asarray(group, dtype=np.int64), below)  # one walk for the group
+            split = np.searchsorted(owner, np.arange(len(group) + 1)).tolist()
+            found = found.tolist()
+            for i, nid in enumerate(group):
+                add(nid, "name" if nid in names else "ppr")
+                for a in found[split[i]:split[i + 1]]:
+                    add(a, origin)
         for nid in rels:
             add(nid, "ppr")
         return picked
@@ -449,7 +434,7 @@ class Searcher:
         self.ranking.timings = self.timings
         chunks, scores = self.ranking(ctx)
         ids = chunks.tolist()
-        return [lab for lab in self.tables.labels(ids)], scores.tolist(), ids
+        return labels(ctx, ids), scores.tolist(), ids
 
     def _with_ppr(self, ctx: QueryContext, ppr: tuple[np.ndarray, np.ndarray] | None) -> None:
         cfg = self.config

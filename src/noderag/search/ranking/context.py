@@ -89,6 +89,7 @@ class QueryContext:
     hop1: list[int] = field(default_factory=list)  # the passages bridges start from
     bridged: dict[int, tuple[float, float]] = field(default_factory=dict)  # chunk -> (score before, lifted)
     uncapped: dict[int, float] = field(default_factory=dict)  # chunk held at a ceiling -> its score without it
+    labels: dict[int, str | None] = field(default_factory=dict)  # chunk -> its source label, read once per query
 
     @property
     def lex_best(self) -> float:
