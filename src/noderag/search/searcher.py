@@ -24,9 +24,9 @@ from ..embed.base import embed_queries
 from ..errors import NodeRAGError
 from ..graph.types import N_TYPES, NodeType
 from ..graph.walk import TypedNeighbours
-from ..store.layout import SCRUBBED
+from ..store.layout import DOCUMENTS, SCRUBBED
 from .config import SearchConfig
-from .context import assemble_context
+from .context import assemble_context, header_tokens
 from .entities import extract_query_entities
 from .lexical import passage_terms, titled, top_scored
 from .ranking import IndexView, QueryContext, Ranking, default_stages, stages_named
@@ -92,7 +92,7 @@ class Searcher:
         self.llm = llm
         self._embedder = embedder
         self._embedder_lock = threading.Lock()
-        self._count_tokens = count_tokens
+        self._count_tokens = header_tokens(count_tokens)  # the package's cl100k_base counter
         self._extract = entity_extractor or default_entity_extractor()
         self._tok_cache: dict[int, int] = {}  # node id -> tokens of its context line
         try:
@@ -452,8 +452,14 @@ class Searcher:
         return self._titles
 
     def _title_columns(self) -> Any:
-        """(doc ids, pyarrow title column) of the documents table, or {} without titles."""
-        docs = getattr(self.store, "documents", None)
+        """(doc ids, pyarrow title column) of the documents table, or {} without titles; of one segment, only those
+        two columns are read (the table's chunk lists and hashes are most of its bytes)."""
+        docs = self.store.__dict__.get("documents") if hasattr(self.store, "__dict__") else None
+        path = getattr(self.store, "path", None)
+        if docs is None and isinstance(path, Path) and not getattr(self.store, "deltas", None):
+            docs = _read_columns(path, DOCUMENTS, ("doc_id", "title"))
+        if docs is None:
+            docs = getattr(self.store, "documents", None)
         if docs is None or "title" not in docs.column_names:
             return {}
         ids = docs.column("doc_id").combine_chunks()
@@ -504,6 +510,22 @@ def _query_tables(store: Any, n: int) -> Any:
     if tables.n != n:
         raise ValueError(f"the query index has {tables.n} nodes but the graph has {n}")
     return tables
+
+
+def _read_columns(root: Path, rel: str, columns: tuple[str, ...]) -> Any:
+    """Some columns of the parquet file ``root / rel`` (memory-mapped; ParquetFile: read_table imports
+    pyarrow.dataset), or None when the file is missing or lacks them; a damaged file is IndexDamagedError."""
+    import pyarrow.parquet as pq
+
+    from ..store.verify import reading
+
+    if not (root / rel).is_file():
+        return None
+    with reading(root, rel):
+        f = pq.ParquetFile(root / rel, memory_map=True)
+        if not set(columns) <= set(f.schema_arrow.names):
+            return None
+        return f.read(columns=list(columns))
 
 
 def _search_graph(store: Any) -> Any:
