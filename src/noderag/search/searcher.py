@@ -40,7 +40,7 @@ __all__ = ["Searcher", "LLMNotConfiguredError"]
 _T, _S, _N, _R, _A, _H, _O = (int(t) for t in NodeType)
 #: Context-line token counts kept per searcher before the cache starts over (indexes without the build's table).
 TOKEN_CACHE_NODES = 1_000_000
-_OTHER_CODES = np.asarray((_T, _S, _A, _H), dtype=np.uint8)
+_OTHER_TYPES = frozenset((_T, _S, _A, _H))
 #: Name matches that merely contain the query entity as whole words weigh this much against exact ones.
 CONTAINS_WEIGHT = 0.1
 
@@ -394,14 +394,27 @@ class Searcher:
         q = self.config.quotas
         entry = prep.entry_ids.tolist()
         cand_i, score = self._selection_candidates(prep, ppr)
-        cand = np.asarray(cand_i, dtype=np.int64)
-        kind = self.types[cand] if cand.size else np.zeros(0, np.uint8)
-        # the first of each type by the quotas (the candidates are best first)
-        ents = cand[kind == _N][:q.entities].tolist()
-        rels = cand[kind == _R][:q.relationships].tolist()
-        overs = cand[kind == _O][:q.overviews].tolist()
-        other = np.isin(kind, _OTHER_CODES) & ~np.isin(cand, prep.entry_ids)
-        others = cand[other][:q.others].tolist()
+        entry_set = set(entry)
+        ents: list[int] = []
+        rels: list[int] = []
+        overs: list[int] = []
+        others: list[int] = []
+        kinds = self.types[np.asarray(cand_i, dtype=np.int64)].tolist() if cand_i else []
+        for nid, t in zip(cand_i, kinds):  # best first, until every quota is full
+            if t == _N:
+                if len(ents) < q.entities:
+                    ents.append(nid)
+            elif t == _R:
+                if len(rels) < q.relationships:
+                    rels.append(nid)
+            elif t == _O:
+                if len(overs) < q.overviews:
+                    overs.append(nid)
+            elif t in _OTHER_TYPES and nid not in entry_set and len(others) < q.others:
+                others.append(nid)
+            if (len(ents) >= q.entities and len(rels) >= q.relationships
+                    and len(overs) >= q.overviews and len(others) >= q.others):
+                break
         names = set(prep.name_ids.tolist())
         picked: list[tuple[int, float, str]] = []
         seen: set[int] = set()

@@ -30,6 +30,8 @@ _PAREN = re.compile(r"\s*\([^()]*\)\s*$")
 _COMMA = re.compile(r"\s*,[^,]*$")
 #: Longest title head (in match tokens) looked up.
 MAX_HEAD_TOKENS = 8
+#: First-token masks kept per index before the memo starts over.
+MASK_MEMO = 1 << 16
 
 
 def title_head(title: str) -> str:
@@ -264,6 +266,7 @@ class TitleLinks:
         self._first_mask = (np.bitwise_or.reduceat(np.left_shift(1, ntok[f_order]), lead) if lead.size
                             else np.zeros(0, np.int64))
         self._keys: dict[int, tuple[str, ...] | None] = {}
+        self._masks: dict[str, int] = {}  # folded token -> its mask of head lengths (a token recurs across texts)
         order = np.lexsort((t_ids, t_docs))
         self._docs = np.asarray(t_docs, np.int64)[order]
         self._ids = np.asarray(t_ids, np.int64)[order]
@@ -273,13 +276,6 @@ class TitleLinks:
         if got == ():
             got = self._keys[row] = title_key(self._titles[row].as_py())
         return got
-
-    def _lookup(self, toks: list[str], hashes: list[int]) -> list[int]:
-        """The documents (ascending) whose title head is ``toks``."""
-        h = np.asarray([head_hash(hashes)], dtype=np.uint64)
-        lo, hi = int(np.searchsorted(self._h, h, "left")[0]), int(np.searchsorted(self._h, h, "right")[0])
-        key = tuple(toks)
-        return [int(self._doc[i]) for i in range(lo, hi) if self._key_of(int(self._row[i])) == key]
 
     def named_docs(self, text: str) -> list[int]:
         """Documents whose title head ``text`` names, in text order, no repeats; the longest head at a
@@ -294,9 +290,15 @@ class TitleLinks:
             cand = [i for i, w in enumerate(surface) if _name_start(w)]
         if not cand or not self._first_h.size:
             return []
-        h = np.asarray([token_hash(folded[i]) for i in cand], dtype=np.uint64)
-        pos = np.minimum(np.searchsorted(self._first_h, h), self._first_h.size - 1)
-        mask = np.where(self._first_h[pos] == h, self._first_mask[pos], 0).tolist()
+        memo = self._masks
+        missing = list({folded[i] for i in cand if folded[i] not in memo})
+        if missing:
+            if len(memo) + len(missing) > MASK_MEMO:
+                memo.clear()
+            h = np.asarray([token_hash(t) for t in missing], dtype=np.uint64)
+            pos = np.minimum(np.searchsorted(self._first_h, h), self._first_h.size - 1)
+            memo.update(zip(missing, np.where(self._first_h[pos] == h, self._first_mask[pos], 0).tolist()))
+        mask = [memo[folded[i]] for i in cand]
         return [(i, m) for i, m in zip(cand, mask) if m]
 
     def named_groups(self, text: str) -> list[list[int]]:
@@ -306,24 +308,27 @@ class TitleLinks:
             return []
         surface = match_tokens(text)
         folded = list(map(fold_token, surface))
+        n_tok = len(surface)
+        cands = [(s, n) for s, mask in self._starts(surface, folded, text.isascii())
+                 for n in _lengths(mask) if n <= n_tok - s]  # by position, then longest first
+        if not cands:
+            return []
+        h = np.asarray([head_hash([token_hash(t) for t in folded[s:s + n]]) for s, n in cands], dtype=np.uint64)
+        lo, hi = np.searchsorted(self._h, h, "left").tolist(), np.searchsorted(self._h, h, "right").tolist()
         out: list[int] = []
         groups: list[list[int]] = []
-        n_tok, after = len(surface), 0  # after: the end of the last match (heads inside it are skipped)
-        for s, mask in self._starts(surface, folded, text.isascii()):
-            if s < after:
+        after = 0  # the end of the last match: heads inside it are skipped
+        for (s, n), a, b in zip(cands, lo, hi):
+            if s < after or a == b:
                 continue
-            for n in _lengths(mask):
-                if n > n_tok - s:
-                    continue
-                toks = folded[s:s + n]
-                docs = self._lookup(toks, [token_hash(t) for t in toks])
-                if docs:
-                    new = [d for d in docs if d not in out]
-                    if new:
-                        out.extend(new)
-                        groups.append(new)
-                    after = s + n
-                    break
+            key = tuple(folded[s:s + n])  # a hash proposes, the title's own head decides
+            docs = [int(self._doc[i]) for i in range(a, b) if self._key_of(int(self._row[i])) == key]
+            if docs:
+                new = [d for d in docs if d not in out]
+                if new:
+                    out.extend(new)
+                    groups.append(new)
+                after = s + n
         return groups
 
     def passages(self, doc: int) -> np.ndarray:
