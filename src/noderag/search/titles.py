@@ -30,8 +30,6 @@ _PAREN = re.compile(r"\s*\([^()]*\)\s*$")
 _COMMA = re.compile(r"\s*,[^,]*$")
 #: Longest title head (in match tokens) looked up.
 MAX_HEAD_TOKENS = 8
-#: First-token masks kept per index before the memo starts over.
-MASK_MEMO = 1 << 16
 
 
 def title_head(title: str) -> str:
@@ -182,9 +180,9 @@ def _ascii_keys(off: np.ndarray, data: np.ndarray) -> tuple[np.ndarray, np.ndarr
 class TitleLinks:
     """Documents by the title heads a text names, and each document's passages (T nodes).
 
-    The heads are kept as sorted 64-bit hashes (:func:`head_hash`) with the row of their title, and the first
-    tokens as sorted hashes with a bit mask of the head lengths they start; a hit is verified against the
-    title itself. Made from byte arrays (:meth:`from_arrow`), O(documents) numpy and no Python per title
+    The heads are kept as 64-bit hashes (:func:`head_hash`) -> the rows of their titles, and the first tokens'
+    hashes -> a bit mask of the head lengths they start (dicts of ints made from arrays); a hit is verified
+    against the title itself. Made from byte arrays (:meth:`from_arrow`), O(documents) numpy and no Python per title
     except non-ASCII ones: an index of 10^6 documents is linked at its first bridging query in well under a
     second.
 
@@ -257,16 +255,19 @@ class TitleLinks:
                 head[i], first[i], ntok[i] = head_hash(hashes), hashes[0], len(key)
         keep = np.flatnonzero((ntok > 0) & (ntok <= MAX_HEAD_TOKENS))
         order = keep[np.lexsort((doc_ids[keep], head[keep]))]
-        self._h, self._row, self._doc = head[order], order, doc_ids[order]
+        h = head[order]
+        self._row, self._doc = order.tolist(), doc_ids[order].tolist()
         self.max_tokens = int(ntok[keep].max()) if keep.size else 0
+        # plain dicts over the hashes (ints, made from arrays: no Python work per title but the insert): a look-up
+        # is one dict probe, as fast as the former dict of head strings
+        lead = np.flatnonzero(np.r_[True, h[1:] != h[:-1]]) if h.size else np.zeros(0, np.int64)
+        self._head_at = dict(zip(h[lead].tolist(), zip(lead.tolist(), np.r_[lead[1:], h.size].tolist())))
         f_order = keep[np.argsort(first[keep], kind="stable")]
         fh = first[f_order]
         lead = np.flatnonzero(np.r_[True, fh[1:] != fh[:-1]]) if fh.size else np.zeros(0, np.int64)
-        self._first_h = fh[lead]
-        self._first_mask = (np.bitwise_or.reduceat(np.left_shift(1, ntok[f_order]), lead) if lead.size
-                            else np.zeros(0, np.int64))
+        masks = np.bitwise_or.reduceat(np.left_shift(1, ntok[f_order]), lead) if lead.size else lead
+        self._first_of = dict(zip(fh[lead].tolist(), masks.tolist()))  # first token's hash -> mask of head lengths
         self._keys: dict[int, tuple[str, ...] | None] = {}
-        self._masks: dict[str, int] = {}  # folded token -> its mask of head lengths (a token recurs across texts)
         order = np.lexsort((t_ids, t_docs))
         self._docs = np.asarray(t_docs, np.int64)[order]
         self._ids = np.asarray(t_ids, np.int64)[order]
@@ -282,53 +283,48 @@ class TitleLinks:
         position wins and heads inside a longer match are skipped."""
         return [d for group in self.named_groups(text) for d in group]
 
-    def _starts(self, surface: list[str], folded: list[str], ascii_text: bool) -> list[tuple[int, int]]:
-        """(position, mask of head lengths) of the tokens that may start a title head, in text order."""
-        if ascii_text:  # a \w+ token below "Z" starts with a digit or a capital
-            cand = [i for i, w in enumerate(surface) if "0" <= w[0] <= "Z"]
-        else:
-            cand = [i for i, w in enumerate(surface) if _name_start(w)]
-        if not cand or not self._first_h.size:
-            return []
-        memo = self._masks
-        missing = list({folded[i] for i in cand if folded[i] not in memo})
-        if missing:
-            if len(memo) + len(missing) > MASK_MEMO:
-                memo.clear()
-            h = np.asarray([token_hash(t) for t in missing], dtype=np.uint64)
-            pos = np.minimum(np.searchsorted(self._first_h, h), self._first_h.size - 1)
-            memo.update(zip(missing, np.where(self._first_h[pos] == h, self._first_mask[pos], 0).tolist()))
-        mask = [memo[folded[i]] for i in cand]
-        return [(i, m) for i, m in zip(cand, mask) if m]
-
     def named_groups(self, text: str) -> list[list[int]]:
         """:meth:`named_docs` grouped by the title head named: one list per head, in text order (several
         documents may share a title: "Namibia" may be five articles' passages, and they name one subject)."""
-        if not self._h.size or not text:
+        if not self._head_at or not text:
             return []
         surface = match_tokens(text)
         folded = list(map(fold_token, surface))
-        n_tok = len(surface)
-        cands = [(s, n) for s, mask in self._starts(surface, folded, text.isascii())
-                 for n in _lengths(mask) if n <= n_tok - s]  # by position, then longest first
-        if not cands:
+        if text.isascii():  # a \w+ token below "Z" starts with a digit or a capital
+            starts = [i for i, w in enumerate(surface) if "0" <= w[0] <= "Z"]
+        else:
+            starts = [i for i, w in enumerate(surface) if _name_start(w)]
+        if not starts:
             return []
-        h = np.asarray([head_hash([token_hash(t) for t in folded[s:s + n]]) for s, n in cands], dtype=np.uint64)
-        lo, hi = np.searchsorted(self._h, h, "left").tolist(), np.searchsorted(self._h, h, "right").tolist()
+        first, heads = self._first_of, self._head_at
+        th = list(map(token_hash, folded))  # memoised per token
         out: list[int] = []
         groups: list[list[int]] = []
-        after = 0  # the end of the last match: heads inside it are skipped
-        for (s, n), a, b in zip(cands, lo, hi):
-            if s < after or a == b:
+        n_tok, after = len(surface), 0  # after: the end of the last match (heads inside it are skipped)
+        for s in starts:
+            if s < after:
                 continue
-            key = tuple(folded[s:s + n])  # a hash proposes, the title's own head decides
-            docs = [int(self._doc[i]) for i in range(a, b) if self._key_of(int(self._row[i])) == key]
-            if docs:
-                new = [d for d in docs if d not in out]
-                if new:
-                    out.extend(new)
-                    groups.append(new)
-                after = s + n
+            mask = first.get(th[s])
+            if not mask:
+                continue
+            prefix, h = [], 0  # head_hash of folded[s:s + n] for n = 1, 2, ...: one step per token
+            for t in th[s:s + _lengths(mask)[0]]:
+                h = (h * _Q + t) & _M
+                prefix.append(h)
+            lengths = [n for n in _lengths(mask) if n <= n_tok - s]
+            for n in lengths:
+                at = heads.get(prefix[n - 1])
+                if at is None:
+                    continue
+                key = tuple(folded[s:s + n])  # a hash proposes, the title's own head decides
+                docs = [self._doc[i] for i in range(*at) if self._key_of(self._row[i]) == key]
+                if docs:
+                    new = [d for d in docs if d not in out]
+                    if new:
+                        out.extend(new)
+                        groups.append(new)
+                    after = s + n
+                    break
         return groups
 
     def passages(self, doc: int) -> np.ndarray:
