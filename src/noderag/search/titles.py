@@ -30,6 +30,8 @@ _PAREN = re.compile(r"\s*\([^()]*\)\s*$")
 _COMMA = re.compile(r"\s*,[^,]*$")
 #: Longest title head (in match tokens) looked up.
 MAX_HEAD_TOKENS = 8
+#: Tokens whose first-token mask is kept per index before the memo starts over.
+MASK_MEMO = 1 << 18
 
 
 def title_head(title: str) -> str:
@@ -268,6 +270,7 @@ class TitleLinks:
         masks = np.bitwise_or.reduceat(np.left_shift(1, ntok[f_order]), lead) if lead.size else lead
         self._first_of = dict(zip(fh[lead].tolist(), masks.tolist()))  # first token's hash -> mask of head lengths
         self._keys: dict[int, tuple[str, ...] | None] = {}
+        self._masks: dict[str, int] = {}  # folded token -> its mask (0: starts no head), filled as texts come
         order = np.lexsort((t_ids, t_docs))
         self._docs = np.asarray(t_docs, np.int64)[order]
         self._ids = np.asarray(t_ids, np.int64)[order]
@@ -290,26 +293,31 @@ class TitleLinks:
             return []
         surface = match_tokens(text)
         folded = list(map(fold_token, surface))
-        if text.isascii():  # a \w+ token below "Z" starts with a digit or a capital
-            starts = [i for i, w in enumerate(surface) if "0" <= w[0] <= "Z"]
-        else:
-            starts = [i for i, w in enumerate(surface) if _name_start(w)]
+        ascii_text = text.isascii()
+        # a \w+ token of ASCII text below "Z" starts with a digit or a capital
+        cand = [i for i, w in enumerate(surface) if "0" <= w[0] <= "Z"] if ascii_text else range(len(surface))
+        masks = self._masks
+        missing = {folded[i] for i in cand if folded[i] not in masks}
+        if missing:
+            if len(masks) + len(missing) > MASK_MEMO:
+                masks.clear()
+                missing = {folded[i] for i in cand}
+            masks.update((t, self._first_of.get(token_hash(t), 0)) for t in missing)
+        starts = [i for i in cand if masks[folded[i]] and (ascii_text or _name_start(surface[i]))]
         if not starts:
             return []
-        first, heads = self._first_of, self._head_at
-        th = list(map(token_hash, folded))  # memoised per token
+        heads = self._head_at
         out: list[int] = []
         groups: list[list[int]] = []
         n_tok, after = len(surface), 0  # after: the end of the last match (heads inside it are skipped)
         for s in starts:
             if s < after:
                 continue
-            mask = first.get(th[s])
-            if not mask:
-                continue
-            prefix, h = [], 0  # head_hash of folded[s:s + n] for n = 1, 2, ...: one step per token
-            for t in th[s:s + _lengths(mask)[0]]:
-                h = (h * _Q + t) & _M
+            mask = masks[folded[s]]
+            h = token_hash(folded[s])  # memoised per token
+            prefix = [h]  # head_hash of folded[s:s + n] for n = 1, 2, ...: one step per token
+            for t in folded[s + 1:s + _lengths(mask)[0]]:
+                h = (h * _Q + token_hash(t)) & _M
                 prefix.append(h)
             lengths = [n for n in _lengths(mask) if n <= n_tok - s]
             for n in lengths:
