@@ -99,16 +99,25 @@ def _powers(base: int, n: int) -> np.ndarray:
     return np.asarray(out, dtype=np.uint64)
 
 
+def _index_dtype(size: int) -> type:
+    """int32 byte indices while they fit (half the memory traffic of int64 over every title byte)."""
+    return np.int32 if size < 2**31 - 2 else np.int64
+
+
 def _last_upto(mask: np.ndarray) -> np.ndarray:
     """For every byte index j: the largest index <= j where ``mask`` holds (-1: none)."""
-    return np.maximum.accumulate(np.where(mask, np.arange(mask.size), -1)) if mask.size else np.zeros(0, np.int64)
+    if not mask.size:
+        return np.zeros(0, np.int64)
+    idx = np.arange(mask.size, dtype=_index_dtype(mask.size))
+    return np.maximum.accumulate(np.where(mask, idx, idx.dtype.type(-1)))
 
 
 def _next_from(mask: np.ndarray) -> np.ndarray:
     """For every byte index j: the smallest index >= j where ``mask`` holds (``mask.size``: none)."""
     if not mask.size:
         return np.zeros(0, np.int64)
-    return np.minimum.accumulate(np.where(mask, np.arange(mask.size), mask.size)[::-1])[::-1]
+    idx = np.arange(mask.size, dtype=_index_dtype(mask.size))
+    return np.minimum.accumulate(np.where(mask, idx, idx.dtype.type(mask.size))[::-1])[::-1]
 
 
 def _before(last: np.ndarray, j: np.ndarray, lo: np.ndarray) -> np.ndarray:
@@ -148,13 +157,16 @@ def _ascii_keys(off: np.ndarray, data: np.ndarray) -> tuple[np.ndarray, np.ndarr
     """(head hash, first token's hash, tokens) of each printable-ASCII string, as :func:`title_key`,
     :func:`token_hash` and :func:`head_hash` give them (tokens 0: no token), in byte arrays: no Python per title."""
     n = off.size - 1
-    hs, he = _heads_of(off, data)
-    owner = np.repeat(np.arange(n), off[1:] - off[:-1])
-    idx = np.arange(data.size)
+    it = _index_dtype(data.size)
+    hs, he = (b.astype(it) for b in _heads_of(off, data))
+    owner = np.repeat(np.arange(n, dtype=it), off[1:] - off[:-1])
+    idx = np.arange(data.size, dtype=it)
     word = ((data >= 48) & (data <= 57)) | ((data >= 65) & (data <= 90)) | ((data >= 97) & (data <= 122)) | (data == 95)
-    w = word & (idx >= hs[owner]) & (idx < he[owner])
-    prev = np.r_[False, w[:-1]] & (idx != hs[owner])
-    nxt = np.r_[w[1:], False] & (idx + 1 != he[owner])
+    hs_b, he_b = hs[owner], he[owner]
+    w = word & (idx >= hs_b) & (idx < he_b)
+    prev = np.r_[False, w[:-1]] & (idx != hs_b)
+    nxt = np.r_[w[1:], False] & (idx + 1 != he_b)
+    del hs_b, he_b, idx
     wb = np.flatnonzero(w)
     t_start = np.flatnonzero(~prev[wb])  # token starts, in the compacted word bytes
     t_end = np.flatnonzero(~nxt[wb]) + 1
@@ -162,13 +174,13 @@ def _ascii_keys(off: np.ndarray, data: np.ndarray) -> tuple[np.ndarray, np.ndarr
     head, first = np.zeros(n, np.uint64), np.zeros(n, np.uint64)
     if not t_start.size:
         return head, first, ntok
-    marks = np.zeros(wb.size, np.int64)
+    marks = np.zeros(wb.size, it)
     marks[t_start] = 1
-    tok = np.cumsum(marks) - 1  # token of each word byte
+    tok = np.cumsum(marks, dtype=it) - 1  # token of each word byte
     byte = data[wb].astype(np.uint64)
     byte += np.where((byte >= 65) & (byte <= 90), np.uint64(32), np.uint64(0)) + np.uint64(1)
     pw = _powers(_P, int((t_end - t_start).max()))
-    th = np.add.reduceat(byte * pw[t_end[tok] - 1 - np.arange(wb.size)], t_start)
+    th = np.add.reduceat(byte * pw[t_end.astype(it)[tok] - 1 - np.arange(wb.size, dtype=it)], t_start)
     t_owner = owner[wb[t_start]]
     k_start = np.flatnonzero(np.r_[True, t_owner[1:] != t_owner[:-1]])
     local = np.arange(t_owner.size) - np.repeat(k_start, np.diff(np.r_[k_start, t_owner.size]))
@@ -184,9 +196,10 @@ class TitleLinks:
 
     The heads are kept as 64-bit hashes (:func:`head_hash`) -> the rows of their titles, and the first tokens'
     hashes -> a bit mask of the head lengths they start (dicts of ints made from arrays); a hit is verified
-    against the title itself. Made from byte arrays (:meth:`from_arrow`), O(documents) numpy and no Python per title
-    except non-ASCII ones: an index of 10^6 documents is linked at its first bridging query in well under a
-    second.
+    against the title itself. Made from byte arrays (:meth:`from_arrow`), O(title bytes) numpy and no Python per
+    title except non-ASCII ones, at the first bridging query: 0.2-0.6 s for 10^5 documents, several seconds for
+    10^6 on a shared 2-core machine (benchmarks/results/search_cost.md); a table written at build time would make
+    it free.
 
     Parameters
     ----------
