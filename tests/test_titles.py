@@ -102,3 +102,14 @@ def test_from_arrow_skips_null_and_empty_titles():
     links = TitleLinks.from_arrow(np.array([3, 4, 5, 6]), arr, np.array([10, 11]), np.array([3, 6]))
     assert links.named_groups("Hank Snow sang in Nashville.") == [[3], [6]]
     assert links.passages(6).tolist() == [11]
+
+
+def test_from_arrow_reads_sliced_null_and_dictionary_columns():
+    sliced = pa.chunked_array([pa.array(["x", "Hank Snow", "Paris (city)"])]).slice(1)
+    links = TitleLinks.from_arrow(np.array([7, 8]), sliced, np.array([1, 2]), np.array([7, 8]))
+    assert links.named_groups("Hank Snow went to Paris.") == [[7], [8]]
+    coded = pa.array(["Paris", "Nashville, Tennessee"]).dictionary_encode()
+    assert TitleLinks.from_arrow(np.array([0, 1]), coded, np.array([0]), np.array([0])).named_docs(
+        "From Nashville to Paris") == [1, 0]
+    empty = TitleLinks.from_arrow(np.array([0, 1]), pa.array([None, None], type=pa.null()), np.array([0]), np.array([0]))
+    assert empty.named_groups("Paris") == []
