@@ -280,3 +280,13 @@ def test_bad_queries_and_config_raise_clear_errors(store):
         SearchConfig.from_dict({"alpha": 0.5, "bogus": 1})
     with pytest.raises(ValueError, match="quotas.entities"):
         SearchConfig.from_dict({"quotas": {"entities": -1}})
+
+
+def test_header_token_table_is_the_tokenizers_count():
+    from noderag.search.context import HEADER_TOKENS, SECTION_ORDER, header_tokens, section_header
+
+    assert sorted(HEADER_TOKENS) == sorted(section_header(t) for t in SECTION_ORDER)
+    for text, n in HEADER_TOKENS.items():
+        assert count_tokens(text) == n, text
+    count = header_tokens(lambda text: -1)
+    assert count("## Passages\n") == 4 and count("[3] other\n") == -1

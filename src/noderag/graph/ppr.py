@@ -224,6 +224,17 @@ def _seed_weights(seed_weights, shape: tuple, where: str) -> np.ndarray:
     return np.ascontiguousarray(w, np.float32)
 
 
+def _native_csr(csr: CSR) -> bool:
+    """Whether a CSR's arrays already have the kernel's dtypes and layout (1-D, C-contiguous, non-empty indptr):
+    then the native constructor's own pass checks their values, and the O(nnz) numpy checks of
+    :func:`~noderag.graph.csr.validate_csr` (most of opening a searcher over millions of edges) run only to name
+    a value it rejected."""
+    arrays = (csr.indptr, csr.indices, csr.weights)
+    dtypes = (np.int64, np.int32, np.float32)
+    return (all(isinstance(a, np.ndarray) and a.dtype == d and a.ndim == 1 and a.flags.c_contiguous
+                for a, d in zip(arrays, dtypes)) and csr.indptr.shape[0] >= 1)
+
+
 class PPROperator:
     """Shallow-PPR operator over one graph: validated arrays plus per-node precomputation.
 
@@ -239,11 +250,20 @@ class PPROperator:
     def __init__(self, csr: CSR, node_types) -> None:
         if not isinstance(csr, CSR):
             raise ValueError(f"csr must be a noderag.graph.csr.CSR, got {type(csr).__name__}")
-        csr = validate_csr(csr.indptr, csr.indices, csr.weights, name="csr")
-        types = _node_types(node_types, csr.n)
+        kernel = None
+        if _native_csr(csr):  # the kernel checks every value in its one pass over the edges
+            types = _node_types(node_types, csr.indptr.shape[0] - 1)
+            try:
+                kernel = _core.PPRKernel(csr.indptr, csr.indices, csr.weights, types)
+            except ValueError:
+                kernel = None  # the numpy checks below name the bad value
+        if kernel is None:
+            csr = validate_csr(csr.indptr, csr.indices, csr.weights, name="csr")
+            types = _node_types(node_types, csr.n)
+            kernel = _core.PPRKernel(csr.indptr, csr.indices, csr.weights, types)
         self._csr = csr
         self._types = types
-        self._kernel = _core.PPRKernel(csr.indptr, csr.indices, csr.weights, types)
+        self._kernel = kernel
         self._k_cache: dict = {}
 
     @property

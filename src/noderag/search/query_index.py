@@ -116,8 +116,6 @@ def write_query_index(index_dir: str | os.PathLike, *, first_node: int = 0, lexi
 
     import pyarrow.parquet as pq
 
-    from .entities import name_arrays
-
     from ..store.node_texts import node_texts
     from ..store.tables import read_nodes_file
 
@@ -146,6 +144,18 @@ def write_query_index(index_dir: str | os.PathLike, *, first_node: int = 0, lexi
     _save_lexical(save, types, active, doc, text_off, text, documents, first_node, lexical_background)
     save(LINE_TOKENS, line_token_counts(text_off, text, first_node))
     del text_off, text
+    _save_labels(save, nodes, types, doc, documents, first_node)
+    del nodes
+    names = _save_names(save, nodes_path, types, active, first_node)
+    meta = {"format": _FORMAT, "n": int(n), **names, "text_page": text_page,
+            **({"first_node": int(first_node)} if first_node else {})}
+    atomic_write_bytes(out / "meta.json", (json.dumps(meta, sort_keys=True) + "\n").encode("utf-8"))
+    return out
+
+
+def _save_labels(save, nodes: Any, types: np.ndarray, doc: np.ndarray, documents: Any, first_node: int) -> None:
+    """The source-passage label of every T node (``label_*``) and the label of every document (``doclabel_*``)."""
+    n = nodes.num_rows
     t_ids = np.flatnonzero(types == _T)
     src = nodes.column("source_id").take(t_ids).to_pylist()
     src_full: list = [None] * n
@@ -162,18 +172,20 @@ def write_query_index(index_dir: str | os.PathLike, *, first_node: int = 0, lexi
     save("doclabel_id", np.asarray(dids, dtype=np.int64))
     for key, arr in zip(("doclabel_off", "doclabel"), _py_blob([dl[d] for d in dids])):
         save(key, arr)
-    del nodes
+
+
+def _save_names(save, nodes_path: Path, types: np.ndarray, active: np.ndarray, first_node: int) -> dict[str, int]:
+    """The name matcher's arrays (``name_*``, ...) of the active N and O nodes; their meta entries."""
+    from ..store.tables import read_nodes_file
+    from .entities import name_arrays
+
     named = np.flatnonzero(np.isin(types, _NAMED) & active)
     names = read_nodes_file(nodes_path, columns=("name",)).column("name").take(named).to_pylist()
     name_index, max_tokens = name_arrays(named + first_node, names)
     del names
     for key in sorted(name_index):
         save(key, name_index[key])
-    meta = {"format": _FORMAT, "n": int(n), "names": int(name_index["name_node"].shape[0]),
-            "max_tokens": max_tokens, "text_page": text_page,
-            **({"first_node": int(first_node)} if first_node else {})}
-    atomic_write_bytes(out / "meta.json", (json.dumps(meta, sort_keys=True) + "\n").encode("utf-8"))
-    return out
+    return {"names": int(name_index["name_node"].shape[0]), "max_tokens": max_tokens}
 
 
 def _save_lexical(save, types: np.ndarray, active: np.ndarray, doc: np.ndarray, text_off: np.ndarray,

@@ -24,12 +24,13 @@ from ..embed.base import embed_queries
 from ..errors import NodeRAGError
 from ..graph.types import N_TYPES, NodeType
 from ..graph.walk import TypedNeighbours
-from ..store.layout import SCRUBBED
+from ..store.layout import DOCUMENTS, SCRUBBED
 from .config import SearchConfig
-from .context import assemble_context
+from .context import assemble_context, header_tokens
 from .entities import extract_query_entities
 from .lexical import passage_terms, titled, top_scored
 from .ranking import IndexView, QueryContext, Ranking, default_stages, stages_named
+from .ranking.fill import labels
 from .rerank import CrossEncoderReranker
 from .result import AnswerResult, RetrievalResult, RetrievedNode, passage_records
 from .seeds import seed_weights
@@ -91,7 +92,7 @@ class Searcher:
         self.llm = llm
         self._embedder = embedder
         self._embedder_lock = threading.Lock()
-        self._count_tokens = count_tokens
+        self._count_tokens = header_tokens(count_tokens)  # the package's cl100k_base counter
         self._extract = entity_extractor or default_entity_extractor()
         self._tok_cache: dict[int, int] = {}  # node id -> tokens of its context line
         try:
@@ -120,7 +121,8 @@ class Searcher:
         self._reranker_lock = threading.Lock()
         self._titles: dict[int, str] | None = None  # doc_id -> title, read at the first rerank or title bridge
         self.view = IndexView(self.n, self.types, self._chunk, self._doc, self._active, self._s_indptr, self._walk,
-                              store.vectors, self.lexical, tables, self._document_titles)
+                              store.vectors, self.lexical, tables, self._document_titles,
+                              title_columns=self._title_columns)
         if stages is None:
             names = getattr(self.config, "stages", None)  # a benchmark's stage list (ranking.StagedConfig)
             make = default_stages if names is None else (lambda *a: stages_named(names, *a))
@@ -370,9 +372,6 @@ class Searcher:
         return n
 
     # ------------------------------------------------------------ selection
-    def _neighbours_of_type(self, node: int, node_type: int) -> np.ndarray:
-        return self._walk(np.asarray([node], dtype=np.int64), node_type)[1]
-
     def _selection_candidates(self, prep: QueryContext, ppr: tuple[np.ndarray, np.ndarray] | None
                               ) -> tuple[list[int], dict[int, float]]:
         """The nodes typed selection draws from, best first, and their scores: every live node of the PPR
@@ -400,8 +399,8 @@ class Searcher:
         rels: list[int] = []
         overs: list[int] = []
         others: list[int] = []
-        for nid in cand_i:
-            t = int(self.types[nid])
+        kinds = self.types[np.asarray(cand_i, dtype=np.int64)].tolist() if cand_i else []
+        for nid, t in zip(cand_i, kinds):  # best first, until every quota is full
             if t == _N:
                 if len(ents) < q.entities:
                     ents.append(nid)
@@ -429,14 +428,14 @@ class Searcher:
             add(nid, "entry")
         for nid in others:
             add(nid, "ppr")
-        for nid in ents:
-            add(nid, "name" if nid in names else "ppr")
-            for a in self._neighbours_of_type(nid, _A).tolist():
-                add(a, "attribute")
-        for nid in overs:
-            add(nid, "name" if nid in names else "ppr")
-            for h in self._neighbours_of_type(nid, _H).tolist():
-                add(h, "high_level")
+        for group, below, origin in ((ents, _A, "attribute"), (overs, _H, "high_level")):
+            owner, found = self._walk(np.asarray(group, dtype=np.int64), below)  # one walk for the group
+            split = np.searchsorted(owner, np.arange(len(group) + 1)).tolist()
+            found = found.tolist()
+            for i, nid in enumerate(group):
+                add(nid, "name" if nid in names else "ppr")
+                for a in found[split[i]:split[i + 1]]:
+                    add(a, origin)
         for nid in rels:
             add(nid, "ppr")
         return picked
@@ -448,7 +447,7 @@ class Searcher:
         self.ranking.timings = self.timings
         chunks, scores = self.ranking(ctx)
         ids = chunks.tolist()
-        return [lab for lab in self.tables.labels(ids)], scores.tolist(), ids
+        return labels(ctx, ids), scores.tolist(), ids
 
     def _with_ppr(self, ctx: QueryContext, ppr: tuple[np.ndarray, np.ndarray] | None) -> None:
         cfg = self.config
@@ -464,6 +463,24 @@ class Searcher:
         if self._titles is None:
             self._titles = document_titles(self.store)
         return self._titles
+
+    def _title_columns(self) -> Any:
+        """(doc ids, pyarrow title column) of the documents table, or {} without titles; of one segment, only those
+        two columns are read (the table's chunk lists and hashes are most of its bytes)."""
+        docs = self.store.__dict__.get("documents") if hasattr(self.store, "__dict__") else None
+        path = getattr(self.store, "path", None)
+        if docs is None and isinstance(path, Path) and not getattr(self.store, "deltas", None):
+            docs = _read_columns(path, DOCUMENTS, ("doc_id", "title"))
+        if docs is None:
+            docs = getattr(self.store, "documents", None)
+        if docs is None or "title" not in docs.column_names:
+            return {}
+        ids = docs.column("doc_id").combine_chunks()
+        if ids.null_count:
+            raise ValueError(f"{getattr(self.store, 'path', 'the index')}: documents.parquet has null doc_id values")
+        # the buffer, not to_numpy: pyarrow's conversion imports pandas (~0.4 s of a first query)
+        raw = np.frombuffer(ids.buffers()[1], dtype=np.dtype(str(ids.type)))[ids.offset:ids.offset + len(ids)]
+        return raw.astype(np.int64), docs.column("title")
 
     def _finish(self, ctx: QueryContext, ppr: tuple[np.ndarray, np.ndarray] | None) -> RetrievalResult:
         t0 = time.perf_counter()
@@ -506,6 +523,22 @@ def _query_tables(store: Any, n: int) -> Any:
     if tables.n != n:
         raise ValueError(f"the query index has {tables.n} nodes but the graph has {n}")
     return tables
+
+
+def _read_columns(root: Path, rel: str, columns: tuple[str, ...]) -> Any:
+    """Some columns of the parquet file ``root / rel`` (memory-mapped; ParquetFile: read_table imports
+    pyarrow.dataset), or None when the file is missing or lacks them; a damaged file is IndexDamagedError."""
+    import pyarrow.parquet as pq
+
+    from ..store.verify import reading
+
+    if not (root / rel).is_file():
+        return None
+    with reading(root, rel):
+        f = pq.ParquetFile(root / rel, memory_map=True)
+        if not set(columns) <= set(f.schema_arrow.names):
+            return None
+        return f.read(columns=list(columns))
 
 
 def _search_graph(store: Any) -> Any:

@@ -30,6 +30,8 @@ _PAREN = re.compile(r"\s*\([^()]*\)\s*$")
 _COMMA = re.compile(r"\s*,[^,]*$")
 #: Longest title head (in match tokens) looked up.
 MAX_HEAD_TOKENS = 8
+#: Tokens whose first-token mask is kept per index before the memo starts over.
+MASK_MEMO = 1 << 18
 
 
 def title_head(title: str) -> str:
@@ -55,12 +57,149 @@ def _name_start(token: str) -> bool:
     return token[:1].isupper() or token[:1].isdigit() or is_han_token(token)
 
 
-def _key(tokens: list[str]) -> str:
-    return " ".join(map(fold_token, tokens))
+def title_key(title: str) -> tuple[str, ...] | None:
+    """The folded match tokens of a title's head (what a text must name to name the title); None when the head
+    has no token, more than :data:`MAX_HEAD_TOKENS`, or is one stop word. The reference of the vectorised
+    :func:`_ascii_keys`."""
+    toks = match_tokens(title_head(title))
+    if not toks or len(toks) > MAX_HEAD_TOKENS or (len(toks) == 1 and toks[0].casefold() in STOP):
+        return None
+    return tuple(map(fold_token, toks))
+
+
+_M = (1 << 64) - 1
+_P = 0x100000001B3  # byte multiplier of a token's hash (FNV's prime)
+_Q = 0x9E3779B97F4A7C15  # token multiplier of a head's hash (odd)
+
+
+@lru_cache(maxsize=1 << 16)
+def token_hash(token: str) -> int:
+    """64-bit polynomial hash of a folded token's UTF-8 bytes: sum((b + 1) * P**(L-1-i)) mod 2**64 (the same
+    sums :func:`_ascii_keys` makes over byte arrays)."""
+    h = 0
+    for b in token.encode("utf-8", "surrogatepass"):
+        h = (h * _P + b + 1) & _M
+    return h
+
+
+def head_hash(hashes) -> int:
+    """A head's hash from its tokens' :func:`token_hash` values: sum(h_j * Q**(n-1-j)) mod 2**64 (one token: its
+    own hash)."""
+    h = 0
+    for t in hashes:
+        h = (h * _Q + t) & _M
+    return h
+
+
+def _powers(base: int, n: int) -> np.ndarray:
+    out, p = [], 1
+    for _ in range(max(n, 1)):
+        out.append(p)
+        p = (p * base) & _M
+    return np.asarray(out, dtype=np.uint64)
+
+
+def _index_dtype(size: int) -> type:
+    """int32 byte indices while they fit (half the memory traffic of int64 over every title byte)."""
+    return np.int32 if size < 2**31 - 2 else np.int64
+
+
+def _last_upto(mask: np.ndarray) -> np.ndarray:
+    """For every byte index j: the largest index <= j where ``mask`` holds (-1: none)."""
+    if not mask.size:
+        return np.zeros(0, np.int64)
+    idx = np.arange(mask.size, dtype=_index_dtype(mask.size))
+    return np.maximum.accumulate(np.where(mask, idx, idx.dtype.type(-1)))
+
+
+def _next_from(mask: np.ndarray) -> np.ndarray:
+    """For every byte index j: the smallest index >= j where ``mask`` holds (``mask.size``: none)."""
+    if not mask.size:
+        return np.zeros(0, np.int64)
+    idx = np.arange(mask.size, dtype=_index_dtype(mask.size))
+    return np.minimum.accumulate(np.where(mask, idx, idx.dtype.type(mask.size))[::-1])[::-1]
+
+
+def _before(last: np.ndarray, j: np.ndarray, lo: np.ndarray) -> np.ndarray:
+    """``last[j]`` where ``j >= lo`` and it is ``>= lo`` (inside the string that starts at ``lo``), else -1."""
+    got = last[np.clip(j, 0, max(last.size - 1, 0))] if last.size else np.full(j.shape, -1)
+    return np.where((j >= lo) & (got >= lo), got, -1)
+
+
+def _heads_of(off: np.ndarray, data: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Byte bounds of :func:`title_head` of printable-ASCII strings (``data[off[i]:off[i+1]]``): strip, then a
+    final "(...)" and a final ", ..." cut with the spaces before them, as the regular expressions do."""
+    start, end = off[:-1], off[1:]
+    nonsp = data != 0x20
+    lns = _last_upto(nonsp)
+    nxt = _next_from(nonsp)
+    s0 = np.where(start < end, nxt[np.clip(start, 0, max(data.size - 1, 0))] if data.size else end, end)
+    s0 = np.minimum(s0, end)
+    blank = s0 >= end
+    e0 = _before(lns, end - 1, start) + 1
+    s0, e0 = np.where(blank, start, s0), np.where(blank, start, e0)
+
+    def cut(p: np.ndarray) -> np.ndarray:  # the string cut before p, without the spaces before p
+        q = _before(lns, p - 1, s0)
+        return np.where(q >= 0, q + 1, s0)
+
+    close = (e0 > s0) & (data[np.clip(e0 - 1, 0, max(data.size - 1, 0))] == 0x29) if data.size else blank & False
+    op = _before(_last_upto(data == 0x28), e0 - 2, s0)
+    cl = _before(_last_upto(data == 0x29), e0 - 2, s0)
+    paren = close & (op >= 0) & (cl < op)
+    t1 = np.where(paren, cut(op), e0)
+    comma = _before(_last_upto(data == 0x2C), t1 - 1, s0)
+    r1 = np.where(comma >= 0, cut(comma), t1)
+    return s0, np.where(r1 > s0, r1, np.where(t1 > s0, t1, e0))
+
+
+def _ascii_keys(off: np.ndarray, data: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(head hash, first token's hash, tokens) of each printable-ASCII string, as :func:`title_key`,
+    :func:`token_hash` and :func:`head_hash` give them (tokens 0: no token), in byte arrays: no Python per title."""
+    n = off.size - 1
+    it = _index_dtype(data.size)
+    hs, he = (b.astype(it) for b in _heads_of(off, data))
+    owner = np.repeat(np.arange(n, dtype=it), off[1:] - off[:-1])
+    idx = np.arange(data.size, dtype=it)
+    word = ((data >= 48) & (data <= 57)) | ((data >= 65) & (data <= 90)) | ((data >= 97) & (data <= 122)) | (data == 95)
+    hs_b, he_b = hs[owner], he[owner]
+    w = word & (idx >= hs_b) & (idx < he_b)
+    prev = np.r_[False, w[:-1]] & (idx != hs_b)
+    nxt = np.r_[w[1:], False] & (idx + 1 != he_b)
+    del hs_b, he_b, idx
+    wb = np.flatnonzero(w)
+    t_start = np.flatnonzero(~prev[wb])  # token starts, in the compacted word bytes
+    t_end = np.flatnonzero(~nxt[wb]) + 1
+    ntok = np.bincount(owner[wb[t_start]], minlength=n) if t_start.size else np.zeros(n, np.int64)
+    head, first = np.zeros(n, np.uint64), np.zeros(n, np.uint64)
+    if not t_start.size:
+        return head, first, ntok
+    marks = np.zeros(wb.size, it)
+    marks[t_start] = 1
+    tok = np.cumsum(marks, dtype=it) - 1  # token of each word byte
+    byte = data[wb].astype(np.uint64)
+    byte += np.where((byte >= 65) & (byte <= 90), np.uint64(32), np.uint64(0)) + np.uint64(1)
+    pw = _powers(_P, int((t_end - t_start).max()))
+    th = np.add.reduceat(byte * pw[t_end.astype(it)[tok] - 1 - np.arange(wb.size, dtype=it)], t_start)
+    t_owner = owner[wb[t_start]]
+    k_start = np.flatnonzero(np.r_[True, t_owner[1:] != t_owner[:-1]])
+    local = np.arange(t_owner.size) - np.repeat(k_start, np.diff(np.r_[k_start, t_owner.size]))
+    qw = _powers(_Q, int(ntok.max()))
+    keyed = t_owner[k_start]
+    head[keyed] = np.add.reduceat(th * qw[ntok[t_owner] - 1 - local], k_start)
+    first[keyed] = th[k_start]
+    return head, first, ntok
 
 
 class TitleLinks:
     """Documents by the title heads a text names, and each document's passages (T nodes).
+
+    The heads are kept as 64-bit hashes (:func:`head_hash`) -> the rows of their titles, and the first tokens'
+    hashes -> a bit mask of the head lengths they start (dicts of ints made from arrays); a hit is verified
+    against the title itself. Made from byte arrays (:meth:`from_arrow`), O(title bytes) numpy and no Python per
+    title except non-ASCII ones, at the first bridging query: 0.2-0.6 s for 10^5 documents, several seconds for
+    10^6 on a shared 2-core machine (benchmarks/results/search_cost.md); a table written at build time would make
+    it free.
 
     Parameters
     ----------
@@ -71,28 +210,89 @@ class TitleLinks:
     """
 
     def __init__(self, titles: dict[int, str], t_ids: np.ndarray, t_docs: np.ndarray) -> None:
-        self._heads: dict[str, list[int]] = {}
-        lengths: dict[str, set[int]] = {}
-        self.max_tokens = 0
-        for d in sorted(titles):
-            toks = match_tokens(title_head(titles[d]))
-            if not toks or len(toks) > MAX_HEAD_TOKENS or (len(toks) == 1 and toks[0].casefold() in STOP):
-                continue
-            self._heads.setdefault(_key(toks), []).append(int(d))
-            lengths.setdefault(fold_token(toks[0]), set()).add(len(toks))
-            self.max_tokens = max(self.max_tokens, len(toks))
-        # first token of a head -> the token counts of the heads it starts, longest first: a position
-        # starting no head is skipped, and only the lengths some head has are looked up
-        self._first: dict[str, tuple[int, ...]] = {w: tuple(sorted(ns, reverse=True)) for w, ns in lengths.items()}
+        import pyarrow as pa
+
+        docs = sorted(titles)
+        raw = [titles[d].encode("utf-8", "surrogatepass") for d in docs]
+        off = np.zeros(len(raw) + 1, np.int64)
+        np.cumsum([len(b) for b in raw], out=off[1:])
+        arr = pa.LargeStringArray.from_buffers(len(raw), pa.py_buffer(off), pa.py_buffer(b"".join(raw)))
+        self._build(np.asarray(docs, dtype=np.int64), arr, t_ids, t_docs)  # not pa.array: it imports pandas
+
+    @classmethod
+    def from_arrow(cls, doc_ids: np.ndarray, titles: Any, t_ids: np.ndarray, t_docs: np.ndarray) -> "TitleLinks":
+        """Over a documents table's ``doc_id`` and ``title`` columns (a pyarrow string array; null or empty: no
+        title)."""
+        obj = cls.__new__(cls)
+        obj._build(np.asarray(doc_ids, dtype=np.int64), titles, t_ids, t_docs)
+        return obj
+
+    @classmethod
+    def of(cls, titles: Any, types: np.ndarray, doc: Any, active: Any, t_type: int) -> "TitleLinks":
+        """Over the active T nodes of an index (``types``, their ``doc`` column and ``active`` flags);
+        ``titles`` is doc_id -> title, or ``(doc_ids, pyarrow title array)``."""
+        t_ids = np.flatnonzero((np.asarray(types) == t_type) & np.asarray(active, dtype=bool))
+        t_docs = np.asarray(doc)[t_ids]
+        if isinstance(titles, dict):
+            return cls(titles, t_ids, t_docs)
+        return cls.from_arrow(titles[0], titles[1], t_ids, t_docs)
+
+    def _build(self, doc_ids: np.ndarray, titles: Any, t_ids: np.ndarray, t_docs: np.ndarray) -> None:
+        import pyarrow as pa
+
+        arr = titles.combine_chunks() if isinstance(titles, pa.ChunkedArray) else titles
+        arr = arr.cast(pa.large_string()) if arr.type != pa.large_string() else arr
+        self._titles = arr
+        n = len(arr)
+        bufs = arr.buffers()
+        valid = np.ones(n, bool)
+        if arr.null_count:  # the validity bitmap (pyarrow's to_numpy imports pandas)
+            bits = np.unpackbits(np.frombuffer(bufs[0], dtype=np.uint8), bitorder="little")
+            valid = bits[arr.offset:arr.offset + n].astype(bool)
+        off = np.frombuffer(bufs[1], dtype=np.int64)[arr.offset:arr.offset + n + 1]
+        data = np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None else np.zeros(0, np.uint8)
+        data = data[int(off[0]):int(off[-1])] if n else data[:0]
+        off = off - (off[0] if n else 0)
+        bad = (data < 0x20) | (data > 0x7E)
+        cs = np.r_[0, np.cumsum(bad)]
+        simple = (cs[off[1:]] - cs[off[:-1]] == 0) & valid
+        head, first, ntok = _ascii_keys(off, data)
+        ntok = np.where(simple, ntok, 0)
+        single = np.flatnonzero(simple & (ntok == 1))
+        stop = single[np.isin(first[single], np.asarray([token_hash(w) for w in STOP], dtype=np.uint64))]
+        for i in stop.tolist():  # a lone stop word is no title (verified: hashes only propose)
+            if title_key(arr[i].as_py()) is None:
+                ntok[i] = 0
+        for i in np.flatnonzero(~simple & valid).tolist():
+            key = title_key(arr[i].as_py())
+            if key is not None:
+                hashes = [token_hash(t) for t in key]
+                head[i], first[i], ntok[i] = head_hash(hashes), hashes[0], len(key)
+        keep = np.flatnonzero((ntok > 0) & (ntok <= MAX_HEAD_TOKENS))
+        order = keep[np.lexsort((doc_ids[keep], head[keep]))]
+        h = head[order]
+        self._row, self._doc = order.tolist(), doc_ids[order].tolist()
+        self.max_tokens = int(ntok[keep].max()) if keep.size else 0
+        # plain dicts over the hashes (ints, made from arrays: no Python work per title but the insert): a look-up
+        # is one dict probe, as fast as the former dict of head strings
+        lead = np.flatnonzero(np.r_[True, h[1:] != h[:-1]]) if h.size else np.zeros(0, np.int64)
+        self._head_at = dict(zip(h[lead].tolist(), zip(lead.tolist(), np.r_[lead[1:], h.size].tolist())))
+        f_order = keep[np.argsort(first[keep], kind="stable")]
+        fh = first[f_order]
+        lead = np.flatnonzero(np.r_[True, fh[1:] != fh[:-1]]) if fh.size else np.zeros(0, np.int64)
+        masks = np.bitwise_or.reduceat(np.left_shift(1, ntok[f_order]), lead) if lead.size else lead
+        self._first_of = dict(zip(fh[lead].tolist(), masks.tolist()))  # first token's hash -> mask of head lengths
+        self._keys: dict[int, tuple[str, ...] | None] = {}
+        self._masks: dict[str, int] = {}  # folded token -> its mask (0: starts no head), filled as texts come
         order = np.lexsort((t_ids, t_docs))
         self._docs = np.asarray(t_docs, np.int64)[order]
         self._ids = np.asarray(t_ids, np.int64)[order]
 
-    @classmethod
-    def of(cls, titles: dict[int, str], types: np.ndarray, doc: Any, active: Any, t_type: int) -> "TitleLinks":
-        """Over the active T nodes of an index (``types``, their ``doc`` column and ``active`` flags)."""
-        t_ids = np.flatnonzero((np.asarray(types) == t_type) & np.asarray(active, dtype=bool))
-        return cls(titles, t_ids, np.asarray(doc)[t_ids])
+    def _key_of(self, row: int) -> tuple[str, ...] | None:
+        got = self._keys.get(row, ())
+        if got == ():
+            got = self._keys[row] = title_key(self._titles[row].as_py())
+        return got
 
     def named_docs(self, text: str) -> list[int]:
         """Documents whose title head ``text`` names, in text order, no repeats; the longest head at a
@@ -102,25 +302,43 @@ class TitleLinks:
     def named_groups(self, text: str) -> list[list[int]]:
         """:meth:`named_docs` grouped by the title head named: one list per head, in text order (several
         documents may share a title: "Namibia" may be five articles' passages, and they name one subject)."""
-        if not self._heads or not text:
+        if not self._head_at or not text:
             return []
         surface = match_tokens(text)
         folded = list(map(fold_token, surface))
-        first, heads = self._first, self._heads
+        ascii_text = text.isascii()
+        # a \w+ token of ASCII text below "Z" starts with a digit or a capital
+        cand = [i for i, w in enumerate(surface) if "0" <= w[0] <= "Z"] if ascii_text else range(len(surface))
+        masks = self._masks
+        missing = {folded[i] for i in cand if folded[i] not in masks}
+        if missing:
+            if len(masks) + len(missing) > MASK_MEMO:
+                masks.clear()
+                missing = {folded[i] for i in cand}
+            masks.update((t, self._first_of.get(token_hash(t), 0)) for t in missing)
+        starts = [i for i in cand if masks[folded[i]] and (ascii_text or _name_start(surface[i]))]
+        if not starts:
+            return []
+        heads = self._head_at
         out: list[int] = []
         groups: list[list[int]] = []
         n_tok, after = len(surface), 0  # after: the end of the last match (heads inside it are skipped)
-        if text.isascii():  # a \w+ token below "Z" starts with a digit or a capital
-            starts = [i for i, w in enumerate(surface) if "0" <= w[0] <= "Z" and folded[i] in first]
-        else:
-            starts = [i for i, (w, f) in enumerate(zip(surface, folded)) if f in first and _name_start(w)]
         for s in starts:
             if s < after:
                 continue
-            for n in first[folded[s]]:
-                if n > n_tok - s:
+            mask = masks[folded[s]]
+            h = token_hash(folded[s])  # memoised per token
+            prefix = [h]  # head_hash of folded[s:s + n] for n = 1, 2, ...: one step per token
+            for t in folded[s + 1:s + _lengths(mask)[0]]:
+                h = (h * _Q + token_hash(t)) & _M
+                prefix.append(h)
+            lengths = [n for n in _lengths(mask) if n <= n_tok - s]
+            for n in lengths:
+                at = heads.get(prefix[n - 1])
+                if at is None:
                     continue
-                docs = heads.get(" ".join(folded[s:s + n]))
+                key = tuple(folded[s:s + n])  # a hash proposes, the title's own head decides
+                docs = [self._doc[i] for i in range(*at) if self._key_of(self._row[i]) == key]
                 if docs:
                     new = [d for d in docs if d not in out]
                     if new:
@@ -134,3 +352,9 @@ class TitleLinks:
         """The passages (T node ids, ascending) of one document."""
         lo, hi = np.searchsorted(self._docs, [doc, doc + 1])
         return self._ids[lo:hi]
+
+
+@lru_cache(maxsize=1 << 10)
+def _lengths(mask: int) -> tuple[int, ...]:
+    """The head lengths of a bit mask, longest first."""
+    return tuple(n for n in range(MAX_HEAD_TOKENS, 0, -1) if mask >> n & 1)

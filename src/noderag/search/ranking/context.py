@@ -21,7 +21,8 @@ class IndexView:
 
     ``walk(nodes, node_type) -> (owner positions, neighbour ids)`` gives the active typed neighbours
     (:class:`~noderag.graph.walk.TypedNeighbours`); ``tables`` the texts and labels
-    (:class:`~noderag.search.query_index.QueryIndex`); ``titles()`` doc_id -> title, read once when first asked.
+    (:class:`~noderag.search.query_index.QueryIndex`); ``titles()`` doc_id -> title, read once when first asked;
+    ``title_columns()`` the same as columns.
     """
 
     n: int
@@ -36,6 +37,9 @@ class IndexView:
     tables: Any
     titles: Callable[[], dict[int, str]]
     cache: dict = field(default_factory=dict)  # what stages keep per searcher (title links, name flags)
+    #: () -> (doc ids, pyarrow title column) of the documents table, or None: the title links read the column's
+    #: bytes instead of a dict of every title (O(documents) Python at the first bridging query)
+    title_columns: Callable[[], Any] | None = None
 
     def stored_cosines(self, ids: np.ndarray, vector: np.ndarray) -> np.ndarray:
         """Cosine similarity of the query with the stored vectors of some nodes (0 when not stored)."""
@@ -85,6 +89,7 @@ class QueryContext:
     hop1: list[int] = field(default_factory=list)  # the passages bridges start from
     bridged: dict[int, tuple[float, float]] = field(default_factory=dict)  # chunk -> (score before, lifted)
     uncapped: dict[int, float] = field(default_factory=dict)  # chunk held at a ceiling -> its score without it
+    labels: dict[int, str | None] = field(default_factory=dict)  # chunk -> its source label, read once per query
 
     @property
     def lex_best(self) -> float:

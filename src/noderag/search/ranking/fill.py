@@ -8,14 +8,23 @@ import numpy as np
 from .context import QueryContext
 from .fit import fit
 
-__all__ = ["Distinct", "Fill", "distinct"]
+__all__ = ["Distinct", "Fill", "distinct", "labels"]
+
+
+def labels(ctx: QueryContext, chunks: list[int]) -> list[str | None]:
+    """Source labels of some passages, each read once per query (the list is made distinct up to three times)."""
+    memo = ctx.labels
+    missing = [c for c in dict.fromkeys(chunks) if c not in memo]
+    if missing:
+        memo.update(zip(missing, ctx.view.tables.labels(missing)))
+    return [memo[c] for c in chunks]
 
 
 def distinct(cands: np.ndarray, scores: np.ndarray, ctx: QueryContext) -> tuple[np.ndarray, np.ndarray]:
     """The ranked passages without those that have no label or whose label a better one holds."""
     seen: set[str] = set()
     keep = []
-    for i, lab in enumerate(ctx.view.tables.labels(cands.tolist())):
+    for i, lab in enumerate(labels(ctx, cands.tolist())):
         if lab is not None and lab not in seen:
             seen.add(lab)
             keep.append(i)
@@ -58,11 +67,11 @@ class Fill:
         if not extra.size:
             return cands, scores
         base = fit(ctx, extra)
-        seen = set(ctx.view.tables.labels(cands.tolist()))
+        seen = set(labels(ctx, cands.tolist()))
         floor = float(scores[-1]) if scores.size else 0.0
         add_c, add_s = [], []
-        for i in np.lexsort((extra, -base)).tolist():
-            lab = ctx.view.tables.label(int(extra[i]))
+        order = np.lexsort((extra, -base))
+        for i, lab in zip(order.tolist(), labels(ctx, extra[order].tolist())):
             if lab is None or lab in seen:
                 continue
             seen.add(lab)

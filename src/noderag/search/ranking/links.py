@@ -198,7 +198,8 @@ def title_links(view: IndexView) -> TitleLinks:
     """The index's title links, built at the first query that bridges by title."""
     links = view.cache.get("title_links")
     if links is None:
-        links = view.cache["title_links"] = TitleLinks.of(view.titles(), view.types, view.doc, view.active, _T)
+        titles = view.title_columns() if view.title_columns is not None else view.titles()
+        links = view.cache["title_links"] = TitleLinks.of(titles, view.types, view.doc, view.active, _T)
     return links
 
 
