@@ -276,7 +276,7 @@ def test_bad_queries_and_config_raise_clear_errors(store):
         s.retrieve_many("one string")
     with pytest.raises(ValueError, match="search.rule"):
         SearchConfig(rule="bogus").validate()
-    with pytest.raises(ValueError, match="unknown search config"):
+    with pytest.raises(ValueError, match=r"unknown config key\(s\) \['search\."):
         SearchConfig.from_dict({"alpha": 0.5, "bogus": 1})
     with pytest.raises(ValueError, match="quotas.entities"):
         SearchConfig.from_dict({"quotas": {"entities": -1}})

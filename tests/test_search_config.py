@@ -50,16 +50,16 @@ def test_quotas_are_checked_by_name():
     for value in (-1, 1.5, True):
         with pytest.raises(ConfigError, match=rf"^search\.quotas\.others must be an int >= 0, got {value!r}$"):
             SearchConfig(quotas=QuotaConfig(others=value)).validate()
-    with pytest.raises(ConfigError, match="unknown search.quotas key"):
+    with pytest.raises(ConfigError, match=r"unknown config key\(s\) \['search\.quotas\."):
         SearchConfig.from_dict({"quotas": {"people": 3}})
     with pytest.raises(ConfigError, match="search.quotas must be a QuotaConfig"):
         SearchConfig(quotas={"entities": 3}).validate()
 
 
 def test_unknown_keys_are_errors():
-    with pytest.raises(ConfigError, match=r"unknown search config key\(s\) \['bogus'\]"):
+    with pytest.raises(ConfigError, match=r"unknown config key\(s\) \['search\.bogus'\]"):
         SearchConfig.from_dict({"bogus": 1})
-    with pytest.raises(ConfigError, match=r"unknown search config key\(s\) \['bridge_mode'\]"):
+    with pytest.raises(ConfigError, match=r"unknown config key\(s\) \['search\.bridge_mode'\]"):
         SearchConfig.from_dict({"bridge_mode": "shared", "alpha": 0.4})  # a tuning constant, not a setting
 
 

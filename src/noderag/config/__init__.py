@@ -35,6 +35,7 @@ from ..errors import ConfigError  # noqa: E402  (one error type for every sectio
 from ..graph.importance import ImportanceConfig  # noqa: E402
 from ..llm.options import LLMOptions  # noqa: E402  (the [llm] settings, declared once beside their table)
 from ..retry import RetrySettings  # noqa: E402  (the [embed] timeouts and retries, declared with the clients')
+from .keys import reject_unknown_keys  # noqa: E402
 from .search import QuotaConfig, SearchConfig  # noqa: E402
 
 
@@ -561,10 +562,7 @@ class NodeRAGConfig:
     def from_dict(cls, data: Mapping[str, Any] | None) -> "NodeRAGConfig":
         """Build and validate from a nested mapping; unknown keys raise ``ConfigError`` naming them."""
         data = dict(data or {})
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ConfigError(f"unknown config key(s) {unknown}; known sections: {sorted(known)}")
+        reject_unknown_keys(data, cls)
         kwargs: dict[str, Any] = {}
         simple = {"chunk": ChunkConfig, "decompose": DecomposeConfig, "attributes": AttributeConfig,
                   "communities": CommunityConfig, "embed": EmbedConfig, "semantic": SemanticConfig,
@@ -651,10 +649,7 @@ class NodeRAGConfig:
 def _section(cls, name: str, value: Any):
     if not isinstance(value, Mapping):
         raise ConfigError(f"{name} must be a table, got {value!r}")
-    known = {f.name for f in fields(cls)}
-    unknown = sorted(set(value) - known)
-    if unknown:
-        raise ConfigError(f"unknown config key(s) {[f'{name}.{k}' for k in unknown]}; known: {sorted(known)}")
+    reject_unknown_keys(value, cls, name)
     return cls(**dict(value))
 
 

@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Mapping
 
 from ..errors import ConfigError
+from .keys import reject_unknown_keys
 from ..graph.ppr import DEFAULT_RULE, RULES as _RULES
 
 __all__ = ["SearchConfig", "QuotaConfig", "CONSTRAINTS"]
@@ -161,16 +162,10 @@ class SearchConfig:
     def from_dict(cls, data: Mapping[str, Any] | None) -> "SearchConfig":
         """Build from a mapping (e.g. the ``[search]`` table of a config file); unknown keys are errors."""
         data = dict(data or {})
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ConfigError(f"unknown search config key(s) {unknown}; known: {sorted(known)}")
+        reject_unknown_keys(data, cls, "search")
         quotas = data.pop("quotas", None)
         if isinstance(quotas, Mapping):
-            qknown = {f.name for f in fields(QuotaConfig)}
-            qunknown = sorted(set(quotas) - qknown)
-            if qunknown:
-                raise ConfigError(f"unknown search.quotas key(s) {qunknown}; known: {sorted(qknown)}")
+            reject_unknown_keys(quotas, QuotaConfig, "search.quotas")
             quotas = QuotaConfig(**quotas)
         elif quotas is None:
             quotas = QuotaConfig()
