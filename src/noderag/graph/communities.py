@@ -77,23 +77,8 @@ def leiden(
         the subgraph get -1 (labels index the subgraph's communities).
     """
     import igraph as ig
-    import leidenalg
 
-    if not isinstance(csr, CSR):
-        raise TypeError(f"csr must be a noderag.graph.csr.CSR, got {type(csr).__name__}")
-    if engine not in _ENGINES:
-        raise ValueError(f"engine must be one of {_ENGINES}, got {engine!r}")
-    if objective not in _OBJECTIVES:
-        raise ValueError(f"objective must be one of {_OBJECTIVES}, got {objective!r}")
-    resolution = float(resolution)
-    if not np.isfinite(resolution) or resolution <= 0:
-        raise ValueError(f"resolution must be a positive finite number, got {resolution!r}")
-    if objective == "modularity" and resolution != 1.0:
-        raise ValueError(f"objective='modularity' has no resolution parameter (got {resolution}); use objective='rb'")
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-        raise ValueError(f"seed must be an integer, got {seed!r}")
-    if isinstance(n_iterations, bool) or not isinstance(n_iterations, (int, np.integer)):
-        raise ValueError(f"n_iterations must be an integer, got {n_iterations!r}")
+    resolution = _check_args(csr, resolution, objective, seed, n_iterations, engine)
     checked = validate_csr(csr.indptr, csr.indices, csr.weights, name="csr")
     n = checked.n
     membership = np.full(n, -1, np.int32)
@@ -116,20 +101,48 @@ def leiden(
         membership[sub_nodes] = _by_size(_igraph_leiden(graph, weights, resolution, int(seed), int(n_iterations),
                                                         start))
         return membership
+    membership[sub_nodes] = _leidenalg_run(graph, weights, objective, resolution, int(seed), int(n_iterations), start)
+    return membership
+
+
+def _check_args(csr, resolution, objective: str, seed, n_iterations, engine: str) -> float:
+    """Raise on a bad argument of :func:`leiden`; returns ``resolution`` as a float."""
+    if not isinstance(csr, CSR):
+        raise TypeError(f"csr must be a noderag.graph.csr.CSR, got {type(csr).__name__}")
+    if engine not in _ENGINES:
+        raise ValueError(f"engine must be one of {_ENGINES}, got {engine!r}")
+    if objective not in _OBJECTIVES:
+        raise ValueError(f"objective must be one of {_OBJECTIVES}, got {objective!r}")
+    resolution = float(resolution)
+    if not np.isfinite(resolution) or resolution <= 0:
+        raise ValueError(f"resolution must be a positive finite number, got {resolution!r}")
+    if objective == "modularity" and resolution != 1.0:
+        raise ValueError(f"objective='modularity' has no resolution parameter (got {resolution}); use objective='rb'")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise ValueError(f"seed must be an integer, got {seed!r}")
+    if isinstance(n_iterations, bool) or not isinstance(n_iterations, (int, np.integer)):
+        raise ValueError(f"n_iterations must be an integer, got {n_iterations!r}")
+    return resolution
+
+
+def _leidenalg_run(graph, weights: np.ndarray, objective: str, resolution: float, seed: int, n_iterations: int,
+                   start: list[int] | None) -> np.ndarray:
+    """leidenalg's optimiser on ``graph`` (its own RNG seeded per call): the membership, int32."""
+    import leidenalg
+
     graph.es["weight"] = weights
     if objective == "modularity":
         partition = leidenalg.find_partition(
             graph, leidenalg.ModularityVertexPartition, weights="weight",
-            n_iterations=int(n_iterations), seed=int(seed), initial_membership=start,
+            n_iterations=n_iterations, seed=seed, initial_membership=start,
         )
     else:
         partition = leidenalg.find_partition(
             graph, leidenalg.RBConfigurationVertexPartition, weights="weight",
-            n_iterations=int(n_iterations), seed=int(seed), resolution_parameter=resolution,
+            n_iterations=n_iterations, seed=seed, resolution_parameter=resolution,
             initial_membership=start,
         )
-    membership[sub_nodes] = np.asarray(partition.membership, dtype=np.int32)
-    return membership
+    return np.asarray(partition.membership, dtype=np.int32)
 
 
 def _start_labels(initial_membership, n: int, sub_nodes: np.ndarray) -> list[int]:

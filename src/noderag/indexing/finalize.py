@@ -114,6 +114,8 @@ def finalize_stage(final: Path, table: NodeTable, edges: tuple[np.ndarray, np.nd
         if not saved:  # the vector shards finished while the files above were written
             vbuild.finish(final / VECTORS)
             parts["vector_wait_s"] = round(time.perf_counter() - t2, 2)
+        if getattr(vbuild, "cpu_s", None) is not None:
+            parts["vector_cpu_s"] = vbuild.cpu_s  # the HNSW worker's CPU over the whole build
     return graph, parts
 
 
