@@ -28,10 +28,17 @@ _IGRAPH_RNG = threading.Lock()  # igraph's generator is process-wide: one seeded
 
 
 def _upper_edges(checked: CSR) -> tuple[np.ndarray, np.ndarray]:
-    """Edges ``(u, v)`` with ``u < v`` as an (m, 2) int64 array, and their float64 weights."""
-    rows = np.repeat(np.arange(checked.n, dtype=np.int64), np.diff(checked.indptr))
+    """Edges ``(u, v)`` with ``u < v`` as an (m, 2) int64 array, and their float64 weights.
+
+    Row ids in int32 and the columns filled in place: at 10^6 passages (70M stored entries) the
+    int64 rows and the stacked copies held about 0.7 GB more at once."""
+    rows = np.repeat(np.arange(checked.n, dtype=np.int32 if checked.n < 2**31 else np.int64),
+                     np.diff(checked.indptr))
     keep = rows < checked.indices
-    edges = np.column_stack((rows[keep], checked.indices[keep].astype(np.int64)))
+    edges = np.empty((int(np.count_nonzero(keep)), 2), dtype=np.int64)
+    edges[:, 0] = rows[keep]
+    del rows
+    edges[:, 1] = checked.indices[keep]
     return edges, checked.weights[keep].astype(np.float64)
 
 
