@@ -184,7 +184,7 @@ def run_query_child(query_args: list[str], log: Path, args) -> dict:
 
 # ----------------------------------------------------------------------------- one size
 #: Times the pipeline reports inside a stage (``stages.<name>.<part>`` of the manifest), shown in scale.md.
-_INNER_TIMES = ("assemble_s", "leiden_s", "query_index_s", "graph_files_s", "vector_wait_s")
+_INNER_TIMES = ("assemble_s", "leiden_s", "query_index_s", "graph_files_s", "vector_wait_s", "vector_cpu_s")
 
 
 def _stage_details(entry: dict) -> dict:
@@ -507,7 +507,8 @@ def to_markdown(res: dict) -> str:
         if inner:
             lines += ["Inside the stages (wall s): the main process's assembly while the workers decompose, "
                       "the Leiden call, and finalize's parts (the query index, the graph and other files, "
-                      "then the wait for the vector shards still building).", ""]
+                      "then the wait for the vector shards still building); `vector_cpu_s` is the HNSW worker "
+                      "process's CPU seconds over the whole build (it runs beside the stages from embed on).", ""]
             lines += _table("stage: part", cols, [(f"{k}: {d}", [str(figure(s, k, d)) for s in sizes])
                                                   for k, d in inner])
             lines += ["Main process peak RSS when each stage finished (MB; monotone, the build's own record):", ""]

@@ -46,6 +46,7 @@ def test_vector_build_writes_the_in_process_index(tmp_path, shuffled):
     build.add(ids[2500:], tail)
     tail[:] = 0  # the caller may reuse its rows once add() returned
     assert build.finish(tmp_path / "got" / "vectors.usearch") == tmp_path / "got" / "vectors.usearch"
+    assert isinstance(build.cpu_s, float) and build.cpu_s > 0  # the worker's CPU seconds, for the stage report
     assert _files(tmp_path / "got") == _files(tmp_path / "ref") and len(_files(tmp_path / "ref")) == 3
 
 

@@ -172,6 +172,7 @@ class StaticEmbedder:
         self.table = np.ascontiguousarray(load_safetensors_table(weights_path, tensor_key))
         self.dim = int(self.table.shape[1])
         self._tok = _load_tokenizer(tokenizer_path)
+        self._encode = getattr(self._tok, "encode_batch_fast", self._tok.encode_batch)  # fast: tokenizers >= 0.20
         try:
             spec = json.loads(tokenizer_path.read_text(encoding="utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -183,7 +184,8 @@ class StaticEmbedder:
 
     def token_ids(self, texts: Sequence[str]) -> list[np.ndarray]:
         """Each text's token ids (no special tokens), clipped to the table as WordLlama does."""
-        lists = [e.ids for e in self._tok.encode_batch(list(texts), add_special_tokens=False)]
+        # encode_batch_fast: the same ids without the character offsets (a fifth less CPU, fewer allocations)
+        lists = [e.ids for e in self._encode(list(texts), add_special_tokens=False)]
         counts = np.fromiter(map(len, lists), dtype=np.int64, count=len(lists))
         flat = np.fromiter(chain.from_iterable(lists), dtype=np.int64, count=int(counts.sum()))
         np.clip(flat, 0, self.table.shape[0] - 1, out=flat)  # once for the batch, not per text

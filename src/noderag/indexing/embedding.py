@@ -344,6 +344,7 @@ def embed_stage(table: NodeTable, old_n: int, emb, executor, embed, stages: Path
     pieces = not late and callable(getattr(emb, "embed_with_pieces", None))
     with bars.bar(int(new_ids.size), "embed T/S") as bar:
         if late or pieces:  # units from their chunk's pass: late chunking, or a static model's exact pooling
+            vec.slots(new_ids)  # rows in id order, one range the HNSW worker maps (not a 2.5 GB copy at 10^6)
             new_t = new_ids[types[new_ids] == T]
             new_s = new_ids[types[new_ids] == S]
             pos_of_t = {int(t): k for k, t in enumerate(new_t.tolist())}

@@ -1,7 +1,7 @@
 """The finalize stages: node tables, the vector index (+ semantic kNN layer), query tables, graph files.
 
 The HNSW index of the T/S nodes starts right after the embed stage in a worker process
-(:func:`start_vector_stage`) and finishes while the other files are written.
+(:func:`start_vector_stage`) and is finished on every core before the other files are written.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def vector_stage(table: NodeTable, vec: NodeVectors, config, build, path: Path) 
 
     Returns (whether the index is saved at ``path`` already, semantic kNN layer CSR). The layer is
     empty unless enabled; it needs the finished index, so then the index is saved here. Otherwise
-    the shards finish while the driver writes the other files (``build.finish(path)`` afterwards).
+    the shards finish at the start of :func:`finalize_stage` (``build.finish(path)``).
     Vector order: T/S, then A/H, each by id.
     """
     n = len(table)
@@ -92,8 +92,10 @@ def finalize_stage(final: Path, table: NodeTable, edges: tuple[np.ndarray, np.nd
                    link: EdgeList, vbuild, saved: bool, bars) -> tuple[Any, dict]:
     """Write the query tables, the graph and the name links into ``final`` and finish the vector index.
 
-    Returns (the graph, the stage report's timings). The query tables come first: their copy of the
-    texts overlaps neither the vector stage nor the graph.
+    Returns (the graph, the stage report's timings). The vector index is finished first (its shards had the
+    spare core since the embed stage; what is left gets every core now), so the worker process and its
+    shards are gone before the query tables' peak, the build's largest; then the query tables, whose copy
+    of the texts overlaps neither the vector stage nor the graph.
     """
     import time
 
@@ -101,19 +103,22 @@ def finalize_stage(final: Path, table: NodeTable, edges: tuple[np.ndarray, np.nd
     from ..search.query_index import write_query_index  # what a query would otherwise prepare in O(n) at open
     from .previous import LINKED
 
+    parts = {}
     t0 = time.perf_counter()
+    if not saved:  # first, so that the worker's memory (the HNSW shards) is gone before the query tables' peak
+        vbuild.finish(final / VECTORS)  # widens the shards to every core: this process only waits
+        parts["vector_wait_s"] = round(time.perf_counter() - t0, 2)
+    if getattr(vbuild, "cpu_s", None) is not None:
+        parts["vector_cpu_s"] = vbuild.cpu_s  # the HNSW worker's CPU over the whole build
+    t1 = time.perf_counter()
     with bars.spinner("query tables"):
         write_query_index(final)
-    t1 = time.perf_counter()
+    t2 = time.perf_counter()
     with bars.spinner("finalize"):
         graph = HeteroGraph.from_coo(table.types_array(), table.keys_array(), *edges)
         graph.set_layer("semantic", semantic)
         files_stage(final, graph, link, lambda *e: write_linked(final / LINKED, *e))
-        t2 = time.perf_counter()
-        parts = {"query_index_s": round(t1 - t0, 2), "graph_files_s": round(t2 - t1, 2)}
-        if not saved:  # the vector shards finished while the files above were written
-            vbuild.finish(final / VECTORS)
-            parts["vector_wait_s"] = round(time.perf_counter() - t2, 2)
+    parts.update(query_index_s=round(t2 - t1, 2), graph_files_s=round(time.perf_counter() - t2, 2))
     return graph, parts
 
 

@@ -37,6 +37,7 @@ class VectorBuild:
         self.work = Path(work)
         self.work.mkdir(parents=True, exist_ok=True)
         self._adds = 0
+        self.cpu_s: float | None = None  # the worker's CPU seconds, known after finish
         np.save(self.work / "ts_ids.npy", np.asarray(ids, dtype=np.int64))
         np.save(self.work / "ts_rows.npy", np.asarray(rows, dtype=np.int64))
         env = dict(os.environ)
@@ -75,6 +76,7 @@ class VectorBuild:
             reply = {"error": f"unreadable reply {line[:200]!r}"}
         if not reply.get("ok"):
             raise RuntimeError(f"building the vector index failed:\n{reply.get('error')}")
+        self.cpu_s = reply.get("cpu_s")
         return Path(path)
 
     def cancel(self) -> None:

@@ -2,7 +2,7 @@
 
 Reads one JSON request per line on stdin: ``start`` (T/S ids, their rows of the shared vectors
 file, the embed settings), ``widen``, ``add`` (ids and vectors in ``.npy`` files), ``finish``
-(wait for every shard, save, reply ``{"ok": true}``). Any failure is replied as ``{"error": ...}``
+(wait for every shard, save, reply ``{"ok": true, "cpu_s": ...}``, this process's CPU seconds). Any failure is replied as ``{"error": ...}``
 at ``finish``. End of stdin (the build went away) ends the process at once.
 
     python -m noderag.indexing.vector_worker
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import sys
 import traceback
 
@@ -54,7 +55,9 @@ def serve(stdin, stdout) -> int:
                         index.wait().save(msg["path"])
                     except Exception:
                         error = traceback.format_exc()
-                stdout.write(json.dumps({"ok": True} if error is None else {"error": error}) + "\n")
+                use = resource.getrusage(resource.RUSAGE_SELF)  # the shard threads' CPU: the build reports it
+                reply = {"ok": True, "cpu_s": round(use.ru_utime + use.ru_stime, 2)} if error is None else {"error": error}
+                stdout.write(json.dumps(reply) + "\n")
                 stdout.flush()
                 return 0
             else:
