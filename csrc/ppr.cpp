@@ -146,11 +146,15 @@ PPRKernel::PPRKernel(int64_t n, const int64_t* indptr, const int32_t* indices, c
     : n_(n), indptr_(indptr), indices_(indices), weights_(weights), types_(types) {
     if (n < 0 || n > INT32_MAX) throw std::invalid_argument("n must lie in [0, 2^31 - 1]");
     if (indptr[0] != 0) throw std::invalid_argument("indptr[0] must be 0");
+    // indptr first, on its own: with indptr[n] == nnz (checked by the caller) a non-decreasing indptr keeps every
+    // row inside the edge arrays, so the pass below never reads past them (a damaged middle value would).
+    for (int64_t u = 0; u < n; ++u) {
+        if (indptr[u + 1] < indptr[u]) throw std::invalid_argument("indptr must be non-decreasing");
+    }
     inv_strength_.assign(static_cast<size_t>(n), 0.0);
     bool sorted = true;
     for (int64_t u = 0; u < n; ++u) {
         const int64_t b = indptr[u], e = indptr[u + 1];
-        if (e < b) throw std::invalid_argument("indptr must be non-decreasing");
         if (types[u] >= kNumTypes) throw std::invalid_argument("node type codes must lie in [0, 7)");
         double s = 0.0;
         int32_t prev = -1;

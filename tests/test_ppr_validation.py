@@ -71,6 +71,8 @@ def test_bad_arguments_raise_value_error(graph, kwargs, match):
 @pytest.mark.parametrize("csr, match", [
     (bad_csr(indptr=np.array([0, 2, 1], np.int64)), "indptr"),
     (bad_csr(indptr=np.array([1, 1, 2], np.int64)), r"indptr\[0\] must be 0"),
+    # a damaged middle offset past the edge arrays, in the kernel's own dtypes (no numpy pass runs first)
+    (bad_csr(indptr=np.array([0, 2**40, 2], np.int64)), "indptr"),
     (bad_csr(indices=np.array([1, 5], np.int32)), r"indices must lie in \[0, 2\), found 5"),
     (bad_csr(indices=np.array([1.0, 0.0])), "indices must be integer"),
     (bad_csr(weights=np.array([1.0, -1.0], np.float32)), "weights must be non-negative"),
