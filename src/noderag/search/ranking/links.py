@@ -15,7 +15,7 @@ from ..titles import TitleLinks
 from .context import IndexView, QueryContext
 
 __all__ = ["ABOUT_SHARE", "ABOUT_SPLIT", "MAX_DEGREE", "MAX_SHARED", "absent", "about", "shared", "shared_each",
-           "title_links", "title_groups", "titled_passages"]
+           "strongest", "title_links", "title_groups", "titled_passages"]
 
 _T, _S, _N = int(NodeType.T), int(NodeType.S), int(NodeType.N)
 #: A passage is about an entity when at least half of its semantic units name it (a majority, not a tuned weight).
@@ -82,9 +82,22 @@ def about(ctx: QueryContext, hop1: list[int], strength: dict[int, float]) -> dic
     c2s, slot, share = c2s[is_about], slot[is_about], share[is_about]
     share = share / np.bincount(slot, minlength=ents.size)[slot].astype(np.float64) ** ABOUT_SPLIT
     by_source = np.asarray([strength[c] for c in hop1], dtype=np.float64)
-    for c2, v in zip(c2s.tolist(), (share * by_source[src[slot]]).tolist()):
-        out[c2] = max(out.get(c2, 0.0), v)
-    return out
+    return strongest(c2s, share * by_source[src[slot]])
+
+
+def strongest(ids: np.ndarray, values: np.ndarray) -> dict[int, float]:
+    """``{id: its largest value}`` in order of each id's first occurrence (what a loop keeping the maximum of a
+    dict would build), in a few array passes instead of one Python step per (id, value) pair."""
+    ids = np.asarray(ids, dtype=np.int64)
+    if not ids.size:
+        return {}
+    order = np.lexsort((-values, ids))  # by id, largest value first
+    lead = np.flatnonzero(np.r_[True, ids[order][1:] != ids[order][:-1]])
+    best_id, best = ids[order][lead], values[order][lead]
+    first = np.full(best_id.size, ids.size, dtype=np.int64)  # each id's first position in ``ids``
+    np.minimum.at(first, np.searchsorted(best_id, ids), np.arange(ids.size))
+    keep = np.argsort(first, kind="stable")
+    return dict(zip(best_id[keep].tolist(), np.maximum(best[keep], 0.0).tolist()))
 
 
 def _source_entities(ctx: QueryContext, hop: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
