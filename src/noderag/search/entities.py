@@ -524,6 +524,8 @@ class MappedNames(_NameMatching):
         # every start of a block of candidates at once, block after block until ``limit`` names are found
         if len(toks) == 1:
             return self._name_node[cand[:limit]].tolist()
+        if cand.size <= _PHRASE_BLOCK // 4:  # a few names: one by one costs less than the array set-up
+            return super()._with_phrase(cand, toks, limit)
         seq = np.asarray(self._query_seq(toks), dtype=np.int64)
         ptr, out = self._name_tok_ptr, []
         for lo in range(0, cand.size, _PHRASE_BLOCK):
