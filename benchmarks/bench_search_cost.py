@@ -10,7 +10,8 @@ retrieves it in turn (interleaved, so all see the same machine load) ``--repeats
 time: the latency of one query *without* the query embedding. ``default`` is the search defaults;
 ``COMPONENTS`` are the defaults without one ranking stage (a stage list, ``noderag.search.ranking``), timed
 beside them: what each stage costs. A further pass over the default searcher collects each phase's CPU time
-(entry points and BM25, PPR, typed selection, every ranking stage, context assembly). ``retrieve_many`` is
+(entry points and BM25, PPR, typed selection, every ranking stage, context assembly), and what each phase adds to
+the slowest tenth of the questions over the middle fifth (the tail). ``retrieve_many`` is
 timed on the whole question set (best of ``--repeats``).
 
 ``--before-package DIR`` times an earlier version of the package beside this one, in the same process and
@@ -89,11 +90,12 @@ def interleaved(searchers: dict, questions: list[str], qvecs: np.ndarray, repeat
     return lat, cpu
 
 
-def per_stage(searchers: dict, questions: list[str], qvecs: np.ndarray, repeats: int) -> dict[str, dict]:
+def per_stage(searchers: dict, questions: list[str], qvecs: np.ndarray, repeats: int
+              ) -> tuple[dict[str, dict], dict[str, dict[str, np.ndarray]]]:
     """Per searcher, p50/p95 CPU time of each phase over the questions (each question's best of ``repeats``, the
-    searchers interleaved per question); {} for a searcher without timings. The phase clock of each searcher's
-    modules reads the thread's CPU time for the pass (the machine is shared: wall time per phase is mostly time
-    spent waiting for a core)."""
+    searchers interleaved per question), and those per-question times; {} for a searcher without timings. The
+    phase clock of each searcher's modules reads the thread's CPU time for the pass (the machine is shared: wall
+    time per phase is mostly time spent waiting for a core)."""
     timed = {name: s for name, s in searchers.items() if hasattr(s, "timings")}
     mods = {sys.modules[type(s).__module__] for s in timed.values()}
     mods |= {sys.modules[type(s.ranking).__module__] for s in timed.values()}
@@ -116,8 +118,20 @@ def per_stage(searchers: dict, questions: list[str], qvecs: np.ndarray, repeats:
             m.time = t
         for searcher in timed.values():
             searcher.timings = None
-    return {name: {phase: _pcts(np.where(np.isfinite(arr), arr, 0.0)) for phase, arr in b.items()}
-            for name, b in best.items()}
+    raw = {name: {phase: np.where(np.isfinite(arr), arr, 0.0) for phase, arr in b.items()} for name, b in best.items()}
+    return {name: {phase: _pcts(arr) for phase, arr in b.items()} for name, b in raw.items()}, raw
+
+
+def tail_phases(phases: dict[str, np.ndarray], total: np.ndarray) -> dict[str, dict]:
+    """Which phases make the slow questions slow: per phase, the mean CPU time over the questions whose whole query
+    (``total``, CPU) is at or above its 90th percentile, over those between its 40th and 60th, and the difference."""
+    lo, mid, hi = np.percentile(total, [40, 60, 90])
+    middle, tail = (total >= lo) & (total <= mid), total >= hi
+    out = {}
+    for phase, arr in {**phases, "whole query": total}.items():
+        a, b = float(arr[middle].mean()) * 1e3, float(arr[tail].mean()) * 1e3
+        out[phase] = {"middle_ms": round(a, 3), "tail_ms": round(b, 3), "added_ms": round(b - a, 3)}
+    return out
 
 
 def batch_qps(searchers: dict, questions: list[str], qvecs: np.ndarray, repeats: int) -> dict[str, float]:
@@ -187,8 +201,9 @@ def measure(args) -> dict:
                                            for name in ("default", "before") if name in lat}}
                for t in sorted(set(types))}
     manifest = getattr(index, "manifest", {}) or {}
-    phases = per_stage({name: searchers[name] for name in ("default", "before") if name in searchers}, questions,
-                       qvecs, args.repeats)
+    phases, per_question = per_stage({name: searchers[name] for name in ("default", "before") if name in searchers},
+                                     questions, qvecs, args.repeats)
+    tail = tail_phases(per_question["default"], cpu["default"]) if per_question.get("default") else {}
     qps = batch_qps({name: searchers[name] for name in ("default", "before") if name in searchers}, questions, qvecs,
                     args.repeats)
     return {"index": str(args.index), "counts": manifest.get("counts"), "n_questions": len(questions),
@@ -199,7 +214,7 @@ def measure(args) -> dict:
             "load_average": [round(x, 2) for x in os.getloadavg()], "git_revision": _git_revision(),
             "command": "python benchmarks/bench_search_cost.py " + " ".join(args.argv),
             "rows": rows, "by_type": by_type, "stages": phases.get("default", {}),
-            "stages_before": phases.get("before", {}),
+            "stages_before": phases.get("before", {}), "tail": tail,
             "batch_qps": qps}
 
 
@@ -239,6 +254,13 @@ def markdown(out: dict) -> list[str]:
     for k, r in out["stages"].items():
         b = before.get(k, {"p50_ms": "", "p95_ms": ""})
         lines.append(f"| {k} | {r['p50_ms']} | {r['p95_ms']} | {b['p50_ms']} | {b['p95_ms']} |")
+    if out.get("tail"):
+        lines += ["", "Where the tail comes from (default configuration): per phase, the mean CPU time of the "
+                  "questions whose whole query is at or above its 90th percentile (CPU), of those between its 40th "
+                  "and 60th, and what the slow ones add:", "",
+                  "| phase | middle (p40-p60) ms | tail (>= p90) ms | added ms |", "|---|---|---|---|"]
+        for k, r in out["tail"].items():
+            lines.append(f"| {k} | {r['middle_ms']} | {r['tail_ms']} | {r['added_ms']} |")
     return lines
 
 
