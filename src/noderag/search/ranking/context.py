@@ -19,14 +19,8 @@ _T, _S = int(NodeType.T), int(NodeType.S)
 _BLAS = ThreadpoolController()
 
 
-#: OpenBLAS runs a matrix-vector product of fewer entries on one thread anyway (its gemv interface): no limit to set.
-_ONE_THREAD_BELOW = 9216
-
-
 def _product(rows: np.ndarray, vector: np.ndarray) -> np.ndarray:
-    """``rows @ vector`` on one BLAS thread (setting the limit costs ~8 us, so only where BLAS would use more)."""
-    if rows.size < _ONE_THREAD_BELOW:
-        return rows @ vector
+    """``rows @ vector`` on one BLAS thread."""
     with _BLAS.limit(limits=1, user_api="blas"):
         return rows @ vector
 
