@@ -10,7 +10,8 @@ retrieves it in turn (interleaved, so all see the same machine load) ``--repeats
 time: the latency of one query *without* the query embedding. ``default`` is the search defaults;
 ``COMPONENTS`` are the defaults without one ranking stage (a stage list, ``noderag.search.ranking``), timed
 beside them: what each stage costs. A further pass over the default searcher collects each phase's CPU time
-(entry points and BM25, PPR, typed selection, every ranking stage, context assembly). ``retrieve_many`` is
+(entry points and BM25, PPR, typed selection, every ranking stage, context assembly), and what each phase adds to
+the slowest tenth of the questions over the middle fifth (the tail). ``retrieve_many`` is
 timed on the whole question set (best of ``--repeats``).
 
 ``--before-package DIR`` times an earlier version of the package beside this one, in the same process and
@@ -76,24 +77,29 @@ def _pcts(values) -> dict:
 
 
 def interleaved(searchers: dict, questions: list[str], qvecs: np.ndarray, repeats: int):
-    """Best-of-``repeats`` latency and CPU time of every question under every searcher, interleaved."""
+    """Best-of-``repeats`` latency, process CPU time and querying-thread CPU time of every question under every
+    searcher, interleaved. The process time also counts the BLAS library's helper threads, which spin for a while
+    after a matrix product; the thread time is the query's own work."""
     lat = {name: np.full(len(questions), np.inf) for name in searchers}
     cpu = {name: np.full(len(questions), np.inf) for name in searchers}
+    thr = {name: np.full(len(questions), np.inf) for name in searchers}
     for i, (q, v) in enumerate(zip(questions, qvecs)):
         for _ in range(repeats):
             for name, s in searchers.items():
-                c0, w0 = time.process_time(), time.perf_counter()
+                c0, t0, w0 = time.process_time(), time.thread_time(), time.perf_counter()
                 s.retrieve(q, query_vector=v)
                 lat[name][i] = min(lat[name][i], time.perf_counter() - w0)
+                thr[name][i] = min(thr[name][i], time.thread_time() - t0)
                 cpu[name][i] = min(cpu[name][i], time.process_time() - c0)
-    return lat, cpu
+    return lat, cpu, thr
 
 
-def per_stage(searchers: dict, questions: list[str], qvecs: np.ndarray, repeats: int) -> dict[str, dict]:
+def per_stage(searchers: dict, questions: list[str], qvecs: np.ndarray, repeats: int
+              ) -> tuple[dict[str, dict], dict[str, dict[str, np.ndarray]]]:
     """Per searcher, p50/p95 CPU time of each phase over the questions (each question's best of ``repeats``, the
-    searchers interleaved per question); {} for a searcher without timings. The phase clock of each searcher's
-    modules reads the thread's CPU time for the pass (the machine is shared: wall time per phase is mostly time
-    spent waiting for a core)."""
+    searchers interleaved per question), and those per-question times; {} for a searcher without timings. The
+    phase clock of each searcher's modules reads the thread's CPU time for the pass (the machine is shared: wall
+    time per phase is mostly time spent waiting for a core)."""
     timed = {name: s for name, s in searchers.items() if hasattr(s, "timings")}
     mods = {sys.modules[type(s).__module__] for s in timed.values()}
     mods |= {sys.modules[type(s.ranking).__module__] for s in timed.values()}
@@ -116,8 +122,20 @@ def per_stage(searchers: dict, questions: list[str], qvecs: np.ndarray, repeats:
             m.time = t
         for searcher in timed.values():
             searcher.timings = None
-    return {name: {phase: _pcts(np.where(np.isfinite(arr), arr, 0.0)) for phase, arr in b.items()}
-            for name, b in best.items()}
+    raw = {name: {phase: np.where(np.isfinite(arr), arr, 0.0) for phase, arr in b.items()} for name, b in best.items()}
+    return {name: {phase: _pcts(arr) for phase, arr in b.items()} for name, b in raw.items()}, raw
+
+
+def tail_phases(phases: dict[str, np.ndarray], total: np.ndarray) -> dict[str, dict]:
+    """Which phases make the slow questions slow: per phase, the mean CPU time over the questions whose whole query
+    (``total``, CPU) is at or above its 90th percentile, over those between its 40th and 60th, and the difference."""
+    lo, mid, hi = np.percentile(total, [40, 60, 90])
+    middle, tail = (total >= lo) & (total <= mid), total >= hi
+    out = {}
+    for phase, arr in {**phases, "whole query": total}.items():
+        a, b = float(arr[middle].mean()) * 1e3, float(arr[tail].mean()) * 1e3
+        out[phase] = {"middle_ms": round(a, 3), "tail_ms": round(b, 3), "added_ms": round(b - a, 3)}
+    return out
 
 
 def batch_qps(searchers: dict, questions: list[str], qvecs: np.ndarray, repeats: int) -> dict[str, float]:
@@ -179,16 +197,19 @@ def measure(args) -> dict:
     for s in searchers.values():  # warm-up: kernels, mapped pages
         for q, v in zip(questions[:5], qvecs[:5]):
             s.retrieve(q, query_vector=v)
-    lat, cpu = interleaved(searchers, questions, qvecs, args.repeats)
+    lat, cpu, thr = interleaved(searchers, questions, qvecs, args.repeats)
     rows = {name: {**_pcts(lat[name]), "p50_cpu_ms": round(percentile_ms(cpu[name], 50), 3),
-                   "p95_cpu_ms": round(percentile_ms(cpu[name], 95), 3)} for name in searchers}
+                   "p95_cpu_ms": round(percentile_ms(cpu[name], 95), 3),
+                   "p50_thread_ms": round(percentile_ms(thr[name], 50), 3),
+                   "p95_thread_ms": round(percentile_ms(thr[name], 95), 3)} for name in searchers}
     types = [query_type(r) for r in rows_q]
     by_type = {t: {"n": types.count(t), **{name: _pcts(lat[name][[i for i, x in enumerate(types) if x == t]])
                                            for name in ("default", "before") if name in lat}}
                for t in sorted(set(types))}
     manifest = getattr(index, "manifest", {}) or {}
-    phases = per_stage({name: searchers[name] for name in ("default", "before") if name in searchers}, questions,
-                       qvecs, args.repeats)
+    phases, per_question = per_stage({name: searchers[name] for name in ("default", "before") if name in searchers},
+                                     questions, qvecs, args.repeats)
+    tail = tail_phases(per_question["default"], thr["default"]) if per_question.get("default") else {}
     qps = batch_qps({name: searchers[name] for name in ("default", "before") if name in searchers}, questions, qvecs,
                     args.repeats)
     return {"index": str(args.index), "counts": manifest.get("counts"), "n_questions": len(questions),
@@ -199,7 +220,7 @@ def measure(args) -> dict:
             "load_average": [round(x, 2) for x in os.getloadavg()], "git_revision": _git_revision(),
             "command": "python benchmarks/bench_search_cost.py " + " ".join(args.argv),
             "rows": rows, "by_type": by_type, "stages": phases.get("default", {}),
-            "stages_before": phases.get("before", {}),
+            "stages_before": phases.get("before", {}), "tail": tail,
             "batch_qps": qps}
 
 
@@ -217,12 +238,15 @@ def markdown(out: dict) -> list[str]:
              "per question; latency without the query embedding. Open {open_s} s, first query {first_query_s} s."
              .format(**out) + (" Before: open {open_s} s, first query {first_query_s} s (opened second)."
                                .format(**out["before_open_first"]) if out.get("before_open_first") else ""), "",
-             "| configuration | p50 ms | p95 ms | p50 CPU ms | p95 CPU ms | p95 ratio vs before |",
-             "|---|---|---|---|---|---|"]
+             "Wall time, CPU time of the process (with the BLAS library's helper threads, which spin after a "
+             "matrix product) and of the querying thread alone:", "",
+             "| configuration | p50 ms | p95 ms | p50 CPU ms | p95 CPU ms | p50 thread ms | p95 thread ms "
+             "| p95 ratio vs before |", "|---|---|---|---|---|---|---|---|"]
     ref = rows.get("before")
     for name, r in rows.items():
         ratio = round(r["p95_ms"] / ref["p95_ms"], 3) if ref else ""
-        lines.append(f"| {name} | {r['p50_ms']} | {r['p95_ms']} | {r['p50_cpu_ms']} | {r['p95_cpu_ms']} | {ratio} |")
+        lines.append(f"| {name} | {r['p50_ms']} | {r['p95_ms']} | {r['p50_cpu_ms']} | {r['p95_cpu_ms']} | "
+                     f"{r.get('p50_thread_ms', '')} | {r.get('p95_thread_ms', '')} | {ratio} |")
     lines += ["", "`retrieve_many` over the question set (questions/s): " +
               ", ".join(f"{k} {v}" for k, v in qps.items()) + ".", "",
               "By query type (default configuration, and before):", "",
@@ -239,6 +263,13 @@ def markdown(out: dict) -> list[str]:
     for k, r in out["stages"].items():
         b = before.get(k, {"p50_ms": "", "p95_ms": ""})
         lines.append(f"| {k} | {r['p50_ms']} | {r['p95_ms']} | {b['p50_ms']} | {b['p95_ms']} |")
+    if out.get("tail"):
+        lines += ["", "Where the tail comes from (default configuration): per phase, the mean CPU time of the "
+                  "questions whose whole query is at or above its 90th percentile (thread CPU), of those between its "
+                  "40th and 60th, and what the slow ones add:", "",
+                  "| phase | middle (p40-p60) ms | tail (>= p90) ms | added ms |", "|---|---|---|---|"]
+        for k, r in out["tail"].items():
+            lines.append(f"| {k} | {r['middle_ms']} | {r['tail_ms']} | {r['added_ms']} |")
     return lines
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from noderag.graph.hetero import HeteroGraph
 from noderag.graph.keys import canonical_name, node_keys
@@ -13,7 +15,7 @@ from noderag.graph.types import NodeType as NT
 from noderag.search import Searcher, SearchConfig
 from noderag.search.ranking import AgreementCap, Bridges, DenseFit, Distinct, EntryPoints, LexicalFit, rank
 from noderag.search.ranking.bridges import bonus, source_strengths
-from noderag.search.ranking.links import ABOUT_SPLIT
+from noderag.search.ranking.links import ABOUT_SPLIT, strongest
 
 from test_search import BagEmbedder, ExactVectors, ToyStore
 
@@ -360,3 +362,16 @@ def test_shared_of_every_source_at_once_equals_each_source_alone(monkeypatch, ca
             assert [(c, list(d.items())) for c, d in got] == [(c, list(d.items())) for c, d in want], hop1
             seen |= any(d for _, d in got)
     assert seen
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 30), st.sampled_from([0.0, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5])), max_size=60))
+def test_strongest_equals_the_dict_loop(pairs):
+    """The array form of "keep each passage's strongest bridge" (from 128 pairs) gives the loop's dict: the same
+    values and the same key order (first occurrence), which the stages after it iterate in."""
+    for many in (pairs, pairs * 40):  # as given, and repeated past the loop's range
+        want: dict[int, float] = {}
+        for c, v in many:
+            want[c] = max(want.get(c, 0.0), v)
+        got = strongest(np.asarray([c for c, _ in many], dtype=np.int64), np.asarray([v for _, v in many]))
+        assert list(got.items()) == list(want.items())

@@ -253,3 +253,23 @@ def test_name_arrays_equal_the_matcher_arrays(names, rnd):
     assert got_max == ref_max and set(got) == set(ref)
     for key in ref:
         assert got[key].dtype == ref[key].dtype and np.array_equal(got[key], ref[key]), key
+
+
+_PHRASE_WORDS = ["a", "b", "c", "a b", "b a", "Paris", "台北"]
+
+
+@settings(max_examples=120, deadline=None)
+@given(st.lists(st.lists(st.sampled_from(_PHRASE_WORDS), min_size=1, max_size=6).map(" ".join), min_size=1,
+                max_size=60),
+       st.lists(st.sampled_from(_PHRASE_WORDS), min_size=1, max_size=3).map(" ".join),
+       st.integers(0, 12), st.integers(1, 700))
+def test_mapped_phrase_containment_equals_the_matcher(names, entity, limit, copies):
+    """The array check of whole-word containment (in blocks of names) finds exactly the names, in the order and up
+    to the limit, of the in-memory matcher's name-by-name check: repeated tokens, phrases met at several starts,
+    names shorter than the phrase, and posting lists longer than one block."""
+    names = (names * (copies // len(names) + 1))[:max(copies, len(names))]
+    ids = list(range(5000, 5000 + len(names)))
+    ref = EntityMatcher(ids, names)
+    mapped = MappedNames(*name_arrays(ids, names))
+    assert mapped.containing(entity, limit) == ref.containing(entity, limit)
+    assert mapped.containing(entity, len(names)) == ref.containing(entity, len(names))

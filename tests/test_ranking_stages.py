@@ -183,3 +183,32 @@ def test_no_function_in_the_search_package_is_over_60_lines():
                 if n > 60:
                     long.append(f"{path.relative_to(SRC)}:{node.lineno} {node.name} ({n} lines)")
     assert long == []
+
+
+def test_query_vector_products_run_on_one_blas_thread_and_restore_the_pool():
+    """The dense fit's products use one BLAS thread (a helper thread would spin after each and take a core from the
+    query) and leave the library's thread count as they found it."""
+    from threadpoolctl import threadpool_info
+
+    from noderag.search.ranking import context as rc
+
+    def blas_threads():
+        return [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
+
+    seen = []
+    real = rc._BLAS.limit
+
+    def spy(**kw):
+        seen.append(kw)
+        return real(**kw)
+
+    before = blas_threads()
+    rows, vector = np.arange(12.0).reshape(4, 3), np.array([1.0, -2.0, 0.5])
+    rc._BLAS.limit = spy
+    try:
+        got = rc._product(rows, vector)
+    finally:
+        rc._BLAS.limit = real
+    assert got.tolist() == [-1.0, -2.5, -4.0, -5.5]
+    assert seen == [{"limits": 1, "user_api": "blas"}]
+    assert blas_threads() == before

@@ -35,6 +35,9 @@ __all__ = ["EntityMatcher", "MappedNames", "NameMatch", "extract_query_entities"
 #: Longest name (in words) looked up as a phrase of the query text; longer names match through
 #: the extracted query entities (exact / containment).
 MAX_PHRASE_WORDS = 8
+#: Names whose phrase containment is checked in one array pass (:meth:`MappedNames._with_phrase`): a match limit
+#: is most often met in the first block, so a common token's long posting list is not read to its end.
+_PHRASE_BLOCK = 256
 
 
 def name_tokens(text: str) -> tuple[str, ...]:
@@ -115,6 +118,11 @@ class _NameMatching:
             cand = intersect_sorted(cand, other)
             if cand.size == 0:
                 return []
+        return self._with_phrase(cand, toks, limit)
+
+    def _with_phrase(self, cand: np.ndarray, toks: tuple[str, ...], limit: int) -> list[int]:
+        """Node ids of the first ``limit`` names of ``cand`` (names holding every token of ``toks``) that hold
+        ``toks`` as a contiguous phrase."""
         out: list[int] = []
         n = len(toks)
         seq = self._query_seq(toks)
@@ -510,6 +518,31 @@ class MappedNames(_NameMatching):
 
     def _name_seq(self, j: int) -> tuple:
         return tuple(self._name_tok[int(self._name_tok_ptr[j]):int(self._name_tok_ptr[j + 1])].tolist())
+
+    def _with_phrase(self, cand: np.ndarray, toks: tuple[str, ...], limit: int) -> list[int]:
+        # every candidate holds each token: a one-token phrase is in all of them; longer phrases are checked at
+        # every start of a block of candidates at once, block after block until ``limit`` names are found
+        if len(toks) == 1:
+            return self._name_node[cand[:limit]].tolist()
+        if cand.size <= _PHRASE_BLOCK // 4:  # a few names: one by one costs less than the array set-up
+            return super()._with_phrase(cand, toks, limit)
+        seq = np.asarray(self._query_seq(toks), dtype=np.int64)
+        ptr, out = self._name_tok_ptr, []
+        for lo in range(0, cand.size, _PHRASE_BLOCK):
+            block = cand[lo:lo + _PHRASE_BLOCK]
+            start = ptr[block]
+            n_at = np.maximum(ptr[block + 1] - start - seq.size + 1, 0)
+            owner = np.repeat(np.arange(block.size), n_at)
+            at = start[owner] + np.arange(owner.size) - np.repeat(np.cumsum(n_at) - n_at, n_at)
+            ok = np.ones(owner.size, bool)
+            for k, t in enumerate(seq.tolist()):
+                ok &= self._name_tok[at + k] == t
+            hit = np.zeros(block.size, bool)
+            hit[owner[ok]] = True
+            out.extend(self._name_node[block[hit][:limit - len(out)]].tolist())
+            if len(out) >= limit:
+                break
+        return out
 
 
 def extract_query_entities(query: str) -> list[str]:

@@ -7,12 +7,22 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
+from threadpoolctl import ThreadpoolController
 
 from ...graph.types import NodeType
 
 __all__ = ["IndexView", "QueryContext"]
 
 _T, _S = int(NodeType.T), int(NodeType.S)
+#: BLAS threads for the query-vector products: one. A second thread saves nothing on a few hundred rows, and after the
+#: product it spins for a while, taking a core from the query on a busy machine.
+_BLAS = ThreadpoolController()
+
+
+def _product(rows: np.ndarray, vector: np.ndarray) -> np.ndarray:
+    """``rows @ vector`` on one BLAS thread."""
+    with _BLAS.limit(limits=1, user_api="blas"):
+        return rows @ vector
 
 
 @dataclass
@@ -47,13 +57,13 @@ class IndexView:
             return np.zeros(0)
         try:  # passages and units are always embedded: one look-up in the common case
             rows = np.asarray(self.vectors.get(ids), dtype=np.float64)
-            return rows @ vector.astype(np.float64)
+            return _product(rows, vector.astype(np.float64))
         except ValueError:
             present = np.asarray(self.vectors.contains(ids), dtype=bool)
         out = np.zeros(ids.shape[0])
         if present.any():
             rows = np.asarray(self.vectors.get(ids[present]), dtype=np.float64)
-            out[present] = rows @ vector.astype(np.float64)
+            out[present] = _product(rows, vector.astype(np.float64))
         return out
 
 
