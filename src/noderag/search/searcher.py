@@ -24,7 +24,7 @@ from ..embed.base import embed_queries
 from ..errors import NodeRAGError
 from ..graph.types import N_TYPES, NodeType
 from ..graph.walk import TypedNeighbours
-from ..store.layout import DOCUMENTS, SCRUBBED
+from ..store.layout import SCRUBBED
 from .config import SearchConfig
 from .context import assemble_context, header_tokens
 from .entities import extract_query_entities
@@ -465,14 +465,10 @@ class Searcher:
         return self._titles
 
     def _title_columns(self) -> Any:
-        """(doc ids, pyarrow title column) of the documents table, or {} without titles; of one segment, only those
-        two columns are read (the table's chunk lists and hashes are most of its bytes)."""
-        docs = self.store.__dict__.get("documents") if hasattr(self.store, "__dict__") else None
-        path = getattr(self.store, "path", None)
-        if docs is None and isinstance(path, Path) and not getattr(self.store, "deltas", None):
-            docs = _read_columns(path, DOCUMENTS, ("doc_id", "title"))
-        if docs is None:
-            docs = getattr(self.store, "documents", None)
+        """(doc ids, pyarrow title column) of the documents table, or {} without titles; an opened index reads only
+        those two columns (``IndexStore.document_columns``)."""
+        read = getattr(self.store, "document_columns", None)
+        docs = read(("doc_id", "title")) if read is not None else getattr(self.store, "documents", None)
         if docs is None or "title" not in docs.column_names:
             return {}
         ids = docs.column("doc_id").combine_chunks()
@@ -523,22 +519,6 @@ def _query_tables(store: Any, n: int) -> Any:
     if tables.n != n:
         raise ValueError(f"the query index has {tables.n} nodes but the graph has {n}")
     return tables
-
-
-def _read_columns(root: Path, rel: str, columns: tuple[str, ...]) -> Any:
-    """Some columns of the parquet file ``root / rel`` (memory-mapped; ParquetFile: read_table imports
-    pyarrow.dataset), or None when the file is missing or lacks them; a damaged file is IndexDamagedError."""
-    import pyarrow.parquet as pq
-
-    from ..store.verify import reading
-
-    if not (root / rel).is_file():
-        return None
-    with reading(root, rel):
-        f = pq.ParquetFile(root / rel, memory_map=True)
-        if not set(columns) <= set(f.schema_arrow.names):
-            return None
-        return f.read(columns=list(columns))
 
 
 def _search_graph(store: Any) -> Any:

@@ -100,6 +100,10 @@ class IndexReader(Protocol):
         """The documents table (pyarrow)."""
         ...
 
+    def document_columns(self, names: Sequence[str]) -> Any:
+        """Some columns of the documents table (pyarrow), read alone when the table is not loaded."""
+        ...
+
     @property
     def vectors(self) -> Any:
         """The vector index of the T, S, A and H nodes."""

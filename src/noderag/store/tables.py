@@ -354,6 +354,20 @@ class IndexStore:
             # ParquetFile, not read_table: the latter imports pyarrow.dataset (and pandas), ~0.5 s of a first query
             return pq.ParquetFile(self.path / DOCUMENTS, memory_map=True).read()
 
+    def document_columns(self, names: Sequence[str]):
+        """The documents table's columns among ``names``; of a base-only generation whose table is not loaded yet,
+        only those columns are read (the chunk lists and hashes are most of its bytes)."""
+        if "documents" in self.__dict__ or self.deltas:
+            table = self.documents
+            return table.select([c for c in names if c in table.column_names])
+        import pyarrow.parquet as pq
+
+        from .verify import reading
+
+        with reading(self.path, DOCUMENTS):
+            f = pq.ParquetFile(self.path / DOCUMENTS, memory_map=True)
+            return f.read(columns=[c for c in names if c in f.schema_arrow.names])
+
     def _np(self, name: str) -> np.ndarray:
         return self.nodes.column(name).to_numpy(zero_copy_only=False)
 
