@@ -6,13 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from noderag.search.baselines import BM25Retriever
-from noderag.search.lexical import (LEX_FORWARD, LexicalIndex, csr_of, forward_arrays, lexical_arrays, passage_terms,
-                                    query_hits, titled, top_scored)
-
-def postings_only(arrays: dict) -> dict:
-    """The arrays of an index written before the forward table."""
-    return {k: v for k, v in arrays.items() if k not in LEX_FORWARD}
-
+from noderag.search.lexical import LexicalIndex, csr_of, lexical_arrays, passage_terms, titled, top_scored
 
 WORDS = ["alpha", "beta", "gamma", "delta", "river", "castle", "the", "of", "1986", "zeta", "omega", "kappa"]
 texts_st = st.lists(st.lists(st.sampled_from(WORDS), min_size=0, max_size=12).map(" ".join), min_size=1, max_size=25)
@@ -152,17 +146,15 @@ def test_term_impacts_equal_single_term_scores_bound_or_not(texts, terms, picks,
     passages bound to scratch ordinals or not, and within each term's ``max_postings`` read."""
     ids = np.arange(len(texts), dtype=np.int64) * 2 + offset
     asked = np.asarray([offset + p for p in picks], dtype=np.int64)  # odd offsets name no passage
-    plain = LexicalIndex(postings_only(lexical_arrays(ids, texts)), max_postings=max_postings)
-    bound = LexicalIndex(postings_only(lexical_arrays(ids, texts)), max_postings=max_postings)
+    plain = LexicalIndex(lexical_arrays(ids, texts), max_postings=max_postings)
+    bound = LexicalIndex(lexical_arrays(ids, texts), max_postings=max_postings)
     bound.bind_passages(ids)
-    forward = LexicalIndex(lexical_arrays(ids, texts), max_postings=max_postings)
-    assert forward.has_forward and not plain.has_forward
     expected = np.zeros((len(terms), asked.size))
     for row, term in enumerate(terms):
         got_ids, got = plain.term_scores({term})
         score = dict(zip(got_ids.tolist(), got.tolist()))
         expected[row] = [score.get(i, 0.0) for i in asked.tolist()]
-    for lex in (plain, bound, bound, forward):  # the scratch is clean after each call
+    for lex in (plain, bound, bound):  # the scratch is clean after each call
         np.testing.assert_array_equal(lex.term_impacts(terms, asked), expected)
 
 
@@ -178,9 +170,9 @@ def test_term_impacts_of_kept_lists_binary_searched_equal_the_scatter(texts, ter
     asked = np.asarray(picks, dtype=np.int64)
     asked = asked[asked < ids[-1] + 1]
     asked = np.asarray([i - i % 2 for i in asked.tolist()] or [0], dtype=np.int64)  # bound passages only
-    scatter = LexicalIndex(postings_only(lexical_arrays(ids, texts)))
+    scatter = LexicalIndex(lexical_arrays(ids, texts))
     scatter.bind_passages(ids)
-    searched = LexicalIndex(postings_only(lexical_arrays(ids, texts)))
+    searched = LexicalIndex(lexical_arrays(ids, texts))
     searched.bind_passages(ids)
     expected = scatter.term_impacts(terms, asked)
     old = lexical.TERM_CACHE_FROM
@@ -192,59 +184,3 @@ def test_term_impacts_of_kept_lists_binary_searched_equal_the_scatter(texts, ter
         lexical.TERM_CACHE_FROM = old
     long_lists = [k for k, (o, _) in searched._term_cache.items() if o.size > 4 * asked.size]
     assert set(searched._term_sorted) == set(long_lists)
-
-
-COMMON = ["the", "of", "river", "castle"]
-many_st = st.lists(st.lists(st.sampled_from(WORDS + COMMON * 3), min_size=1, max_size=10).map(" ".join),
-                   min_size=1, max_size=60)
-
-
-@settings(max_examples=80, deadline=None)
-@given(texts=many_st, query=st.lists(st.sampled_from(WORDS + ["absent"]), min_size=1, max_size=7),
-       k=st.integers(1, 12), max_postings=st.sampled_from([1, 3, 8, 4096]), dead=st.sets(st.integers(0, 59)),
-       exact_cost=st.sampled_from([0, 8, 10**6]))
-def test_forward_top_k_equals_every_posting_summed(texts, query, k, max_postings, dead, exact_cost):
-    """MaxScore with the forward table returns the k best passages of the full sums, with their exact scores, ties
-    by lower id (texts repeat words, so ties and lists cut inside a run of equal impacts are common), among the
-    active passages; any passage's score and per-term impacts are those the postings give."""
-    ids = np.arange(len(texts), dtype=np.int64) * 3 + 1
-    arrays = lexical_arrays(ids, texts)
-    plain = LexicalIndex(postings_only(arrays), max_postings=max_postings)
-    fwd = LexicalIndex(arrays, max_postings=max_postings)
-    fwd.exact_cost = exact_cost  # stop reading as early as allowed, at the default, or never
-    active = np.ones(ids[-1] + 1, bool)
-    active[[ids[i] for i in dead if i < ids.size]] = False
-    terms = set(passage_terms(" ".join(query)))
-    all_ids, all_scores = plain.term_scores(terms)
-    for live in (None, active):
-        keep = np.ones(all_ids.size, bool) if live is None else live[all_ids]
-        want = top_scored(all_ids[keep], all_scores[keep], k)
-        got = fwd.top(terms, k, live)
-        np.testing.assert_array_equal(got[0], want[0])
-        np.testing.assert_array_equal(got[1], want[1])  # the same sums, bit for bit
-        assert query_hits(fwd, sorted(terms), k, live)[2].tolist() == want[0].tolist()
-    asked = np.arange(ids[-1] + 3)  # every passage and ids that are none
-    expected = np.zeros(asked.size)
-    expected[all_ids] = all_scores
-    np.testing.assert_array_equal(fwd.passage_scores(terms, asked), expected)
-    np.testing.assert_array_equal(plain.passage_scores(terms, asked), expected)
-
-
-def test_top_scored_breaks_ties_at_the_kth_by_lower_id():
-    ids = np.arange(100, dtype=np.int64)[::-1].copy()
-    scores = np.r_[np.full(99, 1.0), 2.0]
-    got_ids, got = top_scored(ids, scores, 4)
-    assert got_ids.tolist() == [0, 1, 2, 3] and got.tolist() == [2.0, 1.0, 1.0, 1.0]
-
-
-def test_forward_table_is_made_from_the_postings_and_checked():
-    texts = ["river castle river", "the castle", "omega"]
-    arrays = lexical_arrays(np.array([4, 9, 2]), texts)
-    again = forward_arrays(postings_only(arrays))  # an index written before it gets the same table
-    for key in LEX_FORWARD:
-        assert again[key].tobytes() == arrays[key].tobytes()
-    assert arrays["lex_fwd_node"].tolist() == [2, 4, 9]
-    bad = dict(arrays, lex_fwd_weight=arrays["lex_fwd_weight"][:-1])
-    with pytest.raises(ValueError, match="forward table does not match the postings"):
-        LexicalIndex(bad)
-    assert not LexicalIndex(postings_only(arrays)).has_forward

@@ -14,19 +14,6 @@ Arrays (``query/lex_*.npy``, memory-mapped at open):
     lex_post_node    int32 (P,)     passage node ids, per term by impact descending (ties by id)
     lex_post_weight  float32 (P,)   BM25 impacts
 
-Optional forward table (``query/lex_fwd_*.npy``, :func:`forward_arrays`; an index written before it searches
-the way it did):
-
-    lex_fwd_node    int32 (D,)     sorted node ids of the passages with a term
-    lex_fwd_ptr     int64 (D + 1,) CSR pointers into the entries
-    lex_fwd_term    int32 (P,)     each passage's terms (their rows in ``lex_term_hash``), ascending
-    lex_fwd_weight  float32 (P,)   their BM25 impacts
-
-With it a query reads only the posting lists that can change its ``k`` best passages (MaxScore: lists are
-read highest impact first until those left could not lift a passage they alone hold into the top ``k``) and
-scores the passages it meets, and any passage a ranking stage asks about, from the forward table: the same
-sums in the same order, so the same scores, without reading every posting of the common words.
-
 Postings are impact-ordered so that a query reads at most ``max_postings`` of each term: the
 passages a very common word adds beyond those gain at most that many times the smallest impact
 read, which for such a word (low idf) is close to nothing; a query's cost is bounded by its number
@@ -46,17 +33,9 @@ import scipy.sparse as sp
 from ..lang.zh import lexical_tokens
 from .entities import hash64
 
-__all__ = ["LEX_ARRAYS", "LEX_FORWARD", "LexicalIndex", "forward_arrays", "lexical_arrays", "passage_terms",
-           "query_hits", "titled", "top_scored"]
+__all__ = ["LEX_ARRAYS", "LexicalIndex", "lexical_arrays", "passage_terms", "titled", "top_scored"]
 
 LEX_ARRAYS = ("lex_term_hash", "lex_post_ptr", "lex_post_node", "lex_post_weight")
-#: The optional forward table (written by builds since it exists; read when present).
-LEX_FORWARD = ("lex_fwd_node", "lex_fwd_ptr", "lex_fwd_term", "lex_fwd_weight")
-#: Relative slack of every MaxScore bound: partial sums are added in another order than the exact ones.
-_SLACK = 1e-9
-#: What scoring one passage from the forward table costs, in postings read: MaxScore reads on while the passages
-#: it would have to score exactly cost more than the next list.
-EXACT_COST = 8
 #: Chinese text is cut into the segmenter's words (search mode: words and their dictionary sub-words).
 CJK_MODE = "segment"
 
@@ -140,29 +119,9 @@ def lexical_arrays(node_ids: np.ndarray, texts: Iterable[str], *, k1: float = 1.
     counts = np.bincount(rank_of_term[c], minlength=n_terms)
     ptr = np.zeros(n_terms + 1, np.int64)
     np.cumsum(counts, out=ptr[1:])
-    out = {"lex_term_hash": term_hash[by_hash], "lex_post_ptr": ptr,
-           "lex_post_node": np.ascontiguousarray(node[order]),
-           "lex_post_weight": np.ascontiguousarray(impact[order])}
-    del node, order, impact, r, c
-    return {**out, **forward_arrays(out)}
-
-
-def forward_arrays(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The forward table (``lex_fwd_*``) of the postings ``arrays``: each passage's terms (rows of
-    ``lex_term_hash``, ascending) and impacts, passages by node id. Made from the postings alone, so an index
-    written before it can be given one."""
-    ptr = np.asarray(arrays["lex_post_ptr"], dtype=np.int64)
-    node = np.asarray(arrays["lex_post_node"], dtype=np.int32)
-    term = np.repeat(np.arange(ptr.shape[0] - 1, dtype=np.int32), np.diff(ptr))
-    order = np.lexsort((term, node))
-    term = term[order]
-    node = node[order]
-    weight = np.asarray(arrays["lex_post_weight"], dtype=np.float32)[order]
-    del order
-    lead = np.flatnonzero(np.r_[True, node[1:] != node[:-1]]) if node.size else np.zeros(0, np.int64)
-    fwd_ptr = np.append(lead, node.shape[0]).astype(np.int64)
-    return {"lex_fwd_node": np.ascontiguousarray(node[lead]), "lex_fwd_ptr": fwd_ptr,
-            "lex_fwd_term": np.ascontiguousarray(term), "lex_fwd_weight": np.ascontiguousarray(weight)}
+    return {"lex_term_hash": term_hash[by_hash], "lex_post_ptr": ptr,
+            "lex_post_node": np.ascontiguousarray(node[order]),
+            "lex_post_weight": np.ascontiguousarray(impact[order])}
 
 
 #: Posting lists at least this long keep their passage ordinals after a query (:meth:`LexicalIndex._term_ordinals`).
@@ -197,11 +156,6 @@ class LexicalIndex:
         self._term_cached = 0  # postings held by _term_cache
         self._term_sorted: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}  # the same, by ordinal
         self._hashes: dict[str, int] = {}  # query term -> its hash (a term recurs across a query's look-ups)
-        self._fwd = _forward(arrays, self._hash.shape[0], self._node.shape[0])
-        self._resolved: dict[tuple, tuple] = {}  # (terms, max_postings) -> their rows, caps and ranks
-        #: of the last top-k query with the forward table: passages met, could rank, scored; postings read
-        self.stats = np.zeros(4, np.int64)
-        self.exact_cost = EXACT_COST
 
     def _term_hashes(self, terms) -> np.ndarray:
         """:func:`~noderag.search.entities.hash64` of each term, memoised (at most :data:`HASH_CACHE` terms)."""
@@ -215,86 +169,6 @@ class LexicalIndex:
                 h = memo[t] = hash64(t)
             out[i] = h
         return out
-
-    @property
-    def has_forward(self) -> bool:
-        """Whether the forward table is present: queries then read only the lists their best passages need."""
-        return self._fwd is not None
-
-    def _query(self, terms: tuple[str, ...]) -> tuple:
-        """The ``terms`` (in the order their impacts sum) the index holds, as the kernels take them: (starts,
-        ends (capped), vocabulary ranks sorted, the slot of each, each slot's cap impact and node id), and the
-        slot of every term (-1: not indexed). Memoised for the last few term lists (a query asks several times)."""
-        key = (terms, self.max_postings)
-        got = self._resolved.get(key)
-        if got is not None:
-            return got
-        hashes = self._term_hashes(terms)
-        n_v = self._hash.shape[0]
-        pos = np.minimum(np.searchsorted(self._hash, hashes), max(n_v - 1, 0))
-        found = (self._hash[pos] == hashes) if n_v else np.zeros(len(terms), bool)
-        rows = pos[found].astype(np.int64)
-        starts = self._ptr[rows]
-        lengths = self._ptr[rows + 1] - starts
-        cap = self.max_postings
-        ends = starts + np.minimum(lengths, max(cap, 0))
-        capped = lengths > cap
-        last = np.where(capped & (cap > 0), starts + cap - 1, 0)
-        cap_w = np.where(capped, np.asarray(self._weight[last], np.float64) if rows.size else 0.0, -np.inf)
-        cap_w = np.where(capped & (cap <= 0), np.inf, cap_w)
-        cap_node = np.where(capped, np.asarray(self._node[last], np.int64) if rows.size else 0, 0).astype(np.int64)
-        by_rank = np.argsort(rows, kind="stable")
-        slot_of = np.full(len(terms), -1, np.int64)
-        slot_of[np.flatnonzero(found)] = np.arange(rows.size)
-        got = (starts.astype(np.int64), ends.astype(np.int64), rows[by_rank].astype(np.int32),
-               by_rank.astype(np.int64), cap_w.astype(np.float32), cap_node, slot_of)
-        if len(self._resolved) >= 64:
-            self._resolved = {}
-        self._resolved[key] = got
-        return got
-
-    def top(self, terms, k: int, active: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """The ``k`` best passages over ``terms`` (a set of :func:`passage_terms`; each counts once), among the
-        ``active`` node ids when given: (node ids int64, BM25 scores float64), best first, ties by lower id; the
-        same as :func:`top_scored` over :meth:`term_scores`, read from fewer postings with the forward table."""
-        k = int(k)
-        if self._fwd is not None and k > 0 and terms:
-            return self._top_forward(tuple(sorted(set(terms))), k, active)
-        ids, scores = self.term_scores(set(terms))
-        if active is not None and ids.size:
-            live = np.asarray(active, dtype=bool)[ids]
-            ids, scores = ids[live], scores[live]
-        return top_scored(ids, scores, k)
-
-    def _top_forward(self, terms: tuple[str, ...], k: int, active) -> tuple[np.ndarray, np.ndarray]:
-        from ._lexical_kernels import maxscore_top
-
-        starts, ends, q_rank, q_slot, cap_w, cap_node, _ = self._query(terms)
-        if not starts.size:
-            return np.zeros(0, np.int64), np.zeros(0)
-        check = active is not None
-        live = np.asarray(active, dtype=bool) if check else np.zeros(1, bool)
-        self.stats[:] = 0
-        return maxscore_top(k, starts, ends, self._node, self._weight, live, check, *self._fwd, q_rank, q_slot,
-                            cap_w, cap_node, _SLACK, self.exact_cost, self.stats)
-
-    def passage_scores(self, terms, ids: np.ndarray) -> np.ndarray:
-        """BM25 score over ``terms`` (a set of :func:`passage_terms`) of each passage of ``ids`` (node ids; 0 for
-        a passage sharing none of them): float64, as :meth:`term_scores` gives them."""
-        ids = np.asarray(ids, dtype=np.int64)
-        if not ids.size or not terms:
-            return np.zeros(ids.shape[0])
-        terms = tuple(sorted(set(terms)))
-        if self._fwd is not None:
-            from ._lexical_kernels import forward_scores
-
-            _, _, q_rank, q_slot, cap_w, cap_node, _ = self._query(terms)
-            return forward_scores(ids, *self._fwd, q_rank, q_slot, cap_w, cap_node)
-        hit_ids, hit_scores = self.term_scores(set(terms))
-        if not hit_ids.size:
-            return np.zeros(ids.shape[0])
-        pos = np.minimum(np.searchsorted(hit_ids, ids), hit_ids.size - 1)
-        return np.where(hit_ids[pos] == ids, hit_scores[pos], 0.0)
 
     def bind_passages(self, ids: np.ndarray) -> None:
         """Give the node ids that postings name (every T node): queries then sum impacts per passage
@@ -370,13 +244,6 @@ class LexicalIndex:
         ids = np.asarray(ids, dtype=np.int64)
         out = np.zeros((len(terms), ids.shape[0]))
         if not terms or not ids.size or self._hash.shape[0] == 0:
-            return out
-        if self._fwd is not None:  # each passage's own terms, whatever the lists' lengths
-            from ._lexical_kernels import forward_impacts
-
-            _, _, q_rank, q_slot, cap_w, cap_node, slot_of = self._query(tuple(terms))
-            found = np.flatnonzero(slot_of >= 0)
-            out[found] = forward_impacts(ids, *self._fwd, q_rank, q_slot, cap_w, cap_node)[slot_of[found]]
             return out
         hashes = self._term_hashes(terms)
         pos = np.minimum(np.searchsorted(self._hash, hashes), self._hash.shape[0] - 1)
@@ -477,50 +344,12 @@ class LexicalIndex:
         return top_scored(*self.scores(query), k)
 
 
-def query_hits(lexical, terms: list[str], k: int, active: np.ndarray | None
-               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """A query's BM25 entry points: (passages by id, their scores, the ``k`` best, their scores), among the
-    ``active`` node ids when given. Without the forward table the first two are every passage sharing a term;
-    with it only the best ``max(k, 1)`` (the stages score any other passage from the table,
-    :meth:`LexicalIndex.passage_scores`)."""
-    if getattr(lexical, "has_forward", False):
-        top, top_s = lexical.top(set(terms), max(int(k), 1), active)
-        by_id = np.argsort(top, kind="stable")
-        return top[by_id], top_s[by_id], top[:k], top_s[:k]
-    ids, scores = lexical.term_scores(set(terms))
-    if active is not None and ids.size:
-        live = np.asarray(active, dtype=bool)[ids]
-        ids, scores = ids[live], scores[live]
-    top, top_s = top_scored(ids, scores, k)
-    return ids, scores, top, top_s
-
-
-def _forward(arrays: dict[str, np.ndarray], n_terms: int, n_postings: int) -> tuple | None:
-    """The forward table's arrays when all are given (checked against the postings: O(1)), else None."""
-    if not all(k in arrays for k in LEX_FORWARD):
-        return None
-    node, ptr, term, weight = (arrays[k] for k in LEX_FORWARD)
-    if ptr.shape[0] != node.shape[0] + 1 or term.shape[0] != n_postings or weight.shape[0] != n_postings:
-        raise ValueError(f"the lexical forward table does not match the postings: {node.shape[0]} passages, "
-                         f"{ptr.shape[0]} pointers, {term.shape[0]} terms and {weight.shape[0]} impacts for "
-                         f"{n_postings} postings")
-    if n_postings and (int(ptr[0]) != 0 or int(ptr[-1]) != n_postings):
-        raise ValueError(f"lex_fwd_ptr must run from 0 to {n_postings}")
-    return (np.asarray(node, np.int32), np.asarray(ptr, np.int64), np.asarray(term, np.int32),
-            np.asarray(weight, np.float32))
-
-
 def top_scored(ids: np.ndarray, scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """The ``k`` highest ``scores`` with their ``ids``, best first, ties by lower id."""
     k = min(int(k), ids.shape[0])
     if k <= 0:
         return np.zeros(0, np.int64), np.zeros(0)
-    if k < ids.shape[0]:  # every score above the k-th, then the lowest ids of those equal to it
-        kth = np.partition(-scores, k - 1)[k - 1]
-        above, tied = np.flatnonzero(-scores < kth), np.flatnonzero(-scores == kth)
-        top = np.concatenate([above, tied[np.argsort(ids[tied], kind="stable")[:k - above.size]]])
-    else:
-        top = np.arange(ids.shape[0])
+    top = np.argpartition(-scores, k - 1)[:k] if k < ids.shape[0] else np.arange(ids.shape[0])
     top = top[np.lexsort((ids[top], -scores[top]))]
     return ids[top], scores[top]
 

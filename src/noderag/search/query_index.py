@@ -221,12 +221,6 @@ def _load_lexical(folder: Path, arrays: dict[str, np.ndarray]) -> None:
     if arrays["lex_post_weight"].shape[0] != p:
         raise ValueError(f"{folder / 'lex_post_weight.npy'}: {arrays['lex_post_weight'].shape[0]} weights "
                          f"for {p} postings")
-    from .lexical import LEX_FORWARD  # optional: an index written before the forward table searches without it
-
-    fwd = {"lex_fwd_node": np.int32, "lex_fwd_ptr": np.int64, "lex_fwd_term": np.int32, "lex_fwd_weight": np.float32}
-    if all((folder / f"{key}.npy").is_file() for key in LEX_FORWARD):
-        for key in LEX_FORWARD:
-            arrays[key] = np.asarray(load_npy(folder / f"{key}.npy", True, dtype=fwd[key], ndim=1, shape=None))
 
 
 def _check_damage(folder: Path, arrays: dict[str, np.ndarray], n: int, m: int, first: int = 0,

@@ -28,7 +28,7 @@ from ..store.layout import SCRUBBED
 from .config import SearchConfig
 from .context import assemble_context, header_tokens
 from .entities import extract_query_entities
-from .lexical import passage_terms, query_hits, titled
+from .lexical import passage_terms, titled, top_scored
 from .ranking import IndexView, QueryContext, Ranking, default_stages, stages_named
 from .ranking.fill import labels
 from .rerank import CrossEncoderReranker
@@ -311,8 +311,12 @@ class Searcher:
     def _lexical_hits(self, terms: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(passages sharing one of the query's BM25 ``terms``, their BM25 scores, the ``lexical_top_k`` best,
         their scores)."""
-        return query_hits(self.lexical, terms, self.config.lexical_top_k,
-                          None if self._lexical_all_live else self._active)  # only the active passages
+        ids, scores = self.lexical.term_scores(set(terms))
+        if not self._lexical_all_live:  # only the active passages
+            live = self._active[ids]
+            ids, scores = ids[live], scores[live]
+        top, top_s = top_scored(ids, scores, self.config.lexical_top_k)
+        return ids, scores, top, top_s
 
     def _timed(self, phase: str, t0: float, n: int = 1) -> None:
         """Record a phase's time (since ``t0``) per query when timings are collected."""

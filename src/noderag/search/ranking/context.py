@@ -85,8 +85,7 @@ class QueryContext:
     seeds: np.ndarray  # int32
     weights: np.ndarray  # float32
     vector: np.ndarray  # float32 (dim,), L2-normalised
-    lex_ids: np.ndarray  # int64, sorted: every passage sharing a term with the query (with the index's BM25
-    # forward table only the best: fit.lexical_share reads the others from it)
+    lex_ids: np.ndarray  # int64, sorted: every passage sharing a term with the query
     lex_scores: np.ndarray  # float64, their BM25 scores
     lex_top: np.ndarray  # int64: the lexical entry points, best first
     lex_terms: list[str] = field(default_factory=list)  # the query's BM25 terms, sorted

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from .context import QueryContext
-from .fit import fit, lexical_best
+from .fit import fit
 
 __all__ = ["Distinct", "Fill", "distinct", "labels"]
 
@@ -85,7 +85,7 @@ class Fill:
     def _extra(self, cands: np.ndarray, ctx: QueryContext) -> np.ndarray:
         """The passages BM25 and the query vector rank best that are not candidates yet."""
         view = ctx.view
-        parts = [lexical_best(ctx, self.lexical_depth * self.want)]
+        parts = [ctx.lex_ids[np.argsort(-ctx.lex_scores, kind="stable")][: self.lexical_depth * self.want]]
         if len(view.vectors) > 0:
             k = min(self.dense_depth * self.want, len(view.vectors))
             ids, _ = view.vectors.search(ctx.vector[None, :], k, threads=1, expansion=max(self.expansion, k))

@@ -12,7 +12,7 @@ import numpy as np
 from ...graph.types import NodeType
 from .context import QueryContext
 
-__all__ = ["DenseFit", "LexicalFit", "dense", "lexical_best", "lexical_share", "residual_shares", "fit"]
+__all__ = ["DenseFit", "LexicalFit", "dense", "lexical_share", "residual_shares", "fit"]
 
 _S = int(NodeType.S)
 
@@ -48,27 +48,8 @@ def lexical_share(ctx: QueryContext, chunks: np.ndarray) -> np.ndarray | None:
     top = ctx.lex_best
     if not ctx.lex_ids.size or not chunks.size or top <= 0:
         return None
-    lexical = _forward_index(ctx)
-    if lexical is not None:  # ctx.lex_ids holds only the best passages: the others are read from the index
-        scores = lexical.passage_scores(ctx.lex_terms, chunks)
-        return np.where(ctx.view.active[chunks], scores, 0.0) / top
     pos = np.minimum(np.searchsorted(ctx.lex_ids, chunks), ctx.lex_ids.size - 1)
     return np.where(ctx.lex_ids[pos] == chunks, ctx.lex_scores[pos], 0.0) / top
-
-
-def _forward_index(ctx: QueryContext):
-    """The index's BM25 postings when they have the forward table (the query's hits are then only its best
-    passages, :func:`~noderag.search.lexical.query_hits`), else None."""
-    lexical = ctx.view.lexical if ctx.view is not None else None
-    return lexical if ctx.lex_terms and getattr(lexical, "has_forward", False) else None
-
-
-def lexical_best(ctx: QueryContext, n: int) -> np.ndarray:
-    """The ``n`` passages BM25 ranks best for the question (ties to the lower id)."""
-    lexical = _forward_index(ctx)
-    if lexical is not None:
-        return lexical.top(ctx.lex_terms, n, ctx.view.active)[0]
-    return ctx.lex_ids[np.argsort(-ctx.lex_scores, kind="stable")][:n]
 
 
 def residual_shares(ctx: QueryContext, groups: list[tuple[int, np.ndarray]]) -> list[np.ndarray]:
