@@ -35,6 +35,8 @@ __all__ = ["EntityMatcher", "MappedNames", "NameMatch", "extract_query_entities"
 #: Longest name (in words) looked up as a phrase of the query text; longer names match through
 #: the extracted query entities (exact / containment).
 MAX_PHRASE_WORDS = 8
+#: Query tokens whose ids (and query keys whose hashes) a mapped matcher keeps before the memo starts over.
+_TOKEN_MEMO = 1 << 16
 #: Names whose phrase containment is checked in one array pass (:meth:`MappedNames._with_phrase`): a match limit
 #: is most often met in the first block, so a common token's long posting list is not read to its end.
 _PHRASE_BLOCK = 256
@@ -441,25 +443,50 @@ class MappedNames(_NameMatching):
         for k in NAME_ARRAYS:
             setattr(self, "_" + k, arrays[k])
         self.max_tokens = int(max_tokens)
+        self._tids: dict[str, int] = {}  # token -> its id (-1: none), see _tid
+        self._hashes: dict[str, np.uint64] = {}  # query-side key -> its hash, see _key_hash
 
     def __len__(self) -> int:
         return int(self._name_node.shape[0])
 
-    @staticmethod
-    def _range(hashes: np.ndarray, key: str) -> tuple[int, int]:
-        h = np.uint64(hash64(key))
-        return int(np.searchsorted(hashes, h, side="left")), int(np.searchsorted(hashes, h, side="right"))
+    def _key_hash(self, text: str) -> np.uint64:
+        """:func:`hash64` of a query-side key (a word, a phrase, a canonical name), memoised per matcher: queries
+        repeat the same few thousand words, and a blake2b digest costs about a microsecond."""
+        memo = self._hashes
+        got = memo.get(text)
+        if got is None:
+            if len(memo) >= _TOKEN_MEMO:
+                memo.clear()
+            got = memo[text] = np.uint64(hash64(text))
+        return got
+
+    def _range(self, hashes: np.ndarray, key: str) -> tuple[int, int]:
+        h = self._key_hash(key)
+        lo = hi = int(hashes.searchsorted(h))  # one binary search; equal hashes (collisions) are next to it
+        while hi < hashes.shape[0] and hashes[hi] == h:
+            hi += 1
+        return lo, hi
 
     @staticmethod
     def _str(off: np.ndarray, data: np.ndarray, i: int) -> str:
         return bytes(data[int(off[i]):int(off[i + 1])]).decode("utf-8", "surrogatepass")
 
     def _tid(self, tok: str) -> int:
-        lo, hi = self._range(self._tok_hash, tok)
-        for p in range(lo, hi):
-            if self._str(self._tok_off, self._tok, p) == tok:
-                return p
-        return -1
+        """The id of a name token (-1: no name has it), memoised per matcher (a query asks for its tokens several
+        times, and queries share their words)."""
+        memo = self._tids
+        got = memo.get(tok)
+        if got is None:
+            got = -1
+            lo, hi = self._range(self._tok_hash, tok)
+            for p in range(lo, hi):
+                if self._str(self._tok_off, self._tok, p) == tok:
+                    got = p
+                    break
+            if len(memo) >= _TOKEN_MEMO:
+                memo.clear()
+            memo[tok] = got
+        return got
 
     def _node_id(self, j: int) -> int:
         return int(self._name_node[j])
@@ -477,7 +504,7 @@ class MappedNames(_NameMatching):
     def _phrase_js_many(self, phrases: list[str]) -> list[list[int]]:
         if not phrases:
             return []
-        h = np.asarray([hash64(p) for p in phrases], dtype=np.uint64)  # one binary search for all
+        h = np.asarray([self._key_hash(p) for p in phrases], dtype=np.uint64)  # one binary search for all
         lo = np.searchsorted(self._phrase_hash, h, side="left").tolist()
         hi = np.searchsorted(self._phrase_hash, h, side="right").tolist()
         return [self._verify_phrase(p, a, b) if b > a else [] for p, a, b in zip(phrases, lo, hi)]
@@ -497,7 +524,7 @@ class MappedNames(_NameMatching):
         words = sorted(set(tokens))
         if not words or not len(self):
             return np.zeros(0, np.int64)
-        h = np.asarray([hash64(w) for w in words], dtype=np.uint64)
+        h = np.asarray([self._key_hash(w) for w in words], dtype=np.uint64)
         lo = np.searchsorted(self._tok_hash, h, side="left").tolist()
         hi = np.searchsorted(self._tok_hash, h, side="right").tolist()
         out = [p for w, a, b in zip(words, lo, hi) for p in range(a, b) if self._str(self._tok_off, self._tok, p) == w]
@@ -510,7 +537,7 @@ class MappedNames(_NameMatching):
         # a name phrase is its tokens joined by single spaces: a space-free piece of it is a known token
         if not words:
             return []
-        h = np.asarray([hash64(w) for w in words], dtype=np.uint64)
+        h = np.asarray([self._key_hash(w) for w in words], dtype=np.uint64)
         lo = np.searchsorted(self._tok_hash, h, side="left").tolist()
         hi = np.searchsorted(self._tok_hash, h, side="right").tolist()
         return [" " in w or any(self._str(self._tok_off, self._tok, p) == w for p in range(a, b))
