@@ -184,3 +184,23 @@ def test_term_impacts_of_kept_lists_binary_searched_equal_the_scatter(texts, ter
         lexical.TERM_CACHE_FROM = old
     long_lists = [k for k, (o, _) in searched._term_cache.items() if o.size > 4 * asked.size]
     assert set(searched._term_sorted) == set(long_lists)
+
+
+def test_top_scored_breaks_ties_at_the_kth_by_lower_id():
+    ids = np.arange(100, dtype=np.int64)[::-1].copy()
+    scores = np.r_[np.full(99, 1.0), 2.0]
+    got_ids, got = top_scored(ids, scores, 4)
+    assert got_ids.tolist() == [0, 1, 2, 3] and got.tolist() == [2.0, 1.0, 1.0, 1.0]
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(1, 3000), k=st.integers(1, 40), levels=st.integers(1, 50), seed=st.integers(0, 2**16))
+def test_top_scored_is_the_head_of_the_sorted_list(n, k, levels, seed):
+    """Many ties (few distinct scores) and long inputs (the sampled floor): always the first k of the list sorted by
+    score descending, then id."""
+    rng = np.random.default_rng(seed)
+    ids = rng.permutation(10 * n)[:n].astype(np.int64)
+    scores = rng.integers(0, levels, n).astype(np.float64) / 7.0
+    order = np.lexsort((ids, -scores))[:k]
+    got_ids, got = top_scored(ids, scores, k)
+    assert got_ids.tolist() == ids[order].tolist() and got.tolist() == scores[order].tolist()

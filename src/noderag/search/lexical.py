@@ -345,13 +345,33 @@ class LexicalIndex:
 
 
 def top_scored(ids: np.ndarray, scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """The ``k`` highest ``scores`` with their ``ids``, best first, ties by lower id."""
+    """The ``k`` highest ``scores`` with their ``ids``, best first, ties by lower id (those tied with the ``k``-th
+    score too: which of them make the list does not depend on how a selection algorithm orders its input)."""
     k = min(int(k), ids.shape[0])
     if k <= 0:
         return np.zeros(0, np.int64), np.zeros(0)
-    top = np.argpartition(-scores, k - 1)[:k] if k < ids.shape[0] else np.arange(ids.shape[0])
+    if k < ids.shape[0]:
+        ids, scores = _at_least_kth(ids, scores, k)
+        kth = np.partition(scores, scores.shape[0] - k)[scores.shape[0] - k]
+        above, tied = np.flatnonzero(scores > kth), np.flatnonzero(scores == kth)
+        top = np.concatenate([above, tied[np.argsort(ids[tied], kind="stable")[:k - above.size]]])
+    else:
+        top = np.arange(ids.shape[0])
     top = top[np.lexsort((ids[top], -scores[top]))]
     return ids[top], scores[top]
+
+
+def _at_least_kth(ids: np.ndarray, scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The entries whose score is at least the ``k``-th largest (ties included), found without selecting over all
+    of them: the ``k``-th largest of every 16th score is no higher than the ``k``-th largest of all, and a
+    comparison with it keeps a few times ``k`` entries of a query's tens of thousands."""
+    n = scores.shape[0]
+    if n < 64 * k:
+        return ids, scores
+    sample = scores[::16]
+    floor = np.partition(sample, sample.shape[0] - k)[sample.shape[0] - k]
+    keep = np.flatnonzero(scores >= floor)
+    return ids[keep], scores[keep]
 
 
 def csr_of(arrays: dict[str, np.ndarray], n_nodes: int) -> sp.csr_array:
