@@ -11,18 +11,26 @@ Per question (best of ``--repeats``, the two packages interleaved per question, 
 ``prepare``, the name matching and the BM25 entry points alone. Then, per question, whether the two packages
 return the same passages with the same scores, the same nodes and the same context.
 
+``--corpus FILE`` (JSONL: id, title, text) adds the BM25 entry points at that corpus's scale without an index:
+the postings of the question terms only, with the impacts the whole corpus gives them (passage lengths over
+every term, document frequencies over every passage), node ids spaced ``--node-spacing`` apart as a built index
+spaces its passages; then, per question, the BM25 sums of :meth:`LexicalIndex.term_scores` and the ``k`` best
+by this package's :func:`~noderag.search.lexical.top_scored` and the before package's.
+
 Writes ``--out`` (JSON) and the same name with ``.md``.
 """
 
 from __future__ import annotations
 
 import argparse
+from array import array
 import importlib
 import json
 import os
 import platform
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -33,7 +41,8 @@ from bench_search_cost import per_stage  # noqa: E402
 
 import noderag  # noqa: E402
 from noderag.search import Searcher  # noqa: E402
-from noderag.search.lexical import passage_terms  # noqa: E402
+from noderag.search.entities import hash64  # noqa: E402
+from noderag.search.lexical import LexicalIndex, passage_terms, titled, top_scored  # noqa: E402
 from noderag.search.metrics import percentile_ms  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -63,6 +72,71 @@ def _inner(searchers: dict, questions: list[str], repeats: int) -> dict[str, dic
                 out[name]["names"][i] = min(out[name]["names"][i], t1 - t0)
                 out[name]["bm25"][i] = min(out[name]["bm25"][i], t2 - t1)
     return out
+
+
+def question_postings(corpus: Path, terms: set[str], spacing: int, k1: float = 1.2, b: float = 0.75
+                      ) -> tuple[LexicalIndex, int]:
+    """A BM25 index over ``corpus`` holding the postings of ``terms`` only, with the impacts of the whole corpus
+    (as :func:`noderag.search.lexical.lexical_arrays` computes them), bound to its passages."""
+    vocab = {t: i for i, t in enumerate(sorted(terms))}
+    rows, cols, tfs, dls = array("q"), array("q"), array("q"), array("q")  # flat: tens of millions of pairs
+    with open(corpus, encoding="utf-8") as fh:
+        for n, line in enumerate(fh):
+            row = json.loads(line)
+            toks = passage_terms(titled(row.get("text"), row.get("title")) or "")
+            dls.append(len(toks))
+            for t, c in Counter(x for x in toks if x in vocab).items():
+                rows.append(n)
+                cols.append(vocab[t])
+                tfs.append(c)
+    r, c = np.frombuffer(rows, np.int64), np.frombuffer(cols, np.int64)
+    tf, dl = np.frombuffer(tfs, np.int64).astype(np.float64), np.frombuffer(dls, np.int64).astype(np.float64)
+    df = np.bincount(c, minlength=len(vocab)).astype(np.float64)
+    idf = np.log1p((dl.size - df + 0.5) / (df + 0.5))
+    impact = (idf[c] * tf * (k1 + 1.0) / (tf + k1 * (1.0 - b + b * dl[r] / max(float(dl.mean()), 1e-9))))
+    impact = impact.astype(np.float32)
+    term_hash = np.asarray([hash64(t) for t in vocab], dtype=np.uint64)
+    by_hash = np.argsort(term_hash, kind="stable")
+    rank = np.empty(len(vocab), np.int64)
+    rank[by_hash] = np.arange(len(vocab))
+    node = (r * spacing).astype(np.int32)
+    order = np.lexsort((node, -impact, rank[c]))
+    ptr = np.zeros(len(vocab) + 1, np.int64)
+    np.cumsum(np.bincount(rank[c], minlength=len(vocab)), out=ptr[1:])
+    lex = LexicalIndex({"lex_term_hash": term_hash[by_hash], "lex_post_ptr": ptr, "lex_post_node": node[order],
+                        "lex_post_weight": impact[order]})
+    lex.bind_passages(np.arange(dl.size, dtype=np.int64) * spacing)
+    return lex, dl.size
+
+
+def bm25_at_scale(args, questions: list[str]) -> dict:
+    """Thread CPU time of the BM25 sums and of the ``k`` best per question (best of ``--repeats``), this package's
+    top-k beside the before package's, over :func:`question_postings` of ``--corpus``."""
+    sys.path.insert(0, str(args.before_package))
+    old_top = importlib.import_module("noderag_before.search.lexical").top_scored
+    terms = [set(passage_terms(q)) for q in questions]
+    lex, n = question_postings(args.corpus, set().union(*terms), args.node_spacing)
+    k = 10
+    best = {key: np.full(len(terms), np.inf) for key in ("sums", "top_ours", "top_before")}
+    touched = []
+    for rep in range(args.repeats):
+        for i, t in enumerate(terms):
+            t0 = time.thread_time()
+            ids, scores = lex.term_scores(t)
+            t1 = time.thread_time()
+            top_scored(ids, scores, k)
+            t2 = time.thread_time()
+            old_top(ids, scores, k)
+            t3 = time.thread_time()
+            for key, v in (("sums", t1 - t0), ("top_ours", t2 - t1), ("top_before", t3 - t2)):
+                best[key][i] = min(best[key][i], v)
+            if rep == 0:
+                touched.append(ids.size)
+    out = {key: {"p50_ms": round(percentile_ms(v, 50), 3), "p95_ms": round(percentile_ms(v, 95), 3)}
+           for key, v in best.items()}
+    return {"corpus": str(args.corpus), "passages": n, "terms": len(set().union(*terms)), "k": k,
+            "passages_scored_p50": float(np.percentile(touched, 50)),
+            "passages_scored_p95": float(np.percentile(touched, 95)), **out}
 
 
 def _same(a, b) -> bool:
@@ -104,9 +178,24 @@ def measure(args) -> dict:
 
 
 def markdown(out: dict) -> list[str]:
-    lines = [f"# prepare and bridges per query: {out['index']}", "", f"`{out['command']}`; {out['machine']}; load "
-             f"average {out['load_average']}; git {out['git_revision']}.",
-             "", f"{out['n_questions']} questions, best of {out['repeats']} per question, thread CPU time, the two "
+    lines = [f"# prepare and bridges per query: {out.get('index', out.get('bm25_at_scale', {}).get('corpus'))}", "",
+             f"`{out['command']}`; {out['machine']}; load average {out['load_average']}; git {out['git_revision']}.", ""]
+    if "phases" in out:
+        lines += _phase_lines(out)
+    sc = out.get("bm25_at_scale")
+    if sc:
+        lines += [f"BM25 entry points over {sc['passages']} passages ({sc['corpus']}, the postings of the questions' "
+                  f"{sc['terms']} terms; a query sums {sc['passages_scored_p50']:.0f} passages at p50, "
+                  f"{sc['passages_scored_p95']:.0f} at p95), thread CPU, best of the repeats:", "",
+                  "| step | p50 ms | p95 ms |", "|---|---|---|"]
+        for key in ("sums", "top_ours", "top_before"):
+            lines.append(f"| {key} | {sc[key]['p50_ms']} | {sc[key]['p95_ms']} |")
+        lines.append("")
+    return lines
+
+
+def _phase_lines(out: dict) -> list[str]:
+    lines = [f"{out['n_questions']} questions, best of {out['repeats']} per question, thread CPU time, the two "
              "packages interleaved per question.", "",
              "| phase | ours p50 ms | ours p95 ms | before p50 ms | before p95 ms | p50 ratio | p95 ratio |",
              "|---|---|---|---|---|---|---|"]
@@ -121,15 +210,25 @@ def markdown(out: dict) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--index", required=True, type=Path)
+    ap.add_argument("--index", type=Path, help="the index whose phases are timed (else only --corpus)")
     ap.add_argument("--questions", required=True, type=Path)
     ap.add_argument("--before-package", required=True, type=Path, metavar="DIR")
     ap.add_argument("--limit", type=int, default=200)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--corpus", type=Path, default=None, metavar="FILE",
+                    help="also time the BM25 entry points over this corpus (JSONL) without an index")
+    ap.add_argument("--node-spacing", type=int, default=21, help="node ids between passages (--corpus)")
     ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "search_prepare_issue45.json")
     args = ap.parse_args(argv)
     args.argv = list(argv if argv is not None else sys.argv[1:])
-    out = measure(args)
+    if not (args.index or args.corpus):
+        ap.error("give --index, --corpus or both")
+    out = measure(args) if args.index else {"command": "python benchmarks/bench_prepare.py " + " ".join(args.argv),
+                                            "machine": f"{platform.machine()}, {os.cpu_count()} cores, python "
+                                                       f"{platform.python_version()}", "git_revision": _git_revision()}
+    if args.corpus:
+        out["bm25_at_scale"] = bm25_at_scale(args, [r["question"] for r in load_jsonl(args.questions)[: args.limit]])
+        out["load_average"] = [round(x, 2) for x in os.getloadavg()]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=1) + "\n")
     args.out.with_suffix(".md").write_text("\n".join(markdown(out)))
