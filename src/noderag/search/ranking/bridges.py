@@ -7,7 +7,7 @@ import numpy as np
 
 from .context import QueryContext
 from .fit import dense, fit, lexical_share, residual_shares
-from .links import about, shared_each, title_groups, title_links, titled_passages
+from .links import about, shared_each, source_entities, title_groups, title_links, titled_passages
 
 __all__ = ["Bridges", "AgreementCap", "source_strengths", "bonus"]
 
@@ -66,12 +66,13 @@ def bonus(ctx: QueryContext, hop1: list[int], strengths: list[float], shared_per
     """
     view = ctx.view
     strength = dict(zip(hop1, strengths))
-    out = about(ctx, hop1, strength)
+    walked = source_entities(view, np.asarray(hop1, dtype=np.int64))  # the walk about and shared_each start with
+    out = about(ctx, hop1, strength, walked)
     follows: set[int] = set()
     asked_groups = title_links(view).named_groups(ctx.query)
     asked = title_groups(view, asked_groups, [])
     titled_of = titled_passages(ctx, hop1, {d for g in asked_groups for d in g})
-    shared_of = shared_each(ctx, hop1) if shared_per_source > 0 else []
+    shared_of = shared_each(ctx, hop1, walked) if shared_per_source > 0 else []
     pool = [np.fromiter(out, dtype=np.int64, count=len(out)), *asked, *(g for _, g in titled_of),
             *(np.fromiter(sh, dtype=np.int64, count=len(sh)) for _, sh in shared_of)]
     dense(ctx, np.unique(np.concatenate(pool)))  # one vector look-up for the passages compared below

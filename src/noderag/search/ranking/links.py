@@ -15,7 +15,7 @@ from ..titles import TitleLinks
 from .context import IndexView, QueryContext
 
 __all__ = ["ABOUT_SHARE", "ABOUT_SPLIT", "MAX_DEGREE", "MAX_SHARED", "absent", "about", "shared", "shared_each",
-           "strongest", "title_links", "title_groups", "titled_passages"]
+           "source_entities", "strongest", "title_links", "title_groups", "titled_passages"]
 
 _T, _S, _N = int(NodeType.T), int(NodeType.S), int(NodeType.N)
 #: A passage is about an entity when at least half of its semantic units name it (a majority, not a tuned weight).
@@ -51,25 +51,35 @@ def absent(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return b[np.minimum(np.searchsorted(b, a), b.size - 1)] != a
 
 
+def source_entities(view: IndexView, hop: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(position in ``hop`` of the source, entity) of every entity the units of the ``hop`` passages name, one per
+    naming unit, by source in walk order: the walk :func:`about` and :func:`shared_each` both start with, done once
+    for both when the caller passes it on."""
+    u_src, units = view.walk(hop, _S)
+    e_unit, ents = view.walk(units, _N)
+    return np.asarray(u_src, dtype=np.int64)[np.asarray(e_unit, dtype=np.int64)], np.asarray(ents, dtype=np.int64)
+
+
 def _entities(view: IndexView, c: int) -> np.ndarray:
     """The entities a passage's units name, one per naming unit (adjacency order)."""
     _, units = view.walk(np.asarray([c], dtype=np.int64), _S)
     return view.walk(units, _N)[1]
 
 
-def about(ctx: QueryContext, hop1: list[int], strength: dict[int, float]) -> dict[int, float]:
+def about(ctx: QueryContext, hop1: list[int], strength: dict[int, float],
+          walked: tuple[np.ndarray, np.ndarray] | None = None) -> dict[int, float]:
     """The passages about an entity that the ``hop1`` passages name and the question does not.
 
     From each ``hop1`` passage: its units -> their entities (not the question's name matches; not years or
     numbers; degree <= :data:`MAX_DEGREE`) -> those entities' units -> their passages. A passage is about the
     entity when at least :data:`ABOUT_SHARE` of its units name it; its strength is that share over
     ``m ** ABOUT_SPLIT`` (``m`` the passages the source reaches that are about the entity) times its
-    source's ``strength``; the strongest if several lead to it.
+    source's ``strength``; the strongest if several lead to it. ``walked``: :func:`source_entities` of ``hop1``.
     """
     view = ctx.view
     out: dict[int, float] = {}
     hop = np.asarray(hop1, dtype=np.int64)
-    src, ents = _source_entities(ctx, hop)  # one slot per (source, entity), by source then entity
+    src, ents = _source_entities(ctx, hop, walked)  # one slot per (source, entity), by source then entity
     if not ents.size:
         return out
     owner, s_of = view.walk(ents, _S)
@@ -109,17 +119,16 @@ def strongest(ids: np.ndarray, values: np.ndarray) -> dict[int, float]:
     return dict(zip(best_id[keep].tolist(), np.maximum(best[keep], 0.0).tolist()))
 
 
-def _source_entities(ctx: QueryContext, hop: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _source_entities(ctx: QueryContext, hop: np.ndarray, walked: tuple[np.ndarray, np.ndarray] | None = None
+                     ) -> tuple[np.ndarray, np.ndarray]:
     """(source position in ``hop``, entity) of each distinct entity a source's units name that the question
     does not and whose name has a letter, at most :data:`MAX_ENTITIES` per source (the lowest ids), by source
     then entity: every source's entities in one walk."""
     view = ctx.view
-    u_src, units = view.walk(hop, _S)
-    e_unit, ents = view.walk(units, _N)
+    src, ents = walked if walked is not None else source_entities(view, hop)
     if not ents.size:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    src = np.asarray(u_src, dtype=np.int64)[np.asarray(e_unit, dtype=np.int64)]
-    key = np.unique(src * (view.n + 1) + np.asarray(ents, dtype=np.int64))
+    key = np.unique(src * (view.n + 1) + ents)
     src, ents = key // (view.n + 1), key % (view.n + 1)
     keep = absent(ents, ctx.name_ids)
     src, ents = src[keep], ents[keep]
@@ -162,15 +171,14 @@ def shared(ctx: QueryContext, c: int, skip: list[int]) -> dict[int, float]:
     return dict(zip(uniq.tolist(), strength.tolist()))
 
 
-def shared_each(ctx: QueryContext, hop1: list[int]) -> list[tuple[int, dict[int, float]]]:
+def shared_each(ctx: QueryContext, hop1: list[int], walked: tuple[np.ndarray, np.ndarray] | None = None
+                ) -> list[tuple[int, dict[int, float]]]:
     """:func:`shared` of every ``hop1`` passage (``skip`` = ``hop1``), ``(source, its dict)`` in ``hop1`` order:
-    all sources walked at once, each passage's strength summed in the same order as source by source."""
+    all sources walked at once, each passage's strength summed in the same order as source by source.
+    ``walked``: :func:`source_entities` of ``hop1``."""
     view = ctx.view
     hop = np.asarray(hop1, dtype=np.int64)
-    u_src, units = view.walk(hop, _S)
-    e_unit, ents = view.walk(units, _N)  # each source's entities, a block per source (walk order)
-    src = np.asarray(u_src, dtype=np.int64)[np.asarray(e_unit, dtype=np.int64)]
-    ents = np.asarray(ents, dtype=np.int64)
+    src, ents = walked if walked is not None else source_entities(view, hop)  # a block per source (walk order)
     if ctx.name_ids.size:
         keep = absent(ents, ctx.name_ids)
         src, ents = src[keep], ents[keep]
