@@ -9,7 +9,8 @@ Usage::
 Per question (best of ``--repeats``, the two packages interleaved per question, thread CPU time as
 ``bench_search_cost.py`` measures phases): the ``prepare`` and ``bridges`` phases and the whole query, and, inside
 ``prepare``, the name matching and the BM25 entry points alone. Then, per question, whether the two packages
-return the same passages with the same scores, the same nodes and the same context.
+return the same passages with the same scores, the same nodes and the same context, and each package's
+recall@2/@5 and all-gold@8 over the questions' ``supporting_ids``.
 
 ``--corpus FILE`` (JSONL: id, title, text) adds the BM25 entry points at that corpus's scale without an index:
 the postings of the question terms only, with the impacts the whole corpus gives them (passage lengths over
@@ -154,8 +155,19 @@ def measure(args) -> dict:
             s.retrieve(q, query_vector=v)
     phases, raw = per_stage(searchers, questions, qvecs, args.repeats)
     inner = _inner(searchers, questions, args.repeats)
-    differ = [i for i, (q, v) in enumerate(zip(questions, qvecs))
-              if not _same(ours.retrieve(q, query_vector=v), searchers["before"].retrieve(q, query_vector=v))]
+    golds = [set(r.get("supporting_ids") or ()) for r in load_jsonl(args.questions)[: args.limit]]
+    differ, hits = [], {name: [] for name in searchers}
+    for i, (q, v) in enumerate(zip(questions, qvecs)):
+        got = {name: s.retrieve(q, query_vector=v) for name, s in searchers.items()}
+        if not _same(got["ours"], got["before"]):
+            differ.append(i)
+        for name, res in got.items():
+            labels, gold = [str(p) for p in res.passages], golds[i]
+            if gold:
+                hits[name].append([len(gold & set(labels[:2])) / len(gold), len(gold & set(labels[:5])) / len(gold),
+                                   float(gold <= set(labels[:8]))])
+    recall = {name: dict(zip(("recall@2", "recall@5", "all_gold@8"), np.round(np.mean(h, axis=0), 4).tolist()))
+              for name, h in hits.items() if h}
     rows = {}
     for phase in ("prepare", "names", "bm25", "bridges"):
         per = {name: (inner[name][phase] if phase in ("names", "bm25") else raw[name].get(phase)) for name in searchers}
@@ -174,7 +186,8 @@ def measure(args) -> dict:
             "machine": f"{platform.machine()}, {os.cpu_count()} cores, python {platform.python_version()}",
             "load_average": [round(x, 2) for x in os.getloadavg()], "git_revision": _git_revision(),
             "command": "python benchmarks/bench_prepare.py " + " ".join(args.argv), "phases": rows,
-            "rankings_differ": len(differ), "differing_questions": differ[:50], "all_phases_p50": phases}
+            "rankings_differ": len(differ), "differing_questions": differ[:50], "recall": recall,
+            "all_phases_p50": phases}
 
 
 def markdown(out: dict) -> list[str]:
@@ -205,7 +218,9 @@ def _phase_lines(out: dict) -> list[str]:
                      f"{r.get('p50_ratio', '')} | {r.get('p95_ratio', '')} |")
     lines += ["", f"Rankings (passages, scores, nodes, context) that differ from the before package's: "
               f"{out['rankings_differ']} of {out['n_questions']}.", ""]
-    return lines
+    for name, r in out.get("recall", {}).items():
+        lines.append(f"- {name}: " + ", ".join(f"{k} {v}" for k, v in r.items()))
+    return lines + [""]
 
 
 def main(argv: list[str] | None = None) -> int:
