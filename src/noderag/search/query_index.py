@@ -77,25 +77,32 @@ def _py_blob(strings: list[str]) -> tuple[np.ndarray, np.ndarray]:
 LINE_TOKENS = "line_tok"
 
 
-def line_token_counts(text_off: np.ndarray, text: np.ndarray, first_node: int = 0, batch: int = 8192) -> np.ndarray:
+def line_token_counts(text_off: np.ndarray, text: np.ndarray, first_node: int = 0, batch: int = 32768
+                      ) -> np.ndarray:
     """Tokens of every node's context line (``[id] text`` with whitespace collapsed, ending in a newline;
     :func:`noderag.search.context.render_line`), int32 per node: what a query would count for every node it
-    puts in the context, counted once at build time. A node without text counts 0 (it gets no line)."""
-    from ..tokenize import count_tokens_batch
+    puts in the context, counted once at build time. A node without text counts 0 (it gets no line).
 
+    Counted without encoding each line: ``"[id]"`` from its digits, the text from per-word counts cached
+    across lines (:class:`~noderag.tokenize.LineCounter`); the same counts as encoding every line."""
+    from ..tokenize import LineCounter
+
+    counter = LineCounter()
+    tok = counter.tok
     n = int(text_off.shape[0]) - 1
     view = memoryview(np.ascontiguousarray(text)).cast("B")
+    off = text_off.tolist()
     out = np.zeros(n, dtype=np.int32)
     for lo in range(0, n, batch):
-        hi = min(n, lo + batch)
-        lines, at = [], []
-        for i in range(lo, hi):
-            words = unzeroed(str(view[int(text_off[i]):int(text_off[i + 1])], "utf-8", "surrogatepass")).split()
+        word_lists, at = [], []
+        for i in range(lo, min(n, lo + batch)):
+            words = unzeroed(str(view[off[i]:off[i + 1]], "utf-8", "surrogatepass")).split()
             if words:
-                lines.append(f"[{first_node + i}] " + " ".join(words) + "\n")
+                word_lists.append(words)
                 at.append(i)
-        if lines:
-            out[at] = count_tokens_batch(lines)
+        if at:
+            ids = np.asarray(at, dtype=np.int64)
+            out[ids] = counter.count(word_lists) + tok.bracket_number_tokens(ids + first_node)
     return out
 
 
