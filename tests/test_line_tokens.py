@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from noderag.search.query_index import line_token_counts
-from noderag.tokenize import LineCounter, count_tokens, default_tokenizer
+from noderag.tokenize import LineCounter, count_tokens, default_tokenizer, split_spans
 
 _PIECES = ["the", "Cat", "naïve", "東京", "🙂", "'s", "'ll", "don't", "42", "1234567", "3.14", ".", ",", "!?",
            "(x)", "[7]", "--", "...", "\"q\"", " ", "  ", "\t", "\n", "\r\n", "\u00a0", "\u2028", "\u3000", "\x1c",
@@ -92,3 +92,17 @@ def test_count_tokens_spaced_needs_plain_words(words: list[str]) -> None:
 def test_count_tokens_lines_needs_one_break_per_line(lines: list[str]) -> None:
     with pytest.raises(ValueError, match="must end in its only line break"):
         default_tokenizer().count_tokens_lines(lines)
+
+
+@pytest.mark.parametrize("odd", ["", "x\U0010fffe y"])
+def test_split_spans_matches_str_split(odd: str) -> None:
+    """One split for a batch (or span by span where a text holds the span mark) gives each span's words."""
+    texts = [b"a  b\n c", b"", b"\x00\x00", b"\x00a\x00", b" \t ", "東京 🙂.".encode(), odd.encode(), b"z"]
+    off, blob = _pages(texts)
+    words, lengths = split_spans(blob, off)
+    want = [[] if t and not t.strip(b"\x00") else t.decode().split() for t in texts]
+    assert lengths.tolist() == [len(w) for w in want]
+    assert list(words) == [w for ws in want for w in ws]
+    off2, blob2 = _pages([b"pad"] + texts)
+    words2, lengths2 = split_spans(blob2, off2[1:])
+    assert lengths2.tolist() == lengths.tolist() and list(words2) == list(words)

@@ -28,6 +28,7 @@ __all__ = [
     "default_bpe_path",
     "default_tokenizer",
     "encode",
+    "split_spans",
     "truncate",
 ]
 
@@ -270,24 +271,74 @@ class LineCounter:
         """Tokens of ``" " + " ".join(ws) + "\\n"`` for each non-empty ``ws`` of ``word_lists`` (int64)."""
         import itertools
 
+        lengths = np.fromiter(map(len, word_lists), dtype=np.int64, count=len(word_lists))
+        if lengths.size and int(lengths.min()) == 0:
+            raise ValueError("LineCounter.count: every line needs a word")
+        return self.count_flat(list(itertools.chain.from_iterable(word_lists)), lengths)
+
+    def count_flat(self, words: Sequence[str], lengths: np.ndarray) -> np.ndarray:
+        """:meth:`count` of lines given as their words one after another and each line's word count; a line
+        of 0 words counts 0 (it is no line)."""
         if len(self._word) > self.max_cached:
             self._word.clear()
             self._brk.clear()
         word, brk = self._word, self._brk
-        new = list(set(itertools.chain.from_iterable(word_lists)).difference(word.keys()))
+        new = list(set(words).difference(word.keys()))
         word.update(zip(new, self.tok.count_tokens_spaced(new).tolist()))
-        last = [ws[-1] for ws in word_lists]
+        ends = np.cumsum(lengths)
+        if int(ends[-1] if ends.size else 0) != len(words):
+            raise ValueError(f"LineCounter.count_flat: {len(words)} words, lengths sum to {int(ends[-1])}")
+        has = lengths > 0
+        last = [words[i] for i in (ends[has] - 1).tolist()]
         new = list(set(last).difference(brk.keys()))
         with_break = self.tok.count_tokens_lines([f" {w}\n" for w in new]).tolist()
         brk.update((w, c - word[w]) for w, c in zip(new, with_break))
-        lengths = np.fromiter(map(len, word_lists), dtype=np.int64, count=len(word_lists))
-        if lengths.size and int(lengths.min()) == 0:
-            raise ValueError("LineCounter.count: every line needs a word")
-        flat = np.fromiter(map(word.__getitem__, itertools.chain.from_iterable(word_lists)), dtype=np.int64,
-                           count=int(lengths.sum()))
-        starts = np.cumsum(lengths) - lengths
-        sums = np.add.reduceat(flat, starts) if flat.size else np.zeros(0, dtype=np.int64)
-        return sums + np.fromiter(map(brk.__getitem__, last), dtype=np.int64, count=len(last))
+        flat = np.zeros(len(words) + 1, dtype=np.int64)
+        flat[1:] = np.fromiter(map(word.__getitem__, words), dtype=np.int64, count=len(words))
+        np.cumsum(flat, out=flat)
+        out = flat[ends] - flat[ends - lengths]
+        out[has] += np.fromiter(map(brk.__getitem__, last), dtype=np.int64, count=len(last))
+        return out
+
+
+#: Put between spans by :func:`split_spans`: a noncharacter, whitespace to no one, never in stored text
+#: (a batch holding it takes the span-by-span path).
+_SPAN_END = "\U0010fffe"
+
+
+def split_spans(blob: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The whitespace-split words of each span ``blob[offsets[i]:offsets[i+1]]`` (UTF-8, decoded with
+    ``surrogatepass``), one after another (an object array of str), and each span's word count; a span of
+    only zero bytes (an erased text) has none. One decode and one ``str.split`` for all the spans."""
+    offs = np.asarray(offsets, dtype=np.int64)
+    seg = np.ascontiguousarray(blob[int(offs[0]):int(offs[-1])]).view(np.uint8)
+    rel = offs - offs[0]
+    n = rel.shape[0] - 1
+    nonzero = np.zeros(seg.shape[0] + 1, dtype=np.int64)
+    np.cumsum(seg != 0, out=nonzero[1:])
+    erased = (nonzero[rel[1:]] == nonzero[rel[:-1]]) & (rel[1:] > rel[:-1])
+    mark = f" {_SPAN_END} ".encode("utf-8")
+    if mark.strip() in seg.tobytes():
+        return _split_each(seg, rel, erased)
+    joined = np.insert(seg, np.repeat(rel[1:], len(mark)), np.tile(np.frombuffer(mark, np.uint8), n))
+    words = np.asarray(str(joined.tobytes(), "utf-8", "surrogatepass").split(), dtype=object)
+    is_end = words == _SPAN_END
+    ends = np.flatnonzero(is_end)
+    lengths = np.diff(ends, prepend=-1) - 1
+    keep = ~is_end
+    keep[ends[erased] - 1] = False  # an erased span is one word of NULs
+    lengths[erased] = 0
+    return words[keep], lengths
+
+
+def _split_each(seg: np.ndarray, rel: np.ndarray, erased: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`split_spans` span by span (for a batch whose text holds the span mark)."""
+    view = memoryview(seg).cast("B")
+    lists = [[] if erased[i] else str(view[int(rel[i]):int(rel[i + 1])], "utf-8", "surrogatepass").split()
+             for i in range(rel.shape[0] - 1)]
+    flat = np.empty(sum(map(len, lists)), dtype=object)
+    flat[:] = [w for ws in lists for w in ws]
+    return flat, np.fromiter(map(len, lists), dtype=np.int64, count=len(lists))
 
 
 def _check_str(text: object, name: str) -> None:

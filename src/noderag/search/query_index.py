@@ -83,26 +83,19 @@ def line_token_counts(text_off: np.ndarray, text: np.ndarray, first_node: int = 
     :func:`noderag.search.context.render_line`), int32 per node: what a query would count for every node it
     puts in the context, counted once at build time. A node without text counts 0 (it gets no line).
 
-    Counted without encoding each line: ``"[id]"`` from its digits, the text from per-word counts cached
+    Counted without a Python step per node: a batch's texts split at once
+    (:func:`~noderag.tokenize.split_spans`), ``"[id]"`` from its digits, the text from per-word counts cached
     across lines (:class:`~noderag.tokenize.LineCounter`); the same counts as encoding every line."""
-    from ..tokenize import LineCounter
+    from ..tokenize import LineCounter, split_spans
 
     counter = LineCounter()
-    tok = counter.tok
     n = int(text_off.shape[0]) - 1
-    view = memoryview(np.ascontiguousarray(text)).cast("B")
-    off = text_off.tolist()
     out = np.zeros(n, dtype=np.int32)
     for lo in range(0, n, batch):
-        word_lists, at = [], []
-        for i in range(lo, min(n, lo + batch)):
-            words = unzeroed(str(view[off[i]:off[i + 1]], "utf-8", "surrogatepass")).split()
-            if words:
-                word_lists.append(words)
-                at.append(i)
-        if at:
-            ids = np.asarray(at, dtype=np.int64)
-            out[ids] = counter.count(word_lists) + tok.bracket_number_tokens(ids + first_node)
+        hi = min(n, lo + batch)
+        words, lengths = split_spans(text, text_off[lo:hi + 1])
+        tags = counter.tok.bracket_number_tokens(np.arange(lo, hi, dtype=np.int64) + first_node)
+        out[lo:hi] = counter.count_flat(words, lengths) + np.where(lengths > 0, tags, 0)
     return out
 
 
