@@ -5,18 +5,22 @@ Usage::
     python benchmarks/bench_line_tokens.py --index DIR [--index DIR ...] [--repeats 3] [--out DIR] [--name NAME]
 
 For each index, reads the node texts of its live generation and counts the tokens of every node's context
-line (``[id] text``) both ways, alternating, ``--repeats`` times: ``line_token_counts`` (the build's path:
-``"[id]"`` from its digits, the text from per-word counts, :class:`noderag.tokenize.LineCounter`) and the
-reference that encodes every line with ``count_tokens_batch`` (the build's path before). Reports the median
-CPU seconds (process time: a shared machine's load moves it little) of each, their ratio, and that both gave
-the same counts for every node (the benchmark fails otherwise).
+line (``[id] text``) three ways, alternating, ``--repeats`` times: ``line_token_counts`` (the build's path:
+``"[id]"`` from its digits, the text from per-word counts, :class:`noderag.tokenize.LineCounter`; the second
+half in a forked child where there are 2 CPUs), the same in one process (``workers=1``), and the reference
+that encodes every line with ``count_tokens_batch`` (the build's path before). Reports the median CPU
+seconds (this process's and its waited-for children's: a shared machine's load moves it little) and wall
+seconds of each, the ratios to the reference, and that all gave the same counts for every node (the
+benchmark fails otherwise).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
+import resource
 import statistics
 import sys
 import time
@@ -54,25 +58,41 @@ def every_line(text_off: np.ndarray, text: np.ndarray, first_node: int = 0, batc
     return out
 
 
+def _cpu() -> float:
+    """CPU seconds of this process and of its children that have been waited for."""
+    child = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + child.ru_utime + child.ru_stime
+
+
+WAYS = {"cached words": line_token_counts, "cached words, 1 process": lambda o, t: line_token_counts(o, t, workers=1),
+        "every line": every_line}
+
+
 def measure(index: Path, repeats: int) -> dict:
-    """Both counts of one index's node texts, alternating; CPU seconds of each run."""
+    """The counts of one index's node texts, each way in turn; CPU and wall seconds of each run."""
     gen = index / "generations" / (index / "CURRENT").read_text().strip()
     pages = node_texts(gen / NODES)
     off, text = np.asarray(pages.offsets), pages.pages.to_array()
     every_line(off[:1001], text)  # the tokenizer loaded before any timing
-    runs: dict[str, list[float]] = {"cached words": [], "every line": []}
+    cpu: dict[str, list[float]] = {k: [] for k in WAYS}
+    wall: dict[str, list[float]] = {k: [] for k in WAYS}
     counts = {}
     for _ in range(repeats):
-        for name, fn in (("cached words", line_token_counts), ("every line", every_line)):
-            t = time.process_time()
+        for name, fn in WAYS.items():
+            c, t = _cpu(), time.perf_counter()
             counts[name] = fn(off, text)
-            runs[name].append(time.process_time() - t)
-    same = bool(np.array_equal(counts["cached words"], counts["every line"]))
-    if not same:
-        raise SystemExit(f"{index}: the two counts differ at {np.flatnonzero(counts['cached words'] != counts['every line'])[:10]}")
-    med = {k: statistics.median(v) for k, v in runs.items()}
+            wall[name].append(time.perf_counter() - t)
+            cpu[name].append(_cpu() - c)
+    for name in WAYS:
+        if not np.array_equal(counts[name], counts["every line"]):
+            bad = np.flatnonzero(counts[name] != counts["every line"])[:10]
+            raise SystemExit(f"{index}: {name} differs from every line at {bad}")
+    med = {k: statistics.median(v) for k, v in cpu.items()}
+    medw = {k: statistics.median(v) for k, v in wall.items()}
     return {"index": index.name, "nodes": int(off.shape[0] - 1), "tokens": int(counts["every line"].sum()),
-            "cpu_s": runs, "median_cpu_s": med, "ratio": med["every line"] / med["cached words"], "same": same}
+            "cpu_s": cpu, "wall_s": wall, "median_cpu_s": med, "median_wall_s": medw, "same": True,
+            "cpu_ratio": {k: med["every line"] / med[k] for k in WAYS},
+            "wall_ratio": {k: medw["every line"] / medw[k] for k in WAYS}}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -83,20 +103,26 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--name", default="line_tokens")
     args = ap.parse_args(argv)
     rows = [measure(ix, args.repeats) for ix in args.index]
-    res = {"machine": {"cpus": __import__("os").cpu_count(), "platform": platform.platform(),
+    res = {"machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
                        "python": platform.python_version()}, "git": _git_revision(), "repeats": args.repeats,
            "command": "python benchmarks/bench_line_tokens.py " + " ".join(sys.argv[1:] if argv is None else argv),
            "indexes": rows}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"{args.name}.json").write_text(json.dumps(res, indent=1) + "\n")
     lines = ["# Context-line token counts at build time: cached word counts vs every line encoded", "",
-             f"Command: `{res['command']}`; git {res['git']}. Median CPU seconds of {args.repeats} alternating "
-             "runs each (process time); both give the same count for every node (checked).", ""]
+             f"Command: `{res['command']}`; git {res['git']}; {res['machine']['cpus']} CPUs, shared (load average "
+             f"{os.getloadavg()[0]:.1f} at the end). Median of {args.repeats} runs of each way in turn; CPU "
+             "seconds include the forked child's; every way gives the same count for every node (checked).", ""]
+    table = []
+    for way in WAYS:
+        table += [(f"{way}: CPU s", [f"{r['median_cpu_s'][way]:.2f}" for r in rows]),
+                  (f"{way}: wall s", [f"{r['median_wall_s'][way]:.2f}" for r in rows])]
+    for way in list(WAYS)[:2]:
+        table += [(f"{way}: CPU / wall ratio to every line", [
+            f"{r['cpu_ratio'][way]:.2f}x / {r['wall_ratio'][way]:.2f}x" for r in rows])]
     lines += _table("", [r["index"] for r in rows], [
         ("nodes", [f"{r['nodes']:,}" for r in rows]), ("line tokens", [f"{r['tokens']:,}" for r in rows]),
-        ("every line encoded (CPU s)", [f"{r['median_cpu_s']['every line']:.2f}" for r in rows]),
-        ("cached word counts (CPU s)", [f"{r['median_cpu_s']['cached words']:.2f}" for r in rows]),
-        ("ratio", [f"{r['ratio']:.2f}x" for r in rows]), ("same counts", [str(r["same"]) for r in rows])])
+        *table, ("same counts", [str(r["same"]) for r in rows])])
     (args.out / f"{args.name}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0

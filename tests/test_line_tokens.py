@@ -106,3 +106,20 @@ def test_split_spans_matches_str_split(odd: str) -> None:
     off2, blob2 = _pages([b"pad"] + texts)
     words2, lengths2 = split_spans(blob2, off2[1:])
     assert lengths2.tolist() == lengths.tolist() and list(words2) == list(words)
+
+
+def test_forked_half_gives_the_same_counts() -> None:
+    """A forked child counting the second half (bytes) hands back what one process counts."""
+    texts = _texts(random.Random(11), 900)
+    off, blob = _pages(texts)
+    one = line_token_counts(off, blob, first_node=40, batch=50, workers=1)
+    two = line_token_counts(off, blob, first_node=40, batch=50, workers=2)
+    assert two.tolist() == one.tolist() == _one_by_one(texts, 40)
+
+
+def test_a_failed_child_is_reported() -> None:
+    """Text the child cannot decode (here: in the second half only) fails the count, naming the child."""
+    texts = [b"good words here"] * 400 + [b"bad \xff byte"] * 400
+    off, blob = _pages(texts)
+    with pytest.raises(RuntimeError, match="counting child ended with status 1"):
+        line_token_counts(off, blob, batch=50, workers=2)

@@ -77,25 +77,65 @@ def _py_blob(strings: list[str]) -> tuple[np.ndarray, np.ndarray]:
 LINE_TOKENS = "line_tok"
 
 
-def line_token_counts(text_off: np.ndarray, text: np.ndarray, first_node: int = 0, batch: int = 32768
-                      ) -> np.ndarray:
-    """Tokens of every node's context line (``[id] text`` with whitespace collapsed, ending in a newline;
-    :func:`noderag.search.context.render_line`), int32 per node: what a query would count for every node it
-    puts in the context, counted once at build time. A node without text counts 0 (it gets no line).
+def line_token_counts(text_off: np.ndarray, text: np.ndarray, first_node: int = 0, batch: int = 32768,
+                      workers: int | None = None) -> np.ndarray:
+    """Tokens of every node's context line (``[id] text``, whitespace collapsed, ending in a newline:
+    :func:`noderag.search.context.render_line`), int32 per node, counted once at build time (0: no text, no
+    line). A batch's texts are split at once (:func:`~noderag.tokenize.split_spans`), ``"[id]"`` counts from
+    its digits, the text from per-word counts cached across lines (:class:`~noderag.tokenize.LineCounter`):
+    the same counts as encoding every line. With ``workers`` > 1 (default: up to 2 CPUs) and over 4 batches a
+    forked child counts the second half of the bytes."""
+    import gc
+    import signal
+    import traceback
 
-    Counted without a Python step per node: a batch's texts split at once
-    (:func:`~noderag.tokenize.split_spans`), ``"[id]"`` from its digits, the text from per-word counts cached
-    across lines (:class:`~noderag.tokenize.LineCounter`); the same counts as encoding every line."""
     from ..tokenize import LineCounter, split_spans
 
-    counter = LineCounter()
     n = int(text_off.shape[0]) - 1
     out = np.zeros(n, dtype=np.int32)
-    for lo in range(0, n, batch):
-        hi = min(n, lo + batch)
-        words, lengths = split_spans(text, text_off[lo:hi + 1])
-        tags = counter.tok.bracket_number_tokens(np.arange(lo, hi, dtype=np.int64) + first_node)
-        out[lo:hi] = counter.count_flat(words, lengths) + np.where(lengths > 0, tags, 0)
+
+    def count(lo: int, hi: int, into: np.ndarray) -> None:  # nodes [lo, hi) into ``into``
+        counter = LineCounter()
+        for a in range(lo, hi, batch):
+            b = min(hi, a + batch)
+            words, lengths = split_spans(text, text_off[a:b + 1])
+            tags = counter.tok.bracket_number_tokens(np.arange(a, b, dtype=np.int64) + first_node)
+            into[a - lo:b - lo] = counter.count_flat(words, lengths) + np.where(lengths > 0, tags, 0)
+    workers = min(2, os.cpu_count() or 1) if workers is None else int(workers)
+    if workers < 2 or n <= 4 * batch or not hasattr(os, "fork"):
+        count(0, n, out)
+        return out
+    cut = min(max(int(np.searchsorted(text_off, (int(text_off[0]) + int(text_off[-1])) // 2)), 1), n - 1)
+    gc.freeze()  # no collection in either process writes to the pages they share (copy-on-write)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child counts [cut, n), writes the counts and leaves without the parent's exit code
+        try:
+            os.close(read)
+            part = np.zeros(n - cut, dtype=np.int32)
+            count(cut, n, part)
+            with os.fdopen(write, "wb") as pipe:
+                pipe.write(memoryview(part).cast("B"))
+            os._exit(0)
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            os._exit(1)
+    os.close(write)
+    data = None
+    with os.fdopen(read, "rb") as pipe:
+        try:
+            count(0, cut, out[:cut])
+            data = pipe.read()
+        finally:
+            if data is None:
+                os.kill(pid, signal.SIGKILL)
+            code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+            gc.unfreeze()
+    if code != 0 or len(data) != 4 * (n - cut):
+        raise RuntimeError(f"line_token_counts: the counting child ended with status {code} after {len(data)} "
+                           f"of {4 * (n - cut)} bytes")
+    out[cut:] = np.frombuffer(data, dtype=np.int32)
     return out
 
 
