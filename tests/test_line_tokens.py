@@ -123,3 +123,19 @@ def test_a_failed_child_is_reported() -> None:
     off, blob = _pages(texts)
     with pytest.raises(RuntimeError, match="counting child ended with status 1"):
         line_token_counts(off, blob, batch=50, workers=2)
+
+
+def test_no_fork_where_ray_is_imported(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process that imported Ray counts everything itself (a fork would copy Ray's threads)."""
+    import os
+    import sys
+    import types
+
+    def no_fork() -> int:
+        raise AssertionError("forked")
+
+    monkeypatch.setitem(sys.modules, "ray", types.ModuleType("ray"))
+    monkeypatch.setattr(os, "fork", no_fork)
+    texts = _texts(random.Random(5), 400)
+    off, blob = _pages(texts)
+    assert line_token_counts(off, blob, batch=50).tolist() == _one_by_one(texts, 0)

@@ -79,21 +79,21 @@ LINE_TOKENS = "line_tok"
 
 def line_token_counts(text_off: np.ndarray, text: np.ndarray, first_node: int = 0, batch: int = 32768,
                       workers: int | None = None) -> np.ndarray:
-    """Tokens of every node's context line (``[id] text``, whitespace collapsed, ending in a newline:
-    :func:`noderag.search.context.render_line`), int32 per node, counted once at build time (0: no text, no
-    line). A batch's texts are split at once (:func:`~noderag.tokenize.split_spans`), ``"[id]"`` counts from
-    its digits, the text from per-word counts cached across lines (:class:`~noderag.tokenize.LineCounter`):
-    the same counts as encoding every line. With ``workers`` > 1 (default: up to 2 CPUs) and over 4 batches a
-    forked child counts the second half of the bytes."""
+    """Tokens of every node's context line (``[id] text``, whitespace collapsed, newline-ended:
+    :func:`noderag.search.context.render_line`), int32 per node, 0 without text: counted once per build, as
+    encoding every line would, from per-word counts cached across lines (:class:`~noderag.tokenize.LineCounter`)
+    of texts split a batch at a time (:func:`~noderag.tokenize.split_spans`) and ``"[id]"``'s digits. With
+    ``workers`` > 1 (default: up to 2 CPUs; 1 where Ray is imported, whose threads a fork would copy) and over
+    4 batches, a forked child counts the second half of the bytes."""
     import gc
     import signal
+    import sys
     import traceback
 
     from ..tokenize import LineCounter, split_spans
 
     n = int(text_off.shape[0]) - 1
     out = np.zeros(n, dtype=np.int32)
-
     def count(lo: int, hi: int, into: np.ndarray) -> None:  # nodes [lo, hi) into ``into``
         counter = LineCounter()
         for a in range(lo, hi, batch):
@@ -101,7 +101,7 @@ def line_token_counts(text_off: np.ndarray, text: np.ndarray, first_node: int = 
             words, lengths = split_spans(text, text_off[a:b + 1])
             tags = counter.tok.bracket_number_tokens(np.arange(a, b, dtype=np.int64) + first_node)
             into[a - lo:b - lo] = counter.count_flat(words, lengths) + np.where(lengths > 0, tags, 0)
-    workers = min(2, os.cpu_count() or 1) if workers is None else int(workers)
+    workers = (1 if "ray" in sys.modules else min(2, os.cpu_count() or 1)) if workers is None else int(workers)
     if workers < 2 or n <= 4 * batch or not hasattr(os, "fork"):
         count(0, n, out)
         return out
