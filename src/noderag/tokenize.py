@@ -16,8 +16,11 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
+
 __all__ = [
     "CL100K_SHA256",
+    "LineCounter",
     "Tokenizer",
     "count_tokens",
     "count_tokens_batch",
@@ -25,6 +28,7 @@ __all__ = [
     "default_bpe_path",
     "default_tokenizer",
     "encode",
+    "split_spans",
     "truncate",
 ]
 
@@ -120,10 +124,13 @@ class Tokenizer:
         self.path = path
         self.n_threads = n_threads
         self.name = "cl100k_base"
+        self._ranks = _load_ranks(path, expected_sha256)  # the same dict tiktoken keeps: no copy
+        self._hold: dict[bytes, np.ndarray] = {}
+        self._digits_single: bool | None = None
         self._enc = tiktoken.Encoding(
             name=f"noderag-{self.name}",
             pat_str=_CL100K_PAT,
-            mergeable_ranks=_load_ranks(path, expected_sha256),
+            mergeable_ranks=self._ranks,
             special_tokens=_CL100K_SPECIAL,
         )
 
@@ -156,6 +163,71 @@ class Tokenizer:
         """Return the number of tokens of each text (parallel threads)."""
         return [len(ids) for ids in self.encode_batch(texts)]
 
+    def count_tokens_lines(self, lines: Sequence[str]) -> np.ndarray:
+        """Tokens of each of ``lines`` (int64), every one ending in its only line break (``"\\n"``, no ``"\\r"``),
+        from one encoding of their concatenation: the same counts as encoding each alone.
+
+        Exact because cl100k's pre-tokens never span a line break followed by more text (a pre-token ends at
+        ``"\\n"``, which only punctuation right before it may join), so each line's tokens are its own; the
+        token that holds a line's break is its last, so the tokens holding a ``"\\n"`` byte mark the line ends.
+        """
+        if not lines:
+            return np.zeros(0, dtype=np.int64)
+        text = "".join(lines)
+        if text.count("\n") != len(lines) or "\r" in text or not text.endswith("\n"):
+            raise ValueError("count_tokens_lines: every line must end in its only line break (\\n, no \\r)")
+        ids = self._encode_array(text)
+        ends = np.flatnonzero(self._holding(b"\n")[ids])
+        if ends.shape[0] != len(lines):  # pragma: no cover - would mean a token across two lines
+            raise RuntimeError(f"count_tokens_lines: {ends.shape[0]} line ends in {len(lines)} lines")
+        return np.diff(ends, prepend=-1)
+
+    def count_tokens_spaced(self, words: Sequence[str]) -> np.ndarray:
+        """Tokens of ``" " + w`` for each of ``words`` (non-empty, no whitespace), int64, from one encoding of
+        ``" w1 w2 ..."``: cl100k's pre-tokens stop at a space and a space starts one, so each word's tokens
+        are its own, and the first of them is the only one holding a space byte."""
+        if not words:
+            return np.zeros(0, dtype=np.int64)
+        text = " " + " ".join(words)
+        if len(text.split()) != len(words) or text.count(" ") != len(words):
+            raise ValueError("count_tokens_spaced: every word must be non-empty and hold no whitespace")
+        ids = self._encode_array(text)
+        starts = np.flatnonzero(self._holding(b" ")[ids])
+        if starts.shape[0] != len(words):  # pragma: no cover - would mean a token across two words
+            raise RuntimeError(f"count_tokens_spaced: {starts.shape[0]} word starts in {len(words)} words")
+        return np.diff(starts, append=ids.shape[0])
+
+    def bracket_number_tokens(self, numbers: np.ndarray) -> np.ndarray:
+        """Tokens of ``"[k]"`` for each non-negative int ``k`` (int64): ``"["``, ``k``'s digits in groups of
+        three from the left (cl100k's pre-tokens) and ``"]"``, each one token where the vocabulary has every
+        1-3 digit string and both brackets (checked once; else each is encoded)."""
+        k = np.asarray(numbers, dtype=np.int64)
+        if self._digits_single is None:
+            strings = ["[", "]"] + [f"{i:0{w}d}" for w in (1, 2, 3) for i in range(10 ** w)]
+            self._digits_single = all(len(self.encode(t)) == 1 for t in strings)
+        if not self._digits_single:
+            return np.asarray([len(self.encode(f"[{int(v)}]")) for v in k.tolist()], dtype=np.int64)
+        digits = 1 + np.searchsorted(10 ** np.arange(1, 19, dtype=np.int64), k, side="right")
+        return 2 + (digits + 2) // 3
+
+    def _encode_array(self, text: str) -> np.ndarray:
+        """Token ids of ``text`` (special-token text as plain text) as a uint32 array: no list of ints."""
+        try:
+            return self._enc.encode_to_numpy(text, allowed_special=set(), disallowed_special=())
+        except UnicodeEncodeError:  # lone surrogates: replaced as tiktoken's own encode_ordinary does
+            text = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+            return self._enc.encode_to_numpy(text, allowed_special=set(), disallowed_special=())
+
+    def _holding(self, byte: bytes) -> np.ndarray:
+        """bool per token id: its bytes hold ``byte`` (cached per byte)."""
+        table = self._hold.get(byte)
+        if table is None:
+            table = np.zeros(self._enc.n_vocab, dtype=bool)
+            for token, rank in self._ranks.items():
+                table[rank] = byte in token
+            self._hold[byte] = table
+        return table
+
     def truncate(self, text: str, max_tokens: int) -> str:
         """Return the longest token-prefix of ``text`` with at most ``max_tokens`` tokens.
 
@@ -180,6 +252,93 @@ class Tokenizer:
 
     def __repr__(self) -> str:
         return f"Tokenizer(name={self.name!r}, path={str(self.path)!r})"
+
+
+class LineCounter:
+    """Tokens of lines ``" w1 w2 ... wk\\n"`` of whitespace-free words, summed from per-word counts cached
+    across calls (the same counts as encoding each line: :meth:`Tokenizer.count_tokens_spaced` says why a
+    word's tokens are its own); the last word's line break is a per-word difference too, as punctuation may
+    join it. Words repeat across lines, so most lines encode nothing. The caches are emptied past
+    ``max_cached`` words, which bounds the memory and changes no count."""
+
+    def __init__(self, tokenizer: Tokenizer | None = None, max_cached: int = 1 << 21) -> None:
+        self.tok = tokenizer or default_tokenizer()
+        self.max_cached = max_cached
+        self._word: dict[str, int] = {}  # tokens of " " + w
+        self._brk: dict[str, int] = {}  # tokens of " " + w + "\n" minus those of " " + w
+
+    def count(self, word_lists: Sequence[Sequence[str]]) -> np.ndarray:
+        """Tokens of ``" " + " ".join(ws) + "\\n"`` for each non-empty ``ws`` of ``word_lists`` (int64)."""
+        import itertools
+
+        lengths = np.fromiter(map(len, word_lists), dtype=np.int64, count=len(word_lists))
+        if lengths.size and int(lengths.min()) == 0:
+            raise ValueError("LineCounter.count: every line needs a word")
+        return self.count_flat(list(itertools.chain.from_iterable(word_lists)), lengths)
+
+    def count_flat(self, words: Sequence[str], lengths: np.ndarray) -> np.ndarray:
+        """:meth:`count` of lines given as their words one after another and each line's word count; a line
+        of 0 words counts 0 (it is no line)."""
+        if len(self._word) > self.max_cached:
+            self._word.clear()
+            self._brk.clear()
+        word, brk = self._word, self._brk
+        new = list(set(words).difference(word.keys()))
+        word.update(zip(new, self.tok.count_tokens_spaced(new).tolist()))
+        ends = np.cumsum(lengths)
+        if int(ends[-1] if ends.size else 0) != len(words):
+            raise ValueError(f"LineCounter.count_flat: {len(words)} words, lengths sum to {int(ends[-1])}")
+        has = lengths > 0
+        last = [words[i] for i in (ends[has] - 1).tolist()]
+        new = list(set(last).difference(brk.keys()))
+        with_break = self.tok.count_tokens_lines([f" {w}\n" for w in new]).tolist()
+        brk.update((w, c - word[w]) for w, c in zip(new, with_break))
+        flat = np.zeros(len(words) + 1, dtype=np.int64)
+        flat[1:] = np.fromiter(map(word.__getitem__, words), dtype=np.int64, count=len(words))
+        np.cumsum(flat, out=flat)
+        out = flat[ends] - flat[ends - lengths]
+        out[has] += np.fromiter(map(brk.__getitem__, last), dtype=np.int64, count=len(last))
+        return out
+
+
+#: Put between spans by :func:`split_spans`: a noncharacter, whitespace to no one, never in stored text
+#: (a batch holding it takes the span-by-span path).
+_SPAN_END = "\U0010fffe"
+
+
+def split_spans(blob: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The whitespace-split words of each span ``blob[offsets[i]:offsets[i+1]]`` (UTF-8, decoded with
+    ``surrogatepass``), one after another (an object array of str), and each span's word count; a span of
+    only zero bytes (an erased text) has none. One decode and one ``str.split`` for all the spans."""
+    offs = np.asarray(offsets, dtype=np.int64)
+    seg = np.ascontiguousarray(blob[int(offs[0]):int(offs[-1])]).view(np.uint8)
+    rel = offs - offs[0]
+    n = rel.shape[0] - 1
+    nonzero = np.zeros(seg.shape[0] + 1, dtype=np.int64)
+    np.cumsum(seg != 0, out=nonzero[1:])
+    erased = (nonzero[rel[1:]] == nonzero[rel[:-1]]) & (rel[1:] > rel[:-1])
+    mark = f" {_SPAN_END} ".encode("utf-8")
+    if mark.strip() in seg.tobytes():
+        return _split_each(seg, rel, erased)
+    joined = np.insert(seg, np.repeat(rel[1:], len(mark)), np.tile(np.frombuffer(mark, np.uint8), n))
+    words = np.asarray(str(joined.tobytes(), "utf-8", "surrogatepass").split(), dtype=object)
+    is_end = words == _SPAN_END
+    ends = np.flatnonzero(is_end)
+    lengths = np.diff(ends, prepend=-1) - 1
+    keep = ~is_end
+    keep[ends[erased] - 1] = False  # an erased span is one word of NULs
+    lengths[erased] = 0
+    return words[keep], lengths
+
+
+def _split_each(seg: np.ndarray, rel: np.ndarray, erased: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`split_spans` span by span (for a batch whose text holds the span mark)."""
+    view = memoryview(seg).cast("B")
+    lists = [[] if erased[i] else str(view[int(rel[i]):int(rel[i + 1])], "utf-8", "surrogatepass").split()
+             for i in range(rel.shape[0] - 1)]
+    flat = np.empty(sum(map(len, lists)), dtype=object)
+    flat[:] = [w for ws in lists for w in ws]
+    return flat, np.fromiter(map(len, lists), dtype=np.int64, count=len(lists))
 
 
 def _check_str(text: object, name: str) -> None:

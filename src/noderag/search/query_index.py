@@ -77,25 +77,65 @@ def _py_blob(strings: list[str]) -> tuple[np.ndarray, np.ndarray]:
 LINE_TOKENS = "line_tok"
 
 
-def line_token_counts(text_off: np.ndarray, text: np.ndarray, first_node: int = 0, batch: int = 8192) -> np.ndarray:
-    """Tokens of every node's context line (``[id] text`` with whitespace collapsed, ending in a newline;
-    :func:`noderag.search.context.render_line`), int32 per node: what a query would count for every node it
-    puts in the context, counted once at build time. A node without text counts 0 (it gets no line)."""
-    from ..tokenize import count_tokens_batch
+def line_token_counts(text_off: np.ndarray, text: np.ndarray, first_node: int = 0, batch: int = 32768,
+                      workers: int | None = None) -> np.ndarray:
+    """Tokens of every node's context line (``[id] text``, whitespace collapsed, newline-ended:
+    :func:`noderag.search.context.render_line`), int32 per node, 0 without text: counted once per build, as
+    encoding every line would, from per-word counts cached across lines (:class:`~noderag.tokenize.LineCounter`)
+    of texts split a batch at a time (:func:`~noderag.tokenize.split_spans`) and ``"[id]"``'s digits. With
+    ``workers`` > 1 (default: up to 2 CPUs; 1 where Ray is imported, whose threads a fork would copy) and over
+    4 batches, a forked child counts the second half of the bytes."""
+    import gc
+    import signal
+    import sys
+    import traceback
+
+    from ..tokenize import LineCounter, split_spans
 
     n = int(text_off.shape[0]) - 1
-    view = memoryview(np.ascontiguousarray(text)).cast("B")
     out = np.zeros(n, dtype=np.int32)
-    for lo in range(0, n, batch):
-        hi = min(n, lo + batch)
-        lines, at = [], []
-        for i in range(lo, hi):
-            words = unzeroed(str(view[int(text_off[i]):int(text_off[i + 1])], "utf-8", "surrogatepass")).split()
-            if words:
-                lines.append(f"[{first_node + i}] " + " ".join(words) + "\n")
-                at.append(i)
-        if lines:
-            out[at] = count_tokens_batch(lines)
+    def count(lo: int, hi: int, into: np.ndarray) -> None:  # nodes [lo, hi) into ``into``
+        counter = LineCounter()
+        for a in range(lo, hi, batch):
+            b = min(hi, a + batch)
+            words, lengths = split_spans(text, text_off[a:b + 1])
+            tags = counter.tok.bracket_number_tokens(np.arange(a, b, dtype=np.int64) + first_node)
+            into[a - lo:b - lo] = counter.count_flat(words, lengths) + np.where(lengths > 0, tags, 0)
+    workers = (1 if "ray" in sys.modules else min(2, os.cpu_count() or 1)) if workers is None else int(workers)
+    if workers < 2 or n <= 4 * batch or not hasattr(os, "fork"):
+        count(0, n, out)
+        return out
+    cut = min(max(int(np.searchsorted(text_off, (int(text_off[0]) + int(text_off[-1])) // 2)), 1), n - 1)
+    gc.freeze()  # no collection in either process writes to the pages they share (copy-on-write)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child counts [cut, n), writes the counts and leaves without the parent's exit code
+        try:
+            os.close(read)
+            part = np.zeros(n - cut, dtype=np.int32)
+            count(cut, n, part)
+            with os.fdopen(write, "wb") as pipe:
+                pipe.write(memoryview(part).cast("B"))
+            os._exit(0)
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            os._exit(1)
+    os.close(write)
+    data = None
+    with os.fdopen(read, "rb") as pipe:
+        try:
+            count(0, cut, out[:cut])
+            data = pipe.read()
+        finally:
+            if data is None:
+                os.kill(pid, signal.SIGKILL)
+            code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+            gc.unfreeze()
+    if code != 0 or len(data) != 4 * (n - cut):
+        raise RuntimeError(f"line_token_counts: the counting child ended with status {code} after {len(data)} "
+                           f"of {4 * (n - cut)} bytes")
+    out[cut:] = np.frombuffer(data, dtype=np.int32)
     return out
 
 
