@@ -139,3 +139,25 @@ def test_no_fork_where_ray_is_imported(monkeypatch: pytest.MonkeyPatch) -> None:
     texts = _texts(random.Random(5), 400)
     off, blob = _pages(texts)
     assert line_token_counts(off, blob, batch=50).tolist() == _one_by_one(texts, 0)
+
+
+def test_no_fork_while_another_thread_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process with another Python thread alive counts everything itself (a lock that thread holds would stay
+    held in the child)."""
+    import os
+    import threading
+
+    def no_fork() -> int:
+        raise AssertionError("forked")
+
+    monkeypatch.setattr(os, "fork", no_fork)
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait)
+    other.start()
+    try:
+        texts = _texts(random.Random(6), 400)
+        off, blob = _pages(texts)
+        assert line_token_counts(off, blob, batch=50).tolist() == _one_by_one(texts, 0)
+    finally:
+        stop.set()
+        other.join()

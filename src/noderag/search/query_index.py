@@ -83,17 +83,13 @@ def line_token_counts(text_off: np.ndarray, text: np.ndarray, first_node: int = 
     :func:`noderag.search.context.render_line`), int32 per node, 0 without text: counted once per build, as
     encoding every line would, from per-word counts cached across lines (:class:`~noderag.tokenize.LineCounter`)
     of texts split a batch at a time (:func:`~noderag.tokenize.split_spans`) and ``"[id]"``'s digits. With
-    ``workers`` > 1 (default: up to 2 CPUs; 1 where Ray is imported, whose threads a fork would copy) and over
-    4 batches, a forked child counts the second half of the bytes."""
-    import gc
-    import signal
-    import sys
-    import traceback
-
+    ``workers`` > 1 (default: up to 2 CPUs where forking is safe, :func:`_fork_is_safe`) and over 4 batches,
+    a forked child counts the second half of the bytes."""
     from ..tokenize import LineCounter, split_spans
 
     n = int(text_off.shape[0]) - 1
     out = np.zeros(n, dtype=np.int32)
+
     def count(lo: int, hi: int, into: np.ndarray) -> None:  # nodes [lo, hi) into ``into``
         counter = LineCounter()
         for a in range(lo, hi, batch):
@@ -101,11 +97,33 @@ def line_token_counts(text_off: np.ndarray, text: np.ndarray, first_node: int = 
             words, lengths = split_spans(text, text_off[a:b + 1])
             tags = counter.tok.bracket_number_tokens(np.arange(a, b, dtype=np.int64) + first_node)
             into[a - lo:b - lo] = counter.count_flat(words, lengths) + np.where(lengths > 0, tags, 0)
-    workers = (1 if "ray" in sys.modules else min(2, os.cpu_count() or 1)) if workers is None else int(workers)
-    if workers < 2 or n <= 4 * batch or not hasattr(os, "fork"):
+    if workers is None:
+        workers = min(2, os.cpu_count() or 1) if _fork_is_safe() else 1
+    if int(workers) < 2 or n <= 4 * batch or not hasattr(os, "fork"):
         count(0, n, out)
         return out
     cut = min(max(int(np.searchsorted(text_off, (int(text_off[0]) + int(text_off[-1])) // 2)), 1), n - 1)
+    _count_halves(count, out, cut)
+    return out
+
+
+def _fork_is_safe() -> bool:
+    """Whether this process may fork a counting child: no other Python thread (a lock one holds would stay held
+    in the child forever) and no Ray (its native threads would be copied)."""
+    import sys
+    import threading
+
+    return hasattr(os, "fork") and threading.active_count() == 1 and "ray" not in sys.modules
+
+
+def _count_halves(count, out: np.ndarray, cut: int) -> None:
+    """``count(0, cut)`` here and ``count(cut, n)`` in a forked child whose int32 counts come back through a
+    pipe; a child that fails raises ``RuntimeError`` with its exit status."""
+    import gc
+    import signal
+    import traceback
+
+    n = out.shape[0]
     gc.freeze()  # no collection in either process writes to the pages they share (copy-on-write)
     read, write = os.pipe()
     pid = os.fork()
@@ -136,7 +154,6 @@ def line_token_counts(text_off: np.ndarray, text: np.ndarray, first_node: int = 
         raise RuntimeError(f"line_token_counts: the counting child ended with status {code} after {len(data)} "
                            f"of {4 * (n - cut)} bytes")
     out[cut:] = np.frombuffer(data, dtype=np.int32)
-    return out
 
 
 def write_query_index(index_dir: str | os.PathLike, *, first_node: int = 0, lexical_background=None) -> Path:
