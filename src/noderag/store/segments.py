@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from .aliases import read_aliases
 from .errors import IndexDamagedError, fd_exhaustion
 from .layout import DELTAS, MANIFEST, READERS
 
@@ -285,7 +286,8 @@ def generation_graph(path: Path, manifest: dict[str, Any], *, validate: bool = T
 
 def segmented_graph(path: Path, deltas: list[Delta], *, validate: bool = True, scrubbed: bool = False):
     """The graph of a generation with delta segments: the base's layers over every node, plus each delta's edges
-    (``scrubbed``: :func:`has_scrubbed`; the deltas' edges to scrubbed nodes are left out).
+    (``scrubbed``: :func:`has_scrubbed`; the deltas' edges to scrubbed nodes are left out). The edges of a
+    segmented build's duplicate nodes end at their canonical node (:mod:`noderag.store.aliases`).
 
     One copy of the base's edge arrays at open, the deltas' edges spliced in (:func:`with_edges`); a
     compacted generation opens its graph memory-mapped instead.
@@ -309,6 +311,11 @@ def segmented_graph(path: Path, deltas: list[Delta], *, validate: bool = True, s
     w = np.concatenate([p[2] for p in parts])
     if scrubbed and src.size:
         keep = without_scrubbed(path, np.asarray(base.types), src, dst)
+        src, dst, w = src[keep], dst[keep], w[keep]
+    aliases = read_aliases(path, n)
+    if aliases is not None and len(aliases) and src.size:  # a segmented build's duplicates: one node each
+        src, dst = aliases.resolve(src), aliases.resolve(dst)
+        keep = src != dst
         src, dst, w = src[keep], dst[keep], w[keep]
     structural = CSR(*with_edges(base.structural, n, src, dst, w))
     semantic = _padded(base.semantic, n)
