@@ -20,7 +20,7 @@ import numpy as np
 
 from .errors import IndexDamagedError
 
-__all__ = ["ALIASES", "Aliases", "merge_keys", "write_aliases", "read_aliases"]
+__all__ = ["ALIASES", "Aliases", "merge_keys", "write_aliases", "read_aliases", "has_aliases"]
 
 ALIASES = "aliases"  # the folder of a generation's alias table (dup.npy, canon.npy)
 
@@ -93,6 +93,13 @@ def write_aliases(folder: Path, aliases: Aliases) -> None:
     (folder / ALIASES).mkdir(parents=True, exist_ok=True)
     atomic_save_npy(folder / ALIASES / "dup.npy", aliases.dup)
     atomic_save_npy(folder / ALIASES / "canon.npy", aliases.canon)
+
+
+def has_aliases(folder: Path) -> bool:
+    """Whether the generation folder ``folder`` lists duplicate nodes (a recompute must then re-assemble its
+    documents, which makes each key one node again)."""
+    return (folder / ALIASES / "dup.npy").is_file() and read_aliases(folder) is not None and \
+        len(read_aliases(folder)) > 0
 
 
 def read_aliases(folder: Path, n: int | None = None) -> Aliases | None:

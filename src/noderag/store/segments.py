@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from .aliases import read_aliases
+from .aliases import ALIASES, Aliases, read_aliases, write_aliases
 from .errors import IndexDamagedError, fd_exhaustion
 from .layout import DELTAS, MANIFEST, READERS
 
@@ -117,7 +117,25 @@ def share_generation(src: Path, dst: Path, skip: tuple[str, ...] = ()) -> tuple[
             shutil.copyfile(source, target)
             copied += os.stat(target).st_size
         shared.append(rel)
+    if skip and (src / ALIASES).is_dir():
+        shared = _trim_aliases(src, dst, skip, shared)
     return shared, copied
+
+
+def _trim_aliases(src: Path, dst: Path, skip: tuple[str, ...], shared: list[str]) -> list[str]:
+    """A delete that rewrites delta segments (the ``skip`` prefixes) re-assembles their nodes onto the segments
+    before them, merged by key: the alias entries of their old nodes go (written anew, no longer shared)."""
+    from .manifest import read_manifest
+
+    gone = [d.first_node for d in deltas_of(read_manifest(src) or {}, src) if f"{DELTAS}/{d.name}/" in skip]
+    table = read_aliases(src)
+    if not gone or table is None:
+        return shared
+    keep = table.dup < min(gone)
+    for name in ("dup.npy", "canon.npy"):
+        os.unlink(dst / ALIASES / name)
+    write_aliases(dst, Aliases(table.dup[keep], table.canon[keep]))
+    return [rel for rel in shared if not rel.startswith(f"{ALIASES}/")]
 
 
 def concat_npy(folders: list[Path], name: str, dtype) -> np.ndarray:
