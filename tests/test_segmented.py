@@ -160,3 +160,13 @@ def test_insert_delete_and_compact_on_a_segmented_index(tmp_path):
         assert not store.deltas and read_aliases(store.path) is None
         assert np.unique(np.asarray(store.keys)).shape[0] == store.graph.n
     assert sorted(_ranked(root, q)) == ["a", "b", "c", "e"]
+
+
+def test_cli_build_segments(tmp_path, capsys):
+    from noderag.cli import main
+
+    assert main(["build", str(_corpus(tmp_path)), "--index", str(tmp_path / "idx"), "--segments", "2",
+                 "--embed", "hash:64", "--no-progress"]) == 0
+    assert "4 document(s) in 2 segments" in capsys.readouterr().out
+    with IndexStore.open(tmp_path / "idx") as store:
+        assert [d.name for d in store.deltas] == ["1"]
