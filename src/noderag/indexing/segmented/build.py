@@ -64,21 +64,26 @@ def split_documents(inputs: Sequence, parts: int, out: Path) -> list[Path]:
     return paths
 
 
-def build_part(source: str, index_dir: str, config_dict: dict) -> dict:
-    """Build one part's index (in this process, its stages local) and return its sizes and the process's peak
+def build_part(source: str, index_dir: str, config_dict: dict, workers: int | None = None) -> dict:
+    """Build one part's index (its stages local: ``workers`` processes for the CPU-bound ones, 1 in a Ray task
+    that holds one CPU) and return its sizes, its CPU time (with its worker processes') and the process's peak
     resident memory (what a worker of a cluster needs)."""
     import resource
 
-    from ...config import NodeRAGConfig
+    from ...config import ExecutorConfig, NodeRAGConfig
     from ..driver import build_index
-
-    t0 = time.perf_counter()
-    build_index([source], index_dir, NodeRAGConfig.from_dict(config_dict), progress=False)
     from ...store.generations import current_path
 
+    def cpu() -> float:
+        own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+    t0, c0 = time.perf_counter(), cpu()
+    build_index([source], index_dir, NodeRAGConfig.from_dict(config_dict), progress=False,
+                executor=ExecutorConfig(workers=workers))
     nodes, documents = part_counts(current_path(index_dir))
     return {"index": index_dir, "nodes": nodes, "documents": documents, "build_s": time.perf_counter() - t0,
-            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+            "build_cpu_s": cpu() - c0, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
 def place_part(k: int, folders: list[str], out: str, at: tuple[int, int]) -> dict:
@@ -86,14 +91,14 @@ def place_part(k: int, folders: list[str], out: str, at: tuple[int, int]) -> dic
     first part, else the delta segment ``deltas/<k>``); ``at``: its (first node, first document)."""
     import resource
 
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     background = Background(tuple(f for j, f in enumerate(folders) if j != k))
     if k == 0:
         place_base(Path(folders[0]), Path(out), background)
     else:
         place_segment(Path(folders[k]), Path(out) / DELTAS / str(k), Offsets(*at), background)
-    return {"place_s": time.perf_counter() - t0,
-            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    return {"place_s": time.perf_counter() - t0, "place_cpu_s": time.process_time() - c0,
+            "place_peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
 def build_segmented(inputs: Sequence, index_dir, config=None, *, segments: int, executor=None,
@@ -128,7 +133,8 @@ def build_segmented(inputs: Sequence, index_dir, config=None, *, segments: int, 
         seconds["split"] = time.perf_counter() - t0
         run = _ray_runner(executor, say) if executor.kind == "ray" else _local_runner
         t0 = time.perf_counter()
-        built = run(build_part, [(str(s), str(work / "index" / f"{k:04d}"), config.to_dict())
+        workers = 1 if executor.kind == "ray" else executor.workers  # a Ray task holds one CPU
+        built = run(build_part, [(str(s), str(work / "index" / f"{k:04d}"), config.to_dict(), workers)
                                  for k, s in enumerate(sources)])
         seconds["build_parts"] = time.perf_counter() - t0
         say(f"segments: {segments} parts built ({seconds['build_parts']:.1f} s)")
