@@ -170,3 +170,23 @@ def test_cli_build_segments(tmp_path, capsys):
     assert "4 document(s) in 2 segments" in capsys.readouterr().out
     with IndexStore.open(tmp_path / "idx") as store:
         assert [d.name for d in store.deltas] == ["1"]
+
+
+def test_a_delete_in_place_of_the_canonical_node_leaves_the_duplicate_standing(tmp_path):
+    root = tmp_path / "idx"
+    build_segmented([_corpus(tmp_path)], root, NodeRAGConfig.from_dict(CONFIG), segments=2)
+    with IndexStore.open(root) as store:
+        aliases = read_aliases(store.path)
+    noderag.Index.open(root).delete(["a"])  # a base document: scrubbed in place, Corven Bridge's canonical node too
+    with IndexStore.open(root, verify="full") as store:
+        assert store.manifest["counts"].get("scrubbed_nodes")
+        deg = np.diff(np.asarray(store.graph.structural.indptr))
+        assert np.all(deg[aliases.dup] > 0)  # each duplicate keeps its own segment's edges
+    idx = noderag.Index.open(root)
+    try:
+        hits = idx.query_index.names.exact("Corven Bridge")
+        assert hits == [int(d) for d in aliases.dup if int(d) in hits] and len(hits) == 1
+        assert bool(idx.query_index.active[hits[0]])
+    finally:
+        idx.close()
+    assert "d" in _ranked(root, "Which lake does the Corven Bridge span?")[:2]

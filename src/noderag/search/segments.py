@@ -174,7 +174,8 @@ class SegmentedTables:
         self.chunk = np.concatenate([np.asarray(p.chunk) for p in self.parts])
         self.doc = np.concatenate([np.asarray(p.doc) for p in self.parts])
         self.active = np.concatenate([np.asarray(p.active) for p in self.parts])
-        if aliases is not None and len(aliases):  # a duplicate stands aside for its canonical node
+        if aliases is not None and len(aliases):  # a duplicate stands aside for its canonical node, unless
+            aliases = aliases.where(self.active[aliases.canon])  # a delete in place made that one inactive
             self.active[aliases.dup] = False
         lines = [getattr(p, "line_tokens", None) for p in self.parts]
         self.line_tokens = None if any(x is None for x in lines) else np.concatenate([np.asarray(x) for x in lines])

@@ -44,6 +44,10 @@ class Aliases:
         hit = self.dup[pos] == ids
         return np.where(hit, self.canon[pos], ids)
 
+    def where(self, keep: np.ndarray) -> "Aliases":
+        """The entries ``keep`` (a boolean mask over the entries) only."""
+        return Aliases(self.dup[keep], self.canon[keep])
+
     def resolve_list(self, ids: list[int]) -> list[int]:
         """:meth:`resolve` of a list, each canonical id once, in first-seen order."""
         seen: set[int] = set()

@@ -330,7 +330,7 @@ def segmented_graph(path: Path, deltas: list[Delta], *, validate: bool = True, s
     if scrubbed and src.size:
         keep = without_scrubbed(path, np.asarray(base.types), src, dst)
         src, dst, w = src[keep], dst[keep], w[keep]
-    aliases = read_aliases(path, n)
+    aliases = live_aliases(path, read_aliases(path, n), np.asarray(base.types)) if scrubbed else read_aliases(path, n)
     if aliases is not None and len(aliases) and src.size:  # a segmented build's duplicates: one node each
         src, dst = aliases.resolve(src), aliases.resolve(dst)
         keep = src != dst
@@ -388,6 +388,13 @@ def _checked_delta_edges(path: Path, d: Delta, n: int) -> tuple[np.ndarray, np.n
     if w.size and (not np.all(np.isfinite(w)) or float(w.min()) < 0):
         raise IndexDamagedError(path, f"{sub}/w.npy", "invalid weight", "not finite or negative")
     return src, dst, w
+
+
+def live_aliases(path: Path, aliases, types: np.ndarray):
+    """``aliases`` without the entries whose canonical node a delete in place scrubbed: such a duplicate stands for
+    itself again (its segment still holds the key)."""
+    gone = scrubbed_mask(path, types) if aliases is not None and len(aliases) else None
+    return aliases if gone is None else aliases.where(~_ends_at(gone, aliases.canon))
 
 
 def _ends_at(mask: np.ndarray, ids: np.ndarray) -> np.ndarray:
