@@ -190,3 +190,15 @@ def test_a_delete_in_place_of_the_canonical_node_leaves_the_duplicate_standing(t
     finally:
         idx.close()
     assert "d" in _ranked(root, "Which lake does the Corven Bridge span?")[:2]
+
+
+def test_parts_with_sharded_vectors_verify_and_search(tmp_path):
+    cfg = NodeRAGConfig.from_dict({**CONFIG, "embed": {"spec": "hash:64", "vector_shards": 2}})
+    root = tmp_path / "idx"
+    build_segmented([_corpus(tmp_path)], root, cfg, segments=2)
+    with IndexStore.open(root, verify="full") as store:  # the cheap check counted every shard of every segment
+        assert (store.path / "deltas" / "1" / "vectors.1.usearch").is_file()
+        types = np.asarray(store.types)
+        embedded = np.flatnonzero(np.isin(types, (0, 1)) & (np.arange(types.shape[0]) >= store.deltas[0].first_node))
+        assert np.all(store.vectors.contains(embedded))
+    assert _ranked(root, QUESTION)[:2] == ["a", "d"]
