@@ -162,6 +162,8 @@ def main(argv=None) -> int:
     ap.add_argument("--samples", default="musique,hotpotqa,drcd", help="with --recall: the dev samples")
     ap.add_argument("--embed", default="hash:64", help="with --segments: the embedder")
     ap.add_argument("--questions", type=int, default=100, help="with --segments: questions timed per index")
+    ap.add_argument("--reuse", type=Path, help="with --segments: the log of an earlier run whose finished setups "
+                                               "are kept")
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--seg-child"]:  # child process of the segments mode: one build or one query run
         from distributed_segments import child_main
@@ -177,7 +179,7 @@ def main(argv=None) -> int:
             run_recall(args.recall, args.data, args.work, args.out, args.samples.split(","))
         if args.segments:
             run_scale([int(k) for k in args.segments.split(",")], args.passages, args.data, args.work, args.out,
-                      args.embed, args.questions)
+                      args.embed, args.questions, args.reuse)
         return 0
     if args.one:
         print(json.dumps(_one(args.one, args.corpus, args.work / args.one, args.address, args.workers)))

@@ -96,17 +96,27 @@ def _child(args: list[str]) -> dict:
 
 
 def run_scale(segments: list[int], passages: int, data: Path, work: Path, out: Path, embed: str,
-              questions: int) -> dict:
-    """The scale measurement (see the module notes); writes the JSON and markdown."""
+              questions: int, reuse: Path | None = None) -> dict:
+    """The scale measurement (see the module notes); writes the JSON and markdown. ``reuse``: the log of an
+    earlier run of the same command whose finished setups are taken as they are (their rows say so)."""
     sys.path.insert(0, str(HERE))
     from bench_distributed import LocalCluster
     from scale_corpus import generate
 
     corpus = generate(passages, work / "scale", data=data)
+    done = {}
+    if reuse is not None:
+        for line in reuse.read_text().splitlines():
+            if line.startswith('{"setup"'):
+                row = json.loads(line)
+                done[row["setup"]] = {**row, "reused_from": str(reuse.name)}
     rows = []
     cluster = LocalCluster()
     try:
         for kind in ["one"] + [f"seg-{k}" for k in segments]:
+            if kind in done:
+                rows.append(done[kind])
+                continue
             idx = work / f"idx-{passages}-{kind}"
             row = _child(["build", kind, str(corpus.corpus), str(idx), embed, cluster.address])
             row.update(_child(["query", str(idx), str(corpus.questions), str(questions)]))
@@ -134,12 +144,14 @@ def render_scale(rep: dict) -> str:
              f"(embedder `{rep['embed']}`, {rep['questions']} questions; machine: {rep['machine']}). "
              "`one`: `noderag build` in one process; `seg-K`: `--segments K --executor ray` on a 2-node local Ray "
              "cluster (1 CPU a node). Ratios against `one`; driver peak against the larger of `one`'s process and "
-             "its largest worker process. One run each on a shared 2-core machine.", "",
+             "its largest worker process. One run each on a shared 2-core machine"
+             + (" (rows marked * were measured by an earlier invocation of the same command, same machine "
+                "and day)" if any(r.get("reused_from") for r in rep["rows"]) else "") + ".", "",
              "| setup | wall s | CPU s | driver peak MB | largest task peak MB | open + first query s | query p50 ms | "
              "p95 ms | wall x | CPU x | driver peak x | p50 x | p95 x |", "|---|" + "---:|" * 12]
     for r in rep["rows"]:
-        lines.append(f"| {r['setup']} | {r['wall_s']} | {r['cpu_s']} | {r['driver_peak_mb']} | {r['task_peak_mb']} | "
-                     f"{r['open_first_s']} | {r['p50_ms']} | {r['p95_ms']} | {r['wall_ratio']} | {r['cpu_ratio']} | "
+        lines.append(f"| {r['setup']}{'*' if r.get('reused_from') else ''} | {r['wall_s']} | {r['cpu_s']} | {r['driver_peak_mb']} | {r['task_peak_mb']} | "
+                     f"{r.get('open_first_s', '-')} | {r['p50_ms']} | {r['p95_ms']} | {r['wall_ratio']} | {r['cpu_ratio']} | "
                      f"{r['driver_peak_ratio']} | {r['p50_ratio']} | {r['p95_ratio']} |")
     lines += ["", "Per part (build and place, seconds; peak RSS of the task's worker process, MB):", ""]
     for r in rep["rows"][1:]:
