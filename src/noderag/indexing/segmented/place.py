@@ -92,9 +92,10 @@ def place_base(part: Path, out: Path, background: Background) -> None:
 
     out.mkdir(parents=True, exist_ok=True)
     for child in sorted(part.iterdir()):
-        if child.name not in (MANIFEST, READERS, QUERY_DIR):
+        if child.name not in (MANIFEST, READERS) and (child.name != QUERY_DIR or not background.others):
             _link(child, out / child.name)
-    write_query_index(out, lexical_background=background.stats() if background.others else None)
+    if background.others:  # one part alone: its query tables are already on the scale of the whole index
+        write_query_index(out, lexical_background=background.stats())
 
 
 def place_segment(part: Path, out: Path, at: Offsets, background: Background) -> None:
