@@ -171,13 +171,15 @@ def run_recall(k: int, data: Path, work: Path, out: Path, samples: list[str]) ->
     for name in samples:
         scores = {}
         for n in (1, k):
-            idx = work / f"recall-{name}-{n}"
+            idx, ev = work / f"recall-{name}-{n}", work / f"eval-{name}-{n}"
+            if (ev / "results.json").is_file() and (ev / "per_question.jsonl").is_file():  # this work folder's
+                scores[n] = json.loads((ev / "results.json").read_text())
+                continue
             if idx.exists():
                 shutil.rmtree(idx)
             build_segmented([data / name / "corpus.jsonl"], idx, NodeRAGConfig(), segments=n)
-            res = evaluate(data / name, idx, methods=["noderag"], latency=False, progress=False,
-                           per_question=True, out=work / f"eval-{name}-{n}", restart=True)
-            scores[n] = res
+            scores[n] = evaluate(data / name, idx, methods=["noderag"], latency=False, progress=False,
+                                 per_question=True, out=ev, restart=True)
         rows.append(_recall_row(name, k, scores, work))
         print(json.dumps(rows[-1]), flush=True)
     rep = {"segments": k, "machine": _machine(), "rows": rows}
@@ -210,8 +212,7 @@ def _recall_row(name: str, k: int, scores: dict, work: Path) -> dict:
 
 def _metric(q: dict, metric: str) -> float:
     """One question's score of ``metric`` for noderag from a ``per_question.jsonl`` record."""
-    m = q.get("methods", {}).get("noderag", q.get("noderag", {}))
-    return float((m.get("metrics") or m)[metric])
+    return float(q["methods"]["noderag"]["scores"][metric])
 
 
 def render_recall(rep: dict) -> str:
