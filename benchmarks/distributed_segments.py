@@ -47,13 +47,14 @@ def child_build(kind: str, corpus: Path, out: Path, embed: str, address: str | N
         from noderag.indexing.driver import build_index
 
         build_index([corpus], out, cfg, progress=False)
-        parts = []
+        parts, aliases = [], {}
     else:
         from noderag.indexing.segmented import build_segmented
 
         rep = build_segmented([corpus], out, cfg, segments=int(kind.split("-")[1]),
                               executor=ExecutorConfig(kind="ray", address=address))
         parts = rep.parts
+        aliases = rep.manifest["segments"]
     wall = time.perf_counter() - t0
     own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     driver_cpu = own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
@@ -62,6 +63,7 @@ def child_build(kind: str, corpus: Path, out: Path, embed: str, address: str | N
             "driver_cpu_s": round(driver_cpu, 2), "driver_peak_mb": round(own.ru_maxrss / 1024, 1),
             "driver_children_peak_mb": round(kids.ru_maxrss / 1024, 1),
             "task_peak_mb": round(max([max(p["peak_rss_mb"], p["place_peak_rss_mb"]) for p in parts] or [0]), 1),
+            "aliases": aliases.get("aliases", 0), "aliased_by_type": aliases.get("aliased_by_type", {}),
             "parts": [{k: (round(v, 2) if isinstance(v, float) else v) for k, v in p.items() if k != "index"}
                       for p in parts]}
 
