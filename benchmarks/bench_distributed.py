@@ -159,6 +159,8 @@ def main(argv=None) -> int:
     ap.add_argument("--segments", help="segment-parallel builds instead: K,K,... segments vs one build on the "
                                        "scale corpus of --passages passages (distributed_segments.py)")
     ap.add_argument("--recall", type=int, metavar="K", help="recall of K segments vs 1 on the dev samples")
+    ap.add_argument("--open-check", type=int, metavar="K", help="open + first query of a K-segment index of "
+                                                                "--passages passages: merged vs per-segment tables")
     ap.add_argument("--samples", default="musique,hotpotqa,drcd", help="with --recall: the dev samples")
     ap.add_argument("--embed", default="hash:64", help="with --segments: the embedder")
     ap.add_argument("--questions", type=int, default=100, help="with --segments: questions timed per index")
@@ -170,11 +172,13 @@ def main(argv=None) -> int:
 
         return child_main(argv[1:])
     args = ap.parse_args(argv)
-    if args.segments or args.recall:
-        from distributed_segments import run_recall, run_scale
+    if args.segments or args.recall or args.open_check:
+        from distributed_segments import run_open, run_recall, run_scale
 
         args.out.mkdir(parents=True, exist_ok=True)
         args.work.mkdir(parents=True, exist_ok=True)
+        if args.open_check:
+            run_open(args.passages, args.open_check, args.data, args.work, args.out, args.embed)
         if args.recall:
             run_recall(args.recall, args.data, args.work, args.out, args.samples.split(","))
         if args.segments:

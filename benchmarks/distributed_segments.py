@@ -236,11 +236,68 @@ def _machine() -> str:
     return f"{platform.machine()}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f} at the end"
 
 
+def child_open(index: Path, questions: Path, merge: str) -> dict:
+    """Open + first query of a segmented index in this (fresh) process, the later segments' name and BM25 tables
+    merged into one part at open (``merge`` "merged") or looked up per segment ("per-segment")."""
+    import noderag
+    from noderag.search.segments import SegmentedTables
+
+    SegmentedTables.MERGE_PARTS = merge == "merged"
+    qs = [json.loads(line)["question"] for line in questions.read_text("utf-8").splitlines() if line.strip()][:50]
+    t0 = time.perf_counter()
+    idx = noderag.Index.open(index)
+    idx.retrieve(qs[0])
+    first = time.perf_counter() - t0
+    times = []
+    for q in qs[1:]:
+        t1 = time.perf_counter()
+        idx.retrieve(q)
+        times.append((time.perf_counter() - t1) * 1000)
+    return {"mode": merge, "open_first_s": round(first, 3), "p50_ms": round(statistics.median(times), 2)}
+
+
+def run_open(passages: int, k: int, data: Path, work: Path, out: Path, embed: str, repeats: int = 3) -> dict:
+    """Open + first query of a ``k``-segment index of the scale corpus, merged vs per-segment tables, each in a
+    fresh process, interleaved ``repeats`` times; medians."""
+    from noderag.config import NodeRAGConfig
+    from noderag.indexing.segmented import build_segmented
+
+    sys.path.insert(0, str(HERE))
+    from scale_corpus import generate
+
+    corpus = generate(passages, work / "scale", data=data)
+    idx = work / f"open-{passages}-{k}"
+    if idx.exists():
+        shutil.rmtree(idx)
+    build_segmented([corpus.corpus], idx, NodeRAGConfig().with_overrides({"embed.spec": embed}), segments=k)
+    runs: dict[str, list[dict]] = {"merged": [], "per-segment": []}
+    for _ in range(repeats):
+        for mode in runs:
+            runs[mode].append(_child(["open", str(idx), str(corpus.questions), mode]))
+    rows = [{"mode": m, "open_first_s": statistics.median(r["open_first_s"] for r in rs),
+             "p50_ms": statistics.median(r["p50_ms"] for r in rs), "runs": rs} for m, rs in runs.items()]
+    rep = {"passages": passages, "segments": k, "embed": embed, "repeats": repeats, "machine": _machine(),
+           "rows": rows, "open_ratio": round(rows[1]["open_first_s"] / rows[0]["open_first_s"], 3)}
+    (out / "distributed_segments_open.json").write_text(json.dumps(rep, indent=1) + "\n")
+    md = [f"# Opening a {k}-segment index of {passages:,} passages: merged vs per-segment tables", "",
+          f"`python benchmarks/bench_distributed.py --open-check {k} --passages {passages}` (embedder `{embed}`; "
+          f"{repeats} interleaved runs, each in a fresh process, medians; machine: {rep['machine']}).", "",
+          "| later segments' name and BM25 tables | open + first query s | query p50 ms (49 queries) |",
+          "|---|---:|---:|"]
+    md += [f"| {r['mode']} | {r['open_first_s']} | {r['p50_ms']} |" for r in rows]
+    md += ["", f"Per-segment / merged open + first query: {rep['open_ratio']}x."]
+    (out / "distributed_segments_open.md").write_text("\n".join(md) + "\n")
+    print("\n".join(md))
+    return rep
+
+
 def child_main(argv: list[str]) -> int:
     """``bench_distributed.py --seg-child build KIND CORPUS OUT EMBED ADDRESS`` or ``... query INDEX QUESTIONS N``."""
     if argv[0] == "build":
         kind, corpus, out, embed, address = argv[1:6]
         print(json.dumps(child_build(kind, Path(corpus), Path(out), embed, address)))
+    elif argv[0] == "open":
+        print(json.dumps(child_open(Path(argv[1]), Path(argv[2]), argv[3])))
     else:
         print(json.dumps(child_query(Path(argv[1]), Path(argv[2]), int(argv[3]))))
     return 0
