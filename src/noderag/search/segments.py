@@ -158,7 +158,14 @@ def merged_lexical(parts: Sequence):
 
 
 class SegmentedTables:
-    """The query tables of every segment of a generation, answering as one :class:`QueryIndex` does."""
+    """The query tables of every segment of a generation, answering as one :class:`QueryIndex` does.
+
+    The deltas of inserts (small, possibly many) have their names and postings merged into one part at open;
+    the segments of a segment-parallel build (an alias table; few, each large) are looked up one by one, as
+    merging them would cost O(their names) Python objects at every open (:attr:`MERGE_PARTS` forces it).
+    """
+
+    MERGE_PARTS: bool | None = None  # None: merge the deltas of inserts, not a segmented build's segments
 
     def __init__(self, parts: Sequence, aliases=None) -> None:
         self.parts = list(parts)
@@ -181,11 +188,12 @@ class SegmentedTables:
         self.line_tokens = None if any(x is None for x in lines) else np.concatenate([np.asarray(x) for x in lines])
         # the deltas' names and postings are merged once into one in-memory part (O(their size)): a query
         # then looks up two parts, however many deltas there are
+        merge = len(self.parts) > 2 and (aliases is None if self.MERGE_PARTS is None else self.MERGE_PARTS)
         names = [p.names for p in self.parts]
-        self.names = SegmentedNames(names[:1] + ([merged_names(names[1:])] if len(names) > 2 else names[1:]), aliases)
+        self.names = SegmentedNames(names[:1] + [merged_names(names[1:])] if merge else names, aliases)
         lex = [p.lexical for p in self.parts]
         if all(x is not None for x in lex):
-            merged = lex[:1] + ([merged_lexical(lex[1:])] if len(lex) > 2 else lex[1:])
+            merged = lex[:1] + [merged_lexical(lex[1:])] if merge else lex
             self.lexical = SegmentedLexical(merged, self._starts[:len(merged)])
         else:
             self.lexical = None
