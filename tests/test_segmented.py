@@ -22,7 +22,6 @@ from noderag.indexing.segmented import build_segmented
 from noderag.indexing.update.compact import compact_index
 from noderag.store.aliases import Aliases, merge_keys, read_aliases, write_aliases
 from noderag.store.errors import IndexDamagedError
-from noderag.store.generations import current_path
 from noderag.store.tables import IndexStore
 
 DOCS = [
