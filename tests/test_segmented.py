@@ -201,3 +201,11 @@ def test_parts_with_sharded_vectors_verify_and_search(tmp_path):
         embedded = np.flatnonzero(np.isin(types, (0, 1)) & (np.arange(types.shape[0]) >= store.deltas[0].first_node))
         assert np.all(store.vectors.contains(embedded))
     assert _ranked(root, QUESTION)[:2] == ["a", "d"]
+
+
+def test_a_segmented_build_into_an_existing_index_is_refused(built):
+    tmp = built[0]
+    with pytest.raises(BuildError, match="holds an index already"):
+        build_segmented([tmp / "corpus.jsonl"], tmp / "two", NodeRAGConfig.from_dict(CONFIG), segments=2)
+    with IndexStore.open(tmp / "two", verify="full") as store:  # untouched
+        assert store.generation == 1
