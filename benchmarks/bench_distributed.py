@@ -159,6 +159,8 @@ def main(argv=None) -> int:
     ap.add_argument("--segments", help="segment-parallel builds instead: K,K,... segments vs one build on the "
                                        "scale corpus of --passages passages (distributed_segments.py)")
     ap.add_argument("--recall", type=int, metavar="K", help="recall of K segments vs 1 on the dev samples")
+    ap.add_argument("--shards-check", type=int, metavar="K", help="query latency of a K-segment index of "
+                    "--passages passages: parts with vector_shards auto vs 1")
     ap.add_argument("--open-check", type=int, metavar="K", help="open + first query of a K-segment index of "
                                                                 "--passages passages: merged vs per-segment tables")
     ap.add_argument("--samples", default="musique,hotpotqa,drcd", help="with --recall: the dev samples")
@@ -172,11 +174,13 @@ def main(argv=None) -> int:
 
         return child_main(argv[1:])
     args = ap.parse_args(argv)
-    if args.segments or args.recall or args.open_check:
-        from distributed_segments import run_open, run_recall, run_scale
+    if args.segments or args.recall or args.open_check or args.shards_check:
+        from distributed_segments import run_open, run_recall, run_scale, run_shards
 
         args.out.mkdir(parents=True, exist_ok=True)
         args.work.mkdir(parents=True, exist_ok=True)
+        if args.shards_check:
+            run_shards(args.passages, args.shards_check, args.data, args.work, args.out, args.embed)
         if args.open_check:
             run_open(args.passages, args.open_check, args.data, args.work, args.out, args.embed)
         if args.recall:

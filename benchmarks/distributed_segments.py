@@ -291,6 +291,45 @@ def run_open(passages: int, k: int, data: Path, work: Path, out: Path, embed: st
     return rep
 
 
+def run_shards(passages: int, k: int, data: Path, work: Path, out: Path, embed: str, repeats: int = 3) -> dict:
+    """Query p50/p95 of a ``k``-segment index whose parts have ``embed.vector_shards`` "auto" vs 1 (built here,
+    the parts one after another: the bytes do not depend on the executor); each index queried in a fresh
+    process, interleaved ``repeats`` times; medians."""
+    from noderag.config import NodeRAGConfig
+    from noderag.indexing.segmented import build_segmented
+
+    sys.path.insert(0, str(HERE))
+    from scale_corpus import generate
+
+    corpus = generate(passages, work / "scale", data=data)
+    idx = {}
+    for shards in ("auto", 1):
+        idx[shards] = work / f"shards-{passages}-{k}-{shards}"
+        if idx[shards].exists():
+            shutil.rmtree(idx[shards])
+        cfg = NodeRAGConfig().with_overrides({"embed.spec": embed, "embed.vector_shards": shards})
+        build_segmented([corpus.corpus], idx[shards], cfg, segments=k)
+    runs: dict[str, list[dict]] = {str(s): [] for s in idx}
+    for _ in range(repeats):
+        for s, path in idx.items():
+            runs[str(s)].append(_child(["query", str(path), str(corpus.questions), "100"]))
+    rows = [{"vector_shards": s, "p50_ms": statistics.median(r["p50_ms"] for r in rs),
+             "p95_ms": statistics.median(r["p95_ms"] for r in rs), "runs": rs} for s, rs in runs.items()]
+    rep = {"passages": passages, "segments": k, "embed": embed, "repeats": repeats, "machine": _machine(),
+           "rows": rows, "p50_ratio": round(rows[1]["p50_ms"] / rows[0]["p50_ms"], 3),
+           "p95_ratio": round(rows[1]["p95_ms"] / rows[0]["p95_ms"], 3)}
+    (out / "distributed_segments_shards.json").write_text(json.dumps(rep, indent=1) + "\n")
+    md = [f"# Query latency of a {k}-segment index of {passages:,} passages: parts' HNSW shards auto vs 1", "",
+          f"`python benchmarks/bench_distributed.py --shards-check {k} --passages {passages}` (embedder `{embed}`; "
+          f"100 questions, {repeats} interleaved runs, each in a fresh process, medians; machine: {rep['machine']}).",
+          "", "| parts' embed.vector_shards | query p50 ms | p95 ms |", "|---|---:|---:|"]
+    md += [f"| {r['vector_shards']} | {r['p50_ms']} | {r['p95_ms']} |" for r in rows]
+    md += ["", f"1 shard / auto: p50 {rep['p50_ratio']}x, p95 {rep['p95_ratio']}x."]
+    (out / "distributed_segments_shards.md").write_text("\n".join(md) + "\n")
+    print("\n".join(md))
+    return rep
+
+
 def child_main(argv: list[str]) -> int:
     """``bench_distributed.py --seg-child build KIND CORPUS OUT EMBED ADDRESS`` or ``... query INDEX QUESTIONS N``."""
     if argv[0] == "build":
