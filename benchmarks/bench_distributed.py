@@ -40,6 +40,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # distributed_segments, scale_corpus
 STAGES = ("decompose", "embed")
 
 
@@ -155,7 +156,39 @@ def main(argv=None) -> int:
     ap.add_argument("--corpus", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--address", help=argparse.SUPPRESS)
     ap.add_argument("--workers", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--segments", help="segment-parallel builds instead: K,K,... segments vs one build on the "
+                                       "scale corpus of --passages passages (distributed_segments.py)")
+    ap.add_argument("--recall", type=int, metavar="K", help="recall of K segments vs 1 on the dev samples")
+    ap.add_argument("--shards-check", type=int, metavar="K", help="query latency of a K-segment index of "
+                    "--passages passages: parts with vector_shards auto vs 1")
+    ap.add_argument("--open-check", type=int, metavar="K", help="open + first query of a K-segment index of "
+                                                                "--passages passages: merged vs per-segment tables")
+    ap.add_argument("--samples", default="musique,hotpotqa,drcd", help="with --recall: the dev samples")
+    ap.add_argument("--embed", default="hash:64", help="with --segments: the embedder")
+    ap.add_argument("--questions", type=int, default=100, help="with --segments: questions timed per index")
+    ap.add_argument("--reuse", type=Path, help="with --segments: the log of an earlier run whose finished setups "
+                                               "are kept")
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--seg-child"]:  # child process of the segments mode: one build or one query run
+        from distributed_segments import child_main
+
+        return child_main(argv[1:])
     args = ap.parse_args(argv)
+    if args.segments or args.recall or args.open_check or args.shards_check:
+        from distributed_segments import run_open, run_recall, run_scale, run_shards
+
+        args.out.mkdir(parents=True, exist_ok=True)
+        args.work.mkdir(parents=True, exist_ok=True)
+        if args.shards_check:
+            run_shards(args.passages, args.shards_check, args.data, args.work, args.out, args.embed)
+        if args.open_check:
+            run_open(args.passages, args.open_check, args.data, args.work, args.out, args.embed)
+        if args.recall:
+            run_recall(args.recall, args.data, args.work, args.out, args.samples.split(","))
+        if args.segments:
+            run_scale([int(k) for k in args.segments.split(",")], args.passages, args.data, args.work, args.out,
+                      args.embed, args.questions, args.reuse)
+        return 0
     if args.one:
         print(json.dumps(_one(args.one, args.corpus, args.work / args.one, args.address, args.workers)))
         return 0

@@ -101,6 +101,8 @@ def _cmd_build(args: argparse.Namespace) -> int:
         executor = replace(ex, kind=args.executor or ("ray" if args.ray_address else ex.kind),
                            address=args.ray_address or ex.address)
         executor.validate()
+    if getattr(args, "segments", None) is not None:
+        return _build_segmented(args, config, executor, log)
     report = build_index(args.inputs, args.index, config, progress=progress,
                          allow_failures=args.allow_failures, log=log, wait=args.wait, executor=executor)
     replaced = f", {report.deleted_documents} replaced" if report.deleted_documents else ""
@@ -108,6 +110,21 @@ def _cmd_build(args: argparse.Namespace) -> int:
           f"{replaced}")
     print(format_summary(report.manifest))
     _say_background(args.index, report)
+    return 0
+
+
+def _build_segmented(args: argparse.Namespace, config, executor, log) -> int:
+    """``build --segments N``: a new index built as N parts (on the Ray cluster with ``--executor ray``)."""
+    from .config import NodeRAGConfig
+    from .indexing.segmented import build_segmented
+
+    config = config or NodeRAGConfig()
+    report = build_segmented(args.inputs, args.index, config, segments=args.segments,
+                             executor=executor or config.executor, log=log)
+    seg = report.manifest["segments"]
+    print(f"index {args.index}: {report.manifest['counts'].get('documents', 0)} document(s) in {seg['parts']} "
+          f"segments, {seg['aliases']} node(s) shared across segments (generation {report.generation})")
+    print(format_summary(report.manifest))
     return 0
 
 
@@ -229,6 +246,9 @@ def _add_build(sub) -> None:
     b.add_argument("--seed", type=int, metavar="N",
                    help="seed of every random algorithm of the build (Leiden, betweenness pivots, sampling)")
     b.add_argument("--chunk-tokens", type=int, metavar="N", help="maximum tokens per chunk")
+    b.add_argument("--segments", type=int, metavar="N", default=None,
+                   help="a new index built as N segments of contiguous documents, each a complete index built on "
+                        "its own (as Ray tasks with --executor ray), queried as one (docs/ray.md)")
     b.add_argument("--estimate", action="store_true",
                    help="print what an LLM build of INPUT would cost (requests and tokens per stage, embedding, "
                         "time) without calling any model; builds nothing")

@@ -29,6 +29,7 @@ from .journal import Journal
 from ..store.decompositions import DECOMPOSITIONS
 from ..store.layout import (COMMUNITIES, DELTAS, DOCUMENTS, LINKED, NODE_KEYS, NODE_TEXT_OFF, NODE_TYPES, NODES,
                             QUERY_DIR, SCRUBBED, SCRUBBED_KEYS)
+from ..store.aliases import has_aliases
 from ..store.segments import deltas_of, segment_folders
 from .doc_rows import DocumentRows
 from .update.delta import background_compaction_due, delete_plan, delta_reason, delta_table, load_documents, rewrite_deltas
@@ -255,14 +256,16 @@ def _run_kind(previous: Previous | None, config, got: _Inputs, compact: str | No
         table, base, traces, segments, docs_rows, vec_src, delta_from = rewrite_deltas(previous, rewrite, got.drop,
                                                                                        docs_rows)
         return DeltaInsert(tuple(segments), delta_from, rewrite), (table, base, traces, docs_rows, vec_src)
+    # a segmented build's duplicate nodes (store.aliases) become one node only where documents are re-assembled
+    aliased = previous is not None and has_aliases(previous.path)
     if reason is None:
         kind = DeltaInsert()
     elif compact is not None:
-        kind = Compaction(compact)
+        kind = Compaction("full" if aliased else compact)
     elif previous is None:
         kind = FreshBuild()
     else:
-        kind = Recompute(reason, reassembles=bool(got.drop))
+        kind = Recompute(reason, reassembles=bool(got.drop) or aliased)
     table, base, traces, segments = _previous_nodes(previous, isinstance(kind, DeltaInsert),
                                                     need_edges=not kind.reassembles)
     if isinstance(kind, DeltaInsert):  # an insert as a delta: on the query tables of the segments

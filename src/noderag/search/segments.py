@@ -4,7 +4,8 @@ Each segment has its own memory-mapped ``query/`` tables (:class:`~noderag.searc
 over a contiguous range of node ids. :class:`SegmentedTables` answers what the searcher asks of one
 ``QueryIndex``: the per-node columns (concatenated once at open: 17 bytes a node), texts, labels,
 names (looked up in each segment, see :class:`SegmentedNames`) and BM25 postings (each segment's
-impacts are on the scale of the whole index, see :class:`SegmentedLexical`).
+impacts are on the scale of the whole index, see :class:`SegmentedLexical`). A segmented build's
+duplicate nodes (:mod:`noderag.store.aliases`) are inactive and their names answer their canonical node.
 """
 
 from __future__ import annotations
@@ -32,15 +33,25 @@ class SegmentedNames(_NameMatching):
 
     _PART = 40  # a name of part k, position j, is known here as (k << 40) | j
 
-    def __init__(self, parts: Sequence[_NameMatching]) -> None:
+    def __init__(self, parts: Sequence[_NameMatching], aliases=None) -> None:
         self.parts = list(parts)
         self.max_tokens = max((p.max_tokens for p in self.parts), default=0)
+        # a segmented build's duplicates (noderag.store.aliases): a name of one answers its canonical node
+        self.aliases = aliases if aliases is not None and len(aliases) else None
 
     def __len__(self) -> int:
         return sum(len(p) for p in self.parts)
 
+    def _canonical(self, ids: list[int]) -> list[int]:
+        return ids if self.aliases is None else self.aliases.resolve_list(ids)
+
     def _node_id(self, j: int) -> int:
-        return self.parts[j >> self._PART]._node_id(j & ((1 << self._PART) - 1))
+        nid = self.parts[j >> self._PART]._node_id(j & ((1 << self._PART) - 1))
+        return nid if self.aliases is None else int(self.aliases.resolve(np.asarray([nid]))[0])
+
+    def in_text(self, text: str) -> list[tuple[int, str]]:
+        found = super().in_text(text)
+        return found if self.aliases is None else list(dict.fromkeys(found))
 
     def _may_occur(self, words: list[str]) -> list[bool]:
         flags = [p._may_occur(words) for p in self.parts]
@@ -51,14 +62,14 @@ class SegmentedNames(_NameMatching):
         return [[(k << self._PART) | j for k, hits in enumerate(col) for j in hits] for col in zip(*per)]
 
     def exact(self, entity: str) -> list[int]:
-        return [nid for p in self.parts for nid in p.exact(entity)]
+        return self._canonical([nid for p in self.parts for nid in p.exact(entity)])
 
     def containing(self, entity: str, limit: int) -> list[int]:
         out: list[int] = []
         for p in self.parts:
             if len(out) >= limit:
                 break
-            out.extend(p.containing(entity, limit - len(out)))
+            out = self._canonical(out + p.containing(entity, limit - len(out)))
         return out
 
 
@@ -147,9 +158,16 @@ def merged_lexical(parts: Sequence):
 
 
 class SegmentedTables:
-    """The query tables of every segment of a generation, answering as one :class:`QueryIndex` does."""
+    """The query tables of every segment of a generation, answering as one :class:`QueryIndex` does.
 
-    def __init__(self, parts: Sequence) -> None:
+    The deltas of inserts (small, possibly many) have their names and postings merged into one part at open;
+    the segments of a segment-parallel build (an alias table; few, each large) are looked up one by one, as
+    merging them would cost O(their names) Python objects at every open (:attr:`MERGE_PARTS` forces it).
+    """
+
+    MERGE_PARTS: bool | None = None  # None: merge the deltas of inserts, not a segmented build's segments
+
+    def __init__(self, parts: Sequence, aliases=None) -> None:
         self.parts = list(parts)
         self._starts = np.asarray([p.first for p in self.parts], dtype=np.int64)
         self._first = self._starts.tolist()
@@ -163,15 +181,19 @@ class SegmentedTables:
         self.chunk = np.concatenate([np.asarray(p.chunk) for p in self.parts])
         self.doc = np.concatenate([np.asarray(p.doc) for p in self.parts])
         self.active = np.concatenate([np.asarray(p.active) for p in self.parts])
+        if aliases is not None and len(aliases):  # a duplicate stands aside for its canonical node, unless
+            aliases = aliases.where(self.active[aliases.canon])  # a delete in place made that one inactive
+            self.active[aliases.dup] = False
         lines = [getattr(p, "line_tokens", None) for p in self.parts]
         self.line_tokens = None if any(x is None for x in lines) else np.concatenate([np.asarray(x) for x in lines])
         # the deltas' names and postings are merged once into one in-memory part (O(their size)): a query
         # then looks up two parts, however many deltas there are
+        merge = len(self.parts) > 2 and (aliases is None if self.MERGE_PARTS is None else self.MERGE_PARTS)
         names = [p.names for p in self.parts]
-        self.names = SegmentedNames(names[:1] + ([merged_names(names[1:])] if len(names) > 2 else names[1:]))
+        self.names = SegmentedNames(names[:1] + [merged_names(names[1:])] if merge else names, aliases)
         lex = [p.lexical for p in self.parts]
         if all(x is not None for x in lex):
-            merged = lex[:1] + ([merged_lexical(lex[1:])] if len(lex) > 2 else lex[1:])
+            merged = lex[:1] + [merged_lexical(lex[1:])] if merge else lex
             self.lexical = SegmentedLexical(merged, self._starts[:len(merged)])
         else:
             self.lexical = None
@@ -209,10 +231,13 @@ class SegmentedTables:
 
 def open_segment_tables(store):
     """The query tables of an opened store: its generation's ``query/`` (memory-mapped), or one table over every
-    segment when it has deltas; None for an index without them."""
+    segment when it has deltas (with the alias table of a segmented build); None for an index without them."""
+    from ..store.aliases import read_aliases
     from .query_index import open_query_index
 
     if not getattr(store, "deltas", None):
         return open_query_index(store.path)
     parts = [open_query_index(f) for f in store.segment_folders]
-    return SegmentedTables(parts) if all(p is not None for p in parts) else None
+    if not all(p is not None for p in parts):
+        return None
+    return SegmentedTables(parts, read_aliases(store.path, sum(p.n for p in parts)))

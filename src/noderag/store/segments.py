@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from .aliases import ALIASES, Aliases, read_aliases, write_aliases
 from .errors import IndexDamagedError, fd_exhaustion
 from .layout import DELTAS, MANIFEST, READERS
 
@@ -116,7 +117,25 @@ def share_generation(src: Path, dst: Path, skip: tuple[str, ...] = ()) -> tuple[
             shutil.copyfile(source, target)
             copied += os.stat(target).st_size
         shared.append(rel)
+    if skip and (src / ALIASES).is_dir():
+        shared = _trim_aliases(src, dst, skip, shared)
     return shared, copied
+
+
+def _trim_aliases(src: Path, dst: Path, skip: tuple[str, ...], shared: list[str]) -> list[str]:
+    """A delete that rewrites delta segments (the ``skip`` prefixes) re-assembles their nodes onto the segments
+    before them, merged by key: the alias entries of their old nodes go (written anew, no longer shared)."""
+    from .manifest import read_manifest
+
+    gone = [d.first_node for d in deltas_of(read_manifest(src) or {}, src) if f"{DELTAS}/{d.name}/" in skip]
+    table = read_aliases(src)
+    if not gone or table is None:
+        return shared
+    keep = table.dup < min(gone)
+    for name in ("dup.npy", "canon.npy"):
+        os.unlink(dst / ALIASES / name)
+    write_aliases(dst, Aliases(table.dup[keep], table.canon[keep]))
+    return [rel for rel in shared if not rel.startswith(f"{ALIASES}/")]
 
 
 def concat_npy(folders: list[Path], name: str, dtype) -> np.ndarray:
@@ -285,7 +304,8 @@ def generation_graph(path: Path, manifest: dict[str, Any], *, validate: bool = T
 
 def segmented_graph(path: Path, deltas: list[Delta], *, validate: bool = True, scrubbed: bool = False):
     """The graph of a generation with delta segments: the base's layers over every node, plus each delta's edges
-    (``scrubbed``: :func:`has_scrubbed`; the deltas' edges to scrubbed nodes are left out).
+    (``scrubbed``: :func:`has_scrubbed`; the deltas' edges to scrubbed nodes are left out). The edges of a
+    segmented build's duplicate nodes end at their canonical node (:mod:`noderag.store.aliases`).
 
     One copy of the base's edge arrays at open, the deltas' edges spliced in (:func:`with_edges`); a
     compacted generation opens its graph memory-mapped instead.
@@ -309,6 +329,11 @@ def segmented_graph(path: Path, deltas: list[Delta], *, validate: bool = True, s
     w = np.concatenate([p[2] for p in parts])
     if scrubbed and src.size:
         keep = without_scrubbed(path, np.asarray(base.types), src, dst)
+        src, dst, w = src[keep], dst[keep], w[keep]
+    aliases = live_aliases(path, read_aliases(path, n), np.asarray(base.types)) if scrubbed else read_aliases(path, n)
+    if aliases is not None and len(aliases) and src.size:  # a segmented build's duplicates: one node each
+        src, dst = aliases.resolve(src), aliases.resolve(dst)
+        keep = src != dst
         src, dst, w = src[keep], dst[keep], w[keep]
     structural = CSR(*with_edges(base.structural, n, src, dst, w))
     semantic = _padded(base.semantic, n)
@@ -363,6 +388,13 @@ def _checked_delta_edges(path: Path, d: Delta, n: int) -> tuple[np.ndarray, np.n
     if w.size and (not np.all(np.isfinite(w)) or float(w.min()) < 0):
         raise IndexDamagedError(path, f"{sub}/w.npy", "invalid weight", "not finite or negative")
     return src, dst, w
+
+
+def live_aliases(path: Path, aliases, types: np.ndarray):
+    """``aliases`` without the entries whose canonical node a delete in place scrubbed: such a duplicate stands for
+    itself again (its segment still holds the key)."""
+    gone = scrubbed_mask(path, types) if aliases is not None and len(aliases) else None
+    return aliases if gone is None else aliases.where(~_ends_at(gone, aliases.canon))
 
 
 def _ends_at(mask: np.ndarray, ids: np.ndarray) -> np.ndarray:

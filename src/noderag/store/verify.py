@@ -382,7 +382,7 @@ def _check_header_facts(root: Path, manifest: dict[str, Any], facts: dict[str, A
     for d in deltas:
         _check_delta_facts(root, d, facts, (manifest.get("embedder") or {}).get("dim"))
     shards = [facts[rel] for rel in _vector_shard_files(facts)]
-    shards += [facts[f"{DELTAS}/{d.name}/{VECTORS}"] for d in deltas if f"{DELTAS}/{d.name}/{VECTORS}" in facts]
+    shards += [facts[rel] for d in deltas for rel in _vector_shard_files(facts, f"{DELTAS}/{d.name}/")]
     if shards:
         count = sum(v["count"] for v in shards)
         want = _embedded_count(manifest)
@@ -421,13 +421,14 @@ def _check_delta_facts(root: Path, d, facts: dict[str, Any], dim) -> None:
         raise IndexDamagedError(root, pre + VECTORS, "wrong dimension", f"{vec['dim']}, the embedder has {dim}")
 
 
-def _vector_shard_files(facts: dict[str, Any]) -> list[str]:
-    """``vectors.usearch`` and its shard siblings ``vectors.J.usearch`` present in ``facts``, in shard order."""
+def _vector_shard_files(facts: dict[str, Any], folder: str = "") -> list[str]:
+    """``vectors.usearch`` and its shard siblings ``vectors.J.usearch`` present in ``facts``, in shard order
+    (``folder``: of a delta segment, whose vectors may be sharded too: a segment-parallel build's parts)."""
     from ..graph.vectors import shard_path
 
     out = []
-    while str(shard_path(VECTORS, len(out))) in facts:
-        out.append(str(shard_path(VECTORS, len(out))))
+    while folder + str(shard_path(VECTORS, len(out))) in facts:
+        out.append(folder + str(shard_path(VECTORS, len(out))))
     return out
 
 
