@@ -350,6 +350,10 @@ void PPRKernel::scatter(PPRScratch& sc, const int32_t* fid, const double* fm, in
             extra.push_back(u);
             continue;
         }
+        if (rule.push_below > 0.0 && a * m < rule.push_below * static_cast<double>(indptr[u + 1] - indptr[u])) {
+            dropped += a * m;  // too little mass per entry to spread (forward push's residual test)
+            continue;
+        }
         const double c = a * m * is;
         const int32_t g = (rule.bounded || rule.prune) ? group_of_[u] : -1;
         if (g < 0) {
@@ -461,7 +465,8 @@ void PPRKernel::run_one(PPRScratch& sc, const int32_t* seeds, const float* weigh
         // the result is certified afterwards (no node reached only through them can
         // enter a top-k), else the query reruns without pruning.
         const bool prune = !bounded && allow_prune && last && mirrored_;
-        const StepRule rule{bounded, prune, last && mirrored_, bounded ? prm.epsilon : kExactPruneShare};
+        const StepRule rule{bounded, prune, last && mirrored_, bounded ? prm.epsilon : kExactPruneShare,
+                            last ? prm.push_epsilon : 0.0};
         extra.clear();
         ranges.clear();
         // Non-propagating term: (1 - a) * s (restart) or (1 - a) * p (lazy).

@@ -48,7 +48,7 @@ class PyPPRKernel {
     // error bound, support size). Seeds: C-contiguous int32 or int64; weights: None
     // (uniform) or C-contiguous float32 or float64. Ranges and values are checked here.
     py::tuple query(py::array seeds, py::object weights, carray<int64_t> k_per_type, double alpha, int64_t iterations,
-                    bool restart, double epsilon) {
+                    bool restart, double epsilon, double push_epsilon) {
         if (seeds.ndim() != 1 || seeds.shape(0) < 1) throw std::invalid_argument("seeds must be 1-D and non-empty");
         if (!(seeds.flags() & py::array::c_style)) throw std::invalid_argument("seeds must be C-contiguous");
         const int64_t ns = seeds.shape(0), n = kernel_->n();
@@ -94,7 +94,7 @@ class PyPPRKernel {
                 throw std::invalid_argument("seed_weights must be native-endian float32 or float64");
             if (!(total > 0.0)) throw std::invalid_argument("seed_weights must not all be zero");
         }
-        const noderag::PPRParams prm = make_params(k_per_type, alpha, iterations, restart, epsilon);
+        const noderag::PPRParams prm = make_params(k_per_type, alpha, iterations, restart, epsilon, push_epsilon);
         py::array_t<int32_t> ids({static_cast<py::ssize_t>(noderag::kNumTypes), static_cast<py::ssize_t>(prm.k_max)});
         py::array_t<float> scores({static_cast<py::ssize_t>(noderag::kNumTypes), static_cast<py::ssize_t>(prm.k_max)});
         int32_t* oi = ids.mutable_data();
@@ -111,7 +111,7 @@ class PyPPRKernel {
     }
 
     void run(carray<int32_t> seeds, carray<float> weights, carray<int64_t> offsets, carray<int64_t> k_per_type,
-             double alpha, int64_t iterations, bool restart, double epsilon, int n_threads,
+             double alpha, int64_t iterations, bool restart, double epsilon, double push_epsilon, int n_threads,
              py::array_t<int32_t, py::array::c_style> out_ids, py::array_t<float, py::array::c_style> out_scores,
              py::array_t<double, py::array::c_style> out_error, py::array_t<int64_t, py::array::c_style> out_support) {
         // Cheap guards: everything the kernel indexes with is checked here.
@@ -137,7 +137,7 @@ class PyPPRKernel {
             for (int64_t i = off[q]; i < off[q + 1]; ++i) s += sw[i];
             if (!(s > 0.0)) throw std::invalid_argument("every query's seed weights must sum to > 0");
         }
-        const noderag::PPRParams prm = make_params(k_per_type, alpha, iterations, restart, epsilon);
+        const noderag::PPRParams prm = make_params(k_per_type, alpha, iterations, restart, epsilon, push_epsilon);
         if (out_ids.ndim() != 3 || out_ids.shape(0) != Q || out_ids.shape(1) != noderag::kNumTypes ||
             out_ids.shape(2) != prm.k_max)
             throw std::invalid_argument("out_ids must have shape (Q, 7, max(k_per_type))");
@@ -157,17 +157,20 @@ class PyPPRKernel {
 
   private:
     noderag::PPRParams make_params(const carray<int64_t>& k_per_type, double alpha, int64_t iterations, bool restart,
-                                   double epsilon) const {
+                                   double epsilon, double push_epsilon) const {
         if (k_per_type.ndim() != 1 || k_per_type.shape(0) != noderag::kNumTypes)
             throw std::invalid_argument("k_per_type must have shape (7,)");
         if (!(alpha >= 0.0 && alpha <= 1.0)) throw std::invalid_argument("alpha must lie in [0, 1]");
         if (iterations < 0) throw std::invalid_argument("iterations must be >= 0");
         if (!(epsilon >= 0.0) || !std::isfinite(epsilon)) throw std::invalid_argument("epsilon must be finite and >= 0");
+        if (!(push_epsilon >= 0.0) || !std::isfinite(push_epsilon))
+            throw std::invalid_argument("push_epsilon must be finite and >= 0");
         noderag::PPRParams prm;
         prm.alpha = alpha;
         prm.iterations = iterations;
         prm.restart = restart;
         prm.epsilon = epsilon;
+        prm.push_epsilon = push_epsilon;
         const int64_t* kp = k_per_type.data();
         for (int t = 0; t < noderag::kNumTypes; ++t) {
             if (kp[t] < 0) throw std::invalid_argument("k_per_type must be >= 0");
@@ -200,11 +203,12 @@ void register_ppr(py::module_& m) {
         .def_property_readonly_static("min_skip_segment", [](py::object) { return noderag::kMinSkipSegment; })
         .def("query", &PyPPRKernel::query, py::arg("seeds"), py::arg("weights").none(true),
              py::arg("k_per_type").noconvert(), py::arg("alpha"), py::arg("iterations"), py::arg("restart"),
-             py::arg("epsilon"),
+             py::arg("epsilon"), py::arg("push_epsilon"),
              "Run one query; returns (ids (7, K) int32, scores (7, K) float32, error_bound, support_size).")
         .def("run", &PyPPRKernel::run, py::arg("seeds").noconvert(), py::arg("weights").noconvert(),
              py::arg("offsets").noconvert(), py::arg("k_per_type").noconvert(), py::arg("alpha"),
-             py::arg("iterations"), py::arg("restart"), py::arg("epsilon"), py::arg("n_threads"),
+             py::arg("iterations"), py::arg("restart"), py::arg("epsilon"), py::arg("push_epsilon"),
+             py::arg("n_threads"),
              py::arg("out_ids").noconvert(), py::arg("out_scores").noconvert(), py::arg("out_error").noconvert(),
              py::arg("out_support").noconvert(),
              "Run Q queries (seeds CSR-style by offsets) writing into the preallocated outputs; GIL released.");

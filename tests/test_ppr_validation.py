@@ -167,9 +167,9 @@ def test_native_guards_throw_instead_of_reading_out_of_bounds(graph):
         _core.PPRKernel(np.array([0, 5], np.int64), np.zeros(1, np.int32), np.ones(1, np.float32),
                         np.zeros(1, np.uint8))
 
-    def run(seeds, offsets, k=np.ones(7, np.int64), q=1):
+    def run(seeds, offsets, k=np.ones(7, np.int64), q=1, push=0.0):
         kern.run(np.asarray(seeds, np.int32), np.ones(len(seeds), np.float32), np.asarray(offsets, np.int64), k,
-                 0.5, 2, True, 0.0, 1, np.empty((q, 7, 1), np.int32), np.empty((q, 7, 1), np.float32),
+                 0.5, 2, True, 0.0, push, 1, np.empty((q, 7, 1), np.int32), np.empty((q, 7, 1), np.float32),
                  np.empty(q), np.empty(q, np.int64))
 
     run([0], [0, 1])
@@ -179,6 +179,8 @@ def test_native_guards_throw_instead_of_reading_out_of_bounds(graph):
         run([0], [0, 5])
     with pytest.raises(ValueError, match="out_ids"):
         run([0], [0, 1], k=np.full(7, 2, np.int64))
+    with pytest.raises(ValueError, match="push_epsilon must be finite"):
+        run([0], [0, 1], push=float("nan"))
 
 
 dtypes = st.sampled_from([np.int8, np.int32, np.int64, np.uint64, np.float32, np.float64, np.bool_, "U1", object])

@@ -33,6 +33,7 @@ class PPRKernel:
         iterations: int,
         restart: bool,
         epsilon: float,
+        push_epsilon: float,
     ) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.float32], float, int]: ...
     def run(
         self,
@@ -44,6 +45,7 @@ class PPRKernel:
         iterations: int,
         restart: bool,
         epsilon: float,
+        push_epsilon: float,
         n_threads: int,
         out_ids: npt.NDArray[np.int32],
         out_scores: npt.NDArray[np.float32],
