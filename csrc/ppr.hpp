@@ -26,7 +26,8 @@
 //
 // Push threshold (push_epsilon > 0, either mode): at the last step a node whose
 // propagated mass per row entry, a * m / degree, is below push_epsilon spreads
-// nothing (its a * m is dropped and counted in the error), so the last step, the
+// nothing (its a * m is dropped and counted in the error; its row is not even
+// read, and a dangling row with zero-weight entries drops it too), so the last step, the
 // one that fans out from every node the seeds reached, reads at most
 // a / push_epsilon entries: hub seeds no longer make a query's cost grow with
 // their degree.
@@ -85,14 +86,16 @@ class TopK;  // the per-type bounded heaps of one query (ppr.cpp)
 class PPRKernel {
   public:
     // The arrays must stay alive and unmodified for the kernel's lifetime (the
-    // Python binding holds references). Inputs are trusted (validated by caller)
-    // except for the cheap guards in the constructor.
+    // Python binding holds references). The constructor checks indptr and the type
+    // codes (O(n)); with check_edges also every column id and weight (O(nnz)).
+    // Without, a row's ids and weights are checked when a query first reads it
+    // (row_strength), so no query ever indexes out of bounds either way.
     PPRKernel(int64_t n, const int64_t* indptr, const int32_t* indices, const float* weights,
-              const uint8_t* types);
+              const uint8_t* types, bool check_edges = true);
 
     int64_t n() const { return n_; }
-    // The grouped rows and the mirror check are built once, on first use (the Python
-    // binding calls this in its constructor).
+    // The grouped rows and the mirror check are built once, on first use by a mode that
+    // reads them (bounded, or exact without a push threshold); O(nnz), every row checked.
     void ensure_grouped() const;
     bool mirrored() const {
         ensure_grouped();
@@ -133,13 +136,14 @@ class PPRKernel {
     // The last step's compaction fused with the top-k selection; returns the support size.
     int64_t select_last(PPRScratch& sc, TopK& topk) const;
 
+    // Sum of row u's weights; throws std::invalid_argument when a column id or weight is invalid.
+    double row_strength(int32_t u) const;
+
     int64_t n_;
     const int64_t* indptr_;
     const int32_t* indices_;
     const float* weights_;
     const uint8_t* types_;
-    std::vector<double> inv_strength_;  // 1 / strength, 0 for dangling nodes
-    bool sorted_ = false;  // every row has strictly increasing column ids
     // Rows with more than kMinSkipSegment entries, grouped by neighbour type (stable);
     // built once (ensure_grouped).
     void build_grouped() const;

@@ -21,7 +21,8 @@ using carray = py::array_t<T, py::array::c_style>;
 
 class PyPPRKernel {
   public:
-    PyPPRKernel(carray<int64_t> indptr, carray<int32_t> indices, carray<float> weights, carray<uint8_t> types)
+    PyPPRKernel(carray<int64_t> indptr, carray<int32_t> indices, carray<float> weights, carray<uint8_t> types,
+                bool check_edges)
         : indptr_(std::move(indptr)), indices_(std::move(indices)), weights_(std::move(weights)),
           types_(std::move(types)) {
         if (indptr_.ndim() != 1 || indptr_.shape(0) < 1) throw std::invalid_argument("indptr must be 1-D of length n + 1 >= 1");
@@ -35,8 +36,7 @@ class PyPPRKernel {
         const float* w = weights_.data();
         const uint8_t* ty = types_.data();
         py::gil_scoped_release release;
-        kernel_ = std::make_unique<noderag::PPRKernel>(n, ip, ix, w, ty);
-        kernel_->ensure_grouped();  // eagerly, so the first query has no setup cost
+        kernel_ = std::make_unique<noderag::PPRKernel>(n, ip, ix, w, ty, check_edges);
     }
 
     int64_t n() const { return kernel_->n(); }
@@ -192,8 +192,9 @@ class PyPPRKernel {
 void register_ppr(py::module_& m) {
     py::class_<PyPPRKernel>(m, "PPRKernel",
                             "Shallow personalized PageRank over fixed CSR arrays (private; use noderag.graph.ppr).")
-        .def(py::init<carray<int64_t>, carray<int32_t>, carray<float>, carray<uint8_t>>(), py::arg("indptr").noconvert(),
-             py::arg("indices").noconvert(), py::arg("weights").noconvert(), py::arg("types").noconvert())
+        .def(py::init<carray<int64_t>, carray<int32_t>, carray<float>, carray<uint8_t>, bool>(),
+             py::arg("indptr").noconvert(), py::arg("indices").noconvert(), py::arg("weights").noconvert(),
+             py::arg("types").noconvert(), py::arg("check_edges") = true)
         .def_property_readonly("n", &PyPPRKernel::n)
         .def_property_readonly("nnz", &PyPPRKernel::nnz)
         .def_property_readonly("mirrored", &PyPPRKernel::mirrored,

@@ -405,7 +405,7 @@ def test_operator_reuse_and_functional_equal():
 
 
 def dense_push_ppr(csr: CSR, seeds, weights, alpha: float, t: int, rule: str, push: float) -> tuple[np.ndarray, float]:
-    """Dense reference of the push threshold: the first t - 1 steps exact; at the last, a live node u with
+    """Dense reference of the push threshold: the first t - 1 steps exact; at the last, a node u with
     alpha * p[u] < push * degree(u) spreads nothing. Returns (scores, dropped mass)."""
     if t == 0:
         return dense_ppr(csr, seeds, weights, alpha, 0, rule), 0.0
@@ -418,7 +418,7 @@ def dense_push_ppr(csr: CSR, seeds, weights, alpha: float, t: int, rule: str, pu
     trans[live] = adj[live] / strength[live, None]
     dead = np.flatnonzero(~live)
     trans[dead, dead] = 1.0
-    held = live & (alpha * p < push * np.diff(csr.indptr))
+    held = alpha * p < push * np.diff(csr.indptr)  # a zero-weight row with entries drops its mass too
     spread = np.where(held, 0.0, p)
     out = alpha * trans.T @ spread + (1.0 - alpha) * (s if rule == "restart" else p)
     return out, float(alpha * p[held].sum())

@@ -235,3 +235,26 @@ def test_fuzz_valid_graph_bad_queries(n, data):
     except ValueError:
         return
     assert len(out) == 2
+
+
+def test_unchecked_edges_are_checked_as_rows_are_read():
+    """check_edges=False: O(n) construction; a bad row raises ValueError naming it when a query reads it."""
+    n = 6
+    indptr = np.array([0, 2, 3, 4, 4, 4, 4], np.int64)
+    indices = np.array([1, 2, 0, 99], np.int32)  # row 2 points outside the graph
+    weights = np.ones(4, np.float32)
+    csr = CSR(indptr, indices, weights)
+    types = np.zeros(n, np.uint8)
+    with pytest.raises(ValueError, match="indices"):
+        PPROperator(csr, types)
+    op = PPROperator(csr, types, check_edges=False)
+    res = op.query([0], k_per_type=3, iterations=1, push_epsilon=1e-9)  # reads rows 0 only
+    assert res.top(0)[0].tolist() == [0, 1, 2]
+    with pytest.raises(ValueError, match=r"indices must lie in \[0, n\) \(row 2\)"):
+        op.query([0], k_per_type=3, iterations=2, push_epsilon=1e-9)  # the second step reads row 2
+    bad_w = CSR(indptr, np.array([1, 2, 0, 1], np.int32), np.array([1, 1, -1, 1], np.float32))
+    op = PPROperator(bad_w, types, check_edges=False)
+    with pytest.raises(ValueError, match=r"weights must be finite and >= 0 \(row 1\)"):
+        op.query([1], k_per_type=3, iterations=1, push_epsilon=1e-9)
+    with pytest.raises(ValueError, match=r"weights must be finite and >= 0"):
+        bool(op.mirrored)  # the grouped rows' pass checks every row

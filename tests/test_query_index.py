@@ -225,15 +225,18 @@ def test_insert_rewrites_the_query_index(tmp_path):
 
 
 def test_damaged_graph_is_still_caught_without_the_compiled_check(demo, tmp_path):
-    # the searcher maps the graph without HeteroGraph's numba pass; PPROperator's checks must catch damage
+    # the searcher maps the graph without HeteroGraph's numba pass, and PPROperator checks each row as a query
+    # first reads it: damage in a row the query reads is named (noderag verify checks every row)
+    question = "Which river flows through the capital?"
+    seed = int(noderag.Index.open(demo.root).searcher().query_context(question).seeds[0])
     copy = tmp_path / "badgraph"
     shutil.copytree(demo.root, copy)
     gen = copy / demo.path.relative_to(demo.root)
     ind = np.load(gen / "graph" / "indices.npy")
-    ind[len(ind) // 2] = int(demo.graph.n) + 5
+    ind[int(np.load(gen / "graph" / "indptr.npy")[seed])] = int(demo.graph.n) + 5
     np.save(gen / "graph" / "indices.npy", ind)
     with pytest.raises(IndexDamagedError, match=r"node id out of range in graph/indices\.npy"):
-        noderag.Index.open(copy).retrieve("Which river flows through the capital?")
+        noderag.Index.open(copy).retrieve(question)
 
 
 _NAME_WORDS = ["Paris", "paris", "Bank", "of", "the", "St.", "Jean-Luc", "台北", "市", "March", "&", "42", "O'Neil",

@@ -50,15 +50,17 @@ otherwise the query reruns without pruning. Exact results, at close to the bound
 mode's cost on hub-heavy graphs. (``support_size`` then excludes the pruned leaves.)
 
 Push threshold (``push_epsilon > 0``, with either mode): at the last step a node ``u`` holding mass ``m``
-spreads ``alpha * m`` along its row only if ``alpha * m >= push_epsilon * degree(u)`` -- the residual test of
-forward push (Andersen, Chung & Lang 2006) -- else that mass is dropped and added to ``error_bound``. The last
+spreads ``alpha * m`` along its row only if ``alpha * m >= push_epsilon * degree(u)`` (``degree``: the row's
+entries) -- the residual test of forward push (Andersen, Chung & Lang 2006) -- else that mass is dropped and added
+to ``error_bound`` (a dangling node with zero-weight entries too). The last
 step, which fans out from every node the first steps reached, then reads at most ``alpha / push_epsilon`` row
 entries: a query's cost no longer grows with its seeds' degrees (a hub seed reaches thousands of nodes of
 little mass each). The returned scores are lower bounds; a node reached only through unspread rows is absent.
 
-Use :class:`PPROperator` for repeated queries on one graph: it validates the CSR and
-precomputes, once, ``1 / strength``, the type-grouped copies of the large rows and the
-mirror check (O(n + nnz)). An operator may be shared by threads. :func:`shallow_ppr` and
+Use :class:`PPROperator` for repeated queries on one graph: it validates the CSR once (O(n + nnz), or O(n)
+with ``check_edges=False``: each row is then checked as a query reads it); the type-grouped copies of the
+large rows and the mirror check (O(nnz)) are built at the first query of a mode that reads them (bounded, or
+exact without a push threshold). An operator may be shared by threads. :func:`shallow_ppr` and
 :func:`shallow_ppr_batch` accept either a :class:`~noderag.graph.csr.CSR` (validated
 and precomputed on every call, O(n + nnz)) or a :class:`PPROperator`.
 """
@@ -103,7 +105,7 @@ class PPRResult:
     scores : ndarray of shape (7, k), float32
         Their scores, padded with 0.
     error_bound : float
-        Upper bound on the L1 error of the scores vs exact (0.0 in exact mode).
+        Upper bound on the L1 error of the scores vs exact (0.0 in exact mode without a push threshold).
     support_size : int
         Number of nodes with a nonzero score in the computed vector (without the
         leaves of pruned or skipped hub segments).
@@ -254,16 +256,20 @@ class PPROperator:
         copied: do not modify them while the operator is alive.
     node_types : array-like of shape (n,)
         Node type codes in [0, 7).
+    check_edges : bool, default=True
+        Check every column id and weight now (O(nnz)). False: only indptr and the type codes now (O(n), what a
+        searcher opening millions of edges wants); a row is checked when a query first reads it, and a bad one
+        raises ``ValueError`` then. Either way no query reads out of bounds.
     """
 
-    def __init__(self, csr: CSR, node_types) -> None:
+    def __init__(self, csr: CSR, node_types, *, check_edges: bool = True) -> None:
         if not isinstance(csr, CSR):
             raise ValueError(f"csr must be a noderag.graph.csr.CSR, got {type(csr).__name__}")
         kernel = None
-        if _native_csr(csr):  # the kernel checks every value in its one pass over the edges
+        if _native_csr(csr):  # the kernel checks the values itself (all now, or each row as it is read)
             types = _node_types(node_types, csr.indptr.shape[0] - 1)
             try:
-                kernel = _core.PPRKernel(csr.indptr, csr.indices, csr.weights, types)
+                kernel = _core.PPRKernel(csr.indptr, csr.indices, csr.weights, types, bool(check_edges))
             except ValueError:
                 kernel = None  # the numpy checks below name the bad value
         if kernel is None:

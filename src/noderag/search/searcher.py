@@ -155,7 +155,9 @@ class Searcher:
                                   "which this index was built without: rebuild it with semantic.enabled = true "
                                   "(or search with search.semantic_weight = 0)")
         csr = graph.combined(structural_weight=1.0, semantic_weight=cfg.semantic_weight)
-        return PPROperator(csr, self.types)
+        # O(n) at open: each row's ids and weights are checked when a query first reads it (a scan of every edge,
+        # O(nnz), was most of opening 10^6 passages)
+        return PPROperator(csr, self.types, check_edges=False)
 
     def _bind_lexical(self, tables: Any) -> Any:
         """The passages' BM25 postings, memory-mapped from ``query/`` and bound to the passages' ids."""
@@ -351,12 +353,19 @@ class Searcher:
         if not todo:
             return out
         t0 = time.perf_counter()
-        if len(todo) == 1:
-            p = preps[todo[0]]
-            results = [self._operator.query(p.seeds, p.weights, **kw)]
-        else:
-            results = self._operator.query_batch([preps[i].seeds for i in todo], [preps[i].weights for i in todo],
-                                                 n_threads=cfg.n_threads, **kw)
+        try:
+            if len(todo) == 1:
+                p = preps[todo[0]]
+                results = [self._operator.query(p.seeds, p.weights, **kw)]
+            else:
+                results = self._operator.query_batch([preps[i].seeds for i in todo],
+                                                     [preps[i].weights for i in todo], n_threads=cfg.n_threads, **kw)
+        except ValueError as exc:  # a damaged row, checked as the kernel reads it: name the graph file
+            if not hasattr(self.store, "path"):
+                raise
+            from ..store.verify import graph_damage
+
+            raise graph_damage(self.store.path, exc) from None
         for i, r in zip(todo, results):
             out[i] = (np.asarray(r.ids), np.asarray(r.scores))
         self._timed("ppr", t0, len(todo))
