@@ -7,6 +7,7 @@
 #include <exception>
 #include <functional>
 #include <limits>
+#include <new>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -132,9 +133,10 @@ class TopK {
 };
 
 PPRScratch::PPRScratch(int64_t n)
-    : acc(new double[static_cast<size_t>(n)]()),
-      skip_c(new double[static_cast<size_t>(n)]()),
-      skip_types(new uint8_t[static_cast<size_t>(n)]()) {
+    : acc(static_cast<double*>(std::calloc(static_cast<size_t>(std::max<int64_t>(n, 1)), sizeof(double)))),
+      skip_c(static_cast<double*>(std::calloc(static_cast<size_t>(std::max<int64_t>(n, 1)), sizeof(double)))),
+      skip_types(static_cast<uint8_t*>(std::calloc(static_cast<size_t>(std::max<int64_t>(n, 1)), 1))) {
+    if (!acc || !skip_c || !skip_types) throw std::bad_alloc();
     for (int b = 0; b < 2; ++b) {  // uninitialised: pages are only mapped when a query reaches them
         ids[b].reset(new int32_t[static_cast<size_t>(n) + 1]);
         mass[b].reset(new double[static_cast<size_t>(n) + 1]);

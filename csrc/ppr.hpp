@@ -34,6 +34,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -63,15 +64,23 @@ struct PPRParams {
     int64_t k_max = 0;  // row stride of the output (>= every k_per_type)
 };
 
+// Zeroed memory from calloc: the system maps zero pages as they are first touched, so a
+// scratch of n entries costs nothing until a query reaches its nodes (no O(n) memset).
+struct FreeDeleter {
+    void operator()(void* p) const { std::free(p); }
+};
+template <typename T>
+using ZeroedArray = std::unique_ptr<T[], FreeDeleter>;
+
 // Per-thread working memory: a dense accumulator of size n that is zero between
 // queries (reset only on the entries a query touched) and sparse vectors.
 struct PPRScratch {
     explicit PPRScratch(int64_t n);
-    std::unique_ptr<double[]> acc;      // (n,) zero between queries
+    ZeroedArray<double> acc;            // (n,) zero between queries
     std::unique_ptr<int32_t[]> ids[2];  // (n + 1,) ping-pong sparse vectors (ids, mass)
     std::unique_ptr<double[]> mass[2];  // (n + 1,)
-    std::unique_ptr<double[]> skip_c;   // (n,) a * m / strength of nodes with skipped segments (last step)
-    std::unique_ptr<uint8_t[]> skip_types;  // (n,) bit t set: segment of type t skipped (last step)
+    ZeroedArray<double> skip_c;         // (n,) a * m / strength of nodes with skipped segments (last step)
+    ZeroedArray<uint8_t> skip_types;    // (n,) bit t set: segment of type t skipped (last step)
     std::vector<int32_t> skipped;       // nodes with skip_types != 0
     std::vector<double> skip_share[kNumTypes];  // per type: a * m * max_w / strength of each skipped segment
     std::vector<int32_t> extra;         // ids written to acc outside of scattered ranges

@@ -8,7 +8,7 @@ from hypothesis import example, given, settings, strategies as st
 
 from noderag.lang.entities import STOP
 from noderag.lang.zh import match_tokens
-from noderag.search.titles import (MAX_HEAD_TOKENS, TitleLinks, _ascii_keys, _name_start, fold_token, head_hash,
+from noderag.search.titles import (MAX_HEAD_TOKENS, TitleLinks, title_table, _ascii_keys, _name_start, fold_token, head_hash,
                                    title_head, title_key, token_hash)
 
 
@@ -113,3 +113,14 @@ def test_from_arrow_reads_sliced_null_and_dictionary_columns():
         "From Nashville to Paris") == [1, 0]
     empty = TitleLinks.from_arrow(np.array([0, 1]), pa.array([None, None], type=pa.null()), np.array([0]), np.array([0]))
     assert empty.named_groups("Paris") == []
+
+
+def test_table_links_skip_deleted_passages():
+    titles = pa.array(["Hank Snow", "Nashville, Tennessee"])
+    table = title_table(np.array([3, 6]), titles, np.array([10, 11, 12]), np.array([3, 6, 6]))
+    active = np.ones(13, bool)
+    assert TitleLinks.from_table(table, active).passages(6).tolist() == [11, 12]
+    active[11] = False  # deleted since the table was written
+    links = TitleLinks.from_table(table, active)
+    assert links.passages(6).tolist() == [12]
+    assert links.named_groups("Hank Snow sang in Nashville.") == [[3], [6]]

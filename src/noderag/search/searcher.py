@@ -34,6 +34,7 @@ from .ranking.fill import labels
 from .rerank import CrossEncoderReranker
 from .result import AnswerResult, RetrievalResult, RetrievedNode, passage_records
 from .seeds import seed_weights
+from .titles import TitleLinks
 
 __all__ = ["Searcher", "LLMNotConfiguredError"]
 
@@ -128,6 +129,9 @@ class Searcher:
         self.view = IndexView(self.n, self.types, self._chunk, self._doc, self._active, self._s_indptr, self._walk,
                               store.vectors, self.lexical, tables, self._document_titles,
                               title_columns=self._title_columns)
+        table = getattr(tables, "title_table", None)
+        if table is not None:  # the build's title links: no O(documents) hashing at the first bridging query
+            self.view.cache["title_links"] = TitleLinks.from_table(table, self._active)
         if stages is None:
             names = getattr(self.config, "stages", None)  # a benchmark's stage list (ranking.StagedConfig)
             make = default_stages if names is None else (lambda *a: stages_named(names, *a))
