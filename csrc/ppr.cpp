@@ -50,7 +50,7 @@ class TopK {
     }
     struct Correction {
         const double* bonus;
-        const int64_t* indptr;
+        RowPtr indptr;
         const int32_t* indices;
         const float* weights;
         const double* skip_c;
@@ -143,7 +143,7 @@ PPRScratch::PPRScratch(int64_t n)
     }
 }
 
-PPRKernel::PPRKernel(int64_t n, const int64_t* indptr, const int32_t* indices, const float* weights,
+PPRKernel::PPRKernel(int64_t n, RowPtr indptr, const int32_t* indices, const float* weights,
                      const uint8_t* types, bool check_edges)
     : n_(n), indptr_(indptr), indices_(indices), weights_(weights), types_(types) {
     if (n < 0 || n > INT32_MAX) throw std::invalid_argument("n must lie in [0, 2^31 - 1]");
@@ -179,7 +179,7 @@ void PPRKernel::ensure_grouped() const {
 
 void PPRKernel::build_grouped() const {
     const int64_t n = n_;
-    const int64_t* const indptr = indptr_;
+    const RowPtr indptr = indptr_;
     const int32_t* const indices = indices_;
     const float* const weights = weights_;
     const uint8_t* const types = types_;
@@ -334,7 +334,7 @@ static void write_rows(PPRScratch& sc, int64_t K, int32_t* out_ids, float* out_s
 void PPRKernel::scatter(PPRScratch& sc, const int32_t* fid, const double* fm, int64_t nf, double a,
                         const StepRule& rule, double& dropped) const {
     double* const acc = sc.acc.get();
-    const int64_t* const indptr = indptr_;
+    const RowPtr indptr = indptr_;
     const int32_t* const indices = indices_;
     const float* const wts = weights_;
     double* const skip_c = sc.skip_c.get();

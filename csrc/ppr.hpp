@@ -42,6 +42,14 @@
 namespace noderag {
 
 constexpr int kNumTypes = 7;
+
+// Row offsets of a CSR, int64 or int32 (a graph's compact on-disk form, used as mapped: widening
+// it would copy 8 bytes a node at every open).
+struct RowPtr {
+    const int64_t* p64 = nullptr;
+    const int32_t* p32 = nullptr;
+    int64_t operator[](int64_t i) const { return p64 ? p64[i] : static_cast<int64_t>(p32[i]); }
+};
 constexpr int64_t kMinSkipSegment = 64;
 // Exact mode on mirrored graphs: at the last step, large segments whose per-node share is
 // below this are skipped, their shares added back exactly to the top-k candidates, and the
@@ -99,7 +107,7 @@ class PPRKernel {
     // codes (O(n)); with check_edges also every column id and weight (O(nnz)).
     // Without, a row's ids and weights are checked when a query first reads it
     // (row_strength), so no query ever indexes out of bounds either way.
-    PPRKernel(int64_t n, const int64_t* indptr, const int32_t* indices, const float* weights,
+    PPRKernel(int64_t n, RowPtr indptr, const int32_t* indices, const float* weights,
               const uint8_t* types, bool check_edges = true);
 
     int64_t n() const { return n_; }
@@ -149,7 +157,7 @@ class PPRKernel {
     double row_strength(int32_t u) const;
 
     int64_t n_;
-    const int64_t* indptr_;
+    RowPtr indptr_;
     const int32_t* indices_;
     const float* weights_;
     const uint8_t* types_;

@@ -21,16 +21,23 @@ using carray = py::array_t<T, py::array::c_style>;
 
 class PyPPRKernel {
   public:
-    PyPPRKernel(carray<int64_t> indptr, carray<int32_t> indices, carray<float> weights, carray<uint8_t> types,
+    // indptr: C-contiguous int64 or int32 (the compact form of a mapped graph, used in place).
+    PyPPRKernel(py::array indptr, carray<int32_t> indices, carray<float> weights, carray<uint8_t> types,
                 bool check_edges)
         : indptr_(std::move(indptr)), indices_(std::move(indices)), weights_(std::move(weights)),
           types_(std::move(types)) {
+        noderag::RowPtr ip;
+        if (py::isinstance<carray<int64_t>>(indptr_))
+            ip.p64 = static_cast<const int64_t*>(indptr_.data());
+        else if (py::isinstance<carray<int32_t>>(indptr_))
+            ip.p32 = static_cast<const int32_t*>(indptr_.data());
+        else
+            throw py::type_error("indptr must be a C-contiguous native-endian int64 or int32 array");
         if (indptr_.ndim() != 1 || indptr_.shape(0) < 1) throw std::invalid_argument("indptr must be 1-D of length n + 1 >= 1");
         const int64_t n = indptr_.shape(0) - 1;
         if (indices_.ndim() != 1 || weights_.ndim() != 1 || weights_.shape(0) != indices_.shape(0))
             throw std::invalid_argument("indices and weights must be 1-D of equal length");
         if (types_.ndim() != 1 || types_.shape(0) != n) throw std::invalid_argument("types must have shape (n,)");
-        const int64_t* ip = indptr_.data();
         if (ip[n] != indices_.shape(0)) throw std::invalid_argument("indptr[n] must equal len(indices)");
         const int32_t* ix = indices_.data();
         const float* w = weights_.data();
@@ -180,7 +187,7 @@ class PyPPRKernel {
         return prm;
     }
 
-    carray<int64_t> indptr_;
+    py::array indptr_;
     carray<int32_t> indices_;
     carray<float> weights_;
     carray<uint8_t> types_;
@@ -192,7 +199,7 @@ class PyPPRKernel {
 void register_ppr(py::module_& m) {
     py::class_<PyPPRKernel>(m, "PPRKernel",
                             "Shallow personalized PageRank over fixed CSR arrays (private; use noderag.graph.ppr).")
-        .def(py::init<carray<int64_t>, carray<int32_t>, carray<float>, carray<uint8_t>, bool>(),
+        .def(py::init<py::array, carray<int32_t>, carray<float>, carray<uint8_t>, bool>(),
              py::arg("indptr").noconvert(), py::arg("indices").noconvert(), py::arg("weights").noconvert(),
              py::arg("types").noconvert(), py::arg("check_edges") = true)
         .def_property_readonly("n", &PyPPRKernel::n)

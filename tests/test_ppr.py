@@ -480,3 +480,20 @@ def test_push_threshold_bounds_a_hub_seeds_fan_out():
     assert np.all(pushed.ids[2] == -1)  # the leaves' leaves, reached only through unspread rows, are absent
     with pytest.raises(ValueError, match="push_epsilon must be a finite real number >= 0"):
         op.query([0], k_per_type=3, push_epsilon=-1e-3)
+
+
+def test_int32_offsets_are_read_in_place_with_the_same_results():
+    rng = np.random.default_rng(9)
+    n = 500
+    csr = csr_from_coo(n, rng.integers(0, n, 3000), rng.integers(0, n, 3000), rng.random(3000) + 0.1)
+    types = rng.integers(0, 7, n)
+    compact = CSR(csr.indptr.astype(np.int32), csr.indices, csr.weights)
+    wide, narrow = PPROperator(csr, types), PPROperator(compact, types, check_edges=False)
+    assert narrow.csr.indptr.dtype == np.int32  # used as given, not widened
+    for eps, push in ((0.0, 0.0), (1e-3, 0.0), (0.0, 1e-4)):
+        for s in (rng.integers(0, n, 5) for _ in range(5)):
+            a = wide.query(s, k_per_type=8, epsilon=eps, push_epsilon=push)
+            b = narrow.query(s, k_per_type=8, epsilon=eps, push_epsilon=push)
+            np.testing.assert_array_equal(a.ids, b.ids)
+            np.testing.assert_array_equal(a.scores, b.scores)
+    assert wide.mirrored == narrow.mirrored

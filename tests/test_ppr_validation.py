@@ -160,7 +160,9 @@ def test_native_guards_throw_instead_of_reading_out_of_bounds(graph):
     csr, types = graph
     kern = _core.PPRKernel(csr.indptr, csr.indices, csr.weights, types)
     with pytest.raises(TypeError):
-        _core.PPRKernel(csr.indptr.astype(np.int32), csr.indices, csr.weights, types)
+        _core.PPRKernel(csr.indptr.astype(np.int16), csr.indices, csr.weights, types)
+    with pytest.raises(TypeError):
+        _core.PPRKernel(csr.indptr, csr.indices.astype(np.int64), csr.weights, types)
     with pytest.raises(ValueError, match="indices must lie"):
         _core.PPRKernel(csr.indptr, np.full_like(csr.indices, 99), csr.weights, types)
     with pytest.raises(ValueError, match="indptr"):

@@ -236,13 +236,14 @@ def _seed_weights(seed_weights, shape: tuple, where: str) -> np.ndarray:
 
 
 def _native_csr(csr: CSR) -> bool:
-    """Whether a CSR's arrays already have the kernel's dtypes and layout (1-D, C-contiguous, non-empty indptr):
+    """Whether a CSR's arrays already have the kernel's dtypes and layout (1-D, C-contiguous, non-empty indptr of
+    int64 or int32):
     then the native constructor's own pass checks their values, and the O(nnz) numpy checks of
     :func:`~noderag.graph.csr.validate_csr` (most of opening a searcher over millions of edges) run only to name
     a value it rejected."""
     arrays = (csr.indptr, csr.indices, csr.weights)
-    dtypes = (np.int64, np.int32, np.float32)
-    return (all(isinstance(a, np.ndarray) and a.dtype == d and a.ndim == 1 and a.flags.c_contiguous
+    dtypes = ((np.int64, np.int32), (np.int32,), (np.float32,))  # indptr: int32 is a mapped graph's compact form
+    return (all(isinstance(a, np.ndarray) and a.dtype in d and a.ndim == 1 and a.flags.c_contiguous
                 for a, d in zip(arrays, dtypes)) and csr.indptr.shape[0] >= 1)
 
 

@@ -102,7 +102,7 @@ class Searcher:
         self._extract = entity_extractor or default_entity_extractor()
         self._tok_cache: dict[int, int] = {}  # node id -> tokens of its context line
         try:
-            graph = _search_graph(store)
+            graph = _search_graph(store, compact=self.config.semantic_weight == 0)
             self.types = np.ascontiguousarray(np.asarray(graph.types), dtype=np.uint8)
             self.n = int(self.types.shape[0])
             # plain ndarray views of the (memory-mapped) structural layer: cheap scalar indexing
@@ -540,12 +540,13 @@ def _query_tables(store: Any, n: int) -> Any:
     return tables
 
 
-def _search_graph(store: Any) -> Any:
+def _search_graph(store: Any, compact: bool = False) -> Any:
     """The store's graph; when not loaded yet, memory-mapped without the numba invariant pass.
 
-    The searcher validates the layer PPR runs on itself (``PPROperator``: numpy checks of indptr,
-    column ranges, weights and type codes, O(nnz)), so the graph's own compiled check would only
-    repeat it, and loading numba's kernel cache costs ~0.5 s at the first query after open.
+    The searcher's kernels check what they read themselves (``PPROperator``: indptr and type codes at open, each
+    row as a query reads it; the typed walks each row they read), so the graph's own compiled check would only
+    repeat it, and loading numba's kernel cache costs ~0.5 s at the first query after open. ``compact``: keep an
+    int32 ``indptr`` as mapped (both kernels take it; the int64 copies were ~0.1 s an open at 10^5 passages).
     """
     if "graph" in getattr(store, "__dict__", {}) or not hasattr(store, "path") or getattr(store, "deltas", None):
         return store.graph
@@ -554,7 +555,7 @@ def _search_graph(store: Any) -> Any:
     meta = Path(store.path) / "graph" / "meta.json"
     if not meta.is_file() or (Path(store.path) / SCRUBBED).is_file():  # scrubbed: the store leaves their edges out
         return store.graph
-    return HeteroGraph.load(store.path, mmap=True, validate=False)
+    return HeteroGraph.load(store.path, mmap=True, validate=False, widen=not compact)
 
 
 def document_titles(store: Any) -> dict[int, str]:
