@@ -329,6 +329,7 @@ class TitleLinks:
         self._active = active
         self._keys: dict[int, tuple[str, ...] | None] = {}
         self._masks: dict[str, int] = {}  # folded token -> its mask (0: starts no head), filled as texts come
+        self._ranges: dict[int, tuple | None] = {}  # head hash -> its title rows (None: no head), filled likewise
 
     def _key_of(self, row: int) -> tuple[str, ...] | None:
         got = self._keys.get(row, ())
@@ -358,9 +359,9 @@ class TitleLinks:
             masks.update(zip(missing, got.tolist()))
         return [i for i in cand if masks[folded[i]] and (ascii_text or _name_start(surface[i]))]
 
-    def _head_ranges(self, folded: list[str], starts: list[int]) -> tuple[list[list[int]], dict[int, tuple]]:
+    def _head_ranges(self, folded: list[str], starts: list[int]) -> tuple[list[list[int]], dict[int, tuple | None]]:
         """Per start, the hashes of its candidate heads (by length, as :func:`_lengths` lists them), and the range of
-        title rows of each hash that is a head: one binary search for them all."""
+        title rows of each hash (None: no head): memoised, the new ones found by one binary search for them all."""
         per_start, wanted = [], []
         n_tok = len(folded)
         for s in starts:
@@ -372,10 +373,18 @@ class TitleLinks:
                 prefix.append(h)
             per_start.append([(n, prefix[n - 1]) for n in _lengths(mask) if n <= n_tok - s])
             wanted.extend(h for _, h in per_start[-1])
-        keys = np.asarray(wanted, dtype=np.uint64)
-        lo, hit = _found(self._head, keys)
-        hi = np.searchsorted(self._head, keys[hit], side="right")
-        return per_start, dict(zip(keys[hit].tolist(), zip(lo[hit].tolist(), hi.tolist())))
+        memo = self._ranges
+        new = list({h for h in wanted if h not in memo})
+        if new:
+            if len(memo) + len(new) > MASK_MEMO:
+                memo.clear()
+                new = list(set(wanted))
+            keys = np.asarray(new, dtype=np.uint64)
+            lo, hit = _found(self._head, keys)
+            hi = np.searchsorted(self._head, keys[hit], side="right")
+            memo.update(dict.fromkeys(new))
+            memo.update(zip(keys[hit].tolist(), zip(lo[hit].tolist(), hi.tolist())))
+        return per_start, memo
 
     def named_groups(self, text: str) -> list[list[int]]:
         """:meth:`named_docs` grouped by the title head named: one list per head, in text order (several
