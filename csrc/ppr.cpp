@@ -438,7 +438,7 @@ void PPRKernel::run_one(PPRScratch& sc, const int32_t* seeds, const float* weigh
                         const PPRParams& prm, int32_t* out_ids, float* out_scores, double* out_error,
                         int64_t* out_support, bool allow_prune) const {
     const bool bounded = prm.epsilon > 0.0;
-    // The exact mode's last-step pruning is for queries without a push threshold (which bounds that step itself);
+    // The exact mode's last-step pruning is for queries without a push threshold (which bounds every step);
     // the grouped rows (an O(nnz) pass, once per graph) are built only for a mode that reads them.
     allow_prune = allow_prune && prm.push_epsilon == 0.0;
     if (bounded || allow_prune) ensure_grouped();
@@ -471,7 +471,7 @@ void PPRKernel::run_one(PPRScratch& sc, const int32_t* seeds, const float* weigh
         // enter a top-k), else the query reruns without pruning.
         const bool prune = !bounded && allow_prune && last && mirrored;
         const StepRule rule{bounded, prune, last && mirrored, bounded ? prm.epsilon : kExactPruneShare,
-                            last ? prm.push_epsilon : 0.0};
+                            prm.push_epsilon};
         extra.clear();
         ranges.clear();
         // Non-propagating term: (1 - a) * s (restart) or (1 - a) * p (lazy).

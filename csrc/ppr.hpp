@@ -24,13 +24,13 @@
 // the returned nodes keep their exact order; nodes reached only through skipped
 // segments are not candidates.
 //
-// Push threshold (push_epsilon > 0, either mode): at the last step a node whose
+// Push threshold (push_epsilon > 0, either mode): at every step a node whose
 // propagated mass per row entry, a * m / degree, is below push_epsilon spreads
 // nothing (its a * m is dropped and counted in the error; its row is not even
-// read, and a dangling row with zero-weight entries drops it too), so the last step, the
-// one that fans out from every node the seeds reached, reads at most
-// a / push_epsilon entries: hub seeds no longer make a query's cost grow with
-// their degree.
+// read, and a dangling row with zero-weight entries drops it too), so a step reads
+// at most a / push_epsilon entries (the mass it spreads is at most 1): hub seeds, and
+// the thousands of nodes they reach, no longer make a query's cost grow with their
+// degree.
 #pragma once
 
 #include <cstdint>
@@ -62,10 +62,10 @@ struct PPRParams {
     int64_t iterations = 2;
     bool restart = true;
     double epsilon = 0.0;
-    // Last-step push threshold (0: off): a node u holding mass m at the last step spreads
-    // a * m along its row only if a * m >= push_epsilon * degree(u) (the residual test of
-    // forward push, Andersen-Chung-Lang); otherwise a * m is dropped and counted in the
-    // error. The last step then reads at most a / push_epsilon row entries, whatever the
+    // Push threshold (0: off): a node u holding mass m at a step spreads a * m along its
+    // row only if a * m >= push_epsilon * degree(u) (the residual test of forward push,
+    // Andersen-Chung-Lang); otherwise a * m is dropped and counted in the error. Each
+    // step then reads at most a / push_epsilon row entries, whatever the
     // seeds' degrees.
     double push_epsilon = 0.0;
     int64_t k_per_type[kNumTypes] = {0, 0, 0, 0, 0, 0, 0};
@@ -145,7 +145,7 @@ class PPRKernel {
         bool prune;         // exact mode, last step: skip segments below kExactPruneShare, certify after
         bool record_skips;  // remember the skipped segments (last step of a mirrored graph)
         double skip_below;
-        double push_below;  // > 0 (last step): rows whose mass per entry is below it are not spread
+        double push_below;  // > 0: rows whose mass per entry is below it are not spread
     };
     // a * P^T p of the frontier (fid, fm, nf) into sc.acc, the touched ids into sc.extra / sc.ranges.
     void scatter(PPRScratch& sc, const int32_t* fid, const double* fm, int64_t nf, double a, const StepRule& rule,

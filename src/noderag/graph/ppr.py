@@ -49,13 +49,13 @@ such type's heap is full and its k-th score exceeds the most they could give);
 otherwise the query reruns without pruning. Exact results, at close to the bounded
 mode's cost on hub-heavy graphs. (``support_size`` then excludes the pruned leaves.)
 
-Push threshold (``push_epsilon > 0``, with either mode): at the last step a node ``u`` holding mass ``m``
-spreads ``alpha * m`` along its row only if ``alpha * m >= push_epsilon * degree(u)`` (``degree``: the row's
-entries) -- the residual test of forward push (Andersen, Chung & Lang 2006) -- else that mass is dropped and added
-to ``error_bound`` (a dangling node with zero-weight entries too). The last
-step, which fans out from every node the first steps reached, then reads at most ``alpha / push_epsilon`` row
-entries: a query's cost no longer grows with its seeds' degrees (a hub seed reaches thousands of nodes of
-little mass each). The returned scores are lower bounds; a node reached only through unspread rows is absent.
+Push threshold (``push_epsilon > 0``, with either mode): at every step a node ``u`` holding mass ``m`` spreads
+``alpha * m`` along its row only if ``alpha * m >= push_epsilon * degree(u)`` (``degree``: the row's entries) --
+the residual test of forward push (Andersen, Chung & Lang 2006) -- else that mass is dropped and added to
+``error_bound`` (a dangling node with zero-weight entries too). A step then reads at most ``alpha /
+push_epsilon`` row entries (the mass it spreads is at most 1): a query's cost no longer grows with its seeds'
+degrees (a hub seed reaches thousands of nodes of little mass each, and each would fan out again). The returned
+scores are lower bounds; a node reached only through unspread rows is absent.
 
 Use :class:`PPROperator` for repeated queries on one graph: it validates the CSR once (O(n + nnz), or O(n)
 with ``check_edges=False``: each row is then checked as a query reads it); the type-grouped copies of the
@@ -440,8 +440,8 @@ def shallow_ppr(csr: CSR | PPROperator, seeds, seed_weights=None, *, node_types=
     epsilon : float, default=0.0
         Threshold of the bounded-error mode (0: exact; ``DEFAULT_EPSILON`` is a good start).
     push_epsilon : float, default=0.0
-        Last-step push threshold (0: off): a node whose last-step mass per row entry is below it spreads
-        nothing, so the last step reads at most ``alpha / push_epsilon`` row entries (see the module docstring).
+        Push threshold (0: off): a node whose propagated mass per row entry is below it spreads nothing, so a
+        step reads at most ``alpha / push_epsilon`` row entries (see the module docstring).
     n_threads : int, default=None
         Accepted for symmetry with :func:`shallow_ppr_batch`; a single query runs on one thread.
     """

@@ -44,9 +44,9 @@ TOKEN_CACHE_NODES = 1_000_000
 _OTHER_TYPES = frozenset((_T, _S, _A, _H))
 #: Name matches that merely contain the query entity as whole words weigh this much against exact ones.
 CONTAINS_WEIGHT = 0.1
-#: PPR's last-step push threshold (:mod:`noderag.graph.ppr`): a node whose propagated mass per row entry is below
-#: it spreads nothing, so the last step reads at most alpha / PUSH_EPSILON entries whatever the seeds' degrees (a
-#: hub seed's thousands of neighbours, each holding ~1e-5 of the mass, no longer fan out again).
+#: PPR's push threshold (:mod:`noderag.graph.ppr`): a node whose propagated mass per row entry is below it spreads
+#: nothing, so a step reads at most alpha / PUSH_EPSILON entries whatever the seeds' degrees (a hub seed's
+#: thousands of neighbours, each holding ~1e-5 of the mass, no longer fan out again).
 #: benchmarks/bench_search_cost.py (PPR tail at 10^6 passages) and bench_retrieval.py (recall held) chose it.
 PUSH_EPSILON = 1e-6
 
