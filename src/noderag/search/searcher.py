@@ -45,10 +45,11 @@ _OTHER_TYPES = frozenset((_T, _S, _A, _H))
 #: Name matches that merely contain the query entity as whole words weigh this much against exact ones.
 CONTAINS_WEIGHT = 0.1
 #: PPR's push threshold (:mod:`noderag.graph.ppr`): a node whose propagated mass per row entry is below it spreads
-#: nothing, so a step reads at most alpha / PUSH_EPSILON entries whatever the seeds' degrees (a hub seed's
-#: thousands of neighbours, each holding ~1e-5 of the mass, no longer fan out again).
-#: benchmarks/bench_search_cost.py (PPR tail at 10^6 passages) and bench_retrieval.py (recall held) chose it.
-PUSH_EPSILON = 1e-6
+#: nothing, so a step reads at most alpha / PUSH_EPSILON = 50,000 entries whatever the seeds' degrees (a hub seed's
+#: thousands of neighbours, each holding ~1e-5 of the mass, no longer fan out again). Chosen by
+#: benchmarks/bench_search_cost.py (the PPR tail at 10^5 and 10^6 passages) with bench_retrieval.py (dev recall
+#: held; 1e-6 bounds a step to 500,000 entries only).
+PUSH_EPSILON = 1e-5
 
 
 class LLMNotConfiguredError(NodeRAGError, RuntimeError):
