@@ -33,6 +33,9 @@ _COMMA = re.compile(r"\s*,[^,]*$")
 MAX_HEAD_TOKENS = 8
 #: Tokens whose first-token mask is kept per index before the memo starts over.
 MASK_MEMO = 1 << 18
+#: Up to this many titles the look-ups go through dicts made at the first one (a few ms): a dict probe beats a
+#: numpy call's set-up for the few hashes of one text. Larger tables are binary-searched (no O(titles) step).
+DICT_TITLES = 1 << 15
 
 
 def title_head(title: str) -> str:
@@ -330,6 +333,7 @@ class TitleLinks:
         self._keys: dict[int, tuple[str, ...] | None] = {}
         self._masks: dict[str, int] = {}  # folded token -> its mask (0: starts no head), filled as texts come
         self._ranges: dict[int, tuple | None] = {}  # head hash -> its title rows (None: no head), filled likewise
+        self._dicts: tuple[dict, dict] | None = None  # (first-token hash -> mask, head hash -> rows): small tables
 
     def _key_of(self, row: int) -> tuple[str, ...] | None:
         got = self._keys.get(row, ())
@@ -337,6 +341,13 @@ class TitleLinks:
             raw = bytes(self._tbytes[int(self._toff[row]):int(self._toff[row + 1])])
             got = self._keys[row] = title_key(raw.decode("utf-8", "surrogatepass"))
         return got
+
+    def _small_dicts(self) -> tuple[dict, dict]:
+        """The look-up dicts of a small table (:data:`DICT_TITLES`)."""
+        h = np.asarray(self._head)
+        lead = np.flatnonzero(np.r_[True, h[1:] != h[:-1]])
+        heads = dict(zip(h[lead].tolist(), zip(lead.tolist(), np.r_[lead[1:], h.size].tolist())))
+        return dict(zip(np.asarray(self._first).tolist(), np.asarray(self._fmask).tolist())), heads
 
     def named_docs(self, text: str) -> list[int]:
         """Documents whose title head ``text`` names, in text order, no repeats; the longest head at a
@@ -353,10 +364,14 @@ class TitleLinks:
             if len(masks) + len(missing) > MASK_MEMO:
                 masks.clear()
                 missing = list({folded[i] for i in cand})
-            pos, hit = _found(self._first, np.fromiter(map(token_hash, missing), np.uint64, len(missing)))
-            got = np.zeros(len(missing), np.int64)
-            got[hit] = self._fmask[pos[hit]]
-            masks.update(zip(missing, got.tolist()))
+            if self._dicts is not None:
+                first = self._dicts[0]
+                masks.update((t, first.get(token_hash(t), 0)) for t in missing)
+            else:
+                pos, hit = _found(self._first, np.fromiter(map(token_hash, missing), np.uint64, len(missing)))
+                got = np.zeros(len(missing), np.int64)
+                got[hit] = self._fmask[pos[hit]]
+                masks.update(zip(missing, got.tolist()))
         return [i for i in cand if masks[folded[i]] and (ascii_text or _name_start(surface[i]))]
 
     def _head_ranges(self, folded: list[str], starts: list[int]) -> tuple[list[list[int]], dict[int, tuple | None]]:
@@ -373,6 +388,8 @@ class TitleLinks:
                 prefix.append(h)
             per_start.append([(n, prefix[n - 1]) for n in _lengths(mask) if n <= n_tok - s])
             wanted.extend(h for _, h in per_start[-1])
+        if self._dicts is not None:
+            return per_start, self._dicts[1]
         memo = self._ranges
         new = list({h for h in wanted if h not in memo})
         if new:
@@ -391,6 +408,8 @@ class TitleLinks:
         documents may share a title: "Namibia" may be five articles' passages, and they name one subject)."""
         if not self._head.size or not text:
             return []
+        if self._dicts is None and self._head.size <= DICT_TITLES:
+            self._dicts = self._small_dicts()
         surface = match_tokens(text)
         folded = list(map(fold_token, surface))
         starts = self._starts(surface, folded, text.isascii())
