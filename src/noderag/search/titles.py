@@ -374,22 +374,24 @@ class TitleLinks:
                 masks.update(zip(missing, got.tolist()))
         return [i for i in cand if masks[folded[i]] and (ascii_text or _name_start(surface[i]))]
 
-    def _head_ranges(self, folded: list[str], starts: list[int]) -> tuple[list[list[int]], dict[int, tuple | None]]:
-        """Per start, the hashes of its candidate heads (by length, as :func:`_lengths` lists them), and the range of
-        title rows of each hash (None: no head): memoised, the new ones found by one binary search for them all."""
-        per_start, wanted = [], []
-        n_tok = len(folded)
-        for s in starts:
-            mask = self._masks[folded[s]]
-            h = token_hash(folded[s])  # memoised per token
-            prefix = [h]  # head_hash of folded[s:s + n] for n = 1, 2, ...: one step per token
-            for t in folded[s + 1:s + _lengths(mask)[0]]:
-                h = (h * _Q + token_hash(t)) & _M
-                prefix.append(h)
-            per_start.append([(n, prefix[n - 1]) for n in _lengths(mask) if n <= n_tok - s])
-            wanted.extend(h for _, h in per_start[-1])
+    def _candidates(self, folded: list[str], s: int) -> list[tuple[int, int]]:
+        """(length, head hash) of the heads that may start at token ``s``, longest first (:func:`_lengths`)."""
+        mask = self._masks[folded[s]]
+        h = token_hash(folded[s])  # memoised per token
+        prefix = [h]  # head_hash of folded[s:s + n] for n = 1, 2, ...: one step per token
+        for t in folded[s + 1:s + _lengths(mask)[0]]:
+            h = (h * _Q + token_hash(t)) & _M
+            prefix.append(h)
+        return [(n, prefix[n - 1]) for n in _lengths(mask) if n <= len(folded) - s]
+
+    def _head_ranges(self, folded: list[str], starts: list[int]) -> tuple[list | None, dict[int, tuple | None]]:
+        """Per start its :meth:`_candidates`, and the range of title rows of each hash (None: no head): memoised, the
+        new ones found by one binary search for them all. With the dicts of a small table: (None, that dict); the
+        candidates are then made as the text is read, for the starts outside a match only."""
         if self._dicts is not None:
-            return per_start, self._dicts[1]
+            return None, self._dicts[1]
+        per_start = [self._candidates(folded, s) for s in starts]
+        wanted = [h for cands in per_start for _, h in cands]
         memo = self._ranges
         new = list({h for h in wanted if h not in memo})
         if new:
@@ -419,9 +421,20 @@ class TitleLinks:
         out: list[int] = []
         groups: list[list[int]] = []
         after = 0  # the end of the last match (heads inside it are skipped)
-        for s, cands in zip(starts, per_start):
+        masks, n_tok = self._masks, len(folded)
+        for i, s in enumerate(starts):
             if s < after:
                 continue
+            if per_start is not None:
+                cands = per_start[i]
+            else:  # inline (a call per token shows in Chinese texts, where every token is a start)
+                lengths = _lengths(masks[folded[s]])
+                h = token_hash(folded[s])
+                prefix = [h]
+                for t in folded[s + 1:s + lengths[0]]:
+                    h = (h * _Q + token_hash(t)) & _M
+                    prefix.append(h)
+                cands = [(n, prefix[n - 1]) for n in lengths if n <= n_tok - s]
             for n, h in cands:
                 at = heads.get(h)
                 if at is None:
