@@ -17,7 +17,6 @@ import noderag
 from noderag.store.verify import IndexDamagedError
 from noderag.data import demo_dir, demo_questions
 from noderag.search.query_index import QUERY_DIR, QueryIndex, write_query_index
-from noderag.store.verify import IndexDamagedError
 from noderag.search import SearchConfig, Searcher
 from noderag.search.entities import EntityMatcher, MappedNames, name_arrays, name_index_arrays, name_tokens
 from conftest import MUSIQUE, musique_queries
