@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -331,8 +332,6 @@ class QueryIndex:
         self.names = MappedNames(arrays, int(meta["max_tokens"]))
         #: tokens of each node's context line (int32), written at build time
         self.line_tokens = arrays[LINE_TOKENS]
-        #: the title links' arrays (``title_*``), or None: an index written without them
-        self.title_table: dict[str, np.ndarray] | None = None
         from .lexical import LexicalIndex
 
         self.lexical = LexicalIndex(arrays)
@@ -397,10 +396,13 @@ class QueryIndex:
         _load_lexical(folder, arrays)
         arrays[LINE_TOKENS] = np.asarray(load_npy(folder / f"{LINE_TOKENS}.npy", True, dtype=np.int32, ndim=1,
                                                   shape=(nn,)))
-        out = cls(folder, meta, arrays)
-        if not out.first:  # a delta segment's title links are made over every segment's documents
-            out.title_table = _load_titles(folder, nn, checked)
-        return out
+        return cls(folder, meta, arrays)
+
+    @cached_property
+    def title_table(self) -> dict[str, np.ndarray] | None:
+        """The title links' arrays (``title_*``, memory-mapped; passage ids checked), or None: an index written
+        without them, or a delta segment (its searcher makes the links over every segment's documents)."""
+        return None if self.first else _load_titles(self.folder, self.n, True)
 
     @staticmethod
     def _get(off: np.ndarray, data, i: int) -> str:
