@@ -7,6 +7,7 @@
 #include <exception>
 #include <functional>
 #include <limits>
+#include <new>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -49,7 +50,7 @@ class TopK {
     }
     struct Correction {
         const double* bonus;
-        const int64_t* indptr;
+        RowPtr indptr;
         const int32_t* indices;
         const float* weights;
         const double* skip_c;
@@ -132,47 +133,44 @@ class TopK {
 };
 
 PPRScratch::PPRScratch(int64_t n)
-    : acc(new double[static_cast<size_t>(n)]()),
-      skip_c(new double[static_cast<size_t>(n)]()),
-      skip_types(new uint8_t[static_cast<size_t>(n)]()) {
+    : acc(static_cast<double*>(std::calloc(static_cast<size_t>(std::max<int64_t>(n, 1)), sizeof(double)))),
+      skip_c(static_cast<double*>(std::calloc(static_cast<size_t>(std::max<int64_t>(n, 1)), sizeof(double)))),
+      skip_types(static_cast<uint8_t*>(std::calloc(static_cast<size_t>(std::max<int64_t>(n, 1)), 1))) {
+    if (!acc || !skip_c || !skip_types) throw std::bad_alloc();
     for (int b = 0; b < 2; ++b) {  // uninitialised: pages are only mapped when a query reaches them
         ids[b].reset(new int32_t[static_cast<size_t>(n) + 1]);
         mass[b].reset(new double[static_cast<size_t>(n) + 1]);
     }
 }
 
-PPRKernel::PPRKernel(int64_t n, const int64_t* indptr, const int32_t* indices, const float* weights,
-                     const uint8_t* types)
+PPRKernel::PPRKernel(int64_t n, RowPtr indptr, const int32_t* indices, const float* weights,
+                     const uint8_t* types, bool check_edges)
     : n_(n), indptr_(indptr), indices_(indices), weights_(weights), types_(types) {
     if (n < 0 || n > INT32_MAX) throw std::invalid_argument("n must lie in [0, 2^31 - 1]");
     if (indptr[0] != 0) throw std::invalid_argument("indptr[0] must be 0");
     // indptr first, on its own: with indptr[n] == nnz (checked by the caller) a non-decreasing indptr keeps every
-    // row inside the edge arrays, so the pass below never reads past them (a damaged middle value would).
+    // row inside the edge arrays, so no row read ever reaches past them (a damaged middle value would).
     for (int64_t u = 0; u < n; ++u) {
         if (indptr[u + 1] < indptr[u]) throw std::invalid_argument("indptr must be non-decreasing");
-    }
-    inv_strength_.assign(static_cast<size_t>(n), 0.0);
-    bool sorted = true;
-    for (int64_t u = 0; u < n; ++u) {
-        const int64_t b = indptr[u], e = indptr[u + 1];
         if (types[u] >= kNumTypes) throw std::invalid_argument("node type codes must lie in [0, 7)");
-        double s = 0.0;
-        int32_t prev = -1;
-        bool ids_ok = true, weights_ok = true;
-        for (int64_t j = b; j < e; ++j) {  // branch-free checks
-            const int32_t v = indices[j];
-            const float w = weights[j];
-            ids_ok &= static_cast<uint32_t>(v) < static_cast<uint32_t>(n);
-            weights_ok &= (w >= 0.0f) & (w <= std::numeric_limits<float>::max());
-            sorted &= v > prev;
-            prev = v;
-            s += w;
-        }
-        if (!ids_ok) throw std::invalid_argument("indices must lie in [0, n)");
-        if (!weights_ok) throw std::invalid_argument("weights must be finite and >= 0");
-        if (s > 0.0) inv_strength_[u] = 1.0 / s;
     }
-    sorted_ = sorted;
+    if (check_edges)
+        for (int64_t u = 0; u < n; ++u) row_strength(static_cast<int32_t>(u));
+}
+
+double PPRKernel::row_strength(int32_t u) const {
+    const int64_t b = indptr_[u], e = indptr_[u + 1];
+    double s = 0.0;
+    bool ids_ok = true, weights_ok = true;
+    for (int64_t j = b; j < e; ++j) {  // branch-free checks
+        const float w = weights_[j];
+        ids_ok &= static_cast<uint32_t>(indices_[j]) < static_cast<uint32_t>(n_);
+        weights_ok &= (w >= 0.0f) & (w <= std::numeric_limits<float>::max());
+        s += w;
+    }
+    if (!ids_ok) throw std::invalid_argument("indices must lie in [0, n) (row " + std::to_string(u) + ")");
+    if (!weights_ok) throw std::invalid_argument("weights must be finite and >= 0 (row " + std::to_string(u) + ")");
+    return s;
 }
 
 void PPRKernel::ensure_grouped() const {
@@ -181,15 +179,18 @@ void PPRKernel::ensure_grouped() const {
 
 void PPRKernel::build_grouped() const {
     const int64_t n = n_;
-    const int64_t* const indptr = indptr_;
+    const RowPtr indptr = indptr_;
     const int32_t* const indices = indices_;
     const float* const weights = weights_;
     const uint8_t* const types = types_;
     group_of_.assign(static_cast<size_t>(n), -1);
     int64_t grouped_nnz = 0, groups = 0;
-    for (int64_t u = 0; u < n; ++u) {
+    bool sorted = true;
+    for (int64_t u = 0; u < n; ++u) {  // every row checked (row_strength): the correction reads any row
         const int64_t d = indptr[u + 1] - indptr[u];
-        if (d > kMinSkipSegment && inv_strength_[u] > 0.0) {
+        const double strength = row_strength(static_cast<int32_t>(u));
+        for (int64_t j = indptr[u] + 1; j < indptr[u + 1]; ++j) sorted &= indices[j] > indices[j - 1];
+        if (d > kMinSkipSegment && strength > 0.0) {
             group_of_[u] = static_cast<int32_t>(groups++);
             grouped_nnz += d;
         }
@@ -235,7 +236,7 @@ void PPRKernel::build_grouped() const {
     // row u has exactly one mirror (v, u, w), and no other row points at u. Two
     // sequential passes: the entries pointing at each grouped row are bucketed (in
     // increasing source order), then each bucket must equal the row itself.
-    mirrored_ = sorted_;
+    mirrored_ = sorted;
     if (mirrored_ && groups > 0) {
         std::vector<int64_t> cursor(static_cast<size_t>(groups), 0);
         const int64_t nnz = indptr[n];
@@ -333,10 +334,9 @@ static void write_rows(PPRScratch& sc, int64_t K, int32_t* out_ids, float* out_s
 void PPRKernel::scatter(PPRScratch& sc, const int32_t* fid, const double* fm, int64_t nf, double a,
                         const StepRule& rule, double& dropped) const {
     double* const acc = sc.acc.get();
-    const int64_t* const indptr = indptr_;
+    const RowPtr indptr = indptr_;
     const int32_t* const indices = indices_;
     const float* const wts = weights_;
-    const double* const inv_s = inv_strength_.data();
     double* const skip_c = sc.skip_c.get();
     uint8_t* const skip_types = sc.skip_types.get();
     auto& extra = sc.extra;
@@ -344,12 +344,17 @@ void PPRKernel::scatter(PPRScratch& sc, const int32_t* fid, const double* fm, in
     for (int64_t i = 0; i < nf; ++i) {  // every frontier mass is nonzero
         const double m = fm[i];
         const int32_t u = fid[i];
-        const double is = inv_s[u];
-        if (is == 0.0) {  // dangling: keeps its mass (self-loop)
+        if (rule.push_below > 0.0 && a * m < rule.push_below * static_cast<double>(indptr[u + 1] - indptr[u])) {
+            dropped += a * m;  // too little mass per entry to spread (forward push's residual test): row unread
+            continue;
+        }
+        const double row_s = row_strength(u);  // the row's checks, as it is read
+        if (row_s == 0.0) {  // dangling: keeps its mass (self-loop)
             acc[u] += a * m;
             extra.push_back(u);
             continue;
         }
+        const double is = 1.0 / row_s;
         const double c = a * m * is;
         const int32_t g = (rule.bounded || rule.prune) ? group_of_[u] : -1;
         if (g < 0) {
@@ -432,7 +437,12 @@ int64_t PPRKernel::select_last(PPRScratch& sc, TopK& topk) const {
 void PPRKernel::run_one(PPRScratch& sc, const int32_t* seeds, const float* weights, int64_t n_seeds,
                         const PPRParams& prm, int32_t* out_ids, float* out_scores, double* out_error,
                         int64_t* out_support, bool allow_prune) const {
-    ensure_grouped();
+    const bool bounded = prm.epsilon > 0.0;
+    // The exact mode's last-step pruning is for queries without a push threshold (which bounds every step);
+    // the grouped rows (an O(nnz) pass, once per graph) are built only for a mode that reads them.
+    allow_prune = allow_prune && prm.push_epsilon == 0.0;
+    if (bounded || allow_prune) ensure_grouped();
+    const bool mirrored = (bounded || allow_prune) && mirrored_;
     // Invariant: acc is all zero between steps. A step adds into acc, then one
     // compaction pass over every id it added to (the `extra` ids and the scattered
     // index ranges) moves the nonzero entries into a sparse vector and zeroes them;
@@ -448,7 +458,6 @@ void PPRKernel::run_one(PPRScratch& sc, const int32_t* seeds, const float* weigh
 
     TopK topk(sc.heap, prm.k_per_type);
     double dropped = 0.0;
-    const bool bounded = prm.epsilon > 0.0;
     auto& extra = sc.extra;
     auto& ranges = sc.ranges;
     sc.skipped.clear();
@@ -460,8 +469,9 @@ void PPRKernel::run_one(PPRScratch& sc, const int32_t* seeds, const float* weigh
         // share is below kExactPruneShare are skipped and added back to the candidates;
         // the result is certified afterwards (no node reached only through them can
         // enter a top-k), else the query reruns without pruning.
-        const bool prune = !bounded && allow_prune && last && mirrored_;
-        const StepRule rule{bounded, prune, last && mirrored_, bounded ? prm.epsilon : kExactPruneShare};
+        const bool prune = !bounded && allow_prune && last && mirrored;
+        const StepRule rule{bounded, prune, last && mirrored, bounded ? prm.epsilon : kExactPruneShare,
+                            prm.push_epsilon};
         extra.clear();
         ranges.clear();
         // Non-propagating term: (1 - a) * s (restart) or (1 - a) * p (lazy).
@@ -508,7 +518,7 @@ void PPRKernel::run_batch(const int32_t* seeds, const float* weights, const int6
                           const PPRParams& prm, int n_threads, int32_t* out_ids, float* out_scores,
                           double* out_error, int64_t* out_support) const {
     const int64_t stride = kNumTypes * prm.k_max;
-    ensure_grouped();
+    if (prm.epsilon > 0.0 || prm.push_epsilon == 0.0) ensure_grouped();  // once, before the threads start
     auto do_query = [&](PPRScratch& sc, int64_t q) {
         const int64_t b = offsets[q], e = offsets[q + 1];
         run_one(sc, seeds + b, weights + b, e - b, prm, out_ids + q * stride, out_scores + q * stride,

@@ -23,9 +23,18 @@
 // when the skipped rows are mirrored: checked once per graph), so near-ties among
 // the returned nodes keep their exact order; nodes reached only through skipped
 // segments are not candidates.
+//
+// Push threshold (push_epsilon > 0, either mode): at every step a node whose
+// propagated mass per row entry, a * m / degree, is below push_epsilon spreads
+// nothing (its a * m is dropped and counted in the error; its row is not even
+// read, and a dangling row with zero-weight entries drops it too), so a step reads
+// at most a / push_epsilon entries (the mass it spreads is at most 1): hub seeds, and
+// the thousands of nodes they reach, no longer make a query's cost grow with their
+// degree.
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -33,6 +42,14 @@
 namespace noderag {
 
 constexpr int kNumTypes = 7;
+
+// Row offsets of a CSR, int64 or int32 (a graph's compact on-disk form, used as mapped: widening
+// it would copy 8 bytes a node at every open).
+struct RowPtr {
+    const int64_t* p64 = nullptr;
+    const int32_t* p32 = nullptr;
+    int64_t operator[](int64_t i) const { return p64 ? p64[i] : static_cast<int64_t>(p32[i]); }
+};
 constexpr int64_t kMinSkipSegment = 64;
 // Exact mode on mirrored graphs: at the last step, large segments whose per-node share is
 // below this are skipped, their shares added back exactly to the top-k candidates, and the
@@ -45,19 +62,33 @@ struct PPRParams {
     int64_t iterations = 2;
     bool restart = true;
     double epsilon = 0.0;
+    // Push threshold (0: off): a node u holding mass m at a step spreads a * m along its
+    // row only if a * m >= push_epsilon * degree(u) (the residual test of forward push,
+    // Andersen-Chung-Lang); otherwise a * m is dropped and counted in the error. Each
+    // step then reads at most a / push_epsilon row entries, whatever the
+    // seeds' degrees.
+    double push_epsilon = 0.0;
     int64_t k_per_type[kNumTypes] = {0, 0, 0, 0, 0, 0, 0};
     int64_t k_max = 0;  // row stride of the output (>= every k_per_type)
 };
+
+// Zeroed memory from calloc: the system maps zero pages as they are first touched, so a
+// scratch of n entries costs nothing until a query reaches its nodes (no O(n) memset).
+struct FreeDeleter {
+    void operator()(void* p) const { std::free(p); }
+};
+template <typename T>
+using ZeroedArray = std::unique_ptr<T[], FreeDeleter>;
 
 // Per-thread working memory: a dense accumulator of size n that is zero between
 // queries (reset only on the entries a query touched) and sparse vectors.
 struct PPRScratch {
     explicit PPRScratch(int64_t n);
-    std::unique_ptr<double[]> acc;      // (n,) zero between queries
+    ZeroedArray<double> acc;            // (n,) zero between queries
     std::unique_ptr<int32_t[]> ids[2];  // (n + 1,) ping-pong sparse vectors (ids, mass)
     std::unique_ptr<double[]> mass[2];  // (n + 1,)
-    std::unique_ptr<double[]> skip_c;   // (n,) a * m / strength of nodes with skipped segments (last step)
-    std::unique_ptr<uint8_t[]> skip_types;  // (n,) bit t set: segment of type t skipped (last step)
+    ZeroedArray<double> skip_c;         // (n,) a * m / strength of nodes with skipped segments (last step)
+    ZeroedArray<uint8_t> skip_types;    // (n,) bit t set: segment of type t skipped (last step)
     std::vector<int32_t> skipped;       // nodes with skip_types != 0
     std::vector<double> skip_share[kNumTypes];  // per type: a * m * max_w / strength of each skipped segment
     std::vector<int32_t> extra;         // ids written to acc outside of scattered ranges
@@ -72,14 +103,16 @@ class TopK;  // the per-type bounded heaps of one query (ppr.cpp)
 class PPRKernel {
   public:
     // The arrays must stay alive and unmodified for the kernel's lifetime (the
-    // Python binding holds references). Inputs are trusted (validated by caller)
-    // except for the cheap guards in the constructor.
-    PPRKernel(int64_t n, const int64_t* indptr, const int32_t* indices, const float* weights,
-              const uint8_t* types);
+    // Python binding holds references). The constructor checks indptr and the type
+    // codes (O(n)); with check_edges also every column id and weight (O(nnz)).
+    // Without, a row's ids and weights are checked when a query first reads it
+    // (row_strength), so no query ever indexes out of bounds either way.
+    PPRKernel(int64_t n, RowPtr indptr, const int32_t* indices, const float* weights,
+              const uint8_t* types, bool check_edges = true);
 
     int64_t n() const { return n_; }
-    // The grouped rows and the mirror check are built once, on first use (the Python
-    // binding calls this in its constructor).
+    // The grouped rows and the mirror check are built once, on first use by a mode that
+    // reads them (bounded, or exact without a push threshold); O(nnz), every row checked.
     void ensure_grouped() const;
     bool mirrored() const {
         ensure_grouped();
@@ -112,6 +145,7 @@ class PPRKernel {
         bool prune;         // exact mode, last step: skip segments below kExactPruneShare, certify after
         bool record_skips;  // remember the skipped segments (last step of a mirrored graph)
         double skip_below;
+        double push_below;  // > 0: rows whose mass per entry is below it are not spread
     };
     // a * P^T p of the frontier (fid, fm, nf) into sc.acc, the touched ids into sc.extra / sc.ranges.
     void scatter(PPRScratch& sc, const int32_t* fid, const double* fm, int64_t nf, double a, const StepRule& rule,
@@ -119,13 +153,14 @@ class PPRKernel {
     // The last step's compaction fused with the top-k selection; returns the support size.
     int64_t select_last(PPRScratch& sc, TopK& topk) const;
 
+    // Sum of row u's weights; throws std::invalid_argument when a column id or weight is invalid.
+    double row_strength(int32_t u) const;
+
     int64_t n_;
-    const int64_t* indptr_;
+    RowPtr indptr_;
     const int32_t* indices_;
     const float* weights_;
     const uint8_t* types_;
-    std::vector<double> inv_strength_;  // 1 / strength, 0 for dangling nodes
-    bool sorted_ = false;  // every row has strictly increasing column ids
     // Rows with more than kMinSkipSegment entries, grouped by neighbour type (stable);
     // built once (ensure_grouped).
     void build_grouped() const;

@@ -21,22 +21,29 @@ using carray = py::array_t<T, py::array::c_style>;
 
 class PyPPRKernel {
   public:
-    PyPPRKernel(carray<int64_t> indptr, carray<int32_t> indices, carray<float> weights, carray<uint8_t> types)
+    // indptr: C-contiguous int64 or int32 (the compact form of a mapped graph, used in place).
+    PyPPRKernel(py::array indptr, carray<int32_t> indices, carray<float> weights, carray<uint8_t> types,
+                bool check_edges)
         : indptr_(std::move(indptr)), indices_(std::move(indices)), weights_(std::move(weights)),
           types_(std::move(types)) {
+        noderag::RowPtr ip;
+        if (py::isinstance<carray<int64_t>>(indptr_))
+            ip.p64 = static_cast<const int64_t*>(indptr_.data());
+        else if (py::isinstance<carray<int32_t>>(indptr_))
+            ip.p32 = static_cast<const int32_t*>(indptr_.data());
+        else
+            throw py::type_error("indptr must be a C-contiguous native-endian int64 or int32 array");
         if (indptr_.ndim() != 1 || indptr_.shape(0) < 1) throw std::invalid_argument("indptr must be 1-D of length n + 1 >= 1");
         const int64_t n = indptr_.shape(0) - 1;
         if (indices_.ndim() != 1 || weights_.ndim() != 1 || weights_.shape(0) != indices_.shape(0))
             throw std::invalid_argument("indices and weights must be 1-D of equal length");
         if (types_.ndim() != 1 || types_.shape(0) != n) throw std::invalid_argument("types must have shape (n,)");
-        const int64_t* ip = indptr_.data();
         if (ip[n] != indices_.shape(0)) throw std::invalid_argument("indptr[n] must equal len(indices)");
         const int32_t* ix = indices_.data();
         const float* w = weights_.data();
         const uint8_t* ty = types_.data();
         py::gil_scoped_release release;
-        kernel_ = std::make_unique<noderag::PPRKernel>(n, ip, ix, w, ty);
-        kernel_->ensure_grouped();  // eagerly, so the first query has no setup cost
+        kernel_ = std::make_unique<noderag::PPRKernel>(n, ip, ix, w, ty, check_edges);
     }
 
     int64_t n() const { return kernel_->n(); }
@@ -48,7 +55,7 @@ class PyPPRKernel {
     // error bound, support size). Seeds: C-contiguous int32 or int64; weights: None
     // (uniform) or C-contiguous float32 or float64. Ranges and values are checked here.
     py::tuple query(py::array seeds, py::object weights, carray<int64_t> k_per_type, double alpha, int64_t iterations,
-                    bool restart, double epsilon) {
+                    bool restart, double epsilon, double push_epsilon) {
         if (seeds.ndim() != 1 || seeds.shape(0) < 1) throw std::invalid_argument("seeds must be 1-D and non-empty");
         if (!(seeds.flags() & py::array::c_style)) throw std::invalid_argument("seeds must be C-contiguous");
         const int64_t ns = seeds.shape(0), n = kernel_->n();
@@ -94,7 +101,7 @@ class PyPPRKernel {
                 throw std::invalid_argument("seed_weights must be native-endian float32 or float64");
             if (!(total > 0.0)) throw std::invalid_argument("seed_weights must not all be zero");
         }
-        const noderag::PPRParams prm = make_params(k_per_type, alpha, iterations, restart, epsilon);
+        const noderag::PPRParams prm = make_params(k_per_type, alpha, iterations, restart, epsilon, push_epsilon);
         py::array_t<int32_t> ids({static_cast<py::ssize_t>(noderag::kNumTypes), static_cast<py::ssize_t>(prm.k_max)});
         py::array_t<float> scores({static_cast<py::ssize_t>(noderag::kNumTypes), static_cast<py::ssize_t>(prm.k_max)});
         int32_t* oi = ids.mutable_data();
@@ -111,7 +118,7 @@ class PyPPRKernel {
     }
 
     void run(carray<int32_t> seeds, carray<float> weights, carray<int64_t> offsets, carray<int64_t> k_per_type,
-             double alpha, int64_t iterations, bool restart, double epsilon, int n_threads,
+             double alpha, int64_t iterations, bool restart, double epsilon, double push_epsilon, int n_threads,
              py::array_t<int32_t, py::array::c_style> out_ids, py::array_t<float, py::array::c_style> out_scores,
              py::array_t<double, py::array::c_style> out_error, py::array_t<int64_t, py::array::c_style> out_support) {
         // Cheap guards: everything the kernel indexes with is checked here.
@@ -137,7 +144,7 @@ class PyPPRKernel {
             for (int64_t i = off[q]; i < off[q + 1]; ++i) s += sw[i];
             if (!(s > 0.0)) throw std::invalid_argument("every query's seed weights must sum to > 0");
         }
-        const noderag::PPRParams prm = make_params(k_per_type, alpha, iterations, restart, epsilon);
+        const noderag::PPRParams prm = make_params(k_per_type, alpha, iterations, restart, epsilon, push_epsilon);
         if (out_ids.ndim() != 3 || out_ids.shape(0) != Q || out_ids.shape(1) != noderag::kNumTypes ||
             out_ids.shape(2) != prm.k_max)
             throw std::invalid_argument("out_ids must have shape (Q, 7, max(k_per_type))");
@@ -157,17 +164,20 @@ class PyPPRKernel {
 
   private:
     noderag::PPRParams make_params(const carray<int64_t>& k_per_type, double alpha, int64_t iterations, bool restart,
-                                   double epsilon) const {
+                                   double epsilon, double push_epsilon) const {
         if (k_per_type.ndim() != 1 || k_per_type.shape(0) != noderag::kNumTypes)
             throw std::invalid_argument("k_per_type must have shape (7,)");
         if (!(alpha >= 0.0 && alpha <= 1.0)) throw std::invalid_argument("alpha must lie in [0, 1]");
         if (iterations < 0) throw std::invalid_argument("iterations must be >= 0");
         if (!(epsilon >= 0.0) || !std::isfinite(epsilon)) throw std::invalid_argument("epsilon must be finite and >= 0");
+        if (!(push_epsilon >= 0.0) || !std::isfinite(push_epsilon))
+            throw std::invalid_argument("push_epsilon must be finite and >= 0");
         noderag::PPRParams prm;
         prm.alpha = alpha;
         prm.iterations = iterations;
         prm.restart = restart;
         prm.epsilon = epsilon;
+        prm.push_epsilon = push_epsilon;
         const int64_t* kp = k_per_type.data();
         for (int t = 0; t < noderag::kNumTypes; ++t) {
             if (kp[t] < 0) throw std::invalid_argument("k_per_type must be >= 0");
@@ -177,7 +187,7 @@ class PyPPRKernel {
         return prm;
     }
 
-    carray<int64_t> indptr_;
+    py::array indptr_;
     carray<int32_t> indices_;
     carray<float> weights_;
     carray<uint8_t> types_;
@@ -189,8 +199,9 @@ class PyPPRKernel {
 void register_ppr(py::module_& m) {
     py::class_<PyPPRKernel>(m, "PPRKernel",
                             "Shallow personalized PageRank over fixed CSR arrays (private; use noderag.graph.ppr).")
-        .def(py::init<carray<int64_t>, carray<int32_t>, carray<float>, carray<uint8_t>>(), py::arg("indptr").noconvert(),
-             py::arg("indices").noconvert(), py::arg("weights").noconvert(), py::arg("types").noconvert())
+        .def(py::init<py::array, carray<int32_t>, carray<float>, carray<uint8_t>, bool>(),
+             py::arg("indptr").noconvert(), py::arg("indices").noconvert(), py::arg("weights").noconvert(),
+             py::arg("types").noconvert(), py::arg("check_edges") = true)
         .def_property_readonly("n", &PyPPRKernel::n)
         .def_property_readonly("nnz", &PyPPRKernel::nnz)
         .def_property_readonly("mirrored", &PyPPRKernel::mirrored,
@@ -200,11 +211,12 @@ void register_ppr(py::module_& m) {
         .def_property_readonly_static("min_skip_segment", [](py::object) { return noderag::kMinSkipSegment; })
         .def("query", &PyPPRKernel::query, py::arg("seeds"), py::arg("weights").none(true),
              py::arg("k_per_type").noconvert(), py::arg("alpha"), py::arg("iterations"), py::arg("restart"),
-             py::arg("epsilon"),
+             py::arg("epsilon"), py::arg("push_epsilon"),
              "Run one query; returns (ids (7, K) int32, scores (7, K) float32, error_bound, support_size).")
         .def("run", &PyPPRKernel::run, py::arg("seeds").noconvert(), py::arg("weights").noconvert(),
              py::arg("offsets").noconvert(), py::arg("k_per_type").noconvert(), py::arg("alpha"),
-             py::arg("iterations"), py::arg("restart"), py::arg("epsilon"), py::arg("n_threads"),
+             py::arg("iterations"), py::arg("restart"), py::arg("epsilon"), py::arg("push_epsilon"),
+             py::arg("n_threads"),
              py::arg("out_ids").noconvert(), py::arg("out_scores").noconvert(), py::arg("out_error").noconvert(),
              py::arg("out_support").noconvert(),
              "Run Q queries (seeds CSR-style by offsets) writing into the preallocated outputs; GIL released.");

@@ -402,3 +402,96 @@ def test_operator_reuse_and_functional_equal():
         np.testing.assert_array_equal(a.ids, b.ids)
         np.testing.assert_array_equal(a.ids, c.ids)
         np.testing.assert_array_equal(a.scores, b.scores)
+
+
+def dense_push_ppr(csr: CSR, seeds, weights, alpha: float, t: int, rule: str, push: float) -> tuple[np.ndarray, float]:
+    """Dense reference of the push threshold: at every step a node u with alpha * p[u] < push * degree(u)
+    spreads nothing. Returns (scores, dropped mass)."""
+    s = dense_ppr(csr, seeds, weights, alpha, 0, rule)
+    adj = csr.to_scipy().toarray().astype(np.float64)
+    strength = adj.sum(axis=1)
+    live = strength > 0
+    trans = np.zeros_like(adj)
+    trans[live] = adj[live] / strength[live, None]
+    dead = np.flatnonzero(~live)
+    trans[dead, dead] = 1.0
+    p, dropped = s.copy(), 0.0
+    for _ in range(t):
+        held = alpha * p < push * np.diff(csr.indptr)  # a zero-weight row with entries drops its mass too
+        dropped += float(alpha * p[held].sum())
+        p = alpha * trans.T @ np.where(held, 0.0, p) + (1.0 - alpha) * (s if rule == "restart" else p)
+    return p, dropped
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), rule=st.sampled_from(["restart", "lazy"]), t=st.integers(0, 3),
+       alpha=st.sampled_from([0.3, 0.5, 0.85]), push=st.sampled_from([0.0137, 0.0031, 7.3e-4, 0.21]))
+def test_push_threshold_matches_dense_reference(data, rule, t, alpha, push):
+    csr, types = data.draw(st.one_of(graphs(), hub_graphs()))
+    seeds, weights = data.draw(queries(csr.n))
+    ref, dropped = dense_push_ppr(csr, seeds, weights, alpha, t, rule, push)
+    op = PPROperator(csr, types)
+    res = op.query(seeds, weights, k_per_type=csr.n, alpha=alpha, iterations=t, rule=rule, push_epsilon=push)
+    check_topk(res, ref, types, np.full(N_TYPES, csr.n))
+    assert res.error_bound == pytest.approx(dropped, rel=1e-9, abs=1e-12)
+    exact = dense_ppr(csr, seeds, weights, alpha, t, rule)
+    assert np.all(ref <= exact * (1 + 1e-9) + 1e-12)  # lower bounds of the exact scores
+    assert np.abs(exact - ref).sum() <= res.error_bound + 1e-9
+    # Each step reads at most alpha / push row entries: the support is the seeds and at most t times that.
+    assert res.support_size <= len(set(seeds[weights > 0].tolist())) + t * alpha / push + 1e-9
+    # With the bounded mode too: still lower bounds, within the reported error; batches equal singles.
+    both = op.query(seeds, weights, k_per_type=csr.n, alpha=alpha, iterations=t, rule=rule, epsilon=1e-3,
+                    push_epsilon=push)
+    approx = np.zeros(csr.n)
+    for ty in range(N_TYPES):
+        ids, scores = both.top(ty)
+        approx[ids] = scores
+    assert np.all(approx <= exact * (1 + 1e-6) + 1e-7)
+    assert np.abs(exact - approx).sum() <= both.error_bound + 1e-5
+    batch = op.query_batch([seeds, seeds[::-1]], [weights, weights[::-1]], k_per_type=csr.n, alpha=alpha,
+                           iterations=t, rule=rule, push_epsilon=push, n_threads=2)
+    np.testing.assert_array_equal(batch[0].ids, res.ids)
+    np.testing.assert_array_equal(batch[0].scores, res.scores)
+    assert batch[0].error_bound == res.error_bound
+
+
+def test_push_threshold_bounds_a_hub_seeds_fan_out():
+    # Seed 0 is a hub of 5000 leaves, each with 20 leaves of its own: the exact last step reads ~10^5 entries.
+    hub_deg, fan = 5000, 20
+    n = 1 + hub_deg + hub_deg * fan
+    leaves = np.arange(1, hub_deg + 1)
+    src = np.concatenate([np.zeros(hub_deg, np.int64), np.repeat(leaves, fan)])
+    dst = np.concatenate([leaves, np.arange(hub_deg + 1, n)])
+    csr = csr_from_coo(n, src, dst)
+    types = np.zeros(n, np.uint8)
+    types[leaves] = 1
+    types[hub_deg + 1:] = 2
+    op = PPROperator(csr, types)
+    exact = op.query([0], k_per_type=30, iterations=2, rule="lazy")
+    pushed = op.query([0], k_per_type=30, iterations=2, rule="lazy", push_epsilon=1e-5)
+    assert exact.support_size == n and exact.error_bound == 0.0
+    # After step 1 the hub holds 0.5 (0.25 >= 1e-5 * 5000: it spreads) and each leaf 1e-4 (5e-5 < 1e-5 * 21
+    # entries: it does not), so the last step reads the hub's row only and drops the leaves' 0.5 * 0.5.
+    assert pushed.support_size == 1 + hub_deg
+    assert pushed.error_bound == pytest.approx(0.25)
+    np.testing.assert_array_equal(pushed.ids[:2], exact.ids[:2])  # the hub and its leaves keep their order
+    assert np.all(pushed.ids[2] == -1)  # the leaves' leaves, reached only through unspread rows, are absent
+    with pytest.raises(ValueError, match="push_epsilon must be a finite real number >= 0"):
+        op.query([0], k_per_type=3, push_epsilon=-1e-3)
+
+
+def test_int32_offsets_are_read_in_place_with_the_same_results():
+    rng = np.random.default_rng(9)
+    n = 500
+    csr = csr_from_coo(n, rng.integers(0, n, 3000), rng.integers(0, n, 3000), rng.random(3000) + 0.1)
+    types = rng.integers(0, 7, n)
+    compact = CSR(csr.indptr.astype(np.int32), csr.indices, csr.weights)
+    wide, narrow = PPROperator(csr, types), PPROperator(compact, types, check_edges=False)
+    assert narrow.csr.indptr.dtype == np.int32  # used as given, not widened
+    for eps, push in ((0.0, 0.0), (1e-3, 0.0), (0.0, 1e-4)):
+        for s in (rng.integers(0, n, 5) for _ in range(5)):
+            a = wide.query(s, k_per_type=8, epsilon=eps, push_epsilon=push)
+            b = narrow.query(s, k_per_type=8, epsilon=eps, push_epsilon=push)
+            np.testing.assert_array_equal(a.ids, b.ids)
+            np.testing.assert_array_equal(a.scores, b.scores)
+    assert wide.mirrored == narrow.mirrored

@@ -160,16 +160,18 @@ def test_native_guards_throw_instead_of_reading_out_of_bounds(graph):
     csr, types = graph
     kern = _core.PPRKernel(csr.indptr, csr.indices, csr.weights, types)
     with pytest.raises(TypeError):
-        _core.PPRKernel(csr.indptr.astype(np.int32), csr.indices, csr.weights, types)
+        _core.PPRKernel(csr.indptr.astype(np.int16), csr.indices, csr.weights, types)
+    with pytest.raises(TypeError):
+        _core.PPRKernel(csr.indptr, csr.indices.astype(np.int64), csr.weights, types)
     with pytest.raises(ValueError, match="indices must lie"):
         _core.PPRKernel(csr.indptr, np.full_like(csr.indices, 99), csr.weights, types)
     with pytest.raises(ValueError, match="indptr"):
         _core.PPRKernel(np.array([0, 5], np.int64), np.zeros(1, np.int32), np.ones(1, np.float32),
                         np.zeros(1, np.uint8))
 
-    def run(seeds, offsets, k=np.ones(7, np.int64), q=1):
+    def run(seeds, offsets, k=np.ones(7, np.int64), q=1, push=0.0):
         kern.run(np.asarray(seeds, np.int32), np.ones(len(seeds), np.float32), np.asarray(offsets, np.int64), k,
-                 0.5, 2, True, 0.0, 1, np.empty((q, 7, 1), np.int32), np.empty((q, 7, 1), np.float32),
+                 0.5, 2, True, 0.0, push, 1, np.empty((q, 7, 1), np.int32), np.empty((q, 7, 1), np.float32),
                  np.empty(q), np.empty(q, np.int64))
 
     run([0], [0, 1])
@@ -179,6 +181,8 @@ def test_native_guards_throw_instead_of_reading_out_of_bounds(graph):
         run([0], [0, 5])
     with pytest.raises(ValueError, match="out_ids"):
         run([0], [0, 1], k=np.full(7, 2, np.int64))
+    with pytest.raises(ValueError, match="push_epsilon must be finite"):
+        run([0], [0, 1], push=float("nan"))
 
 
 dtypes = st.sampled_from([np.int8, np.int32, np.int64, np.uint64, np.float32, np.float64, np.bool_, "U1", object])
@@ -233,3 +237,26 @@ def test_fuzz_valid_graph_bad_queries(n, data):
     except ValueError:
         return
     assert len(out) == 2
+
+
+def test_unchecked_edges_are_checked_as_rows_are_read():
+    """check_edges=False: O(n) construction; a bad row raises ValueError naming it when a query reads it."""
+    n = 6
+    indptr = np.array([0, 2, 3, 4, 4, 4, 4], np.int64)
+    indices = np.array([1, 2, 0, 99], np.int32)  # row 2 points outside the graph
+    weights = np.ones(4, np.float32)
+    csr = CSR(indptr, indices, weights)
+    types = np.zeros(n, np.uint8)
+    with pytest.raises(ValueError, match="indices"):
+        PPROperator(csr, types)
+    op = PPROperator(csr, types, check_edges=False)
+    res = op.query([0], k_per_type=3, iterations=1, push_epsilon=1e-9)  # reads rows 0 only
+    assert res.top(0)[0].tolist() == [0, 1, 2]
+    with pytest.raises(ValueError, match=r"indices must lie in \[0, n\) \(row 2\)"):
+        op.query([0], k_per_type=3, iterations=2, push_epsilon=1e-9)  # the second step reads row 2
+    bad_w = CSR(indptr, np.array([1, 2, 0, 1], np.int32), np.array([1, 1, -1, 1], np.float32))
+    op = PPROperator(bad_w, types, check_edges=False)
+    with pytest.raises(ValueError, match=r"weights must be finite and >= 0 \(row 1\)"):
+        op.query([1], k_per_type=3, iterations=1, push_epsilon=1e-9)
+    with pytest.raises(ValueError, match=r"weights must be finite and >= 0"):
+        bool(op.mirrored)  # the grouped rows' pass checks every row

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -16,7 +17,6 @@ import noderag
 from noderag.store.verify import IndexDamagedError
 from noderag.data import demo_dir, demo_questions
 from noderag.search.query_index import QUERY_DIR, QueryIndex, write_query_index
-from noderag.store.verify import IndexDamagedError
 from noderag.search import SearchConfig, Searcher
 from noderag.search.entities import EntityMatcher, MappedNames, name_arrays, name_index_arrays, name_tokens
 from conftest import MUSIQUE, musique_queries
@@ -86,6 +86,32 @@ def test_dev_slice_retrieval_identical_to_in_memory_path(dev, tmp_path):
     for g, w in zip(got, want):
         assert g["passages"] == w["passages"] and [n["id"] for n in g["nodes"]] == [n["id"] for n in w["nodes"]]
     assert got == want
+
+
+def test_title_table_is_written_and_searches_like_the_in_memory_links(dev, tmp_path):
+    """query/title_* (the title links' table) is written by the build and read at open; an index without it still
+    opens and searches the same (its links are then made at the first bridging query)."""
+    index, questions = dev
+    table = QueryIndex.load(index.path).title_table
+    assert table is not None and table["title_head"].size > 100
+    linked = Searcher(index)
+    assert "title_links" in linked.view.cache  # from the table, before any query
+    with_table = [r.to_dict() for r in linked.retrieve_many(questions)]
+    copy = tmp_path / "no_titles"
+    shutil.copytree(index.root, copy)
+    gen = copy / index.path.relative_to(index.root)
+    for p in (gen / QUERY_DIR).glob("title*.npy"):
+        p.unlink()
+    manifest = json.loads((gen / "manifest.json").read_text(encoding="utf-8"))  # as an older build wrote it
+    files = manifest["checksums"]["files"]
+    for rel in [rel for rel in files if rel.startswith(f"{QUERY_DIR}/title")]:
+        del files[rel]
+    (gen / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    assert QueryIndex.load(gen).title_table is None
+    older = Searcher(noderag.Index.open(copy))
+    assert "title_links" not in older.view.cache
+    assert [r.to_dict() for r in older.retrieve_many(questions)] == with_table
+    assert "title_links" in older.view.cache  # made by a bridging query
 
 
 def test_mapped_names_equal_in_memory_matcher(dev):
@@ -225,15 +251,18 @@ def test_insert_rewrites_the_query_index(tmp_path):
 
 
 def test_damaged_graph_is_still_caught_without_the_compiled_check(demo, tmp_path):
-    # the searcher maps the graph without HeteroGraph's numba pass; PPROperator's checks must catch damage
+    # the searcher maps the graph without HeteroGraph's numba pass, and PPROperator checks each row as a query
+    # first reads it: damage in a row the query reads is named (noderag verify checks every row)
+    question = "Which river flows through the capital?"
+    seed = int(noderag.Index.open(demo.root).searcher().query_context(question).seeds[0])
     copy = tmp_path / "badgraph"
     shutil.copytree(demo.root, copy)
     gen = copy / demo.path.relative_to(demo.root)
     ind = np.load(gen / "graph" / "indices.npy")
-    ind[len(ind) // 2] = int(demo.graph.n) + 5
+    ind[int(np.load(gen / "graph" / "indptr.npy")[seed])] = int(demo.graph.n) + 5
     np.save(gen / "graph" / "indices.npy", ind)
     with pytest.raises(IndexDamagedError, match=r"node id out of range in graph/indices\.npy"):
-        noderag.Index.open(copy).retrieve("Which river flows through the capital?")
+        noderag.Index.open(copy).retrieve(question)
 
 
 _NAME_WORDS = ["Paris", "paris", "Bank", "of", "the", "St.", "Jean-Luc", "台北", "市", "March", "&", "42", "O'Neil",

@@ -8,7 +8,7 @@ from hypothesis import example, given, settings, strategies as st
 
 from noderag.lang.entities import STOP
 from noderag.lang.zh import match_tokens
-from noderag.search.titles import (MAX_HEAD_TOKENS, TitleLinks, _ascii_keys, _name_start, fold_token, head_hash,
+from noderag.search.titles import (MAX_HEAD_TOKENS, TitleLinks, title_table, _ascii_keys, _name_start, fold_token, head_hash,
                                    title_head, title_key, token_hash)
 
 
@@ -113,3 +113,33 @@ def test_from_arrow_reads_sliced_null_and_dictionary_columns():
         "From Nashville to Paris") == [1, 0]
     empty = TitleLinks.from_arrow(np.array([0, 1]), pa.array([None, None], type=pa.null()), np.array([0]), np.array([0]))
     assert empty.named_groups("Paris") == []
+
+
+def test_table_links_skip_deleted_passages():
+    titles = pa.array(["Hank Snow", "Nashville, Tennessee"])
+    table = title_table(np.array([3, 6]), titles, np.array([10, 11, 12]), np.array([3, 6, 6]))
+    active = np.ones(13, bool)
+    assert TitleLinks.from_table(table, active).passages(6).tolist() == [11, 12]
+    active[11] = False  # deleted since the table was written
+    links = TitleLinks.from_table(table, active)
+    assert links.passages(6).tolist() == [12]
+    assert links.named_groups("Hank Snow sang in Nashville.") == [[3], [6]]
+
+
+def test_binary_searched_tables_match_the_dicts(monkeypatch):
+    """Tables over DICT_TITLES titles are binary-searched instead of put in dicts: the same groups."""
+    import noderag.search.titles as titles_module
+
+    titles = {0: "West Chicago, Illinois", 1: "Chicago", 2: "The (band)", 3: "West Chicago High School",
+              4: "Akinoshū Kenji", 5: "Tekeze River", 6: "馬祖列島", 7: "馬祖", 8: "Hank Snow", 9: "Chicago"}
+    texts = ["He went to West Chicago High School in Chicago. Born in West Chicago.",
+             "Akinoshu Kenji 馬祖列島 Tekezé River and 馬祖", "Hank Snow, Chicago and The band", ""]
+    docs = np.asarray(sorted(titles), dtype=np.int64)
+    small = TitleLinks(titles, docs + 100, docs)
+    want = [small.named_groups(t) for t in texts]
+    assert small._dicts is not None
+    monkeypatch.setattr(titles_module, "DICT_TITLES", 0)
+    large = TitleLinks(titles, docs + 100, docs)
+    assert [large.named_groups(t) for t in texts] == want
+    assert [large.named_groups(t) for t in texts] == want  # again: from the memoised look-ups
+    assert large._dicts is None and want[0] == [[3], [1, 9], [0]]

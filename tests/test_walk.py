@@ -60,7 +60,25 @@ def test_arrays_and_node_ids_are_checked():
         walk([-1], 0)
     with pytest.raises(ValueError, match="CSR of 3 nodes"):
         TypedNeighbours(csr.indptr, csr.indices, types, active[:2])
-    with pytest.raises(TypeError):  # the kernel takes no converted copies
-        from noderag._core import typed_neighbours
+    from noderag._core import typed_neighbours
 
-        typed_neighbours(csr.indptr.astype(np.int32), csr.indices, types, active, np.array([0]), 0)
+    with pytest.raises(TypeError):  # the kernel takes no converted copies
+        typed_neighbours(csr.indptr.astype(np.int16), csr.indices, types, active, np.array([0]), 0)
+    # int32 offsets (a mapped graph's compact form) are read in place, with the same result
+    compact = TypedNeighbours(csr.indptr.astype(np.int32), csr.indices, types, active)
+    assert compact.indptr.dtype == np.int32
+    assert compact([1], 0)[1].tolist() == [0, 2]
+
+
+def test_damaged_rows_raise_instead_of_reading_out_of_bounds():
+    types, active = np.zeros(3, np.uint8), np.ones(3, bool)
+    bad_ids = TypedNeighbours(np.array([0, 1, 2, 2]), np.array([1, 7], np.int32), types, active)
+    assert bad_ids([0], 0)[1].tolist() == [1]  # row 0 is sound
+    with pytest.raises(ValueError, match="row 1 is damaged"):
+        bad_ids([0, 1], 0)
+    from noderag._core import typed_neighbours
+
+    bad_ptr = np.array([0, 5, 2, 2], np.int64)  # row 0 ends past the edges, row 1 runs backwards
+    for node in (0, 1):
+        with pytest.raises(ValueError, match=f"row {node} is damaged"):
+            typed_neighbours(bad_ptr, np.array([1, 2], np.int32), types, active, np.array([node]), 0)

@@ -10,10 +10,11 @@ class PPRKernel:
 
     def __init__(
         self,
-        indptr: npt.NDArray[np.int64],
+        indptr: npt.NDArray[np.int64] | npt.NDArray[np.int32],
         indices: npt.NDArray[np.int32],
         weights: npt.NDArray[np.float32],
         types: npt.NDArray[np.uint8],
+        check_edges: bool = True,
     ) -> None: ...
     @property
     def n(self) -> int: ...
@@ -33,6 +34,7 @@ class PPRKernel:
         iterations: int,
         restart: bool,
         epsilon: float,
+        push_epsilon: float,
     ) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.float32], float, int]: ...
     def run(
         self,
@@ -44,6 +46,7 @@ class PPRKernel:
         iterations: int,
         restart: bool,
         epsilon: float,
+        push_epsilon: float,
         n_threads: int,
         out_ids: npt.NDArray[np.int32],
         out_scores: npt.NDArray[np.float32],
@@ -52,7 +55,7 @@ class PPRKernel:
     ) -> None: ...
 
 def typed_neighbours(
-    indptr: npt.NDArray[np.int64],
+    indptr: npt.NDArray[np.int64] | npt.NDArray[np.int32],
     indices: npt.NDArray[np.int32],
     types: npt.NDArray[np.uint8],
     active: npt.NDArray[np.bool_],
@@ -61,5 +64,5 @@ def typed_neighbours(
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
     """Active neighbours of type ``node_type`` of each of ``nodes``: (position in ``nodes`` of each
     neighbour's owner, neighbour id), grouped by owner in adjacency order. Raises IndexError for a node id
-    outside [0, n); the arrays are not checked."""
+    outside [0, n) and ValueError for a damaged row it reads (offsets or column ids)."""
     ...

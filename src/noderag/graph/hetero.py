@@ -777,13 +777,15 @@ class HeteroGraph:
                            _key_order_path=self._key_order_path)
 
     @classmethod
-    def load(cls, directory: str | os.PathLike, mmap: bool = True, *, validate: bool = True) -> "HeteroGraph":
+    def load(cls, directory: str | os.PathLike, mmap: bool = True, *, validate: bool = True,
+             widen: bool = True) -> "HeteroGraph":
         """Open a saved graph, memory-mapping its arrays read-only (never unpickling).
 
         Checks the format version (``FormatVersionError``), and every file's dtype
         and shape against ``graph/meta.json`` (``ValueError`` naming the file).
         With ``validate`` (default) the CSR invariants (bounds, monotone indptr,
-        finite non-negative weights) are checked too, in O(n + nnz).
+        finite non-negative weights) are checked too, in O(n + nnz). ``widen=False`` keeps an int32 ``indptr``
+        (the compact on-disk form) as mapped instead of an int64 copy (for readers that take both).
         """
         root = Path(directory)
         meta_path = root / "graph" / "meta.json"
@@ -808,9 +810,9 @@ class HeteroGraph:
             sub = root / _LAYER_DIRS[name]
             nnz = meta[f"{name}_nnz"]
             indptr = load_npy(sub / "indptr.npy", mmap, shape=(n + 1,))
-            if indptr.dtype == np.int32:  # the compact on-disk form: widened (an O(n) copy)
+            if indptr.dtype == np.int32 and widen:  # the compact on-disk form: widened (an O(n) copy)
                 indptr = _readonly(indptr.astype(INDPTR_DTYPE))
-            elif indptr.dtype != INDPTR_DTYPE:
+            elif indptr.dtype not in (INDPTR_DTYPE, np.int32):
                 raise ValueError(f"{sub / 'indptr.npy'}: expected dtype int32 or int64, found {indptr.dtype}")
             indices = load_npy(sub / "indices.npy", mmap, dtype=INDEX_DTYPE, shape=(nnz,))
             weights = load_npy(sub / "weights.npy", mmap, dtype=WEIGHT_DTYPE, shape=(nnz,))

@@ -49,9 +49,18 @@ such type's heap is full and its k-th score exceeds the most they could give);
 otherwise the query reruns without pruning. Exact results, at close to the bounded
 mode's cost on hub-heavy graphs. (``support_size`` then excludes the pruned leaves.)
 
-Use :class:`PPROperator` for repeated queries on one graph: it validates the CSR and
-precomputes, once, ``1 / strength``, the type-grouped copies of the large rows and the
-mirror check (O(n + nnz)). An operator may be shared by threads. :func:`shallow_ppr` and
+Push threshold (``push_epsilon > 0``, with either mode): at every step a node ``u`` holding mass ``m`` spreads
+``alpha * m`` along its row only if ``alpha * m >= push_epsilon * degree(u)`` (``degree``: the row's entries) --
+the residual test of forward push (Andersen, Chung & Lang 2006) -- else that mass is dropped and added to
+``error_bound`` (a dangling node with zero-weight entries too). A step then reads at most ``alpha /
+push_epsilon`` row entries (the mass it spreads is at most 1): a query's cost no longer grows with its seeds'
+degrees (a hub seed reaches thousands of nodes of little mass each, and each would fan out again). The returned
+scores are lower bounds; a node reached only through unspread rows is absent.
+
+Use :class:`PPROperator` for repeated queries on one graph: it validates the CSR once (O(n + nnz), or O(n)
+with ``check_edges=False``: each row is then checked as a query reads it); the type-grouped copies of the
+large rows and the mirror check (O(nnz)) are built at the first query of a mode that reads them (bounded, or
+exact without a push threshold). An operator may be shared by threads. :func:`shallow_ppr` and
 :func:`shallow_ppr_batch` accept either a :class:`~noderag.graph.csr.CSR` (validated
 and precomputed on every call, O(n + nnz)) or a :class:`PPROperator`.
 """
@@ -96,7 +105,7 @@ class PPRResult:
     scores : ndarray of shape (7, k), float32
         Their scores, padded with 0.
     error_bound : float
-        Upper bound on the L1 error of the scores vs exact (0.0 in exact mode).
+        Upper bound on the L1 error of the scores vs exact (0.0 in exact mode without a push threshold).
     support_size : int
         Number of nodes with a nonzero score in the computed vector (without the
         leaves of pruned or skipped hub segments).
@@ -166,7 +175,7 @@ def _k_vector(k_per_type) -> np.ndarray:
     return np.ascontiguousarray(arr, np.int64)
 
 
-def _params(alpha, iterations, rule, epsilon):
+def _params(alpha, iterations, rule, epsilon, push_epsilon=0.0):
     if not _is_real(alpha) or not (0.0 <= float(alpha) <= 1.0):
         raise ValueError(f"alpha must be a real number in [0, 1], got {alpha!r}")
     if not _is_int(iterations) or iterations < 0:
@@ -175,7 +184,9 @@ def _params(alpha, iterations, rule, epsilon):
         raise ValueError(f"rule must be one of {RULES}, got {rule!r}")
     if not _is_real(epsilon) or not np.isfinite(float(epsilon)) or float(epsilon) < 0.0:
         raise ValueError(f"epsilon must be a finite real number >= 0, got {epsilon!r}")
-    return float(alpha), int(iterations), rule == "restart", float(epsilon)
+    if not _is_real(push_epsilon) or not np.isfinite(float(push_epsilon)) or float(push_epsilon) < 0.0:
+        raise ValueError(f"push_epsilon must be a finite real number >= 0, got {push_epsilon!r}")
+    return float(alpha), int(iterations), rule == "restart", float(epsilon), float(push_epsilon)
 
 
 def _threads(n_threads) -> int:
@@ -225,13 +236,14 @@ def _seed_weights(seed_weights, shape: tuple, where: str) -> np.ndarray:
 
 
 def _native_csr(csr: CSR) -> bool:
-    """Whether a CSR's arrays already have the kernel's dtypes and layout (1-D, C-contiguous, non-empty indptr):
+    """Whether a CSR's arrays already have the kernel's dtypes and layout (1-D, C-contiguous, non-empty indptr of
+    int64 or int32):
     then the native constructor's own pass checks their values, and the O(nnz) numpy checks of
     :func:`~noderag.graph.csr.validate_csr` (most of opening a searcher over millions of edges) run only to name
     a value it rejected."""
     arrays = (csr.indptr, csr.indices, csr.weights)
-    dtypes = (np.int64, np.int32, np.float32)
-    return (all(isinstance(a, np.ndarray) and a.dtype == d and a.ndim == 1 and a.flags.c_contiguous
+    dtypes = ((np.int64, np.int32), (np.int32,), (np.float32,))  # indptr: int32 is a mapped graph's compact form
+    return (all(isinstance(a, np.ndarray) and a.dtype in d and a.ndim == 1 and a.flags.c_contiguous
                 for a, d in zip(arrays, dtypes)) and csr.indptr.shape[0] >= 1)
 
 
@@ -245,16 +257,20 @@ class PPROperator:
         copied: do not modify them while the operator is alive.
     node_types : array-like of shape (n,)
         Node type codes in [0, 7).
+    check_edges : bool, default=True
+        Check every column id and weight now (O(nnz)). False: only indptr and the type codes now (O(n), what a
+        searcher opening millions of edges wants); a row is checked when a query first reads it, and a bad one
+        raises ``ValueError`` then. Either way no query reads out of bounds.
     """
 
-    def __init__(self, csr: CSR, node_types) -> None:
+    def __init__(self, csr: CSR, node_types, *, check_edges: bool = True) -> None:
         if not isinstance(csr, CSR):
             raise ValueError(f"csr must be a noderag.graph.csr.CSR, got {type(csr).__name__}")
         kernel = None
-        if _native_csr(csr):  # the kernel checks every value in its one pass over the edges
+        if _native_csr(csr):  # the kernel checks the values itself (all now, or each row as it is read)
             types = _node_types(node_types, csr.indptr.shape[0] - 1)
             try:
-                kernel = _core.PPRKernel(csr.indptr, csr.indices, csr.weights, types)
+                kernel = _core.PPRKernel(csr.indptr, csr.indices, csr.weights, types, bool(check_edges))
             except ValueError:
                 kernel = None  # the numpy checks below name the bad value
         if kernel is None:
@@ -287,9 +303,9 @@ class PPROperator:
         return bool(self._kernel.mirrored)
 
     def query(self, seeds, seed_weights=None, *, k_per_type, alpha: float = 0.5, iterations: int = 2,
-              rule: str = DEFAULT_RULE, epsilon: float = 0.0) -> PPRResult:
+              rule: str = DEFAULT_RULE, epsilon: float = 0.0, push_epsilon: float = 0.0) -> PPRResult:
         """Run one query; see the module docstring for the semantics."""
-        a, t, restart, eps = _params(alpha, iterations, rule, epsilon)
+        a, t, restart, eps, push = _params(alpha, iterations, rule, epsilon, push_epsilon)
         k = self._k(k_per_type)
         # int32/int64 and float32/float64 arrays go straight to the native side, which checks ranges and values.
         ids = seeds if _is_fast_array(seeds, _FAST_IDS) else _seed_ids(seeds, self.n, "")
@@ -297,7 +313,7 @@ class PPROperator:
             w = seed_weights
         else:
             w = _seed_weights(seed_weights, ids.shape, "")
-        out_ids, out_scores, err, support = self._kernel.query(ids, w, k, a, t, restart, eps)
+        out_ids, out_scores, err, support = self._kernel.query(ids, w, k, a, t, restart, eps, push)
         return PPRResult(out_ids, out_scores, float(err), int(support))
 
     def _flat_batch(self, seed_lists, weight_lists):
@@ -343,12 +359,13 @@ class PPROperator:
         return k
 
     def query_batch(self, seed_lists, weight_lists=None, *, k_per_type, alpha: float = 0.5, iterations: int = 2,
-                    rule: str = DEFAULT_RULE, epsilon: float = 0.0, n_threads: int | None = None) -> list[PPRResult]:
+                    rule: str = DEFAULT_RULE, epsilon: float = 0.0, push_epsilon: float = 0.0,
+                    n_threads: int | None = None) -> list[PPRResult]:
         """Run many queries in one native call on ``n_threads`` threads (GIL released).
 
         The results equal those of one :meth:`query` per seed list.
         """
-        a, t, restart, eps = _params(alpha, iterations, rule, epsilon)
+        a, t, restart, eps, push = _params(alpha, iterations, rule, epsilon, push_epsilon)
         k = self._k(k_per_type)
         threads = _threads(n_threads)
         if isinstance(seed_lists, np.ndarray) and seed_lists.ndim == 2:
@@ -381,7 +398,7 @@ class PPROperator:
         out_scores = np.empty((q, N_TYPES, k_max), np.float32)
         out_err = np.empty(q, np.float64)
         out_support = np.empty(q, np.int64)
-        self._kernel.run(flat_ids, flat_w, offsets, k, a, t, restart, eps, threads,
+        self._kernel.run(flat_ids, flat_w, offsets, k, a, t, restart, eps, push, threads,
                          out_ids, out_scores, out_err, out_support)
         if q == 1:
             return [PPRResult(out_ids[0], out_scores[0], float(out_err[0]), int(out_support[0]))]
@@ -399,7 +416,7 @@ def _operator(csr, node_types) -> PPROperator:
 
 def shallow_ppr(csr: CSR | PPROperator, seeds, seed_weights=None, *, node_types=None, k_per_type,
                 alpha: float = 0.5, iterations: int = 2, rule: str = DEFAULT_RULE, epsilon: float = 0.0,
-                n_threads: int | None = None) -> PPRResult:
+                push_epsilon: float = 0.0, n_threads: int | None = None) -> PPRResult:
     """Top-k nodes per type by shallow personalized PageRank from weighted seeds.
 
     Parameters
@@ -422,17 +439,21 @@ def shallow_ppr(csr: CSR | PPROperator, seeds, seed_weights=None, *, node_types=
     rule : {"restart", "lazy"}, default=DEFAULT_RULE ("lazy")
     epsilon : float, default=0.0
         Threshold of the bounded-error mode (0: exact; ``DEFAULT_EPSILON`` is a good start).
+    push_epsilon : float, default=0.0
+        Push threshold (0: off): a node whose propagated mass per row entry is below it spreads nothing, so a
+        step reads at most ``alpha / push_epsilon`` row entries (see the module docstring).
     n_threads : int, default=None
         Accepted for symmetry with :func:`shallow_ppr_batch`; a single query runs on one thread.
     """
     _threads(n_threads)
     return _operator(csr, node_types).query(seeds, seed_weights, k_per_type=k_per_type, alpha=alpha,
-                                            iterations=iterations, rule=rule, epsilon=epsilon)
+                                            iterations=iterations, rule=rule, epsilon=epsilon,
+                                            push_epsilon=push_epsilon)
 
 
 def shallow_ppr_batch(csr: CSR | PPROperator, seed_lists, weight_lists=None, *, node_types=None, k_per_type,
                       alpha: float = 0.5, iterations: int = 2, rule: str = DEFAULT_RULE, epsilon: float = 0.0,
-                      n_threads: int | None = None) -> list[PPRResult]:
+                      push_epsilon: float = 0.0, n_threads: int | None = None) -> list[PPRResult]:
     """Run :func:`shallow_ppr` for many seed lists in one native multi-threaded call.
 
     ``n_threads`` defaults to ``os.cpu_count()``; the results equal one
@@ -440,4 +461,4 @@ def shallow_ppr_batch(csr: CSR | PPROperator, seed_lists, weight_lists=None, *, 
     """
     return _operator(csr, node_types).query_batch(seed_lists, weight_lists, k_per_type=k_per_type, alpha=alpha,
                                                   iterations=iterations, rule=rule, epsilon=epsilon,
-                                                  n_threads=n_threads)
+                                                  push_epsilon=push_epsilon, n_threads=n_threads)

@@ -21,14 +21,16 @@ class TypedNeighbours:
     Parameters
     ----------
     indptr, indices : ndarray
-        The layer's CSR structure (int64 of shape (n + 1,), int32 in [0, n)); memory-mapped arrays of
-        these dtypes are used in place.
+        The layer's CSR structure (int64 or int32 of shape (n + 1,), int32 in [0, n)); memory-mapped arrays of
+        these dtypes are used in place. Each row a call reads is checked (offsets and column ids; a damaged one
+        raises ``ValueError``).
     types : ndarray of uint8, shape (n,)
     active : ndarray of bool, shape (n,)
     """
 
     def __init__(self, indptr, indices, types, active) -> None:
-        self.indptr = np.ascontiguousarray(indptr, dtype=np.int64)
+        indptr = np.asarray(indptr)  # int32: a mapped graph's compact form, used in place (the kernel takes both)
+        self.indptr = np.ascontiguousarray(indptr, dtype=indptr.dtype if indptr.dtype == np.int32 else np.int64)
         self.indices = np.ascontiguousarray(indices, dtype=np.int32)
         self.types = np.ascontiguousarray(types, dtype=np.uint8)
         self.active = np.ascontiguousarray(active, dtype=bool)

@@ -177,7 +177,9 @@ class LexicalIndex:
         Costs an int32 map over node ids up to the largest passage id (4 bytes a node) and, per
         thread, 9 bytes a passage.
         """
-        ids = np.unique(np.asarray(ids, dtype=np.int64))
+        ids = np.asarray(ids, dtype=np.int64)
+        if ids.size > 1 and not bool(np.all(ids[1:] > ids[:-1])):  # already sorted and unique: no O(n log n) pass
+            ids = np.unique(ids)
         ordinal = np.full(int(ids[-1]) + 1 if ids.size else 0, -1, np.int32)
         ordinal[ids] = np.arange(ids.size, dtype=np.int32)
         self._passages, self._ordinal = ids, ordinal

@@ -13,6 +13,8 @@ Folder ``query/`` of an index directory (``.npy`` files; ``*_off`` are int64 off
     doclabel_id, doclabel_off, doclabel   label of every document with one (sorted doc ids)
     name_*, exact_*, phrase_*, tok*, post_*   the name matcher (noderag.search.entities.name_index_arrays)
     lex_*                            the passages' BM25 postings (noderag.search.lexical)
+    title_*                          optional (an index without it still opens): the title links' table
+                                     (noderag.search.titles.title_table); base segments only
 
 Written by :func:`write_query_index` from the finished ``nodes.parquet`` and ``documents.parquet`` of a
 build or insert (deterministic: the same tables give byte-identical files); opened by
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -203,6 +206,8 @@ def write_query_index(index_dir: str | os.PathLike, *, first_node: int = 0, lexi
     del text_off, text
     _save_labels(save, nodes, types, doc, documents, first_node)
     del nodes
+    if not first_node:  # a delta segment's searcher builds its title links over every segment's documents
+        _save_titles(save, documents, types, doc, active)
     names = _save_names(save, nodes_path, types, active, first_node)
     meta = {"format": _FORMAT, "n": int(n), **names, "text_page": text_page,
             **({"first_node": int(first_node)} if first_node else {})}
@@ -229,6 +234,47 @@ def _save_labels(save, nodes: Any, types: np.ndarray, doc: np.ndarray, documents
     save("doclabel_id", np.asarray(dids, dtype=np.int64))
     for key, arr in zip(("doclabel_off", "doclabel"), _py_blob([dl[d] for d in dids])):
         save(key, arr)
+
+
+def _save_titles(save, documents: Any, types: np.ndarray, doc: np.ndarray, active: np.ndarray) -> None:
+    """The title links' table (``title_*``, :func:`~noderag.search.titles.title_table`) of the documents' titles
+    and the active passages: the first query that bridges by title would otherwise hash every title."""
+    from .titles import title_table
+
+    if documents is None or "title" not in documents.column_names:
+        return
+    ids = documents.column("doc_id").combine_chunks()
+    if ids.null_count:
+        return  # the searcher names the bad table when it reads it
+    t_ids = np.flatnonzero((types == _T) & active)
+    doc_ids = np.asarray(ids.to_numpy(zero_copy_only=False), dtype=np.int64)
+    for key, arr in title_table(doc_ids, documents.column("title"), t_ids, doc[t_ids]).items():
+        save(key, arr)
+
+
+def _load_titles(folder: Path, n: int, checked: bool) -> dict[str, np.ndarray] | None:
+    """The title table (``title_*``) mapped, or None for an index written without it; sizes checked (and the
+    passage ids, O(passages), when ``checked``)."""
+    from .titles import TITLE_ARRAYS
+
+    if not (folder / "title_head.npy").is_file():
+        return None
+    dtypes = {"title_head": np.uint64, "title_first": np.uint64, "title": np.uint8}
+    a = {key: np.asarray(load_npy(folder / f"{key}.npy", True, dtype=dtypes.get(key, np.int64), ndim=1, shape=None))
+         for key in TITLE_ARRAYS}
+    k = a["title_head"].shape[0]
+    off = a["title_off"]
+    sizes = (("title_doc", a["title_doc"].shape[0] == k), ("title_off", off.shape[0] == k + 1
+             and int(off[0]) == 0 and int(off[-1]) == a["title"].shape[0]),
+             ("title_mask", a["title_mask"].shape[0] == a["title_first"].shape[0]),
+             ("title_pid", a["title_pid"].shape[0] == a["title_pdoc"].shape[0]))
+    for key, ok in sizes:
+        if not ok:
+            raise ValueError(f"{folder / (key + '.npy')}: its length does not match the title table's")
+    pid = a["title_pid"]
+    if checked and pid.size and (int(pid.min()) < 0 or int(pid.max()) >= n):
+        raise ValueError(f"{folder / 'title_pid.npy'}: passage ids out of [0, {n})")
+    return a
 
 
 def _save_names(save, nodes_path: Path, types: np.ndarray, active: np.ndarray, first_node: int) -> dict[str, int]:
@@ -409,6 +455,12 @@ class QueryIndex:
                                                   shape=(nn,)))
         return cls(folder, meta, arrays)
 
+    @cached_property
+    def title_table(self) -> dict[str, np.ndarray] | None:
+        """The title links' arrays (``title_*``, memory-mapped; passage ids checked), or None: an index written
+        without them, or a delta segment (its searcher makes the links over every segment's documents)."""
+        return None if self.first else _load_titles(self.folder, self.n, True)
+
     @staticmethod
     def _get(off: np.ndarray, data, i: int) -> str:
         if isinstance(data, PagedBytes):
@@ -543,8 +595,8 @@ def scrub_query_tables(src_dir: str | os.PathLike, dst_dir: str | os.PathLike, d
     written["tok"] = _zeroed(load("tok_off"), load("tok"), ~live_tok)
     for key, arr in written.items():
         atomic_save_npy(out / f"{key}.npy", arr)
-    for p in sorted(src.iterdir()):
-        if p.is_file() and (p.suffix != ".npy" or p.stem not in written):
+    for p in sorted(src.iterdir()):  # not the title table: it holds the erased documents' titles (rebuilt in memory)
+        if p.is_file() and (p.suffix != ".npy" or p.stem not in written) and not p.stem.startswith("title"):
             try:
                 os.link(p, out / p.name)
             except OSError:

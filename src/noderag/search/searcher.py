@@ -34,6 +34,7 @@ from .ranking.fill import labels
 from .rerank import CrossEncoderReranker
 from .result import AnswerResult, RetrievalResult, RetrievedNode, passage_records
 from .seeds import seed_weights
+from .titles import TitleLinks
 
 __all__ = ["Searcher", "LLMNotConfiguredError"]
 
@@ -43,6 +44,12 @@ TOKEN_CACHE_NODES = 1_000_000
 _OTHER_TYPES = frozenset((_T, _S, _A, _H))
 #: Name matches that merely contain the query entity as whole words weigh this much against exact ones.
 CONTAINS_WEIGHT = 0.1
+#: PPR's push threshold (:mod:`noderag.graph.ppr`): a node whose propagated mass per row entry is below it spreads
+#: nothing, so a step reads at most alpha / PUSH_EPSILON = 50,000 entries whatever the seeds' degrees (a hub seed's
+#: thousands of neighbours, each holding ~1e-5 of the mass, no longer fan out again). Chosen by
+#: benchmarks/bench_search_cost.py (the PPR tail at 10^5 and 10^6 passages) with bench_retrieval.py (dev recall
+#: held; 1e-6 bounds a step to 500,000 entries only).
+PUSH_EPSILON = 1e-5
 
 
 class LLMNotConfiguredError(NodeRAGError, RuntimeError):
@@ -96,7 +103,7 @@ class Searcher:
         self._extract = entity_extractor or default_entity_extractor()
         self._tok_cache: dict[int, int] = {}  # node id -> tokens of its context line
         try:
-            graph = _search_graph(store)
+            graph = _search_graph(store, compact=self.config.semantic_weight == 0)
             self.types = np.ascontiguousarray(np.asarray(graph.types), dtype=np.uint8)
             self.n = int(self.types.shape[0])
             # plain ndarray views of the (memory-mapped) structural layer: cheap scalar indexing
@@ -123,6 +130,9 @@ class Searcher:
         self.view = IndexView(self.n, self.types, self._chunk, self._doc, self._active, self._s_indptr, self._walk,
                               store.vectors, self.lexical, tables, self._document_titles,
                               title_columns=self._title_columns)
+        table = getattr(tables, "title_table", None)
+        if table is not None:  # the build's title links: no O(documents) hashing at the first bridging query
+            self.view.cache["title_links"] = TitleLinks.from_table(table, self._active)
         if stages is None:
             names = getattr(self.config, "stages", None)  # a benchmark's stage list (ranking.StagedConfig)
             make = default_stages if names is None else (lambda *a: stages_named(names, *a))
@@ -150,7 +160,9 @@ class Searcher:
                                   "which this index was built without: rebuild it with semantic.enabled = true "
                                   "(or search with search.semantic_weight = 0)")
         csr = graph.combined(structural_weight=1.0, semantic_weight=cfg.semantic_weight)
-        return PPROperator(csr, self.types)
+        # O(n) at open: each row's ids and weights are checked when a query first reads it (a scan of every edge,
+        # O(nnz), was most of opening 10^6 passages)
+        return PPROperator(csr, self.types, check_edges=False)
 
     def _bind_lexical(self, tables: Any) -> Any:
         """The passages' BM25 postings, memory-mapped from ``query/`` and bound to the passages' ids."""
@@ -339,18 +351,26 @@ class Searcher:
         cfg = self.config
         if not cfg.use_ppr:
             return [None] * len(preps)
-        kw = dict(k_per_type=self._k_per_type(), alpha=cfg.alpha, iterations=cfg.iterations, rule=cfg.rule)
+        kw = dict(k_per_type=self._k_per_type(), alpha=cfg.alpha, iterations=cfg.iterations, rule=cfg.rule,
+                  push_epsilon=PUSH_EPSILON)
         todo = [i for i, p in enumerate(preps) if p.seeds.size]
         out: list[tuple[np.ndarray, np.ndarray] | None] = [None] * len(preps)
         if not todo:
             return out
         t0 = time.perf_counter()
-        if len(todo) == 1:
-            p = preps[todo[0]]
-            results = [self._operator.query(p.seeds, p.weights, **kw)]
-        else:
-            results = self._operator.query_batch([preps[i].seeds for i in todo], [preps[i].weights for i in todo],
-                                                 n_threads=cfg.n_threads, **kw)
+        try:
+            if len(todo) == 1:
+                p = preps[todo[0]]
+                results = [self._operator.query(p.seeds, p.weights, **kw)]
+            else:
+                results = self._operator.query_batch([preps[i].seeds for i in todo],
+                                                     [preps[i].weights for i in todo], n_threads=cfg.n_threads, **kw)
+        except ValueError as exc:  # a damaged row, checked as the kernel reads it: name the graph file
+            if not hasattr(self.store, "path"):
+                raise
+            from ..store.verify import graph_damage
+
+            raise graph_damage(self.store.path, exc) from None
         for i, r in zip(todo, results):
             out[i] = (np.asarray(r.ids), np.asarray(r.scores))
         self._timed("ppr", t0, len(todo))
@@ -521,12 +541,13 @@ def _query_tables(store: Any, n: int) -> Any:
     return tables
 
 
-def _search_graph(store: Any) -> Any:
+def _search_graph(store: Any, compact: bool = False) -> Any:
     """The store's graph; when not loaded yet, memory-mapped without the numba invariant pass.
 
-    The searcher validates the layer PPR runs on itself (``PPROperator``: numpy checks of indptr,
-    column ranges, weights and type codes, O(nnz)), so the graph's own compiled check would only
-    repeat it, and loading numba's kernel cache costs ~0.5 s at the first query after open.
+    The searcher's kernels check what they read themselves (``PPROperator``: indptr and type codes at open, each
+    row as a query reads it; the typed walks each row they read), so the graph's own compiled check would only
+    repeat it, and loading numba's kernel cache costs ~0.5 s at the first query after open. ``compact``: keep an
+    int32 ``indptr`` as mapped (both kernels take it; the int64 copies were ~0.1 s an open at 10^5 passages).
     """
     if "graph" in getattr(store, "__dict__", {}) or not hasattr(store, "path") or getattr(store, "deltas", None):
         return store.graph
@@ -535,7 +556,7 @@ def _search_graph(store: Any) -> Any:
     meta = Path(store.path) / "graph" / "meta.json"
     if not meta.is_file() or (Path(store.path) / SCRUBBED).is_file():  # scrubbed: the store leaves their edges out
         return store.graph
-    return HeteroGraph.load(store.path, mmap=True, validate=False)
+    return HeteroGraph.load(store.path, mmap=True, validate=False, widen=not compact)
 
 
 def document_titles(store: Any) -> dict[int, str]:

@@ -8,8 +8,9 @@ parenthesis or comma qualifier: "Brand (play)" -> "Brand", "West Chicago, Illino
 as whole-word phrases of the passage that start with a capitalised word (or a digit or a Han character),
 case and accents folded on both sides (a question writes "Akinoshu Kenji" for the article "Akinoshū Kenji").
 
-The phrase table is built in memory at the first query that uses it, O(documents); a look-up costs a
-few dict probes per capitalised word of the text.
+The phrase table is written at build time (``query/title_*``, :func:`title_table`) or, for an index without
+it, built in memory at the first query that uses it, O(documents); a look-up costs a few binary searches per
+text.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import numpy as np
 from ..lang.entities import STOP
 from ..lang.zh import is_han_token, match_tokens
 
-__all__ = ["TitleLinks", "title_head"]
+__all__ = ["TitleLinks", "title_head", "title_table", "TITLE_ARRAYS"]
 
 _PAREN = re.compile(r"\s*\([^()]*\)\s*$")
 _COMMA = re.compile(r"\s*,[^,]*$")
@@ -32,6 +33,9 @@ _COMMA = re.compile(r"\s*,[^,]*$")
 MAX_HEAD_TOKENS = 8
 #: Tokens whose first-token mask is kept per index before the memo starts over.
 MASK_MEMO = 1 << 18
+#: Up to this many titles the look-ups go through dicts made at the first one (a few ms): a dict probe beats a
+#: numpy call's set-up for the few hashes of one text. Larger tables are binary-searched (no O(titles) step).
+DICT_TITLES = 1 << 15
 
 
 def title_head(title: str) -> str:
@@ -191,15 +195,92 @@ def _ascii_keys(off: np.ndarray, data: np.ndarray) -> tuple[np.ndarray, np.ndarr
     return head, first, ntok
 
 
+#: The title table's arrays (:func:`title_table`), written into ``query/`` at build time.
+TITLE_ARRAYS = ("title_head", "title_doc", "title_off", "title", "title_first", "title_mask", "title_pdoc",
+                "title_pid")
+
+
+def _arrow_bytes(titles: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, Any]:
+    """(offsets, UTF-8 bytes, validity, the large-string array) of a pyarrow string column, from its buffers
+    (pyarrow's to_numpy imports pandas)."""
+    import pyarrow as pa
+
+    arr = titles.combine_chunks() if isinstance(titles, pa.ChunkedArray) else titles
+    arr = arr.cast(pa.large_string()) if arr.type != pa.large_string() else arr
+    n = len(arr)
+    bufs = arr.buffers()
+    valid = np.ones(n, bool)
+    if arr.null_count:  # the validity bitmap
+        bits = np.unpackbits(np.frombuffer(bufs[0], dtype=np.uint8), bitorder="little")
+        valid = bits[arr.offset:arr.offset + n].astype(bool)
+    off = np.frombuffer(bufs[1], dtype=np.int64)[arr.offset:arr.offset + n + 1]
+    data = np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None else np.zeros(0, np.uint8)
+    data = data[int(off[0]):int(off[-1])] if n else data[:0]
+    return off - (off[0] if n else 0), data, valid, arr
+
+
+def _gather(off: np.ndarray, data: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The strings ``rows`` of the blob (off, data) as a new blob, in that order."""
+    lens = off[rows + 1] - off[rows]
+    new_off = np.zeros(rows.size + 1, np.int64)
+    np.cumsum(lens, out=new_off[1:])
+    idx = np.repeat(off[rows] - new_off[:-1], lens) + np.arange(int(new_off[-1]), dtype=np.int64)
+    return new_off, data[idx]
+
+
+def title_table(doc_ids: np.ndarray, titles: Any, t_ids: np.ndarray, t_docs: np.ndarray) -> dict[str, np.ndarray]:
+    """The arrays :class:`TitleLinks` looks titles up in, from a documents table's ``doc_id`` and ``title`` columns
+    (pyarrow strings; null or empty: no title) and the passages (T node ids) with their doc ids: O(title bytes)
+    numpy, and Python only for non-ASCII titles. Keys as :data:`TITLE_ARRAYS`: the head hashes, sorted (ties by
+    doc), with their documents and titles (a blob: a hash proposes, the title decides); the first tokens' hashes,
+    sorted, with the mask of head lengths each starts; the passages sorted by (doc, id)."""
+    doc_ids = np.asarray(doc_ids, dtype=np.int64)
+    off, data, valid, arr = _arrow_bytes(titles)
+    bad = (data < 0x20) | (data > 0x7E)
+    cs = np.r_[0, np.cumsum(bad)]
+    simple = (cs[off[1:]] - cs[off[:-1]] == 0) & valid
+    head, first, ntok = _ascii_keys(off, data)
+    ntok = np.where(simple, ntok, 0)
+    single = np.flatnonzero(simple & (ntok == 1))
+    stop = single[np.isin(first[single], np.asarray([token_hash(w) for w in STOP], dtype=np.uint64))]
+    for i in stop.tolist():  # a lone stop word is no title (verified: hashes only propose)
+        if title_key(arr[i].as_py()) is None:
+            ntok[i] = 0
+    for i in np.flatnonzero(~simple & valid).tolist():
+        key = title_key(arr[i].as_py())
+        if key is not None:
+            hashes = [token_hash(t) for t in key]
+            head[i], first[i], ntok[i] = head_hash(hashes), hashes[0], len(key)
+    keep = np.flatnonzero((ntok > 0) & (ntok <= MAX_HEAD_TOKENS))
+    order = keep[np.lexsort((doc_ids[keep], head[keep]))]
+    t_off, t_bytes = _gather(off, data, order)
+    f_order = keep[np.argsort(first[keep], kind="stable")]
+    fh = first[f_order]
+    lead = np.flatnonzero(np.r_[True, fh[1:] != fh[:-1]]) if fh.size else np.zeros(0, np.int64)
+    masks = np.bitwise_or.reduceat(np.left_shift(1, ntok[f_order]), lead) if lead.size else lead
+    p_order = np.lexsort((np.asarray(t_ids), np.asarray(t_docs)))
+    return {"title_head": head[order], "title_doc": doc_ids[order], "title_off": t_off, "title": t_bytes,
+            "title_first": fh[lead], "title_mask": np.asarray(masks, dtype=np.int64),
+            "title_pdoc": np.asarray(t_docs, np.int64)[p_order], "title_pid": np.asarray(t_ids, np.int64)[p_order]}
+
+
+def _found(keys: np.ndarray, hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Positions of ``hashes`` in the sorted ``keys`` and whether each is there."""
+    pos = np.searchsorted(keys, hashes)
+    hit = pos < keys.size
+    hit[hit] = keys[pos[hit]] == hashes[hit]
+    return pos, hit
+
+
 class TitleLinks:
     """Documents by the title heads a text names, and each document's passages (T nodes).
 
-    The heads are kept as 64-bit hashes (:func:`head_hash`) -> the rows of their titles, and the first tokens'
-    hashes -> a bit mask of the head lengths they start (dicts of ints made from arrays); a hit is verified
-    against the title itself. Made from byte arrays (:meth:`from_arrow`), O(title bytes) numpy and no Python per
-    title except non-ASCII ones, at the first bridging query: 0.2-0.6 s for 10^5 documents, several seconds for
-    10^6 on a shared 2-core machine (benchmarks/results/search_cost.md); a table written at build time would make
-    it free.
+    Over the sorted arrays of :func:`title_table`: the heads' 64-bit hashes (:func:`head_hash`) with their documents
+    and titles, and the first tokens' hashes with a bit mask of the head lengths they start; a text's look-ups are a
+    few binary searches of all its words at once, and a hit is verified against the title itself. The arrays are
+    written at build time (``query/title_*``, memory-mapped: free at open); without them they are made at the first
+    bridging query (:meth:`from_arrow`), O(title bytes) numpy: 0.2-0.6 s for 10^5 documents, several seconds for
+    10^6 (benchmarks/results/search_cost.md).
 
     Parameters
     ----------
@@ -217,14 +298,20 @@ class TitleLinks:
         off = np.zeros(len(raw) + 1, np.int64)
         np.cumsum([len(b) for b in raw], out=off[1:])
         arr = pa.LargeStringArray.from_buffers(len(raw), pa.py_buffer(off), pa.py_buffer(b"".join(raw)))
-        self._build(np.asarray(docs, dtype=np.int64), arr, t_ids, t_docs)  # not pa.array: it imports pandas
+        self._use(title_table(np.asarray(docs, dtype=np.int64), arr, t_ids, t_docs))  # not pa.array: imports pandas
 
     @classmethod
     def from_arrow(cls, doc_ids: np.ndarray, titles: Any, t_ids: np.ndarray, t_docs: np.ndarray) -> "TitleLinks":
         """Over a documents table's ``doc_id`` and ``title`` columns (a pyarrow string array; null or empty: no
         title)."""
+        return cls.from_table(title_table(doc_ids, titles, t_ids, t_docs))
+
+    @classmethod
+    def from_table(cls, arrays: dict[str, np.ndarray], active: np.ndarray | None = None) -> "TitleLinks":
+        """Over the arrays of :func:`title_table` (the build's, memory-mapped); ``active``: node flags, when the
+        passages listed may have been deleted since."""
         obj = cls.__new__(cls)
-        obj._build(np.asarray(doc_ids, dtype=np.int64), titles, t_ids, t_docs)
+        obj._use(arrays, active)
         return obj
 
     @classmethod
@@ -237,108 +324,123 @@ class TitleLinks:
             return cls(titles, t_ids, t_docs)
         return cls.from_arrow(titles[0], titles[1], t_ids, t_docs)
 
-    def _build(self, doc_ids: np.ndarray, titles: Any, t_ids: np.ndarray, t_docs: np.ndarray) -> None:
-        import pyarrow as pa
-
-        arr = titles.combine_chunks() if isinstance(titles, pa.ChunkedArray) else titles
-        arr = arr.cast(pa.large_string()) if arr.type != pa.large_string() else arr
-        self._titles = arr
-        n = len(arr)
-        bufs = arr.buffers()
-        valid = np.ones(n, bool)
-        if arr.null_count:  # the validity bitmap (pyarrow's to_numpy imports pandas)
-            bits = np.unpackbits(np.frombuffer(bufs[0], dtype=np.uint8), bitorder="little")
-            valid = bits[arr.offset:arr.offset + n].astype(bool)
-        off = np.frombuffer(bufs[1], dtype=np.int64)[arr.offset:arr.offset + n + 1]
-        data = np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None else np.zeros(0, np.uint8)
-        data = data[int(off[0]):int(off[-1])] if n else data[:0]
-        off = off - (off[0] if n else 0)
-        bad = (data < 0x20) | (data > 0x7E)
-        cs = np.r_[0, np.cumsum(bad)]
-        simple = (cs[off[1:]] - cs[off[:-1]] == 0) & valid
-        head, first, ntok = _ascii_keys(off, data)
-        ntok = np.where(simple, ntok, 0)
-        single = np.flatnonzero(simple & (ntok == 1))
-        stop = single[np.isin(first[single], np.asarray([token_hash(w) for w in STOP], dtype=np.uint64))]
-        for i in stop.tolist():  # a lone stop word is no title (verified: hashes only propose)
-            if title_key(arr[i].as_py()) is None:
-                ntok[i] = 0
-        for i in np.flatnonzero(~simple & valid).tolist():
-            key = title_key(arr[i].as_py())
-            if key is not None:
-                hashes = [token_hash(t) for t in key]
-                head[i], first[i], ntok[i] = head_hash(hashes), hashes[0], len(key)
-        keep = np.flatnonzero((ntok > 0) & (ntok <= MAX_HEAD_TOKENS))
-        order = keep[np.lexsort((doc_ids[keep], head[keep]))]
-        h = head[order]
-        self._row, self._doc = order.tolist(), doc_ids[order].tolist()
-        self.max_tokens = int(ntok[keep].max()) if keep.size else 0
-        # plain dicts over the hashes (ints, made from arrays: no Python work per title but the insert): a look-up
-        # is one dict probe, as fast as the former dict of head strings
-        lead = np.flatnonzero(np.r_[True, h[1:] != h[:-1]]) if h.size else np.zeros(0, np.int64)
-        self._head_at = dict(zip(h[lead].tolist(), zip(lead.tolist(), np.r_[lead[1:], h.size].tolist())))
-        f_order = keep[np.argsort(first[keep], kind="stable")]
-        fh = first[f_order]
-        lead = np.flatnonzero(np.r_[True, fh[1:] != fh[:-1]]) if fh.size else np.zeros(0, np.int64)
-        masks = np.bitwise_or.reduceat(np.left_shift(1, ntok[f_order]), lead) if lead.size else lead
-        self._first_of = dict(zip(fh[lead].tolist(), masks.tolist()))  # first token's hash -> mask of head lengths
+    def _use(self, a: dict[str, np.ndarray], active: np.ndarray | None = None) -> None:
+        self._head, self._hdoc = a["title_head"], a["title_doc"]
+        self._toff, self._tbytes = a["title_off"], a["title"]
+        self._first, self._fmask = a["title_first"], a["title_mask"]
+        self._docs, self._ids = a["title_pdoc"], a["title_pid"]
+        self._active = active
         self._keys: dict[int, tuple[str, ...] | None] = {}
         self._masks: dict[str, int] = {}  # folded token -> its mask (0: starts no head), filled as texts come
-        order = np.lexsort((t_ids, t_docs))
-        self._docs = np.asarray(t_docs, np.int64)[order]
-        self._ids = np.asarray(t_ids, np.int64)[order]
+        self._ranges: dict[int, tuple | None] = {}  # head hash -> its title rows (None: no head), filled likewise
+        self._dicts: tuple[dict, dict] | None = None  # (first-token hash -> mask, head hash -> rows): small tables
 
     def _key_of(self, row: int) -> tuple[str, ...] | None:
         got = self._keys.get(row, ())
         if got == ():
-            got = self._keys[row] = title_key(self._titles[row].as_py())
+            raw = bytes(self._tbytes[int(self._toff[row]):int(self._toff[row + 1])])
+            got = self._keys[row] = title_key(raw.decode("utf-8", "surrogatepass"))
         return got
+
+    def _small_dicts(self) -> tuple[dict, dict]:
+        """The look-up dicts of a small table (:data:`DICT_TITLES`)."""
+        h = np.asarray(self._head)
+        lead = np.flatnonzero(np.r_[True, h[1:] != h[:-1]])
+        heads = dict(zip(h[lead].tolist(), zip(lead.tolist(), np.r_[lead[1:], h.size].tolist())))
+        return dict(zip(np.asarray(self._first).tolist(), np.asarray(self._fmask).tolist())), heads
 
     def named_docs(self, text: str) -> list[int]:
         """Documents whose title head ``text`` names, in text order, no repeats; the longest head at a
         position wins and heads inside a longer match are skipped."""
         return [d for group in self.named_groups(text) for d in group]
 
-    def named_groups(self, text: str) -> list[list[int]]:
-        """:meth:`named_docs` grouped by the title head named: one list per head, in text order (several
-        documents may share a title: "Namibia" may be five articles' passages, and they name one subject)."""
-        if not self._head_at or not text:
-            return []
-        surface = match_tokens(text)
-        folded = list(map(fold_token, surface))
-        ascii_text = text.isascii()
+    def _starts(self, surface: list[str], folded: list[str], ascii_text: bool) -> list[int]:
+        """The positions whose token starts a title head (a capitalised word in ASCII text)."""
         # a \w+ token of ASCII text below "Z" starts with a digit or a capital
         cand = [i for i, w in enumerate(surface) if "0" <= w[0] <= "Z"] if ascii_text else range(len(surface))
         masks = self._masks
-        missing = {folded[i] for i in cand if folded[i] not in masks}
+        missing = list({folded[i] for i in cand if folded[i] not in masks})
         if missing:
             if len(masks) + len(missing) > MASK_MEMO:
                 masks.clear()
-                missing = {folded[i] for i in cand}
-            masks.update((t, self._first_of.get(token_hash(t), 0)) for t in missing)
-        starts = [i for i in cand if masks[folded[i]] and (ascii_text or _name_start(surface[i]))]
+                missing = list({folded[i] for i in cand})
+            if self._dicts is not None:
+                first = self._dicts[0]
+                masks.update((t, first.get(token_hash(t), 0)) for t in missing)
+            else:
+                pos, hit = _found(self._first, np.fromiter(map(token_hash, missing), np.uint64, len(missing)))
+                got = np.zeros(len(missing), np.int64)
+                got[hit] = self._fmask[pos[hit]]
+                masks.update(zip(missing, got.tolist()))
+        return [i for i in cand if masks[folded[i]] and (ascii_text or _name_start(surface[i]))]
+
+    def _candidates(self, folded: list[str], s: int) -> list[tuple[int, int]]:
+        """(length, head hash) of the heads that may start at token ``s``, longest first (:func:`_lengths`)."""
+        mask = self._masks[folded[s]]
+        h = token_hash(folded[s])  # memoised per token
+        prefix = [h]  # head_hash of folded[s:s + n] for n = 1, 2, ...: one step per token
+        for t in folded[s + 1:s + _lengths(mask)[0]]:
+            h = (h * _Q + token_hash(t)) & _M
+            prefix.append(h)
+        return [(n, prefix[n - 1]) for n in _lengths(mask) if n <= len(folded) - s]
+
+    def _head_ranges(self, folded: list[str], starts: list[int]) -> tuple[list | None, dict[int, tuple | None]]:
+        """Per start its :meth:`_candidates`, and the range of title rows of each hash (None: no head): memoised, the
+        new ones found by one binary search for them all. With the dicts of a small table: (None, that dict); the
+        candidates are then made as the text is read, for the starts outside a match only."""
+        if self._dicts is not None:
+            return None, self._dicts[1]
+        per_start = [self._candidates(folded, s) for s in starts]
+        wanted = [h for cands in per_start for _, h in cands]
+        memo = self._ranges
+        new = list({h for h in wanted if h not in memo})
+        if new:
+            if len(memo) + len(new) > MASK_MEMO:
+                memo.clear()
+                new = list(set(wanted))
+            keys = np.asarray(new, dtype=np.uint64)
+            lo, hit = _found(self._head, keys)
+            hi = np.searchsorted(self._head, keys[hit], side="right")
+            memo.update(dict.fromkeys(new))
+            memo.update(zip(keys[hit].tolist(), zip(lo[hit].tolist(), hi.tolist())))
+        return per_start, memo
+
+    def named_groups(self, text: str) -> list[list[int]]:
+        """:meth:`named_docs` grouped by the title head named: one list per head, in text order (several
+        documents may share a title: "Namibia" may be five articles' passages, and they name one subject)."""
+        if not self._head.size or not text:
+            return []
+        if self._dicts is None and self._head.size <= DICT_TITLES:
+            self._dicts = self._small_dicts()
+        surface = match_tokens(text)
+        folded = list(map(fold_token, surface))
+        starts = self._starts(surface, folded, text.isascii())
         if not starts:
             return []
-        heads = self._head_at
+        per_start, heads = self._head_ranges(folded, starts)
         out: list[int] = []
         groups: list[list[int]] = []
-        n_tok, after = len(surface), 0  # after: the end of the last match (heads inside it are skipped)
-        for s in starts:
+        after = 0  # the end of the last match (heads inside it are skipped)
+        masks, n_tok = self._masks, len(folded)
+        for i, s in enumerate(starts):
             if s < after:
                 continue
-            mask = masks[folded[s]]
-            h = token_hash(folded[s])  # memoised per token
-            prefix = [h]  # head_hash of folded[s:s + n] for n = 1, 2, ...: one step per token
-            for t in folded[s + 1:s + _lengths(mask)[0]]:
-                h = (h * _Q + token_hash(t)) & _M
-                prefix.append(h)
-            lengths = [n for n in _lengths(mask) if n <= n_tok - s]
-            for n in lengths:
-                at = heads.get(prefix[n - 1])
+            if per_start is not None:
+                cands = per_start[i]
+            else:  # inline (a call per token shows in Chinese texts, where every token is a start)
+                lengths = _lengths(masks[folded[s]])
+                h = token_hash(folded[s])
+                prefix = [h]
+                for t in folded[s + 1:s + lengths[0]]:
+                    h = (h * _Q + token_hash(t)) & _M
+                    prefix.append(h)
+                cands = [(n, prefix[n - 1]) for n in lengths if n <= n_tok - s]
+            for n, h in cands:
+                at = heads.get(h)
                 if at is None:
                     continue
                 key = tuple(folded[s:s + n])  # a hash proposes, the title's own head decides
-                docs = [self._doc[i] for i in range(*at) if self._key_of(self._row[i]) == key]
+                docs = [int(self._hdoc[i]) for i in range(*at) if self._key_of(i) == key]
                 if docs:
                     new = [d for d in docs if d not in out]
                     if new:
@@ -349,9 +451,10 @@ class TitleLinks:
         return groups
 
     def passages(self, doc: int) -> np.ndarray:
-        """The passages (T node ids, ascending) of one document."""
+        """The passages (T node ids, ascending) of one document (the active ones)."""
         lo, hi = np.searchsorted(self._docs, [doc, doc + 1])
-        return self._ids[lo:hi]
+        ids = self._ids[lo:hi]
+        return ids if self._active is None or not ids.size else ids[self._active[ids]]
 
 
 @lru_cache(maxsize=1 << 10)
