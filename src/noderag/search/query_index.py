@@ -459,7 +459,12 @@ class QueryIndex:
     def title_table(self) -> dict[str, np.ndarray] | None:
         """The title links' arrays (``title_*``, memory-mapped; passage ids checked), or None: an index written
         without them, or a delta segment (its searcher makes the links over every segment's documents)."""
-        return None if self.first else _load_titles(self.folder, self.n, True)
+        from ..store.verify import reading
+
+        if self.first:
+            return None
+        with reading(self.folder.parent, "query/"):  # read at the first bridging query: damage named as at open
+            return _load_titles(self.folder, self.n, True)
 
     @staticmethod
     def _get(off: np.ndarray, data, i: int) -> str:
