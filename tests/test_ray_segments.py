@@ -6,7 +6,6 @@ The cluster is the one ``test_ray_executor`` starts (``ray start --head`` plus a
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
@@ -19,33 +18,11 @@ from noderag.graph.storage import tree_files
 from noderag.indexing.segmented import build_segmented
 from noderag.store.generations import current_path
 from noderag.store.tables import IndexStore
-from test_ray_executor import Cluster, _require_ray
+from test_ray_executor import cluster  # noqa: F401  (the module-scoped two-node cluster fixture)
 
 pytestmark = [pytest.mark.ray, pytest.mark.filterwarnings("ignore::DeprecationWarning:ray.*")]
 
 CONFIG = {"decompose": {"batch_size": 2}, "embed": {"spec": "hash:64", "batch_size": 16}}
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    _require_ray()
-    old = {k: os.environ.get(k) for k in ("RAY_AUTH_MODE", "RAY_USAGE_STATS_ENABLED")}
-    os.environ.update(RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0")
-    c = Cluster()
-    try:
-        yield c
-    finally:
-        import ray
-
-        if ray.is_initialized():
-            ray.shutdown()
-        left = c.stop()
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        assert not left, f"Ray processes outlived the cluster: {left}"
 
 
 def _files(root: Path) -> dict[str, bytes]:
@@ -54,7 +31,7 @@ def _files(root: Path) -> dict[str, bytes]:
     return {rel: (path / rel).read_bytes() for rel in tree_files(path) if rel not in ("manifest.json", ".readers")}
 
 
-def test_four_segments_on_two_nodes_equal_the_one_worker_build(cluster, tmp_path):
+def test_four_segments_on_two_nodes_equal_the_one_worker_build(cluster, tmp_path):  # noqa: F811 (the fixture)
     cfg = NodeRAGConfig.from_dict(CONFIG)
     local = build_segmented([demo_dir()], tmp_path / "local", cfg, segments=4)
     logs: list[str] = []
