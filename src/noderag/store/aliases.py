@@ -50,13 +50,7 @@ class Aliases:
 
     def resolve_list(self, ids: list[int]) -> list[int]:
         """:meth:`resolve` of a list, each canonical id once, in first-seen order."""
-        seen: set[int] = set()
-        out: list[int] = []
-        for c in self.resolve(np.asarray(ids, dtype=np.int64)).tolist() if ids else []:
-            if c not in seen:
-                seen.add(c)
-                out.append(c)
-        return out
+        return list(dict.fromkeys(self.resolve(np.asarray(ids, dtype=np.int64)).tolist())) if ids else []
 
 
 def merge_keys(segments: list[tuple[int, np.ndarray]]) -> Aliases:
@@ -102,8 +96,10 @@ def write_aliases(folder: Path, aliases: Aliases) -> None:
 def has_aliases(folder: Path) -> bool:
     """Whether the generation folder ``folder`` lists duplicate nodes (a recompute must then re-assemble its
     documents, which makes each key one node again)."""
-    return (folder / ALIASES / "dup.npy").is_file() and read_aliases(folder) is not None and \
-        len(read_aliases(folder)) > 0
+    if not (folder / ALIASES / "dup.npy").is_file():
+        return False
+    aliases = read_aliases(folder)  # read (and checked) once
+    return aliases is not None and len(aliases) > 0
 
 
 def read_aliases(folder: Path, n: int | None = None) -> Aliases | None:
