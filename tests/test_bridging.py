@@ -228,8 +228,8 @@ def test_the_bridges_stage_starts_from_the_best_first_round_passages_at_their_st
 
     seen = []
     real = br.bonus
-    monkeypatch.setattr(br, "bonus", lambda ctx, hop1, strengths, per: (seen.append((hop1, strengths)),
-                                                                        real(ctx, hop1, strengths, per))[1])
+    monkeypatch.setattr(br, "bonus", lambda ctx, hop1, strengths, *rest: (seen.append((hop1, strengths)),
+                                                                          real(ctx, hop1, strengths, *rest))[1])
     s = Searcher(store, BASE.replace(vector_top_k=3), stages=stages(bridges=Bridges(top=2)))
     r = s.retrieve("pie is sweet granddaughter")
     (hop1, strengths), = seen

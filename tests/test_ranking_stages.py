@@ -16,7 +16,7 @@ from noderag.search import Searcher, SearchConfig
 from noderag.search.ranking import (DEFAULT_NAMES, STAGE_NAMES, AgreementCap, DenseFit, Distinct, EntryPoints, Fill,
                                     LexicalFit, PropagatedMass, Ranking, Rerank, StagedConfig, default_stages,
                                     stages_named)
-from noderag.search.ranking.fit import dense, fit, lexical_share
+from noderag.search.ranking.fit import dense, fit, lexical_share, shortlist
 
 from conftest import DATA, HOTPOTQA, MUSIQUE
 from test_search import toy_store
@@ -67,6 +67,19 @@ def test_dense_and_lexical_fit_add_their_weighted_terms_and_leave_the_candidates
     assert fit(ctx, cands) == pytest.approx(1.0 * dense(ctx, cands) + 0.5 * share)
     ctx.lexical_weight = 0.0
     assert fit(ctx, cands) == pytest.approx(dense(ctx, cands))
+
+
+def test_shortlist_keeps_the_passages_that_fit_best_by_their_own_vector_and_bm25(store):
+    s, ctx = _ctx(store)
+    cands = _chunks(s)
+    own = ctx.dense_weight * ctx.view.stored_cosines(cands, ctx.vector) + ctx.lexical_weight * lexical_share(ctx, cands)
+    for keep in (1, 2):
+        want = np.sort(cands[np.lexsort((cands, -own))[:keep]])
+        assert shortlist(ctx, cands, keep).tolist() == want.tolist()
+    assert shortlist(ctx, cands[::-1], 3).tolist() == cands[::-1].tolist()  # no larger than keep: as given
+    # a tie goes to the lower id
+    ctx.dense_weight, ctx.lexical_weight = 0.0, 0.0
+    assert shortlist(ctx, cands[::-1], 2).tolist() == cands[:2].tolist()
 
 
 def test_propagated_mass_adds_only_what_the_walk_brought_and_only_with_lexical_evidence(store):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from .context import QueryContext
-from .fit import dense, fit, lexical_share, residual_shares
+from .fit import dense, fit, lexical_share, residual_shares, shortlist
 from .links import about, shared_each, source_entities, title_groups, title_links, titled_passages
 
 __all__ = ["Bridges", "AgreementCap", "source_strengths", "bonus"]
@@ -53,8 +53,8 @@ def _shared_best(ctx: QueryContext, sources: list[tuple[int, dict[int, float]]],
     return out
 
 
-def bonus(ctx: QueryContext, hop1: list[int], strengths: list[float], shared_per_source: int = 1
-          ) -> tuple[dict[int, float], set[int]]:
+def bonus(ctx: QueryContext, hop1: list[int], strengths: list[float], shared_per_source: int = 1,
+          group_shortlist: int = 16) -> tuple[dict[int, float], set[int]]:
     """Bridge strength of every passage reached from the ``hop1`` passages, and the passages that rank after
     every ``hop1`` passage (those reached by a weaker link: a shared entity, a title a source names).
 
@@ -62,7 +62,9 @@ def bonus(ctx: QueryContext, hop1: list[int], strengths: list[float], shared_per
     strength (the question names its subject, which the first round may rank low when the rest of its words
     fit other passages better; even a ``hop1`` passage, else the bridges from its peers would overtake it);
     the best passage of each title a source names, and per source the best passage sharing a rare entity with
-    it, as strong as their source, ranked after it.
+    it, as strong as their source, ranked after it. A title's passages are first narrowed to the
+    ``group_shortlist`` that fit best by their own vector (:func:`~.fit.shortlist`): a title many documents bear
+    would otherwise cost a vector look-up for each of their passages and units.
     """
     view = ctx.view
     strength = dict(zip(hop1, strengths))
@@ -70,8 +72,9 @@ def bonus(ctx: QueryContext, hop1: list[int], strengths: list[float], shared_per
     out = about(ctx, hop1, strength, walked)
     follows: set[int] = set()
     asked_groups = title_links(view).named_groups(ctx.query)
-    asked = title_groups(view, asked_groups, [])
-    titled_of = titled_passages(ctx, hop1, {d for g in asked_groups for d in g})
+    asked = [shortlist(ctx, g, group_shortlist) for g in title_groups(view, asked_groups, [])]
+    titled_of = [(c, shortlist(ctx, g, group_shortlist))
+                 for c, g in titled_passages(ctx, hop1, {d for g in asked_groups for d in g})]
     shared_of = shared_each(ctx, hop1, walked) if shared_per_source > 0 else []
     pool = [np.fromiter(out, dtype=np.int64, count=len(out)), *asked, *(g for _, g in titled_of),
             *(np.fromiter(sh, dtype=np.int64, count=len(sh)) for _, sh in shared_of)]
@@ -101,12 +104,16 @@ class Bridges:
 
     name = "bridges"
 
-    def __init__(self, top: int = 2, weight: float = 0.6, shared_per_source: int = 1) -> None:
+    def __init__(self, top: int = 2, weight: float = 0.6, shared_per_source: int = 1, group_shortlist: int = 16
+                 ) -> None:
         self.top = top  # two sources: the second hop of a 2-hop question starts from either of its passages
         # most of the dense term: a bridged passage that fits the question little still outranks the first
         # round's distractors, not its best passages (0.3-0.8 tried, benchmarks/bench_retrieval.py)
         self.weight = weight
         self.shared_per_source = shared_per_source  # one: more let near-copies of the source in
+        # a title's passages fully scored: larger than every title of the English dev samples and all but one
+        # of the Chinese (a 30-passage article), so the narrowing binds only where a title is a hub
+        self.group_shortlist = group_shortlist
 
     def __call__(self, cands: np.ndarray, scores: np.ndarray, ctx: QueryContext) -> tuple[np.ndarray, np.ndarray]:
         if not cands.size or self.top <= 0:
@@ -115,7 +122,8 @@ class Bridges:
         hop1 = cands[order].tolist()
         ctx.first = dict(zip(cands.tolist(), scores.tolist()))
         ctx.hop1 = hop1
-        gained, follows = bonus(ctx, hop1, source_strengths(scores[order].tolist()), self.shared_per_source)
+        gained, follows = bonus(ctx, hop1, source_strengths(scores[order].tolist()), self.shared_per_source,
+                                 self.group_shortlist)
         total = dict(ctx.first)
         new = np.fromiter(sorted(c for c in gained if c not in total), dtype=np.int64)
         if new.size:

@@ -12,7 +12,7 @@ import numpy as np
 from ...graph.types import NodeType
 from .context import QueryContext
 
-__all__ = ["DenseFit", "LexicalFit", "dense", "lexical_share", "residual_shares", "fit"]
+__all__ = ["DenseFit", "LexicalFit", "dense", "lexical_share", "residual_shares", "fit", "shortlist"]
 
 _S = int(NodeType.S)
 
@@ -39,6 +39,20 @@ def _unit_cosines(ctx: QueryContext, chunks: np.ndarray) -> np.ndarray:
     best = np.full(chunks.shape[0], -np.inf)
     np.maximum.at(best, owner, cos[chunks.size:])
     return np.where(np.isfinite(best), 0.5 * (own + best), own)
+
+
+def shortlist(ctx: QueryContext, chunks: np.ndarray, keep: int) -> np.ndarray:
+    """The ``keep`` of ``chunks`` (distinct) that fit the question best by their own vector and BM25 alone, ties
+    to the lower id: a cheap first pass before :func:`fit`, whose units cost a vector look-up each (a passage
+    has several), so a large group is narrowed first. ``chunks`` as they are when no larger than ``keep``."""
+    chunks = np.asarray(chunks, dtype=np.int64)
+    if chunks.size <= keep:
+        return chunks
+    score = ctx.dense_weight * ctx.view.stored_cosines(chunks, ctx.vector)
+    share = lexical_share(ctx, chunks) if ctx.lexical_weight > 0 else None
+    if share is not None:
+        score = score + ctx.lexical_weight * share
+    return np.sort(chunks[np.lexsort((chunks, -score))[:keep]])
 
 
 def lexical_share(ctx: QueryContext, chunks: np.ndarray) -> np.ndarray | None:
