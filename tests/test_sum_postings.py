@@ -72,11 +72,14 @@ def test_mismatched_shapes_are_value_errors():
     ((np.zeros(2, np.int64), np.ones(2), "acc", "marks"), "ords must be a C-contiguous int32 array, got int64"),
     ((np.zeros(2, np.int32), np.ones(2, np.float16), "acc", "marks"),
      "weights must be a C-contiguous float32 or float64 array, got float16"),
-    ((np.zeros(2, np.int32), [1.0, 2.0], "acc", "marks"), "weights must be a C-contiguous float32 or float64 array, got list"),
+    ((np.zeros(2, np.int32), [1.0, 2.0], "acc", "marks"),
+     "weights must be a C-contiguous float32 or float64 array, got list"),
     ((np.zeros(2, np.int32), np.ones(2), np.zeros(64, np.float32), "marks"),
      "acc must be a C-contiguous float64 array, got float32"),
-    ((np.zeros(2, np.int32), np.ones(2), "acc", np.zeros(1, np.int64)), "marks must be a C-contiguous uint64 array, got int64"),
-    ((np.zeros(4, np.int32)[::2], np.ones(2), "acc", "marks"), "ords must be a C-contiguous int32 array, got a strided int32"),
+    ((np.zeros(2, np.int32), np.ones(2), "acc", np.zeros(1, np.int64)),
+     "marks must be a C-contiguous uint64 array, got int64"),
+    ((np.zeros(4, np.int32)[::2], np.ones(2), "acc", "marks"),
+     "ords must be a C-contiguous int32 array, got a strided int32"),
 ])
 def test_a_wrong_array_is_a_type_error_naming_it(args, message):
     acc, marks = _scratch(64)
