@@ -127,9 +127,10 @@ def lexical_arrays(node_ids: np.ndarray, texts: Iterable[str], *, k1: float = 1.
 
 #: Posting lists at least this long keep their passage ordinals after a query (:meth:`LexicalIndex._term_ordinals`).
 TERM_CACHE_FROM = 1024
-#: At most this many postings are kept so (a 4-byte ordinal each; their impacts are views of the postings); past it
-#: the kept lists are dropped and kept anew.
-TERM_CACHE_POSTINGS = 1 << 21
+#: At most this many postings are kept so (a 4-byte ordinal each, their impacts views of the postings: 16 MB; with the
+#: by-ordinal copies of :meth:`LexicalIndex._by_ordinal`, at most the 48 MB that half as many float64 copies took);
+#: past it the kept lists are dropped and kept anew.
+TERM_CACHE_POSTINGS = 1 << 22
 #: Query terms whose hashes a lexical index keeps (a query's terms are hashed once for all its look-ups).
 HASH_CACHE = 1 << 16
 
