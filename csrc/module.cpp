@@ -6,6 +6,7 @@ namespace py = pybind11;
 
 void register_ppr(py::module_& m);   // ppr_bindings.cpp
 void register_walk(py::module_& m);  // walk.cpp
+void register_lexical(py::module_& m);  // lexical.cpp
 
 #define STRINGIFY(x) #x
 #define MACRO_STRINGIFY(x) STRINGIFY(x)
@@ -19,4 +20,5 @@ PYBIND11_MODULE(_core, m) {
 #endif
     register_ppr(m);
     register_walk(m);
+    register_lexical(m);
 }

@@ -66,3 +66,16 @@ def typed_neighbours(
     neighbour's owner, neighbour id), grouped by owner in adjacency order. Raises IndexError for a node id
     outside [0, n) and ValueError for a damaged row it reads (offsets or column ids)."""
     ...
+
+def sum_postings(
+    ords: npt.NDArray[np.int32],
+    weights: npt.NDArray[np.float32] | npt.NDArray[np.float64],
+    acc: npt.NDArray[np.float64],
+    marks: npt.NDArray[np.uint64],
+    ids: npt.NDArray[np.int64] | None = None,
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
+    """``weights`` summed per passage ordinal ``ords`` in the zeroed scratch ``acc`` (n_pass entries) and the
+    bitset ``marks`` ((n_pass + 63) // 64 words), each posting added in order; both are zero again on return.
+    Returns (touched ordinals ascending, or ``ids[ordinal]`` with ``ids``; their sums). Raises ValueError for
+    mismatched shapes or an ordinal outside [0, n_pass)."""
+    ...

@@ -30,10 +30,11 @@ from typing import Iterable
 import numpy as np
 import scipy.sparse as sp
 
+from .._core import sum_postings as _sum_postings
 from ..lang.zh import lexical_tokens
 from .entities import hash64
 
-__all__ = ["LEX_ARRAYS", "LexicalIndex", "lexical_arrays", "passage_terms", "titled", "top_scored"]
+__all__ = ["LEX_ARRAYS", "LexicalIndex", "lexical_arrays", "passage_terms", "sum_postings", "titled", "top_scored"]
 
 LEX_ARRAYS = ("lex_term_hash", "lex_post_ptr", "lex_post_node", "lex_post_weight")
 #: Chinese text is cut into the segmenter's words (search mode: words and their dictionary sub-words).
@@ -126,8 +127,10 @@ def lexical_arrays(node_ids: np.ndarray, texts: Iterable[str], *, k1: float = 1.
 
 #: Posting lists at least this long keep their passage ordinals after a query (:meth:`LexicalIndex._term_ordinals`).
 TERM_CACHE_FROM = 1024
-#: At most this many postings are kept so (12 bytes each); past it the kept lists are dropped and kept anew.
-TERM_CACHE_POSTINGS = 1 << 21
+#: At most this many postings are kept so (a 4-byte ordinal each, their impacts views of the postings: 16 MB; with the
+#: by-ordinal copies of :meth:`LexicalIndex._by_ordinal`, at most the 48 MB that half as many float64 copies took);
+#: past it the kept lists are dropped and kept anew.
+TERM_CACHE_POSTINGS = 1 << 22
 #: Query terms whose hashes a lexical index keeps (a query's terms are hashed once for all its look-ups).
 HASH_CACHE = 1 << 16
 
@@ -175,9 +178,9 @@ class LexicalIndex:
         ordinal in preallocated scratch arrays instead of sorting the postings (``np.unique``).
 
         Costs an int32 map over node ids up to the largest passage id (4 bytes a node) and, per
-        thread, 9 bytes a passage.
+        thread, 8 bytes and a bit a passage.
         """
-        ids = np.asarray(ids, dtype=np.int64)
+        ids = np.ascontiguousarray(ids, dtype=np.int64)
         if ids.size > 1 and not bool(np.all(ids[1:] > ids[:-1])):  # already sorted and unique: no O(n log n) pass
             ids = np.unique(ids)
         ordinal = np.full(int(ids[-1]) + 1 if ids.size else 0, -1, np.int32)
@@ -280,7 +283,7 @@ class LexicalIndex:
         return per_id[:, inverse.ravel()]
 
     def _term_ordinals(self, start: int, end: int) -> tuple[np.ndarray, np.ndarray] | None:
-        """The passage ordinals and float64 impacts of the postings ``start:end``; None when a posting
+        """The passage ordinals and impacts (a view, as stored) of the postings ``start:end``; None when a posting
         names a node outside the bound passages (the caller falls back). Long lists (the common words most
         queries share) are kept, up to :data:`TERM_CACHE_POSTINGS` postings in all: their gather from the
         node-id map is most of a query's BM25 cost."""
@@ -294,7 +297,7 @@ class LexicalIndex:
         ords = ordinal[nodes]
         if ords.size and int(ords.min()) < 0:
             return None
-        out = ords, self._weight[start:end].astype(np.float64)
+        out = ords, self._weight[start:end]
         if ords.size >= TERM_CACHE_FROM:
             for a in out:
                 a.flags.writeable = False
@@ -324,26 +327,38 @@ class LexicalIndex:
         n_pass = self._passages.shape[0]
         if getattr(sc, "acc", None) is None or sc.acc.shape[0] != n_pass:
             sc.acc = np.zeros(n_pass)
-            sc.touched = np.zeros(n_pass, bool)
+            sc.marks = np.zeros((n_pass + 63) // 64, np.uint64)  # a bit per passage: the touched ones
         return sc.acc
 
     def _accumulate(self, ords: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Impacts summed per passage ordinal in the thread's scratch arrays; only touched entries are read
-        and reset. The same sums as ``np.unique`` + ``bincount`` (float64, postings added in the same
-        order), ids ascending."""
+        """Impacts summed per passage ordinal in the thread's scratch arrays by :func:`sum_postings`: the same
+        sums as ``np.unique`` + ``bincount`` (float64, postings added in the same order), ids ascending."""
         acc = self._accumulator()
-        mark = self._scratch.touched
-        np.add.at(acc, ords, weights)
-        mark[ords] = True
-        touched = np.flatnonzero(mark)
-        scores = acc[touched]  # a copy (fancy indexing)
-        acc[touched] = 0.0
-        mark[touched] = False
-        return self._passages[touched], scores
+        return sum_postings(ords, weights, acc, self._scratch.marks, self._passages)
 
     def search(self, query: str, k: int) -> tuple[np.ndarray, np.ndarray]:
         """The ``k`` best passages of ``query``: (node ids int64, BM25 scores float64), best first, ties by id."""
         return top_scored(*self.scores(query), k)
+
+
+def sum_postings(ords: np.ndarray, weights: np.ndarray, acc: np.ndarray, marks: np.ndarray,
+                 ids: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """``weights`` summed per passage ordinal ``ords`` in the zeroed scratch ``acc`` (one entry a passage) and
+    ``marks`` (a bit a passage), both left zeroed: (touched ordinals ascending, or ``ids[touched]``; their sums),
+    the float sums of ``np.add.at`` (postings added in the given order).
+
+    The native kernel (:func:`noderag._core.sum_postings`) takes the arrays as they are (no copy of mapped
+    impacts), so their dtypes are checked here; it checks the shapes and raises ``ValueError`` for an ordinal
+    outside the scratch (a damaged posting list)."""
+    for name, a, want in (("ords", ords, "int32"), ("weights", weights, "float32 or float64"),
+                          ("acc", acc, "float64"), ("marks", marks, "uint64"), ("ids", ids, "int64")):
+        if a is None and name == "ids":
+            continue
+        dtype = getattr(a, "dtype", None)
+        if not isinstance(a, np.ndarray) or dtype.name not in want.split(" or ") or not a.flags.c_contiguous:
+            got = f"{'a strided ' if dtype is not None and not a.flags.c_contiguous else ''}{dtype or type(a).__name__}"
+            raise TypeError(f"sum_postings: {name} must be a C-contiguous {want} array, got {got}")
+    return _sum_postings(ords, weights, acc, marks, ids)
 
 
 def top_scored(ids: np.ndarray, scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
