@@ -143,3 +143,20 @@ def test_binary_searched_tables_match_the_dicts(monkeypatch):
     assert [large.named_groups(t) for t in texts] == want
     assert [large.named_groups(t) for t in texts] == want  # again: from the memoised look-ups
     assert large._dicts is None and want[0] == [[3], [1, 9], [0]]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(0, 6), min_size=1, max_size=40), st.lists(st.integers(0, 7), max_size=8),
+       st.lists(st.integers(0, 39), max_size=10))
+def test_passages_of_several_documents_concatenate_each_ones_passages_in_order(doc_of, asked, deleted):
+    """passages_of(docs) == the per-document passages joined in the order asked (deleted passages left out)."""
+    pids = np.arange(100, 100 + len(doc_of))
+    order = np.argsort(doc_of, kind="stable")  # the table keeps passages by (document, id)
+    table = title_table(np.arange(8), pa.array([f"Title {d}" for d in range(8)]), pids[order],
+                        np.asarray(doc_of)[order])
+    active = np.ones(200, bool)
+    active[pids[[i for i in deleted if i < len(doc_of)]]] = False
+    links = TitleLinks.from_table(table, active)
+    want = [p for d in asked for p in links.passages(d).tolist()]
+    assert links.passages_of(asked).tolist() == want
+    assert want == [int(p) for d in asked for p in sorted(pids[np.asarray(doc_of) == d]) if active[p]]

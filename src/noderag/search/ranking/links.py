@@ -240,11 +240,10 @@ def title_groups(view: IndexView, groups: list[list[int]], hop1: list[int]) -> l
     hop = np.asarray(hop1, dtype=np.int64)
     out = []
     for g in groups:
-        found = [p for p in (links.passages(d) for d in g) if p.size]
-        found = [p[absent(p, hop)] for p in found]
-        found = [p for p in found if p.size]
-        if found:
-            out.append(np.concatenate(found))
+        found = links.passages_of(g)
+        found = found[absent(found, hop)]
+        if found.size:
+            out.append(found)
     return out
 
 
