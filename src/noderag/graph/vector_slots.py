@@ -1,0 +1,226 @@
+"""Direct reads of a saved vector index's rows: its keys in add order, saved beside it, and the row table.
+
+A usearch dense file starts with its vectors as one matrix (the number of rows and the bytes per row,
+two uint32, then the rows), row ``s`` holding the vector of slot ``s``. A shard added to by one thread
+and never removed from fills its slots in add order, and a sharded :class:`~noderag.graph.vectors.
+VectorIndex` sends vector ``i`` of its add sequence to shard ``i % P``: so when the index knows that
+sequence (every add single-threaded) it saves the keys in add order as ``<stem>.keys.npy`` (int64, e.g.
+``vectors.keys.npy``), and the vector of the key at position ``i`` is row ``i // P`` of shard ``i % P``.
+
+A reader with ascending keys then finds the rows of a batch of ids with one ``searchsorted`` and reads
+them from the file mapping, converted to float32 exactly as usearch's ``get_many`` converts them,
+instead of asking each shard's hash table (a miss costs more than a hit, and the rows came back as one
+Python object each). Before any read the table is checked once against the shards (matrix headers,
+sizes, keys ascending, sample rows equal to usearch's); a read also confirms with the shard that it
+holds each key found, so a damaged keys entry can make a read slower, never return another key's row.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["SlotTable", "keys_path", "check_add_order", "write_add_order", "key_fingerprint"]
+
+log = logging.getLogger("noderag.vectors")
+
+# storage type -> (numpy type of a stored scalar, conversion of stored rows to float32 as usearch does it)
+_I8_SCALE = np.float32(1.0 / 127.0)  # usearch multiplies by the float32 of 1/127 (not divides: the bits differ)
+
+
+def _from_i8(raw: np.ndarray) -> np.ndarray:
+    return np.multiply(raw, _I8_SCALE, dtype=np.float32)
+
+
+def _from_bf16(raw: np.ndarray) -> np.ndarray:
+    return (raw.astype(np.uint32) << np.uint32(16)).view(np.float32)
+
+
+def _cast(raw: np.ndarray) -> np.ndarray:
+    return raw.astype(np.float32)
+
+
+_KINDS = {"i8": (np.int8, _from_i8), "f16": (np.float16, _cast), "bf16": (np.uint16, _from_bf16),
+          "f32": (np.float32, _cast), "f64": (np.float64, _cast)}
+_SAMPLE = 16  # rows compared with usearch's get_many when a table is opened or saved
+
+
+def keys_path(path) -> Path:
+    """The add-order keys file of the index saved at ``path`` (shard 0's file): ``vectors.usearch`` ->
+    ``vectors.keys.npy``."""
+    path = Path(path)
+    return path.with_name(f"{path.stem}.keys.npy")
+
+
+def key_fingerprint(keys: np.ndarray) -> int:
+    """A 64-bit fingerprint of a set of keys, independent of their order (sum of splitmix64 of each key):
+    the keys recorded in add order against the keys a shard holds."""
+    z = np.asarray(keys).astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    z ^= z >> np.uint64(31)
+    return int(z.sum(dtype=np.uint64))
+
+
+def _round_robin_sizes(n: int, p: int) -> list[int]:
+    """Vectors in shard ``j`` when ``n`` vectors went to shard ``i % p``."""
+    return [len(range(j, n, p)) for j in range(p)]
+
+
+def check_add_order(order: np.ndarray, shards: list) -> str | None:
+    """Why ``order`` (keys in add order) is not the slot order of ``shards`` (usearch indexes, vector ``i`` in
+    shard ``i % P``), or None when it is: the sizes, and each shard's keys as a set (fingerprints)."""
+    p = len(shards)
+    if [len(x) for x in shards] != _round_robin_sizes(int(order.shape[0]), p):
+        return f"{order.shape[0]} keys do not fill shards of {[len(x) for x in shards]} vectors in turn"
+    for j, x in enumerate(shards):
+        if len(x) and key_fingerprint(order[j::p]) != key_fingerprint(np.asarray(x.keys, dtype=np.uint64)):
+            return f"shard {j} holds other keys than the add order gives it"
+    return None
+
+
+def write_add_order(path, order: np.ndarray | None, shards: list, why_unknown: str = "") -> bool:
+    """Save ``order`` as the keys file of the index just saved at ``path`` when it is the slot order of its
+    ``shards`` (else remove a keys file left there: a stale one would describe other slots). True when written."""
+    from .storage import atomic_save_npy
+
+    target = keys_path(path)
+    reason = why_unknown or "add order unknown"
+    if order is not None:
+        reason = check_add_order(order, shards) or _sample_mismatch(Path(path), order, shards)
+        if reason is None:
+            atomic_save_npy(target, np.ascontiguousarray(order, dtype=np.int64))
+            return True
+    log.debug("%s: no keys file written (%s)", path, reason)
+    try:
+        os.unlink(target)
+    except FileNotFoundError:
+        pass
+    return False
+
+
+def _shard_files(path: Path, p: int) -> list[Path]:
+    from .vectors import shard_path
+
+    return [shard_path(path, j) for j in range(p)]
+
+
+def _sample_mismatch(path: Path, order: np.ndarray, shards: list) -> str | None:
+    """Why the saved shard files' rows at a sample of positions differ from usearch's rows of their keys."""
+    try:
+        rows = [_matrix(f, x) for f, x in zip(_shard_files(path, len(shards)), shards)]
+    except ValueError as exc:
+        return str(exc)
+    return _compare_sample(order, shards, rows)
+
+
+def _matrix(file: Path, shard) -> np.ndarray:
+    """The vector matrix at the start of a saved usearch file (a read-only mapping), checked against the shard."""
+    from .vectors import _dtype_name
+
+    kind = _KINDS.get(_dtype_name(shard.dtype))
+    if kind is None:
+        raise ValueError(f"storage type {_dtype_name(shard.dtype)} is not read directly")
+    scalar = np.dtype(kind[0])
+    width = int(shard.ndim) * scalar.itemsize
+    size = file.stat().st_size
+    with open(file, "rb") as fh:
+        head = fh.read(16)
+    for offset, fmt in ((8, "<u4"), (16, "<u8")):
+        if len(head) >= offset:
+            rows, cols = (int(v) for v in np.frombuffer(head[:offset], dtype=fmt))
+            if rows == len(shard) and cols == width and size >= offset + rows * cols:
+                if rows == 0:
+                    return np.zeros((0, int(shard.ndim)), scalar)
+                mapped = np.memmap(file, dtype=scalar, mode="r", offset=offset, shape=(rows, int(shard.ndim)))
+                return np.asarray(mapped)  # a plain array over the mapping: no memmap subclass cost per read
+    raise ValueError(f"{file.name}: matrix header is not {len(shard)} rows of {width} bytes")
+
+
+def _compare_sample(order: np.ndarray, shards: list, rows: list[np.ndarray]) -> str | None:
+    """Why the rows at a few positions (first, last, spread between) differ from usearch's ``get_many``."""
+    from .vectors import _dtype_name, _rows
+
+    n, p = int(order.shape[0]), len(shards)
+    if n == 0:
+        return None
+    convert = _KINDS[_dtype_name(shards[0].dtype)][1]
+    at = np.unique(np.linspace(0, n - 1, min(n, _SAMPLE)).astype(np.int64))
+    for i in at.tolist():
+        j, s = i % p, i // p
+        key = np.array([order[i]], dtype=np.uint64)
+        if not bool(np.asarray(shards[j].contains(key)).reshape(-1)[0]):
+            return f"key {int(order[i])} is not in shard {j}"
+        if not np.array_equal(_rows(shards[j], key, int(shards[j].ndim))[0], convert(rows[j][s:s + 1])[0]):
+            return f"row {s} of shard {j} is not the vector of key {int(order[i])}"
+    return None
+
+
+class SlotTable:
+    """The rows of one saved (sharded) index by key: the keys file (ascending) and each shard's matrix."""
+
+    def __init__(self, keys: np.ndarray, shards: list, rows: list[np.ndarray], dtype: str) -> None:
+        self.keys, self.shards, self.rows = keys, shards, rows
+        self.p = len(shards)
+        self.convert = _KINDS[dtype][1]
+
+    @classmethod
+    def open(cls, path, shards: list, dtype: str) -> tuple["SlotTable | None", np.ndarray | None, str]:
+        """(table, keys in add order, "direct") for the index saved at ``path`` whose usearch ``shards`` are
+        open; the table is None when the keys are not ascending, both are None when there is no keys file or
+        it does not fit the shards; the last item then says why."""
+        target = keys_path(path)
+        if not target.is_file():
+            return None, None, "no keys file"
+        if dtype not in _KINDS:
+            return None, None, f"storage type {dtype} is not read directly"
+        try:
+            keys = np.load(target, mmap_mode="r", allow_pickle=False)
+            rows = [_matrix(f, x) for f, x in zip(_shard_files(Path(path), len(shards)), shards)]
+        except (ValueError, OSError) as exc:
+            return None, None, f"{target.name}: {exc}"[:200]
+        if keys.dtype != np.int64 or keys.ndim != 1:
+            return None, None, f"{target.name}: dtype {keys.dtype}, shape {keys.shape}"
+        keys = np.asarray(keys)
+        if [len(x) for x in shards] != _round_robin_sizes(int(keys.shape[0]), len(shards)):
+            return None, None, f"{target.name}: {keys.shape[0]} keys do not fill the shards in turn"
+        why = _compare_sample(keys, shards, rows)
+        if why is not None:
+            return None, None, f"{target.name}: {why}"
+        if keys.shape[0] > 1 and not bool(np.all(keys[1:] > keys[:-1])):
+            return None, keys, f"{target.name}: keys not ascending"
+        return cls(keys, shards, rows, dtype), keys, "direct"
+
+    def read(self, ids: np.ndarray, out: np.ndarray, where: np.ndarray) -> np.ndarray:
+        """Write the rows of the ``ids`` (int64) this table holds into ``out[where[k]]``; returns which it wrote.
+
+        An id the keys file names is read only once its shard confirms the key: a damaged entry then
+        leaves the id to the caller's slower path instead of reading another key's row."""
+        n = int(self.keys.shape[0])
+        found = np.zeros(ids.shape[0], bool)
+        if n == 0 or ids.size == 0:
+            return found
+        pos = np.searchsorted(self.keys, ids)
+        np.minimum(pos, n - 1, out=pos)
+        hit = np.flatnonzero(self.keys[pos] == ids)
+        if hit.size == 0:
+            return found
+        pos = pos[hit]
+        if self.p == 1:
+            groups = [(0, hit, pos)]
+        else:
+            shard = pos % self.p
+            order = np.argsort(shard, kind="stable")
+            bounds = np.searchsorted(shard[order], np.arange(self.p + 1))
+            groups = [(j, hit[order[a:b]], pos[order[a:b]] // self.p)
+                      for j, (a, b) in enumerate(zip(bounds[:-1].tolist(), bounds[1:].tolist())) if b > a]
+        for j, at, slot in groups:
+            held = np.asarray(self.shards[j].contains(ids[at].astype(np.uint64)), dtype=bool).reshape(-1)
+            if not held.all():
+                at, slot = at[held], slot[held]
+            out[where[at]] = self.convert(self.rows[j].take(slot, axis=0))
+            found[at] = True
+        return found
