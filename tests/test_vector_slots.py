@@ -130,6 +130,21 @@ def test_keys_renamed_behind_the_index_write_no_keys_file(tmp_path):
     assert not keys_path(tmp_path / "vectors.usearch").exists()
 
 
+def test_two_ascending_runs_read_directly(tmp_path):
+    """Passages and units by id, then summaries by id, after an insert gave passages ids above old summaries."""
+    index = VectorIndex(24, dtype="i8", shards=3)
+    index.add(np.r_[np.arange(0, 300, 2), np.arange(400, 500, 3)], _vectors(4, 184))
+    index.add(np.arange(301, 350, 4), _vectors(5, 13))
+    path = tmp_path / "vectors.usearch"
+    index.save(path)
+    fast, slow = _pair(path)
+    assert fast.direct_status() == {str(path): "direct"}
+    ids = np.random.default_rng(1).permutation(slow.keys())
+    assert np.array_equal(fast.get(ids), slow.get(ids))
+    with pytest.raises(ValueError, match=r"ids not in the index: \[1\]"):
+        fast.get([305, 1])
+
+
 def test_a_descending_add_order_is_kept_but_read_through_usearch(tmp_path):
     index = VectorIndex(24, dtype="f32", shards=2)
     index.add(np.arange(40)[::-1].copy(), _vectors(2, 40))
@@ -137,7 +152,7 @@ def test_a_descending_add_order_is_kept_but_read_through_usearch(tmp_path):
     index.save(path)
     assert np.array_equal(np.load(keys_path(path)), np.arange(40)[::-1])
     fast, slow = _pair(path)
-    assert fast.direct_status() == {str(path): "vectors.keys.npy: keys not ascending"}
+    assert fast.direct_status() == {str(path): "vectors.keys.npy: keys in more than 8 ascending runs"}
     assert np.array_equal(fast.get(np.arange(40)), slow.get(np.arange(40)))
 
 
@@ -148,7 +163,7 @@ def _rewrite_keys(path, keys):
 @pytest.mark.parametrize("damage, reason", [
     ("short", "do not fill the shards"),
     ("reversed", "is not in shard"),
-    ("swapped", "keys not ascending"),
+    ("runs", "more than 8 ascending runs"),
     ("shifted", "is not in shard"),
     ("float", "dtype float64"),
     ("garbage", "vectors.keys.npy:"),
@@ -160,8 +175,11 @@ def test_a_keys_file_that_disagrees_with_its_shards_falls_back(tmp_path, caplog,
         _rewrite_keys(path, good[:-1])
     elif damage == "reversed":
         _rewrite_keys(path, good[::-1])
-    elif damage == "swapped":  # two keys of shard 0 outside the sampled rows: only their order tells
-        _rewrite_keys(path, np.r_[good[:3], good[6], good[4:6], good[3], good[7:]])
+    elif damage == "runs":  # keys of shard 0 outside the sampled rows exchanged pairwise: only their order tells
+        bad = good.copy()
+        for i in (3, 9, 15, 21, 27, 33, 45, 51, 63):  # none of them, nor i + 3, a sampled row
+            bad[i], bad[i + 3] = good[i + 3], good[i]
+        _rewrite_keys(path, bad)
     elif damage == "shifted":
         _rewrite_keys(path, good + 1)
     elif damage == "float":
@@ -183,10 +201,11 @@ def test_a_damaged_entry_never_reads_another_keys_row(tmp_path):
     bad = good.copy()
     bad[100] += 1  # the key 503 (row 33 of shard 1) becomes 504, which is no key at all
     bad[101] = good[102] - 1  # the key 508 (shard 2) becomes 512, the key next to 513 in shard 0
+    bad[200] = good[50]  # the key 1003 (shard 2) becomes 253, a key of shard 2 at row 16: named twice
     _rewrite_keys(path, bad)
     fast, slow = _pair(path)
-    assert fast.direct_status() == {str(path): "direct"}  # the sample rows did not include them
-    assert np.array_equal(fast.get(good), slow.get(good))  # 503 and 508: found through usearch
+    assert fast.direct_status() == {str(path): "direct"}  # the sample rows did not include them (two runs now)
+    assert np.array_equal(fast.get(good), slow.get(good))  # 503, 508, 1003 and 253: found through usearch
     for missing in (504, 512):  # in the keys file, not in the index: no row of another key
         with pytest.raises(ValueError, match=rf"ids not in the index: \[{missing}\]"):
             fast.get([3, missing])
@@ -229,3 +248,72 @@ def test_fingerprint_is_order_free_and_tells_sets_apart():
     keys = np.arange(1000, dtype=np.int64) * 7
     assert key_fingerprint(keys) == key_fingerprint(keys[::-1])
     assert key_fingerprint(keys) != key_fingerprint(np.r_[keys[:-1], keys[-1] + 1])
+
+
+# ----------------------------------------------------------------------------- the writers of an index
+
+def _docs(folder, n: int, first: int = 0):
+    import json
+
+    path = folder / f"docs{first}.jsonl"
+    path.write_text("".join(json.dumps({"id": f"d{i}", "title": f"Harbour {i}", "text": f"Harbour {i} was built by "
+                                        f"Engineer Smith{i} in {1800 + i}. Ships from Harbour {i} sail to Quell{i}."})
+                            + "\n" for i in range(first, first + n)), encoding="utf-8")
+    return path
+
+
+def _every_vector_index_reads_directly(gen):
+    """Each vectors.usearch of the generation (base, deltas) has its keys file, listed with a checksum, read directly."""
+    import json
+
+    sums = json.loads((gen / "manifest.json").read_text())["checksums"]["files"]
+    found = sorted(gen.rglob("vectors.usearch"))
+    assert found
+    for path in found:
+        rel = keys_path(path).relative_to(gen).as_posix()
+        assert rel in sums, rel
+        index = VectorIndex.load(path)
+        assert index.direct_status() == {str(path): "direct"}, path
+        keys = index.keys()
+        assert np.array_equal(index.get(keys), VectorIndex.load(path, direct=False).get(keys))
+    return found
+
+
+def test_build_insert_compaction_and_segments_write_consistent_keys_files(tmp_path):
+    from noderag.config import NodeRAGConfig
+    from noderag.indexing.driver import build_index
+    from noderag.indexing.segmented import build_segmented
+    from noderag.indexing.update.compact import compact_index
+    from noderag.store.generations import current_path
+    from noderag.store.verify import verify_index
+
+    cfg = NodeRAGConfig().with_overrides({"embed.spec": "hash:32", "embed.vector_shards": 2,
+                                          "update.max_delta_share": 100.0})
+    root = tmp_path / "idx"
+    build_index([_docs(tmp_path, 12)], root, cfg, progress=False)
+    assert len(_every_vector_index_reads_directly(current_path(root))) == 1
+    build_index([_docs(tmp_path, 4, first=12)], root, progress=False)  # a delta segment with its own index
+    gen = current_path(root)
+    assert {p.parent.relative_to(gen).as_posix() for p in _every_vector_index_reads_directly(gen)} == {".", "deltas/1"}
+    verify_index(root, "full")
+    compact_index(root, progress=False)
+    assert len(_every_vector_index_reads_directly(current_path(root))) == 1
+    verify_index(root, "full")
+    seg = tmp_path / "seg"
+    build_segmented([_docs(tmp_path, 12)], seg, NodeRAGConfig.from_dict(
+        {"embed": {"spec": "hash:32", "vector_shards": 2}, "update": {"max_delta_share": 100.0}}), segments=2)
+    assert len(_every_vector_index_reads_directly(current_path(seg))) == 2  # the later part's keys moved along
+    verify_index(seg, "full")
+
+
+def test_full_verify_names_a_keys_file_that_differs_from_the_vectors(tmp_path):
+    from noderag.store.errors import IndexDamagedError
+    from noderag.store.verify import _check_add_order
+
+    path = _saved(tmp_path, "i8", shards=2, n=100)
+    index = VectorIndex.load(path)
+    keys = np.sort(index.keys())
+    _check_add_order(path.parent, index, keys)  # as saved: fits
+    _rewrite_keys(path, np.r_[np.load(keys_path(path))[:-1], 10_000])  # the last key replaced: no shard row is its
+    with pytest.raises(IndexDamagedError, match="keys differ from the vector index in vectors.keys.npy"):
+        _check_add_order(path.parent, index, keys)

@@ -7,12 +7,16 @@ VectorIndex` sends vector ``i`` of its add sequence to shard ``i % P``: so when 
 sequence (every add single-threaded) it saves the keys in add order as ``<stem>.keys.npy`` (int64, e.g.
 ``vectors.keys.npy``), and the vector of the key at position ``i`` is row ``i // P`` of shard ``i % P``.
 
-A reader with ascending keys then finds the rows of a batch of ids with one ``searchsorted`` and reads
-them from the file mapping, converted to float32 exactly as usearch's ``get_many`` converts them,
-instead of asking each shard's hash table (a miss costs more than a hit, and the rows came back as one
-Python object each). Before any read the table is checked once against the shards (matrix headers,
-sizes, keys ascending, sample rows equal to usearch's); a read also confirms with the shard that it
-holds each key found, so a damaged keys entry can make a read slower, never return another key's row.
+A reader finds the rows of a batch of ids with a ``searchsorted`` per ascending run of the keys (a build
+adds its passages and units by id, then its attributes and summaries by id: one run, or two after an
+insert gave passages ids above the old summaries') and reads them from the file mapping, converted to
+float32 exactly as usearch's ``get_many`` converts them, instead of asking each shard's hash table (a miss
+costs more than a hit, and the rows came back as one Python object each). Before any read the table is
+checked once against the shards (matrix headers, sizes, at most ``_MAX_RUNS`` runs, sample rows equal to
+usearch's). A read takes an id only when exactly one entry names it and that entry's shard holds the key;
+so a damaged entry (a key changed: to no key, to another shard's, or to a duplicate) makes a read slower,
+never returns another key's row: that would take two entries of one shard exchanged, which the keys
+file's checksum (``noderag verify``) names.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ def _cast(raw: np.ndarray) -> np.ndarray:
 _KINDS = {"i8": (np.int8, _from_i8), "f16": (np.float16, _cast), "bf16": (np.uint16, _from_bf16),
           "f32": (np.float32, _cast), "f64": (np.float64, _cast)}
 _SAMPLE = 16  # rows compared with usearch's get_many when a table is opened or saved
+_MAX_RUNS = 8  # ascending runs of keys a table searches one by one (more: read through usearch)
 
 
 def keys_path(path) -> Path:
@@ -162,16 +167,17 @@ def _compare_sample(order: np.ndarray, shards: list, rows: list[np.ndarray]) -> 
 class SlotTable:
     """The rows of one saved (sharded) index by key: the keys file (ascending) and each shard's matrix."""
 
-    def __init__(self, keys: np.ndarray, shards: list, rows: list[np.ndarray], dtype: str) -> None:
-        self.keys, self.shards, self.rows = keys, shards, rows
+    def __init__(self, keys: np.ndarray, runs: list[tuple[int, int]], shards: list, rows: list[np.ndarray],
+                 dtype: str) -> None:
+        self.keys, self.runs, self.shards, self.rows = keys, runs, shards, rows
         self.p = len(shards)
         self.convert = _KINDS[dtype][1]
 
     @classmethod
     def open(cls, path, shards: list, dtype: str) -> tuple["SlotTable | None", np.ndarray | None, str]:
         """(table, keys in add order, "direct") for the index saved at ``path`` whose usearch ``shards`` are
-        open; the table is None when the keys are not ascending, both are None when there is no keys file or
-        it does not fit the shards; the last item then says why."""
+        open; the table is None when the keys fall in too many ascending runs, both are None when there is no
+        keys file or it does not fit the shards; the last item then says why."""
         target = keys_path(path)
         if not target.is_file():
             return None, None, "no keys file"
@@ -190,25 +196,23 @@ class SlotTable:
         why = _compare_sample(keys, shards, rows)
         if why is not None:
             return None, None, f"{target.name}: {why}"
-        if keys.shape[0] > 1 and not bool(np.all(keys[1:] > keys[:-1])):
-            return None, keys, f"{target.name}: keys not ascending"
-        return cls(keys, shards, rows, dtype), keys, "direct"
+        starts = [0] + (np.flatnonzero(keys[1:] <= keys[:-1])[:_MAX_RUNS] + 1).tolist() if keys.shape[0] else []
+        if len(starts) > _MAX_RUNS:
+            return None, keys, f"{target.name}: keys in more than {_MAX_RUNS} ascending runs"
+        runs = list(zip(starts, starts[1:] + [int(keys.shape[0])]))
+        return cls(keys, runs, shards, rows, dtype), keys, "direct"
 
     def read(self, ids: np.ndarray, out: np.ndarray, where: np.ndarray) -> np.ndarray:
         """Write the rows of the ``ids`` (int64) this table holds into ``out[where[k]]``; returns which it wrote.
 
         An id the keys file names is read only once its shard confirms the key: a damaged entry then
         leaves the id to the caller's slower path instead of reading another key's row."""
-        n = int(self.keys.shape[0])
         found = np.zeros(ids.shape[0], bool)
-        if n == 0 or ids.size == 0:
+        if not self.runs or ids.size == 0:
             return found
-        pos = np.searchsorted(self.keys, ids)
-        np.minimum(pos, n - 1, out=pos)
-        hit = np.flatnonzero(self.keys[pos] == ids)
+        hit, pos = self._find(ids)
         if hit.size == 0:
             return found
-        pos = pos[hit]
         if self.p == 1:
             groups = [(0, hit, pos)]
         else:
@@ -217,10 +221,29 @@ class SlotTable:
             bounds = np.searchsorted(shard[order], np.arange(self.p + 1))
             groups = [(j, hit[order[a:b]], pos[order[a:b]] // self.p)
                       for j, (a, b) in enumerate(zip(bounds[:-1].tolist(), bounds[1:].tolist())) if b > a]
-        for j, at, slot in groups:
+        for j, at, slot in groups:  # each shard confirms the keys its entries name
             held = np.asarray(self.shards[j].contains(ids[at].astype(np.uint64)), dtype=bool).reshape(-1)
             if not held.all():
                 at, slot = at[held], slot[held]
             out[where[at]] = self.convert(self.rows[j].take(slot, axis=0))
             found[at] = True
         return found
+
+    def _find(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(indices into ``ids`` that exactly one entry names, those entries' positions in the add order)."""
+        if len(self.runs) == 1:
+            pos = np.searchsorted(self.keys, ids)
+            np.minimum(pos, self.keys.shape[0] - 1, out=pos)
+            hit = np.flatnonzero(self.keys[pos] == ids)
+            return hit, pos[hit]
+        count = np.zeros(ids.shape[0], np.int64)
+        where = np.zeros(ids.shape[0], np.int64)
+        for a, b in self.runs:
+            run = self.keys[a:b]
+            pos = np.searchsorted(run, ids)
+            np.minimum(pos, b - a - 1, out=pos)
+            hit = run[pos] == ids
+            count += hit
+            where[hit] = pos[hit] + a
+        hit = np.flatnonzero(count == 1)
+        return hit, where[hit]
