@@ -132,7 +132,7 @@ def main(argv=None) -> int:
 
 
 def markdown(r: dict) -> str:
-    lines = [f"# VectorIndex.get: direct reads vs usearch lookups", "",
+    lines = ["# VectorIndex.get: direct reads vs usearch lookups", "",
              f"Index `{r['index']}`: {r['vectors']:,} vectors, {r['shards']} shard(s), {r['dtype']} x {r['ndim']}; "
              f"read {r['direct_status']}; {r['rounds']} calls per row, alternating; git {r['git']}; "
              f"load average {r['machine']['loadavg_1m']} on {r['machine']['cpus']} CPUs.", "",

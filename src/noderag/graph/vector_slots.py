@@ -35,16 +35,31 @@ log = logging.getLogger("noderag.vectors")
 _I8_SCALE = np.float32(1.0 / 127.0)  # usearch multiplies by the float32 of 1/127 (not divides: the bits differ)
 
 
-def _from_i8(raw: np.ndarray) -> np.ndarray:
-    return np.multiply(raw, _I8_SCALE, dtype=np.float32)
+def _contains(shard, keys: np.ndarray) -> np.ndarray:
+    """Which of ``keys`` (uint64) a usearch index holds (its compiled call: the wrapper copies the keys)."""
+    compiled = getattr(shard, "_compiled", None)
+    if compiled is not None and hasattr(compiled, "contains_many"):
+        return np.asarray(compiled.contains_many(keys), dtype=bool).reshape(-1)
+    return np.asarray(shard.contains(keys), dtype=bool).reshape(-1)
 
 
-def _from_bf16(raw: np.ndarray) -> np.ndarray:
-    return (raw.astype(np.uint32) << np.uint32(16)).view(np.float32)
+def _from_i8(raw: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    return np.multiply(raw, _I8_SCALE, out=out, dtype=np.float32)
 
 
-def _cast(raw: np.ndarray) -> np.ndarray:
-    return raw.astype(np.float32)
+def _from_bf16(raw: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    wide = np.left_shift(raw, np.uint32(16), dtype=np.uint32)
+    if out is None:
+        return wide.view(np.float32)
+    out.view(np.uint32)[...] = wide
+    return out
+
+
+def _cast(raw: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    if out is None:
+        return raw.astype(np.float32)
+    out[...] = raw
+    return out
 
 
 _KINDS = {"i8": (np.int8, _from_i8), "f16": (np.float16, _cast), "bf16": (np.uint16, _from_bf16),
@@ -205,28 +220,34 @@ class SlotTable:
     def read(self, ids: np.ndarray, out: np.ndarray, where: np.ndarray) -> np.ndarray:
         """Write the rows of the ``ids`` (int64) this table holds into ``out[where[k]]``; returns which it wrote.
 
-        An id the keys file names is read only once its shard confirms the key: a damaged entry then
-        leaves the id to the caller's slower path instead of reading another key's row."""
+        An id is read only when one entry names it and that entry's shard confirms the key: a damaged
+        entry then leaves the id to the caller's slower path instead of reading another key's row."""
         found = np.zeros(ids.shape[0], bool)
         if not self.runs or ids.size == 0:
             return found
         hit, pos = self._find(ids)
         if hit.size == 0:
             return found
-        if self.p == 1:
-            groups = [(0, hit, pos)]
-        else:
+        if self.p > 1:  # by shard (stable: each shard's rows in id order), one slice of each array per shard
             shard = pos % self.p
             order = np.argsort(shard, kind="stable")
-            bounds = np.searchsorted(shard[order], np.arange(self.p + 1))
-            groups = [(j, hit[order[a:b]], pos[order[a:b]] // self.p)
-                      for j, (a, b) in enumerate(zip(bounds[:-1].tolist(), bounds[1:].tolist())) if b > a]
-        for j, at, slot in groups:  # each shard confirms the keys its entries name
-            held = np.asarray(self.shards[j].contains(ids[at].astype(np.uint64)), dtype=bool).reshape(-1)
-            if not held.all():
-                at, slot = at[held], slot[held]
-            out[where[at]] = self.convert(self.rows[j].take(slot, axis=0))
-            found[at] = True
+            hit, pos = hit[order], pos[order] // self.p
+            bounds = np.searchsorted(shard[order], np.arange(self.p + 1)).tolist()
+        else:
+            bounds = [0, hit.size]
+        keys = ids.astype(np.uint64)[hit]
+        held = np.empty(hit.size, bool)
+        raw = np.empty((ids.size, self.rows[0].shape[1]), self.rows[0].dtype)  # stored rows, in the order of ids
+        for j in range(self.p):
+            a, b = bounds[j], bounds[j + 1]
+            if b > a:  # the shard confirms the keys its entries name; its rows are gathered from the mapping
+                held[a:b] = _contains(self.shards[j], keys[a:b])
+                raw[hit[a:b]] = self.rows[j].take(pos[a:b], axis=0)
+        found[hit[held]] = True
+        if where.size == out.shape[0] and found.all():  # every row asked for: converted straight into out
+            self.convert(raw, out)
+        else:
+            out[where[found]] = self.convert(raw[found])
         return found
 
     def _find(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

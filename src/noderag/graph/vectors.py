@@ -376,7 +376,7 @@ class VectorIndex:
         A view with slot tables reads their rows from the files first; ids they do not hold (another
         segment's, or a table's damaged entry) are asked of the shards' hash tables as before."""
         ids = _as_ids(ids)
-        out = np.zeros((ids.shape[0], self.ndim), np.float32)
+        out = np.empty((ids.shape[0], self.ndim), np.float32)  # every row is written, or ValueError
         if ids.size == 0:
             return out
         todo = np.arange(ids.size)  # positions not found yet: each shard is asked for what is left
