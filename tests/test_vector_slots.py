@@ -65,6 +65,20 @@ def test_i8_conversion_covers_every_stored_value(tmp_path):
     assert np.array_equal(got, slow.get(np.arange(first.size) * 2))
 
 
+def test_f16_conversion_covers_subnormal_to_large_values(tmp_path):
+    """float16 rows widened through the table equal usearch's rows, subnormals and large values included."""
+    bits = np.arange(0, 0x7C00, 7, dtype=np.uint16)  # every 7th finite non-negative float16, subnormals first
+    values = np.r_[bits, bits | 0x8000].view(np.float16).astype(np.float32)
+    rows = np.resize(values, (values.size // 16 + 1, 16))
+    index = VectorIndex(16, metric="l2sq", dtype="f16")
+    index.add(np.arange(rows.shape[0]), rows)
+    index.save(tmp_path / "vectors.usearch")
+    fast, slow = _pair(tmp_path / "vectors.usearch")
+    assert fast.direct_status()[str(tmp_path / "vectors.usearch")] == "direct"
+    got = fast.get(np.arange(rows.shape[0]))
+    assert np.array_equal(got, rows) and np.array_equal(got, slow.get(np.arange(rows.shape[0])))
+
+
 def test_keys_file_is_the_add_order_and_the_file_rows_follow_it(tmp_path):
     path = _saved(tmp_path, "f32", shards=3, n=100)
     order = np.load(keys_path(path))

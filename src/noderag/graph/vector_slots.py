@@ -44,7 +44,22 @@ def _contains(shard, keys: np.ndarray) -> np.ndarray:
 
 
 def _from_i8(raw: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    return np.multiply(raw, _I8_SCALE, out=out, dtype=np.float32)
+    out = np.empty(raw.shape, np.float32) if out is None else out
+    np.copyto(out, raw, casting="unsafe")  # exact; then one float32 product, as usearch (and faster than a
+    return np.multiply(out, _I8_SCALE, out=out)  # mixed-type multiply: 11.5 against 14.7 us for 300 x 256)
+
+
+_F16_TABLE: np.ndarray | None = None
+
+
+def _from_f16(raw: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """float16 rows widened (exact) through a table of all 65,536 values: numpy's cast took 126 us for 300 x 256
+    values, the table 75 (usearch's get_many of the same rows: 226)."""
+    global _F16_TABLE
+    if _F16_TABLE is None:
+        _F16_TABLE = np.arange(65536, dtype=np.uint32).astype(np.uint16).view(np.float16).astype(np.float32)
+    out = np.empty(raw.shape, np.float32) if out is None else out
+    return np.take(_F16_TABLE, raw.view(np.uint16), out=out)
 
 
 def _from_bf16(raw: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
@@ -62,7 +77,7 @@ def _cast(raw: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     return out
 
 
-_KINDS = {"i8": (np.int8, _from_i8), "f16": (np.float16, _cast), "bf16": (np.uint16, _from_bf16),
+_KINDS = {"i8": (np.int8, _from_i8), "f16": (np.float16, _from_f16), "bf16": (np.uint16, _from_bf16),
           "f32": (np.float32, _cast), "f64": (np.float64, _cast)}
 _SAMPLE = 16  # rows compared with usearch's get_many when a table is opened or saved
 _MAX_RUNS = 8  # ascending runs of keys a table searches one by one (more: read through usearch)
