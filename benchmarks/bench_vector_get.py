@@ -2,7 +2,7 @@
 
 Usage::
 
-    python benchmarks/bench_vector_get.py --index DIR [--rounds 300] [--seed 0] [--out FILE]
+    python benchmarks/bench_vector_get.py --index DIR [--rounds 300] [--seed 0] [--out FILE] [--note TEXT]
 
 ``DIR`` is an index directory (its current generation's ``vectors.usearch`` and shards) or a folder with a
 ``vectors.usearch``. The same files are opened twice: ``direct`` (the default open: rows gathered from the
@@ -106,6 +106,7 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=300)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "vector_get.json")
+    ap.add_argument("--note", default="", help="how the index was made, written into the results")
     args = ap.parse_args(argv)
     gen = generation(args.index)
     path = gen / "vectors.usearch"
@@ -119,7 +120,7 @@ def main(argv=None) -> int:
     for k in (100, 300, 500):
         sets[f"{k} random ids"] = [rng.choice(keys, k, replace=False) for _ in range(args.rounds)]
     rows = {name: time_pair(direct, old, s) for name, s in sets.items()}
-    result = {"index": str(args.index), "vectors": len(old), "shards": old.shards, "dtype": old.dtype,
+    result = {"index": str(args.index), "note": args.note, "vectors": len(old), "shards": old.shards, "dtype": old.dtype,
               "ndim": old.ndim, "direct_status": status, "rounds": args.rounds, "seed": args.seed,
               "open_ms": open_times(path), "get": rows, "git": _git_revision(),
               "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
@@ -136,6 +137,7 @@ def markdown(r: dict) -> str:
              f"Index `{r['index']}`: {r['vectors']:,} vectors, {r['shards']} shard(s), {r['dtype']} x {r['ndim']}; "
              f"read {r['direct_status']}; {r['rounds']} calls per row, alternating; git {r['git']}; "
              f"load average {r['machine']['loadavg_1m']} on {r['machine']['cpus']} CPUs.", "",
+             *([r["note"], ""] if r.get("note") else []),
              "| id set | ids (median) | direct p50 / p95 us | usearch p50 / p95 us | usearch / direct (p50) | identical |",
              "|---|---:|---:|---:|---:|:---:|"]
     for name, row in r["get"].items():

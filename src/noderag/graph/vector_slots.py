@@ -195,7 +195,7 @@ def _compare_sample(order: np.ndarray, shards: list, rows: list[np.ndarray]) -> 
 
 
 class SlotTable:
-    """The rows of one saved (sharded) index by key: the keys file (ascending) and each shard's matrix."""
+    """The rows of one saved (sharded) index by key: the keys file (in ascending runs) and each shard's matrix."""
 
     def __init__(self, keys: np.ndarray, runs: list[tuple[int, int]], shards: list, rows: list[np.ndarray],
                  dtype: str) -> None:
