@@ -331,3 +331,26 @@ def test_full_verify_names_a_keys_file_that_differs_from_the_vectors(tmp_path):
     _rewrite_keys(path, np.r_[np.load(keys_path(path))[:-1], 10_000])  # the last key replaced: no shard row is its
     with pytest.raises(IndexDamagedError, match="keys differ from the vector index in vectors.keys.npy"):
         _check_add_order(path.parent, index, keys)
+
+
+@pytest.mark.parametrize("spread", ["dense", "sparse", "clustered"])
+def test_the_bucket_directory_finds_what_a_binary_search_finds(spread):
+    from noderag.graph.vector_slots import _BUCKET_KEYS, _Directory
+
+    rng = np.random.default_rng(5)
+    if spread == "dense":  # every id: buckets of one id each would be wasteful, of 16 ids are full
+        run = np.arange(1000, 6000, dtype=np.int64)
+    elif spread == "sparse":
+        run = np.unique(rng.integers(0, 10**9, 5000)).astype(np.int64)
+    else:  # long gaps, then stretches where every id is a key (passages beside their units)
+        run = np.unique(np.concatenate([np.arange(s, s + 40) for s in rng.integers(0, 10**7, 200)])).astype(np.int64)
+    directory = _Directory.of(run)
+    assert directory is not None and int(np.diff(directory.starts).max()) <= _BUCKET_KEYS
+    ids = np.concatenate([rng.choice(run, 500), rng.integers(-5, int(run[-1]) + 50, 500), [run[0], run[-1]]])
+    hit, pos = directory.find(run, ids)
+    want = np.isin(ids, run)
+    assert np.array_equal(hit, want)
+    assert np.array_equal(pos[hit], np.searchsorted(run, ids[hit]))
+    assert _Directory.of(run[:10]) is None  # a short run is searched directly
+    # a dense stretch in a huge id range would need a directory far larger than the keys: searched directly
+    assert _Directory.of(np.r_[np.arange(100), np.unique(rng.integers(200, 10**12, 200))].astype(np.int64)) is None
