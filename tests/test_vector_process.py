@@ -47,7 +47,9 @@ def test_vector_build_writes_the_in_process_index(tmp_path, shuffled):
     tail[:] = 0  # the caller may reuse its rows once add() returned
     assert build.finish(tmp_path / "got" / "vectors.usearch") == tmp_path / "got" / "vectors.usearch"
     assert isinstance(build.cpu_s, float) and build.cpu_s > 0  # the worker's CPU seconds, for the stage report
-    assert _files(tmp_path / "got") == _files(tmp_path / "ref") and len(_files(tmp_path / "ref")) == 3
+    # three shards and the keys in add order (the worker's shards each take their rows on one thread)
+    assert _files(tmp_path / "got") == _files(tmp_path / "ref") and len(_files(tmp_path / "ref")) == 4
+    np.testing.assert_array_equal(np.load(tmp_path / "got" / "vectors.keys.npy"), ids)
 
 
 def test_share_file_keeps_the_vectors_and_later_assignments(tmp_path):

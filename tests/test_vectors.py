@@ -94,7 +94,8 @@ def test_save_load_round_trip_and_view(tmp_path):
     path = tmp_path / "sub" / "vectors.usearch"
     index.save(path)
     assert path.is_file()
-    assert [p.name for p in path.parent.iterdir()] == ["vectors.usearch"]  # no temp files left
+    # no temp files left; the keys in add order beside the index (one thread added them)
+    assert sorted(p.name for p in path.parent.iterdir()) == ["vectors.keys.npy", "vectors.usearch"]
     want = index.search(x[:50], 5)
     for view in (True, False):
         loaded = VectorIndex.load(path, view=view)
@@ -110,6 +111,8 @@ def test_save_load_round_trip_and_view(tmp_path):
     writable.add([1000], x[:1])
     writable.save(path)  # overwrite atomically while `viewed` still maps the old file
     assert len(VectorIndex.load(path)) == 401 and len(viewed) == 400
+    np.testing.assert_array_equal(np.load(path.parent / "vectors.keys.npy"), np.r_[np.arange(400), 1000])
+    np.testing.assert_array_equal(viewed.get(np.arange(400)), VectorIndex.load(path).get(np.arange(400)))
 
 
 def test_load_errors(tmp_path):
@@ -277,7 +280,8 @@ def test_sharded_index_is_the_same_for_any_parallelism_and_across_adds(tmp_path)
         out = tmp_path / f"p{parallel}-{cut}"
         idx.save(out / "vectors.usearch")
         names = sorted(p.name for p in out.iterdir())
-        assert names == ["vectors.1.usearch", "vectors.2.usearch", "vectors.usearch"]
+        assert names == ["vectors.1.usearch", "vectors.2.usearch", "vectors.keys.npy", "vectors.usearch"]
+        np.testing.assert_array_equal(np.load(out / "vectors.keys.npy"), ids)  # the add order
         blobs.append([(out / n).read_bytes() for n in names])
     assert blobs[0] == blobs[1] == blobs[2] == blobs[3]
 
@@ -352,7 +356,7 @@ def test_widened_and_float16_background_builds_equal_one_add(tmp_path):
     for k, index in enumerate((ref, idx)):
         index.save(tmp_path / f"{k}" / "vectors.usearch")
         blobs.append([p.read_bytes() for p in sorted((tmp_path / f"{k}").iterdir())])
-    assert blobs[0] == blobs[1] and len(blobs[0]) == 3
+    assert blobs[0] == blobs[1] and len(blobs[0]) == 4  # three shards and the keys file
 
 
 def test_cancel_stops_background_adds():

@@ -18,6 +18,10 @@ for ``k`` and merges by distance (ties: earlier shard first); one query's shards
 searched on up to one thread per core at once, which never changes the result. Shard 0
 is saved at the given path (``vectors.usearch``), shard ``j >= 1`` beside it
 (``vectors.j.usearch``).
+
+Direct reads: an index that knows the order its vectors were added in (every add by one thread)
+saves the keys in that order beside it (``vectors.keys.npy``); a view of it reads :meth:`get`'s rows
+straight from the files (:mod:`noderag.graph.vector_slots`), the same float32 values usearch returns.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ import numpy as np
 
 from .arrays import distinct, drop_resident
 from .csr import CSR, csr_from_coo
+from .vector_slots import SlotTable, log, write_add_order
 
 __all__ = ["VectorIndex", "knn_search", "knn_csr"]
 
@@ -154,6 +159,11 @@ class VectorIndex:
         self._cancelled = False
         self._view = False
         self._path: str | None = None
+        # keys in add order while every add is single-threaded (slot order; see the module notes), else None
+        self._order: list[np.ndarray] | None = []
+        self._unordered = ""  # why the add order is unknown
+        self._direct: list[SlotTable] = []
+        self._direct_status: dict[str, str] = {}
         self._shards = [Index(ndim=int(ndim), metric=metric, dtype=dtype, connectivity=connectivity,
                               expansion_add=expansion_add, expansion_search=expansion_search)
                         for _ in range(int(shards))]
@@ -227,6 +237,7 @@ class VectorIndex:
         if self.shards == 1 and not self._pending:
             self._index.add(ids.astype(np.uint64), vectors.astype(np.float32, copy=False), threads=n_threads)
             self._added += ids.size
+            self._record_order(ids, n_threads)
             return
         self._submit(ids, vectors)
         self.wait()
@@ -252,6 +263,7 @@ class VectorIndex:
             self._permits = max(1, min(self.parallel, self.shards))
             self._gate = _TurnGate(self._permits)
         p, first = self.shards, self._added
+        self._record_order(ids, 1)  # each shard takes its rows in order on one thread
         keys = ids.astype(np.uint64)
         mapped = drop_resident(vectors)  # a file mapping (the build's vector worker): read back block by block
         for j in range(p):
@@ -279,10 +291,38 @@ class VectorIndex:
                 if mapped:
                     drop_resident(vectors[int(part[0]):int(part[-1]) + 1])
 
+    def _record_order(self, ids: np.ndarray, threads: int) -> None:
+        """Note ``ids`` as the next keys of the add order; a multi-threaded add fills slots in thread order,
+        so after one the order is unknown."""
+        if self._order is None:
+            return
+        if threads != 1:
+            self._order, self._unordered = None, f"an add used {threads or 'all'} threads"
+        else:
+            self._order.append(np.array(ids, dtype=np.int64))
+
+    def shift_keys(self, by: int) -> None:
+        """Add ``by`` (>= 0) to every key (a rename in each shard, highest key first so a new key never lands on
+        one not yet renamed); slots, and so the add order, stay."""
+        if self._view:
+            raise ValueError(f"index viewed from {self._path!r} is read-only; load it with view=False to rename keys")
+        if isinstance(by, bool) or not isinstance(by, (int, np.integer)) or by < 0:
+            raise ValueError(f"by must be a non-negative integer, got {by!r}")
+        if not by:
+            return
+        for shard in self._shards:
+            keys = np.asarray(shard.keys, dtype=np.uint64).reshape(-1)
+            if keys.size:
+                order = np.argsort(keys)[::-1]
+                shard.rename(keys[order], keys[order] + np.uint64(by))
+        if self._order is not None:
+            self._order = [part + np.int64(by) for part in self._order]
+
     def cancel(self) -> None:
         """Stop pending background adds at the next block and drop the threads (a failed build's clean-up);
         the index is then incomplete and must not be used."""
         self._cancelled = True
+        self._order, self._unordered = None, "cancelled"
         if self._gate is not None:
             self._gate.release(self.shards)  # waiting shards may start, see the flag and return
         self._pending = []
@@ -331,13 +371,20 @@ class VectorIndex:
         return out
 
     def get(self, ids) -> np.ndarray:
-        """Stored vectors of ``ids`` as float32 of shape (len(ids), ndim) (after ``dtype`` rounding)."""
+        """Stored vectors of ``ids`` as float32 of shape (len(ids), ndim) (after ``dtype`` rounding).
+
+        A view with slot tables reads their rows from the files first; ids they do not hold (another
+        segment's, or a table's damaged entry) are asked of the shards' hash tables as before."""
         ids = _as_ids(ids)
-        out = np.zeros((ids.shape[0], self.ndim), np.float32)
+        out = np.empty((ids.shape[0], self.ndim), np.float32)  # every row is written, or ValueError
         if ids.size == 0:
             return out
-        keys = ids.astype(np.uint64)
         todo = np.arange(ids.size)  # positions not found yet: each shard is asked for what is left
+        for table in self._direct:
+            if todo.size == 0:
+                return out
+            todo = todo[~table.read(ids[todo], out, todo)]
+        keys = ids.astype(np.uint64)
         for x in self._shards:
             if todo.size == 0:
                 break
@@ -423,21 +470,33 @@ class VectorIndex:
         target.parent.mkdir(parents=True, exist_ok=True)
         for j, shard in enumerate(self._shards):
             _save_one(shard, shard_path(target, j))
+        order = None
+        if self._order is not None and not self._pending:
+            order = np.concatenate(self._order) if self._order else np.zeros(0, np.int64)
+        write_add_order(target, order, self._shards, self._unordered or ("adds pending" if self._pending else ""))
+
+    def direct_status(self) -> dict[str, str]:
+        """How :meth:`get` reads each saved index this object opened: "direct" (rows from the file by its
+        keys file) or why it asks usearch (no keys file, one that does not fit, a writable load)."""
+        return dict(self._direct_status)
 
     @classmethod
-    def load(cls, path, view: bool = True, *, threads: int = 1) -> "VectorIndex":
-        """Open a saved index (and its shard siblings); ``view=True`` memory-maps it read-only instead of loading it."""
-        return cls.load_segments([path], view, threads=threads)
+    def load(cls, path, view: bool = True, *, threads: int = 1, direct: bool = True) -> "VectorIndex":
+        """Open a saved index (and its shard siblings); ``view=True`` memory-maps it read-only instead of loading it.
+
+        ``direct=False``: :meth:`get` always asks usearch, even where a keys file allows direct reads
+        (the comparison a benchmark makes)."""
+        return cls.load_segments([path], view, threads=threads, direct=direct)
 
     @classmethod
-    def load_segments(cls, paths, view: bool = True, *, threads: int = 1) -> "VectorIndex":
+    def load_segments(cls, paths, view: bool = True, *, threads: int = 1, direct: bool = True) -> "VectorIndex":
         """Open several saved indexes (each with its shard siblings) as one whose shards are all of theirs, in order.
 
         A generation with delta segments keeps one index per segment (keys are node ids, so no key
         is in two of them); a search asks every shard and merges, as for one sharded index.
         """
         targets = [Path(p) for p in paths]
-        shards = []
+        shards, groups = [], []
         for target in targets:
             if not target.is_file():
                 raise FileNotFoundError(f"no vector index file at {str(target)!r}")
@@ -445,6 +504,7 @@ class VectorIndex:
             while j == 0 or shard_path(target, j).is_file():
                 shards.append((_load_one(shard_path(target, j), view), shard_path(target, j)))
                 j += 1
+            groups.append((target, [x for x, _ in shards[-j:]]))
         first = shards[0][0]
         for x, where in shards[1:]:
             if (x.ndim, str(x.metric), str(x.dtype)) != (first.ndim, str(first.metric), str(first.dtype)):
@@ -457,11 +517,32 @@ class VectorIndex:
         obj._shards = shards
         obj._added = sum(len(x) for x in shards)
         obj._pending, obj._lanes = [], None
+        obj._gate, obj._permits, obj._cancelled = None, 0, False  # a writable load may be added to
         obj._search_groups = _search_threads(len(shards))
         obj._search_pool = _shard_search_pool(obj._search_groups)
         obj._view = bool(view)
         obj._path = str(target)
+        obj._open_tables(groups, direct)
         return obj
+
+    def _open_tables(self, groups: list, direct: bool) -> None:
+        """Each saved index's slot table (a view reads through it), and the add order of a lone index loaded
+        writable (saved again, it keeps its keys file)."""
+        self._order, self._unordered = None, "a view" if self._view else "opened from several indexes"
+        self._direct, self._direct_status = [], {}
+        for target, shards in groups:
+            table, order, why = SlotTable.open(target, shards, self.dtype)
+            if not self._view:
+                if len(groups) == 1:
+                    self._order, self._unordered = ([np.array(order)], "") if order is not None else (None, why)
+                table, why = None, "not a view"
+            elif table is not None and not direct:
+                table, why = None, "direct reads off"
+            if table is not None:
+                self._direct.append(table)
+            else:
+                log.debug("%s: vectors read through usearch (%s)", target, why)
+            self._direct_status[str(target)] = why
 
 
 class _TurnGate:

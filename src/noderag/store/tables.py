@@ -20,6 +20,8 @@ names the live folder ``generations/N``, which holds::
                          extends are the graph's T/S/N/R structural edges minus these
     vectors.usearch      HNSW index of T, S, A, H vectors, key = node id; a large index is sharded
                          (``embed.vector_shards``): shard j >= 1 in vectors.j.usearch
+    vectors.keys.npy     the vector keys in add order where every add was single-threaded (int64;
+                         a view reads rows straight from the files by it: noderag.graph.vector_slots)
     query/               what a query needs, memory-mapped at open (noderag.search.query_index)
 
 ``INDEX/llm_cache.sqlite`` (LLM builds and answers) is shared by the generations.

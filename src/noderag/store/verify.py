@@ -389,6 +389,8 @@ def _check_header_facts(root: Path, manifest: dict[str, Any], facts: dict[str, A
         if want is not None and count != want:
             raise IndexDamagedError(root, VECTORS, "wrong vector count",
                                     f"{count} vectors, the manifest has {want} embedded nodes")
+        for folder in [""] + [f"{DELTAS}/{d.name}/" for d in deltas]:
+            _check_keys_file(root, facts, folder)
         dim = (manifest.get("embedder") or {}).get("dim")
         for rel in _vector_shard_files(facts):
             if isinstance(dim, int) and facts[rel]["dim"] != dim:
@@ -419,6 +421,19 @@ def _check_delta_facts(root: Path, d, facts: dict[str, Any], dim) -> None:
     vec = facts.get(pre + VECTORS)
     if vec is not None and isinstance(dim, int) and vec["dim"] != dim:
         raise IndexDamagedError(root, pre + VECTORS, "wrong dimension", f"{vec['dim']}, the embedder has {dim}")
+
+
+def _check_keys_file(root: Path, facts: dict[str, Any], folder: str) -> None:
+    """The vectors' keys in add order (``vectors.keys.npy``), if there: int64, one per vector of the folder's shards."""
+    from ..graph.vector_slots import keys_path
+
+    rel = folder + str(keys_path(VECTORS))
+    if rel not in facts:
+        return
+    count = sum(facts[f]["count"] for f in _vector_shard_files(facts, folder))
+    dtype, shape, _ = facts[rel]
+    if dtype != np.dtype("<i8") or shape != (count,):
+        raise IndexDamagedError(root, rel, "wrong shape", f"{dtype} {shape}, the vector index holds {count} vectors")
 
 
 def _vector_shard_files(facts: dict[str, Any], folder: str = "") -> list[str]:
@@ -627,6 +642,7 @@ def _check_vectors(root: Path, n: int, types: np.ndarray) -> None:
     except Exception as exc:  # usearch raises RuntimeError ("Out of memory!") on a damaged body
         _not_damage(exc, root, VECTORS)
         raise IndexDamagedError(root, VECTORS, "unreadable vectors", f"{type(exc).__name__}: {exc}"[:200]) from None
+    _check_add_order(root, vindex, keys)
     active = pq.read_table(root / NODES, columns=["active"]).column("active").to_numpy(zero_copy_only=False)
     embedded = np.isin(np.asarray(types), _EMBEDDED_TYPES)
     want = np.flatnonzero(embedded & active.astype(bool))
@@ -636,3 +652,18 @@ def _check_vectors(root: Path, n: int, types: np.ndarray) -> None:
             keys.size and keys.max() < embedded.size and embedded[keys].all()))):
         raise IndexDamagedError(root, VECTORS, "wrong vector keys",
                                 f"{keys.size} keys, {want.size} embedded nodes")
+
+
+def _check_add_order(root: Path, vindex, keys: np.ndarray) -> None:
+    """The keys file, if any, against the vector index: it fits the shards (sizes, sample rows) and holds
+    exactly the index's keys (``keys``, sorted)."""
+    from ..graph.vector_slots import SlotTable, keys_path
+
+    rel = str(keys_path(VECTORS))
+    if not (root / rel).is_file():
+        return
+    _, order, why = SlotTable.open(root / VECTORS, vindex._shards, vindex.dtype)
+    if order is None:
+        raise IndexDamagedError(root, rel, "keys differ from the vector index", why[:200])
+    if not np.array_equal(np.sort(order), keys):
+        raise IndexDamagedError(root, rel, "keys differ from the vector index", f"{order.shape[0]} keys")

@@ -194,10 +194,5 @@ def _vectors(src: Path, dst: Path, first: int) -> None:
     from ...graph.vectors import VectorIndex
 
     index = VectorIndex.load(src, view=False)
-    for j, shard in enumerate(index._shards):
-        keys = np.asarray(shard.keys, dtype=np.uint64).reshape(-1)
-        if keys.size and first:
-            # renamed from the highest key down: a new key never lands on a key not yet renamed
-            order = np.argsort(keys)[::-1]
-            shard.rename(keys[order], keys[order] + np.uint64(first))
+    index.shift_keys(first)  # slots stay, so the part's keys file (add order) moves along
     index.save(dst)

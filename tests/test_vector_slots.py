@@ -1,0 +1,356 @@
+"""Direct reads of saved vectors (noderag.graph.vector_slots): the keys file in add order, written only where the
+slot order is known, and gets that return exactly what usearch returns, or fall back to it."""
+
+import logging
+
+import numpy as np
+import pytest
+
+from noderag.graph.vector_slots import key_fingerprint, keys_path
+from noderag.graph.vectors import VectorIndex, shard_path
+
+
+def _vectors(seed: int, n: int, d: int = 24) -> np.ndarray:
+    return (np.random.default_rng(seed).standard_normal((n, d)) * 2).astype(np.float32)
+
+
+def _saved(tmp_path, dtype="i8", shards=1, n=400, name="v", threads=1, seed=0):
+    """An index of ``n`` vectors under ascending, non-contiguous ids, added in two calls, saved; returns its path."""
+    index = VectorIndex(24, dtype=dtype, shards=shards, threads=threads)
+    ids = np.arange(n, dtype=np.int64) * 5 + 3
+    index.add(ids[: n // 3], _vectors(seed, n // 3))
+    index.add(ids[n // 3:], _vectors(seed + 1, n - n // 3))
+    path = tmp_path / name / "vectors.usearch"
+    index.save(path)
+    return path
+
+
+def _pair(path):
+    fast, slow = VectorIndex.load(path, view=True), VectorIndex.load(path, view=True, direct=False)
+    return fast, slow
+
+
+@pytest.mark.parametrize("dtype", ["i8", "f16", "f32", "bf16", "f64"])
+@pytest.mark.parametrize("shards", [1, 3])
+def test_direct_get_equals_usearchs_get_bit_for_bit(tmp_path, dtype, shards):
+    path = _saved(tmp_path, dtype, shards)
+    fast, slow = _pair(path)
+    assert fast.direct_status() == {str(path): "direct"}
+    assert slow.direct_status() == {str(path): "direct reads off"}
+    keys = slow.keys()
+    ids = np.random.default_rng(3).permutation(keys)  # every key, every shard, in no order
+    got = fast.get(ids)
+    assert got.dtype == np.float32 and got.shape == (keys.size, 24)
+    assert np.array_equal(got, slow.get(ids))
+    assert np.array_equal(fast.get(ids[:7]), slow.get(ids[:7]))
+    assert np.array_equal(fast.get(np.r_[ids[5], ids[5], ids[9]]), slow.get(np.r_[ids[5], ids[5], ids[9]]))
+    assert fast.get([]).shape == (0, 24)
+    with pytest.raises(ValueError, match=r"ids not in the index: \[4, 9\]"):
+        fast.get(np.r_[ids[:3], 4, 9])
+
+
+def test_i8_conversion_covers_every_stored_value(tmp_path):
+    """Each int8 value -127..127 converts as usearch converts it (usearch scales each row to unit length
+    before quantising: rows (x, sqrt(1 - x^2), 0, ...) for x from -1 to 1 store every value first)."""
+    first = np.linspace(-1, 1, 2001)
+    rows = np.zeros((first.size, 8), np.float32)
+    rows[:, 0], rows[:, 1] = first, np.sqrt(1 - first ** 2)
+    index = VectorIndex(8, dtype="i8")
+    index.add(np.arange(first.size) * 2, rows)
+    index.save(tmp_path / "vectors.usearch")
+    fast, slow = _pair(tmp_path / "vectors.usearch")
+    assert fast.direct_status()[str(tmp_path / "vectors.usearch")] == "direct"
+    got = fast.get(np.arange(first.size) * 2)
+    assert np.unique(np.round(got[:, 0] * 127)).size == 255
+    assert np.array_equal(got, slow.get(np.arange(first.size) * 2))
+
+
+def test_f16_conversion_covers_subnormal_to_large_values(tmp_path):
+    """float16 rows widened through the table equal usearch's rows, subnormals and large values included."""
+    bits = np.arange(0, 0x7C00, 7, dtype=np.uint16)  # every 7th finite non-negative float16, subnormals first
+    values = np.r_[bits, bits | 0x8000].view(np.float16).astype(np.float32)
+    rows = np.resize(values, (values.size // 16 + 1, 16))
+    index = VectorIndex(16, metric="l2sq", dtype="f16")
+    index.add(np.arange(rows.shape[0]), rows)
+    index.save(tmp_path / "vectors.usearch")
+    fast, slow = _pair(tmp_path / "vectors.usearch")
+    assert fast.direct_status()[str(tmp_path / "vectors.usearch")] == "direct"
+    got = fast.get(np.arange(rows.shape[0]))
+    assert np.array_equal(got, rows) and np.array_equal(got, slow.get(np.arange(rows.shape[0])))
+
+
+def test_keys_file_is_the_add_order_and_the_file_rows_follow_it(tmp_path):
+    path = _saved(tmp_path, "f32", shards=3, n=100)
+    order = np.load(keys_path(path))
+    assert keys_path(path).name == "vectors.keys.npy" and order.dtype == np.int64
+    assert np.array_equal(order, np.arange(100) * 5 + 3)
+    index = VectorIndex.load(path)
+    for j in range(3):  # vector i of the add order is row i // 3 of shard i % 3
+        raw = np.memmap(shard_path(path, j), np.float32, "r", offset=8, shape=(len(range(j, 100, 3)), 24))
+        assert np.array_equal(np.asarray(raw), index.get(order[j::3]))
+
+
+def test_a_multi_threaded_add_writes_no_keys_file(tmp_path):
+    path = _saved(tmp_path, "f16", shards=1, threads=2)
+    assert not keys_path(path).exists()
+    fast, slow = _pair(path)
+    assert fast.direct_status() == {str(path): "no keys file"}
+    assert np.array_equal(fast.get(slow.keys()), slow.get(slow.keys()))
+
+
+def test_a_save_without_a_known_order_removes_a_stale_keys_file(tmp_path):
+    path = _saved(tmp_path, "f32", shards=1)
+    assert keys_path(path).exists()
+    index = VectorIndex(24, dtype="f32", threads=2)
+    index.add(np.arange(50) + 1000, _vectors(9, 50))
+    index.save(path)
+    assert not keys_path(path).exists()
+
+
+def test_an_ordered_index_loaded_writable_and_added_to_keeps_its_keys_file(tmp_path):
+    path = _saved(tmp_path, "i8", shards=2, n=90)
+    index = VectorIndex.load(path, view=False)
+    assert index.direct_status() == {str(path): "not a view"}
+    index.add(np.arange(7) + 10_000, _vectors(5, 7))
+    out = tmp_path / "more" / "vectors.usearch"
+    index.save(out)
+    assert np.array_equal(np.load(keys_path(out)), np.r_[np.arange(90) * 5 + 3, np.arange(7) + 10_000])
+    fast, slow = _pair(out)
+    assert fast.direct_status() == {str(out): "direct"}
+    assert np.array_equal(fast.get(slow.keys()), slow.get(slow.keys()))
+
+
+def test_shift_keys_moves_the_keys_file_along(tmp_path):
+    path = _saved(tmp_path, "f16", shards=3, n=60)
+    before = VectorIndex.load(path).get(np.arange(60) * 5 + 3)
+    index = VectorIndex.load(path, view=False)
+    index.shift_keys(1000)
+    out = tmp_path / "shifted" / "vectors.usearch"
+    index.save(out)
+    assert np.array_equal(np.load(keys_path(out)), np.arange(60) * 5 + 1003)
+    fast, slow = _pair(out)
+    assert fast.direct_status() == {str(out): "direct"}
+    assert np.array_equal(fast.get(np.arange(60) * 5 + 1003), before)
+    with pytest.raises(ValueError, match="read-only"):
+        fast.shift_keys(1)
+
+
+def test_keys_renamed_behind_the_index_write_no_keys_file(tmp_path):
+    """A shard changed without the index knowing (a rename straight on usearch) no longer matches the recorded order."""
+    index = VectorIndex(24, dtype="f32", shards=2)
+    index.add(np.arange(30), _vectors(1, 30))
+    index._shards[1].rename(np.array([1], np.uint64), np.array([999], np.uint64))
+    index.save(tmp_path / "vectors.usearch")
+    assert not keys_path(tmp_path / "vectors.usearch").exists()
+
+
+def test_two_ascending_runs_read_directly(tmp_path):
+    """Passages and units by id, then summaries by id, after an insert gave passages ids above old summaries."""
+    index = VectorIndex(24, dtype="i8", shards=3)
+    index.add(np.r_[np.arange(0, 300, 2), np.arange(400, 500, 3)], _vectors(4, 184))
+    index.add(np.arange(301, 350, 4), _vectors(5, 13))
+    path = tmp_path / "vectors.usearch"
+    index.save(path)
+    fast, slow = _pair(path)
+    assert fast.direct_status() == {str(path): "direct"}
+    ids = np.random.default_rng(1).permutation(slow.keys())
+    assert np.array_equal(fast.get(ids), slow.get(ids))
+    with pytest.raises(ValueError, match=r"ids not in the index: \[1\]"):
+        fast.get([305, 1])
+
+
+def test_a_descending_add_order_is_kept_but_read_through_usearch(tmp_path):
+    index = VectorIndex(24, dtype="f32", shards=2)
+    index.add(np.arange(40)[::-1].copy(), _vectors(2, 40))
+    path = tmp_path / "vectors.usearch"
+    index.save(path)
+    assert np.array_equal(np.load(keys_path(path)), np.arange(40)[::-1])
+    fast, slow = _pair(path)
+    assert fast.direct_status() == {str(path): "vectors.keys.npy: keys in more than 8 ascending runs"}
+    assert np.array_equal(fast.get(np.arange(40)), slow.get(np.arange(40)))
+
+
+def _rewrite_keys(path, keys):
+    np.save(keys_path(path), np.asarray(keys, dtype=np.int64))
+
+
+@pytest.mark.parametrize("damage, reason", [
+    ("short", "do not fill the shards"),
+    ("reversed", "is not in shard"),
+    ("runs", "more than 8 ascending runs"),
+    ("shifted", "is not in shard"),
+    ("float", "dtype float64"),
+    ("garbage", "vectors.keys.npy:"),
+])
+def test_a_keys_file_that_disagrees_with_its_shards_falls_back(tmp_path, caplog, damage, reason):
+    path = _saved(tmp_path, "i8", shards=3, n=300)
+    good = np.load(keys_path(path))
+    if damage == "short":
+        _rewrite_keys(path, good[:-1])
+    elif damage == "reversed":
+        _rewrite_keys(path, good[::-1])
+    elif damage == "runs":  # keys of shard 0 outside the sampled rows exchanged pairwise: only their order tells
+        bad = good.copy()
+        for i in (3, 9, 15, 21, 27, 33, 45, 51, 63):  # none of them, nor i + 3, a sampled row
+            bad[i], bad[i + 3] = good[i + 3], good[i]
+        _rewrite_keys(path, bad)
+    elif damage == "shifted":
+        _rewrite_keys(path, good + 1)
+    elif damage == "float":
+        np.save(keys_path(path), good.astype(np.float64))
+    else:
+        keys_path(path).write_bytes(b"not an npy file at all")
+    with caplog.at_level(logging.DEBUG, logger="noderag.vectors"):
+        fast, slow = _pair(path)
+    assert reason in fast.direct_status()[str(path)]
+    assert "read through usearch" in caplog.text
+    assert np.array_equal(fast.get(good[::-1]), slow.get(good[::-1]))
+
+
+def test_a_damaged_entry_never_reads_another_keys_row(tmp_path):
+    """Entries changed so that the keys stay ascending (and the sampled rows still agree): a key the file
+    lost is still found through usearch, and an id the file names wrongly is never read from that slot."""
+    path = _saved(tmp_path, "f32", shards=3, n=300)
+    good = np.load(keys_path(path))  # 3, 8, 13, ...
+    bad = good.copy()
+    bad[100] += 1  # the key 503 (row 33 of shard 1) becomes 504, which is no key at all
+    bad[101] = good[102] - 1  # the key 508 (shard 2) becomes 512, the key next to 513 in shard 0
+    bad[200] = good[50]  # the key 1003 (shard 2) becomes 253, a key of shard 2 at row 16: named twice
+    _rewrite_keys(path, bad)
+    fast, slow = _pair(path)
+    assert fast.direct_status() == {str(path): "direct"}  # the sample rows did not include them (two runs now)
+    assert np.array_equal(fast.get(good), slow.get(good))  # 503, 508, 1003 and 253: found through usearch
+    for missing in (504, 512):  # in the keys file, not in the index: no row of another key
+        with pytest.raises(ValueError, match=rf"ids not in the index: \[{missing}\]"):
+            fast.get([3, missing])
+
+
+def test_the_keys_file_of_another_index_falls_back(tmp_path):
+    """The same keys in other slots: the sampled rows tell (a key in another shard, or another key's row)."""
+    path = _saved(tmp_path, "i8", shards=2, n=100, name="a", seed=0)
+    other = _saved(tmp_path, "i8", shards=2, n=100, name="b", seed=7)
+    index = VectorIndex(24, dtype="i8", shards=2)
+    index.add(np.arange(100)[::-1] * 5 + 3, _vectors(0, 100))  # the same keys, added the other way round
+    index.save(path)
+    keys_path(path).write_bytes(keys_path(other).read_bytes())  # ascending, not this index's slot order
+    fast, slow = _pair(path)
+    assert fast.direct_status()[str(path)].startswith("vectors.keys.npy: key ")
+    assert np.array_equal(fast.get(np.arange(100) * 5 + 3), slow.get(np.arange(100) * 5 + 3))
+
+
+def test_segments_read_directly_where_they_can(tmp_path):
+    """Several saved indexes opened as one: each with its own table, a segment without one through usearch."""
+    a = _saved(tmp_path, "i8", shards=2, n=120, name="a")
+    b_index = VectorIndex(24, dtype="i8", threads=2)
+    b_index.add(np.arange(30) + 5000, _vectors(8, 30))
+    b = tmp_path / "b" / "vectors.usearch"
+    b_index.save(b)
+    c_index = VectorIndex(24, dtype="i8")
+    c_index.add(np.arange(40) + 9000, _vectors(9, 40))
+    c = tmp_path / "c" / "vectors.usearch"
+    c_index.save(c)
+    fast = VectorIndex.load_segments([a, b, c])
+    slow = VectorIndex.load_segments([a, b, c], direct=False)
+    assert fast.direct_status() == {str(a): "direct", str(b): "no keys file", str(c): "direct"}
+    ids = np.random.default_rng(0).permutation(slow.keys())
+    assert np.array_equal(fast.get(ids), slow.get(ids))
+    with pytest.raises(ValueError, match=r"ids not in the index: \[4\]"):
+        fast.get([5003, 4, 9001])
+
+
+def test_fingerprint_is_order_free_and_tells_sets_apart():
+    keys = np.arange(1000, dtype=np.int64) * 7
+    assert key_fingerprint(keys) == key_fingerprint(keys[::-1])
+    assert key_fingerprint(keys) != key_fingerprint(np.r_[keys[:-1], keys[-1] + 1])
+
+
+# ----------------------------------------------------------------------------- the writers of an index
+
+def _docs(folder, n: int, first: int = 0):
+    import json
+
+    path = folder / f"docs{first}.jsonl"
+    path.write_text("".join(json.dumps({"id": f"d{i}", "title": f"Harbour {i}", "text": f"Harbour {i} was built by "
+                                        f"Engineer Smith{i} in {1800 + i}. Ships from Harbour {i} sail to Quell{i}."})
+                            + "\n" for i in range(first, first + n)), encoding="utf-8")
+    return path
+
+
+def _every_vector_index_reads_directly(gen):
+    """Each vectors.usearch of the generation (base, deltas) has its keys file, listed with a checksum, read directly."""
+    import json
+
+    sums = json.loads((gen / "manifest.json").read_text())["checksums"]["files"]
+    found = sorted(gen.rglob("vectors.usearch"))
+    assert found
+    for path in found:
+        rel = keys_path(path).relative_to(gen).as_posix()
+        assert rel in sums, rel
+        index = VectorIndex.load(path)
+        assert index.direct_status() == {str(path): "direct"}, path
+        keys = index.keys()
+        assert np.array_equal(index.get(keys), VectorIndex.load(path, direct=False).get(keys))
+    return found
+
+
+def test_build_insert_compaction_and_segments_write_consistent_keys_files(tmp_path):
+    from noderag.config import NodeRAGConfig
+    from noderag.indexing.driver import build_index
+    from noderag.indexing.segmented import build_segmented
+    from noderag.indexing.update.compact import compact_index
+    from noderag.store.generations import current_path
+    from noderag.store.verify import verify_index
+
+    cfg = NodeRAGConfig().with_overrides({"embed.spec": "hash:32", "embed.vector_shards": 2,
+                                          "update.max_delta_share": 100.0})
+    root = tmp_path / "idx"
+    build_index([_docs(tmp_path, 12)], root, cfg, progress=False)
+    assert len(_every_vector_index_reads_directly(current_path(root))) == 1
+    build_index([_docs(tmp_path, 4, first=12)], root, progress=False)  # a delta segment with its own index
+    gen = current_path(root)
+    assert {p.parent.relative_to(gen).as_posix() for p in _every_vector_index_reads_directly(gen)} == {".", "deltas/1"}
+    verify_index(root, "full")
+    compact_index(root, progress=False)
+    assert len(_every_vector_index_reads_directly(current_path(root))) == 1
+    verify_index(root, "full")
+    seg = tmp_path / "seg"
+    build_segmented([_docs(tmp_path, 12)], seg, NodeRAGConfig.from_dict(
+        {"embed": {"spec": "hash:32", "vector_shards": 2}, "update": {"max_delta_share": 100.0}}), segments=2)
+    assert len(_every_vector_index_reads_directly(current_path(seg))) == 2  # the later part's keys moved along
+    verify_index(seg, "full")
+
+
+def test_full_verify_names_a_keys_file_that_differs_from_the_vectors(tmp_path):
+    from noderag.store.errors import IndexDamagedError
+    from noderag.store.verify import _check_add_order
+
+    path = _saved(tmp_path, "i8", shards=2, n=100)
+    index = VectorIndex.load(path)
+    keys = np.sort(index.keys())
+    _check_add_order(path.parent, index, keys)  # as saved: fits
+    _rewrite_keys(path, np.r_[np.load(keys_path(path))[:-1], 10_000])  # the last key replaced: no shard row is its
+    with pytest.raises(IndexDamagedError, match="keys differ from the vector index in vectors.keys.npy"):
+        _check_add_order(path.parent, index, keys)
+
+
+@pytest.mark.parametrize("spread", ["dense", "sparse", "clustered"])
+def test_the_bucket_directory_finds_what_a_binary_search_finds(spread):
+    from noderag.graph.vector_slots import _BUCKET_KEYS, _Directory
+
+    rng = np.random.default_rng(5)
+    if spread == "dense":  # every id: buckets of one id each would be wasteful, of 16 ids are full
+        run = np.arange(1000, 6000, dtype=np.int64)
+    elif spread == "sparse":
+        run = np.unique(rng.integers(0, 10**9, 5000)).astype(np.int64)
+    else:  # long gaps, then stretches where every id is a key (passages beside their units)
+        run = np.unique(np.concatenate([np.arange(s, s + 40) for s in rng.integers(0, 10**7, 200)])).astype(np.int64)
+    directory = _Directory.of(run)
+    assert directory is not None and int(np.diff(directory.starts).max()) <= _BUCKET_KEYS
+    ids = np.concatenate([rng.choice(run, 500), rng.integers(-5, int(run[-1]) + 50, 500), [run[0], run[-1]]])
+    hit, pos = directory.find(run, ids)
+    want = np.isin(ids, run)
+    assert np.array_equal(hit, want)
+    assert np.array_equal(pos[hit], np.searchsorted(run, ids[hit]))
+    assert _Directory.of(run[:10]) is None  # a short run is searched directly
+    # a dense stretch in a huge id range would need a directory far larger than the keys: searched directly
+    assert _Directory.of(np.r_[np.arange(100), np.unique(rng.integers(200, 10**12, 200))].astype(np.int64)) is None
