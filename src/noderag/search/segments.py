@@ -10,13 +10,14 @@ duplicate nodes (:mod:`noderag.store.aliases`) are inactive and their names answ
 
 from __future__ import annotations
 
+import threading
 from bisect import bisect_right
 from typing import Sequence
 
 import numpy as np
 
 from .entities import _NameMatching
-from .lexical import passage_terms, top_scored
+from .lexical import passage_terms, sum_postings, top_scored
 
 __all__ = ["SegmentedTables", "SegmentedNames", "SegmentedLexical", "merged_names", "merged_lexical",
            "open_segment_tables"]
@@ -74,11 +75,21 @@ class SegmentedNames(_NameMatching):
 
 
 class SegmentedLexical:
-    """BM25 over every segment's postings: a passage's score comes from the segment that holds it."""
+    """BM25 over every segment's postings: a passage's score comes from the segment that holds it.
+
+    With bound passages a query is one pass over all segments: each segment's postings of the query terms are
+    read in one gather (:meth:`~noderag.search.lexical.LexicalIndex.term_postings`), put into one ordinal space
+    (segments are contiguous id ranges in order, so the global ordinal order is the id order) and summed by one
+    kernel call. A passage's impacts all come from its own segment, in the same order as there, so its float
+    sum is the one segment's sum bit for bit.
+    """
 
     def __init__(self, parts: Sequence, starts: np.ndarray) -> None:
         self.parts = list(parts)
         self._starts = np.asarray(starts, dtype=np.int64)
+        self._passages: np.ndarray | None = None  # every bound passage id, ascending (the global ordinals)
+        self._offsets: list[np.int32] = []  # per segment: the global ordinal of its first bound passage
+        self._scratch = threading.local()  # per thread: sums and stamps over global ordinals
 
     @property
     def max_postings(self) -> int:
@@ -94,11 +105,16 @@ class SegmentedLexical:
         return sum(p.n_terms for p in self.parts)
 
     def bind_passages(self, ids: np.ndarray) -> None:
-        """Give each segment the passage ids of its own range."""
-        ids = np.asarray(ids, dtype=np.int64)
+        """Give each segment the passage ids of its own range (and this index their global ordinals)."""
+        ids = np.ascontiguousarray(ids, dtype=np.int64)
+        if ids.size > 1 and not bool(np.all(ids[1:] > ids[:-1])):
+            ids = np.unique(ids)
         bounds = np.searchsorted(ids, self._starts[1:])
         for p, part in zip(self.parts, np.split(ids, bounds)):
             p.bind_passages(part)
+        self._passages = ids
+        self._offsets = [np.int32(b) for b in np.concatenate([[0], bounds]).tolist()]
+        self._scratch = threading.local()
 
     def scores(self, query: str) -> tuple[np.ndarray, np.ndarray]:
         """(node ids ascending, BM25 scores) of every passage sharing a term with ``query``, all segments."""
@@ -106,13 +122,87 @@ class SegmentedLexical:
 
     def term_scores(self, terms: set[str] | frozenset[str]) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`scores` of already tokenised ``terms``, all segments."""
+        if not terms:
+            return np.zeros(0, np.int64), np.zeros(0)
+        got = self._postings(sorted(terms), range(len(self.parts)))
+        if got is None:
+            return self._term_scores_by_part(terms)
+        _, _, ords, weights = got
+        if not ords.size:
+            return np.zeros(0, np.int64), np.zeros(0)
+        acc, marks = self._accumulator()
+        return sum_postings(ords, weights, acc, marks, self._passages)
+
+    def _term_scores_by_part(self, terms) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`term_scores` segment by segment (unbound passages, or a posting outside them)."""
         got = [p.term_scores(terms) for p in self.parts]
         return np.concatenate([g[0] for g in got]), np.concatenate([g[1] for g in got])
 
+    def _postings(self, terms: list[str], which) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+        """The postings of ``terms`` read in the segments ``which`` (ascending): (segment of each, postings read per
+        segment and term (len(which), len(terms)), global ordinals int32, impacts), segment after segment and
+        term after term within one; None when a segment cannot give them (see ``term_postings``)."""
+        if self._passages is None:
+            return None
+        hashes = self.parts[0]._term_hashes(terms)
+        counts, ords, weights = [], [], []
+        for k in which:
+            got = self.parts[k].term_postings(hashes)
+            if got is None:
+                return None
+            counts.append(got[0])
+            ords.append(got[1] + self._offsets[k] if self._offsets[k] else got[1])
+            weights.append(got[2])
+        if len(ords) == 1:
+            return np.asarray(list(which)), counts[0][None, :], ords[0], weights[0]
+        return np.asarray(list(which)), np.stack(counts), np.concatenate(ords), np.concatenate(weights)
+
+    def _accumulator(self) -> tuple[np.ndarray, np.ndarray]:
+        """The thread's float64 sums and touched bits over the global ordinals (all zeros between uses)."""
+        sc = self._scratch
+        n_pass = self._passages.shape[0]
+        if getattr(sc, "acc", None) is None or sc.acc.shape[0] != n_pass:
+            sc.acc = np.zeros(n_pass)
+            sc.marks = np.zeros((n_pass + 63) // 64, np.uint64)
+        return sc.acc, sc.marks
+
+    def _columns(self) -> np.ndarray:
+        """The thread's int32 map global ordinal -> column of :meth:`term_impacts` (all -1 between uses)."""
+        sc = self._scratch
+        n_pass = self._passages.shape[0]
+        if getattr(sc, "cols", None) is None or sc.cols.shape[0] != n_pass:
+            sc.cols = np.full(n_pass, -1, np.int32)
+        return sc.cols
+
     def term_impacts(self, terms: list[str], ids: np.ndarray) -> np.ndarray:
         """Per-term BM25 impacts on ``ids`` (float64 (len(terms), len(ids))), each id read from the segment
-        whose id range holds it."""
+        whose id range holds it: the postings of the segments holding ``ids`` in one pass."""
         ids = np.asarray(ids, dtype=np.int64)
+        if not terms or not ids.size:
+            return np.zeros((len(terms), ids.shape[0]))
+        if self._passages is None or not self._passages.size:
+            return self._term_impacts_by_part(terms, ids)
+        at = np.minimum(np.searchsorted(self._passages, ids), self._passages.shape[0] - 1)
+        if not bool(np.all(self._passages[at] == ids)):  # an id that is no bound passage
+            return self._term_impacts_by_part(terms, ids)
+        which = np.unique(np.searchsorted(self._starts, ids, side="right") - 1).tolist()
+        got = self._postings(list(terms), which)
+        if got is None:
+            return self._term_impacts_by_part(terms, ids)
+        _, counts, ords, weights = got
+        uniq, inverse = np.unique(at, return_inverse=True)
+        cols = self._columns()
+        cols[uniq] = np.arange(uniq.shape[0], dtype=np.int32)
+        col = cols[ords]
+        cols[uniq] = -1
+        hit = np.flatnonzero(col >= 0)
+        rows = np.tile(np.arange(len(terms)), counts.shape[0])
+        per_id = np.zeros((len(terms), uniq.shape[0]))
+        per_id[np.repeat(rows, counts.ravel())[hit], col[hit]] = weights[hit]
+        return per_id[:, inverse.ravel()]
+
+    def _term_impacts_by_part(self, terms: list[str], ids: np.ndarray) -> np.ndarray:
+        """:meth:`term_impacts` segment by segment (unbound passages, or ids that are none)."""
         out = np.zeros((len(terms), ids.shape[0]))
         seg = np.searchsorted(self._starts, ids, side="right") - 1
         for i, part in enumerate(self.parts):
