@@ -282,48 +282,10 @@ class LexicalIndex:
             per_id[row, at[hit]] = self._weight[a:b][hit]
         return per_id[:, inverse.ravel()]
 
-    def term_postings(self, hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-        """The postings that :meth:`term_scores` reads for the terms of ``hashes`` (uint64, in the order given), for
-        an index over several of these (:class:`~noderag.search.segments.SegmentedLexical`): (postings read per
-        term, 0 for a term this index lacks; their passage ordinals, int32; their impacts), term after term.
-
-        The short lists are gathered in one pass (kept long lists as :meth:`_term_ordinals` keeps them); None
-        without bound passages or when a posting names a node outside them (the caller falls back)."""
-        hashes = np.asarray(hashes, dtype=np.uint64)
-        counts = np.zeros(hashes.shape[0], np.int64)
-        if self._passages is None:
-            return None
-        if not hashes.size or not self._hash.shape[0]:
-            return counts, np.zeros(0, np.int32), np.asarray(self._weight[:0])
-        pos = np.minimum(np.searchsorted(self._hash, hashes), self._hash.shape[0] - 1)
-        found = np.flatnonzero(self._hash[pos] == hashes)
-        starts = np.asarray(self._ptr[pos[found]], dtype=np.int64)
-        lens = np.minimum(np.asarray(self._ptr[pos[found] + 1], dtype=np.int64) - starts, self.max_postings)
-        counts[found] = lens
-        long = lens >= TERM_CACHE_FROM
-        short = ~long
-        ords, weights = self._gather(starts[short], lens[short])
-        if ords is None:
-            return None
-        if not long.any():
-            return counts, ords, weights
-        pieces_o, pieces_w, at = [], [], 0
-        for s, n, is_long in zip(starts.tolist(), lens.tolist(), long.tolist()):
-            if is_long:
-                got = self._term_ordinals(s, s + n)
-                if got is None:
-                    return None
-                pieces_o.append(got[0])
-                pieces_w.append(got[1])
-            else:
-                pieces_o.append(ords[at:at + n])
-                pieces_w.append(weights[at:at + n])
-                at += n
-        return counts, np.concatenate(pieces_o), np.concatenate(pieces_w)
-
     def _gather(self, starts: np.ndarray, lens: np.ndarray) -> tuple[np.ndarray | None, np.ndarray]:
         """Passage ordinals and impacts of the postings ``starts[i]:starts[i] + lens[i]``, one list after another, in
-        one gather (ordinals None when a posting names a node outside the bound passages)."""
+        one gather (ordinals None when a posting names a node outside the bound passages): the read of an index
+        over several of these (:class:`~noderag.search.segments.SegmentedLexical`)."""
         total = int(lens.sum())
         if not total:
             return np.zeros(0, np.int32), np.asarray(self._weight[:0])

@@ -17,7 +17,7 @@ from typing import Sequence
 import numpy as np
 
 from .entities import _NameMatching
-from .lexical import passage_terms, sum_postings, top_scored
+from .lexical import TERM_CACHE_POSTINGS, passage_terms, sum_postings, top_scored
 
 __all__ = ["SegmentedTables", "SegmentedNames", "SegmentedLexical", "merged_names", "merged_lexical",
            "open_segment_tables"]
@@ -74,14 +74,30 @@ class SegmentedNames(_NameMatching):
         return out
 
 
+class _TermDirectory:
+    """Every segment's term hashes in one sorted array, each with its segment and its row there: a query's terms
+    are looked up once for all segments (14 bytes a term of a segment; built at the first query that needs it)."""
+
+    def __init__(self, parts: Sequence) -> None:
+        hashes = [np.asarray(p._hash) for p in parts]
+        sizes = [h.shape[0] for h in hashes]
+        flat = np.concatenate(hashes) if hashes else np.zeros(0, np.uint64)
+        order = np.argsort(flat, kind="stable")  # equal hashes: segment order
+        self.hash = flat[order]
+        self.part = np.repeat(np.arange(len(parts), dtype=np.int16), sizes)[order]
+        self.row = (np.arange(flat.shape[0], dtype=np.int64)
+                    - np.repeat(np.cumsum(sizes) - sizes, sizes))[order].astype(np.int32)
+
+
 class SegmentedLexical:
     """BM25 over every segment's postings: a passage's score comes from the segment that holds it.
 
-    With bound passages a query is one pass over all segments: each segment's postings of the query terms are
-    read in one gather (:meth:`~noderag.search.lexical.LexicalIndex.term_postings`), put into one ordinal space
-    (segments are contiguous id ranges in order, so the global ordinal order is the id order) and summed by one
-    kernel call. A passage's impacts all come from its own segment, in the same order as there, so its float
-    sum is the one segment's sum bit for bit.
+    With bound passages a query reads each term's postings in every segment at once: a directory of all the
+    segments' term hashes finds them, one gather per segment holding some reads them, and they are put into one
+    ordinal space (segments are contiguous id ranges in order, so global ordinal order is id order). A term's
+    postings over all segments are kept (as one segment keeps its long lists), and BM25 sums all terms in one
+    kernel call. A passage's impacts all come from its own segment and are added in term order, as there: its
+    float sum is the one segment's bit for bit.
     """
 
     def __init__(self, parts: Sequence, starts: np.ndarray) -> None:
@@ -89,7 +105,11 @@ class SegmentedLexical:
         self._starts = np.asarray(starts, dtype=np.int64)
         self._passages: np.ndarray | None = None  # every bound passage id, ascending (the global ordinals)
         self._offsets: list[np.int32] = []  # per segment: the global ordinal of its first bound passage
-        self._scratch = threading.local()  # per thread: sums and stamps over global ordinals
+        self._scratch = threading.local()  # per thread: sums, stamps and columns over global ordinals
+        self._directory: _TermDirectory | None = None
+        self._lock = threading.Lock()
+        self._kept: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # term hash -> its global ordinals, impacts
+        self._kept_postings = 0
 
     @property
     def max_postings(self) -> int:
@@ -99,6 +119,7 @@ class SegmentedLexical:
     def max_postings(self, value: int) -> None:
         for p in self.parts:
             p.max_postings = int(value)
+        self._kept, self._kept_postings = {}, 0
 
     @property
     def n_terms(self) -> int:
@@ -115,6 +136,7 @@ class SegmentedLexical:
         self._passages = ids
         self._offsets = [np.int32(b) for b in np.concatenate([[0], bounds]).tolist()]
         self._scratch = threading.local()
+        self._kept, self._kept_postings = {}, 0
 
     def scores(self, query: str) -> tuple[np.ndarray, np.ndarray]:
         """(node ids ascending, BM25 scores) of every passage sharing a term with ``query``, all segments."""
@@ -124,38 +146,112 @@ class SegmentedLexical:
         """:meth:`scores` of already tokenised ``terms``, all segments."""
         if not terms:
             return np.zeros(0, np.int64), np.zeros(0)
-        got = self._postings(sorted(terms), range(len(self.parts)))
-        if got is None:
-            return self._term_scores_by_part(terms)
-        _, _, ords, weights = got
+        lists = self._lists(sorted(terms))
+        if lists is None:
+            got = [p.term_scores(terms) for p in self.parts]
+            return np.concatenate([g[0] for g in got]), np.concatenate([g[1] for g in got])
+        ords = np.concatenate([o for o, _ in lists])
         if not ords.size:
             return np.zeros(0, np.int64), np.zeros(0)
         acc, marks = self._accumulator()
-        return sum_postings(ords, weights, acc, marks, self._passages)
+        return sum_postings(ords, np.concatenate([w for _, w in lists]), acc, marks, self._passages)
 
-    def _term_scores_by_part(self, terms) -> tuple[np.ndarray, np.ndarray]:
-        """:meth:`term_scores` segment by segment (unbound passages, or a posting outside them)."""
-        got = [p.term_scores(terms) for p in self.parts]
-        return np.concatenate([g[0] for g in got]), np.concatenate([g[1] for g in got])
+    def term_impacts(self, terms: list[str], ids: np.ndarray) -> np.ndarray:
+        """Per-term BM25 impacts on ``ids`` (float64 (len(terms), len(ids))), each id read from the segment
+        whose id range holds it."""
+        ids = np.asarray(ids, dtype=np.int64)
+        if not terms or not ids.size:
+            return np.zeros((len(terms), ids.shape[0]))
+        lists = None
+        if self._passages is not None and self._passages.size:
+            at = np.minimum(np.searchsorted(self._passages, ids), self._passages.shape[0] - 1)
+            if bool(np.all(self._passages[at] == ids)):  # every id a bound passage
+                lists = self._lists(list(terms))
+        if lists is None:
+            return self._term_impacts_by_part(terms, ids)
+        uniq, inverse = np.unique(at, return_inverse=True)
+        cols = self._columns()
+        cols[uniq] = np.arange(uniq.shape[0], dtype=np.int32)
+        col = cols[np.concatenate([o for o, _ in lists])]
+        cols[uniq] = -1
+        hit = np.flatnonzero(col >= 0)
+        rows = np.repeat(np.arange(len(lists)), [o.shape[0] for o, _ in lists])
+        per_id = np.zeros((len(terms), uniq.shape[0]))
+        per_id[rows[hit], col[hit]] = np.concatenate([w for _, w in lists])[hit]
+        return per_id[:, inverse.ravel()]
 
-    def _postings(self, terms: list[str], which) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
-        """The postings of ``terms`` read in the segments ``which`` (ascending): (segment of each, postings read per
-        segment and term (len(which), len(terms)), global ordinals int32, impacts), segment after segment and
-        term after term within one; None when a segment cannot give them (see ``term_postings``)."""
+    def _term_impacts_by_part(self, terms: list[str], ids: np.ndarray) -> np.ndarray:
+        """:meth:`term_impacts` segment by segment (unbound passages, or ids that are none)."""
+        out = np.zeros((len(terms), ids.shape[0]))
+        seg = np.searchsorted(self._starts, ids, side="right") - 1
+        for i, part in enumerate(self.parts):
+            mine = np.flatnonzero(seg == i)
+            if mine.size:
+                out[:, mine] = part.term_impacts(terms, ids[mine])
+        return out
+
+    def _lists(self, terms: list[str]) -> list[tuple[np.ndarray, np.ndarray]] | None:
+        """Each term's postings over all segments (global ordinals int32, impacts; segment after segment, each
+        segment's ``max_postings`` best), kept ones as kept; None when a posting names no bound passage."""
         if self._passages is None:
             return None
         hashes = self.parts[0]._term_hashes(terms)
-        counts, ords, weights = [], [], []
-        for k in which:
-            got = self.parts[k].term_postings(hashes)
-            if got is None:
+        kept = self._kept
+        out = [kept.get(h) for h in hashes.tolist()]
+        missing = [i for i, got in enumerate(out) if got is None]
+        if missing:
+            read = self._read(hashes[missing])
+            if read is None:
                 return None
-            counts.append(got[0])
-            ords.append(got[1] + self._offsets[k] if self._offsets[k] else got[1])
-            weights.append(got[2])
-        if len(ords) == 1:
-            return np.asarray(list(which)), counts[0][None, :], ords[0], weights[0]
-        return np.asarray(list(which)), np.stack(counts), np.concatenate(ords), np.concatenate(weights)
+            if self._kept_postings > TERM_CACHE_POSTINGS:
+                self._kept, self._kept_postings, kept = {}, 0, {}
+            for i, got in zip(missing, read):
+                out[i] = kept[int(hashes[i])] = got
+                self._kept_postings += max(got[0].shape[0], 1)
+        return out
+
+    def _read(self, hashes: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]] | None:
+        """:meth:`_lists` of terms not kept: their entries in the directory, one gather per segment holding some,
+        then the postings reordered term after term."""
+        d = self._terms()
+        lo = d.hash.searchsorted(hashes, side="left")
+        cnt = d.hash.searchsorted(hashes, side="right") - lo
+        n_ent = int(cnt.sum())
+        ent = np.repeat(lo - (np.cumsum(cnt) - cnt), cnt) + np.arange(n_ent)
+        part, row = d.part[ent], d.row[ent]
+        lens = np.zeros(n_ent, np.int64)
+        bufs_o, bufs_w, order = [], [], []
+        for k in np.unique(part).tolist():
+            sel = np.flatnonzero(part == k)
+            p = self.parts[k]
+            starts = np.asarray(p._ptr[row[sel]], dtype=np.int64)
+            lens[sel] = np.minimum(np.asarray(p._ptr[row[sel] + 1], dtype=np.int64) - starts, p.max_postings)
+            ords, weights = p._gather(starts, lens[sel])
+            if ords is None:
+                return None
+            bufs_o.append(ords + self._offsets[k] if self._offsets[k] else ords)
+            bufs_w.append(weights)
+            order.append(sel)
+        if not bufs_o:
+            empty = np.zeros(0, np.int32), np.zeros(0, np.float32)
+            return [empty] * hashes.shape[0]
+        by_part = np.concatenate(order)  # the entries in the order their postings were read
+        at = np.empty(n_ent, np.int64)
+        at[by_part] = np.cumsum(lens[by_part]) - lens[by_part]  # where each entry's postings start in the read
+        take = np.repeat(at - (np.cumsum(lens) - lens), lens) + np.arange(int(lens.sum()))
+        ords, weights = np.concatenate(bufs_o)[take], np.concatenate(bufs_w)[take]
+        ends = np.cumsum(np.bincount(np.repeat(np.arange(hashes.shape[0]), cnt), weights=lens,
+                                     minlength=hashes.shape[0]).astype(np.int64)).tolist()
+        for a in (ords, weights):
+            a.flags.writeable = False
+        return [(ords[a:b], weights[a:b]) for a, b in zip([0] + ends[:-1], ends)]
+
+    def _terms(self) -> _TermDirectory:
+        if self._directory is None:
+            with self._lock:
+                if self._directory is None:
+                    self._directory = _TermDirectory(self.parts)
+        return self._directory
 
     def _accumulator(self) -> tuple[np.ndarray, np.ndarray]:
         """The thread's float64 sums and touched bits over the global ordinals (all zeros between uses)."""
@@ -173,43 +269,6 @@ class SegmentedLexical:
         if getattr(sc, "cols", None) is None or sc.cols.shape[0] != n_pass:
             sc.cols = np.full(n_pass, -1, np.int32)
         return sc.cols
-
-    def term_impacts(self, terms: list[str], ids: np.ndarray) -> np.ndarray:
-        """Per-term BM25 impacts on ``ids`` (float64 (len(terms), len(ids))), each id read from the segment
-        whose id range holds it: the postings of the segments holding ``ids`` in one pass."""
-        ids = np.asarray(ids, dtype=np.int64)
-        if not terms or not ids.size:
-            return np.zeros((len(terms), ids.shape[0]))
-        if self._passages is None or not self._passages.size:
-            return self._term_impacts_by_part(terms, ids)
-        at = np.minimum(np.searchsorted(self._passages, ids), self._passages.shape[0] - 1)
-        if not bool(np.all(self._passages[at] == ids)):  # an id that is no bound passage
-            return self._term_impacts_by_part(terms, ids)
-        which = np.unique(np.searchsorted(self._starts, ids, side="right") - 1).tolist()
-        got = self._postings(list(terms), which)
-        if got is None:
-            return self._term_impacts_by_part(terms, ids)
-        _, counts, ords, weights = got
-        uniq, inverse = np.unique(at, return_inverse=True)
-        cols = self._columns()
-        cols[uniq] = np.arange(uniq.shape[0], dtype=np.int32)
-        col = cols[ords]
-        cols[uniq] = -1
-        hit = np.flatnonzero(col >= 0)
-        rows = np.tile(np.arange(len(terms)), counts.shape[0])
-        per_id = np.zeros((len(terms), uniq.shape[0]))
-        per_id[np.repeat(rows, counts.ravel())[hit], col[hit]] = weights[hit]
-        return per_id[:, inverse.ravel()]
-
-    def _term_impacts_by_part(self, terms: list[str], ids: np.ndarray) -> np.ndarray:
-        """:meth:`term_impacts` segment by segment (unbound passages, or ids that are none)."""
-        out = np.zeros((len(terms), ids.shape[0]))
-        seg = np.searchsorted(self._starts, ids, side="right") - 1
-        for i, part in enumerate(self.parts):
-            mine = np.flatnonzero(seg == i)
-            if mine.size:
-                out[:, mine] = part.term_impacts(terms, ids[mine])
-        return out
 
     def search(self, query: str, k: int) -> tuple[np.ndarray, np.ndarray]:
         return top_scored(*self.scores(query), k)
