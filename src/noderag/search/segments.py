@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import threading
 from bisect import bisect_right
+from functools import cached_property
 from typing import Sequence
 
 import numpy as np
 
-from .entities import _NameMatching
+from ..lang.entities import canonical_name
+from .entities import _TOKEN_MEMO, MappedNames, _NameMatching, hash64, name_tokens
 from .lexical import TERM_CACHE_POSTINGS, passage_terms, sum_postings, top_scored
 
 __all__ = ["SegmentedTables", "SegmentedNames", "SegmentedLexical", "merged_names", "merged_lexical",
@@ -30,6 +32,8 @@ class SegmentedNames(_NameMatching):
     exact and phrase look-ups are unions, and names in a text are found once over all segments
     (longest span first, as in one segment). Containment lists a segment's hits after the earlier
     segments' (shortest names first within a segment); compaction makes that order exact again.
+    Over memory-mapped segments a key is hashed once and looked up in one directory of every segment's
+    hashes of its kind (:class:`_HashDirectory`); only the segments it names are asked to verify it.
     """
 
     _PART = 40  # a name of part k, position j, is known here as (k << 40) | j
@@ -39,6 +43,10 @@ class SegmentedNames(_NameMatching):
         self.max_tokens = max((p.max_tokens for p in self.parts), default=0)
         # a segmented build's duplicates (noderag.store.aliases): a name of one answers its canonical node
         self.aliases = aliases if aliases is not None and len(aliases) else None
+        self._mapped = len(self.parts) > 1 and all(isinstance(p, MappedNames) for p in self.parts)
+        self._dirs: dict[str, _HashDirectory] = {}
+        self._lock = threading.Lock()
+        self._hashes: dict[str, int] = {}  # key -> its hash64, as MappedNames memoises it
 
     def __len__(self) -> int:
         return sum(len(p) for p in self.parts)
@@ -50,43 +58,98 @@ class SegmentedNames(_NameMatching):
         nid = self.parts[j >> self._PART]._node_id(j & ((1 << self._PART) - 1))
         return nid if self.aliases is None else int(self.aliases.resolve(np.asarray([nid]))[0])
 
+    def _hits(self, kind: str, keys: list[str]) -> list[list[tuple[int, int]]]:
+        """(segment, row of its ``kind`` hashes) of each key's hash hits over all segments (not yet verified)."""
+        got = self._dirs.get(kind)
+        if got is None:
+            with self._lock:
+                got = self._dirs.get(kind)
+                if got is None:
+                    got = self._dirs[kind] = _HashDirectory([getattr(p, kind) for p in self.parts])
+        memo = self._hashes
+        if len(memo) >= _TOKEN_MEMO:
+            memo = self._hashes = {}
+        hashes = np.fromiter((memo[k] if k in memo else memo.setdefault(k, hash64(k)) for k in keys),
+                             dtype=np.uint64, count=len(keys))
+        return got.hits(hashes)
+
     def in_text(self, text: str) -> list[tuple[int, str]]:
         found = super().in_text(text)
         return found if self.aliases is None else list(dict.fromkeys(found))
 
     def _may_occur(self, words: list[str]) -> list[bool]:
-        flags = [p._may_occur(words) for p in self.parts]
-        return [any(f[i] for f in flags) for i in range(len(words))]
+        if not self._mapped:
+            flags = [p._may_occur(words) for p in self.parts]
+            return [any(f[i] for f in flags) for i in range(len(words))]
+        if not words:
+            return []
+        return [" " in w or any(self.parts[k]._token_at(r) == w for k, r in hits)
+                for w, hits in zip(words, self._hits("_tok_hash", words))]
 
     def _phrase_js_many(self, phrases: list[str]) -> list[list[int]]:
-        per = [p._phrase_js_many(phrases) for p in self.parts]
-        return [[(k << self._PART) | j for k, hits in enumerate(col) for j in hits] for col in zip(*per)]
+        if not self._mapped:
+            per = [p._phrase_js_many(phrases) for p in self.parts]
+            return [[(k << self._PART) | j for k, hits in enumerate(col) for j in hits] for col in zip(*per)]
+        if not phrases:
+            return []
+        return [[(k << self._PART) | j for k, r in hits for j in self.parts[k]._verify_phrase(phrase, r, r + 1)]
+                for phrase, hits in zip(phrases, self._hits("_phrase_hash", phrases))]
 
     def exact(self, entity: str) -> list[int]:
-        return self._canonical([nid for p in self.parts for nid in p.exact(entity)])
+        if not self._mapped:
+            return self._canonical([nid for p in self.parts for nid in p.exact(entity)])
+        canon = canonical_name(entity)
+        found: dict[int, list[int]] = {}  # segment -> its names of canonical form ``canon``
+        for k, r in self._hits("_exact_hash", [canon])[0]:
+            j = self.parts[k]._exact_at(r, canon)
+            if j is not None:
+                found.setdefault(k, []).append(j)
+        if len(found) < len(self.parts):  # the other segments look the entity's whole-word form up, as one does
+            phrase = " ".join(name_tokens(entity))
+            phrased: dict[int, list[int]] = {}
+            for k, r in self._hits("_phrase_hash", [phrase])[0]:
+                if k not in found:
+                    phrased.setdefault(k, []).extend(self.parts[k]._verify_phrase(phrase, r, r + 1))
+            found.update(phrased)
+        return self._canonical([self.parts[k]._node_id(j) for k in sorted(found) for j in found[k]])
 
     def containing(self, entity: str, limit: int) -> list[int]:
+        parts = range(len(self.parts))
+        if self._mapped:
+            toks = sorted(set(name_tokens(entity)))
+            if not toks or limit <= 0:
+                return []
+            holding = [{k for k, r in hits if self.parts[k]._token_at(r) == t}
+                       for t, hits in zip(toks, self._hits("_tok_hash", toks))]
+            parts = sorted(set.intersection(*holding))  # a segment lacking a token has no name containing them
         out: list[int] = []
-        for p in self.parts:
+        for k in parts:
             if len(out) >= limit:
                 break
-            out = self._canonical(out + p.containing(entity, limit - len(out)))
+            out = self._canonical(out + self.parts[k].containing(entity, limit - len(out)))
         return out
 
 
-class _TermDirectory:
-    """Every segment's term hashes in one sorted array, each with its segment and its row there: a query's terms
-    are looked up once for all segments (14 bytes a term of a segment; built at the first query that needs it)."""
+class _HashDirectory:
+    """Several segments' sorted hash arrays of one kind in one sorted array, each hash with its segment and its row
+    there (equal hashes in segment order): a key is looked up once for all segments (14 bytes a hash; built at
+    the first query that needs it)."""
 
-    def __init__(self, parts: Sequence) -> None:
-        hashes = [np.asarray(p._hash) for p in parts]
+    def __init__(self, arrays: Sequence[np.ndarray]) -> None:
+        hashes = [np.asarray(a, dtype=np.uint64) for a in arrays]
         sizes = [h.shape[0] for h in hashes]
         flat = np.concatenate(hashes) if hashes else np.zeros(0, np.uint64)
-        order = np.argsort(flat, kind="stable")  # equal hashes: segment order
+        order = np.argsort(flat, kind="stable")
         self.hash = flat[order]
-        self.part = np.repeat(np.arange(len(parts), dtype=np.int16), sizes)[order]
+        self.part = np.repeat(np.arange(len(hashes), dtype=np.int16), sizes)[order]
         self.row = (np.arange(flat.shape[0], dtype=np.int64)
                     - np.repeat(np.cumsum(sizes) - sizes, sizes))[order].astype(np.int32)
+
+    def hits(self, hashes: np.ndarray) -> list[list[tuple[int, int]]]:
+        """(segment, row) of every entry of each of ``hashes``, in segment order."""
+        lo = self.hash.searchsorted(hashes, side="left").tolist()
+        hi = self.hash.searchsorted(hashes, side="right").tolist()
+        return [list(zip(self.part[a:b].tolist(), self.row[a:b].tolist())) if b > a else [] for a, b in zip(lo, hi)]
 
 
 class SegmentedLexical:
@@ -106,7 +169,7 @@ class SegmentedLexical:
         self._passages: np.ndarray | None = None  # every bound passage id, ascending (the global ordinals)
         self._offsets: list[np.int32] = []  # per segment: the global ordinal of its first bound passage
         self._scratch = threading.local()  # per thread: sums, stamps and columns over global ordinals
-        self._directory: _TermDirectory | None = None
+        self._directory: _HashDirectory | None = None
         self._lock = threading.Lock()
         self._kept: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # term hash -> its global ordinals, impacts
         self._kept_postings = 0
@@ -246,11 +309,11 @@ class SegmentedLexical:
             a.flags.writeable = False
         return [(ords[a:b], weights[a:b]) for a, b in zip([0] + ends[:-1], ends)]
 
-    def _terms(self) -> _TermDirectory:
+    def _terms(self) -> _HashDirectory:
         if self._directory is None:
             with self._lock:
                 if self._directory is None:
-                    self._directory = _TermDirectory(self.parts)
+                    self._directory = _HashDirectory([p._hash for p in self.parts])
         return self._directory
 
     def _accumulator(self) -> tuple[np.ndarray, np.ndarray]:
@@ -350,16 +413,26 @@ class SegmentedTables:
     def _part_of(self, ids: np.ndarray) -> np.ndarray:
         return np.searchsorted(self._starts, ids, side="right") - 1
 
+    def _by_part(self, ids: np.ndarray, read) -> list:
+        """``read(part, its ids)`` (a list per id) of each segment's share of ``ids``, put back in the order of ``ids``:
+        one call per segment holding some, none per id."""
+        which = self._part_of(ids)
+        if not which.size or bool((which == which[0]).all()):
+            return read(self.parts[int(which[0])], ids) if which.size else []
+        order = np.argsort(which, kind="stable")
+        ranked = which[order]
+        cuts = (np.flatnonzero(ranked[1:] != ranked[:-1]) + 1).tolist()
+        got: list = []
+        for a, b in zip([0] + cuts, cuts + [ids.shape[0]]):
+            got.extend(read(self.parts[int(ranked[a])], ids[order[a:b]]))
+        out = np.empty(ids.shape[0], dtype=object)
+        out[order] = got
+        return out.tolist()
+
     def texts(self, ids) -> list[str]:
         """Display texts of some nodes, each read from its own segment."""
-        ids = np.asarray([int(i) for i in ids], dtype=np.int64)
-        out: list[str] = [""] * ids.shape[0]
-        which = self._part_of(ids)
-        for k in np.unique(which).tolist():
-            pos = np.flatnonzero(which == k)
-            for j, text in zip(pos.tolist(), self.parts[k].texts(ids[pos])):
-                out[j] = text
-        return out
+        ids = np.asarray(ids if isinstance(ids, np.ndarray) else list(ids), dtype=np.int64).reshape(-1)
+        return self._by_part(ids, lambda part, mine: part.texts(mine))
 
     def label(self, node: int) -> str | None:
         if not 0 <= node < self.n:
@@ -367,10 +440,37 @@ class SegmentedTables:
         return self.parts[bisect_right(self._first, node) - 1].label(node)
 
     def labels(self, nodes) -> list[str | None]:
-        return [self.label(int(c)) for c in nodes]
+        """:meth:`label` of many nodes, each segment's asked once for its own."""
+        nodes = np.asarray(nodes if isinstance(nodes, np.ndarray) else list(nodes), dtype=np.int64).reshape(-1)
+        inside = (nodes >= 0) & (nodes < self.n)
+        if bool(inside.all()):
+            return self._by_part(nodes, lambda part, mine: part.labels(mine))
+        out: list[str | None] = [None] * nodes.shape[0]
+        at = np.flatnonzero(inside)
+        for i, label in zip(at.tolist(), self._by_part(nodes[at], lambda part, mine: part.labels(mine))):
+            out[i] = label
+        return out
+
+    @cached_property
+    def _doc_firsts(self) -> list[int] | None:
+        """The first document id of each segment's labels when the segments' document ids are ascending, disjoint
+        ranges (a segmented build's are): a document's label is then looked up in one segment only."""
+        firsts, last = [], -1
+        for p in self.parts:
+            ids = p._a["doclabel_id"]
+            if not ids.shape[0]:
+                firsts.append(last + 1)  # an empty segment holds no range; bisect never picks it over the next
+                continue
+            if int(ids[0]) <= last:
+                return None
+            firsts.append(int(ids[0]))
+            last = int(ids[-1])
+        return firsts
 
     def doc_label(self, doc: int) -> str:
-        for p in self.parts:
+        firsts = self._doc_firsts
+        parts = self.parts if firsts is None else self.parts[max(bisect_right(firsts, doc) - 1, 0):][:1]
+        for p in parts:
             ids = p._a["doclabel_id"]
             pos = int(np.searchsorted(ids, doc))
             if pos < ids.shape[0] and int(ids[pos]) == doc:
