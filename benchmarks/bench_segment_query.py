@@ -48,7 +48,8 @@ def fingerprint(r) -> tuple:
 
 def open_searchers(args) -> dict:
     """name -> searcher: ``ours-one``, ``ours-seg`` and, with a before package, ``before-one``, ``before-seg``."""
-    out = {"ours-one": noderag.Index.open(args.one).searcher(), "ours-seg": noderag.Index.open(args.segmented).searcher()}
+    out = {"ours-one": noderag.Index.open(args.one).searcher(),
+           "ours-seg": noderag.Index.open(args.segmented).searcher()}
     if args.before_package:
         sys.path.insert(0, str(args.before_package))
         old = importlib.import_module("noderag_before")
@@ -110,11 +111,30 @@ def vector_share(searcher, questions: list[str], qvecs: np.ndarray) -> dict:
             vec.append(spent[0])
     finally:
         del vectors.search, vectors.get
-    return {"vector_p50_ms": round(float(np.median(vec)) * 1e3, 3), "query_p50_ms": round(float(np.median(whole)) * 1e3, 3)}
+    return {"vector_p50_ms": round(float(np.median(vec)) * 1e3, 3),
+            "query_p50_ms": round(float(np.median(whole)) * 1e3, 3)}
+
+
+def directories(index_dir: Path) -> dict:
+    """What the segmented index's look-up directories cost to make (at its first query; here made anew, wall ms)
+    and hold (MB): the BM25 term directory and the name token, phrase and canonical-name directories."""
+    from noderag.search.segments import _HashDirectory
+
+    tables = noderag.Index.open(index_dir).query_index
+    parts = {"terms": [p._hash for p in tables.lexical.parts]}
+    for kind in ("tok", "phrase", "exact"):
+        parts[kind] = [getattr(p, f"_{kind}_hash") for p in tables.names.parts]
+    out = {}
+    for kind, arrays in parts.items():
+        t0 = time.perf_counter()
+        d = _HashDirectory(arrays)
+        out[kind] = {"entries": int(d.hash.shape[0]), "ms": round((time.perf_counter() - t0) * 1e3, 1),
+                     "mb": round((d.hash.nbytes + d.part.nbytes + d.row.nbytes) / 2**20, 1)}
+    return out
 
 
 def _pct(t: np.ndarray) -> dict:
-    return {"p50_ms": round(float(np.percentile(t, 50)) * 1e3, 3), "p95_ms": round(float(np.percentile(t, 95)) * 1e3, 3)}
+    return {f"p{q}_ms": round(float(np.percentile(t, q)) * 1e3, 3) for q in (50, 95)}
 
 
 def measure(args) -> dict:
@@ -136,18 +156,22 @@ def measure(args) -> dict:
     share = {"seg": vector_share(searchers["ours-seg"], questions, qvecs),
              "one": vector_share(searchers["ours-one"], questions, qvecs)}
     manifest = getattr(searchers["ours-one"].store, "manifest", {}) or {}
-    return {"one": str(args.one), "segmented": str(args.segmented), "segments": len(searchers["ours-seg"].store.segment_folders),
+    return {"one": str(args.one), "segmented": str(args.segmented),
+            "segments": len(searchers["ours-seg"].store.segment_folders),
             "counts": manifest.get("counts"), "n_questions": len(questions), "repeats": args.repeats,
             "before_package": str(args.before_package or ""), "same_results": same, "rows": rows, "ratios": ratios,
-            "vector_share": share, "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, python "
-            f"{platform.python_version()}", "load_average": [round(x, 2) for x in os.getloadavg()],
-            "git_revision": _git_revision(), "command": "python benchmarks/bench_segment_query.py " + " ".join(args.argv)}
+            "vector_share": share, "directories": directories(args.segmented),
+            "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, python {platform.python_version()}",
+            "load_average": [round(x, 2) for x in os.getloadavg()],
+            "git_revision": _git_revision(),
+            "command": "python benchmarks/bench_segment_query.py " + " ".join(args.argv)}
 
 
 def markdown(out: dict) -> str:
     counts = out.get("counts") or {}
     lines = [f"# Querying {out['segments']} segments as one index: {counts.get('chunks', '?')} passages", "",
-             f"`{out['command']}`; {out['machine']}; load average {out['load_average']}; git {out['git_revision']}.", "",
+             f"`{out['command']}`; {out['machine']}; load average {out['load_average']}; "
+             f"git {out['git_revision']}.", "",
              f"{out['n_questions']} questions, thread CPU, best of {out['repeats']} per question, the four searchers "
              "interleaved per question. `ours`: this package; `before`: the package copy given (the code before "
              "this change).", "", "| searcher | p50 ms | p95 ms |", "|---|---:|---:|"]
@@ -163,6 +187,9 @@ def markdown(out: dict) -> str:
               "question, ours):", ""]
     for which, s in out["vector_share"].items():
         lines.append(f"- {which}: {s['vector_p50_ms']} ms of a {s['query_p50_ms']} ms query")
+    lines += ["", "Look-up directories of the segmented index (made at its first query; wall ms, MB held):", ""]
+    for kind, d in out["directories"].items():
+        lines.append(f"- {kind}: {d['entries']} hashes, {d['ms']} ms, {d['mb']} MB")
     return "\n".join(lines) + "\n"
 
 
