@@ -247,3 +247,21 @@ def test_a_segmented_index_retrieves_as_with_every_segment_asked(three):
         assert a.passage_node_ids == b.passage_node_ids and a.context == b.context
         assert [float(s).hex() for s in a.passage_scores] == [float(s).hex() for s in b.passage_scores]
     assert any(r.passage_node_ids for r in fast)
+
+
+def test_texts_read_by_segment_keep_every_character():
+    """Texts gathered per segment go back in the order asked, as the strings were read (a trailing NUL too)."""
+    from noderag.search.segments import SegmentedTables
+
+    class Part:
+        def __init__(self, first):
+            self.first = first
+
+        def texts(self, ids):
+            return [f"{i}\x00" if i % 2 else f"{i} \ud800" for i in np.asarray(ids).tolist()]
+
+    tables = SegmentedTables.__new__(SegmentedTables)
+    tables.parts, tables._starts = [Part(0), Part(10), Part(20)], np.array([0, 10, 20])
+    ids = [25, 3, 11, 3, 29, 0]
+    assert tables.texts(ids) == [f"{i}\x00" if i % 2 else f"{i} \ud800" for i in ids]
+    assert tables.texts(np.array([12, 14])) == ["12 \ud800", "14 \ud800"]

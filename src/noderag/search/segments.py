@@ -3,9 +3,13 @@
 Each segment has its own memory-mapped ``query/`` tables (:class:`~noderag.search.query_index.QueryIndex`)
 over a contiguous range of node ids. :class:`SegmentedTables` answers what the searcher asks of one
 ``QueryIndex``: the per-node columns (concatenated once at open: 17 bytes a node), texts, labels,
-names (looked up in each segment, see :class:`SegmentedNames`) and BM25 postings (each segment's
-impacts are on the scale of the whole index, see :class:`SegmentedLexical`). A segmented build's
-duplicate nodes (:mod:`noderag.store.aliases`) are inactive and their names answer their canonical node.
+names (:class:`SegmentedNames`) and BM25 postings (each segment's impacts are on the scale of the whole
+index, see :class:`SegmentedLexical`). A segmented build's duplicate nodes (:mod:`noderag.store.aliases`)
+are inactive and their names answer their canonical node.
+
+A query's cost should not grow with the number of segments: a name or term is looked up once in a directory
+of every segment's hashes (:class:`_HashDirectory`, made at the first query), BM25 sums all segments' postings
+in one kernel call, and texts and labels are read with one call per segment holding some, never per node.
 """
 
 from __future__ import annotations
@@ -425,8 +429,10 @@ class SegmentedTables:
         got: list = []
         for a, b in zip([0] + cuts, cuts + [ids.shape[0]]):
             got.extend(read(self.parts[int(ranked[a])], ids[order[a:b]]))
+        values = np.empty(len(got), dtype=object)
+        values[:] = got  # element by element: no numpy string array (it would drop trailing NULs)
         out = np.empty(ids.shape[0], dtype=object)
-        out[order] = got
+        out[order] = values
         return out.tolist()
 
     def texts(self, ids) -> list[str]:
