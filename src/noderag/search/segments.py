@@ -176,6 +176,7 @@ class SegmentedLexical:
         self._directory: _HashDirectory | None = None
         self._lock = threading.Lock()
         self._kept: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # term hash -> its global ordinals, impacts
+        self._kept_sorted: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # the same by ordinal (term_impacts)
         self._kept_postings = 0
 
     @property
@@ -186,7 +187,7 @@ class SegmentedLexical:
     def max_postings(self, value: int) -> None:
         for p in self.parts:
             p.max_postings = int(value)
-        self._kept, self._kept_postings = {}, 0
+        self._kept, self._kept_sorted, self._kept_postings = {}, {}, 0
 
     @property
     def n_terms(self) -> int:
@@ -203,7 +204,7 @@ class SegmentedLexical:
         self._passages = ids
         self._offsets = [np.int32(b) for b in np.concatenate([[0], bounds]).tolist()]
         self._scratch = threading.local()
-        self._kept, self._kept_postings = {}, 0
+        self._kept, self._kept_sorted, self._kept_postings = {}, {}, 0
 
     def scores(self, query: str) -> tuple[np.ndarray, np.ndarray]:
         """(node ids ascending, BM25 scores) of every passage sharing a term with ``query``, all segments."""
@@ -225,7 +226,8 @@ class SegmentedLexical:
 
     def term_impacts(self, terms: list[str], ids: np.ndarray) -> np.ndarray:
         """Per-term BM25 impacts on ``ids`` (float64 (len(terms), len(ids))), each id read from the segment
-        whose id range holds it."""
+        whose id range holds it: a long list is binary-searched for the ids (sorted by ordinal once, as one
+        segment sorts its kept lists), the short ones are scanned together."""
         ids = np.asarray(ids, dtype=np.int64)
         if not terms or not ids.size:
             return np.zeros((len(terms), ids.shape[0]))
@@ -237,15 +239,36 @@ class SegmentedLexical:
         if lists is None:
             return self._term_impacts_by_part(terms, ids)
         uniq, inverse = np.unique(at, return_inverse=True)
-        cols = self._columns()
-        cols[uniq] = np.arange(uniq.shape[0], dtype=np.int32)
-        col = cols[np.concatenate([o for o, _ in lists])]
-        cols[uniq] = -1
-        hit = np.flatnonzero(col >= 0)
-        rows = np.repeat(np.arange(len(lists)), [o.shape[0] for o, _ in lists])
         per_id = np.zeros((len(terms), uniq.shape[0]))
-        per_id[rows[hit], col[hit]] = np.concatenate([w for _, w in lists])[hit]
+        short = []
+        for row, (h, got) in enumerate(zip(self.parts[0]._term_hashes(terms).tolist(), lists)):
+            if got[0].shape[0] <= 4 * uniq.shape[0]:
+                short.append(row)
+                continue
+            by_ord, weights = self._by_ordinal(h, got)
+            pos = np.minimum(np.searchsorted(by_ord, uniq), by_ord.shape[0] - 1)
+            hit = by_ord[pos] == uniq
+            per_id[row, hit] = weights[pos[hit]]
+        if short:
+            cols = self._columns()
+            cols[uniq] = np.arange(uniq.shape[0], dtype=np.int32)
+            col = cols[np.concatenate([lists[r][0] for r in short])]
+            cols[uniq] = -1
+            hit = np.flatnonzero(col >= 0)
+            rows = np.repeat(np.asarray(short), [lists[r][0].shape[0] for r in short])
+            per_id[rows[hit], col[hit]] = np.concatenate([lists[r][1] for r in short])[hit]
         return per_id[:, inverse.ravel()]
+
+    def _by_ordinal(self, h: int, got: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """A term's postings over all segments (``got``) sorted by global ordinal, with their impacts; kept beside
+        the list itself (sorted once)."""
+        out = self._kept_sorted.get(h)
+        if out is None or out[0].shape[0] != got[0].shape[0]:
+            order = np.argsort(got[0], kind="stable")
+            out = got[0][order], got[1][order]
+            self._kept_sorted[h] = out
+            self._kept_postings += out[0].shape[0]
+        return out
 
     def _term_impacts_by_part(self, terms: list[str], ids: np.ndarray) -> np.ndarray:
         """:meth:`term_impacts` segment by segment (unbound passages, or ids that are none)."""
@@ -271,7 +294,7 @@ class SegmentedLexical:
             if read is None:
                 return None
             if self._kept_postings > TERM_CACHE_POSTINGS:
-                self._kept, self._kept_postings, kept = {}, 0, {}
+                self._kept, self._kept_sorted, self._kept_postings, kept = {}, {}, 0, {}
             for i, got in zip(missing, read):
                 out[i] = kept[int(hashes[i])] = got
                 self._kept_postings += max(got[0].shape[0], 1)
