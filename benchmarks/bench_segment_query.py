@@ -117,11 +117,11 @@ def vector_share(searcher, questions: list[str], qvecs: np.ndarray) -> dict:
 
 def directories(index_dir: Path) -> dict:
     """What the segmented index's look-up directories cost to make (at its first query; here made anew, wall ms)
-    and hold (MB): the BM25 term directory and the name token, phrase and canonical-name directories."""
+    and hold (MB): the name token, phrase and canonical-name directories."""
     from noderag.search.segments import _HashDirectory
 
     tables = noderag.Index.open(index_dir).query_index
-    parts = {"terms": [p._hash for p in tables.lexical.parts]}
+    parts = {}
     for kind in ("tok", "phrase", "exact"):
         parts[kind] = [getattr(p, f"_{kind}_hash") for p in tables.names.parts]
     out = {}

@@ -201,11 +201,11 @@ DOCS = [{"id": f"d{i}", "title": f"Place {i}", "text": f"Town {i} lies on the ri
 
 
 @pytest.fixture(scope="module")
-def three(tmp_path_factory):
+def four(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("segq")
     corpus = tmp / "corpus.jsonl"
     corpus.write_text("".join(json.dumps(d) + "\n" for d in DOCS), encoding="utf-8")
-    build_segmented([corpus], tmp / "idx", NodeRAGConfig.from_dict({"embed": {"spec": "hash:64"}}), segments=3)
+    build_segmented([corpus], tmp / "idx", NodeRAGConfig.from_dict({"embed": {"spec": "hash:64"}}), segments=4)
     import noderag
 
     idx = noderag.Index.open(tmp / "idx")
@@ -213,9 +213,9 @@ def three(tmp_path_factory):
     idx.close()
 
 
-def test_texts_labels_and_document_labels_read_each_segment_once(three):
-    tables = three.query_index
-    assert len(tables.parts) == 3
+def test_texts_labels_and_document_labels_read_each_segment_once(four):
+    tables = four.query_index
+    assert len(tables.parts) == 4
     rng = np.random.default_rng(0)
     ids = rng.integers(0, tables.n, 200)
     want = [tables.parts[int(np.searchsorted(tables._starts, i, side="right")) - 1].texts([i])[0] for i in ids]
@@ -232,13 +232,13 @@ def test_texts_labels_and_document_labels_read_each_segment_once(three):
     assert tables.doc_label(4) != "doc:4"
 
 
-def test_a_segmented_index_retrieves_as_with_every_segment_asked(three):
+def test_a_segmented_index_retrieves_as_with_every_segment_asked(four):
     """The whole query, directories and one-pass BM25 against every segment asked in turn."""
-    searcher = three.searcher()
+    searcher = four.searcher()
     questions = ["Who opened the Arn Bridge 4?", "Which town lies on the river Arn?", "Vell Orrin 2 in 1907"]
     fast = [searcher.retrieve(q) for q in questions]
-    assert searcher.tables is three.query_index
-    names, lexical = three.query_index.names, three.query_index.lexical
+    assert searcher.tables is four.query_index
+    names, lexical = four.query_index.names, four.query_index.lexical
     assert names._mapped and lexical._kept  # the directories answered the first round
     names._mapped = False
     lexical._lists = lambda terms: None  # every segment's own path

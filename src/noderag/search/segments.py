@@ -7,9 +7,10 @@ names (:class:`SegmentedNames`) and BM25 postings (each segment's impacts are on
 index, see :class:`SegmentedLexical`). A segmented build's duplicate nodes (:mod:`noderag.store.aliases`)
 are inactive and their names answer their canonical node.
 
-A query's cost should not grow with the number of segments: a name or term is looked up once in a directory
-of every segment's hashes (:class:`_HashDirectory`, made at the first query), BM25 sums all segments' postings
-in one kernel call, and texts and labels are read with one call per segment holding some, never per node.
+A query's cost should grow little with the number of segments: a name is looked up once in a directory of
+every segment's hashes (:class:`_HashDirectory`, made at the first query), a term's postings over all segments
+are read once and kept, BM25 sums all segments' postings in one kernel call, and texts and labels are read
+with one call per segment holding some, never per node.
 """
 
 from __future__ import annotations
@@ -27,6 +28,10 @@ from .lexical import TERM_CACHE_POSTINGS, passage_terms, sum_postings, top_score
 
 __all__ = ["SegmentedTables", "SegmentedNames", "SegmentedLexical", "merged_names", "merged_lexical",
            "open_segment_tables"]
+
+#: Name tables of at least this many memory-mapped segments are looked up through directories of all their hashes
+#: (:class:`_HashDirectory`: 14 bytes a name or token, made at the first query); fewer are asked one by one.
+DIRECTORY_FROM = 4
 
 
 class SegmentedNames(_NameMatching):
@@ -47,7 +52,7 @@ class SegmentedNames(_NameMatching):
         self.max_tokens = max((p.max_tokens for p in self.parts), default=0)
         # a segmented build's duplicates (noderag.store.aliases): a name of one answers its canonical node
         self.aliases = aliases if aliases is not None and len(aliases) else None
-        self._mapped = len(self.parts) > 1 and all(isinstance(p, MappedNames) for p in self.parts)
+        self._mapped = len(self.parts) >= DIRECTORY_FROM and all(isinstance(p, MappedNames) for p in self.parts)
         self._dirs: dict[str, _HashDirectory] = {}
         self._lock = threading.Lock()
         self._hashes: dict[str, int] = {}  # key -> its hash64, as MappedNames memoises it
@@ -159,11 +164,10 @@ class _HashDirectory:
 class SegmentedLexical:
     """BM25 over every segment's postings: a passage's score comes from the segment that holds it.
 
-    With bound passages a query reads each term's postings in every segment at once: a directory of all the
-    segments' term hashes finds them, one gather per segment holding some reads them, and they are put into one
-    ordinal space (segments are contiguous id ranges in order, so global ordinal order is id order). A term's
-    postings over all segments are kept (as one segment keeps its long lists), and BM25 sums all terms in one
-    kernel call. A passage's impacts all come from its own segment and are added in term order, as there: its
+    With bound passages a query's terms not read before are looked up in each segment (one binary search for
+    all of them), read in one gather per segment and put into one ordinal space (segments are contiguous id
+    ranges in order, so global ordinal order is id order). A term's postings over all segments are kept (as one
+    segment keeps its long lists), and BM25 sums all terms in one kernel call. A passage's impacts all come from its own segment and are added in term order, as there: its
     float sum is the one segment's bit for bit.
     """
 
@@ -173,8 +177,6 @@ class SegmentedLexical:
         self._passages: np.ndarray | None = None  # every bound passage id, ascending (the global ordinals)
         self._offsets: list[np.int32] = []  # per segment: the global ordinal of its first bound passage
         self._scratch = threading.local()  # per thread: sums, stamps and columns over global ordinals
-        self._directory: _HashDirectory | None = None
-        self._lock = threading.Lock()
         self._kept: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # term hash -> its global ordinals, impacts
         self._kept_sorted: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # the same by ordinal (term_impacts)
         self._kept_postings = 0
@@ -301,47 +303,42 @@ class SegmentedLexical:
         return out
 
     def _read(self, hashes: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]] | None:
-        """:meth:`_lists` of terms not kept: their entries in the directory, one gather per segment holding some,
-        then the postings reordered term after term."""
-        d = self._terms()
-        lo = d.hash.searchsorted(hashes, side="left")
-        cnt = d.hash.searchsorted(hashes, side="right") - lo
-        n_ent = int(cnt.sum())
-        ent = np.repeat(lo - (np.cumsum(cnt) - cnt), cnt) + np.arange(n_ent)
-        part, row = d.part[ent], d.row[ent]
-        lens = np.zeros(n_ent, np.int64)
-        bufs_o, bufs_w, order = [], [], []
-        for k in np.unique(part).tolist():
-            sel = np.flatnonzero(part == k)
-            p = self.parts[k]
-            starts = np.asarray(p._ptr[row[sel]], dtype=np.int64)
-            lens[sel] = np.minimum(np.asarray(p._ptr[row[sel] + 1], dtype=np.int64) - starts, p.max_postings)
-            ords, weights = p._gather(starts, lens[sel])
-            if ords is None:
-                return None
-            bufs_o.append(ords + self._offsets[k] if self._offsets[k] else ords)
-            bufs_w.append(weights)
-            order.append(sel)
-        if not bufs_o:
+        """:meth:`_lists` of terms not kept: each segment's postings of them in one gather (a binary search of its
+        terms for all of them first), then reordered term after term."""
+        got = [self._read_part(k, hashes) for k in range(len(self.parts))]
+        if any(g is None for g in got):
+            return None
+        got = [g for g in got if g[0].size]
+        if not got:
             empty = np.zeros(0, np.int32), np.zeros(0, np.float32)
             return [empty] * hashes.shape[0]
-        by_part = np.concatenate(order)  # the entries in the order their postings were read
-        at = np.empty(n_ent, np.int64)
-        at[by_part] = np.cumsum(lens[by_part]) - lens[by_part]  # where each entry's postings start in the read
-        take = np.repeat(at - (np.cumsum(lens) - lens), lens) + np.arange(int(lens.sum()))
-        ords, weights = np.concatenate(bufs_o)[take], np.concatenate(bufs_w)[take]
-        ends = np.cumsum(np.bincount(np.repeat(np.arange(hashes.shape[0]), cnt), weights=lens,
-                                     minlength=hashes.shape[0]).astype(np.int64)).tolist()
+        term = np.concatenate([g[0] for g in got])  # the entries (term, segment) in the order they were read
+        lens = np.concatenate([g[1] for g in got])
+        starts = np.cumsum(lens) - lens  # where each entry's postings start in the read
+        order = np.argsort(term, kind="stable")  # term after term, each term's segments in order
+        lens = lens[order]
+        take = np.repeat(starts[order] - (np.cumsum(lens) - lens), lens) + np.arange(int(lens.sum()))
+        ords = np.concatenate([g[2] for g in got])[take]
+        weights = np.concatenate([g[3] for g in got])[take]
+        ends = np.cumsum(np.bincount(term[order], weights=lens, minlength=hashes.shape[0]).astype(np.int64)).tolist()
         for a in (ords, weights):
             a.flags.writeable = False
         return [(ords[a:b], weights[a:b]) for a, b in zip([0] + ends[:-1], ends)]
 
-    def _terms(self) -> _HashDirectory:
-        if self._directory is None:
-            with self._lock:
-                if self._directory is None:
-                    self._directory = _HashDirectory([p._hash for p in self.parts])
-        return self._directory
+    def _read_part(self, k: int, hashes: np.ndarray) -> tuple[np.ndarray, ...] | None:
+        """Segment ``k``'s postings of the terms ``hashes``: (the terms it holds, their postings read, their global
+        ordinals, impacts); None when a posting names no bound passage."""
+        p = self.parts[k]
+        if not p._hash.shape[0]:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int32), np.zeros(0, np.float32)
+        pos = np.minimum(np.searchsorted(p._hash, hashes), p._hash.shape[0] - 1)
+        found = np.flatnonzero(p._hash[pos] == hashes)
+        starts = np.asarray(p._ptr[pos[found]], dtype=np.int64)
+        lens = np.minimum(np.asarray(p._ptr[pos[found] + 1], dtype=np.int64) - starts, p.max_postings)
+        ords, weights = p._gather(starts, lens)
+        if ords is None:
+            return None
+        return found, lens, ords + self._offsets[k] if self._offsets[k] else ords, weights
 
     def _accumulator(self) -> tuple[np.ndarray, np.ndarray]:
         """The thread's float64 sums and touched bits over the global ordinals (all zeros between uses)."""
