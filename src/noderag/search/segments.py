@@ -397,8 +397,9 @@ class SegmentedTables:
     """The query tables of every segment of a generation, answering as one :class:`QueryIndex` does.
 
     The deltas of inserts (small, possibly many) have their names and postings merged into one part at open;
-    the segments of a segment-parallel build (an alias table; few, each large) are looked up one by one, as
-    merging them would cost O(their names) Python objects at every open (:attr:`MERGE_PARTS` forces it).
+    the segments of a segment-parallel build (an alias table; few, each large) stay apart, as merging them would
+    cost O(their names) Python objects at every open (:attr:`MERGE_PARTS` forces it): their names are found
+    through hash directories over all of them, their postings read once a term and kept.
     """
 
     MERGE_PARTS: bool | None = None  # None: merge the deltas of inserts, not a segmented build's segments
