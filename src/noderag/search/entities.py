@@ -491,6 +491,15 @@ class MappedNames(_NameMatching):
     def _node_id(self, j: int) -> int:
         return int(self._name_node[j])
 
+    def _token_at(self, p: int) -> str:
+        """Name token ``p`` (in ``tok_hash`` order): what a hash hit on it is verified against."""
+        return self._str(self._tok_off, self._tok, p)
+
+    def _exact_at(self, p: int, canon: str) -> int | None:
+        """The name of ``exact_hash`` row ``p`` when its canonical form is ``canon`` (a verified hash hit), else None."""
+        j = int(self._exact_name[p])
+        return j if self._str(self._name_canon_off, self._name_canon, j) == canon else None
+
     def _exact_js(self, canon: str) -> list[int] | None:
         lo, hi = self._range(self._exact_hash, canon)
         js = [j for j in self._exact_name[lo:hi].tolist()

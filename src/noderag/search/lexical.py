@@ -282,6 +282,22 @@ class LexicalIndex:
             per_id[row, at[hit]] = self._weight[a:b][hit]
         return per_id[:, inverse.ravel()]
 
+    def _gather(self, starts: np.ndarray, lens: np.ndarray) -> tuple[np.ndarray | None, np.ndarray]:
+        """Passage ordinals and impacts of the postings ``starts[i]:starts[i] + lens[i]``, one list after another, in
+        one gather (ordinals None when a posting names a node outside the bound passages): the read of an index
+        over several of these (:class:`~noderag.search.segments.SegmentedLexical`)."""
+        total = int(lens.sum())
+        if not total:
+            return np.zeros(0, np.int32), np.asarray(self._weight[:0])
+        at = np.repeat(starts - (np.cumsum(lens) - lens), lens) + np.arange(total, dtype=np.int64)
+        nodes = self._node[at]
+        if int(nodes.max()) >= self._ordinal.shape[0]:
+            return None, nodes
+        ords = self._ordinal[nodes]
+        if int(ords.min()) < 0:
+            return None, nodes
+        return ords, self._weight[at]
+
     def _term_ordinals(self, start: int, end: int) -> tuple[np.ndarray, np.ndarray] | None:
         """The passage ordinals and impacts (a view, as stored) of the postings ``start:end``; None when a posting
         names a node outside the bound passages (the caller falls back). Long lists (the common words most
