@@ -452,3 +452,28 @@ def test_one_querys_shards_are_searched_on_several_threads_with_the_same_result(
             np.testing.assert_array_equal(got[0], want[0])
             np.testing.assert_array_equal(got[1], want[1])
     assert seen == {"MainThread", "shard-search"}
+
+
+def test_search_one_answers_as_the_public_search_api():
+    """The compiled call a shard search makes gives what usearch's public ``search`` gives (ids, distances,
+    padding past a shard's size)."""
+    from usearch.index import Index
+
+    from noderag.graph.vectors import _search_one
+
+    rng = np.random.default_rng(3)
+    index = Index(ndim=8, metric="cos", dtype="f32")
+    index.add(np.arange(5, dtype=np.uint64) * 7, rng.normal(size=(5, 8)).astype(np.float32), threads=1)
+
+    class PublicOnly:  # no ``_compiled``: the wrapper's path
+        def search(self, *a, **kw):
+            return index.search(*a, **kw)
+
+    for q in (rng.normal(size=(1, 8)), rng.normal(size=(3, 8))):
+        q = q.astype(np.float32)
+        for k in (3, 9):
+            fast, public = _search_one(index, q, k, 1), _search_one(PublicOnly(), q, k, 1)
+            pad = fast[0].shape[1] - public[0].shape[1]  # one query's ``Matches`` comes back trimmed to its count
+            assert np.array_equal(fast[0], np.pad(public[0], ((0, 0), (0, pad)), constant_values=-1))
+            assert np.array_equal(fast[1], np.pad(public[1], ((0, 0), (0, pad)), constant_values=np.inf))
+            assert (fast[0][:, 5:] == -1).all() and (fast[0][:, :5] >= 0).all() if k == 9 else fast[0].shape[1] == 3

@@ -617,13 +617,21 @@ def _shard_search_pool(groups: int) -> ThreadPoolExecutor | None:
 def _search_one(index, queries: np.ndarray, k: int, threads: int) -> tuple[np.ndarray, np.ndarray]:
     """(ids, distances) of one usearch index, shape (q, min(k, found)), padded with -1 / +inf."""
     q = queries.shape[0]
-    res = index.search(queries, k, threads=threads)
-    keys = np.asarray(res.keys).reshape(q, -1)
-    dist = np.asarray(res.distances, dtype=np.float32).reshape(q, -1)
-    if hasattr(res, "counts"):
-        counts = np.asarray(res.counts).reshape(q)
-    else:  # a single query comes back as ``Matches``, already trimmed to its count
-        counts = np.full(q, keys.shape[1])
+    compiled = getattr(getattr(index, "_compiled", None), "search_many", None)
+    if compiled is not None:  # the compiled call: usearch's wrapper costs ~40 us a shard, a query asks each shard
+        from usearch.index import ScalarKind
+
+        keys, dist, counts = compiled(queries, count=k, exact=False, threads=threads, dtype=ScalarKind.Unknown)[:3]
+        keys, dist = np.asarray(keys).reshape(q, -1), np.asarray(dist, np.float32).reshape(q, -1)
+        counts = np.asarray(counts).reshape(q)
+    else:
+        res = index.search(queries, k, threads=threads)
+        keys = np.asarray(res.keys).reshape(q, -1)
+        dist = np.asarray(res.distances, dtype=np.float32).reshape(q, -1)
+        if hasattr(res, "counts"):
+            counts = np.asarray(res.counts).reshape(q)
+        else:  # a single query comes back as ``Matches``, already trimmed to its count
+            counts = np.full(q, keys.shape[1])
     width = min(k, keys.shape[1])
     valid = np.arange(width)[None, :] < counts[:, None]
     return (np.where(valid, keys[:, :width].astype(np.int64), -1),
