@@ -204,6 +204,9 @@ class SlotTable:
         self.p = len(shards)
         self.convert = _KINDS[dtype][1]
         self.directories = [_Directory.of(keys[a:b]) for a, b in runs]
+        # the smallest and largest key: a segment's table holds one id range, so a get over several segments
+        # asks each table only for the ids inside its range
+        self.span = (min(int(keys[a]) for a, _ in runs), max(int(keys[b - 1]) for _, b in runs)) if runs else (0, -1)
 
     @classmethod
     def open(cls, path, shards: list, dtype: str) -> tuple["SlotTable | None", np.ndarray | None, str]:

@@ -383,7 +383,13 @@ class VectorIndex:
         for table in self._direct:
             if todo.size == 0:
                 return out
-            todo = todo[~table.read(ids[todo], out, todo)]
+            lo, hi = table.span
+            inside = (ids[todo] >= lo) & (ids[todo] <= hi)
+            if inside.all():
+                todo = todo[~table.read(ids[todo], out, todo)]
+            elif inside.any():
+                asked = todo[inside]
+                todo = np.concatenate([todo[~inside], asked[~table.read(ids[asked], out, asked)]])
         keys = ids.astype(np.uint64)
         for x in self._shards:
             if todo.size == 0:
