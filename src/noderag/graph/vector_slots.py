@@ -35,6 +35,36 @@ log = logging.getLogger("noderag.vectors")
 _I8_SCALE = np.float32(1.0 / 127.0)  # usearch multiplies by the float32 of 1/127 (not divides: the bits differ)
 
 
+def shard_path(path, j: int) -> Path:
+    """File of shard ``j`` of the index saved at ``path``: ``path`` itself for 0, ``stem.j.suffix`` after."""
+    path = Path(path)
+    return path if j == 0 else path.with_name(f"{path.stem}.{j}{path.suffix}")
+
+
+def _dtype_name(kind) -> str:
+    return str(getattr(kind, "name", kind)).lower()
+
+
+def _rows(index, keys: np.ndarray, ndim: int) -> np.ndarray:
+    """The float32 vectors of ``keys`` (all present) in one usearch index, shape (len(keys), ndim).
+
+    usearch's ``Index.get`` wraps each row of its compiled ``get_many`` in a Python-level cast; a query
+    fetches a few hundred rows, so the compiled call is used directly where the index has one (the rows
+    come back float32 for the F32 scalar kind), and the public ``get`` otherwise.
+    """
+    from usearch.index import ScalarKind
+
+    compiled = getattr(index, "_compiled", None)
+    if compiled is not None and hasattr(compiled, "get_many"):
+        try:
+            flat = np.concatenate(compiled.get_many(np.ascontiguousarray(keys, dtype=np.uint64), ScalarKind.F32))
+        except (TypeError, ValueError):  # a missing key answers None
+            flat = None
+        if flat is not None and flat.dtype == np.float32 and flat.size == keys.shape[0] * ndim:
+            return flat.reshape(-1, ndim)
+    return np.asarray(index.get(keys, dtype=np.float32), dtype=np.float32).reshape(-1, ndim)
+
+
 def _contains(shard, keys: np.ndarray) -> np.ndarray:
     """Which of ``keys`` (uint64) a usearch index holds (its compiled call: the wrapper copies the keys)."""
     compiled = getattr(shard, "_compiled", None)
@@ -139,8 +169,6 @@ def write_add_order(path, order: np.ndarray | None, shards: list, why_unknown: s
 
 
 def _shard_files(path: Path, p: int) -> list[Path]:
-    from .vectors import shard_path
-
     return [shard_path(path, j) for j in range(p)]
 
 
@@ -155,8 +183,6 @@ def _sample_mismatch(path: Path, order: np.ndarray, shards: list) -> str | None:
 
 def _matrix(file: Path, shard) -> np.ndarray:
     """The vector matrix at the start of a saved usearch file (a read-only mapping), checked against the shard."""
-    from .vectors import _dtype_name
-
     kind = _KINDS.get(_dtype_name(shard.dtype))
     if kind is None:
         raise ValueError(f"storage type {_dtype_name(shard.dtype)} is not read directly")
@@ -178,8 +204,6 @@ def _matrix(file: Path, shard) -> np.ndarray:
 
 def _compare_sample(order: np.ndarray, shards: list, rows: list[np.ndarray]) -> str | None:
     """Why the rows at a few positions (first, last, spread between) differ from usearch's ``get_many``."""
-    from .vectors import _dtype_name, _rows
-
     n, p = int(order.shape[0]), len(shards)
     if n == 0:
         return None

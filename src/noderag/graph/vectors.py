@@ -38,7 +38,7 @@ import numpy as np
 
 from .arrays import distinct, drop_resident
 from .csr import CSR, csr_from_coo
-from .vector_slots import SlotTable, log, write_add_order
+from .vector_slots import SlotTable, _dtype_name, _rows, log, shard_path, write_add_order
 
 __all__ = ["VectorIndex", "knn_search", "knn_csr"]
 
@@ -582,32 +582,6 @@ class _TurnGate:
             self._cond.notify_all()
 
 
-def shard_path(path, j: int) -> Path:
-    """File of shard ``j`` of the index saved at ``path``: ``path`` itself for 0, ``stem.j.suffix`` after."""
-    path = Path(path)
-    return path if j == 0 else path.with_name(f"{path.stem}.{j}{path.suffix}")
-
-
-def _rows(index, keys: np.ndarray, ndim: int) -> np.ndarray:
-    """The float32 vectors of ``keys`` (all present) in one usearch index, shape (len(keys), ndim).
-
-    usearch's ``Index.get`` wraps each row of its compiled ``get_many`` in a Python-level cast; a query
-    fetches a few hundred rows, so the compiled call is used directly where the index has one (the rows
-    come back float32 for the F32 scalar kind), and the public ``get`` otherwise.
-    """
-    from usearch.index import ScalarKind
-
-    compiled = getattr(index, "_compiled", None)
-    if compiled is not None and hasattr(compiled, "get_many"):
-        try:
-            flat = np.concatenate(compiled.get_many(np.ascontiguousarray(keys, dtype=np.uint64), ScalarKind.F32))
-        except (TypeError, ValueError):  # a missing key answers None
-            flat = None
-        if flat is not None and flat.dtype == np.float32 and flat.size == keys.shape[0] * ndim:
-            return flat.reshape(-1, ndim)
-    return np.asarray(index.get(keys, dtype=np.float32), dtype=np.float32).reshape(-1, ndim)
-
-
 def _search_threads(shards: int) -> int:
     """Threads that search one query's shards together: the cores, at most one per shard."""
     return max(1, min(int(shards), os.cpu_count() or 1))
@@ -700,10 +674,6 @@ def _load_one(target: Path, view: bool):
 def _metric_name(kind) -> str:
     name = str(getattr(kind, "name", kind)).lower()
     return {"cos": "cos", "ip": "ip", "l2sq": "l2sq"}.get(name, name)
-
-
-def _dtype_name(kind) -> str:
-    return str(getattr(kind, "name", kind)).lower()
 
 
 def _normalise_rows(vectors: np.ndarray) -> np.ndarray:
