@@ -89,13 +89,14 @@ def files_stage(final: Path, graph, link: EdgeList, write_linked: Callable) -> N
 
 
 def finalize_stage(final: Path, table: NodeTable, edges: tuple[np.ndarray, np.ndarray, np.ndarray], semantic,
-                   link: EdgeList, vbuild, saved: bool, bars) -> tuple[Any, dict]:
+                   link: EdgeList, vbuild, saved: bool, bars, early=None) -> tuple[Any, dict]:
     """Write the query tables, the graph and the name links into ``final`` and finish the vector index.
 
     Returns (the graph, the stage report's timings). The vector index is finished first (its shards had the
     spare core since the embed stage; what is left gets every core now), so the worker process and its
     shards are gone before the query tables' peak, the build's largest; then the query tables, whose copy
-    of the texts overlaps neither the vector stage nor the graph.
+    of the texts overlaps neither the vector stage nor the graph. ``early``: the query tables of the nodes
+    before the communities stage, made beside it (:class:`~noderag.indexing.query_early.EarlyTables`), or None.
     """
     import time
 
@@ -112,8 +113,10 @@ def finalize_stage(final: Path, table: NodeTable, edges: tuple[np.ndarray, np.nd
         parts["vector_cpu_s"] = vbuild.cpu_s  # the HNSW worker's CPU over the whole build
     t1 = time.perf_counter()
     with bars.spinner("query tables"):
-        write_query_index(final)
+        write_query_index(final, early=early)
     t2 = time.perf_counter()
+    if early is not None:  # the child's CPU over the communities and later stages; how long this process waited
+        parts.update(query_early_cpu_s=early.cpu_s, query_early_wait_s=early.wait_s)
     with bars.spinner("finalize"):
         graph = HeteroGraph.from_coo(table.types_array(), table.keys_array(), *edges)
         graph.set_layer("semantic", semantic)

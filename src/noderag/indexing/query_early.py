@@ -1,0 +1,142 @@
+"""The query tables of the nodes that exist before the communities stage, made beside it in a forked child.
+
+Most of the query tables (:mod:`noderag.search.query_index`) need only the passages and the nodes decomposed
+from them: the BM25 postings (active T nodes and their documents' titles) and the context-line token counts of
+every node before the communities stage. Leiden runs in igraph's C code on one thread without releasing the
+GIL, so a thread could not use the time; a child forked just before the stage reads the node table's texts
+(shared copy-on-write, a batch at a time) and writes those tables into a stage folder while the stage runs.
+The finalize stage then makes only what needs the H/O nodes and the written tables, and moves the child's
+files into ``query/`` (:func:`~noderag.search.query_index.write_query_index`, ``early=``): the same bytes as
+making them all there. A child that fails makes the build fail with its error.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import shutil
+import signal
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import BuildError
+from ..graph.types import T
+
+__all__ = ["EarlyTables", "fork_is_safe"]
+
+#: The child's error (its traceback's last line), read by :meth:`EarlyTables.wait`.
+ERROR_FILE = "error.txt"
+
+
+def fork_is_safe() -> bool:
+    """Whether this process may fork a child that runs Python: no other Python thread (a lock one holds would
+    stay held in the child forever) and no Ray (its native threads would be copied)."""
+    return hasattr(os, "fork") and threading.active_count() == 1 and "ray" not in sys.modules
+
+
+class EarlyTables:
+    """A forked child writing the early query tables of the first ``nodes`` nodes into ``folder``.
+
+    :meth:`wait` reaps it and returns the folder (a :class:`~noderag.errors.BuildError` naming its error when
+    it failed); :meth:`cancel` kills it (a failed build). ``cpu_s`` and ``wait_s``: the child's CPU seconds
+    and how long the build waited for it, once reaped.
+    """
+
+    def __init__(self, pid: int, folder: Path, nodes: int) -> None:
+        self.pid, self.folder, self.nodes = pid, folder, nodes
+        self.cpu_s: float | None = None
+        self.wait_s: float | None = None
+        self._code: int | None = None
+
+    @classmethod
+    def start(cls, table, docs_rows, folder: str | os.PathLike) -> "EarlyTables | None":
+        """Fork the child for ``table``'s nodes as they are now (None where forking is not safe: the finalize
+        stage then makes every table itself). ``docs_rows``: the documents (their titles)."""
+        from ..store.tables import documents_table
+
+        if not fork_is_safe():
+            return None
+        folder = Path(folder)
+        if folder.exists():
+            shutil.rmtree(folder)
+        folder.mkdir(parents=True)
+        n = len(table)
+        types, active = table.types_array(), table.active_array()
+        t_ids = np.flatnonzero((types[:n] == T) & active[:n])
+        t_doc = table.doc_ids.numpy()[t_ids]
+        documents = documents_table(docs_rows)
+        gc.freeze()  # no collection in the parent writes to the pages both share while the child lives
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child (its coverage is not collected); leaves by os._exit only
+            _child(folder, n, table.texts.take, t_ids, t_doc, documents)
+        return cls(pid, folder, n)
+
+    def wait(self) -> Path:
+        """The folder of the finished tables, once the child has left (raises ``BuildError`` when it failed)."""
+        if self._code is None:
+            t0 = time.perf_counter()
+            try:
+                _, status, usage = os.wait4(self.pid, 0)
+            finally:
+                gc.unfreeze()
+            self.wait_s = round(time.perf_counter() - t0, 2)
+            self.cpu_s = round(usage.ru_utime + usage.ru_stime, 2)
+            self._code = os.waitstatus_to_exitcode(status)
+        if self._code != 0:
+            raise BuildError(f"query tables: the process making the passages' BM25 postings and line token counts "
+                             f"beside the communities stage ended with status {self._code}: {self._error()}")
+        return self.folder
+
+    def cancel(self) -> None:
+        """Stop the child (the build failed or is interrupted) and reap it."""
+        if self._code is not None:
+            return
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        try:
+            self._code = os.waitstatus_to_exitcode(os.waitpid(self.pid, 0)[1])
+        except ChildProcessError:
+            self._code = -signal.SIGKILL
+        gc.unfreeze()
+
+    def _error(self) -> str:
+        try:
+            text = (self.folder / ERROR_FILE).read_text("utf-8").strip()
+        except OSError:
+            return "no error recorded (killed?)"
+        return text.splitlines()[-1] if text else "no error recorded"
+
+
+def _child(folder: Path, n: int, texts_of, t_ids: np.ndarray, t_doc: np.ndarray, documents) -> None:
+    """The child's body: write the early tables, then leave without the parent's exit handlers (status 0 when
+    written; 1 with the error in ``ERROR_FILE``)."""
+    code = 1
+    try:
+        _die_with_parent()
+        from ..search.query_index import write_early_tables
+
+        write_early_tables(folder, n, texts_of, t_ids, t_doc, documents)
+        code = 0
+    except BaseException:
+        try:
+            (folder / ERROR_FILE).write_text(traceback.format_exc(), "utf-8")
+        except BaseException:
+            pass
+    finally:
+        os._exit(code)
+
+
+def _die_with_parent() -> None:
+    """Linux: the child is killed when the build process dies (a killed build leaves no child writing on)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
