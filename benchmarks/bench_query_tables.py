@@ -1,0 +1,239 @@
+"""The query tables (``query/``) of a finished index: what each part costs, and what the build waits for when the
+tables of the nodes before the communities stage are made beside it (issue 47).
+
+Two measurements, old and new side by side, medians over repeats:
+
+* ``--index GEN``: on hard-linked copies of one generation folder, interleaved:
+  - old: :func:`write_query_index` as the build called it (every table at finalize; the context-line counts
+    half in a forked child); wall and CPU (its own and its children's);
+  - new: the early tables (:func:`write_early_tables`, the BM25 postings and line counts of every node the
+    communities stage does not add: the child's work while Leiden runs, here from the written node texts),
+    then :func:`write_query_index` with them (what finalize still does: wall and CPU);
+  - parts: each part of the old path alone, one after another (CPU seconds), so that per-part slopes
+    between sizes say how each grows;
+  every new ``query/`` folder is compared byte for byte with the old one.
+* ``--corpus JSONL``: whole builds (``noderag build``, each in a fresh process) with the early child and without
+  it (the build as on main: its fork switched off), interleaved; the manifests' stage figures.
+
+    python benchmarks/bench_query_tables.py --index IDX/generations/1 --work /tmp/qt --repeats 3
+    python benchmarks/bench_query_tables.py --corpus c10k.jsonl --embed hash:64 --work /tmp/qt --repeats 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+EARLY_NODE_TYPES = (0, 1, 2, 3, 4)  # T S N R A: every type the communities stage does not add (H = 5, O = 6)
+
+
+def _cpu() -> tuple[float, float]:
+    """(this process's CPU seconds, its reaped children's)."""
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime, kids.ru_utime + kids.ru_stime
+
+
+def _copy(gen: Path, dst: Path) -> Path:
+    """A hard-linked copy of the generation folder without its ``query/``."""
+    if dst.exists():
+        shutil.rmtree(dst)
+    shutil.copytree(gen, dst, copy_function=os.link, ignore=lambda d, names: ["query"] if Path(d) == gen else [])
+    return dst
+
+
+class _Ready:
+    """An early-tables handle whose tables are written already (what the build's child hands over)."""
+
+    def __init__(self, folder: Path, nodes: int) -> None:
+        self.folder, self.nodes = folder, nodes
+
+    def wait(self) -> Path:
+        return self.folder
+
+
+def _head_nodes(folder: Path) -> int:
+    """Nodes before the first H/O node (the build appends those in the communities stage)."""
+    types = np.load(folder / "node_types.npy")
+    late = np.flatnonzero(~np.isin(types, EARLY_NODE_TYPES))
+    return int(late[0]) if late.size else int(types.shape[0])
+
+
+def _early(folder: Path, out: Path) -> int:
+    """The early tables of ``folder``'s first nodes into ``out`` (the build's child reads the node table's
+    texts; here the written ones). Returns the node count."""
+    import pyarrow.parquet as pq
+
+    from noderag.search.query_index import write_early_tables
+    from noderag.store.node_texts import node_texts
+    from noderag.store.tables import read_nodes_file
+
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    n_head = _head_nodes(folder)
+    nodes = read_nodes_file(folder / "nodes.parquet", columns=("type", "doc_id", "active"))
+    types = nodes.column("type").to_numpy()
+    active = nodes.column("active").to_numpy(zero_copy_only=False)
+    doc = nodes.column("doc_id").to_numpy().astype(np.int64)
+    t_ids = np.flatnonzero((types[:n_head] == 0) & active[:n_head])
+    pages = node_texts(folder / "nodes.parquet", int(types.shape[0]))
+    off = np.asarray(pages.offsets)
+
+    def texts_of(ids):
+        ids = np.asarray(ids, dtype=np.int64)
+        return pages.pages.strings(off[ids].tolist(), off[ids + 1].tolist())
+
+    write_early_tables(out, n_head, texts_of, t_ids, doc[t_ids], pq.read_table(folder / "documents.parquet"))
+    return n_head
+
+
+def _same(a: Path, b: Path) -> list[str]:
+    """Files of ``a/query`` and ``b/query`` that differ (or are in one only)."""
+    fa = {p.name: p for p in (a / "query").iterdir()}
+    fb = {p.name: p for p in (b / "query").iterdir()}
+    return sorted(set(fa) ^ set(fb)) + sorted(k for k in set(fa) & set(fb) if fa[k].read_bytes() != fb[k].read_bytes())
+
+
+def _timed(fn) -> dict:
+    w0, (c0, k0) = time.perf_counter(), _cpu()
+    fn()
+    (c1, k1) = _cpu()
+    return {"wall_s": time.perf_counter() - w0, "cpu_s": c1 - c0, "child_cpu_s": k1 - k0}
+
+
+def _parts(folder: Path) -> dict[str, float]:
+    """CPU seconds of each part of the old path, one after another (the line counts in this process)."""
+    import pyarrow.parquet as pq
+
+    from noderag.search import query_index as qi
+    from noderag.store.node_texts import node_texts
+    from noderag.store.tables import read_nodes_file
+
+    out = folder / "query"
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir()
+    t: dict[str, float] = {}
+    clock = time.process_time  # the Arrow reads run on its threads
+
+    def save(key, arr):
+        from noderag.graph.storage import atomic_save_npy
+        atomic_save_npy(out / f"{key}.npy", arr)
+
+    c = clock()
+    nodes = read_nodes_file(folder / "nodes.parquet", columns=("type", "doc_id", "chunk_id", "active", "source_id"))
+    documents = pq.read_table(folder / "documents.parquet")
+    types = np.asarray(nodes.column("type").to_numpy(zero_copy_only=False), dtype=np.uint8)
+    doc = np.asarray(nodes.column("doc_id").to_numpy(zero_copy_only=False), dtype=np.int64)
+    active = np.asarray(nodes.column("active").to_numpy(zero_copy_only=False), dtype=bool)
+    save("chunk", np.asarray(nodes.column("chunk_id").to_numpy(zero_copy_only=False), dtype=np.int64))
+    save("doc", doc)
+    save("active", active)
+    t["read + per-node columns"], c = clock() - c, clock()
+    pages = node_texts(folder / "nodes.parquet", nodes.num_rows)
+    off, text = np.asarray(pages.offsets), pages.pages.to_array()
+    t["texts blob"], c = clock() - c, clock()
+    qi._save_lexical(save, types, active, doc, off, text, documents)
+    t["lexical postings"], c = clock() - c, clock()
+    qi.line_token_counts(off, text, 0, workers=1)
+    t["line token counts"], c = clock() - c, clock()
+    del off, text
+    qi._save_labels(save, nodes, types, doc, documents, 0)
+    t["labels"], c = clock() - c, clock()
+    qi._save_titles(save, documents, types, doc, active)
+    t["title table"], c = clock() - c, clock()
+    qi._save_names(save, folder / "nodes.parquet", types, active, 0)
+    t["name index"] = clock() - c
+    return {k: round(v, 3) for k, v in t.items()}
+
+
+def bench_index(gen: Path, work: Path, repeats: int) -> dict:
+    from noderag.search.query_index import write_query_index
+
+    old_dir, new_dir, early_dir = _copy(gen, work / "old"), _copy(gen, work / "new"), work / "early"
+    rows: dict[str, list[dict]] = {"old": [], "early": [], "new_finalize": [], "parts": []}
+    differ: list[str] = []
+    for r in range(repeats):
+        rows["old"].append(_timed(lambda: write_query_index(old_dir)))
+        holder = {}
+        rows["early"].append(_timed(lambda: holder.update(n=_early(new_dir, early_dir))))
+        ready = _Ready(early_dir, holder["n"])
+        rows["new_finalize"].append(_timed(lambda: write_query_index(new_dir, early=ready)))
+        differ += _same(old_dir, new_dir)
+        rows["parts"].append(_parts(_copy(gen, work / "parts")))
+        print(f"repeat {r}: old {rows['old'][-1]}, early {rows['early'][-1]}, finalize {rows['new_finalize'][-1]}",
+              flush=True)
+    med = {k: {f: round(statistics.median(x[f] for x in v), 3) for f in v[0]} for k, v in rows.items()}
+    n = int(np.load(gen / "node_types.npy", mmap_mode="r").shape[0])
+    return {"generation": str(gen), "nodes": n, "early_nodes": holder["n"], "repeats": repeats,
+            "identical": not differ, "differ": sorted(set(differ)), "median": med, "runs": rows}
+
+
+_NO_EARLY = ("import sys; import noderag.indexing.query_early as q; q.fork_is_safe = lambda: False; "
+             "from noderag.cli import main; sys.exit(main())")
+
+
+def _build(corpus: Path, index: Path, embed: str, early: bool) -> dict:
+    if index.exists():
+        shutil.rmtree(index)
+    cmd = ["build", "--index", str(index), str(corpus), "--embed", embed, "--no-progress", "--seed", "0"]
+    prog = [sys.executable, "-m", "noderag.cli"] if early else [sys.executable, "-c", _NO_EARLY]
+    w0 = time.perf_counter()
+    proc = subprocess.Popen(prog + cmd, stdout=subprocess.DEVNULL)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - w0
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"build failed ({'early' if early else 'main'}): status {status}")
+    gen = index / "generations" / (index / "CURRENT").read_text().strip()
+    st = json.loads((gen / "manifest.json").read_text())["stages"]
+    fin, comm = st["finalize"], st["communities"]
+    return {"wall_s": round(wall, 2), "cpu_s": round(usage.ru_utime + usage.ru_stime, 2),
+            "communities_s": comm["time_s"], "leiden_s": comm.get("leiden_s"), "finalize_s": fin["time_s"],
+            "query_index_s": fin["query_index_s"], "query_early_cpu_s": fin.get("query_early_cpu_s"),
+            "query_early_wait_s": fin.get("query_early_wait_s"), "peak_rss_mb": max(s["peak_rss_mb"] for s in st.values())}
+
+
+def bench_builds(corpus: Path, work: Path, embed: str, repeats: int) -> dict:
+    rows: dict[str, list[dict]] = {"main": [], "early": []}
+    for r in range(repeats):
+        for name in (("early", "main") if r % 2 else ("main", "early")):
+            rows[name].append(_build(corpus, work / f"build_{name}", embed, name == "early"))
+            print(f"repeat {r} {name}: {rows[name][-1]}", flush=True)
+    med = {k: {f: (round(statistics.median(x[f] for x in v), 2) if v[0][f] is not None else None) for f in v[0]}
+           for k, v in rows.items()}
+    return {"corpus": str(corpus), "embed": embed, "repeats": repeats, "median": med, "runs": rows}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--index", type=Path, help="a generation folder (INDEX/generations/N)")
+    ap.add_argument("--corpus", type=Path, help="a JSONL corpus: whole builds with and without the early child")
+    ap.add_argument("--embed", default="hash:64")
+    ap.add_argument("--work", type=Path, required=True)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--out", type=Path, help="append the result (JSON) to this file's list")
+    a = ap.parse_args()
+    a.work.mkdir(parents=True, exist_ok=True)
+    res = bench_index(a.index, a.work, a.repeats) if a.index else bench_builds(a.corpus, a.work, a.embed, a.repeats)
+    res.update(machine={"cpus": os.cpu_count(), "python": platform.python_version(), "load_avg": os.getloadavg()},
+               command=" ".join(sys.argv))
+    print(json.dumps({k: v for k, v in res.items() if k != "runs"}, indent=1))
+    if a.out:
+        old = json.loads(a.out.read_text()) if a.out.exists() else []
+        a.out.write_text(json.dumps(old + [res], indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
