@@ -22,6 +22,7 @@ Two measurements, old and new side by side, medians over repeats:
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import platform
@@ -173,6 +174,7 @@ def bench_index(gen: Path, work: Path, repeats: int) -> dict:
         rows["new_finalize"].append(_timed(lambda: write_query_index(new_dir, early=ready)))
         differ += _same(old_dir, new_dir)
         rows["parts"].append(_parts(_copy(gen, work / "parts")))
+        gc.collect()  # the repeat's mapped pages (each holds a descriptor)
         print(f"repeat {r}: old {rows['old'][-1]}, early {rows['early'][-1]}, finalize {rows['new_finalize'][-1]}",
               flush=True)
     med = {k: {f: round(statistics.median(x[f] for x in v), 3) for f in v[0]} for k, v in rows.items()}
@@ -226,6 +228,8 @@ def main() -> None:
     ap.add_argument("--out", type=Path, help="append the result (JSON) to this file's list")
     a = ap.parse_args()
     a.work.mkdir(parents=True, exist_ok=True)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)  # every mapped text page holds a descriptor
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     res = bench_index(a.index, a.work, a.repeats) if a.index else bench_builds(a.corpus, a.work, a.embed, a.repeats)
     res.update(machine={"cpus": os.cpu_count(), "python": platform.python_version(), "load_avg": os.getloadavg()},
                command=" ".join(sys.argv))
