@@ -116,7 +116,8 @@ def finalize_stage(final: Path, table: NodeTable, edges: tuple[np.ndarray, np.nd
         write_query_index(final, early=early)
     t2 = time.perf_counter()
     if early is not None:  # the child's CPU over the communities and later stages; how long this process waited
-        parts.update(query_early_cpu_s=early.cpu_s, query_early_wait_s=early.wait_s)
+        parts.update(query_early_cpu_s=early.cpu_s, query_early_wait_s=early.wait_s,
+                     query_early_maxrss_mb=early.maxrss_mb)
     with bars.spinner("finalize"):
         graph = HeteroGraph.from_coo(table.types_array(), table.keys_array(), *edges)
         graph.set_layer("semantic", semantic)

@@ -43,14 +43,15 @@ class EarlyTables:
     """A forked child writing the early query tables of the first ``nodes`` nodes into ``folder``.
 
     :meth:`wait` reaps it and returns the folder (a :class:`~noderag.errors.BuildError` naming its error when
-    it failed); :meth:`cancel` kills it (a failed build). ``cpu_s`` and ``wait_s``: the child's CPU seconds
-    and how long the build waited for it, once reaped.
+    it failed); :meth:`cancel` kills it (a failed build). ``cpu_s``, ``maxrss_mb`` and ``wait_s``: the child's
+    CPU seconds and peak resident memory, and how long the build waited for it, once reaped.
     """
 
     def __init__(self, pid: int, folder: Path, nodes: int) -> None:
         self.pid, self.folder, self.nodes = pid, folder, nodes
         self.cpu_s: float | None = None
         self.wait_s: float | None = None
+        self.maxrss_mb: float | None = None
         self._code: int | None = None
 
     @classmethod
@@ -86,6 +87,7 @@ class EarlyTables:
                 gc.unfreeze()
             self.wait_s = round(time.perf_counter() - t0, 2)
             self.cpu_s = round(usage.ru_utime + usage.ru_stime, 2)
+            self.maxrss_mb = round(usage.ru_maxrss / 1024, 1)  # its pages shared with the build included
             self._code = os.waitstatus_to_exitcode(status)
         if self._code != 0:
             raise BuildError(f"query tables: the process making the passages' BM25 postings and line token counts "
