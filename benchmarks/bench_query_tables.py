@@ -183,15 +183,30 @@ def bench_index(gen: Path, work: Path, repeats: int) -> dict:
             "identical": not differ, "differ": sorted(set(differ)), "median": med, "runs": rows}
 
 
-_NO_EARLY = ("import sys; import noderag.indexing.query_early as q; q.fork_is_safe = lambda: False; "
-             "from noderag.cli import main; sys.exit(main())")
+#: Runs the CLI (argv: source tree or "", "early" or "main", then the CLI's arguments); "main" switches the fork
+#: of the early child off (every query table at finalize, as on main); a source tree runs its code, not the
+#: installed one (a snapshot: the build imports some modules late).
+_RUNNER = """import sys
+src, mode = sys.argv[1], sys.argv[2]
+del sys.argv[1:3]
+if src:
+    sys.meta_path[:] = [f for f in sys.meta_path if 'ScikitBuild' not in type(f).__name__]
+    sys.path.insert(0, src)
+import noderag.indexing.query_early as q
+if src:
+    assert q.__file__.startswith(src), q.__file__
+if mode == 'main':
+    q.fork_is_safe = lambda: False
+from noderag.cli import main
+sys.exit(main())
+"""
 
 
-def _build(corpus: Path, index: Path, embed: str, early: bool) -> dict:
+def _build(corpus: Path, index: Path, embed: str, early: bool, src: Path | None) -> dict:
     if index.exists():
         shutil.rmtree(index)
     cmd = ["build", "--index", str(index), str(corpus), "--embed", embed, "--no-progress", "--seed", "0"]
-    prog = [sys.executable, "-m", "noderag.cli"] if early else [sys.executable, "-c", _NO_EARLY]
+    prog = [sys.executable, "-c", _RUNNER, str(src or ""), "early" if early else "main"]
     w0 = time.perf_counter()
     proc = subprocess.Popen(prog + cmd, stdout=subprocess.DEVNULL)
     _, status, usage = os.wait4(proc.pid, 0)
@@ -208,15 +223,16 @@ def _build(corpus: Path, index: Path, embed: str, early: bool) -> dict:
             "peak_rss_mb": max(s["peak_rss_mb"] for s in st.values())}
 
 
-def bench_builds(corpus: Path, work: Path, embed: str, repeats: int) -> dict:
+def bench_builds(corpus: Path, work: Path, embed: str, repeats: int, src: Path | None = None) -> dict:
     rows: dict[str, list[dict]] = {"main": [], "early": []}
     for r in range(repeats):
         for name in (("early", "main") if r % 2 else ("main", "early")):
-            rows[name].append(_build(corpus, work / f"build_{name}", embed, name == "early"))
+            rows[name].append(_build(corpus, work / f"build_{name}", embed, name == "early", src))
             print(f"repeat {r} {name}: {rows[name][-1]}", flush=True)
     med = {k: {f: (round(statistics.median(x[f] for x in v), 2) if v[0][f] is not None else None) for f in v[0]}
            for k, v in rows.items()}
-    return {"corpus": str(corpus), "embed": embed, "repeats": repeats, "median": med, "runs": rows}
+    return {"corpus": str(corpus), "embed": embed, "repeats": repeats, "source": str(src or "installed"),
+            "median": med, "runs": rows}
 
 
 def main() -> None:
@@ -227,11 +243,13 @@ def main() -> None:
     ap.add_argument("--work", type=Path, required=True)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--out", type=Path, help="append the result (JSON) to this file's list")
+    ap.add_argument("--src", type=Path, help="with --corpus: run the builds from this source tree (a snapshot)")
     a = ap.parse_args()
     a.work.mkdir(parents=True, exist_ok=True)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)  # every mapped text page holds a descriptor
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    res = bench_index(a.index, a.work, a.repeats) if a.index else bench_builds(a.corpus, a.work, a.embed, a.repeats)
+    res = (bench_index(a.index, a.work, a.repeats) if a.index
+           else bench_builds(a.corpus, a.work, a.embed, a.repeats, a.src))
     res.update(machine={"cpus": os.cpu_count(), "python": platform.python_version(), "load_avg": os.getloadavg()},
                command=" ".join(sys.argv))
     print(json.dumps({k: v for k, v in res.items() if k != "runs"}, indent=1))
