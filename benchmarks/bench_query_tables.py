@@ -114,6 +114,21 @@ def _timed(fn) -> dict:
     return {"wall_s": time.perf_counter() - w0, "cpu_s": c1 - c0, "child_cpu_s": k1 - k0}
 
 
+def _line_counts_python(off: np.ndarray, text: np.ndarray, batch: int = 32768) -> np.ndarray:
+    """The context-line counts as main makes them (one process): :func:`split_spans` and
+    :meth:`LineCounter.count_flat` per batch, the words split and looked up in Python."""
+    from noderag.tokenize import LineCounter, split_spans
+
+    counter, n = LineCounter(), off.shape[0] - 1
+    out = np.zeros(n, dtype=np.int32)
+    for a in range(0, n, batch):
+        b = min(n, a + batch)
+        words, lengths = split_spans(text, off[a:b + 1])
+        tags = counter.tok.bracket_number_tokens(np.arange(a, b, dtype=np.int64))
+        out[a:b] = counter.count_flat(words, lengths) + np.where(lengths > 0, tags, 0)
+    return out
+
+
 def _parts(folder: Path) -> dict[str, float]:
     """CPU seconds of each part of the old path, one after another (the line counts in this process)."""
     import pyarrow.parquet as pq
@@ -148,8 +163,12 @@ def _parts(folder: Path) -> dict[str, float]:
     t["texts blob"], c = clock() - c, clock()
     qi._save_lexical(save, types, active, doc, off, text, documents)
     t["lexical postings"], c = clock() - c, clock()
-    qi.line_token_counts(off, text, 0, workers=1)
+    new = qi.line_token_counts(off, text, 0, workers=1)
     t["line token counts"], c = clock() - c, clock()
+    old = _line_counts_python(off, text)
+    t["line token counts (main: split_spans + count_flat)"], c = clock() - c, clock()
+    if not np.array_equal(new, old):
+        raise SystemExit(f"{folder}: the compiled line counts differ from the Python path's")
     del off, text
     qi._save_labels(save, nodes, types, doc, documents, 0)
     t["labels"], c = clock() - c, clock()

@@ -89,7 +89,7 @@ def line_token_counts(text_off: np.ndarray, text: np.ndarray, first_node: int = 
     ``workers`` > 1 (default: up to 2 CPUs where forking is safe, :func:`_fork_is_safe`) and over 4 batches,
     a forked child counts the second half of the bytes. ``counter``: a :class:`~noderag.tokenize.LineCounter` to
     count with (its cached words carried from call to call; then no child)."""
-    from ..tokenize import LineCounter, split_spans
+    from ..tokenize import LineCounter
 
     n = int(text_off.shape[0]) - 1
     out = np.zeros(n, dtype=np.int32)
@@ -99,9 +99,9 @@ def line_token_counts(text_off: np.ndarray, text: np.ndarray, first_node: int = 
         counter = given or LineCounter()
         for a in range(lo, hi, batch):
             b = min(hi, a + batch)
-            words, lengths = split_spans(text, text_off[a:b + 1])
+            counts, lengths = counter.count_spans(text, text_off[a:b + 1])
             tags = counter.tok.bracket_number_tokens(np.arange(a, b, dtype=np.int64) + first_node)
-            into[a - lo:b - lo] = counter.count_flat(words, lengths) + np.where(lengths > 0, tags, 0)
+            into[a - lo:b - lo] = counts + np.where(lengths > 0, tags, 0)
     if workers is None:
         workers = min(2, os.cpu_count() or 1) if _fork_is_safe() else 1
     if given is not None or int(workers) < 2 or n <= 4 * batch or not hasattr(os, "fork"):
