@@ -7,6 +7,7 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -83,7 +84,11 @@ int64_t each_word(const uint8_t* blob, int64_t lo, int64_t hi, F&& word) {
 
 class LineWords {
 public:
-    explicit LineWords(int64_t max_cached) : max_cached_(max_cached) {}
+    explicit LineWords(int64_t max_cached) : max_cached_(max_cached) {
+        const size_t room = static_cast<size_t>(std::min<int64_t>(std::max<int64_t>(max_cached, 0), int64_t{1} << 22));
+        word_.reserve(room);  // no rehash while the cache fills
+        brk_.reserve(room / 2);
+    }
 
     // (distinct words without a cached count, distinct last words without a cached break), as bytes, in
     // order of first sight; empties both caches first when they hold more than max_cached words.
@@ -149,6 +154,17 @@ public:
         return py::make_tuple(out, lengths);
     }
 
+    // The cached counts of some words (bytes; each must be cached), as a list of ints.
+    py::list spaced(const py::list& words) const {
+        py::list out(words.size());
+        for (size_t i = 0; i < words.size(); ++i) {
+            auto it = word_.find(words[i].cast<std::string_view>());
+            if (it == word_.end()) throw std::invalid_argument("LineWords.spaced: a word without a cached count");
+            out[i] = it->second;
+        }
+        return out;
+    }
+
     int64_t size() const { return static_cast<int64_t>(word_.size()); }
 
 private:
@@ -193,5 +209,6 @@ void register_line_words(py::module_& m) {
         .def("missing", &LineWords::missing, py::arg("blob").noconvert(), py::arg("offsets").noconvert())
         .def("add", &LineWords::add, py::arg("words"), py::arg("counts"), py::arg("last"), py::arg("breaks"))
         .def("count", &LineWords::count, py::arg("blob").noconvert(), py::arg("offsets").noconvert())
+        .def("spaced", &LineWords::spaced, py::arg("words"))
         .def("__len__", &LineWords::size);
 }

@@ -281,13 +281,13 @@ class LineCounter:
         blob = np.ascontiguousarray(blob, dtype=np.uint8)
         offsets = np.ascontiguousarray(offsets, dtype=np.int64)
         words, last = native.missing(blob, offsets)
-        if words or last:
-            new = [str(w, "utf-8", "surrogatepass") for w in words]
-            counts = self.tok.count_tokens_spaced(new).tolist()
-            ends = [str(w, "utf-8", "surrogatepass") for w in last]
-            alone = self.tok.count_tokens_spaced(ends).tolist()
-            with_break = self.tok.count_tokens_lines([f" {w}\n" for w in ends]).tolist()
-            native.add(words, counts, last, [c - a for a, c in zip(alone, with_break)])
+        if words:
+            native.add(words, self.tok.count_tokens_spaced([str(w, "utf-8", "surrogatepass") for w in words]).tolist(),
+                       [], [])
+        if last:  # every last word is cached by now: its break is what " w\n" has more than " w"
+            ends = [f" {str(w, 'utf-8', 'surrogatepass')}\n" for w in last]
+            with_break = self.tok.count_tokens_lines(ends).tolist()
+            native.add([], [], last, [c - a for a, c in zip(native.spaced(last), with_break)])
         return native.count(blob, offsets)
 
     def count(self, word_lists: Sequence[Sequence[str]]) -> np.ndarray:
