@@ -211,11 +211,15 @@ del sys.argv[1:3]
 if src:
     sys.meta_path[:] = [f for f in sys.meta_path if 'ScikitBuild' not in type(f).__name__]
     sys.path.insert(0, src)
-import noderag.indexing.query_early as q
+import noderag
 if src:
-    assert q.__file__.startswith(src), q.__file__
+    assert noderag.__file__.startswith(src), noderag.__file__
 if mode == 'main':
-    q.fork_is_safe = lambda: False
+    try:
+        import noderag.indexing.query_early as q
+        q.fork_is_safe = lambda: False
+    except ImportError:  # a tree from before the early child
+        pass
 from noderag.cli import main
 sys.exit(main())
 """
@@ -242,19 +246,24 @@ def _build(corpus: Path, index: Path, embed: str, early: bool, src: Path | None)
             "peak_rss_mb": max(s["peak_rss_mb"] for s in st.values())}
 
 
-def bench_builds(corpus: Path, work: Path, embed: str, repeats: int, src: Path | None = None) -> dict:
+def bench_builds(corpus: Path, work: Path, embed: str, repeats: int, src: Path | None = None,
+                 main_src: Path | None = None) -> dict:
     rows: dict[str, list[dict]] = {"main": [], "early": []}
     warm = work / "warm.jsonl"  # an untimed build of 200 passages first: no timed build pays one-time compiles
     with open(corpus, encoding="utf-8") as fh:
         warm.write_text("".join(line for _, line in zip(range(200), fh)), encoding="utf-8")
     _build(warm, work / "build_warm", embed, True, src)
+    if main_src is not None:
+        _build(warm, work / "build_warm", embed, False, main_src)
     for r in range(repeats):
         for name in (("early", "main") if r % 2 else ("main", "early")):
-            rows[name].append(_build(corpus, work / f"build_{name}", embed, name == "early", src))
+            rows[name].append(_build(corpus, work / f"build_{name}", embed, name == "early",
+                                     src if name == "early" or main_src is None else main_src))
             print(f"repeat {r} {name}: {rows[name][-1]}", flush=True)
     med = {k: {f: (round(statistics.median(x[f] for x in v), 2) if v[0][f] is not None else None) for f in v[0]}
            for k, v in rows.items()}
     return {"corpus": str(corpus), "embed": embed, "repeats": repeats, "source": str(src or "installed"),
+            "main_source": str(main_src or src or "installed"),
             "median": med, "runs": rows}
 
 
@@ -267,12 +276,13 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--out", type=Path, help="append the result (JSON) to this file's list")
     ap.add_argument("--src", type=Path, help="with --corpus: run the builds from this source tree (a snapshot)")
+    ap.add_argument("--main-src", type=Path, help="with --corpus: run the main side's builds from this tree")
     a = ap.parse_args()
     a.work.mkdir(parents=True, exist_ok=True)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)  # every mapped text page holds a descriptor
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     res = (bench_index(a.index, a.work, a.repeats) if a.index
-           else bench_builds(a.corpus, a.work, a.embed, a.repeats, a.src))
+           else bench_builds(a.corpus, a.work, a.embed, a.repeats, a.src, a.main_src))
     res.update(machine={"cpus": os.cpu_count(), "python": platform.python_version(), "load_avg": os.getloadavg()},
                command=" ".join(sys.argv))
     print(json.dumps({k: v for k, v in res.items() if k != "runs"}, indent=1))
