@@ -215,10 +215,8 @@ def write_query_index(index_dir: str | os.PathLike, *, first_node: int = 0, lexi
     ``lexical_background`` (see :func:`~noderag.search.lexical.lexical_arrays`) puts its BM25
     impacts on the scale of the whole index.
 
-    ``early``: the tables :func:`write_early_tables` makes of a base segment's first ``early.nodes`` nodes
-    while the build's later stages run (``early.wait()`` returns their folder once they are written, and
-    raises if they could not be): they are taken as they are and only the nodes after them are counted here,
-    waited for once every other table is written.
+    ``early``: :func:`write_early_tables`' files of a base segment's first ``early.nodes`` nodes, moved in as they
+    are once every other table is written (``early.wait()``: their folder, or it raises).
     """
     import shutil
 
@@ -241,40 +239,60 @@ def write_query_index(index_dir: str | os.PathLike, *, first_node: int = 0, lexi
     docs_path = root / DOCUMENTS
     documents = pq.read_table(docs_path) if docs_path.is_file() else None
     n = nodes.num_rows
-    types = np.asarray(nodes.column("type").to_numpy(zero_copy_only=False), dtype=np.uint8)
-    doc = np.asarray(nodes.column("doc_id").to_numpy(zero_copy_only=False), dtype=np.int64)
-    active = np.asarray(nodes.column("active").to_numpy(zero_copy_only=False), dtype=bool)
-    save("chunk", np.asarray(nodes.column("chunk_id").to_numpy(zero_copy_only=False), dtype=np.int64))
-    save("doc", doc)
-    save("active", active)
+    types, doc, active = _save_node_columns(save, nodes)
     pages = node_texts(nodes_path, n)  # the segment's own text pages: read for the BM25 postings, not copied
-    text_off, text_page = np.asarray(pages.offsets), pages.pages.page
     if early is None:
-        text = pages.pages.to_array()
-        _save_lexical(save, types, active, doc, text_off, text, documents, first_node, lexical_background)
-        line_tok = line_token_counts(text_off, text, first_node)
+        line_tok = _save_text_tables(save, pages, types, active, doc, documents, first_node, lexical_background)
     else:  # only the nodes the early tables have not counted
         if first_node or lexical_background is not None:
             raise ValueError("write_query_index: early tables are made for a base segment only")
-        n_head = int(early.nodes)
-        if not 0 <= n_head <= n:
-            raise ValueError(f"write_query_index: early tables of {n_head} nodes for a segment of {n}")
-        lo = int(text_off[n_head])
-        text = np.frombuffer(pages.pages.read(lo, int(text_off[-1])), dtype=np.uint8)
-        line_tok = line_token_counts(text_off[n_head:] - lo, text, n_head)
-    del text_off, text
+        line_tok = _line_tail(pages, int(early.nodes))
+    text_page = pages.pages.page
+    del pages
     _save_labels(save, nodes, types, doc, documents, first_node)
     del nodes
     if not first_node:  # a delta segment's searcher builds its title links over every segment's documents
         _save_titles(save, documents, types, doc, active)
     names = _save_names(save, nodes_path, types, active, first_node)
     if early is not None:
-        line_tok = _take_early(early.wait(), out, n_head, line_tok)
+        line_tok = _take_early(early.wait(), out, int(early.nodes), line_tok)
     save(LINE_TOKENS, line_tok)
     meta = {"format": _FORMAT, "n": int(n), **names, "text_page": text_page,
             **({"first_node": int(first_node)} if first_node else {})}
     atomic_write_bytes(out / "meta.json", (json.dumps(meta, sort_keys=True) + "\n").encode("utf-8"))
     return out
+
+
+def _save_node_columns(save, nodes: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Save ``chunk``, ``doc`` and ``active`` of the node table; return (types uint8, doc ids, active)."""
+    def col(name: str, dtype) -> np.ndarray:
+        return np.asarray(nodes.column(name).to_numpy(zero_copy_only=False), dtype=dtype)
+
+    doc, active = col("doc_id", np.int64), col("active", bool)
+    save("chunk", col("chunk_id", np.int64))
+    save("doc", doc)
+    save("active", active)
+    return col("type", np.uint8), doc, active
+
+
+def _save_text_tables(save, pages, types: np.ndarray, active: np.ndarray, doc: np.ndarray, documents: Any,
+                      first_node: int, background) -> np.ndarray:
+    """The BM25 postings (saved) and every node's context-line token counts (returned) from the segment's text
+    ``pages`` (:class:`~noderag.store.node_texts.NodeTexts`), read into one array."""
+    text_off, text = np.asarray(pages.offsets), pages.pages.to_array()
+    _save_lexical(save, types, active, doc, text_off, text, documents, first_node, background)
+    return line_token_counts(text_off, text, first_node)
+
+
+def _line_tail(pages, n_head: int) -> np.ndarray:
+    """The context-line token counts of the nodes from ``n_head`` on (those the early tables did not count)."""
+    text_off = np.asarray(pages.offsets)
+    n = int(text_off.shape[0]) - 1
+    if not 0 <= n_head <= n:
+        raise ValueError(f"write_query_index: early tables of {n_head} nodes for a segment of {n}")
+    lo = int(text_off[n_head])
+    text = np.frombuffer(pages.pages.read(lo, int(text_off[-1])), dtype=np.uint8)
+    return line_token_counts(text_off[n_head:] - lo, text, n_head)
 
 
 def _take_early(folder: Path, out: Path, n_head: int, line_tail: np.ndarray) -> np.ndarray:
