@@ -191,14 +191,15 @@ def write_early_tables(folder: str | os.PathLike, n_head: int, texts_of: Callabl
             for text, d in zip(texts_of(ids), docs):
                 yield titled(unzeroed(text), titles.get(d))
 
-    _save_lexical_texts(save, t_ids, passages(), 0, None)
-    counts = np.zeros(n_head, dtype=np.int32)
+    counts = np.zeros(n_head, dtype=np.int32)  # first: small, while the build's communities stage has its peak
     counter = LineCounter()
     for a in range(0, n_head, batch):
         b = min(n_head, a + batch)
         off, blob = _py_blob(texts_of(np.arange(a, b, dtype=np.int64)))
         counts[a:b] = line_token_counts(off, blob, a, batch=batch, counter=counter)
     save(EARLY_LINE_TOKENS, counts)
+    del counter, counts
+    _save_lexical_texts(save, t_ids, passages(), 0, None)  # its arrays peak at the end
 
 
 def write_query_index(index_dir: str | os.PathLike, *, first_node: int = 0, lexical_background=None,
