@@ -1,5 +1,6 @@
-"""The query tables made beside the communities stage (:mod:`noderag.indexing.query_early`): the same bytes as
-making them all at finalize, and a child that fails or dies fails the build with its error."""
+"""The BM25 postings and line token counts made by a forked child beside the name index
+(:mod:`noderag.indexing.query_early`): the same bytes as making every table in one process, and a child that
+fails or dies fails the build with its error."""
 
 from __future__ import annotations
 
@@ -117,7 +118,7 @@ def _fail(*args, **kwargs):
 
 def test_a_failing_child_fails_the_build_with_its_error(tmp_path, monkeypatch):
     monkeypatch.setattr(query_index, "write_early_tables", _fail)  # what the forked child calls
-    with pytest.raises(BuildError, match=r"beside the communities stage ended with status 1: RuntimeError: the "
+    with pytest.raises(BuildError, match=r"beside the name index ended with status 1: RuntimeError: the "
                                          r"postings could not be made"):
         noderag.build([str(_corpus(tmp_path, 20))], str(tmp_path / "idx"), embed="hash:64", progress=False)
     assert not (tmp_path / "idx" / "CURRENT").exists()
@@ -137,13 +138,10 @@ def _sleep(*args, **kwargs):
     time.sleep(60)
 
 
-def test_cancel_stops_the_child_at_once(tmp_path, monkeypatch):
-    from noderag.indexing.assemble import NodeTable
-
+def test_cancel_stops_the_child_at_once(builds, tmp_path, monkeypatch):
     monkeypatch.setattr(query_index, "write_early_tables", _sleep)
-    table = NodeTable([0, 1], [1, 2], [None, None], ["a b", "c"], [0, 0], [0, -1], [None, None], [True, True])
-    early = query_early.EarlyTables.start(table, [], tmp_path / "early")
-    assert early is not None and early.nodes == 2
+    early = query_early.EarlyTables.start(builds[1], tmp_path / "early")
+    assert early is not None and early.nodes == len(np.load(builds[1] / "node_types.npy"))
     t0 = time.perf_counter()
     early.cancel()
     assert time.perf_counter() - t0 < 10
@@ -153,16 +151,26 @@ def test_cancel_stops_the_child_at_once(tmp_path, monkeypatch):
         early.wait()
 
 
-def test_no_child_while_another_thread_runs(tmp_path):
-    import threading
+def test_the_child_writes_what_the_build_writes(builds, tmp_path):
+    early = query_early.EarlyTables.start(builds[1], tmp_path / "early")
+    assert early is not None
+    folder = early.wait()
+    assert early.cpu_s > 0 and early.wait_s >= 0 and early.maxrss_mb > 0
+    got = _files(folder)
+    want = _files(builds[1] / QUERY_DIR)
+    assert sorted(got) == sorted([k for k in want if k.startswith("lex_")] + ["line_tok_head.npy"])
+    assert all(got[k] == want[k] for k in got if k.startswith("lex_"))
+    assert got["line_tok_head.npy"] == want["line_tok.npy"]
 
-    from noderag.indexing.assemble import NodeTable
+
+def test_no_child_while_another_thread_runs(builds, tmp_path):
+    import threading
 
     stop = threading.Event()
     t = threading.Thread(target=stop.wait)
     t.start()
     try:
-        assert query_early.EarlyTables.start(NodeTable(), [], tmp_path / "early") is None
+        assert query_early.EarlyTables.start(builds[1], tmp_path / "early") is None
     finally:
         stop.set()
         t.join()

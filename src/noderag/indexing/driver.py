@@ -60,7 +60,6 @@ from .embedding import embed_stage
 from .executor.sharded import Executors
 from .finalize import finalize_stage, graph_counts, start_vector_stage, tables_stage, vector_stage
 from .journal import checkpoint
-from .query_early import EarlyTables
 from .plan import Compaction, DeltaInsert, FreshBuild, Recompute, RunPlan, Scrub
 from .update.scrub import write_scrubbed
 from .run import BuildReport, BuildRun, documents_without_text, start_run
@@ -181,20 +180,15 @@ def _execute(run: BuildRun) -> BuildReport:
         return _execute_delta(run)
     with _new_documents(run) as new:
         vbuild = start_vector_stage(run.table, new.vec, plan.config, plan.stages / "vectors")
-        early = None
         try:
             attrs = _attributes(run, new)
-            # the query tables of the nodes so far, made in a forked child while the communities stage runs
-            early = EarlyTables.start(run.table, run.docs_rows, plan.stages / "query_early")
             comm = _communities(run, new, attrs)
             edges = _tables(run, new.link, attrs, comm)
             saved, semantic = _vectors(run, new.vec, vbuild)
             new.vec = None  # the vectors live in the index now: the finalize peak need not hold them twice
-            graph = _finalize(run, edges, semantic, new.link, vbuild, saved, early)
-        except BaseException:  # a failed run: stop building vector shards and tables nobody will use
+            graph = _finalize(run, edges, semantic, new.link, vbuild, saved)
+        except BaseException:  # a failed run: stop building vector shards nobody will use
             vbuild.cancel()
-            if early is not None:
-                early.cancel()
             raise
     if plan.drop:  # before the commit, so that a kill cannot leave unused entries behind a finished delete
         from .update.survivors import prune_llm_cache
@@ -412,10 +406,9 @@ def _vectors(run: BuildRun, vec, vbuild):
     return saved, semantic
 
 
-def _finalize(run: BuildRun, edges, semantic, link, vbuild, saved: bool, early=None):
+def _finalize(run: BuildRun, edges, semantic, link, vbuild, saved: bool):
     with run.journal.stage("finalize", checkpoint_as="finalize-files") as info:
-        graph, parts = finalize_stage(run.plan.final, run.table, edges, semantic, link, vbuild, saved, run.bars,
-                                      early)
+        graph, parts = finalize_stage(run.plan.final, run.table, edges, semantic, link, vbuild, saved, run.bars)
         info.update(parts)
     return graph
 

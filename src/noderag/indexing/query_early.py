@@ -1,13 +1,13 @@
-"""The query tables of the nodes that exist before the communities stage, made beside it in a forked child.
+"""The BM25 postings and context-line token counts of the query tables, made by a forked child while the
+finalize stage makes the name index.
 
-Most of the query tables (:mod:`noderag.search.query_index`) need only the passages and the nodes decomposed
-from them: the BM25 postings (active T nodes and their documents' titles) and the context-line token counts of
-every node before the communities stage. Leiden runs in igraph's C code on one thread without releasing the
-GIL, so a thread could not use the time; a child forked just before the stage reads the node table's texts
-(shared copy-on-write, a batch at a time) and writes those tables into a stage folder while the stage runs.
-The finalize stage then makes only what needs the H/O nodes and the written tables, and moves the child's
-files into ``query/`` (:func:`~noderag.search.query_index.write_query_index`, ``early=``): the same bytes as
-making them all there. A child that fails makes the build fail with its error.
+Those two tables are most of the query tables' CPU (:mod:`noderag.search.query_index`; at 10^5 passages
+~7 and ~8 of ~23 CPU seconds, the name index ~7) and need nothing the name index needs, so once the vector
+index is finished (the second core free again) a child forked from the build makes them from the written
+node texts (mapped pages, shared) while the build makes the rest: the same files as making them all in one
+process, moved into ``query/`` (:func:`~noderag.search.query_index.write_query_index`, ``early=``). Not forked
+while the communities stage runs: the vector index's worker has the second core then (Leiden holds the GIL,
+so no thread could use it either). A child that fails makes the build fail with its error.
 """
 
 from __future__ import annotations
@@ -22,10 +22,7 @@ import time
 import traceback
 from pathlib import Path
 
-import numpy as np
-
 from ..errors import BuildError
-from ..graph.types import T
 
 __all__ = ["EarlyTables", "fork_is_safe"]
 
@@ -40,7 +37,7 @@ def fork_is_safe() -> bool:
 
 
 class EarlyTables:
-    """A forked child writing the early query tables of the first ``nodes`` nodes into ``folder``.
+    """A forked child writing the BM25 postings and line token counts of all ``nodes`` nodes into ``folder``.
 
     :meth:`wait` reaps it and returns the folder (a :class:`~noderag.errors.BuildError` naming its error when
     it failed); :meth:`cancel` kills it (a failed build). ``cpu_s``, ``maxrss_mb`` and ``wait_s``: the child's
@@ -55,10 +52,12 @@ class EarlyTables:
         self._code: int | None = None
 
     @classmethod
-    def start(cls, table, docs_rows, folder: str | os.PathLike) -> "EarlyTables | None":
-        """Fork the child for ``table``'s nodes as they are now (None where forking is not safe: the finalize
-        stage then makes every table itself). ``docs_rows``: the documents (their titles)."""
-        from ..store.tables import documents_table
+    def start(cls, index_dir: str | os.PathLike, folder: str | os.PathLike) -> "EarlyTables | None":
+        """Fork the child for the base segment written in ``index_dir`` (its node and document tables), writing
+        into ``folder`` (None where forking is not safe: :func:`write_query_index` then makes every table)."""
+        import pyarrow.parquet as pq
+
+        from ..store.layout import NODES
 
         if not fork_is_safe():
             return None
@@ -66,15 +65,11 @@ class EarlyTables:
         if folder.exists():
             shutil.rmtree(folder)
         folder.mkdir(parents=True)
-        n = len(table)
-        types, active = table.types_array(), table.active_array()
-        t_ids = np.flatnonzero((types[:n] == T) & active[:n])
-        t_doc = table.doc_ids.numpy()[t_ids]
-        documents = documents_table(docs_rows)
+        n = int(pq.read_metadata(Path(index_dir) / NODES).num_rows)
         gc.freeze()  # no collection in the parent writes to the pages both share while the child lives
         pid = os.fork()
         if pid == 0:  # pragma: no cover - the child (its coverage is not collected); leaves by os._exit only
-            _child(folder, n, table.texts.take, t_ids, t_doc, documents)
+            _child(Path(index_dir), folder)
         return cls(pid, folder, n)
 
     def wait(self) -> Path:
@@ -91,7 +86,7 @@ class EarlyTables:
             self._code = os.waitstatus_to_exitcode(status)
         if self._code != 0:
             raise BuildError(f"query tables: the process making the passages' BM25 postings and line token counts "
-                             f"beside the communities stage ended with status {self._code}: {self._error()}")
+                             f"beside the name index ended with status {self._code}: {self._error()}")
         return self.folder
 
     def cancel(self) -> None:
@@ -116,15 +111,15 @@ class EarlyTables:
         return text.splitlines()[-1] if text else "no error recorded"
 
 
-def _child(folder: Path, n: int, texts_of, t_ids: np.ndarray, t_doc: np.ndarray, documents) -> None:
-    """The child's body: write the early tables, then leave without the parent's exit handlers (status 0 when
-    written; 1 with the error in ``ERROR_FILE``)."""
+def _child(index_dir: Path, folder: Path) -> None:
+    """The child's body: write the tables, then leave without the parent's exit handlers (status 0 when written;
+    1 with the error in ``ERROR_FILE``)."""
     code = 1
     try:
         _die_with_parent()
-        from ..search.query_index import write_early_tables
+        from ..search import query_index
 
-        write_early_tables(folder, n, texts_of, t_ids, t_doc, documents)
+        query_index.write_early_from_files(index_dir, folder)
         code = 0
     except BaseException:
         try:

@@ -166,12 +166,14 @@ EARLY_LINE_TOKENS = "line_tok_head"
 
 
 def write_early_tables(folder: str | os.PathLike, n_head: int, texts_of: Callable[[np.ndarray], list[str]],
-                       t_ids: np.ndarray, t_doc: np.ndarray, documents: Any, batch: int = 32768) -> None:
-    """The query tables that need only nodes ``0..n_head`` (a build's nodes before its communities stage), written
-    into ``folder`` for :func:`write_query_index` (``early=``): the BM25 postings (``lex_*``) of the active
-    passages ``t_ids`` (documents ``t_doc``; titles from ``documents``) and the context-line token counts of
-    the nodes (``line_tok_head``). ``texts_of(ids)``: those nodes' texts, read ``batch`` at a time (no copy
-    of every text at once); the same files as :func:`write_query_index` makes from the written tables."""
+                       t_ids: np.ndarray, t_doc: np.ndarray, documents: Any, batch: int = 32768,
+                       blob_of: Callable[[int, int], tuple[np.ndarray, Any]] | None = None) -> None:
+    """The query tables that need only nodes ``0..n_head`` and the documents, written into ``folder`` for
+    :func:`write_query_index` (``early=``): the BM25 postings (``lex_*``) of the active passages ``t_ids``
+    (documents ``t_doc``; titles from ``documents``) and the context-line token counts of the nodes
+    (``line_tok_head``). ``texts_of(ids)``: those nodes' texts; ``blob_of(lo, hi)``: (offsets into the bytes,
+    UTF-8 bytes) of nodes ``lo..hi`` (default: ``texts_of`` encoded); both read ``batch`` nodes at a time (no copy
+    of every text at once). The same files as :func:`write_query_index` makes from the written tables."""
     from ..tokenize import LineCounter
     from .lexical import titled
 
@@ -191,15 +193,45 @@ def write_early_tables(folder: str | os.PathLike, n_head: int, texts_of: Callabl
             for text, d in zip(texts_of(ids), docs):
                 yield titled(unzeroed(text), titles.get(d))
 
-    counts = np.zeros(n_head, dtype=np.int32)  # first: small, while the build's communities stage has its peak
+    counts = np.zeros(n_head, dtype=np.int32)  # first: a bounded cache (the postings' arrays peak at their end)
     counter = LineCounter()
     for a in range(0, n_head, batch):
         b = min(n_head, a + batch)
-        off, blob = _py_blob(texts_of(np.arange(a, b, dtype=np.int64)))
+        off, blob = blob_of(a, b) if blob_of is not None else _py_blob(texts_of(np.arange(a, b, dtype=np.int64)))
         counts[a:b] = line_token_counts(off, blob, a, batch=batch, counter=counter)
     save(EARLY_LINE_TOKENS, counts)
     del counter, counts
-    _save_lexical_texts(save, t_ids, passages(), 0, None)  # its arrays peak at the end
+    _save_lexical_texts(save, t_ids, passages(), 0, None)
+
+
+def write_early_from_files(index_dir: str | os.PathLike, folder: str | os.PathLike) -> int:
+    """:func:`write_early_tables` of every node of the base segment in ``index_dir``, from its written
+    ``nodes.parquet``, ``documents.parquet`` and text pages (mapped, read a batch at a time); returns the node
+    count. What a build's finalize stage has a forked child make while it makes the name index."""
+    import pyarrow.parquet as pq
+
+    from ..store.node_texts import node_texts
+    from ..store.tables import read_nodes_file
+
+    root = Path(index_dir)
+    nodes = read_nodes_file(root / NODES, columns=("type", "doc_id", "active"))
+    types, doc, active = (np.asarray(nodes.column(c).to_numpy(zero_copy_only=False), dtype=d)
+                          for c, d in (("type", np.uint8), ("doc_id", np.int64), ("active", bool)))
+    n = int(types.shape[0])
+    documents = pq.read_table(root / DOCUMENTS) if (root / DOCUMENTS).is_file() else None
+    t_ids = np.flatnonzero((types == _T) & active)
+    pages = node_texts(root / NODES, n)
+    off = np.asarray(pages.offsets)
+
+    def texts_of(ids: np.ndarray) -> list[str]:
+        return pages.pages.strings(off[ids].tolist(), off[ids + 1].tolist())
+
+    def blob_of(lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+        start = int(off[lo])
+        return off[lo:hi + 1] - start, np.frombuffer(pages.pages.read(start, int(off[hi])), dtype=np.uint8)
+
+    write_early_tables(folder, n, texts_of, t_ids, doc[t_ids], documents, blob_of=blob_of)
+    return n
 
 
 def write_query_index(index_dir: str | os.PathLike, *, first_node: int = 0, lexical_background=None,
