@@ -1,22 +1,22 @@
-"""The query tables (``query/``) of a finished index: what each part costs, and what the build waits for when the
-tables of the nodes before the communities stage are made beside it (issue 47).
+"""The query tables (``query/``) of a finished index: what each part costs, and what the build's finalize stage
+waits for when a forked child makes the BM25 postings and line token counts beside the name index (issue 47).
 
-Two measurements, old and new side by side, medians over repeats:
+Old and new side by side, medians over repeats:
 
 * ``--index GEN``: on hard-linked copies of one generation folder, interleaved:
-  - old: :func:`write_query_index` as the build called it (every table at finalize; the context-line counts
-    half in a forked child); wall and CPU (its own and its children's);
-  - new: the early tables (:func:`write_early_tables`, the BM25 postings and line counts of every node the
-    communities stage does not add: the child's work while Leiden runs, here from the written node texts),
-    then :func:`write_query_index` with them (what finalize still does: wall and CPU);
-  - parts: each part of the old path alone, one after another (CPU seconds), so that per-part slopes
-    between sizes say how each grows;
+  - old: :func:`write_query_index` as main's build calls it (every table in this process; the context-line
+    counts half in a forked child): wall and CPU (its own and its children's);
+  - new: the same with :class:`~noderag.indexing.query_early.EarlyTables` (the child makes the postings and
+    every line count from the written texts meanwhile): wall and CPU;
+  - parts: each part of the old path alone, one after another (CPU seconds; the line counts also as main makes
+    them, split and looked up in Python), so that per-part slopes between sizes say how each grows;
   every new ``query/`` folder is compared byte for byte with the old one.
-* ``--corpus JSONL``: whole builds (``noderag build``, each in a fresh process) with the early child and without
-  it (the build as on main: its fork switched off), interleaved; the manifests' stage figures.
+* ``--corpus JSONL``: whole builds (``noderag build``, each in a fresh process, from source snapshots: ``--src``
+  this work, ``--main-src`` main), interleaved; the manifests' stage figures.
 
     python benchmarks/bench_query_tables.py --index IDX/generations/1 --work /tmp/qt --repeats 3
-    python benchmarks/bench_query_tables.py --corpus c10k.jsonl --embed hash:64 --work /tmp/qt --repeats 3
+    python benchmarks/bench_query_tables.py --corpus c10k.jsonl --embed static:wordllama --work /tmp/qt \\
+        --src SNAPSHOT/src --main-src MAIN/src --repeats 3
 """
 
 from __future__ import annotations
@@ -37,7 +37,6 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-EARLY_NODE_TYPES = (0, 1, 2, 3, 4)  # T S N R A: every type the communities stage does not add (H = 5, O = 6)
 
 
 def _cpu() -> tuple[float, float]:
@@ -52,52 +51,6 @@ def _copy(gen: Path, dst: Path) -> Path:
         shutil.rmtree(dst)
     shutil.copytree(gen, dst, copy_function=os.link, ignore=lambda d, names: ["query"] if Path(d) == gen else [])
     return dst
-
-
-class _Ready:
-    """An early-tables handle whose tables are written already (what the build's child hands over)."""
-
-    def __init__(self, folder: Path, nodes: int) -> None:
-        self.folder, self.nodes = folder, nodes
-
-    def wait(self) -> Path:
-        return self.folder
-
-
-def _head_nodes(folder: Path) -> int:
-    """Nodes before the first H/O node (the build appends those in the communities stage)."""
-    types = np.load(folder / "node_types.npy")
-    late = np.flatnonzero(~np.isin(types, EARLY_NODE_TYPES))
-    return int(late[0]) if late.size else int(types.shape[0])
-
-
-def _early(folder: Path, out: Path) -> int:
-    """The early tables of ``folder``'s first nodes into ``out`` (the build's child reads the node table's
-    texts; here the written ones). Returns the node count."""
-    import pyarrow.parquet as pq
-
-    from noderag.search.query_index import write_early_tables
-    from noderag.store.node_texts import node_texts
-    from noderag.store.tables import read_nodes_file
-
-    if out.exists():
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
-    n_head = _head_nodes(folder)
-    nodes = read_nodes_file(folder / "nodes.parquet", columns=("type", "doc_id", "active"))
-    types = nodes.column("type").to_numpy()
-    active = nodes.column("active").to_numpy(zero_copy_only=False)
-    doc = nodes.column("doc_id").to_numpy().astype(np.int64)
-    t_ids = np.flatnonzero((types[:n_head] == 0) & active[:n_head])
-    pages = node_texts(folder / "nodes.parquet", int(types.shape[0]))
-    off = np.asarray(pages.offsets)
-
-    def texts_of(ids):
-        ids = np.asarray(ids, dtype=np.int64)
-        return pages.pages.strings(off[ids].tolist(), off[ids + 1].tolist())
-
-    write_early_tables(out, n_head, texts_of, t_ids, doc[t_ids], pq.read_table(folder / "documents.parquet"))
-    return n_head
 
 
 def _same(a: Path, b: Path) -> list[str]:
@@ -180,26 +133,24 @@ def _parts(folder: Path) -> dict[str, float]:
 
 
 def bench_index(gen: Path, work: Path, repeats: int) -> dict:
+    from noderag.indexing.query_early import EarlyTables
     from noderag.search.query_index import write_query_index
 
-    old_dir, new_dir, early_dir = _copy(gen, work / "old"), _copy(gen, work / "new"), work / "early"
-    rows: dict[str, list[dict]] = {"old": [], "early": [], "new_finalize": [], "parts": []}
+    old_dir, new_dir = _copy(gen, work / "old"), _copy(gen, work / "new")
+    rows: dict[str, list[dict]] = {"old": [], "new": [], "parts": []}
     differ: list[str] = []
     for r in range(repeats):
         rows["old"].append(_timed(lambda: write_query_index(old_dir)))
-        holder = {}
-        rows["early"].append(_timed(lambda: holder.update(n=_early(new_dir, early_dir))))
-        ready = _Ready(early_dir, holder["n"])
-        rows["new_finalize"].append(_timed(lambda: write_query_index(new_dir, early=ready)))
+        rows["new"].append(_timed(lambda: write_query_index(new_dir, early=EarlyTables.start(new_dir,
+                                                                                            work / "early"))))
         differ += _same(old_dir, new_dir)
         rows["parts"].append(_parts(_copy(gen, work / "parts")))
         gc.collect()  # the repeat's mapped pages (each holds a descriptor)
-        print(f"repeat {r}: old {rows['old'][-1]}, early {rows['early'][-1]}, finalize {rows['new_finalize'][-1]}",
-              flush=True)
+        print(f"repeat {r}: old {rows['old'][-1]}, new {rows['new'][-1]}", flush=True)
     med = {k: {f: round(statistics.median(x[f] for x in v), 3) for f in v[0]} for k, v in rows.items()}
     n = int(np.load(gen / "node_types.npy", mmap_mode="r").shape[0])
-    return {"generation": str(gen), "nodes": n, "early_nodes": holder["n"], "repeats": repeats,
-            "identical": not differ, "differ": sorted(set(differ)), "median": med, "runs": rows}
+    return {"generation": str(gen), "nodes": n, "repeats": repeats, "identical": not differ,
+            "differ": sorted(set(differ)), "median": med, "runs": rows}
 
 
 #: Runs the CLI (argv: source tree or "", "early" or "main", then the CLI's arguments); "main" switches the fork
