@@ -3,8 +3,9 @@ finalize stage makes the name index.
 
 Those two tables are most of the query tables' CPU (:mod:`noderag.search.query_index`; at 10^5 passages
 ~7 and ~8 of ~23 CPU seconds, the name index ~7) and need nothing the name index needs, so once the vector
-index is finished (the second core free again) a child forked from the build makes them from the written
-node texts (mapped pages, shared) while the build makes the rest: the same files as making them all in one
+index is finished (the second core free again) a child forked from the build makes the postings and the
+line counts of the nodes before the texts' middle byte from the written node texts (mapped pages, shared)
+while the build makes the name index and the other line counts: the same files as making them all in one
 process, moved into ``query/`` (:func:`~noderag.search.query_index.write_query_index`, ``early=``). Not forked
 while the communities stage runs: the vector index's worker has the second core then (Leiden holds the GIL,
 so no thread could use it either). A child that fails makes the build fail with its error.
@@ -37,7 +38,8 @@ def fork_is_safe() -> bool:
 
 
 class EarlyTables:
-    """A forked child writing the BM25 postings and line token counts of all ``nodes`` nodes into ``folder``.
+    """A forked child writing the BM25 postings and the line token counts of the first ``nodes`` nodes into
+    ``folder``.
 
     :meth:`wait` reaps it and returns the folder (a :class:`~noderag.errors.BuildError` naming its error when
     it failed); :meth:`cancel` kills it (a failed build). ``cpu_s``, ``maxrss_mb`` and ``wait_s``: the child's
@@ -55,21 +57,19 @@ class EarlyTables:
     def start(cls, index_dir: str | os.PathLike, folder: str | os.PathLike) -> "EarlyTables | None":
         """Fork the child for the base segment written in ``index_dir`` (its node and document tables), writing
         into ``folder`` (None where forking is not safe: :func:`write_query_index` then makes every table)."""
-        import pyarrow.parquet as pq
-
-        from ..store.layout import NODES
-
         if not fork_is_safe():
             return None
         folder = Path(folder)
         if folder.exists():
             shutil.rmtree(folder)
         folder.mkdir(parents=True)
-        n = int(pq.read_metadata(Path(index_dir) / NODES).num_rows)
+        from ..search.query_index import early_head
+
+        n = early_head(index_dir)  # the child counts the lines of these nodes, the writer those of the rest
         gc.freeze()  # no collection in the parent writes to the pages both share while the child lives
         pid = os.fork()
         if pid == 0:  # pragma: no cover - the child (its coverage is not collected); leaves by os._exit only
-            _child(Path(index_dir), folder)
+            _child(Path(index_dir), folder, n)
         return cls(pid, folder, n)
 
     def wait(self) -> Path:
@@ -111,7 +111,7 @@ class EarlyTables:
         return text.splitlines()[-1] if text else "no error recorded"
 
 
-def _child(index_dir: Path, folder: Path) -> None:
+def _child(index_dir: Path, folder: Path, n_head: int) -> None:
     """The child's body: write the tables, then leave without the parent's exit handlers (status 0 when written;
     1 with the error in ``ERROR_FILE``)."""
     code = 1
@@ -119,7 +119,7 @@ def _child(index_dir: Path, folder: Path) -> None:
         _die_with_parent()
         from ..search import query_index
 
-        query_index.write_early_from_files(index_dir, folder)
+        query_index.write_early_from_files(index_dir, folder, n_head)
         code = 0
     except BaseException:
         try:

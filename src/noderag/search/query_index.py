@@ -168,10 +168,9 @@ EARLY_LINE_TOKENS = "line_tok_head"
 def write_early_tables(folder: str | os.PathLike, n_head: int, texts_of: Callable[[np.ndarray], list[str]],
                        t_ids: np.ndarray, t_doc: np.ndarray, documents: Any, batch: int = 32768,
                        blob_of: Callable[[int, int], tuple[np.ndarray, Any]] | None = None) -> None:
-    """The query tables that need only nodes ``0..n_head`` and the documents, written into ``folder`` for
-    :func:`write_query_index` (``early=``): the BM25 postings (``lex_*``) of the active passages ``t_ids``
-    (documents ``t_doc``; titles from ``documents``) and the context-line token counts of the nodes
-    (``line_tok_head``). ``texts_of(ids)``: those nodes' texts; ``blob_of(lo, hi)``: (offsets into the bytes,
+    """The BM25 postings (``lex_*``) of the active passages ``t_ids`` (documents ``t_doc``; titles from
+    ``documents``) and the context-line token counts of nodes ``0..n_head`` (``line_tok_head``), written into
+    ``folder`` for :func:`write_query_index` (``early=``). ``texts_of(ids)``: those nodes' texts; ``blob_of(lo, hi)``: (offsets into the bytes,
     UTF-8 bytes) of nodes ``lo..hi`` (default: ``texts_of`` encoded); both read ``batch`` nodes at a time (no copy
     of every text at once). The same files as :func:`write_query_index` makes from the written tables."""
     from ..tokenize import LineCounter
@@ -179,8 +178,6 @@ def write_early_tables(folder: str | os.PathLike, n_head: int, texts_of: Callabl
 
     out = Path(folder)
     t_ids = np.asarray(t_ids, dtype=np.int64)
-    if t_ids.size and int(t_ids.max()) >= n_head:
-        raise ValueError(f"write_early_tables: passage ids reach {int(t_ids.max())}, past the {n_head} nodes")
 
     def save(key: str, arr: np.ndarray) -> None:
         atomic_save_npy(out / f"{key}.npy", arr)
@@ -204,10 +201,18 @@ def write_early_tables(folder: str | os.PathLike, n_head: int, texts_of: Callabl
     _save_lexical_texts(save, t_ids, passages(), 0, None)
 
 
-def write_early_from_files(index_dir: str | os.PathLike, folder: str | os.PathLike) -> int:
-    """:func:`write_early_tables` of every node of the base segment in ``index_dir``, from its written
-    ``nodes.parquet``, ``documents.parquet`` and text pages (mapped, read a batch at a time); returns the node
-    count. What a build's finalize stage has a forked child make while it makes the name index."""
+def early_head(index_dir: str | os.PathLike) -> int:
+    """The nodes whose line token counts a base segment's early tables hold: those before the middle of the
+    texts' bytes, so that the child's share (the postings and these counts) and the writer's (the name index
+    and the other counts) take about as long."""
+    off = load_npy(Path(index_dir) / NODE_TEXT_OFF, True, dtype=np.int64, ndim=1)
+    return int(np.searchsorted(off, (int(off[0]) + int(off[-1])) // 2)) if off.shape[0] > 1 else 0
+
+
+def write_early_from_files(index_dir: str | os.PathLike, folder: str | os.PathLike, n_head: int) -> None:
+    """:func:`write_early_tables` of the base segment in ``index_dir`` (every passage, nodes ``0..n_head``) from
+    its written ``nodes.parquet``, ``documents.parquet`` and text pages (mapped, read a batch at a time): what
+    a build's finalize stage has a forked child make while it makes the name index."""
     import pyarrow.parquet as pq
 
     from ..store.node_texts import node_texts
@@ -230,8 +235,9 @@ def write_early_from_files(index_dir: str | os.PathLike, folder: str | os.PathLi
         start = int(off[lo])
         return off[lo:hi + 1] - start, np.frombuffer(pages.pages.read(start, int(off[hi])), dtype=np.uint8)
 
-    write_early_tables(folder, n, texts_of, t_ids, doc[t_ids], documents, blob_of=blob_of)
-    return n
+    if not 0 <= n_head <= n:
+        raise ValueError(f"write_early_from_files: {n_head} nodes of {n}")
+    write_early_tables(folder, n_head, texts_of, t_ids, doc[t_ids], documents, blob_of=blob_of)
 
 
 def write_query_index(index_dir: str | os.PathLike, *, first_node: int = 0, lexical_background=None,
