@@ -323,15 +323,23 @@ def _save_text_tables(save, pages, types: np.ndarray, active: np.ndarray, doc: n
     return line_token_counts(text_off, text, first_node)
 
 
-def _line_tail(pages, n_head: int) -> np.ndarray:
-    """The context-line token counts of the nodes from ``n_head`` on (those the early tables did not count)."""
+def _line_tail(pages, n_head: int, batch: int = 32768) -> np.ndarray:
+    """The context-line token counts of the nodes from ``n_head`` on (those the early tables did not count), their
+    bytes read from the pages a batch at a time."""
+    from ..tokenize import LineCounter
+
     text_off = np.asarray(pages.offsets)
     n = int(text_off.shape[0]) - 1
     if not 0 <= n_head <= n:
         raise ValueError(f"write_query_index: early tables of {n_head} nodes for a segment of {n}")
-    lo = int(text_off[n_head])
-    text = np.frombuffer(pages.pages.read(lo, int(text_off[-1])), dtype=np.uint8)
-    return line_token_counts(text_off[n_head:] - lo, text, n_head)
+    out = np.zeros(n - n_head, dtype=np.int32)
+    counter = LineCounter()
+    for a in range(n_head, n, batch):
+        b = min(n, a + batch)
+        lo = int(text_off[a])
+        text = np.frombuffer(pages.pages.read(lo, int(text_off[b])), dtype=np.uint8)
+        out[a - n_head:b - n_head] = line_token_counts(text_off[a:b + 1] - lo, text, a, batch=batch, counter=counter)
+    return out
 
 
 def _take_early(folder: Path, out: Path, n_head: int, line_tail: np.ndarray) -> np.ndarray:
