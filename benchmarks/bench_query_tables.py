@@ -193,7 +193,8 @@ def _build(corpus: Path, index: Path, embed: str, early: bool, src: Path | None)
     return {"wall_s": round(wall, 2), "cpu_s": round(usage.ru_utime + usage.ru_stime, 2),
             "communities_s": comm["time_s"], "leiden_s": comm.get("leiden_s"), "finalize_s": fin["time_s"],
             "query_index_s": fin["query_index_s"], "query_early_cpu_s": fin.get("query_early_cpu_s"),
-            "query_early_wait_s": fin.get("query_early_wait_s"), "query_early_maxrss_mb": fin.get("query_early_maxrss_mb"),
+            "query_early_wait_s": fin.get("query_early_wait_s"),
+            "query_early_maxrss_mb": fin.get("query_early_maxrss_mb"),
             "peak_rss_mb": max(s["peak_rss_mb"] for s in st.values())}
 
 

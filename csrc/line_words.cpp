@@ -34,7 +34,8 @@ inline int space_len(const uint8_t* p, const uint8_t* q) {
     if (left < 3) return 0;
     if (c == 0xe1) return (p[1] == 0x9a && p[2] == 0x80) ? 3 : 0;
     if (c == 0xe2) {
-        if (p[1] == 0x80) return ((p[2] >= 0x80 && p[2] <= 0x8a) || p[2] == 0xa8 || p[2] == 0xa9 || p[2] == 0xaf) ? 3 : 0;
+        if (p[1] == 0x80)
+            return ((p[2] >= 0x80 && p[2] <= 0x8a) || p[2] == 0xa8 || p[2] == 0xa9 || p[2] == 0xaf) ? 3 : 0;
         return (p[1] == 0x81 && p[2] == 0x9f) ? 3 : 0;
     }
     if (c == 0xe3) return (p[1] == 0x80 && p[2] == 0x80) ? 3 : 0;

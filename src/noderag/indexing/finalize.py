@@ -94,10 +94,10 @@ def finalize_stage(final: Path, table: NodeTable, edges: tuple[np.ndarray, np.nd
 
     Returns (the graph, the stage report's timings). The vector index is finished first (its shards had the
     spare core since the embed stage; what is left gets every core now), so the worker process and its
-    shards are gone before the query tables' peak, the build's largest; then the query tables, whose copy
-    of the texts overlaps neither the vector stage nor the graph. The BM25 postings and the line token counts
-    are made by a forked child meanwhile (:class:`~noderag.indexing.query_early.EarlyTables`): the second core
-    is free again once the vector index is.
+    shards are gone before the query tables' peak, the build's largest; then the query tables, which overlap
+    neither the vector stage nor the graph: a forked child (:class:`~noderag.indexing.query_early.EarlyTables`)
+    makes the BM25 postings and half the line token counts while this process makes the rest, the second core
+    being free again once the vector index is (where no child can be forked, this process makes them all).
     """
     import time
 

@@ -85,7 +85,8 @@ def line_token_counts(text_off: np.ndarray, text: np.ndarray, first_node: int = 
     """Tokens of every node's context line (``[id] text``, whitespace collapsed, newline-ended:
     :func:`noderag.search.context.render_line`), int32 per node, 0 without text: counted once per build, as
     encoding every line would, from per-word counts cached across lines (:class:`~noderag.tokenize.LineCounter`)
-    of texts split a batch at a time (:func:`~noderag.tokenize.split_spans`) and ``"[id]"``'s digits. With
+    of texts split a batch at a time (:meth:`~noderag.tokenize.LineCounter.count_spans`, in the compiled core)
+    and ``"[id]"``'s digits. With
     ``workers`` > 1 (default: up to 2 CPUs where forking is safe, :func:`_fork_is_safe`) and over 4 batches,
     a forked child counts the second half of the bytes. ``counter``: a :class:`~noderag.tokenize.LineCounter` to
     count with (its cached words carried from call to call; then no child)."""
@@ -170,9 +171,10 @@ def write_early_tables(folder: str | os.PathLike, n_head: int, texts_of: Callabl
                        blob_of: Callable[[int, int], tuple[np.ndarray, Any]] | None = None) -> None:
     """The BM25 postings (``lex_*``) of the active passages ``t_ids`` (documents ``t_doc``; titles from
     ``documents``) and the context-line token counts of nodes ``0..n_head`` (``line_tok_head``), written into
-    ``folder`` for :func:`write_query_index` (``early=``). ``texts_of(ids)``: those nodes' texts; ``blob_of(lo, hi)``: (offsets into the bytes,
-    UTF-8 bytes) of nodes ``lo..hi`` (default: ``texts_of`` encoded); both read ``batch`` nodes at a time (no copy
-    of every text at once). The same files as :func:`write_query_index` makes from the written tables."""
+    ``folder`` for :func:`write_query_index` (``early=``). ``texts_of(ids)``: those nodes' texts;
+    ``blob_of(lo, hi)``: (offsets into the bytes, UTF-8 bytes) of nodes ``lo..hi`` (default: ``texts_of``
+    encoded); both read ``batch`` nodes at a time (no copy of every text at once). The same files as
+    :func:`write_query_index` makes from the written tables."""
     from ..tokenize import LineCounter
     from .lexical import titled
 
