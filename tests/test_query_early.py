@@ -172,3 +172,10 @@ def test_no_child_while_another_thread_runs(builds, tmp_path):
     finally:
         stop.set()
         t.join()
+
+
+def test_the_child_is_forked_in_a_build_with_progress_bars(tmp_path, capsys):
+    index = noderag.build([str(_corpus(tmp_path, 20))], str(tmp_path / "idx"), embed="hash:64", progress=True)
+    fin = json.loads((Path(index.path) / "manifest.json").read_text())["stages"]["finalize"]
+    assert fin["query_early_cpu_s"] > 0  # tqdm's monitor thread stopped, not a reason to make every table here
+    assert "query tables" in capsys.readouterr().err

@@ -33,8 +33,23 @@ ERROR_FILE = "error.txt"
 
 def fork_is_safe() -> bool:
     """Whether this process may fork a child that runs Python: no other Python thread (a lock one holds would
-    stay held in the child forever) and no Ray (its native threads would be copied)."""
+    stay held in the child forever; tqdm's idle monitor thread, which the progress bars leave behind, is stopped
+    first) and no Ray (its native threads would be copied)."""
+    _stop_progress_monitor()
     return hasattr(os, "fork") and threading.active_count() == 1 and "ray" not in sys.modules
+
+
+def _stop_progress_monitor() -> None:
+    """Stop tqdm's monitor thread (started by the first progress bar; it waits on an event between checks of the
+    open bars) where one runs: the next bar starts another."""
+    module = sys.modules.get("tqdm._monitor")
+    if module is None:
+        return
+    for monitor in threading.enumerate():
+        if isinstance(monitor, module.TMonitor) and monitor is not threading.current_thread():
+            monitor.exit()  # sets its event and joins it
+            if getattr(monitor.tqdm_cls, "monitor", None) is monitor:
+                monitor.tqdm_cls.monitor = None
 
 
 class EarlyTables:
