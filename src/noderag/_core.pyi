@@ -79,3 +79,25 @@ def sum_postings(
     Returns (touched ordinals ascending, or ``ids[ordinal]`` with ``ids``; their sums). Raises ValueError for
     mismatched shapes or an ordinal outside [0, n_pass)."""
     ...
+
+class LineWords:
+    """Cached per-word token counts of context lines (:meth:`noderag.tokenize.LineCounter.count_spans`): spans of
+    UTF-8 bytes split as ``str.split()`` splits their text; an all-zero span (an erased text) has no word."""
+
+    def __init__(self, max_cached: int) -> None: ...
+    def missing(
+        self, blob: npt.NDArray[np.uint8], offsets: npt.NDArray[np.int64]
+    ) -> tuple[list[bytes], list[bytes]]:
+        """(distinct words without a cached count, distinct last words without a cached line break), in order of
+        first sight; both caches are emptied first when they hold more than ``max_cached`` words."""
+        ...
+    def add(self, words: list[bytes], counts: list[int], last: list[bytes], breaks: list[int]) -> None: ...
+    def spaced(self, words: list[bytes]) -> list[int]:
+        """The cached counts of ``words`` (each must be cached)."""
+        ...
+    def count(
+        self, blob: npt.NDArray[np.uint8], offsets: npt.NDArray[np.int64]
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        """(tokens of each span's line from the cached counts, its word count); RuntimeError for a word not cached."""
+        ...
+    def __len__(self) -> int: ...

@@ -266,6 +266,29 @@ class LineCounter:
         self.max_cached = max_cached
         self._word: dict[str, int] = {}  # tokens of " " + w
         self._brk: dict[str, int] = {}  # tokens of " " + w + "\n" minus those of " " + w
+        self._native = None  # the compiled core's caches, for count_spans
+
+    def count_spans(self, blob: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(tokens of each span's line, its word count; both int64) of the UTF-8 spans ``blob[offsets[i]:
+        offsets[i+1]]`` (decoded with ``surrogatepass``), split as :func:`split_spans` splits them: the words are
+        split and looked up in the compiled core (``noderag._core.LineWords``), and only the words its cache
+        lacks are decoded and encoded here. The same counts as :meth:`count_flat` of :func:`split_spans`."""
+        from ._core import LineWords
+
+        if self._native is None:
+            self._native = LineWords(self.max_cached)
+        native = self._native
+        blob = np.ascontiguousarray(blob, dtype=np.uint8)
+        offsets = np.ascontiguousarray(offsets, dtype=np.int64)
+        words, last = native.missing(blob, offsets)
+        if words:
+            native.add(words, self.tok.count_tokens_spaced([str(w, "utf-8", "surrogatepass") for w in words]).tolist(),
+                       [], [])
+        if last:  # every last word is cached by now: its break is what " w\n" has more than " w"
+            ends = [f" {str(w, 'utf-8', 'surrogatepass')}\n" for w in last]
+            with_break = self.tok.count_tokens_lines(ends).tolist()
+            native.add([], [], last, [c - a for a, c in zip(native.spaced(last), with_break)])
+        return native.count(blob, offsets)
 
     def count(self, word_lists: Sequence[Sequence[str]]) -> np.ndarray:
         """Tokens of ``" " + " ".join(ws) + "\\n"`` for each non-empty ``ws`` of ``word_lists`` (int64)."""

@@ -94,14 +94,17 @@ def finalize_stage(final: Path, table: NodeTable, edges: tuple[np.ndarray, np.nd
 
     Returns (the graph, the stage report's timings). The vector index is finished first (its shards had the
     spare core since the embed stage; what is left gets every core now), so the worker process and its
-    shards are gone before the query tables' peak, the build's largest; then the query tables, whose copy
-    of the texts overlaps neither the vector stage nor the graph.
+    shards are gone before the query tables' peak, the build's largest; then the query tables, which overlap
+    neither the vector stage nor the graph: a forked child (:class:`~noderag.indexing.query_early.EarlyTables`)
+    makes the BM25 postings and half the line token counts while this process makes the rest, the second core
+    being free again once the vector index is (where no child can be forked, this process makes them all).
     """
     import time
 
     from ..graph.hetero import HeteroGraph
     from ..search.query_index import write_query_index  # what a query would otherwise prepare in O(n) at open
     from .previous import LINKED
+    from .query_early import EarlyTables
 
     parts = {}
     t0 = time.perf_counter()
@@ -111,9 +114,18 @@ def finalize_stage(final: Path, table: NodeTable, edges: tuple[np.ndarray, np.nd
     if getattr(vbuild, "cpu_s", None) is not None:
         parts["vector_cpu_s"] = vbuild.cpu_s  # the HNSW worker's CPU over the whole build
     t1 = time.perf_counter()
-    with bars.spinner("query tables"):
-        write_query_index(final)
+    early = EarlyTables.start(final, final.parent / "query_early")  # before the spinner's thread
+    try:
+        with bars.spinner("query tables"):
+            write_query_index(final, early=early)
+    except BaseException:
+        if early is not None:
+            early.cancel()
+        raise
     t2 = time.perf_counter()
+    if early is not None:  # the child's CPU, its peak memory (shared pages included) and how long this one waited
+        parts.update(query_early_cpu_s=early.cpu_s, query_early_wait_s=early.wait_s,
+                     query_early_maxrss_mb=early.maxrss_mb)
     with bars.spinner("finalize"):
         graph = HeteroGraph.from_coo(table.types_array(), table.keys_array(), *edges)
         graph.set_layer("semantic", semantic)

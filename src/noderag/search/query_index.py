@@ -27,7 +27,7 @@ import json
 import os
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -81,28 +81,31 @@ LINE_TOKENS = "line_tok"
 
 
 def line_token_counts(text_off: np.ndarray, text: np.ndarray, first_node: int = 0, batch: int = 32768,
-                      workers: int | None = None) -> np.ndarray:
+                      workers: int | None = None, counter=None) -> np.ndarray:
     """Tokens of every node's context line (``[id] text``, whitespace collapsed, newline-ended:
     :func:`noderag.search.context.render_line`), int32 per node, 0 without text: counted once per build, as
     encoding every line would, from per-word counts cached across lines (:class:`~noderag.tokenize.LineCounter`)
-    of texts split a batch at a time (:func:`~noderag.tokenize.split_spans`) and ``"[id]"``'s digits. With
+    of texts split a batch at a time (:meth:`~noderag.tokenize.LineCounter.count_spans`, in the compiled core)
+    and ``"[id]"``'s digits. With
     ``workers`` > 1 (default: up to 2 CPUs where forking is safe, :func:`_fork_is_safe`) and over 4 batches,
-    a forked child counts the second half of the bytes."""
-    from ..tokenize import LineCounter, split_spans
+    a forked child counts the second half of the bytes. ``counter``: a :class:`~noderag.tokenize.LineCounter` to
+    count with (its cached words carried from call to call; then no child)."""
+    from ..tokenize import LineCounter
 
     n = int(text_off.shape[0]) - 1
     out = np.zeros(n, dtype=np.int32)
+    given = counter
 
     def count(lo: int, hi: int, into: np.ndarray) -> None:  # nodes [lo, hi) into ``into``
-        counter = LineCounter()
+        counter = given or LineCounter()
         for a in range(lo, hi, batch):
             b = min(hi, a + batch)
-            words, lengths = split_spans(text, text_off[a:b + 1])
+            counts, lengths = counter.count_spans(text, text_off[a:b + 1])
             tags = counter.tok.bracket_number_tokens(np.arange(a, b, dtype=np.int64) + first_node)
-            into[a - lo:b - lo] = counter.count_flat(words, lengths) + np.where(lengths > 0, tags, 0)
+            into[a - lo:b - lo] = counts + np.where(lengths > 0, tags, 0)
     if workers is None:
         workers = min(2, os.cpu_count() or 1) if _fork_is_safe() else 1
-    if int(workers) < 2 or n <= 4 * batch or not hasattr(os, "fork"):
+    if given is not None or int(workers) < 2 or n <= 4 * batch or not hasattr(os, "fork"):
         count(0, n, out)
         return out
     cut = min(max(int(np.searchsorted(text_off, (int(text_off[0]) + int(text_off[-1])) // 2)), 1), n - 1)
@@ -159,7 +162,88 @@ def _count_halves(count, out: np.ndarray, cut: int) -> None:
     out[cut:] = np.frombuffer(data, dtype=np.int32)
 
 
-def write_query_index(index_dir: str | os.PathLike, *, first_node: int = 0, lexical_background=None) -> Path:
+#: The early tables' context-line token counts of the first nodes (:func:`write_early_tables`).
+EARLY_LINE_TOKENS = "line_tok_head"
+
+
+def write_early_tables(folder: str | os.PathLike, n_head: int, texts_of: Callable[[np.ndarray], list[str]],
+                       t_ids: np.ndarray, t_doc: np.ndarray, documents: Any, batch: int = 32768,
+                       blob_of: Callable[[int, int], tuple[np.ndarray, Any]] | None = None) -> None:
+    """The BM25 postings (``lex_*``) of the active passages ``t_ids`` (documents ``t_doc``; titles from
+    ``documents``) and the context-line token counts of nodes ``0..n_head`` (``line_tok_head``), written into
+    ``folder`` for :func:`write_query_index` (``early=``). ``texts_of(ids)``: those nodes' texts;
+    ``blob_of(lo, hi)``: (offsets into the bytes, UTF-8 bytes) of nodes ``lo..hi`` (default: ``texts_of``
+    encoded); both read ``batch`` nodes at a time (no copy of every text at once). The same files as
+    :func:`write_query_index` makes from the written tables."""
+    from ..tokenize import LineCounter
+    from .lexical import titled
+
+    out = Path(folder)
+    t_ids = np.asarray(t_ids, dtype=np.int64)
+
+    def save(key: str, arr: np.ndarray) -> None:
+        atomic_save_npy(out / f"{key}.npy", arr)
+
+    titles = _titles(documents)
+
+    def passages():
+        for a in range(0, t_ids.shape[0], batch):
+            ids, docs = t_ids[a:a + batch], np.asarray(t_doc[a:a + batch]).tolist()
+            for text, d in zip(texts_of(ids), docs):
+                yield titled(unzeroed(text), titles.get(d))
+
+    counts = np.zeros(n_head, dtype=np.int32)  # first: a bounded cache (the postings' arrays peak at their end)
+    counter = LineCounter()
+    for a in range(0, n_head, batch):
+        b = min(n_head, a + batch)
+        off, blob = blob_of(a, b) if blob_of is not None else _py_blob(texts_of(np.arange(a, b, dtype=np.int64)))
+        counts[a:b] = line_token_counts(off, blob, a, batch=batch, counter=counter)
+    save(EARLY_LINE_TOKENS, counts)
+    del counter, counts
+    _save_lexical_texts(save, t_ids, passages(), 0, None)
+
+
+def early_head(index_dir: str | os.PathLike) -> int:
+    """The nodes whose line token counts a base segment's early tables hold: those before the middle of the
+    texts' bytes, so that the child's share (the postings and these counts) and the writer's (the name index
+    and the other counts) take about as long."""
+    off = load_npy(Path(index_dir) / NODE_TEXT_OFF, True, dtype=np.int64, ndim=1)
+    return int(np.searchsorted(off, (int(off[0]) + int(off[-1])) // 2)) if off.shape[0] > 1 else 0
+
+
+def write_early_from_files(index_dir: str | os.PathLike, folder: str | os.PathLike, n_head: int) -> None:
+    """:func:`write_early_tables` of the base segment in ``index_dir`` (every passage, nodes ``0..n_head``) from
+    its written ``nodes.parquet``, ``documents.parquet`` and text pages (mapped, read a batch at a time): what
+    a build's finalize stage has a forked child make while it makes the name index."""
+    import pyarrow.parquet as pq
+
+    from ..store.node_texts import node_texts
+    from ..store.tables import read_nodes_file
+
+    root = Path(index_dir)
+    nodes = read_nodes_file(root / NODES, columns=("type", "doc_id", "active"))
+    types, doc, active = (np.asarray(nodes.column(c).to_numpy(zero_copy_only=False), dtype=d)
+                          for c, d in (("type", np.uint8), ("doc_id", np.int64), ("active", bool)))
+    n = int(types.shape[0])
+    documents = pq.read_table(root / DOCUMENTS) if (root / DOCUMENTS).is_file() else None
+    t_ids = np.flatnonzero((types == _T) & active)
+    pages = node_texts(root / NODES, n)
+    off = np.asarray(pages.offsets)
+
+    def texts_of(ids: np.ndarray) -> list[str]:
+        return pages.pages.strings(off[ids].tolist(), off[ids + 1].tolist())
+
+    def blob_of(lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+        start = int(off[lo])
+        return off[lo:hi + 1] - start, np.frombuffer(pages.pages.read(start, int(off[hi])), dtype=np.uint8)
+
+    if not 0 <= n_head <= n:
+        raise ValueError(f"write_early_from_files: {n_head} nodes of {n}")
+    write_early_tables(folder, n_head, texts_of, t_ids, doc[t_ids], documents, blob_of=blob_of)
+
+
+def write_query_index(index_dir: str | os.PathLike, *, first_node: int = 0, lexical_background=None,
+                      early=None) -> Path:
     """Write ``query/`` into ``index_dir`` from its ``nodes.parquet`` and ``documents.parquet``; returns the folder.
 
     Called by the build (and insert) pipeline right after the finished files are written, so
@@ -171,6 +255,9 @@ def write_query_index(index_dir: str | os.PathLike, *, first_node: int = 0, lexi
     arrays are by position in the segment, every node id it lists is global, and
     ``lexical_background`` (see :func:`~noderag.search.lexical.lexical_arrays`) puts its BM25
     impacts on the scale of the whole index.
+
+    ``early``: :func:`write_early_tables`' files of a base segment's first ``early.nodes`` nodes, moved in as they
+    are once every other table is written (``early.wait()``: their folder, or it raises).
     """
     import shutil
 
@@ -193,26 +280,79 @@ def write_query_index(index_dir: str | os.PathLike, *, first_node: int = 0, lexi
     docs_path = root / DOCUMENTS
     documents = pq.read_table(docs_path) if docs_path.is_file() else None
     n = nodes.num_rows
-    types = np.asarray(nodes.column("type").to_numpy(zero_copy_only=False), dtype=np.uint8)
-    doc = np.asarray(nodes.column("doc_id").to_numpy(zero_copy_only=False), dtype=np.int64)
-    active = np.asarray(nodes.column("active").to_numpy(zero_copy_only=False), dtype=bool)
-    save("chunk", np.asarray(nodes.column("chunk_id").to_numpy(zero_copy_only=False), dtype=np.int64))
-    save("doc", doc)
-    save("active", active)
+    types, doc, active = _save_node_columns(save, nodes)
     pages = node_texts(nodes_path, n)  # the segment's own text pages: read for the BM25 postings, not copied
-    text_off, text, text_page = np.asarray(pages.offsets), pages.pages.to_array(), pages.pages.page
-    _save_lexical(save, types, active, doc, text_off, text, documents, first_node, lexical_background)
-    save(LINE_TOKENS, line_token_counts(text_off, text, first_node))
-    del text_off, text
+    if early is None:
+        line_tok = _save_text_tables(save, pages, types, active, doc, documents, first_node, lexical_background)
+    else:  # only the nodes the early tables have not counted
+        if first_node or lexical_background is not None:
+            raise ValueError("write_query_index: early tables are made for a base segment only")
+        line_tok = _line_tail(pages, int(early.nodes))
+    text_page = pages.pages.page
+    del pages
     _save_labels(save, nodes, types, doc, documents, first_node)
     del nodes
     if not first_node:  # a delta segment's searcher builds its title links over every segment's documents
         _save_titles(save, documents, types, doc, active)
     names = _save_names(save, nodes_path, types, active, first_node)
+    if early is not None:
+        line_tok = _take_early(early.wait(), out, int(early.nodes), line_tok)
+    save(LINE_TOKENS, line_tok)
     meta = {"format": _FORMAT, "n": int(n), **names, "text_page": text_page,
             **({"first_node": int(first_node)} if first_node else {})}
     atomic_write_bytes(out / "meta.json", (json.dumps(meta, sort_keys=True) + "\n").encode("utf-8"))
     return out
+
+
+def _save_node_columns(save, nodes: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Save ``chunk``, ``doc`` and ``active`` of the node table; return (types uint8, doc ids, active)."""
+    def col(name: str, dtype) -> np.ndarray:
+        return np.asarray(nodes.column(name).to_numpy(zero_copy_only=False), dtype=dtype)
+
+    doc, active = col("doc_id", np.int64), col("active", bool)
+    save("chunk", col("chunk_id", np.int64))
+    save("doc", doc)
+    save("active", active)
+    return col("type", np.uint8), doc, active
+
+
+def _save_text_tables(save, pages, types: np.ndarray, active: np.ndarray, doc: np.ndarray, documents: Any,
+                      first_node: int, background) -> np.ndarray:
+    """The BM25 postings (saved) and every node's context-line token counts (returned) from the segment's text
+    ``pages`` (:class:`~noderag.store.node_texts.NodeTexts`), read into one array."""
+    text_off, text = np.asarray(pages.offsets), pages.pages.to_array()
+    _save_lexical(save, types, active, doc, text_off, text, documents, first_node, background)
+    return line_token_counts(text_off, text, first_node)
+
+
+def _line_tail(pages, n_head: int, batch: int = 32768) -> np.ndarray:
+    """The context-line token counts of the nodes from ``n_head`` on (those the early tables did not count), their
+    bytes read from the pages a batch at a time."""
+    from ..tokenize import LineCounter
+
+    text_off = np.asarray(pages.offsets)
+    n = int(text_off.shape[0]) - 1
+    if not 0 <= n_head <= n:
+        raise ValueError(f"write_query_index: early tables of {n_head} nodes for a segment of {n}")
+    out = np.zeros(n - n_head, dtype=np.int32)
+    counter = LineCounter()
+    for a in range(n_head, n, batch):
+        b = min(n, a + batch)
+        lo = int(text_off[a])
+        text = np.frombuffer(pages.pages.read(lo, int(text_off[b])), dtype=np.uint8)
+        out[a - n_head:b - n_head] = line_token_counts(text_off[a:b + 1] - lo, text, a, batch=batch, counter=counter)
+    return out
+
+
+def _take_early(folder: Path, out: Path, n_head: int, line_tail: np.ndarray) -> np.ndarray:
+    """Move the early tables' ``lex_*`` files from ``folder`` into ``out`` and return every node's context-line
+    token counts (the early head of ``n_head`` nodes, then ``line_tail``)."""
+    from .lexical import LEX_ARRAYS
+
+    head = load_npy(folder / f"{EARLY_LINE_TOKENS}.npy", False, dtype=np.int32, ndim=1, shape=(n_head,))
+    for key in LEX_ARRAYS:
+        os.replace(folder / f"{key}.npy", out / f"{key}.npy")
+    return np.concatenate([np.asarray(head, dtype=np.int32), line_tail])
 
 
 def _save_labels(save, nodes: Any, types: np.ndarray, doc: np.ndarray, documents: Any, first_node: int) -> None:
@@ -294,16 +434,29 @@ def _save_names(save, nodes_path: Path, types: np.ndarray, active: np.ndarray, f
 def _save_lexical(save, types: np.ndarray, active: np.ndarray, doc: np.ndarray, text_off: np.ndarray,
                   text: np.ndarray, documents: Any, first_node: int = 0, background=None) -> None:
     """The passages' BM25 postings (``lex_*``, :mod:`noderag.search.lexical`): titled texts of active T nodes."""
-    from .lexical import lexical_arrays, titled
+    from .lexical import titled
 
-    titles: dict[int, str] = {}
-    if documents is not None and "title" in documents.column_names:
-        titles = {int(d): t for d, t in zip(documents.column("doc_id").to_pylist(),
-                                            documents.column("title").to_pylist()) if t}
+    titles = _titles(documents)
     t_ids = np.flatnonzero((types == _T) & active)
     texts = (titled(QueryIndex._get(text_off, text, i), titles.get(d))
              for i, d in zip(t_ids.tolist(), doc[t_ids].tolist()))
-    for key, arr in lexical_arrays(t_ids + first_node, texts, background=background).items():
+    _save_lexical_texts(save, t_ids, texts, first_node, background)
+
+
+def _titles(documents: Any) -> dict[int, str]:
+    """doc_id -> title of the documents with one (what BM25 indexes before each passage's text)."""
+    if documents is None or "title" not in documents.column_names:
+        return {}
+    return {int(d): t for d, t in zip(documents.column("doc_id").to_pylist(), documents.column("title").to_pylist())
+            if t}
+
+
+def _save_lexical_texts(save, t_ids: np.ndarray, texts, first_node: int, background) -> None:
+    """The BM25 postings (``lex_*``) of the passages ``t_ids`` from their titled ``texts`` (an iterable)."""
+    from .lexical import lexical_arrays
+
+    for key, arr in lexical_arrays(np.asarray(t_ids, dtype=np.int64) + first_node, texts,
+                                   background=background).items():
         save(key, arr)
 
 
