@@ -384,9 +384,10 @@ class VectorIndex:
             if todo.size == 0:
                 return out
             lo, hi = table.span
-            inside = (ids[todo] >= lo) & (ids[todo] <= hi)
+            asked = ids[todo]
+            inside = (asked >= lo) & (asked <= hi)
             if inside.all():
-                todo = todo[~table.read(ids[todo], out, todo)]
+                todo = todo[~table.read(asked, out, todo)]
             elif inside.any():
                 asked = todo[inside]
                 todo = np.concatenate([todo[~inside], asked[~table.read(ids[asked], out, asked)]])

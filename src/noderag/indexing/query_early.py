@@ -34,9 +34,11 @@ ERROR_FILE = "error.txt"
 def fork_is_safe() -> bool:
     """Whether this process may fork a child that runs Python: no other Python thread (a lock one holds would
     stay held in the child forever; tqdm's idle monitor thread, which the progress bars leave behind, is stopped
-    first) and no Ray (its native threads would be copied)."""
+    first) and no Ray (its native threads would be copied): the query tables' own check, once the monitor is gone."""
+    from ..search.query_index import _fork_is_safe
+
     _stop_progress_monitor()
-    return hasattr(os, "fork") and threading.active_count() == 1 and "ray" not in sys.modules
+    return _fork_is_safe()
 
 
 def _stop_progress_monitor() -> None:
