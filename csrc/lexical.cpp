@@ -1,4 +1,6 @@
-// BM25 posting sums of a query: noderag._core.sum_postings.
+// BM25 posting sums of a query: noderag._core.sum_postings (one scratch entry a passage) and
+// noderag._core.sum_runs (runs ascending by passage, swept block by block), and the per-run impacts on a few
+// passages (noderag._core.run_impacts).
 // Arrays arrive C-contiguous with the exact dtypes (no implicit casts, so mapped impacts are never
 // copied); the Python wrapper (noderag.search.lexical.sum_postings) checks dtypes once, this call the
 // shapes and every ordinal (a damaged file raises ValueError, never writes out of bounds).
@@ -7,9 +9,11 @@
 #include <pybind11/stl.h>
 
 #include <cstdint>
+#include <algorithm>
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace py = pybind11;
 
@@ -95,6 +99,140 @@ py::tuple sum_postings(carray<int32_t> ords, carray<W> weights, carray<double> a
     return py::make_tuple(touched, scores);
 }
 
+// The impacts of ``k`` posting runs summed per passage ordinal, each run ascending by ordinal
+// (``bounds``: k + 1 offsets into ``ords`` / ``weights``). The runs are swept together one block of
+// kBlock ordinals at a time into a small accumulator that stays in the L1/L2 cache, each run's
+// postings of the block in run order: a passage's impacts are added in the order of the runs, the same
+// float sums as ``sum_postings`` over the concatenated runs, without its scatter into one float64 entry a
+// passage (megabytes, cold between queries). O(postings + k * blocks touched). A posting outside
+// [0, n_pass) or a run out of order across blocks raises ValueError (never writes out of bounds).
+// Returns (touched ordinals or ids[ordinal], int64 ascending; their sums, float64).
+constexpr int64_t kBlock = 8192;
+
+template <typename W>
+py::tuple sum_runs(carray<int32_t> ords, carray<W> weights, carray<int64_t> bounds, int64_t n_pass,
+                   std::optional<carray<int64_t>> ids) {
+    if (ords.ndim() != 1 || weights.ndim() != 1 || bounds.ndim() != 1 || (ids && ids->ndim() != 1))
+        throw std::invalid_argument("sum_runs takes 1-D arrays");
+    const int64_t m = ords.shape(0), k = bounds.shape(0) - 1;
+    if (weights.shape(0) != m)
+        throw std::invalid_argument("sum_runs: " + std::to_string(m) + " ordinals but " +
+                                    std::to_string(weights.shape(0)) + " weights");
+    if (ids && ids->shape(0) != n_pass)
+        throw std::invalid_argument("sum_runs: " + std::to_string(ids->shape(0)) + " ids for " +
+                                    std::to_string(n_pass) + " passages");
+    if (k < 0)
+        throw std::invalid_argument("sum_runs: bounds needs at least one entry");
+    const int64_t* bd = bounds.data();
+    for (int64_t j = 0; j < k; ++j)
+        if (bd[j] < 0 || bd[j] > bd[j + 1] || bd[j + 1] > m)
+            throw std::invalid_argument("sum_runs: bounds must ascend within [0, " + std::to_string(m) + "], run " +
+                                        std::to_string(j) + " is [" + std::to_string(bd[j]) + ", " +
+                                        std::to_string(bd[j + 1]) + ")");
+    const int64_t* id = ids ? ids->data() : nullptr;
+    const int32_t* od = ords.data();
+    const W* wd = weights.data();
+    std::vector<int64_t> cur(bd, bd + k), touched;
+    std::vector<double> sums, acc(kBlock, 0.0);
+    std::vector<uint64_t> marks(kBlock / 64, 0);
+    int64_t bad = -1;
+    {
+        py::gil_scoped_release release;
+        touched.reserve(static_cast<size_t>(m));
+        sums.reserve(static_cast<size_t>(m));
+        while (bad < 0) {
+            int64_t lo = n_pass;  // the lowest ordinal any run has left
+            for (int64_t j = 0; j < k; ++j)
+                if (cur[j] < bd[j + 1] && od[cur[j]] < lo) lo = od[cur[j]];
+            if (lo >= n_pass) {  // every run done, or a run's next ordinal past the passages
+                for (int64_t j = 0; j < k && bad < 0; ++j)
+                    if (cur[j] < bd[j + 1]) bad = cur[j];
+                break;
+            }
+            if (lo < 0) {
+                for (int64_t j = 0; j < k && bad < 0; ++j)
+                    if (cur[j] < bd[j + 1] && od[cur[j]] < 0) bad = cur[j];
+                break;
+            }
+            const int64_t base = lo, hi = std::min(base + kBlock, n_pass);
+            for (int64_t j = 0; j < k; ++j) {
+                int64_t c = cur[j];
+                const int64_t e = bd[j + 1];
+                for (; c < e; ++c) {
+                    const int64_t o = od[c];
+                    if (o >= hi) break;
+                    const uint64_t rel = static_cast<uint64_t>(o - base);
+                    if (rel >= static_cast<uint64_t>(kBlock)) {  // below the block: the run descends
+                        bad = c;
+                        break;
+                    }
+                    acc[rel] += static_cast<double>(wd[c]);
+                    marks[rel >> 6] |= uint64_t{1} << (rel & 63);
+                }
+                cur[j] = c;
+                if (bad >= 0) break;
+            }
+            for (int64_t w = 0; w < kBlock / 64; ++w) {
+                uint64_t word = marks[w];
+                if (!word) continue;
+                marks[w] = 0;
+                do {
+                    const int64_t rel = (w << 6) + __builtin_ctzll(word);
+                    touched.push_back(id ? id[base + rel] : base + rel);
+                    sums.push_back(acc[rel]);
+                    acc[rel] = 0.0;
+                    word &= word - 1;
+                } while (word);
+            }
+        }
+    }
+    if (bad >= 0)
+        throw std::invalid_argument("sum_runs: posting " + std::to_string(bad) + " names passage ordinal " +
+                                    std::to_string(od[bad]) + ", outside [0, " + std::to_string(n_pass) +
+                                    ") or below an earlier one of its run (runs must ascend)");
+    carray<int64_t> out_ids(static_cast<py::ssize_t>(touched.size()));
+    carray<double> out_sums(static_cast<py::ssize_t>(sums.size()));
+    std::copy(touched.begin(), touched.end(), out_ids.mutable_data());
+    std::copy(sums.begin(), sums.end(), out_sums.mutable_data());
+    return py::make_tuple(out_ids, out_sums);
+}
+
+// The impact of each of ``k`` runs (run j: postings [starts[j], ends[j]), ``ords`` ascending) on each
+// passage ordinal of ``targets``: float64 (k, t), 0 where the run lacks it; one binary search per
+// (run, target). A query's per-term BM25 on a few candidates, read from the runs it summed.
+template <typename W>
+carray<double> run_impacts(carray<int32_t> ords, carray<W> weights, carray<int64_t> starts, carray<int64_t> ends,
+                           carray<int32_t> targets) {
+    if (ords.ndim() != 1 || weights.ndim() != 1 || starts.ndim() != 1 || ends.ndim() != 1 || targets.ndim() != 1)
+        throw std::invalid_argument("run_impacts takes 1-D arrays");
+    const int64_t m = ords.shape(0), k = starts.shape(0), t = targets.shape(0);
+    if (weights.shape(0) != m || ends.shape(0) != k)
+        throw std::invalid_argument("run_impacts: ords/weights and starts/ends must have equal lengths");
+    const int64_t* sd = starts.data();
+    const int64_t* ed = ends.data();
+    for (int64_t j = 0; j < k; ++j)
+        if (sd[j] < 0 || sd[j] > ed[j] || ed[j] > m)
+            throw std::invalid_argument("run_impacts: run " + std::to_string(j) + " [" + std::to_string(sd[j]) + ", " +
+                                        std::to_string(ed[j]) + ") is not within [0, " + std::to_string(m) + "]");
+    carray<double> out({k, t});
+    double* od = out.mutable_data();
+    const int32_t* o = ords.data();
+    const W* wd = weights.data();
+    const int32_t* td = targets.data();
+    {
+        py::gil_scoped_release release;
+        for (int64_t j = 0; j < k; ++j) {
+            const int32_t* lo = o + sd[j];
+            const int32_t* hi = o + ed[j];
+            for (int64_t i = 0; i < t; ++i) {
+                const int32_t* at = std::lower_bound(lo, hi, td[i]);
+                od[j * t + i] = (at != hi && *at == td[i]) ? static_cast<double>(wd[at - o]) : 0.0;
+            }
+        }
+    }
+    return out;
+}
+
 }  // namespace
 
 void register_lexical(py::module_& m) {
@@ -105,4 +243,15 @@ void register_lexical(py::module_& m) {
           "or their ids, sums float64).");
     m.def("sum_postings", &sum_postings<double>, py::arg("ords").noconvert(), py::arg("weights").noconvert(),
           py::arg("acc").noconvert(), py::arg("marks").noconvert(), py::arg("ids").noconvert() = py::none());
+    m.def("sum_runs", &sum_runs<float>, py::arg("ords").noconvert(), py::arg("weights").noconvert(),
+          py::arg("bounds").noconvert(), py::arg("n_pass"), py::arg("ids").noconvert() = py::none(),
+          "Impacts of runs ascending by passage ordinal summed per ordinal, block by block: (touched ordinals int64 "
+          "ascending, or their ids, sums float64).");
+    m.def("sum_runs", &sum_runs<double>, py::arg("ords").noconvert(), py::arg("weights").noconvert(),
+          py::arg("bounds").noconvert(), py::arg("n_pass"), py::arg("ids").noconvert() = py::none());
+    m.def("run_impacts", &run_impacts<float>, py::arg("ords").noconvert(), py::arg("weights").noconvert(),
+          py::arg("starts").noconvert(), py::arg("ends").noconvert(), py::arg("targets").noconvert(),
+          "Impact of each run (ordinals ascending) on each target ordinal: float64 (runs, targets), 0 where absent.");
+    m.def("run_impacts", &run_impacts<double>, py::arg("ords").noconvert(), py::arg("weights").noconvert(),
+          py::arg("starts").noconvert(), py::arg("ends").noconvert(), py::arg("targets").noconvert());
 }

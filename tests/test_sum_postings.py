@@ -92,3 +92,84 @@ def test_ids_of_another_dtype_are_a_type_error():
     acc, marks = _scratch(64)
     with pytest.raises(TypeError, match="ids must be a C-contiguous int64 array, got int32"):
         sum_postings(np.zeros(1, np.int32), np.ones(1), acc, marks, np.arange(64, dtype=np.int32))
+
+
+# -- runs ascending by passage, summed block by block (sum_runs), and read for a few passages (run_impacts)
+
+def _runs(data, n_pass: int, wdtype) -> list[tuple[np.ndarray, np.ndarray]]:
+    """A few runs, each a sorted set of ordinals with weights (a term's postings sorted by passage)."""
+    out = []
+    for _ in range(data.draw(st.integers(0, 6))):
+        ords = sorted(set(data.draw(st.lists(st.integers(0, n_pass - 1), max_size=200))))
+        weights = data.draw(st.lists(st.floats(0.0, 30.0, width=32), min_size=len(ords), max_size=len(ords)))
+        out.append((np.asarray(ords, np.int32), np.asarray(weights, wdtype)))
+    return out
+
+
+def _concat(runs, wdtype):
+    bounds = np.zeros(len(runs) + 1, np.int64)
+    np.cumsum([o.size for o, _ in runs], out=bounds[1:])
+    ords = np.concatenate([o for o, _ in runs]) if runs else np.zeros(0, np.int32)
+    weights = np.concatenate([w for _, w in runs]) if runs else np.zeros(0, wdtype)
+    return ords, weights.astype(wdtype), bounds
+
+
+@settings(max_examples=150, deadline=None)
+@given(n_pass=st.sampled_from([1, 70, 8191, 8192, 8193, 30000]), data=st.data(),
+       wdtype=st.sampled_from([np.float32, np.float64]))
+def test_runs_sum_as_the_scratch_kernel(n_pass, data, wdtype):
+    """The block sweep gives the scratch kernel's ids and bit-identical sums (runs added in order), across block
+    edges (a block is 8,192 ordinals)."""
+    from noderag.search.lexical import sum_runs
+
+    ords, weights, bounds = _concat(_runs(data, n_pass, wdtype), wdtype)
+    ids = np.arange(n_pass, dtype=np.int64) * 3 + 1
+    acc, marks = _scratch(n_pass)
+    want_ids, want = sum_postings(ords, weights, acc, marks, ids)
+    got_ids, got = sum_runs(ords, weights, bounds, ids)
+    assert got_ids.tolist() == want_ids.tolist()
+    assert got.tobytes() == want.tobytes()
+
+
+def test_runs_add_in_run_order():
+    from noderag.search.lexical import sum_runs
+
+    ords = np.zeros(4, np.int32)
+    weights = np.array([1e16, 1.0, -1e16, 1.0])
+    _, got = sum_runs(ords, weights, np.arange(5, dtype=np.int64), np.arange(1, dtype=np.int64))
+    assert got.tolist() == [1.0]
+
+
+@pytest.mark.parametrize(("ords", "bounds", "message"), [
+    ([5, 3, 9000, 2], [0, 2, 4], r"posting 1 names passage ordinal 3, outside \[0, 10000\) or below an earlier one"),
+    ([5, 9000, 4], [0, 3], r"posting 2 names passage ordinal 4, outside \[0, 10000\) or below an earlier one"),
+    ([1, 10000], [0, 2], r"posting 1 names passage ordinal 10000, outside \[0, 10000\)"),
+    ([-1, 4], [0, 2], r"posting 0 names passage ordinal -1"),
+])
+def test_runs_out_of_order_or_range_are_value_errors(ords, bounds, message):
+    from noderag.search.lexical import sum_runs
+
+    with pytest.raises(ValueError, match=message):
+        sum_runs(np.asarray(ords, np.int32), np.ones(len(ords)), np.asarray(bounds, np.int64),
+                 np.arange(10000, dtype=np.int64))
+
+
+def test_run_bounds_outside_the_postings_are_value_errors():
+    from noderag.search.lexical import sum_runs
+
+    with pytest.raises(ValueError, match=r"bounds must ascend within \[0, 2\], run 0 is \[0, 3\)"):
+        sum_runs(np.zeros(2, np.int32), np.ones(2), np.array([0, 3], np.int64), np.arange(4, dtype=np.int64))
+
+
+@settings(max_examples=100, deadline=None)
+@given(n_pass=st.integers(1, 500), data=st.data(), wdtype=st.sampled_from([np.float32, np.float64]))
+def test_run_impacts_equal_a_dict_lookup(n_pass, data, wdtype):
+    from noderag._core import run_impacts
+
+    runs = _runs(data, n_pass, wdtype)
+    ords, weights, bounds = _concat(runs, wdtype)
+    targets = np.asarray(data.draw(st.lists(st.integers(-2, n_pass + 2), max_size=30)), np.int32)
+    got = run_impacts(ords, weights, bounds[:-1].copy(), bounds[1:].copy(), targets)
+    want = [[float(dict(zip(o.tolist(), w.tolist())).get(t, 0.0)) for t in targets.tolist()] for o, w in runs]
+    assert got.shape == (len(runs), targets.size)
+    assert got.tolist() == (want if runs else np.zeros((0, targets.size)).tolist())

@@ -80,6 +80,30 @@ def sum_postings(
     mismatched shapes or an ordinal outside [0, n_pass)."""
     ...
 
+def sum_runs(
+    ords: npt.NDArray[np.int32],
+    weights: npt.NDArray[np.float32] | npt.NDArray[np.float64],
+    bounds: npt.NDArray[np.int64],
+    n_pass: int,
+    ids: npt.NDArray[np.int64] | None = None,
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
+    """The impacts of runs ``[bounds[j], bounds[j + 1])`` of postings, each ascending by passage ordinal, summed per
+    ordinal block by block (runs added in order: the sums of :func:`sum_postings` over the same postings).
+    Returns (touched ordinals ascending, or ``ids[ordinal]``; their sums). Raises ValueError for bad bounds, an
+    ordinal outside [0, n_pass) or a run out of order."""
+    ...
+
+def run_impacts(
+    ords: npt.NDArray[np.int32],
+    weights: npt.NDArray[np.float32] | npt.NDArray[np.float64],
+    starts: npt.NDArray[np.int64],
+    ends: npt.NDArray[np.int64],
+    targets: npt.NDArray[np.int32],
+) -> npt.NDArray[np.float64]:
+    """The impact of each run ``[starts[j], ends[j])`` (ordinals ascending) on each target ordinal: float64
+    (runs, targets), 0 where the run lacks it. Raises ValueError for a run outside the postings."""
+    ...
+
 class LineWords:
     """Cached per-word token counts of context lines (:meth:`noderag.tokenize.LineCounter.count_spans`): spans of
     UTF-8 bytes split as ``str.split()`` splits their text; an all-zero span (an erased text) has no word."""

@@ -31,6 +31,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from .._core import sum_postings as _sum_postings
+from .._core import run_impacts as _run_impacts
+from .._core import sum_runs as _sum_runs
 from ..lang.zh import lexical_tokens
 from .entities import hash64
 
@@ -125,11 +127,11 @@ def lexical_arrays(node_ids: np.ndarray, texts: Iterable[str], *, k1: float = 1.
             "lex_post_weight": np.ascontiguousarray(impact[order])}
 
 
-#: Posting lists at least this long keep their passage ordinals after a query (:meth:`LexicalIndex._term_ordinals`).
+#: Posting lists at least this long keep their passage ordinals, sorted, after a query
+#: (:meth:`LexicalIndex._term_ordinals`).
 TERM_CACHE_FROM = 1024
-#: At most this many postings are kept so (a 4-byte ordinal each, their impacts views of the postings: 16 MB; with the
-#: by-ordinal copies of :meth:`LexicalIndex._by_ordinal`, at most the 48 MB that half as many float64 copies took);
-#: past it the kept lists are dropped and kept anew.
+#: At most this many postings are kept so (a 4-byte ordinal and a 4-byte impact each: 32 MB); past it the kept
+#: lists are dropped and kept anew.
 TERM_CACHE_POSTINGS = 1 << 22
 #: Query terms whose hashes a lexical index keeps (a query's terms are hashed once for all its look-ups).
 HASH_CACHE = 1 << 16
@@ -157,8 +159,8 @@ class LexicalIndex:
         self._scratch = threading.local()  # per thread: score accumulator and stamps over passage ordinals
         self._term_cache: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}  # (start, end) -> ordinals, impacts
         self._term_cached = 0  # postings held by _term_cache
-        self._term_sorted: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}  # the same, by ordinal
         self._hashes: dict[str, int] = {}  # query term -> its hash (a term recurs across a query's look-ups)
+        self._last: tuple[tuple[str, ...], QueryPostings | None] = ((), None)  # the last query's postings
 
     def _term_hashes(self, terms) -> np.ndarray:
         """:func:`~noderag.search.entities.hash64` of each term, memoised (at most :data:`HASH_CACHE` terms)."""
@@ -187,7 +189,8 @@ class LexicalIndex:
         ordinal[ids] = np.arange(ids.size, dtype=np.int32)
         self._passages, self._ordinal = ids, ordinal
         self._scratch = threading.local()
-        self._term_cache, self._term_cached, self._term_sorted = {}, 0, {}
+        self._term_cache, self._term_cached = {}, 0
+        self._last = ((), None)
 
     @classmethod
     def from_texts(cls, node_ids: np.ndarray, texts: Iterable[str], **kw) -> "LexicalIndex":
@@ -220,6 +223,10 @@ class LexicalIndex:
         (node ids sorted, int64; scores, float64)."""
         if not terms or self._hash.shape[0] == 0:
             return np.zeros(0, np.int64), np.zeros(0)
+        if self._passages is not None:
+            postings = self.query_postings(terms)
+            if postings is not None:
+                return postings.scores()
         hashes = self._term_hashes(sorted(terms))
         pos = np.searchsorted(self._hash, hashes)
         inside = pos < self._hash.shape[0]
@@ -229,14 +236,31 @@ class LexicalIndex:
             return np.zeros(0, np.int64), np.zeros(0)
         starts = self._ptr[pos]
         ends = np.minimum(self._ptr[pos + 1], starts + self.max_postings)
-        if self._passages is not None:
-            parts = [self._term_ordinals(s, e) for s, e in zip(starts.tolist(), ends.tolist())]
-            if all(part is not None for part in parts):
-                return self._accumulate(np.concatenate([o for o, _ in parts]), np.concatenate([w for _, w in parts]))
         nodes = np.concatenate([self._node[s:e] for s, e in zip(starts.tolist(), ends.tolist())])
         weights = np.concatenate([self._weight[s:e] for s, e in zip(starts.tolist(), ends.tolist())])
         uniq, inv = np.unique(nodes, return_inverse=True)
         return uniq.astype(np.int64), np.bincount(inv, weights=weights.astype(np.float64), minlength=uniq.shape[0])
+
+    def query_postings(self, terms) -> "QueryPostings | None":
+        """The postings of ``terms`` (bound passages), read once per query: each found term's passage ordinals
+        ascending with their impacts, one run after another; :meth:`term_scores` sums them and :meth:`term_impacts`
+        reads them for a query's candidates. The last query's are kept (a query asks both). None when a posting
+        names a node outside the bound passages (the callers fall back)."""
+        key = tuple(sorted(terms))
+        last_key, last = self._last
+        if key == last_key and last is not None:
+            return last
+        hashes = self._term_hashes(key)
+        pos = np.minimum(np.searchsorted(self._hash, hashes), max(self._hash.shape[0] - 1, 0))
+        found = np.flatnonzero(self._hash[pos] == hashes) if self._hash.shape[0] else np.zeros(0, np.int64)
+        starts = self._ptr[pos[found]]
+        ends = np.minimum(self._ptr[pos[found] + 1], starts + self.max_postings)
+        runs = [self._term_ordinals(a, b) for a, b in zip(starts.tolist(), ends.tolist())]
+        if any(run is None for run in runs):
+            return None
+        postings = QueryPostings(key, found, runs, self._passages, self._ordinal)
+        self._last = (key, postings)
+        return postings
 
     def term_impacts(self, terms: list[str], ids: np.ndarray) -> np.ndarray:
         """BM25 impact of each of ``terms`` on each passage of ``ids`` (node ids): float64 (len(terms), len(ids)),
@@ -250,29 +274,18 @@ class LexicalIndex:
         out = np.zeros((len(terms), ids.shape[0]))
         if not terms or not ids.size or self._hash.shape[0] == 0:
             return out
+        if self._passages is not None:
+            _, postings = self._last  # the query's own terms, or some of them: read from its postings
+            if postings is None or not postings.holds(terms):
+                postings = self.query_postings(terms)
+            got = postings.impacts(terms, ids) if postings is not None else None
+            if got is not None:
+                return got
         hashes = self._term_hashes(terms)
         pos = np.minimum(np.searchsorted(self._hash, hashes), self._hash.shape[0] - 1)
         found = np.flatnonzero(self._hash[pos] == hashes)
         starts = self._ptr[pos[found]]
         ends = np.minimum(self._ptr[pos[found] + 1], starts + self.max_postings)
-        if self._passages is not None and int(ids.max()) < self._ordinal.shape[0]:
-            id_ords = self._ordinal[ids]
-            parts = [self._term_ordinals(a, b) for a, b in zip(starts.tolist(), ends.tolist())]
-            if int(id_ords.min()) >= 0 and all(part is not None for part in parts):
-                acc = self._accumulator()
-                gather = id_ords.astype(np.int64)
-                for row, a, b, (ords, weights) in zip(found.tolist(), starts.tolist(), ends.tolist(), parts):
-                    by_ord = self._by_ordinal(a, b) if ords.size > 4 * gather.size else None
-                    if by_ord is not None:  # a long cached list: binary-search the few ids in it
-                        so, sw = by_ord
-                        at = np.minimum(np.searchsorted(so, gather), so.size - 1)
-                        hit = so[at] == gather
-                        out[row, hit] = sw[at[hit]]
-                        continue
-                    acc[ords] = weights
-                    out[row] = acc[gather]
-                    acc[ords] = 0.0
-                return out
         uniq, inverse = np.unique(ids, return_inverse=True)
         per_id = np.zeros((len(terms), uniq.shape[0]))
         for row, a, b in zip(found.tolist(), starts.tolist(), ends.tolist()):
@@ -299,10 +312,10 @@ class LexicalIndex:
         return ords, self._weight[at]
 
     def _term_ordinals(self, start: int, end: int) -> tuple[np.ndarray, np.ndarray] | None:
-        """The passage ordinals and impacts (a view, as stored) of the postings ``start:end``; None when a posting
-        names a node outside the bound passages (the caller falls back). Long lists (the common words most
-        queries share) are kept, up to :data:`TERM_CACHE_POSTINGS` postings in all: their gather from the
-        node-id map is most of a query's BM25 cost."""
+        """The passage ordinals of the postings ``start:end``, ascending, and their impacts; None when a posting
+        names a node outside the bound passages (the caller falls back). Long lists (the common words most queries
+        share) are kept, up to :data:`TERM_CACHE_POSTINGS` postings in all: their gather from the node-id map and
+        their sort are most of a query's BM25 cost."""
         got = self._term_cache.get((start, end))
         if got is not None:
             return got
@@ -313,29 +326,16 @@ class LexicalIndex:
         ords = ordinal[nodes]
         if ords.size and int(ords.min()) < 0:
             return None
-        out = ords, self._weight[start:end]
+        order = np.argsort(ords, kind="stable")
+        out = ords[order], np.asarray(self._weight[start:end])[order]
         if ords.size >= TERM_CACHE_FROM:
             for a in out:
                 a.flags.writeable = False
             if self._term_cached + ords.size > TERM_CACHE_POSTINGS:
-                self._term_cache, self._term_cached, self._term_sorted = {}, 0, {}
+                self._term_cache, self._term_cached = {}, 0
             self._term_cache[(start, end)] = out
             self._term_cached += ords.size
         return out
-
-    def _by_ordinal(self, start: int, end: int) -> tuple[np.ndarray, np.ndarray] | None:
-        """A cached posting list (:meth:`_term_ordinals`) sorted by passage ordinal, with its impacts; None when
-        the list is not cached (a short list is scattered instead). Sorted once per cached list."""
-        got = self._term_sorted.get((start, end))
-        if got is None:
-            cached = self._term_cache.get((start, end))
-            if cached is None:
-                return None
-            ords, weights = cached
-            order = np.argsort(ords, kind="stable")
-            got = ords[order], weights[order]
-            self._term_sorted[(start, end)] = got
-        return got
 
     def _accumulator(self) -> np.ndarray:
         """The thread's float64 scratch over passage ordinals (all zeros between uses)."""
@@ -346,15 +346,52 @@ class LexicalIndex:
             sc.marks = np.zeros((n_pass + 63) // 64, np.uint64)  # a bit per passage: the touched ones
         return sc.acc
 
-    def _accumulate(self, ords: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Impacts summed per passage ordinal in the thread's scratch arrays by :func:`sum_postings`: the same
-        sums as ``np.unique`` + ``bincount`` (float64, postings added in the same order), ids ascending."""
-        acc = self._accumulator()
-        return sum_postings(ords, weights, acc, self._scratch.marks, self._passages)
-
     def search(self, query: str, k: int) -> tuple[np.ndarray, np.ndarray]:
         """The ``k`` best passages of ``query``: (node ids int64, BM25 scores float64), best first, ties by id."""
         return top_scored(*self.scores(query), k)
+
+
+class QueryPostings:
+    """One query's postings (:meth:`LexicalIndex.query_postings`): ``terms`` (sorted), the rows of those the index
+    holds (``found``), and each found term's passage ordinals (ascending) and impacts, one run after another."""
+
+    def __init__(self, terms: tuple[str, ...], found: np.ndarray, runs: list[tuple[np.ndarray, np.ndarray]],
+                 passages: np.ndarray, ordinal: np.ndarray) -> None:
+        self.terms, self.passages, self._ordinal = terms, passages, ordinal
+        self._terms = frozenset(terms)
+        self._row = {terms[i]: j for j, i in enumerate(found.tolist())}  # term -> its run
+        self.bounds = np.zeros(len(runs) + 1, np.int64)
+        np.cumsum([o.shape[0] for o, _ in runs], out=self.bounds[1:])
+        self.ords = np.concatenate([o for o, _ in runs]) if runs else np.zeros(0, np.int32)
+        self.weights = np.concatenate([w for _, w in runs]) if runs else np.zeros(0, np.float32)
+
+    def scores(self) -> tuple[np.ndarray, np.ndarray]:
+        """BM25 of every passage holding a term: (node ids ascending, float64 sums of the terms' impacts added term
+        after term in sorted order)."""
+        return sum_runs(self.ords, self.weights, self.bounds, self.passages)
+
+    def holds(self, terms) -> bool:
+        """Whether every one of ``terms`` is one of this query's."""
+        return self._terms.issuperset(terms)
+
+    def impacts(self, terms, ids: np.ndarray) -> np.ndarray | None:
+        """Each of ``terms``' impact on each of ``ids`` (node ids): float64 (len(terms), len(ids)), 0 where absent;
+        None when an id is not a bound passage or a term is not one of this query's."""
+        if not self.holds(terms):
+            return None
+        if int(ids.min()) < 0 or int(ids.max()) >= self._ordinal.shape[0]:
+            return None
+        targets = self._ordinal[ids]
+        if int(targets.min()) < 0:
+            return None
+        out = np.zeros((len(terms), ids.shape[0]))
+        rows = [(i, self._row[t]) for i, t in enumerate(terms) if t in self._row]
+        if rows:
+            at = np.asarray([j for _, j in rows], dtype=np.int64)
+            got = _run_impacts(self.ords, self.weights, self.bounds[at], self.bounds[at + 1],
+                               np.ascontiguousarray(targets, dtype=np.int32))
+            out[[i for i, _ in rows]] = got
+        return out
 
 
 def sum_postings(ords: np.ndarray, weights: np.ndarray, acc: np.ndarray, marks: np.ndarray,
@@ -375,6 +412,24 @@ def sum_postings(ords: np.ndarray, weights: np.ndarray, acc: np.ndarray, marks: 
             got = f"{'a strided ' if dtype is not None and not a.flags.c_contiguous else ''}{dtype or type(a).__name__}"
             raise TypeError(f"sum_postings: {name} must be a C-contiguous {want} array, got {got}")
     return _sum_postings(ords, weights, acc, marks, ids)
+
+
+def sum_runs(ords: np.ndarray, weights: np.ndarray, bounds: np.ndarray, ids: np.ndarray
+             ) -> tuple[np.ndarray, np.ndarray]:
+    """The impacts of runs of postings (``bounds``: run ``j`` is ``[bounds[j], bounds[j + 1])``, its ``ords``
+    ascending) summed per passage ordinal: (``ids[touched]`` ascending, their sums), the float sums of
+    :func:`sum_postings` over the same postings in the same order. The native kernel
+    (:func:`noderag._core.sum_runs`) sweeps the runs together a block of passages at a time in a small
+    accumulator that stays in cache: no scratch entry a passage to scatter into (megabytes, cold between a
+    query's BM25 look-ups on a large index). Dtypes are checked here; the kernel raises ``ValueError`` for an
+    ordinal outside ``ids`` or a run out of order."""
+    for name, a, want in (("ords", ords, "int32"), ("weights", weights, "float32 or float64"),
+                          ("bounds", bounds, "int64"), ("ids", ids, "int64")):
+        dtype = getattr(a, "dtype", None)
+        if not isinstance(a, np.ndarray) or dtype.name not in want.split(" or ") or not a.flags.c_contiguous:
+            got = f"{'a strided ' if dtype is not None and not a.flags.c_contiguous else ''}{dtype or type(a).__name__}"
+            raise TypeError(f"sum_runs: {name} must be a C-contiguous {want} array, got {got}")
+    return _sum_runs(ords, weights, bounds, ids.shape[0], ids)
 
 
 def top_scored(ids: np.ndarray, scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
