@@ -424,24 +424,24 @@ def test_turn_gate_admits_waiters_in_arrival_order():
     assert admitted == [0, 1, 2, 3]
 
 
-def test_one_querys_shards_are_searched_on_several_threads_with_the_same_result(tmp_path, monkeypatch):
-    """A single query's shards are split over the index's threads (contiguous groups, merged in shard
-    order): the ids and distances equal searching the shards one after another, loaded or built."""
+def test_a_querys_shards_are_searched_in_turn_on_the_callers_thread(tmp_path, monkeypatch):
+    """usearch holds the GIL while it searches, so a query's shards are searched one after another on the calling
+    thread (no hand-off to another) and merged in shard order: ids and distances equal the per-shard merge,
+    built or loaded, and the index starts no thread to search."""
     import threading
 
     from noderag.graph import vectors as V
 
-    monkeypatch.setattr(V, "_search_threads", lambda shards: min(shards, 3))
     rng = np.random.default_rng(7)
     data = rng.standard_normal((601, 16)).astype(np.float32)[np.arange(3000) % 601]  # ties across shards
     built = VectorIndex(16, dtype="f32", shards=5)
     built.add(np.arange(3000), data)
     built.save(tmp_path / "v.usearch")
-    seen: set[str] = set()
+    seen: list[str] = []
     one = V._search_one
 
     def recording(index, queries, k, threads):
-        seen.add(threading.current_thread().name.split("_")[0])
+        seen.append(threading.current_thread().name)
         return one(index, queries, k, threads)
 
     monkeypatch.setattr(V, "_search_one", recording)
@@ -451,7 +451,8 @@ def test_one_querys_shards_are_searched_on_several_threads_with_the_same_result(
             want = V._merge_nearest([one(x, q[None, :], 7, 1) for x in vi._shards], 7)
             np.testing.assert_array_equal(got[0], want[0])
             np.testing.assert_array_equal(got[1], want[1])
-    assert seen == {"MainThread", "shard-search"}
+    assert set(seen) == {threading.current_thread().name} and len(seen) == 2 * 20 * 5
+    assert not [t for t in threading.enumerate() if t.name.startswith("shard-search")]
 
 
 def test_search_one_answers_as_the_public_search_api():
