@@ -424,10 +424,11 @@ def test_turn_gate_admits_waiters_in_arrival_order():
     assert admitted == [0, 1, 2, 3]
 
 
-def test_a_querys_shards_are_searched_in_turn_on_the_callers_thread(tmp_path, monkeypatch):
-    """usearch holds the GIL while it searches, so a query's shards are searched one after another on the calling
-    thread (no hand-off to another) and merged in shard order: ids and distances equal the per-shard merge,
-    built or loaded, and the index starts no thread to search."""
+def test_one_querys_shards_merge_as_the_per_shard_results(tmp_path):
+    """A single query's shards are searched in turn on the calling thread (usearch holds the GIL while it
+    searches) and their found entries merged by one stable sort: ids and distances equal the merge of each
+    shard's padded results (ties across shards in shard order), built or loaded, equal the same rows searched
+    as a batch, and no thread is started."""
     import threading
 
     from noderag.graph import vectors as V
@@ -437,22 +438,20 @@ def test_a_querys_shards_are_searched_in_turn_on_the_callers_thread(tmp_path, mo
     built = VectorIndex(16, dtype="f32", shards=5)
     built.add(np.arange(3000), data)
     built.save(tmp_path / "v.usearch")
-    seen: list[str] = []
-    one = V._search_one
-
-    def recording(index, queries, k, threads):
-        seen.append(threading.current_thread().name)
-        return one(index, queries, k, threads)
-
-    monkeypatch.setattr(V, "_search_one", recording)
-    for vi in (built, VectorIndex.load(tmp_path / "v.usearch")):
-        for q in rng.standard_normal((20, 16)).astype(np.float32):
+    small = VectorIndex(16, dtype="f32", shards=3)
+    small.add(np.arange(4), data[:4])  # fewer entries than k: the result is padded
+    before = threading.active_count()
+    queries = rng.standard_normal((20, 16)).astype(np.float32)
+    for vi in (built, VectorIndex.load(tmp_path / "v.usearch"), small):
+        batch = vi.search(queries, 7, expansion=40)
+        for i, q in enumerate(queries):
             got = vi.search(q[None, :], 7, expansion=40)
-            want = V._merge_nearest([one(x, q[None, :], 7, 1) for x in vi._shards], 7)
+            want = V._merge_nearest([V._search_one(x, q[None, :], 7, 1) for x in vi._shards if len(x)], 7)
             np.testing.assert_array_equal(got[0], want[0])
             np.testing.assert_array_equal(got[1], want[1])
-    assert set(seen) == {threading.current_thread().name} and len(seen) == 2 * 20 * 5
-    assert not [t for t in threading.enumerate() if t.name.startswith("shard-search")]
+            np.testing.assert_array_equal(got[0][0], batch[0][i])
+    assert (small.search(queries[:1], 7)[0] == -1).sum() == 3
+    assert threading.active_count() == before
 
 
 def test_search_one_answers_as_the_public_search_api():

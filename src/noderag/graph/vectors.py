@@ -439,6 +439,8 @@ class VectorIndex:
         if q == 0 or len(self) == 0:
             return out_ids, out_dist
         threads = _check_threads(threads)
+        if self.shards > 1 and q == 1:
+            return _nearest_of_one(self._shards, queries, k, threads)
         if self.shards > 1:
             return _merge_nearest(self._search_shards(queries, k, threads), k)
         got_ids, got_dist = _search_one(self._index, queries, k, threads)
@@ -588,6 +590,33 @@ def _search_one(index, queries: np.ndarray, k: int, threads: int) -> tuple[np.nd
     valid = np.arange(width)[None, :] < counts[:, None]
     return (np.where(valid, keys[:, :width].astype(np.int64), -1),
             np.where(valid, dist[:, :width], np.float32(np.inf)).astype(np.float32))
+
+
+def _nearest_of_one(shards: list, query: np.ndarray, k: int, threads: int) -> tuple[np.ndarray, np.ndarray]:
+    """One query's ``k`` nearest over several shards, (1, k) each: every shard's compiled search, the entries it
+    found gathered in shard order and merged by one stable sort, the order :func:`_merge_nearest` gives over the
+    padded per-shard results with a few array passes for all shards instead of a dozen per shard."""
+    from usearch.index import ScalarKind
+
+    keys_of, dist_of = [], []
+    for x in shards:
+        if not len(x):
+            continue
+        compiled = getattr(getattr(x, "_compiled", None), "search_many", None)
+        if compiled is None:  # not usearch's compiled index: the general path
+            return _merge_nearest([_search_one(y, query, k, threads) for y in shards if len(y)], k)
+        keys, dist, counts = compiled(query, count=k, exact=False, threads=threads, dtype=ScalarKind.Unknown)[:3]
+        found = min(int(np.asarray(counts).reshape(-1)[0]), k)
+        keys_of.append(np.asarray(keys).reshape(-1)[:found])
+        dist_of.append(np.asarray(dist, np.float32).reshape(-1)[:found])
+    out_ids = np.full((1, k), -1, np.int64)
+    out_dist = np.full((1, k), np.inf, np.float32)
+    if keys_of:
+        dist = np.concatenate(dist_of)
+        order = np.argsort(dist, kind="stable")[:k]
+        out_ids[0, :order.size] = np.concatenate(keys_of).astype(np.int64)[order]
+        out_dist[0, :order.size] = dist[order]
+    return out_ids, out_dist
 
 
 def _merge_nearest(parts: list[tuple[np.ndarray, np.ndarray]], k: int) -> tuple[np.ndarray, np.ndarray]:
