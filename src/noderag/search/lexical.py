@@ -258,7 +258,7 @@ class LexicalIndex:
         runs = [self._term_ordinals(a, b) for a, b in zip(starts.tolist(), ends.tolist())]
         if any(run is None for run in runs):
             return None
-        postings = QueryPostings(key, found, runs, self._passages, self._ordinal)
+        postings = QueryPostings(key, found, runs, self._passages)
         self._last = (key, postings)
         return postings
 
@@ -353,11 +353,12 @@ class LexicalIndex:
 
 class QueryPostings:
     """One query's postings (:meth:`LexicalIndex.query_postings`): ``terms`` (sorted), the rows of those the index
-    holds (``found``), and each found term's passage ordinals (ascending) and impacts, one run after another."""
+    holds (``found``), and each found term's passage ordinals (ascending) and impacts, one run after another;
+    ``passages`` are the bound passage ids (ascending: an id's ordinal is its position)."""
 
     def __init__(self, terms: tuple[str, ...], found: np.ndarray, runs: list[tuple[np.ndarray, np.ndarray]],
-                 passages: np.ndarray, ordinal: np.ndarray) -> None:
-        self.terms, self.passages, self._ordinal = terms, passages, ordinal
+                 passages: np.ndarray) -> None:
+        self.terms, self.passages = terms, passages
         self._terms = frozenset(terms)
         self._row = {terms[i]: j for j, i in enumerate(found.tolist())}  # term -> its run
         self.bounds = np.zeros(len(runs) + 1, np.int64)
@@ -377,12 +378,10 @@ class QueryPostings:
     def impacts(self, terms, ids: np.ndarray) -> np.ndarray | None:
         """Each of ``terms``' impact on each of ``ids`` (node ids): float64 (len(terms), len(ids)), 0 where absent;
         None when an id is not a bound passage or a term is not one of this query's."""
-        if not self.holds(terms):
+        if not self.holds(terms) or not self.passages.size:
             return None
-        if int(ids.min()) < 0 or int(ids.max()) >= self._ordinal.shape[0]:
-            return None
-        targets = self._ordinal[ids]
-        if int(targets.min()) < 0:
+        targets = np.minimum(np.searchsorted(self.passages, ids), self.passages.shape[0] - 1)
+        if not bool(np.all(self.passages[targets] == ids)):
             return None
         out = np.zeros((len(terms), ids.shape[0]))
         rows = [(i, self._row[t]) for i, t in enumerate(terms) if t in self._row]

@@ -24,7 +24,7 @@ import numpy as np
 
 from ..lang.entities import canonical_name
 from .entities import _TOKEN_MEMO, MappedNames, _NameMatching, hash64, name_tokens
-from .lexical import TERM_CACHE_POSTINGS, passage_terms, sum_postings, top_scored
+from .lexical import TERM_CACHE_POSTINGS, QueryPostings, passage_terms, top_scored
 
 __all__ = ["SegmentedTables", "SegmentedNames", "SegmentedLexical", "merged_names", "merged_lexical",
            "open_segment_tables"]
@@ -165,10 +165,12 @@ class SegmentedLexical:
     """BM25 over every segment's postings: a passage's score comes from the segment that holds it.
 
     With bound passages a query's terms not read before are looked up in each segment (one binary search for
-    all of them), read in one gather per segment and put into one ordinal space (segments are contiguous id
-    ranges in order, so global ordinal order is id order). A term's postings over all segments are kept (as one
-    segment keeps its long lists), and BM25 sums all terms in one kernel call. A passage's impacts all come from its own segment and are added in term order, as there: its
-    float sum is the one segment's bit for bit.
+    all of them), read in one gather per segment, put into one ordinal space (segments are contiguous id ranges
+    in order, so global ordinal order is id order) and sorted by it. A term's postings over all segments are
+    kept (as one segment keeps its long lists), and a query's are read once as one index's are
+    (:class:`~noderag.search.lexical.QueryPostings`: summed by one kernel call, read for candidates by another).
+    A passage's impacts all come from its own segment and are added in term order, as there: its float sum is
+    the one segment's bit for bit.
     """
 
     def __init__(self, parts: Sequence, starts: np.ndarray) -> None:
@@ -176,10 +178,9 @@ class SegmentedLexical:
         self._starts = np.asarray(starts, dtype=np.int64)
         self._passages: np.ndarray | None = None  # every bound passage id, ascending (the global ordinals)
         self._offsets: list[np.int32] = []  # per segment: the global ordinal of its first bound passage
-        self._scratch = threading.local()  # per thread: sums, stamps and columns over global ordinals
-        self._kept: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # term hash -> its global ordinals, impacts
-        self._kept_sorted: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # the same by ordinal (term_impacts)
+        self._kept: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # term hash -> its global ordinals (sorted), impacts
         self._kept_postings = 0
+        self._last: tuple[tuple[str, ...], QueryPostings | None] = ((), None)  # the last query's postings
 
     @property
     def max_postings(self) -> int:
@@ -189,7 +190,7 @@ class SegmentedLexical:
     def max_postings(self, value: int) -> None:
         for p in self.parts:
             p.max_postings = int(value)
-        self._kept, self._kept_sorted, self._kept_postings = {}, {}, 0
+        self._kept, self._kept_postings, self._last = {}, 0, ((), None)
 
     @property
     def n_terms(self) -> int:
@@ -205,8 +206,7 @@ class SegmentedLexical:
             p.bind_passages(part)
         self._passages = ids
         self._offsets = [np.int32(b) for b in np.concatenate([[0], bounds]).tolist()]
-        self._scratch = threading.local()
-        self._kept, self._kept_sorted, self._kept_postings = {}, {}, 0
+        self._kept, self._kept_postings, self._last = {}, 0, ((), None)
 
     def scores(self, query: str) -> tuple[np.ndarray, np.ndarray]:
         """(node ids ascending, BM25 scores) of every passage sharing a term with ``query``, all segments."""
@@ -216,61 +216,38 @@ class SegmentedLexical:
         """:meth:`scores` of already tokenised ``terms``, all segments."""
         if not terms:
             return np.zeros(0, np.int64), np.zeros(0)
-        lists = self._lists(sorted(terms))
-        if lists is None:
+        postings = self.query_postings(terms)
+        if postings is None:
             got = [p.term_scores(terms) for p in self.parts]
             return np.concatenate([g[0] for g in got]), np.concatenate([g[1] for g in got])
-        ords = np.concatenate([o for o, _ in lists])
-        if not ords.size:
-            return np.zeros(0, np.int64), np.zeros(0)
-        acc, marks = self._accumulator()
-        return sum_postings(ords, np.concatenate([w for _, w in lists]), acc, marks, self._passages)
+        return postings.scores()
+
+    def query_postings(self, terms) -> QueryPostings | None:
+        """The postings of ``terms`` over all segments, read once per query (the last query's kept); None when
+        the passages are not bound or a posting names no bound passage."""
+        key = tuple(sorted(terms))
+        last_key, last = self._last
+        if key == last_key and last is not None:
+            return last
+        lists = self._lists(list(key))
+        if lists is None:
+            return None
+        postings = QueryPostings(key, np.arange(len(key)), lists, self._passages)
+        self._last = (key, postings)
+        return postings
 
     def term_impacts(self, terms: list[str], ids: np.ndarray) -> np.ndarray:
-        """Per-term BM25 impacts on ``ids`` (float64 (len(terms), len(ids))), each id read from the segment
-        whose id range holds it: a long list is binary-searched for the ids (sorted by ordinal once, as one
-        segment sorts its kept lists), the short ones are scanned together."""
+        """Per-term BM25 impacts on ``ids`` (float64 (len(terms), len(ids))), each id read from the segment whose
+        id range holds it: from the query's postings over all segments (a binary search per term and id), else
+        segment by segment."""
         ids = np.asarray(ids, dtype=np.int64)
         if not terms or not ids.size:
             return np.zeros((len(terms), ids.shape[0]))
-        lists = None
-        if self._passages is not None and self._passages.size:
-            at = np.minimum(np.searchsorted(self._passages, ids), self._passages.shape[0] - 1)
-            if bool(np.all(self._passages[at] == ids)):  # every id a bound passage
-                lists = self._lists(list(terms))
-        if lists is None:
-            return self._term_impacts_by_part(terms, ids)
-        uniq, inverse = np.unique(at, return_inverse=True)
-        per_id = np.zeros((len(terms), uniq.shape[0]))
-        short = []
-        for row, (h, got) in enumerate(zip(self.parts[0]._term_hashes(terms).tolist(), lists)):
-            if got[0].shape[0] <= 4 * uniq.shape[0]:
-                short.append(row)
-                continue
-            by_ord, weights = self._by_ordinal(h, got)
-            pos = np.minimum(np.searchsorted(by_ord, uniq), by_ord.shape[0] - 1)
-            hit = by_ord[pos] == uniq
-            per_id[row, hit] = weights[pos[hit]]
-        if short:
-            cols = self._columns()
-            cols[uniq] = np.arange(uniq.shape[0], dtype=np.int32)
-            col = cols[np.concatenate([lists[r][0] for r in short])]
-            cols[uniq] = -1
-            hit = np.flatnonzero(col >= 0)
-            rows = np.repeat(np.asarray(short), [lists[r][0].shape[0] for r in short])
-            per_id[rows[hit], col[hit]] = np.concatenate([lists[r][1] for r in short])[hit]
-        return per_id[:, inverse.ravel()]
-
-    def _by_ordinal(self, h: int, got: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-        """A term's postings over all segments (``got``) sorted by global ordinal, with their impacts; kept beside
-        the list itself (sorted once)."""
-        out = self._kept_sorted.get(h)
-        if out is None or out[0].shape[0] != got[0].shape[0]:
-            order = np.argsort(got[0], kind="stable")
-            out = got[0][order], got[1][order]
-            self._kept_sorted[h] = out
-            self._kept_postings += out[0].shape[0]
-        return out
+        _, postings = self._last
+        if postings is None or not postings.holds(terms):
+            postings = self.query_postings(terms)
+        got = postings.impacts(terms, ids) if postings is not None else None
+        return got if got is not None else self._term_impacts_by_part(terms, ids)
 
     def _term_impacts_by_part(self, terms: list[str], ids: np.ndarray) -> np.ndarray:
         """:meth:`term_impacts` segment by segment (unbound passages, or ids that are none)."""
@@ -296,7 +273,7 @@ class SegmentedLexical:
             if read is None:
                 return None
             if self._kept_postings > TERM_CACHE_POSTINGS:
-                self._kept, self._kept_sorted, self._kept_postings, kept = {}, {}, 0, {}
+                self._kept, self._kept_postings, kept = {}, 0, {}
             for i, got in zip(missing, read):
                 out[i] = kept[int(hashes[i])] = got
                 self._kept_postings += max(got[0].shape[0], 1)
@@ -321,9 +298,14 @@ class SegmentedLexical:
         ords = np.concatenate([g[2] for g in got])[take]
         weights = np.concatenate([g[3] for g in got])[take]
         ends = np.cumsum(np.bincount(term[order], weights=lens, minlength=hashes.shape[0]).astype(np.int64)).tolist()
-        for a in (ords, weights):
-            a.flags.writeable = False
-        return [(ords[a:b], weights[a:b]) for a, b in zip([0] + ends[:-1], ends)]
+        out = []
+        for a, b in zip([0] + ends[:-1], ends):  # each term's postings sorted by ordinal (kept so)
+            order = np.argsort(ords[a:b], kind="stable")
+            run = ords[a:b][order], weights[a:b][order]
+            for x in run:
+                x.flags.writeable = False
+            out.append(run)
+        return out
 
     def _read_part(self, k: int, hashes: np.ndarray) -> tuple[np.ndarray, ...] | None:
         """Segment ``k``'s postings of the terms ``hashes``: (the terms it holds, their postings read, their global
@@ -339,23 +321,6 @@ class SegmentedLexical:
         if ords is None:
             return None
         return found, lens, ords + self._offsets[k] if self._offsets[k] else ords, weights
-
-    def _accumulator(self) -> tuple[np.ndarray, np.ndarray]:
-        """The thread's float64 sums and touched bits over the global ordinals (all zeros between uses)."""
-        sc = self._scratch
-        n_pass = self._passages.shape[0]
-        if getattr(sc, "acc", None) is None or sc.acc.shape[0] != n_pass:
-            sc.acc = np.zeros(n_pass)
-            sc.marks = np.zeros((n_pass + 63) // 64, np.uint64)
-        return sc.acc, sc.marks
-
-    def _columns(self) -> np.ndarray:
-        """The thread's int32 map global ordinal -> column of :meth:`term_impacts` (all -1 between uses)."""
-        sc = self._scratch
-        n_pass = self._passages.shape[0]
-        if getattr(sc, "cols", None) is None or sc.cols.shape[0] != n_pass:
-            sc.cols = np.full(n_pass, -1, np.int32)
-        return sc.cols
 
     def search(self, query: str, k: int) -> tuple[np.ndarray, np.ndarray]:
         return top_scored(*self.scores(query), k)
