@@ -75,21 +75,14 @@ def _best(fn, repeats: int, reset=None) -> float:
 
 def _drop_kept(lex: LexicalIndex):
     def reset() -> None:
-        lex._term_cache, lex._term_cached, lex._last = {}, 0, ((), None)
+        lex._term_cache, lex._term_cached = {}, 0
     return reset
 
 
-def _cold(lex: LexicalIndex, sweep: np.ndarray):
-    """Before a call: the query's kept postings dropped (each call sums afresh) and the caches swept."""
+def _cold(sweep: np.ndarray):
+    """Before a call: the caches swept."""
     def reset() -> None:
-        lex._last = ((), None)
         np.add(sweep, 1.0, out=sweep)
-    return reset
-
-
-def _fresh(lex: LexicalIndex):
-    def reset() -> None:
-        lex._last = ((), None)
     return reset
 
 
@@ -113,8 +106,8 @@ def measure_index(index: Path, questions: Path, limit: int, repeats: int) -> dic
     for i, t in enumerate(terms):
         ts = set(t)
         for name, lex in paths.items():
-            times["term_scores"][name][i] = _best(lambda: lex.term_scores(ts), repeats, _fresh(lex))
-            times["term_scores, caches cold"][name][i] = _best(lambda: lex.term_scores(ts), repeats, _cold(lex, sweep))
+            times["term_scores"][name][i] = _best(lambda: lex.term_scores(ts), repeats)
+            times["term_scores, caches cold"][name][i] = _best(lambda: lex.term_scores(ts), repeats, _cold(sweep))
         for name, lex in paths.items():
             times["term_scores, lists not kept"][name][i] = _best(lambda: lex.term_scores(ts), repeats, _drop_kept(lex))
     rows = {}

@@ -160,7 +160,6 @@ class LexicalIndex:
         self._term_cache: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}  # (start, end) -> ordinals, impacts
         self._term_cached = 0  # postings held by _term_cache
         self._hashes: dict[str, int] = {}  # query term -> its hash (a term recurs across a query's look-ups)
-        self._last: tuple[tuple[str, ...], QueryPostings | None] = ((), None)  # the last query's postings
 
     def _term_hashes(self, terms) -> np.ndarray:
         """:func:`~noderag.search.entities.hash64` of each term, memoised (at most :data:`HASH_CACHE` terms)."""
@@ -190,7 +189,6 @@ class LexicalIndex:
         self._passages, self._ordinal = ids, ordinal
         self._scratch = threading.local()
         self._term_cache, self._term_cached = {}, 0
-        self._last = ((), None)
 
     @classmethod
     def from_texts(cls, node_ids: np.ndarray, texts: Iterable[str], **kw) -> "LexicalIndex":
@@ -243,13 +241,12 @@ class LexicalIndex:
 
     def query_postings(self, terms) -> "QueryPostings | None":
         """The postings of ``terms`` (bound passages), read once per query: each found term's passage ordinals
-        ascending with their impacts, one run after another; :meth:`term_scores` sums them and :meth:`term_impacts`
-        reads them for a query's candidates. The last query's are kept (a query asks both). None when a posting
-        names a node outside the bound passages (the callers fall back)."""
+        ascending with their impacts, one run after another; a query sums them (:meth:`QueryPostings.scores`) and
+        reads them for its candidates (:meth:`QueryPostings.impacts`). None when the passages are not bound or a
+        posting names a node outside them (the callers fall back)."""
+        if self._passages is None:
+            return None
         key = tuple(sorted(terms))
-        last_key, last = self._last
-        if key == last_key and last is not None:
-            return last
         hashes = self._term_hashes(key)
         pos = np.minimum(np.searchsorted(self._hash, hashes), max(self._hash.shape[0] - 1, 0))
         found = np.flatnonzero(self._hash[pos] == hashes) if self._hash.shape[0] else np.zeros(0, np.int64)
@@ -258,9 +255,7 @@ class LexicalIndex:
         runs = [self._term_ordinals(a, b) for a, b in zip(starts.tolist(), ends.tolist())]
         if any(run is None for run in runs):
             return None
-        postings = QueryPostings(key, found, runs, self._passages)
-        self._last = (key, postings)
-        return postings
+        return QueryPostings(key, found, runs, self._passages)
 
     def term_impacts(self, terms: list[str], ids: np.ndarray) -> np.ndarray:
         """BM25 impact of each of ``terms`` on each passage of ``ids`` (node ids): float64 (len(terms), len(ids)),
@@ -274,13 +269,10 @@ class LexicalIndex:
         out = np.zeros((len(terms), ids.shape[0]))
         if not terms or not ids.size or self._hash.shape[0] == 0:
             return out
-        if self._passages is not None:
-            _, postings = self._last  # the query's own terms, or some of them: read from its postings
-            if postings is None or not postings.holds(terms):
-                postings = self.query_postings(terms)
-            got = postings.impacts(terms, ids) if postings is not None else None
-            if got is not None:
-                return got
+        postings = self.query_postings(terms)
+        got = postings.impacts(terms, ids) if postings is not None else None
+        if got is not None:
+            return got
         hashes = self._term_hashes(terms)
         pos = np.minimum(np.searchsorted(self._hash, hashes), self._hash.shape[0] - 1)
         found = np.flatnonzero(self._hash[pos] == hashes)

@@ -313,17 +313,25 @@ class Searcher:
         name_ids = np.asarray([m.node_id for m in matches], dtype=np.int64)
         rel = np.asarray([CONTAINS_WEIGHT if m.kind == "contains" else 1.0 for m in matches], np.float64)
         terms = sorted(set(passage_terms(query)))
-        lex_ids, lex_scores, lex_top, lex_top_s = self._lexical_hits(terms)
+        postings = self._query_postings(terms)
+        lex_ids, lex_scores, lex_top, lex_top_s = self._lexical_hits(terms, postings)
         seeds, weights = seed_weights(row, sim, name_ids, rel, lex_top, lex_top_s)
         qv = np.asarray(vector, dtype=np.float32)
         norm = float(np.linalg.norm(qv))
         return QueryContext(query, ents, row, sim, name_ids, seeds, weights, qv / norm if norm > 0 else qv,
-                            lex_ids, lex_scores, lex_top, lex_terms=terms, view=self.view)
+                            lex_ids, lex_scores, lex_top, lex_terms=terms, lex_postings=postings, view=self.view)
 
-    def _lexical_hits(self, terms: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    def _query_postings(self, terms: list[str]) -> Any:
+        """The query's BM25 postings, read once for its sums and its candidates' impacts (None where the
+        lexical index reads them another way)."""
+        read = getattr(self.lexical, "query_postings", None)
+        return read(terms) if read is not None and terms else None
+
+    def _lexical_hits(self, terms: list[str], postings: Any = None
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(passages sharing one of the query's BM25 ``terms``, their BM25 scores, the ``lexical_top_k`` best,
-        their scores)."""
-        ids, scores = self.lexical.term_scores(set(terms))
+        their scores), summed from the query's ``postings`` when it has them."""
+        ids, scores = postings.scores() if postings is not None else self.lexical.term_scores(set(terms))
         if not self._lexical_all_live:  # only the active passages
             live = self._active[ids]
             ids, scores = ids[live], scores[live]

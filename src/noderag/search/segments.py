@@ -180,7 +180,6 @@ class SegmentedLexical:
         self._offsets: list[np.int32] = []  # per segment: the global ordinal of its first bound passage
         self._kept: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # term hash -> its global ordinals (sorted), impacts
         self._kept_postings = 0
-        self._last: tuple[tuple[str, ...], QueryPostings | None] = ((), None)  # the last query's postings
 
     @property
     def max_postings(self) -> int:
@@ -190,7 +189,7 @@ class SegmentedLexical:
     def max_postings(self, value: int) -> None:
         for p in self.parts:
             p.max_postings = int(value)
-        self._kept, self._kept_postings, self._last = {}, 0, ((), None)
+        self._kept, self._kept_postings = {}, 0
 
     @property
     def n_terms(self) -> int:
@@ -206,7 +205,7 @@ class SegmentedLexical:
             p.bind_passages(part)
         self._passages = ids
         self._offsets = [np.int32(b) for b in np.concatenate([[0], bounds]).tolist()]
-        self._kept, self._kept_postings, self._last = {}, 0, ((), None)
+        self._kept, self._kept_postings = {}, 0
 
     def scores(self, query: str) -> tuple[np.ndarray, np.ndarray]:
         """(node ids ascending, BM25 scores) of every passage sharing a term with ``query``, all segments."""
@@ -223,29 +222,20 @@ class SegmentedLexical:
         return postings.scores()
 
     def query_postings(self, terms) -> QueryPostings | None:
-        """The postings of ``terms`` over all segments, read once per query (the last query's kept); None when
-        the passages are not bound or a posting names no bound passage."""
+        """The postings of ``terms`` over all segments, read once per query; None when the passages are not bound
+        or a posting names no bound passage."""
         key = tuple(sorted(terms))
-        last_key, last = self._last
-        if key == last_key and last is not None:
-            return last
         lists = self._lists(list(key))
-        if lists is None:
-            return None
-        postings = QueryPostings(key, np.arange(len(key)), lists, self._passages)
-        self._last = (key, postings)
-        return postings
+        return None if lists is None else QueryPostings(key, np.arange(len(key)), lists, self._passages)
 
     def term_impacts(self, terms: list[str], ids: np.ndarray) -> np.ndarray:
         """Per-term BM25 impacts on ``ids`` (float64 (len(terms), len(ids))), each id read from the segment whose
-        id range holds it: from the query's postings over all segments (a binary search per term and id), else
+        id range holds it: from the terms' postings over all segments (a binary search per term and id), else
         segment by segment."""
         ids = np.asarray(ids, dtype=np.int64)
         if not terms or not ids.size:
             return np.zeros((len(terms), ids.shape[0]))
-        _, postings = self._last
-        if postings is None or not postings.holds(terms):
-            postings = self.query_postings(terms)
+        postings = self.query_postings(terms)
         got = postings.impacts(terms, ids) if postings is not None else None
         return got if got is not None else self._term_impacts_by_part(terms, ids)
 

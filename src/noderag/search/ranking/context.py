@@ -89,6 +89,7 @@ class QueryContext:
     lex_scores: np.ndarray  # float64, their BM25 scores
     lex_top: np.ndarray  # int64: the lexical entry points, best first
     lex_terms: list[str] = field(default_factory=list)  # the query's BM25 terms, sorted
+    lex_postings: Any = None  # their postings, read once (lexical.QueryPostings), or None
     view: IndexView | None = None
     ppr: tuple[np.ndarray, np.ndarray] | None = None  # per-type top ids and scores, (7, k) each
     seed_keep: float = 0.0  # the share of its personalisation mass a seed keeps through the walk

@@ -12,7 +12,7 @@ import numpy as np
 from ...graph.types import NodeType
 from .context import QueryContext
 
-__all__ = ["DenseFit", "LexicalFit", "dense", "lexical_share", "residual_shares", "fit", "shortlist"]
+__all__ = ["DenseFit", "LexicalFit", "dense", "lexical_share", "residual_shares", "fit", "shortlist", "term_impacts"]
 
 _S = int(NodeType.S)
 
@@ -66,6 +66,14 @@ def lexical_share(ctx: QueryContext, chunks: np.ndarray) -> np.ndarray | None:
     return np.where(ctx.lex_ids[pos] == chunks, ctx.lex_scores[pos], 0.0) / top
 
 
+def term_impacts(ctx: QueryContext, terms: list[str], chunks: np.ndarray) -> np.ndarray:
+    """Each of ``terms``' BM25 impact on each passage of ``chunks`` (float64 (terms, chunks)), read from the query's
+    postings when it holds them, else looked up in the index."""
+    postings = ctx.lex_postings
+    got = postings.impacts(terms, chunks) if postings is not None else None
+    return got if got is not None else ctx.view.lexical.term_impacts(terms, chunks)
+
+
 def residual_shares(ctx: QueryContext, groups: list[tuple[int, np.ndarray]]) -> list[np.ndarray]:
     """For each ``(source, chunks)``: ``lexical_weight`` * the chunks' BM25 over the query terms the source
     passage does not match / the query's best BM25 (what the question asks beyond the source), in one read of
@@ -76,7 +84,7 @@ def residual_shares(ctx: QueryContext, groups: list[tuple[int, np.ndarray]]) -> 
     if lexical is None or w <= 0 or not sum(sizes) or not ctx.lex_terms or top <= 0:
         return [np.zeros(k) for k in sizes]
     ids = np.concatenate([np.concatenate([[s], c]) for s, c in groups]).astype(np.int64)
-    impacts = lexical.term_impacts(ctx.lex_terms, ids)
+    impacts = term_impacts(ctx, ctx.lex_terms, ids)
     out, at = [], 0
     for k in sizes:
         block, at = impacts[:, at:at + 1 + k], at + 1 + k

@@ -9,7 +9,7 @@ import numpy as np
 
 from ..redundancy import content_terms, redundancy_order
 from .context import QueryContext
-from .fit import dense, lexical_share
+from .fit import dense, lexical_share, term_impacts
 
 __all__ = ["Redundancy", "Rerank"]
 
@@ -31,7 +31,7 @@ class Redundancy:
         terms = content_terms(ctx.lex_terms)
         if self.top <= 0 or cands.size < 2 or share is None or ctx.lexical_weight <= 0 or not terms:
             return cands, scores
-        matched = ctx.view.lexical.term_impacts(terms, cands) > 0
+        matched = term_impacts(ctx, terms, cands) > 0
         order, adjusted = redundancy_order(scores, ctx.lexical_weight * share, matched, dense(ctx, cands), self.top)
         return cands[order], adjusted
 
