@@ -8,6 +8,7 @@ void register_ppr(py::module_& m);   // ppr_bindings.cpp
 void register_walk(py::module_& m);  // walk.cpp
 void register_lexical(py::module_& m);  // lexical.cpp
 void register_line_words(py::module_& m);  // line_words.cpp
+void register_bridge_links(py::module_& m);  // bridge_links.cpp
 
 #define STRINGIFY(x) #x
 #define MACRO_STRINGIFY(x) STRINGIFY(x)
@@ -23,4 +24,5 @@ PYBIND11_MODULE(_core, m) {
     register_walk(m);
     register_lexical(m);
     register_line_words(m);
+    register_bridge_links(m);
 }

@@ -15,7 +15,7 @@ from noderag.graph.types import NodeType as NT
 from noderag.search import Searcher, SearchConfig
 from noderag.search.ranking import AgreementCap, Bridges, DenseFit, Distinct, EntryPoints, LexicalFit, rank
 from noderag.search.ranking.bridges import bonus, source_strengths
-from noderag.search.ranking.links import ABOUT_SPLIT, strongest
+from noderag.search.ranking.links import ABOUT_SPLIT
 
 from test_search import BagEmbedder, ExactVectors, ToyStore
 
@@ -293,6 +293,13 @@ def test_title_links_skip_words_that_start_no_title():
     assert links.named_docs("Snow Hank.") == []
 
 
+def _unit_counts(view, chunks: np.ndarray) -> np.ndarray:
+    """Units per passage (at least 1), one walk over the distinct passages."""
+    uniq, inv = np.unique(chunks, return_inverse=True)
+    o2, _ = view.walk(uniq, int(NT.S))
+    return np.maximum(np.bincount(o2, minlength=uniq.size), 1)[inv].astype(np.float64)
+
+
 def _about_per_source(ctx, hop1: list[int], strength: dict[int, float]) -> dict[int, float]:
     """The "about" walk source by source (the reference the one-walk form keeps)."""
     from noderag.search.ranking import links
@@ -314,7 +321,7 @@ def _about_per_source(ctx, hop1: list[int], strength: dict[int, float]) -> dict[
             continue
         pair, k = np.unique(owner * (view.n + 1) + ch, return_counts=True)
         c2s, ent_of = pair % (view.n + 1), pair // (view.n + 1)
-        share = k / links._unit_counts(view, c2s)
+        share = k / _unit_counts(view, c2s)
         about = share >= links.ABOUT_SHARE
         c2s, ent_of, share = c2s[about], ent_of[about], share[about]
         share = share / np.bincount(ent_of, minlength=ents.size)[ent_of].astype(np.float64) ** links.ABOUT_SPLIT
@@ -364,14 +371,85 @@ def test_shared_of_every_source_at_once_equals_each_source_alone(monkeypatch, ca
     assert seen
 
 
-@settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 30), st.sampled_from([0.0, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5])), max_size=60))
-def test_strongest_equals_the_dict_loop(pairs):
-    """The array form of "keep each passage's strongest bridge" (from 128 pairs) gives the loop's dict: the same
-    values and the same key order (first occurrence), which the stages after it iterate in."""
-    for many in (pairs, pairs * 40):  # as given, and repeated past the loop's range
-        want: dict[int, float] = {}
-        for c, v in many:
-            want[c] = max(want.get(c, 0.0), v)
-        got = strongest(np.asarray([c for c, _ in many], dtype=np.int64), np.asarray([v for _, v in many]))
+class _RandomView:
+    """The parts of an IndexView the bridge walks read, over a random graph (names: a node's id spelled out)."""
+
+    def __init__(self, types, active, src, dst):
+        from noderag.graph.walk import TypedNeighbours
+
+        n = types.size
+        a, b = np.r_[src, dst], np.r_[dst, src]
+        order = np.lexsort((b, a))
+        a, b = a[order], b[order]
+        self.n = n
+        self.s_indptr = np.r_[0, np.cumsum(np.bincount(a, minlength=n))].astype(np.int64)
+        self.walk = TypedNeighbours(self.s_indptr, b.astype(np.int32), types, active)
+        self.types, self.active = types, active
+        self.chunk = np.full(n, -1, np.int64)
+        t_ids = np.flatnonzero(types == int(NT.T))
+        for u in np.flatnonzero(types == int(NT.S)).tolist():  # a unit's passage: a T neighbour, else none
+            _, ts = self.walk(np.array([u]), int(NT.T))
+            self.chunk[u] = ts[0] if ts.size else -1
+        self.chunk[t_ids] = t_ids
+        self.cache: dict = {}
+        self.tables = self
+
+    def texts(self, ids):
+        return [("Name %d" % i) if i % 7 else "1999" for i in ids]  # every 7th entity a number
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=st.data(), n=st.integers(4, 60), degree=st.sampled_from([2, 3, 60]), cap=st.sampled_from([1, 2, 128]))
+def test_the_cores_bridge_walks_equal_the_walks_source_by_source(data, n, degree, cap):
+    """On random graphs (inactive nodes, hubs past the degree cap, units of no passage, question names), the core's
+    one-pass walks give :func:`about` the per-source walk's passages, floats and order, and :func:`shared_each`
+    those of :func:`shared` for each source alone."""
+    from types import SimpleNamespace
+
+    from noderag.search.ranking import links
+
+    types = np.asarray(data.draw(st.lists(st.sampled_from([int(NT.T), int(NT.S), int(NT.N)]), min_size=n,
+                                          max_size=n)), np.uint8)
+    active = np.asarray(data.draw(st.lists(st.booleans(), min_size=n, max_size=n)), bool) | (np.arange(n) % 3 > 0)
+    m = data.draw(st.integers(0, 4 * n))
+    src = np.asarray(data.draw(st.lists(st.integers(0, n - 1), min_size=m, max_size=m)), np.int64)
+    dst = np.asarray(data.draw(st.lists(st.integers(0, n - 1), min_size=m, max_size=m)), np.int64)
+    keep = src != dst
+    view = _RandomView(types, active, src[keep], dst[keep])
+    chunks = np.flatnonzero(types == int(NT.T)).tolist()
+    if not chunks:
+        return
+    hop1 = data.draw(st.lists(st.sampled_from(chunks), min_size=1, max_size=3, unique=True))
+    names = np.flatnonzero(types == int(NT.N)).tolist()
+    name_ids = np.asarray(data.draw(st.lists(st.sampled_from(names), max_size=2)) if names else [], np.int64)
+    ctx = SimpleNamespace(view=view, name_ids=name_ids)
+    strength = {c: 1.0 / (1 + i) for i, c in enumerate(hop1)}
+    saved = links.MAX_DEGREE, links.MAX_ENTITIES, links.MAX_SHARED
+    links.MAX_DEGREE, links.MAX_ENTITIES, links.MAX_SHARED = degree, cap, cap
+    try:
+        got, want = links.about(ctx, hop1, strength), _about_per_source(ctx, hop1, strength)
         assert list(got.items()) == list(want.items())
+        got_shared = links.shared_each(ctx, hop1)
+        want_shared = [(c, links.shared(ctx, c, hop1)) for c in hop1]
+    finally:
+        links.MAX_DEGREE, links.MAX_ENTITIES, links.MAX_SHARED = saved
+    assert [(c, sorted(d.items())) for c, d in got_shared] == [(c, sorted(d.items())) for c, d in want_shared]
+
+
+def test_the_cores_walks_name_a_damaged_row():
+    """A CSR row whose offsets leave the graph is a ValueError naming the row, never a read out of bounds."""
+    from noderag._core import about_links, shared_links
+
+    types = np.array([int(NT.T), int(NT.S), int(NT.N)], np.uint8)
+    indptr = np.array([0, 1, 2, 99], np.int64)  # the entity's row ends past the 3 entries
+    indices = np.array([1, 0, 1], np.int32)
+    active, chunk = np.ones(3, bool), np.array([0, 0, -1], np.int64)
+    hop, src, ents = np.array([0], np.int64), np.array([0], np.int64), np.array([2], np.int64)
+    with pytest.raises(ValueError, match="the graph's row 2 is damaged"):
+        about_links(indptr, indices, types, active, chunk, hop, src, ents, np.ones(1), np.ones(61), 60, 0.5)
+    with pytest.raises(ValueError, match="the graph's row 2 is damaged"):
+        shared_links(indptr, indices, types, active, chunk, hop, src, ents, np.zeros(0, np.int64), np.ones(200), 100,
+                     128, 48)
+    with pytest.raises(IndexError, match=r"entity ids must lie in \[0, 3\), got 5"):
+        about_links(indptr, indices, types, active, chunk, hop, src, np.array([5], np.int64), np.ones(1), np.ones(61),
+                    60, 0.5)

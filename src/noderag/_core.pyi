@@ -104,6 +104,44 @@ def run_impacts(
     (runs, targets), 0 where the run lacks it. Raises ValueError for a run outside the postings."""
     ...
 
+def about_links(
+    indptr: npt.NDArray[np.int64] | npt.NDArray[np.int32],
+    indices: npt.NDArray[np.int32],
+    types: npt.NDArray[np.uint8],
+    active: npt.NDArray[np.bool_],
+    chunk: npt.NDArray[np.int64],
+    hop: npt.NDArray[np.int64],
+    src: npt.NDArray[np.int64],
+    ents: npt.NDArray[np.int64],
+    strength: npt.NDArray[np.float64],
+    split: npt.NDArray[np.float64],
+    max_degree: int,
+    about_share: float,
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
+    """The passages about each entity slot (``ents[i]``, named by source ``src[i]`` of ``hop``): (passage ids in
+    order of first reach, their largest strength share / split[m] * strength[src]). Raises ValueError for a
+    damaged row, IndexError for an entity id outside the graph."""
+    ...
+
+def shared_links(
+    indptr: npt.NDArray[np.int64] | npt.NDArray[np.int32],
+    indices: npt.NDArray[np.int32],
+    types: npt.NDArray[np.uint8],
+    active: npt.NDArray[np.bool_],
+    chunk: npt.NDArray[np.int64],
+    hop: npt.NDArray[np.int64],
+    src: npt.NDArray[np.int64],
+    ents: npt.NDArray[np.int64],
+    excluded: npt.NDArray[np.int64],
+    weight: npt.NDArray[np.float64],
+    max_degree: int,
+    max_entities: int,
+    max_shared: int,
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.float64]]:
+    """The passages sharing a rare entity with each source (one entry per naming unit in ``src``/``ents``): (source
+    positions, passage ids, strengths summed from ``weight[degree]`` in entry order), source by source."""
+    ...
+
 class LineWords:
     """Cached per-word token counts of context lines (:meth:`noderag.tokenize.LineCounter.count_spans`): spans of
     UTF-8 bytes split as ``str.split()`` splits their text; an all-zero span (an erased text) has no word."""

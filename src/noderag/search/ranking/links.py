@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..._core import about_links, shared_links
 from ...graph.types import NodeType
 from ..titles import TitleLinks
 from .context import IndexView, QueryContext
 
 __all__ = ["ABOUT_SHARE", "ABOUT_SPLIT", "MAX_DEGREE", "MAX_SHARED", "absent", "about", "shared", "shared_each",
-           "source_entities", "strongest", "title_links", "title_groups", "titled_passages"]
+           "source_entities", "title_links", "title_groups", "titled_passages"]
 
 _T, _S, _N = int(NodeType.T), int(NodeType.S), int(NodeType.N)
 #: A passage is about an entity when at least half of its semantic units name it (a majority, not a tuned weight).
@@ -34,9 +35,6 @@ MAX_ENTITIES = 128
 #: English and 26 on a Chinese dev sample (95th percentile 50 and 73, at most 118); 48 left every dev recall
 #: figure as it was (benchmarks/bench_retrieval.py).
 MAX_SHARED = 48
-#: Below this many (passage, strength) pairs :func:`strongest` loops (measured: the array passes cost ~15 us
-#: whatever the size, the loop ~0.17 us a pair).
-_LOOP_BELOW = 128
 
 
 def absent(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -74,49 +72,21 @@ def about(ctx: QueryContext, hop1: list[int], strength: dict[int, float],
     numbers; degree <= :data:`MAX_DEGREE`) -> those entities' units -> their passages. A passage is about the
     entity when at least :data:`ABOUT_SHARE` of its units name it; its strength is that share over
     ``m ** ABOUT_SPLIT`` (``m`` the passages the source reaches that are about the entity) times its
-    source's ``strength``; the strongest if several lead to it. ``walked``: :func:`source_entities` of ``hop1``.
+    source's ``strength``; the strongest if several lead to it (in order of first reach). The walk from the
+    entities on is one pass of the core (:func:`noderag._core.about_links`). ``walked``:
+    :func:`source_entities` of ``hop1``.
     """
     view = ctx.view
-    out: dict[int, float] = {}
     hop = np.asarray(hop1, dtype=np.int64)
     src, ents = _source_entities(ctx, hop, walked)  # one slot per (source, entity), by source then entity
     if not ents.size:
-        return out
-    owner, s_of = view.walk(ents, _S)
-    owner = np.asarray(owner, dtype=np.int64)
-    small = np.bincount(owner, minlength=ents.size) <= MAX_DEGREE  # hubs do not bridge
-    owner, s_of = owner[small[owner]], s_of[small[owner]]
-    ch = view.chunk[s_of].astype(np.int64)
-    ok = (ch >= 0) & absent(ch, hop)
-    owner, ch = owner[ok], ch[ok]
-    if not ch.size:
-        return out
-    pair, k = np.unique(owner * (view.n + 1) + ch, return_counts=True)  # (slot, passage) -> its units
-    c2s, slot = pair % (view.n + 1), pair // (view.n + 1)
-    share = k / _unit_counts(view, c2s)
-    is_about = share >= ABOUT_SHARE
-    c2s, slot, share = c2s[is_about], slot[is_about], share[is_about]
-    share = share / np.bincount(slot, minlength=ents.size)[slot].astype(np.float64) ** ABOUT_SPLIT
+        return {}
+    g = view.walk
     by_source = np.asarray([strength[c] for c in hop1], dtype=np.float64)
-    return strongest(c2s, share * by_source[src[slot]])
-
-
-def strongest(ids: np.ndarray, values: np.ndarray) -> dict[int, float]:
-    """``{id: its largest value}`` in order of each id's first occurrence (what a loop keeping the maximum of a
-    dict would build), in a few array passes instead of one Python step per (id, value) pair."""
-    ids = np.asarray(ids, dtype=np.int64)
-    if ids.size < _LOOP_BELOW:  # a few pairs: the loop costs less than the array set-up
-        out: dict[int, float] = {}
-        for c, v in zip(ids.tolist(), np.asarray(values).tolist()):
-            out[c] = max(out.get(c, 0.0), v)
-        return out
-    order = np.lexsort((-values, ids))  # by id, largest value first
-    lead = np.flatnonzero(np.r_[True, ids[order][1:] != ids[order][:-1]])
-    best_id, best = ids[order][lead], values[order][lead]
-    first = np.full(best_id.size, ids.size, dtype=np.int64)  # each id's first position in ``ids``
-    np.minimum.at(first, np.searchsorted(best_id, ids), np.arange(ids.size))
-    keep = np.argsort(first, kind="stable")
-    return dict(zip(best_id[keep].tolist(), np.maximum(best[keep], 0.0).tolist()))
+    split = np.arange(MAX_DEGREE + 1, dtype=np.float64) ** ABOUT_SPLIT  # as numpy computes each m ** ABOUT_SPLIT
+    ids, values = about_links(g.indptr, g.indices, g.types, g.active, _chunk_column(view), hop, src, ents, by_source,
+                              split, MAX_DEGREE, ABOUT_SHARE)
+    return dict(zip(ids.tolist(), values.tolist()))
 
 
 def _source_entities(ctx: QueryContext, hop: np.ndarray, walked: tuple[np.ndarray, np.ndarray] | None = None
@@ -137,13 +107,6 @@ def _source_entities(ctx: QueryContext, hop: np.ndarray, walked: tuple[np.ndarra
     first = np.searchsorted(src, src)  # each slot's rank within its source
     keep = np.arange(src.size) - first < MAX_ENTITIES
     return src[keep], ents[keep]
-
-
-def _unit_counts(view: IndexView, chunks: np.ndarray) -> np.ndarray:
-    """Units per passage (at least 1), one walk over the distinct passages."""
-    uniq, inv = np.unique(chunks, return_inverse=True)
-    o2, _ = view.walk(uniq, _S)
-    return np.maximum(np.bincount(o2, minlength=uniq.size), 1)[inv].astype(np.float64)
 
 
 def shared(ctx: QueryContext, c: int, skip: list[int]) -> dict[int, float]:
@@ -174,40 +137,30 @@ def shared(ctx: QueryContext, c: int, skip: list[int]) -> dict[int, float]:
 def shared_each(ctx: QueryContext, hop1: list[int], walked: tuple[np.ndarray, np.ndarray] | None = None
                 ) -> list[tuple[int, dict[int, float]]]:
     """:func:`shared` of every ``hop1`` passage (``skip`` = ``hop1``), ``(source, its dict)`` in ``hop1`` order:
-    all sources walked at once, each passage's strength summed in the same order as source by source.
-    ``walked``: :func:`source_entities` of ``hop1``."""
+    all sources walked in one pass of the core (:func:`noderag._core.shared_links`), each passage's strength summed
+    in the same order as source by source. ``walked``: :func:`source_entities` of ``hop1``."""
     view = ctx.view
     hop = np.asarray(hop1, dtype=np.int64)
     src, ents = walked if walked is not None else source_entities(view, hop)  # a block per source (walk order)
-    if ctx.name_ids.size:
-        keep = absent(ents, ctx.name_ids)
-        src, ents = src[keep], ents[keep]
-    deg = (view.s_indptr[ents + 1] - view.s_indptr[ents]).astype(np.float64)
-    keep = deg <= MAX_DEGREE
-    src, ents, deg = src[keep], ents[keep], deg[keep]
-    keep = np.arange(src.size) - np.searchsorted(src, src) < MAX_ENTITIES  # the first ones of each source
-    src, ents, deg = src[keep], ents[keep], deg[keep]
     out: list[tuple[int, dict[int, float]]] = [(c, {}) for c in hop1]
     if not ents.size:
         return out
-    owner, s_of = view.walk(ents, _S)
-    owner = np.asarray(owner, dtype=np.int64)
-    ch = view.chunk[s_of].astype(np.int64)
-    ok = (ch >= 0) & absent(ch, hop)
-    ch, w, by = ch[ok], (1.0 / np.log1p(deg))[owner[ok]], src[owner[ok]]
-    if not ch.size:
-        return out
-    key, inv = np.unique(by * (view.n + 1) + ch, return_inverse=True)
-    strength = np.bincount(inv.ravel(), weights=w, minlength=key.size)
-    key_src, uniq = key // (view.n + 1), key % (view.n + 1)
-    for i, (c, found) in enumerate(out):
-        lo, hi = np.searchsorted(key_src, [i, i + 1])
-        u, st = uniq[lo:hi], strength[lo:hi]
-        if u.size > MAX_SHARED:  # the most strongly linked (ties to the lower id): a bounded fit per source
-            top = np.lexsort((u, -st))[:MAX_SHARED]
-            u, st = u[top], st[top]
-        found.update(zip(u.tolist(), st.tolist()))
+    g = view.walk
+    weight = np.zeros(MAX_DEGREE + 1)
+    weight[1:] = 1.0 / np.log1p(np.arange(1, MAX_DEGREE + 1, dtype=np.float64))  # as numpy computes each; a reached
+    # entity has a degree of at least 1
+    pos, ids, strength = shared_links(g.indptr, g.indices, g.types, g.active, _chunk_column(view), hop,
+                                      np.ascontiguousarray(src, dtype=np.int64), np.ascontiguousarray(ents, dtype=np.int64),
+                                      np.sort(np.asarray(ctx.name_ids, dtype=np.int64)), weight, MAX_DEGREE,
+                                      MAX_ENTITIES, MAX_SHARED)
+    for p, c, v in zip(pos.tolist(), ids.tolist(), strength.tolist()):
+        out[p][1][c] = v
     return out
+
+
+def _chunk_column(view: IndexView) -> np.ndarray:
+    """Each node's passage (int64, -1 for none), as the core's walks take it."""
+    return np.ascontiguousarray(view.chunk, dtype=np.int64)
 
 
 def _is_name(view: IndexView, ents: np.ndarray) -> np.ndarray:
