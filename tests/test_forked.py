@@ -50,6 +50,7 @@ def forking(monkeypatch):
     Four cores, whatever the machine has."""
     monkeypatch.setattr(forked, "_fork_is_safe", lambda: True)
     monkeypatch.setattr(forked, "available_cores", lambda: 4)
+    monkeypatch.setattr(forked, "_busy_until", 0.0)
 
 
 @pytest.fixture
@@ -172,6 +173,18 @@ def test_a_batch_forks_only_with_enough_questions_and_cores(forking):
     assert forked.batch_workers(100 * need, 16) == 4  # no more processes than cores
     assert forked.batch_workers(100 * need, 2, rerank=True) == 1  # a cross-encoder's native threads
     assert forked.batch_workers(100 * need, 2, llm=True) == 1  # an LLM's connections
+
+
+def test_a_batch_that_found_the_cores_busy_keeps_the_next_in_one_process(forking):
+    def idle(lo: int, hi: int) -> list[int]:  # wall time without CPU time: as if other work held the cores
+        time.sleep(0.3)
+        return list(range(lo, hi))
+
+    assert forked.run_forked(idle, 6, 3, lambda x: x, lambda x: x) == list(range(6))
+    assert forked._busy_until > time.monotonic() + forked.BUSY_S - 5
+    assert forked.batch_workers(100 * forked.MIN_PER_WORKER, None) == 1
+    forked._busy_until = time.monotonic() - 1  # the while is over
+    assert forked.batch_workers(100 * forked.MIN_PER_WORKER, None) == 4
 
 
 def test_no_fork_beside_a_live_thread(monkeypatch):
