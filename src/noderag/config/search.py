@@ -119,7 +119,9 @@ class SearchConfig:
         reaches this (benchmarks/results/query_similarity.md: real questions score >= 0.26, median 0.38, with
         the default embedder; junk queries 0.14-0.34, median 0.2).
     n_threads : int or None
-        Threads of batched vector search and PPR (None: all cores).
+        Cores a batch (``retrieve_many``) uses: the threads of its vector search and PPR, and the processes its
+        questions are split over where forking is safe (:mod:`noderag.search.forked`); 1 keeps one process
+        (None: all cores).
     """
 
     vector_top_k: int = 10

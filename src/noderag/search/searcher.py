@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import threading
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -25,6 +26,7 @@ from ..errors import NodeRAGError
 from ..graph.types import N_TYPES, NodeType
 from ..graph.walk import TypedNeighbours
 from ..store.layout import SCRUBBED
+from . import forked
 from .config import SearchConfig
 from .context import assemble_context, header_tokens
 from .entities import extract_query_entities
@@ -207,7 +209,13 @@ class Searcher:
         return self._finish(prep, ppr)
 
     def retrieve_many(self, queries: Sequence[str], *, query_vectors: np.ndarray | None = None) -> list[RetrievalResult]:
-        """Retrieve for many queries: one embedding batch, one multi-threaded PPR call."""
+        """Retrieve for many queries: one embedding batch, then the rest on the cores ``config.n_threads`` allows.
+
+        Where forking is safe and the batch is large enough (:func:`~noderag.search.forked.batch_workers`), the
+        questions are split into contiguous slices, one per process: forked children run theirs (vector search,
+        PPR, ranking) beside this process and send their results back; else one vector search and one threaded
+        PPR call for all. The results are the same either way; a child's per-stage ``timings`` are not collected.
+        """
         if isinstance(queries, str):
             raise TypeError("queries must be a sequence of strings, not one string (use retrieve)")
         queries = [_check_query(q, f"question {i + 1} of {len(queries)}") for i, q in enumerate(queries)]
@@ -218,9 +226,18 @@ class Searcher:
         query_vectors = np.atleast_2d(np.asarray(query_vectors, dtype=np.float32))
         if query_vectors.shape[0] != len(queries):
             raise ValueError(f"query_vectors has {query_vectors.shape[0]} rows for {len(queries)} queries")
-        preps = self._prepare(queries, query_vectors)
-        pprs = self._ppr(preps)
-        return [self._finish(p, r) for p, r in zip(preps, pprs)]
+
+        def run(lo: int, hi: int) -> list[RetrievalResult]:
+            preps = self._prepare(queries[lo:hi], query_vectors[lo:hi])
+            return [self._finish(p, r) for p, r in zip(preps, self._ppr(preps))]
+
+        workers = forked.batch_workers(len(queries), self.config.n_threads, vectors=self.store.vectors,
+                                       rerank=self.config.rerank is not None,
+                                       llm=self.config.entity_source == "llm")
+        if workers < 2:
+            return run(0, len(queries))
+        return forked.run_forked(run, len(queries), workers, partial(forked.result_payload, doc_of=self._doc),
+                                 partial(forked.result_from_payload, store=self.store))
 
     def query_context(self, query: str, *, query_vector: np.ndarray | None = None) -> QueryContext:
         """What ``query`` knows when its passages are ranked (entry points, names, BM25, the PPR result): the
