@@ -150,8 +150,8 @@ def batch_qps(searchers: dict, questions: list[str], qvecs: np.ndarray, repeats:
     if "default" in searchers:
         one = searchers["default"]
         searchers["default, one process"] = Searcher(one.store, one.config.replace(n_threads=1))
-    for s in searchers.values():  # the single-query searches left idle shard-search threads: a batch forks only
-        _stop_search_threads(s.store.vectors)  # where no other thread lives (the before package's included)
+    for s in searchers.values():  # the before package's single-query searches left idle shard-search threads: a
+        _stop_search_threads(s.store.vectors)  # batch forks only where no other thread lives
     best = {name: np.inf for name in searchers}
     names = list(searchers)
     for r in range(repeats):
@@ -167,12 +167,8 @@ def batch_qps(searchers: dict, questions: list[str], qvecs: np.ndarray, repeats:
 
 
 def _stop_search_threads(vectors) -> None:
-    """Join a vector index's idle shard-search threads (a fresh pool starts them at its next one-query search);
-    the before package's index has no method for it."""
-    stop = getattr(vectors, "stop_search_threads", None)
-    if stop is not None:
-        stop()
-        return
+    """Join the idle shard-search threads of an index of the before package (a fresh pool starts them at its next
+    one-query search); this package's searches on the calling thread."""
     pool = getattr(vectors, "_search_pool", None)
     if pool is not None:
         pool.shutdown(wait=True)

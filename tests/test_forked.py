@@ -8,19 +8,16 @@ import dataclasses
 import json
 import os
 import signal
-import subprocess
 import sys
 import threading
 import time
 import types
 
-import numpy as np
 import pytest
 
 import noderag
 import noderag.search.forked as forked
 from noderag.graph.types import NodeType
-from noderag.graph.vectors import VectorIndex
 from noderag.search import SearchConfig, Searcher
 from noderag.search.result import Passage, RetrievalResult, RetrievedNode
 from conftest import MUSIQUE, musique_queries
@@ -50,7 +47,6 @@ def forking(monkeypatch):
     Four cores, whatever the machine has."""
     monkeypatch.setattr(forked, "_fork_is_safe", lambda: True)
     monkeypatch.setattr(forked, "available_cores", lambda: 4)
-    monkeypatch.setattr(forked, "_busy_until", 0.0)
 
 
 @pytest.fixture
@@ -175,18 +171,6 @@ def test_a_batch_forks_only_with_enough_questions_and_cores(forking):
     assert forked.batch_workers(100 * need, 2, llm=True) == 1  # an LLM's connections
 
 
-def test_a_batch_that_found_the_cores_busy_keeps_the_next_in_one_process(forking):
-    def idle(lo: int, hi: int) -> list[int]:  # wall time without CPU time: as if other work held the cores
-        time.sleep(0.3)
-        return list(range(lo, hi))
-
-    assert forked.run_forked(idle, 6, 3, lambda x: x, lambda x: x) == list(range(6))
-    assert forked._busy_until > time.monotonic() + forked.BUSY_S - 5
-    assert forked.batch_workers(100 * forked.MIN_PER_WORKER, None) == 1
-    forked._busy_until = time.monotonic() - 1  # the while is over
-    assert forked.batch_workers(100 * forked.MIN_PER_WORKER, None) == 4
-
-
 def test_no_fork_beside_a_live_thread(monkeypatch):
     monkeypatch.setattr(forked, "available_cores", lambda: 4)
     stop = threading.Event()
@@ -203,43 +187,6 @@ def test_no_fork_with_ray_imported(monkeypatch):
     monkeypatch.setattr(forked, "available_cores", lambda: 4)
     monkeypatch.setitem(sys.modules, "ray", types.ModuleType("ray"))
     assert forked.batch_workers(100 * forked.MIN_PER_WORKER, None) == 1
-
-
-def test_the_shard_search_threads_stop_before_a_fork_and_start_again(tmp_path):
-    """In a fresh interpreter (no thread or Ray of other tests): a one-query search of a sharded index leaves an
-    idle pool thread, which the check stops so that the batch forks; the index searches the same afterwards."""
-    script = """
-import threading
-import numpy as np
-import noderag.search.forked as forked
-from noderag.graph.vectors import VectorIndex
-forked.available_cores = lambda: 2
-index = VectorIndex(8, shards=2)
-rng = np.random.default_rng(0)
-index.add(np.arange(64), rng.standard_normal((64, 8)).astype(np.float32))
-before = index.search(rng.standard_normal((1, 8)).astype(np.float32), 5)
-assert threading.active_count() == 2, threading.enumerate()
-assert forked.batch_workers(2 * forked.MIN_PER_WORKER, 2, vectors=index) == 2
-assert threading.active_count() == 1, threading.enumerate()
-again = index.search(np.random.default_rng(0).standard_normal((65, 8)).astype(np.float32)[64:], 5)
-print("ok", threading.active_count())
-"""
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["ok", "2"]  # the pool started again at the next one-query search
-
-
-def test_stop_search_threads_keeps_the_results(tmp_path):
-    index = VectorIndex(8, shards=2)
-    rng = np.random.default_rng(1)
-    index.add(np.arange(64), rng.standard_normal((64, 8)).astype(np.float32))
-    query = rng.standard_normal((1, 8)).astype(np.float32)
-    want = index.search(query, 5)
-    pool = index._search_pool
-    index.stop_search_threads()
-    assert pool._shutdown and index._search_pool is not pool  # a fresh pool, started at its next use
-    got = index.search(query, 5)
-    assert got[0].tolist() == want[0].tolist() and got[1].tolist() == want[1].tolist()
 
 
 def test_a_small_batch_does_not_fork(index, questions, forking, forks):

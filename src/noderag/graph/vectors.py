@@ -355,14 +355,6 @@ class VectorIndex:
             lane.shutdown(wait=True)
         return self
 
-    def stop_search_threads(self) -> None:
-        """Join the idle shard-search threads (a process about to fork: a thread is not copied, its locks are); a
-        fresh pool starts them again at the next one-query search. Only while no other thread searches."""
-        pool = self._search_pool
-        if pool is not None:
-            pool.shutdown(wait=True)
-            self._search_pool = _shard_search_pool(self._search_groups)
-
     # -- queries ----------------------------------------------------------------------
     def contains(self, ids) -> np.ndarray:
         """Boolean array: which of ``ids`` are in the index."""

@@ -14,8 +14,6 @@ import gc
 import json
 import os
 import signal
-import threading
-import time
 import traceback
 from functools import partial
 from typing import Any, Callable
@@ -31,12 +29,6 @@ __all__ = ["MIN_PER_WORKER", "batch_workers", "run_forked", "result_payload", "r
 #: Questions each process needs before a batch forks: at 10^5 passages a child costs ~15 ms to fork and reap plus ~1.3 ms
 #: a result sent back, against ~5 ms a question, so 4 a process only break even and 16 gain ~1.5x on two idle cores.
 MIN_PER_WORKER = 16
-#: A forked batch whose processes got less than this share of their cores (CPU time over wall time x processes) ran
-#: on cores other work was using: there two processes only take turns on one core and evict each other's caches
-#: (1.5x the wall time of one process at 10^5 passages), so the batches of the next :data:`BUSY_S` seconds stay in one.
-MIN_SHARE = 0.6
-BUSY_S = 30.0
-_busy_until = 0.0  # time.monotonic() before which batches do not fork
 _NODE_TYPES = tuple(NodeType(t) for t in range(N_TYPES))
 
 
@@ -48,23 +40,14 @@ def available_cores() -> int:
         return os.cpu_count() or 1
 
 
-def batch_workers(n_questions: int, cores: int | None, *, vectors: Any = None, rerank: bool = False,
-                  llm: bool = False) -> int:
+def batch_workers(n_questions: int, cores: int | None, *, rerank: bool = False, llm: bool = False) -> int:
     """Processes for a batch of ``n_questions``: up to ``cores`` (None: all), at least :data:`MIN_PER_WORKER`
-    questions each. 1 for :data:`BUSY_S` seconds after a forked batch found the cores busy (:data:`MIN_SHARE`), and
-    where forking is unsafe: no POSIX fork, another Python thread alive (a lock it holds would stay held in the
-    child), Ray imported, or a cross-encoder (``rerank``) or LLM (``llm``) in use, whose native thread pools and
-    connections a child would inherit dead. ``vectors``: the index's vector search, whose idle shard-search
-    threads are stopped first (they start again on their next use)."""
+    questions each; 1 where forking is unsafe: no POSIX fork, another Python thread alive (a lock it holds would
+    stay held in the child), Ray imported, or a cross-encoder (``rerank``) or LLM (``llm``) in use, whose native
+    thread pools and connections a child would inherit dead."""
     want = min(available_cores() if cores is None else int(cores), available_cores(), n_questions // MIN_PER_WORKER)
-    if want < 2 or rerank or llm or not hasattr(os, "fork") or time.monotonic() < _busy_until:
+    if want < 2 or rerank or llm or not hasattr(os, "fork"):
         return 1
-    others = [t for t in threading.enumerate() if t is not threading.current_thread()]
-    if others and all(t.name.startswith("shard-search") for t in others):
-        for part in (vectors, getattr(vectors, "index", None)):  # a layered index searches its base's shards
-            stop = getattr(part, "stop_search_threads", None)
-            if stop is not None:
-                stop()
     return want if _fork_is_safe() else 1
 
 
@@ -76,7 +59,6 @@ def run_forked(work: Callable[[int, int], list[Any]], n: int, workers: int,
     every child is reaped, and an exception here (KeyboardInterrupt included) kills them first."""
     bounds = [n * w // workers for w in range(workers + 1)]
     pending: list[tuple[int, int, int, int]] = []  # (pid, read end or -1, lo, hi) of the children not reaped yet
-    start = (time.perf_counter(), time.process_time(), _children_cpu())
     gc.freeze()  # no collection in either process writes to the pages they share (copy-on-write)
     try:
         for w in range(1, workers):
@@ -94,7 +76,6 @@ def run_forked(work: Callable[[int, int], list[Any]], n: int, workers: int,
             if got is None or code != 0:
                 raise RuntimeError(_failure(f"the forked worker of questions {lo + 1}-{hi} of {n}", code, data))
             out.extend(got)
-        _note_share(start, workers)
         return out
     finally:
         for pid, fd, _, _ in pending:  # after a failure here: no child outlives the batch, none is left a zombie
@@ -106,22 +87,6 @@ def run_forked(work: Callable[[int, int], list[Any]], n: int, workers: int,
                 os.close(fd)
             os.waitpid(pid, 0)
         gc.unfreeze()
-
-
-def _children_cpu() -> float:
-    """CPU seconds of this process's reaped children."""
-    t = os.times()
-    return t.children_user + t.children_system
-
-
-def _note_share(start: tuple[float, float, float], workers: int) -> None:
-    """After a forked batch: when its processes got less than :data:`MIN_SHARE` of their cores, the next
-    :data:`BUSY_S` seconds of batches stay in one process."""
-    global _busy_until
-    wall = time.perf_counter() - start[0]
-    cpu = time.process_time() - start[1] + _children_cpu() - start[2]
-    if wall > 0 and cpu / (wall * workers) < MIN_SHARE:
-        _busy_until = time.monotonic() + BUSY_S
 
 
 def _fork(work: Callable[[int, int], list[Any]], lo: int, hi: int, encode: Callable[[Any], Any]

@@ -231,8 +231,7 @@ class Searcher:
             preps = self._prepare(queries[lo:hi], query_vectors[lo:hi])
             return [self._finish(p, r) for p, r in zip(preps, self._ppr(preps))]
 
-        workers = forked.batch_workers(len(queries), self.config.n_threads, vectors=self.store.vectors,
-                                       rerank=self.config.rerank is not None,
+        workers = forked.batch_workers(len(queries), self.config.n_threads, rerank=self.config.rerank is not None,
                                        llm=self.config.entity_source == "llm")
         if workers < 2:
             return run(0, len(queries))
