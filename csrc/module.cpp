@@ -9,6 +9,7 @@ void register_walk(py::module_& m);  // walk.cpp
 void register_lexical(py::module_& m);  // lexical.cpp
 void register_line_words(py::module_& m);  // line_words.cpp
 void register_bridge_links(py::module_& m);  // bridge_links.cpp
+void register_redundancy(py::module_& m);  // redundancy.cpp
 
 #define STRINGIFY(x) #x
 #define MACRO_STRINGIFY(x) STRINGIFY(x)
@@ -25,4 +26,5 @@ PYBIND11_MODULE(_core, m) {
     register_lexical(m);
     register_line_words(m);
     register_bridge_links(m);
+    register_redundancy(m);
 }

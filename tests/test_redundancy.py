@@ -56,6 +56,54 @@ def test_redundancy_order_matches_the_brute_force_reference(seed):
     assert sorted(order.tolist()) == list(range(n))
 
 
+def _numpy_order(scores, credit, matched, cosines, top):
+    """The numpy form the core's kernel replaced (a few array passes per position)."""
+    n = scores.shape[0]
+    covered = np.zeros(matched.shape[0], dtype=bool)
+    best_cos = -np.inf
+    left = np.ones(n, dtype=bool)
+    order, out = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.float64)
+
+    def current():
+        new_term = (matched & ~covered[:, None]).any(axis=0)
+        return np.where(~new_term & (cosines <= best_cos), scores - credit, scores)
+
+    k = 0
+    for _ in range(min(top, n)):
+        value = np.where(left, current(), -np.inf)
+        i = int(np.argmax(value))
+        order[k], out[k] = i, value[i]
+        k += 1
+        left[i] = False
+        covered |= matched[:, i]
+        best_cos = max(best_cos, float(cosines[i]))
+    if k < n:
+        rest = np.flatnonzero(left)
+        value = current()[rest]
+        tail = np.argsort(-value, kind="stable")
+        order[k:], out[k:] = rest[tail], value[tail]
+    return order, out
+
+
+@pytest.mark.parametrize("seed", range(80))
+def test_the_cores_order_is_the_numpy_forms_bit_for_bit(seed):
+    rng = np.random.default_rng(1000 + seed)
+    n, terms = int(rng.integers(0, 40)), int(rng.integers(0, 8))
+    scores = -np.sort(-rng.choice([0.5, 1.0, 1.5], n) - rng.random(n) * (seed % 2))
+    credit = rng.random(n) * (seed % 3 != 0)
+    matched = rng.random((terms, n)) < 0.3
+    cosines = rng.choice([0.1, 0.3], n) if seed % 4 == 0 else rng.random(n)
+    top = int(rng.integers(0, n + 3))
+    got, want = redundancy_order(scores, credit, matched, cosines, top), _numpy_order(scores, credit, matched,
+                                                                                       cosines, top)
+    assert got[0].tolist() == want[0].tolist() and got[1].tobytes() == want[1].tobytes()
+
+
+def test_mismatched_shapes_are_a_value_error():
+    with pytest.raises(ValueError, match=r"matched \(terms, 3\) expected"):
+        redundancy_order(np.ones(3), np.ones(3), np.ones((2, 4), bool), np.ones(3), 2)
+
+
 def test_a_near_copy_loses_its_lexical_credit_and_a_passage_the_vector_prefers_keeps_it():
     scores = np.array([2.0, 1.5, 1.2])
     credit = np.array([0.5, 0.5, 0.1])

@@ -142,6 +142,17 @@ def shared_links(
     positions, passage ids, strengths summed from ``weight[degree]`` in entry order), source by source."""
     ...
 
+def redundancy_order(
+    scores: npt.NDArray[np.float64],
+    credit: npt.NDArray[np.float64],
+    matched: npt.NDArray[np.bool_],
+    cosines: npt.NDArray[np.float64],
+    top: int,
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
+    """The greedy order of ranked passages without redundancy (:func:`noderag.search.redundancy.redundancy_order`):
+    (positions, their scores)."""
+    ...
+
 class LineWords:
     """Cached per-word token counts of context lines (:meth:`noderag.tokenize.LineCounter.count_spans`): spans of
     UTF-8 bytes split as ``str.split()`` splits their text; an all-zero span (an erased text) has no word."""

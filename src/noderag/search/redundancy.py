@@ -1,19 +1,19 @@
 """Redundancy in a ranked passage list: a passage that adds nothing the passages above it do not hold.
 
-A multi-hop question needs passages that each match a different part of it ("What amount of TEUs did the
-location where the 26th Chess Olympiad occur handle in 2010?": one passage for the Olympiad, one for the
-port's TEUs). Ranked by score alone, the second slot often goes to a near-copy of the first ("41st Chess
-Olympiad", matching the same words). :func:`redundancy_order` re-ranks greedily: a passage that matches
-no content word of the question (:func:`content_terms`) that the passages ranked above it do not already
-match, and that the query vector does not prefer to all of them, is *redundant* and loses its BM25 credit. A single-passage answer is not moved by
-this: the passage that answers such a question either matches a term the others lack or is the one the
-embedding prefers.
+A multi-hop question needs passages that each match a different part of it (one passage for the event it
+names, another for the place that event leads to). Ranked by score alone, the second slot often goes to a
+near-copy of the first (another passage matching the same words). :func:`redundancy_order` re-ranks
+greedily: a passage that matches no content word of the question (:func:`content_terms`) that the passages
+ranked above it do not already match, and that the query vector does not prefer to all of them, is
+*redundant* and loses its BM25 credit. A single-passage answer is not moved by this: the passage that
+answers such a question either matches a term the others lack or is the one the embedding prefers.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from .._core import redundancy_order as _redundancy_order
 from ..lang.entities import STOP
 
 __all__ = ["content_terms", "redundancy_order"]
@@ -46,35 +46,15 @@ def redundancy_order(scores: np.ndarray, credit: np.ndarray, matched: np.ndarray
     At each position, the passage of highest score wins, where a passage is redundant (scored without its
     ``credit``) when every term it matches is matched by a passage already placed and its cosine is no
     higher than theirs. The returned scores are non-increasing: what is placed only makes the others more
-    redundant.
+    redundant. The greedy steps run in the C++ core (:func:`noderag._core.redundancy_order`): a few passes over the
+    candidates per position instead of a dozen numpy calls.
     """
-    scores = np.asarray(scores, dtype=np.float64)
-    credit = np.asarray(credit, dtype=np.float64)
-    cosines = np.asarray(cosines, dtype=np.float64)
-    matched = np.asarray(matched, dtype=bool)
+    scores = np.ascontiguousarray(scores, dtype=np.float64)
+    credit = np.ascontiguousarray(credit, dtype=np.float64)
+    cosines = np.ascontiguousarray(cosines, dtype=np.float64)
+    matched = np.ascontiguousarray(matched, dtype=bool)
     n = scores.shape[0]
-    covered = np.zeros(matched.shape[0], dtype=bool)
-    best_cos = -np.inf
-    left = np.ones(n, dtype=bool)
-    order = np.empty(n, dtype=np.int64)
-    out = np.empty(n, dtype=np.float64)
-
-    def current() -> np.ndarray:
-        new_term = (matched & ~covered[:, None]).any(axis=0)
-        return np.where(~new_term & (cosines <= best_cos), scores - credit, scores)
-
-    k = 0
-    for _ in range(min(top, n)):
-        value = np.where(left, current(), -np.inf)
-        i = int(np.argmax(value))  # the first of equal values: the ranked order breaks ties
-        order[k], out[k] = i, value[i]
-        k += 1
-        left[i] = False
-        covered |= matched[:, i]
-        best_cos = max(best_cos, float(cosines[i]))
-    if k < n:
-        rest = np.flatnonzero(left)
-        value = current()[rest]
-        tail = np.argsort(-value, kind="stable")
-        order[k:], out[k:] = rest[tail], value[tail]
-    return order, out
+    if credit.shape != (n,) or cosines.shape != (n,) or matched.ndim != 2 or matched.shape[1] != n:
+        raise ValueError(f"redundancy_order: scores, credit and cosines of shape ({n},) and matched (terms, {n}) "
+                         f"expected, got {credit.shape}, {cosines.shape}, {matched.shape}")
+    return _redundancy_order(scores, credit, matched, cosines, int(top))
