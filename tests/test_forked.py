@@ -193,3 +193,13 @@ def test_a_small_batch_does_not_fork(index, questions, forking, forks):
     got = Searcher(index, SearchConfig(n_threads=2)).retrieve_many(questions[:forked.MIN_PER_WORKER])
     assert forks == [] and [r.query for r in got] == questions[:forked.MIN_PER_WORKER]
 
+
+
+@pytest.mark.parametrize(("load", "cores", "idle"), [(0.2, 2, 2), (1.0, 2, 2), (1.4, 2, 2), (1.8, 2, 1), (3.0, 2, 1),
+                                                     (2.5, 8, 7), (0.0, 1, 1)])
+def test_a_batch_counts_only_the_cores_other_work_leaves_idle(monkeypatch, load, cores, idle):
+    """The 1-minute load average less this process is other work; the cores it holds get no worker (two
+    processes taking turns on one core run slower than one)."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cores)))
+    monkeypatch.setattr(os, "getloadavg", lambda: (load, load, load))
+    assert forked.available_cores() == idle

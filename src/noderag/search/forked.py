@@ -33,19 +33,29 @@ _NODE_TYPES = tuple(NodeType(t) for t in range(N_TYPES))
 
 
 def available_cores() -> int:
-    """The cores this process may run on."""
+    """The cores this process may run on that other work leaves idle: those of its affinity less the 1-minute load
+    average of the rest of the machine (this process counts one), as ``make -l`` reads the load. Two processes
+    on a core other work holds take turns on it and evict each other's caches: a forked batch ran at 0.56x one
+    process's rate at 10^5 passages where another job held a core of two (benchmarks/bench_search_cost.py)."""
     try:
-        return len(os.sched_getaffinity(0))
+        cores = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
-        return os.cpu_count() or 1
+        cores = os.cpu_count() or 1
+    try:
+        others = max(os.getloadavg()[0] - 1.0, 0.0)
+    except OSError:  # no load average on this system
+        others = 0.0
+    return max(1, min(cores, int(cores - others + 0.5)))
 
 
 def batch_workers(n_questions: int, cores: int | None, *, rerank: bool = False, llm: bool = False) -> int:
-    """Processes for a batch of ``n_questions``: up to ``cores`` (None: all), at least :data:`MIN_PER_WORKER`
-    questions each; 1 where forking is unsafe: no POSIX fork, another Python thread alive (a lock it holds would
-    stay held in the child), Ray imported, or a cross-encoder (``rerank``) or LLM (``llm``) in use, whose native
-    thread pools and connections a child would inherit dead."""
-    want = min(available_cores() if cores is None else int(cores), available_cores(), n_questions // MIN_PER_WORKER)
+    """Processes for a batch of ``n_questions``: up to ``cores`` (None: all) of the idle ones
+    (:func:`available_cores`), at least :data:`MIN_PER_WORKER` questions each; 1 where forking is unsafe: no POSIX
+    fork, another Python thread alive (a lock it holds would stay held in the child), Ray imported, or a
+    cross-encoder (``rerank``) or LLM (``llm``) in use, whose native thread pools and connections a child would
+    inherit dead."""
+    idle = available_cores()
+    want = min(idle if cores is None else int(cores), idle, n_questions // MIN_PER_WORKER)
     if want < 2 or rerank or llm or not hasattr(os, "fork"):
         return 1
     return want if _fork_is_safe() else 1
