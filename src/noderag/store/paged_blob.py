@@ -147,10 +147,18 @@ class PagedBytes:
         return self.read(lo, hi)
 
     def strings(self, lo, hi) -> list[str]:
-        """The strings at byte ranges ``[lo[i], hi[i])``, decoded (``surrogatepass``); erased ones read ``""``."""
+        """The strings at byte ranges ``[lo[i], hi[i])``, decoded (``surrogatepass``); erased ones read ``""``. A
+        string within one mapped page is decoded from the page's view in place (a query reads ~100 of them)."""
         out = []
+        page, total, maps = self.page, self.total, self._maps
         for a, b in zip(lo, hi):
-            out.append(unzeroed(str(self.read(a, b), "utf-8", "surrogatepass")))
+            p = a // page
+            if 0 <= a < b <= total and p == (b - 1) // page and maps[p] is not None:
+                base = p * page
+                s = str(maps[p][a - base:b - base], "utf-8", "surrogatepass")
+            else:
+                s = str(self.read(a, b), "utf-8", "surrogatepass")
+            out.append("" if s[:1] == "\x00" and not s.strip("\x00") else s)  # unzeroed, inline
         return out
 
     def to_array(self) -> np.ndarray:
