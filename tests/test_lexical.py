@@ -116,6 +116,18 @@ def test_scratch_accumulator_falls_back_for_a_posting_outside_the_bound_passages
     assert idx.scores("red apple")[0].tolist() == [2, 5, 9]
 
 
+def test_an_unwritten_ordinal_entry_never_names_another_passage():
+    """The node -> ordinal map is written at the bound passages only; whatever another node's entry holds, a
+    posting naming that node is no bound passage (the query falls back to the unbound path)."""
+    ids = np.array([2, 3, 5])
+    idx = LexicalIndex(lexical_arrays(ids, ["red apple", "red pear", "green apple"]))
+    idx.bind_passages(np.array([2, 5]))
+    for garbage in (0, 1, -7, 2**31 - 1):
+        idx._ordinal[3] = garbage  # node 3 is no bound passage
+        assert idx._ordinals_of(np.array([2, 3], np.int32)) is None
+        assert idx.scores("red")[0].tolist() == [2, 3]  # found by the fallback, not lost
+
+
 def test_kept_posting_lists_score_as_fresh_ones(monkeypatch):
     """Long posting lists keep their passage ordinals between queries (and are dropped past the budget):
     the scores stay those of a fresh look-up."""
