@@ -342,6 +342,17 @@ def test_the_shard_file_parse_finds_every_slots_key(tmp_path):
     assert np.array_equal(parsed.node_keys(np.arange(600)), order.astype(np.uint64))
 
 
+def test_an_index_with_an_empty_shard_reads_directly(tmp_path):
+    """Fewer vectors than shards: the empty shard's file (its graph's level stored as -1) parses too."""
+    index = VectorIndex(8, dtype="i8", shards=3)
+    index.add(np.array([4, 9]), _vectors(2, 2, 8))
+    index.save(tmp_path / "vectors.usearch")
+    fast, slow = _pair(tmp_path / "vectors.usearch")
+    assert fast.direct_status() == {str(tmp_path / "vectors.usearch"): "direct"} and len(fast._keyless) == 3
+    assert np.array_equal(fast.get([9, 4]), slow.get([9, 4]))
+    assert fast.contains([4, 5, 9]).tolist() == [True, False, True] and sorted(fast.keys().tolist()) == [4, 9]
+
+
 def test_the_keys_file_of_another_index_falls_back(tmp_path):
     """The same keys in other slots: the keys the sampled slots' nodes store tell."""
     path = _saved(tmp_path, "i8", shards=2, n=100, name="a", seed=0)

@@ -122,7 +122,6 @@ _SCALARS = {10: "f64", 11: "f32", 12: "f16", 4: "bf16", 23: "i8"}
 _U64, _U32, _SLOT_BYTES = 14, 15, 4
 _VERSIONS = ((2, 10), (2, 26))
 _NODE_HEAD = 10  # a node starts with its key (uint64) and its level (int16)
-_KEY_BYTES = np.arange(8)
 
 
 def keys_path(path) -> Path:
@@ -251,9 +250,10 @@ class ShardFile:
     the graph header (size, connectivity, base connectivity, max level, entry slot: five uint64); each
     slot's level (int16); then each slot's node: key (uint64), level (int16), its base neighbours
     (``connectivity_base`` slots and a uint32 count) and per level above 0 ``connectivity`` slots and a count.
-    Slot ``s``'s node so starts at ``first + s * base_node + level_bytes * (levels above 0 before s)``; the
-    running sum of the levels is kept (4 bytes a vector, 8 past 2**31 levels; usearch's key hash table,
-    which a view without key lookups skips, holds a key and a slot for each vector). A file whose parse does
+    Slot ``s``'s node so starts at ``first + s * base_node + level_bytes * (levels above 0 before s)``; that
+    offset is kept for every slot (int64: 8 bytes a vector, as usearch's own view keeps a pointer to each
+    node; its key hash table, which a view without key lookups skips, holds a key and a slot for each
+    vector, at least 16 bytes, in a table with free room). A file whose parse does
     not end exactly at its size, or whose head differs from what is read here, raises ValueError.
     """
 
@@ -282,7 +282,9 @@ class ShardFile:
         self.size, self.ndim = rows, int(dims)
         self.rows = raw[h - rows * cols:h].view(_KINDS[self.dtype][0]).reshape(rows, self.ndim)
         self._graph(raw, h + 64, size)
-        self.raw = raw
+        # every byte offset of the file as the start of a little-endian uint64 (overlapping, unaligned): a node's
+        # key is one element of it, so a batch of keys is one gather
+        self.words = np.ndarray((size - 7,), "<u8", buffer=raw, strides=(1,))
 
     def _matrix_end(self, raw: np.ndarray) -> tuple[int, int, int]:
         """(where the matrix ends and the head starts, rows, bytes per row): the dimensions as two uint32 or
@@ -298,27 +300,29 @@ class ShardFile:
         """Parse the graph header and the levels; check that the nodes end exactly at the file's end."""
         count, conn, conn_base, max_level, _ = struct.unpack("<5Q", raw[g:g + 40].tobytes())
         first = g + 40 + 2 * count
+        if count == 0:
+            max_level = 0  # an empty graph stores its level as -1
         if count != self.size or not 0 < conn <= conn_base < 2**16 or max_level >= 2**15 or first > size:
             raise ValueError(f"{self.name}: graph header of {count} nodes (connectivity {conn}/{conn_base}, "
                              f"{max_level} levels) does not fit {self.size} vectors")
         self.levels = raw[g + 40:first].view("<i2")
         if count and (int(self.levels.min()) < 0 or int(self.levels.max()) > max_level):
             raise ValueError(f"{self.name}: node levels outside [0, {max_level}]")
-        wide = np.int64 if count * max(1, max_level) >= 2**31 else np.int32
-        self.climb = np.cumsum(self.levels, dtype=wide)  # levels of slots 0..s
-        self.first = first
-        self.base_node = _NODE_HEAD + conn_base * _SLOT_BYTES + 4
-        self.level_bytes = conn * _SLOT_BYTES + 4
-        end = first + count * self.base_node + self.level_bytes * (int(self.climb[-1]) if count else 0)
+        base_node, level_bytes = _NODE_HEAD + conn_base * _SLOT_BYTES + 4, conn * _SLOT_BYTES + 4
+        # where each node starts: the file offset of slot 0's, then the running sum of the node sizes before
+        self.node_at = np.empty(count, np.int64)
+        if count:
+            np.multiply(self.levels[:-1], level_bytes, out=self.node_at[1:], dtype=np.int64)
+            self.node_at[1:] += base_node
+            self.node_at[0] = first
+            np.cumsum(self.node_at, out=self.node_at)
+        end = int(self.node_at[-1]) + base_node + level_bytes * int(self.levels[-1]) if count else first
         if end != size:
             raise ValueError(f"{self.name}: the nodes end at byte {end}, the file at {size}")
 
     def node_keys(self, slots: np.ndarray) -> np.ndarray:
         """The keys (uint64) usearch stored in the nodes of ``slots`` (int64, each < ``size``)."""
-        slots = np.asarray(slots, np.int64)
-        above = self.climb[slots].astype(np.int64) - self.levels[slots]
-        at = self.first + slots * self.base_node + above * self.level_bytes
-        return self.raw[at[:, None] + _KEY_BYTES].view("<u8").reshape(-1)
+        return self.words[self.node_at[slots]]  # (take would copy the whole strided view first)
 
 
 class SlotTable:
@@ -371,11 +375,15 @@ class SlotTable:
     def holds(self, ids: np.ndarray) -> np.ndarray:
         """Which of ``ids`` (int64) the index holds, by the keys file, each confirmed by its slot's node."""
         found = np.zeros(ids.shape[0], bool)
-        hit, pos = self._find(ids)
-        if hit.size:
-            for j, a, b, order in self._by_shard(pos):
-                self._confirm(j, ids[hit[order[a:b]]], pos[order[a:b]] // self.p)
-            found[hit] = True
+        if not self.runs or ids.size == 0:
+            return found
+        hit, slots, bounds = self._grouped(*self._find(ids))
+        keys = ids[hit]
+        for j in range(self.p):
+            a, b = bounds[j], bounds[j + 1]
+            if b > a:
+                self._confirm(j, keys[a:b], slots[a:b])
+        found[hit] = True
         return found
 
     def read(self, ids: np.ndarray, out: np.ndarray, where: np.ndarray) -> np.ndarray:
@@ -386,39 +394,35 @@ class SlotTable:
         found = np.zeros(ids.shape[0], bool)
         if not self.runs or ids.size == 0:
             return found
-        hit, pos = self._find(ids)
+        hit, slots, bounds = self._grouped(*self._find(ids))
         if hit.size == 0:
             return found
+        keys = ids[hit]
         raw = np.empty((ids.size, self.rows[0].shape[1]), self.rows[0].dtype)  # stored rows, in the order of ids
-        for j, a, b, order in self._by_shard(pos):  # each shard's rows gathered from its mapping
-            at, slots = hit[order[a:b]], pos[order[a:b]] // self.p
-            self._confirm(j, ids[at], slots)
-            raw[at] = self.rows[j].take(slots, axis=0)
+        for j in range(self.p):
+            a, b = bounds[j], bounds[j + 1]
+            if b > a:  # the keys the slots' nodes hold confirm the entries; the rows are gathered from the mapping
+                self._confirm(j, keys[a:b], slots[a:b])
+                raw[hit[a:b]] = self.rows[j].take(slots[a:b], axis=0)
         found[hit] = True
-        if where.size == out.shape[0] and found.all():  # every row asked for: converted straight into out
+        if where.size == out.shape[0] and hit.size == ids.size:  # every row asked for: converted straight into out
             self.convert(raw, out)
         else:
             out[where[found]] = self.convert(raw[found])
         return found
 
-    def _by_shard(self, pos: np.ndarray):
-        """(shard, start, stop, order) per shard with entries: ``order[start:stop]`` indexes ``pos`` (add-order
-        positions) of that shard, stable, so each shard's rows are read in one slice."""
+    def _grouped(self, hit: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[int]]:
+        """(``hit`` by shard, each shard's in id order; their slots; where each shard's part starts and ends)."""
         if self.p == 1:
-            yield 0, 0, pos.size, np.arange(pos.size)
-            return
+            return hit, pos, [0, hit.size]
         shard = pos % self.p
         order = np.argsort(shard, kind="stable")
-        bounds = np.searchsorted(shard[order], np.arange(self.p + 1)).tolist()
-        for j in range(self.p):
-            if bounds[j + 1] > bounds[j]:
-                yield j, bounds[j], bounds[j + 1], order
+        return hit[order], pos[order] // self.p, np.searchsorted(shard[order], np.arange(self.p + 1)).tolist()
 
     def _confirm(self, j: int, ids: np.ndarray, slots: np.ndarray) -> None:
         stored = self.files[j].node_keys(slots)
-        bad = np.flatnonzero(stored != ids.astype(np.uint64))
-        if bad.size:
-            k = int(bad[0])
+        if (stored != ids.view(np.uint64)).any():
+            k = int(np.flatnonzero(stored != ids.view(np.uint64))[0])
             raise KeysFileDamagedError(f"{self.name} names key {int(ids[k])} at slot {int(slots[k])} of "
                              f"{self.files[j].name}, whose node holds key {int(stored[k])}: the keys file is "
                              f"damaged (noderag verify names it; delete it to read through usearch)")

@@ -21,7 +21,10 @@ is saved at the given path (``vectors.usearch``), shard ``j >= 1`` beside it
 
 Direct reads: an index that knows the order its vectors were added in (every add by one thread)
 saves the keys in that order beside it (``vectors.keys.npy``); a view of it reads :meth:`get`'s rows
-straight from the files (:mod:`noderag.graph.vector_slots`), the same float32 values usearch returns.
+straight from the files (:mod:`noderag.graph.vector_slots`), the same float32 values usearch returns,
+each confirmed by the key usearch stored in its slot's node. Such a view maps its shards without
+usearch's key hash tables (building them was most of an open); its slot tables answer :meth:`get`,
+:meth:`contains` and :meth:`keys`, and a search takes its keys from the graph nodes as before.
 """
 
 from __future__ import annotations
