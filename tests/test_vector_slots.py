@@ -417,7 +417,14 @@ def _every_vector_index_reads_directly(gen):
         index = VectorIndex.load(path)
         assert index.direct_status() == {str(path): "direct"}, path
         keys = index.keys()
-        assert np.array_equal(index.get(keys), VectorIndex.load(path, direct=False).get(keys))
+        slow = VectorIndex.load(path, direct=False)  # usearch's key tables
+        assert len(index._keyless) == index.shards  # mapped without them
+        assert np.array_equal(index.get(keys), slow.get(keys))
+        probe = np.r_[keys, np.arange(int(keys.max()) + 2)]  # held and not held
+        assert np.array_equal(index.contains(probe), slow.contains(probe))
+        queries = index.get(keys[:5]) + 0.01
+        for got, want in zip(index.search(queries, 4), slow.search(queries, 4)):
+            assert np.array_equal(got, want)
     return found
 
 
