@@ -468,6 +468,20 @@ def test_full_verify_names_a_keys_file_that_differs_from_the_vectors(tmp_path):
         _check_add_order(path.parent, index, keys)
 
 
+@pytest.mark.parametrize("size", [1, 2, 65536, 65537, 140_000])
+def test_run_starts_block_by_block_equal_one_comparison(size):
+    from noderag.graph.vector_slots import _MAX_RUNS, _run_starts
+
+    keys = np.arange(size, dtype=np.int64) * 3
+    for cuts in ([], [size - 1], [65536], [1, 65536, 65537], list(range(1, size, max(1, size // 20)))):
+        bad = keys.copy()
+        for c in (c for c in cuts if 0 < c < size):
+            bad[c:] -= 3 * c + 1  # a new ascending run starts at c
+        want = [0] + (np.flatnonzero(bad[1:] <= bad[:-1]) + 1).tolist()
+        assert _run_starts(bad) == want[:_MAX_RUNS + 1], cuts
+    assert _run_starts(keys[:0]) == []
+
+
 @pytest.mark.parametrize("spread", ["dense", "sparse", "clustered"])
 def test_the_bucket_directory_finds_what_a_binary_search_finds(spread):
     from noderag.graph.vector_slots import _BUCKET_KEYS, _Directory

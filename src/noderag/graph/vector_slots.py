@@ -347,7 +347,7 @@ class SlotTable:
         keys, files, why = _load(Path(path), p)
         if keys is None:
             return None, None, why
-        starts = [0] + (np.flatnonzero(keys[1:] <= keys[:-1])[:_MAX_RUNS] + 1).tolist() if keys.shape[0] else []
+        starts = _run_starts(keys)
         if len(starts) > _MAX_RUNS:
             return None, keys, f"{keys_path(path).name}: keys in more than {_MAX_RUNS} ascending runs"
         runs = list(zip(starts, starts[1:] + [int(keys.shape[0])]))
@@ -451,6 +451,22 @@ class SlotTable:
                              f"(noderag verify names it; delete it to read through usearch)")
         hit = np.flatnonzero(count == 1)
         return hit, where[hit]
+
+
+def _run_starts(keys: np.ndarray) -> list[int]:
+    """Where each ascending run of ``keys`` starts (at most ``_MAX_RUNS + 1`` of them), block by block into one
+    small buffer: no boolean array as long as the keys (4.86M at 10^6 passages)."""
+    if keys.shape[0] == 0:
+        return []
+    starts, buf = [0], np.empty(min(_BLOCK, keys.shape[0]), bool)
+    for a in range(0, keys.shape[0] - 1, _BLOCK):
+        b = min(a + _BLOCK, keys.shape[0] - 1)
+        down = np.less_equal(keys[a + 1:b + 1], keys[a:b], out=buf[:b - a])
+        if down.any():
+            starts += (np.flatnonzero(down) + a + 1).tolist()
+            if len(starts) > _MAX_RUNS:
+                return starts[:_MAX_RUNS + 1]
+    return starts
 
 
 def _load(path: Path, p: int) -> tuple[np.ndarray | None, list[ShardFile], str]:
