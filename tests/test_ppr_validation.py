@@ -55,6 +55,8 @@ def bad_csr(**kw):
     (dict(n_threads=0), "n_threads"),
     (dict(node_types=[0, 1, 2]), r"node_types must have shape \(6,\)"),
     (dict(node_types=[0, 1, 2, 3, 4, 7]), r"node_types must lie in \[0, 7\), found 7"),
+    # uint8 codes: left to the compiled kernel's check at open, still named by the numpy check it falls back to
+    (dict(node_types=np.array([0, 1, 2, 3, 4, 7], np.uint8)), r"node_types must lie in \[0, 7\), found 7"),
     (dict(node_types=np.zeros(6, np.float32)), "node_types must be integer"),
     (dict(node_types=None), "node_types is required"),
 ])

@@ -233,6 +233,28 @@ def test_damaged_query_index_is_a_clear_error(demo, tmp_path):
         QueryIndex.load(copy, n=n)
 
 
+@pytest.mark.parametrize("size", [0, 1, 2, 65535, 65536, 65537, 200_003])
+def test_the_blockwise_checks_answer_as_whole_array_reductions(size):
+    """_bounds and _decreases (one pass, block by block) find what min, max and a whole-array comparison find,
+    wherever the one bad entry lies (first, last, at a block edge, inside a block)."""
+    from noderag.search.query_index import _bounds, _decreases
+
+    rng = np.random.default_rng(size)
+    ids = rng.integers(-1, 1000, size)
+    assert _bounds(ids) == ((int(ids.min()), int(ids.max())) if size else (0, -1))
+    off = np.cumsum(rng.integers(0, 3, size))
+    assert not _decreases(off)
+    for at in {1, size - 1, 65536, 65537, size // 2} if size > 1 else ():
+        if at >= size:
+            continue
+        low, bad = ids.copy(), off.copy()
+        low[at], bad[at] = -7, bad[at - 1] - 1
+        assert _bounds(low)[0] == -7 and _decreases(bad), at
+        high = ids.copy()
+        high[at] = 10**12
+        assert _bounds(high)[1] == 10**12
+
+
 @pytest.mark.slow  # over 25 s in a loaded full run; .ci/run runs it (-m "")
 def test_insert_rewrites_the_query_index(tmp_path):
     first = tmp_path / "a.txt"

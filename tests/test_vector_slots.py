@@ -176,9 +176,9 @@ def _rewrite_keys(path, keys):
 
 @pytest.mark.parametrize("damage, reason", [
     ("short", "do not fill the shards"),
-    ("reversed", "is not in shard"),
+    ("reversed", "holds key"),
     ("runs", "more than 8 ascending runs"),
-    ("shifted", "is not in shard"),
+    ("shifted", "holds key"),
     ("float", "dtype float64"),
     ("garbage", "vectors.keys.npy:"),
 ])
@@ -208,25 +208,153 @@ def test_a_keys_file_that_disagrees_with_its_shards_falls_back(tmp_path, caplog,
 
 
 def test_a_damaged_entry_never_reads_another_keys_row(tmp_path):
-    """Entries changed so that the keys stay ascending (and the sampled rows still agree): a key the file
-    lost is still found through usearch, and an id the file names wrongly is never read from that slot."""
+    """Entries changed so that the keys stay ascending (and the sampled slots still agree): a read of an entry
+    whose slot's node holds another key, or of a key two entries name, raises instead of returning a row."""
     path = _saved(tmp_path, "f32", shards=3, n=300)
     good = np.load(keys_path(path))  # 3, 8, 13, ...
     bad = good.copy()
     bad[100] += 1  # the key 503 (row 33 of shard 1) becomes 504, which is no key at all
-    bad[101] = good[102] - 1  # the key 508 (shard 2) becomes 512, the key next to 513 in shard 0
     bad[200] = good[50]  # the key 1003 (shard 2) becomes 253, a key of shard 2 at row 16: named twice
     _rewrite_keys(path, bad)
     fast, slow = _pair(path)
-    assert fast.direct_status() == {str(path): "direct"}  # the sample rows did not include them (two runs now)
-    assert np.array_equal(fast.get(good), slow.get(good))  # 503, 508, 1003 and 253: found through usearch
-    for missing in (504, 512):  # in the keys file, not in the index: no row of another key
-        with pytest.raises(ValueError, match=rf"ids not in the index: \[{missing}\]"):
-            fast.get([3, missing])
+    assert fast.direct_status() == {str(path): "direct"}  # the sample slots did not include them (two runs now)
+    assert np.array_equal(fast.get(good[:50]), slow.get(good[:50]))  # the undamaged entries read as before
+    with pytest.raises(ValueError, match=r"names key 504 at slot 33 of vectors.1.usearch, whose node holds key 503"):
+        fast.get([3, 504])
+    with pytest.raises(ValueError, match="names key 504 at slot 33"):
+        fast.contains([504])
+    with pytest.raises(ValueError, match="names key 253 twice"):
+        fast.get([253])
+
+
+def test_two_swapped_entries_never_return_each_others_rows(tmp_path):
+    """Two entries of one shard exchanged: each key is still in its shard (usearch's contains says yes), but
+    its slot's node holds the other key, so the read raises instead of returning the other key's row."""
+    path = _saved(tmp_path, "f32", shards=2, n=200)
+    good = np.load(keys_path(path))
+    bad = good.copy()
+    bad[60], bad[62] = good[62], good[60]  # both in shard 0 (rows 30 and 31), neither a sampled position
+    _rewrite_keys(path, bad)
+    fast, slow = _pair(path)
+    assert fast.direct_status() == {str(path): "direct"}
+    assert np.asarray(slow._shards[0].contains(good[[60, 62]].astype(np.uint64))).all()  # the old check passed
+    assert not np.array_equal(slow.get([good[60]]), slow.get([good[62]]))  # two different rows
+    for key in (good[60], good[62]):
+        with pytest.raises(ValueError, match=rf"names key {key} at slot 3[01] of vectors.usearch"):
+            fast.get([key])
+    assert np.array_equal(fast.get(good[:60]), slow.get(good[:60]))
+
+
+def test_a_view_without_key_lookups_answers_as_a_view_with_them(tmp_path):
+    """contains, get, keys and search of the direct view (shards mapped without usearch's key tables) equal the
+    view with them, for ids held and not held, in one segment or several."""
+    path = _saved(tmp_path, "i8", shards=3, n=300)
+    other = VectorIndex(24, dtype="i8")
+    other.add(np.arange(50) + 5000, _vectors(4, 50))
+    other.save(tmp_path / "o" / "vectors.usearch")
+    for paths in ([path], [path, tmp_path / "o" / "vectors.usearch"]):
+        fast = VectorIndex.load_segments(paths)
+        slow = VectorIndex.load_segments(paths, direct=False)
+        assert len(fast._keyless) == 3 + (len(paths) - 1) and not slow._keyless
+        ids = np.r_[slow.keys(), np.arange(0, 6000, 7)]
+        assert np.array_equal(fast.contains(ids), slow.contains(ids))
+        assert np.array_equal(np.sort(fast.keys()), np.sort(slow.keys())) and len(fast) == len(slow)
+        held = slow.keys()
+        assert np.array_equal(fast.get(held), slow.get(held))
+        queries = _vectors(9, 20)
+        for k in (1, 10):
+            got, want = fast.search(queries, k), slow.search(queries, k)
+            assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+        assert np.array_equal(fast.search(queries[:1], 5)[0], slow.search(queries[:1], 5)[0])
+
+
+@pytest.mark.parametrize("damage, reason", [
+    ("version", "usearch file version 2.99.6 is not read directly"),
+    ("deleted", "3 deleted vectors"),
+    ("multi", "a multi-key index"),
+    ("slot", "key kind 14, slot kind 2"),
+    ("key", "key kind 15, slot kind 15"),
+    ("tail", "the nodes end at byte"),
+    ("level", "node levels outside"),
+])
+def test_a_shard_file_that_is_not_parsed_is_viewed_with_key_lookups(tmp_path, damage, reason):
+    """Each refusal of the file parse: no slot table, the shards are viewed with usearch's key tables as before
+    (a changed head byte usearch itself ignores when it views)."""
+    path = _saved(tmp_path, "i8", shards=2, n=100)
+    file = shard_path(path, 1)
+    data = bytearray(file.read_bytes())
+    rows, cols = np.frombuffer(bytes(data[:8]), "<u4")
+    h = 8 + int(rows) * int(cols)
+    assert data[h:h + 7] == b"usearch"
+    if damage == "version":
+        data[h + 9:h + 11] = (99).to_bytes(2, "little")
+    elif damage == "deleted":
+        data[h + 25:h + 33] = (3).to_bytes(8, "little")
+    elif damage == "multi":
+        data[h + 41] = 1
+    elif damage == "slot":
+        data[h + 16] = 2
+    elif damage == "key":
+        data[h + 15] = 15
+    elif damage == "tail":
+        data += b"\0" * 8
+    else:
+        data[h + 104:h + 106] = (-1).to_bytes(2, "little", signed=True)
+    file.write_bytes(bytes(data))
+    from noderag.graph.vector_slots import ShardFile
+
+    with pytest.raises(ValueError, match=f"vectors.1.usearch: {reason}"):
+        ShardFile(file)
+    if damage in ("key", "slot"):  # usearch refuses these files itself, with or without key lookups
+        with pytest.raises(ValueError, match="is not a usearch index file"):
+            VectorIndex.load(path)
+        return
+    fast = VectorIndex.load(path)
+    assert reason in fast.direct_status()[str(path)] and not fast._keyless and not fast._direct
+    if damage in ("version", "tail"):  # bytes usearch's view does not read: it answers as before
+        slow = VectorIndex.load(path, direct=False)
+        keys = slow.keys()
+        assert np.array_equal(fast.get(keys), slow.get(keys)) and fast.contains(keys).all()
+
+
+def test_an_index_without_a_keys_file_is_viewed_as_before(tmp_path):
+    """No keys file (an old index, or one added to by several threads): usearch's key tables answer, unchanged."""
+    path = _saved(tmp_path, "f16", shards=2, n=120)
+    slow = VectorIndex.load(path, direct=False)
+    keys_path(path).unlink()
+    fast = VectorIndex.load(path)
+    assert fast.direct_status() == {str(path): "no keys file"} and not fast._keyless
+    ids = np.r_[slow.keys(), 4, 9]
+    assert np.array_equal(fast.contains(ids), slow.contains(ids))
+    assert np.array_equal(fast.get(slow.keys()), slow.get(slow.keys()))
+    assert np.array_equal(np.sort(fast.keys()), np.sort(slow.keys()))
+
+
+def test_the_shard_file_parse_finds_every_slots_key(tmp_path):
+    """Every node's key, read at the offset the levels give, is the key usearch reports for that slot's row."""
+    from noderag.graph.vector_slots import ShardFile
+
+    path = _saved(tmp_path, "f16", shards=1, n=600)
+    parsed = ShardFile(path)
+    order = np.load(keys_path(path))
+    assert parsed.size == 600 and parsed.ndim == 24 and parsed.dtype == "f16"
+    assert int(parsed.levels.max()) >= 1  # some nodes above level 0: the offsets are not a plain stride
+    assert np.array_equal(parsed.node_keys(np.arange(600)), order.astype(np.uint64))
+
+
+def test_an_index_with_an_empty_shard_reads_directly(tmp_path):
+    """Fewer vectors than shards: the empty shard's file (its graph's level stored as -1) parses too."""
+    index = VectorIndex(8, dtype="i8", shards=3)
+    index.add(np.array([4, 9]), _vectors(2, 2, 8))
+    index.save(tmp_path / "vectors.usearch")
+    fast, slow = _pair(tmp_path / "vectors.usearch")
+    assert fast.direct_status() == {str(tmp_path / "vectors.usearch"): "direct"} and len(fast._keyless) == 3
+    assert np.array_equal(fast.get([9, 4]), slow.get([9, 4]))
+    assert fast.contains([4, 5, 9]).tolist() == [True, False, True] and sorted(fast.keys().tolist()) == [4, 9]
 
 
 def test_the_keys_file_of_another_index_falls_back(tmp_path):
-    """The same keys in other slots: the sampled rows tell (a key in another shard, or another key's row)."""
+    """The same keys in other slots: the keys the sampled slots' nodes store tell."""
     path = _saved(tmp_path, "i8", shards=2, n=100, name="a", seed=0)
     other = _saved(tmp_path, "i8", shards=2, n=100, name="b", seed=7)
     index = VectorIndex(24, dtype="i8", shards=2)
@@ -234,7 +362,7 @@ def test_the_keys_file_of_another_index_falls_back(tmp_path):
     index.save(path)
     keys_path(path).write_bytes(keys_path(other).read_bytes())  # ascending, not this index's slot order
     fast, slow = _pair(path)
-    assert fast.direct_status()[str(path)].startswith("vectors.keys.npy: key ")
+    assert fast.direct_status()[str(path)].startswith("vectors.keys.npy: slot 0 of shard 0 holds key 498")
     assert np.array_equal(fast.get(np.arange(100) * 5 + 3), slow.get(np.arange(100) * 5 + 3))
 
 
@@ -289,7 +417,14 @@ def _every_vector_index_reads_directly(gen):
         index = VectorIndex.load(path)
         assert index.direct_status() == {str(path): "direct"}, path
         keys = index.keys()
-        assert np.array_equal(index.get(keys), VectorIndex.load(path, direct=False).get(keys))
+        slow = VectorIndex.load(path, direct=False)  # usearch's key tables
+        assert len(index._keyless) == index.shards  # mapped without them
+        assert np.array_equal(index.get(keys), slow.get(keys))
+        probe = np.r_[keys, np.arange(int(keys.max()) + 2)]  # held and not held
+        assert np.array_equal(index.contains(probe), slow.contains(probe))
+        queries = index.get(keys[:5]) + 0.01
+        for got, want in zip(index.search(queries, 4), slow.search(queries, 4)):
+            assert np.array_equal(got, want)
     return found
 
 
@@ -325,12 +460,26 @@ def test_full_verify_names_a_keys_file_that_differs_from_the_vectors(tmp_path):
     from noderag.store.verify import _check_add_order
 
     path = _saved(tmp_path, "i8", shards=2, n=100)
-    index = VectorIndex.load(path)
+    index = VectorIndex.load(path, direct=False)  # as verify opens it: usearch's key tables, not the keys file
     keys = np.sort(index.keys())
     _check_add_order(path.parent, index, keys)  # as saved: fits
     _rewrite_keys(path, np.r_[np.load(keys_path(path))[:-1], 10_000])  # the last key replaced: no shard row is its
     with pytest.raises(IndexDamagedError, match="keys differ from the vector index in vectors.keys.npy"):
         _check_add_order(path.parent, index, keys)
+
+
+@pytest.mark.parametrize("size", [1, 2, 65536, 65537, 140_000])
+def test_run_starts_block_by_block_equal_one_comparison(size):
+    from noderag.graph.vector_slots import _MAX_RUNS, _run_starts
+
+    keys = np.arange(size, dtype=np.int64) * 3
+    for cuts in ([], [size - 1], [65536], [1, 65536, 65537], list(range(1, size, max(1, size // 20)))):
+        bad = keys.copy()
+        for c in (c for c in cuts if 0 < c < size):
+            bad[c:] -= 3 * c + 1  # a new ascending run starts at c
+        want = [0] + (np.flatnonzero(bad[1:] <= bad[:-1]) + 1).tolist()
+        assert _run_starts(bad) == want[:_MAX_RUNS + 1], cuts
+    assert _run_starts(keys[:0]) == []
 
 
 @pytest.mark.parametrize("spread", ["dense", "sparse", "clustered"])

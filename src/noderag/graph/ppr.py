@@ -146,7 +146,9 @@ def _is_fast_array(x, dtypes) -> bool:
     return type(x) is np.ndarray and x.dtype in dtypes and x.ndim == 1 and x.size > 0 and x.flags.c_contiguous
 
 
-def _node_types(node_types, n: int) -> np.ndarray:
+def _node_types(node_types, n: int, *, kernel_checks: bool = False) -> np.ndarray:
+    """``node_types`` as contiguous uint8 codes, checked; ``kernel_checks``: uint8 codes are left to the compiled
+    kernel's own range check (it reads every code as it checks indptr; a failure comes back here, named)."""
     if node_types is None:
         raise ValueError("node_types is required when a CSR is given (an array of type codes of shape (n,))")
     arr = np.asarray(node_types)
@@ -154,6 +156,8 @@ def _node_types(node_types, n: int) -> np.ndarray:
         raise ValueError(f"node_types must have shape ({n},), got {arr.shape}")
     if not np.issubdtype(arr.dtype, np.integer):
         raise ValueError(f"node_types must be integer type codes, got dtype {arr.dtype}")
+    if kernel_checks and arr.dtype == np.uint8:  # no cast that could wrap a bad code into range
+        return np.ascontiguousarray(arr)
     if arr.size and (arr.min() < 0 or arr.max() >= N_TYPES):
         bad = arr.min() if arr.min() < 0 else arr.max()
         raise ValueError(f"node_types must lie in [0, {N_TYPES}), found {bad}")
@@ -268,7 +272,7 @@ class PPROperator:
             raise ValueError(f"csr must be a noderag.graph.csr.CSR, got {type(csr).__name__}")
         kernel = None
         if _native_csr(csr):  # the kernel checks the values itself (all now, or each row as it is read)
-            types = _node_types(node_types, csr.indptr.shape[0] - 1)
+            types = _node_types(node_types, csr.indptr.shape[0] - 1, kernel_checks=True)
             try:
                 kernel = _core.PPRKernel(csr.indptr, csr.indices, csr.weights, types, bool(check_edges))
             except ValueError:

@@ -21,7 +21,10 @@ is saved at the given path (``vectors.usearch``), shard ``j >= 1`` beside it
 
 Direct reads: an index that knows the order its vectors were added in (every add by one thread)
 saves the keys in that order beside it (``vectors.keys.npy``); a view of it reads :meth:`get`'s rows
-straight from the files (:mod:`noderag.graph.vector_slots`), the same float32 values usearch returns.
+straight from the files (:mod:`noderag.graph.vector_slots`), the same float32 values usearch returns,
+each confirmed by the key usearch stored in its slot's node. Such a view maps its shards without
+usearch's key hash tables (building them was most of an open); its slot tables answer :meth:`get`,
+:meth:`contains` and :meth:`keys`, and a search takes its keys from the graph nodes as before.
 """
 
 from __future__ import annotations
@@ -164,6 +167,7 @@ class VectorIndex:
         self._unordered = ""  # why the add order is unknown
         self._direct: list[SlotTable] = []
         self._direct_status: dict[str, str] = {}
+        self._keyless: dict[int, tuple[SlotTable, int]] = {}  # shard -> (its slot table, its place in it)
         self._shards = [Index(ndim=int(ndim), metric=metric, dtype=dtype, connectivity=connectivity,
                               expansion_add=expansion_add, expansion_search=expansion_search)
                         for _ in range(int(shards))]
@@ -200,7 +204,8 @@ class VectorIndex:
 
     def keys(self) -> np.ndarray:
         """Every key of the index (int64; shard by shard, each in insertion order)."""
-        parts = [np.asarray(x.keys, dtype=np.int64).reshape(-1) for x in self._shards]
+        parts = [_table_keys(*self._keyless[i]) if i in self._keyless else np.asarray(x.keys, dtype=np.int64).reshape(-1)
+                 for i, x in enumerate(self._shards)]
         return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
     def __repr__(self) -> str:
@@ -363,8 +368,13 @@ class VectorIndex:
             return np.zeros(ids.shape[0], bool)
         keys = ids.astype(np.uint64)
         out = np.zeros(ids.shape[0], bool)
-        for x in self._shards:
-            if len(x):
+        for table in self._direct:  # shards viewed without key lookups answer by their slot tables alone
+            lo, hi = table.span
+            inside = np.flatnonzero((ids >= lo) & (ids <= hi))
+            if inside.size:
+                out[inside] |= table.holds(ids[inside])
+        for i, x in enumerate(self._shards):
+            if len(x) and i not in self._keyless:
                 out |= np.asarray(x.contains(keys), dtype=bool).reshape(-1)
         return out
 
@@ -372,7 +382,8 @@ class VectorIndex:
         """Stored vectors of ``ids`` as float32 of shape (len(ids), ndim) (after ``dtype`` rounding).
 
         A view with slot tables reads their rows from the files first; ids they do not hold (another
-        segment's, or a table's damaged entry) are asked of the shards' hash tables as before."""
+        segment's) are asked of the other shards' hash tables as before (a shard viewed without key lookups
+        holds exactly its table's keys)."""
         ids = _as_ids(ids)
         out = np.empty((ids.shape[0], self.ndim), np.float32)  # every row is written, or ValueError
         if ids.size == 0:
@@ -390,10 +401,10 @@ class VectorIndex:
                 asked = todo[inside]
                 todo = np.concatenate([todo[~inside], asked[~table.read(ids[asked], out, asked)]])
         keys = ids.astype(np.uint64)
-        for x in self._shards:
+        for i, x in enumerate(self._shards):
             if todo.size == 0:
                 break
-            if not len(x):
+            if not len(x) or i in self._keyless:
                 continue
             # which keys this shard holds first: a get of missing keys answers a tuple with a Python
             # object per key, the common case of a sharded index
@@ -487,54 +498,66 @@ class VectorIndex:
         """Open several saved indexes (each with its shard siblings) as one whose shards are all of theirs, in order.
 
         A generation with delta segments keeps one index per segment (keys are node ids, so no key
-        is in two of them); a search asks every shard and merges, as for one sharded index.
+        is in two of them); a search asks every shard and merges, as for one sharded index. A view
+        whose slot table fits (``direct``) maps its shards without usearch's key hash tables: its
+        table answers :meth:`get` and :meth:`contains`, and a search takes its keys from the nodes.
         """
         targets = [Path(p) for p in paths]
         shards, groups = [], []
         for target in targets:
             if not target.is_file():
                 raise FileNotFoundError(f"no vector index file at {str(target)!r}")
-            j = 0
-            while j == 0 or shard_path(target, j).is_file():
-                shards.append((_load_one(shard_path(target, j), view), shard_path(target, j)))
-                j += 1
-            groups.append((target, [x for x, _ in shards[-j:]]))
+            files = [target]
+            while shard_path(target, len(files)).is_file():
+                files.append(shard_path(target, len(files)))
+            table, order, why = SlotTable.of_files(target, len(files)) if view and direct else (None, None, "")
+            opened = [_load_one(f, view, lookups=table is None) for f in files]
+            if table is not None:
+                table.check_shards(opened)
+            shards += list(zip(opened, files))
+            groups.append((target, opened, (table, order, why) if table is not None else None))
         first = shards[0][0]
         for x, where in shards[1:]:
             if (x.ndim, str(x.metric), str(x.dtype)) != (first.ndim, str(first.metric), str(first.dtype)):
                 raise ValueError(f"{str(where)!r}: shard settings differ from {str(targets[0])!r}")
-        shards = [x for x, _ in shards]
-        target = targets[0]
         obj = cls.__new__(cls)
         obj.threads = _check_threads(threads)
         obj.parallel = 1
-        obj._shards = shards
-        obj._added = sum(len(x) for x in shards)
+        obj._shards = [x for x, _ in shards]
+        obj._added = sum(len(x) for x in obj._shards)
         obj._pending, obj._lanes = [], None
         obj._gate, obj._permits, obj._cancelled = None, 0, False  # a writable load may be added to
         obj._view = bool(view)
-        obj._path = str(target)
+        obj._path = str(targets[0])
         obj._open_tables(groups, direct)
         return obj
 
     def _open_tables(self, groups: list, direct: bool) -> None:
-        """Each saved index's slot table (a view reads through it), and the add order of a lone index loaded
-        writable (saved again, it keeps its keys file)."""
+        """Each saved index's slot table (a view reads through it; its shards were opened without key lookups),
+        and the add order of a lone index loaded writable (saved again, it keeps its keys file)."""
         self._order, self._unordered = None, "a view" if self._view else "opened from several indexes"
-        self._direct, self._direct_status = [], {}
-        for target, shards in groups:
-            table, order, why = SlotTable.open(target, shards, self.dtype)
+        self._direct, self._direct_status, self._keyless = [], {}, {}
+        first = 0
+        for target, shards, opened in groups:
+            table, order, why = opened or SlotTable.open(target, shards, self.dtype)
             if not self._view:
                 if len(groups) == 1:
                     self._order, self._unordered = ([np.array(order)], "") if order is not None else (None, why)
                 table, why = None, "not a view"
-            elif table is not None and not direct:
+            elif not direct:
                 table, why = None, "direct reads off"
             if table is not None:
                 self._direct.append(table)
+                self._keyless.update({first + j: (table, j) for j in range(len(shards))})
             else:
                 log.debug("%s: vectors read through usearch (%s)", target, why)
             self._direct_status[str(target)] = why
+            first += len(shards)
+
+
+def _table_keys(table: SlotTable, j: int) -> np.ndarray:
+    """Shard ``j``'s keys by the slot table (in slot order): what a shard without key lookups holds."""
+    return np.array(table.keys[j::table.p])
 
 
 class _TurnGate:
@@ -658,13 +681,15 @@ def _save_one(index, target: Path) -> None:
         os.close(dir_fd)
 
 
-def _load_one(target: Path, view: bool):
+def _load_one(target: Path, view: bool, lookups: bool = True):
+    """One usearch file, loaded or viewed; ``lookups=False`` skips usearch's key hash table (its ``contains``,
+    ``get`` and ``keys`` then do not work: a slot table answers them)."""
     from usearch.index import Index
 
     if not target.is_file():
         raise FileNotFoundError(f"no vector index file at {str(target)!r}")
     try:
-        index = Index.restore(str(target), view=bool(view))
+        index = Index.restore(str(target), view=bool(view), enable_key_lookups=bool(lookups))
     except (ValueError, RuntimeError) as exc:
         raise ValueError(f"{str(target)!r} is not a usearch index file: {exc}") from exc
     if index is None:

@@ -495,15 +495,43 @@ def _check_damage(folder: Path, arrays: dict[str, np.ndarray], n: int, m: int, f
         o = arrays[ptr]
         if o.shape[0] < 1 or int(o[0]) != 0 or int(o[-1]) != arrays[blob].shape[0]:
             raise bad(ptr, "invalid offsets", f"they do not span {blob}.npy ({arrays[blob].shape[0]} entries)")
-        if o.shape[0] > 1 and bool(np.any(o[1:] < o[:-1])):
+        if _decreases(o):
             raise bad(ptr, "invalid offsets", "not monotone")
     for key, hi in (("label_node", first + n), ("name_node", first + n), ("exact_name", m), ("phrase_name", m),
                     ("post_name", m), ("chunk", first + n), ("doc", None), ("doclabel_id", None)):
-        a = arrays[key]
-        if a.size and (int(a.min()) < -1 or (hi is not None and int(a.max()) >= hi)):
-            raise bad(key, "id out of range", f"[{int(a.min())}, {int(a.max())}]" + (f", {hi} ids" if hi else ""))
-    if arrays["name_tok"].size and int(arrays["name_tok"].min()) < 0:
-        raise bad("name_tok", "id out of range", f"token id {int(arrays['name_tok'].min())}")
+        lo, top = _bounds(arrays[key])
+        if lo < -1 or (hi is not None and top >= hi):
+            raise bad(key, "id out of range", f"[{lo}, {top}]" + (f", {hi} ids" if hi else ""))
+    lo, _ = _bounds(arrays["name_tok"])
+    if lo < 0:
+        raise bad("name_tok", "id out of range", f"token id {lo}")
+
+
+_CHECK_BLOCK = 1 << 16  # entries a check reads at a time: each block stays in cache for its two reductions
+
+
+def _bounds(a: np.ndarray) -> tuple[int, int]:
+    """(min, max) of ``a`` ((0, -1) when empty) in one pass over memory: min and max of each cache-sized block,
+    where ``a.min()`` then ``a.max()`` read the whole array twice (20.9M ids: 167 MB each time)."""
+    if a.size == 0:
+        return 0, -1
+    blocks = range(0, a.shape[0], _CHECK_BLOCK)
+    lows, highs = np.empty(len(blocks), a.dtype), np.empty(len(blocks), a.dtype)
+    for i, s in enumerate(blocks):
+        part = a[s:s + _CHECK_BLOCK]
+        lows[i], highs[i] = part.min(), part.max()
+    return int(lows.min()), int(highs.max())
+
+
+def _decreases(o: np.ndarray) -> bool:
+    """Whether some entry of ``o`` is below the one before it, block by block into one small buffer (no
+    boolean array the size of ``o``: fresh pages of it cost more than the comparison)."""
+    buf = np.empty(min(_CHECK_BLOCK, max(o.shape[0] - 1, 0)), bool)
+    for s in range(0, o.shape[0] - 1, _CHECK_BLOCK):
+        e = min(s + _CHECK_BLOCK, o.shape[0] - 1)
+        if np.less(o[s + 1:e + 1], o[s:e], out=buf[:e - s]).any():
+            return True
+    return False
 
 
 def _paged_texts(folder: Path, meta: dict, n: int) -> tuple[np.ndarray, PagedBytes]:

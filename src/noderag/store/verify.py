@@ -637,7 +637,7 @@ def _check_vectors(root: Path, n: int, types: np.ndarray) -> None:
     from ..graph.vectors import VectorIndex
 
     try:
-        vindex = VectorIndex.load(root / VECTORS, view=True)
+        vindex = VectorIndex.load(root / VECTORS, view=True, direct=False)  # usearch's own key tables
         keys = np.sort(vindex.keys())
     except Exception as exc:  # usearch raises RuntimeError ("Out of memory!") on a damaged body
         _not_damage(exc, root, VECTORS)
