@@ -22,7 +22,8 @@ from noderag.search import SearchConfig, Searcher
 from noderag.search.result import Passage, RetrievalResult, RetrievedNode
 from conftest import MUSIQUE, musique_queries
 
-N_QUESTIONS = 3 * forked.MIN_PER_WORKER  # three processes' worth
+PER_WORKER = 16  # the tests' threshold: the slice of test questions is small
+N_QUESTIONS = 3 * PER_WORKER  # three processes' worth
 
 
 @pytest.fixture(scope="module")
@@ -47,6 +48,7 @@ def forking(monkeypatch):
     Four cores, whatever the machine has."""
     monkeypatch.setattr(forked, "_fork_is_safe", lambda: True)
     monkeypatch.setattr(forked, "available_cores", lambda: 4)
+    monkeypatch.setattr(forked, "MIN_PER_WORKER", PER_WORKER)
 
 
 @pytest.fixture

@@ -26,9 +26,11 @@ from .result import Passage, RetrievalResult, RetrievedNode, _title
 
 __all__ = ["MIN_PER_WORKER", "batch_workers", "run_forked", "result_payload", "result_from_payload"]
 
-#: Questions each process needs before a batch forks: at 10^5 passages a child costs ~15 ms to fork and reap plus ~1.3 ms
-#: a result sent back, against ~5 ms a question, so 4 a process only break even and 16 gain ~1.5x on two idle cores.
-MIN_PER_WORKER = 16
+#: Questions each process needs before a batch forks. A child's fixed cost at 10^5 passages: ~15 ms to fork and reap,
+#: ~1.3 ms a result sent back, and the copy-on-write faults of the pages both processes write after the fork (~45,000
+#: a process for a 200-question batch, ~0.15 s of system time each), against ~3.7 ms a question: below ~64 a process
+#: the copies cost more than the second core saves.
+MIN_PER_WORKER = 64
 _NODE_TYPES = tuple(NodeType(t) for t in range(N_TYPES))
 
 
