@@ -91,9 +91,10 @@ def interleaved(searchers: dict, questions: list[str], qvecs: np.ndarray, repeat
 
 #: The calls a breakdown times: (component, the searcher's attribute holding the object, its method).
 PARTS = (("vector search", "vectors", "search"), ("vector get", "vectors", "get"),
-         ("bm25 scores", "lexical", "term_scores"), ("bm25 impacts", "lexical", "term_impacts"),
-         ("names", "matcher", "match"), ("texts", "tables", "texts"), ("labels", "tables", "labels"),
-         ("document labels", "tables", "doc_label"))
+         ("bm25 read", "lexical", "query_postings"), ("names", "matcher", "match"), ("texts", "tables", "texts"),
+         ("labels", "tables", "labels"), ("document labels", "tables", "doc_label"))
+#: The query's BM25 postings (what ``query_postings`` returns): their sums and the candidates' impacts.
+POSTINGS_PARTS = (("bm25 scores", "scores"), ("bm25 impacts", "impacts"))
 
 
 def breakdown(searcher, questions: list[str], qvecs: np.ndarray, repeats: int) -> dict:
@@ -120,6 +121,16 @@ def breakdown(searcher, questions: list[str], qvecs: np.ndarray, repeats: int) -
               "tables": searcher.tables}
     for name, owner, attr in PARTS:
         setattr(owners[owner], attr, timed(name, getattr(owners[owner], attr)))
+    read = owners["lexical"].query_postings
+
+    def read_timed(*a, **kw):  # the postings a query reads: their sums and impacts timed too
+        got = read(*a, **kw)
+        if got is not None:
+            for name, attr in POSTINGS_PARTS:
+                setattr(got, attr, timed(name, getattr(got, attr)))
+        return got
+
+    owners["lexical"].query_postings = read_timed
     best = None
     try:
         for _ in range(repeats):
