@@ -150,7 +150,8 @@ def breakdown(searcher, questions: list[str], qvecs: np.ndarray, repeats: int) -
                 delattr(owners[owner], attr)
     total, parts, vec = best
     n = len(questions)
-    out = {name: round(parts.get(name, 0.0) / n * 1e3, 3) for name, _, _ in PARTS}
+    names = [p[0] for p in PARTS] + [p[0] for p in POSTINGS_PARTS]
+    out = {name: round(parts.get(name, 0.0) / n * 1e3, 3) for name in names}
     out["rest"] = round((total - sum(parts.values())) / n * 1e3, 3)
     out["query"] = round(total / n * 1e3, 3)
     out["vector_p50_ms"] = round(float(np.median(vec)) * 1e3, 3)
@@ -242,7 +243,7 @@ def markdown(out: dict) -> str:
     lines += ["", "Where a query's thread CPU goes (ours; mean ms per question, the outermost of these calls timed, "
               "best pass of the repeats; `rest`: PPR, ranking stages and all else):", "",
               "| part | one | segmented | difference |", "|---|---:|---:|---:|"]
-    for name in [p[0] for p in PARTS] + ["rest", "query"]:
+    for name in [p[0] for p in PARTS] + [p[0] for p in POSTINGS_PARTS] + ["rest", "query"]:
         lines.append(f"| {name} | {b['one'][name]} | {b['seg'][name]} | {b['seg'][name] - b['one'][name]:+.3f} |")
     lines += ["", f"Vector search + get, median per question: {b['seg']['vector_p50_ms']} ms segmented, "
               f"{b['one']['vector_p50_ms']} ms one index."]
