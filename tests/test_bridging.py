@@ -293,6 +293,40 @@ def test_title_links_skip_words_that_start_no_title():
     assert links.named_docs("Snow Hank.") == []
 
 
+def _entities(view, c: int) -> np.ndarray:
+    """The entities a passage's units name, one per naming unit (adjacency order)."""
+    _, units = view.walk(np.asarray([c], dtype=np.int64), int(NT.S))
+    return view.walk(units, int(NT.N))[1]
+
+
+def _shared(ctx, c: int, skip: list[int]) -> dict[int, float]:
+    """The shared-entity walk of one source alone (the reference the core's walk of all sources keeps): passages
+    linked to ``c`` through a shared entity of degree <= MAX_DEGREE the question does not name, strength
+    sum(1 / log(1 + degree)); ``skip`` are not bridged to."""
+    from noderag.search.ranking import links
+
+    view = ctx.view
+    ents = _entities(view, c)
+    if ctx.name_ids.size:
+        ents = ents[links.absent(ents, ctx.name_ids)]
+    deg = (view.s_indptr[ents + 1] - view.s_indptr[ents]).astype(np.float64)
+    ents, deg = ents[deg <= links.MAX_DEGREE][:links.MAX_ENTITIES], deg[deg <= links.MAX_DEGREE][:links.MAX_ENTITIES]
+    if not ents.size:
+        return {}
+    owner, s_of = view.walk(ents, int(NT.S))
+    ch = view.chunk[s_of].astype(np.int64)
+    ok = (ch >= 0) & (ch != c) & links.absent(ch, np.asarray(skip, dtype=np.int64))
+    ch, w = ch[ok], (1.0 / np.log1p(deg))[owner[ok]]
+    if not ch.size:
+        return {}
+    uniq, inv = np.unique(ch, return_inverse=True)
+    strength = np.bincount(inv, weights=w, minlength=uniq.size)
+    if uniq.size > links.MAX_SHARED:
+        keep = np.lexsort((uniq, -strength))[:links.MAX_SHARED]
+        uniq, strength = uniq[keep], strength[keep]
+    return dict(zip(uniq.tolist(), strength.tolist()))
+
+
 def _unit_counts(view, chunks: np.ndarray) -> np.ndarray:
     """Units per passage (at least 1), one walk over the distinct passages."""
     uniq, inv = np.unique(chunks, return_inverse=True)
@@ -306,7 +340,7 @@ def _about_per_source(ctx, hop1: list[int], strength: dict[int, float]) -> dict[
 
     view, out, hop = ctx.view, {}, np.asarray(hop1, dtype=np.int64)
     for c in hop1:
-        ents = np.unique(links._entities(view, c))
+        ents = np.unique(_entities(view, c))
         ents = ents[links.absent(ents, ctx.name_ids)]
         ents = ents[links._is_name(view, ents)][:links.MAX_ENTITIES]
         if not ents.size:
@@ -353,7 +387,7 @@ def test_about_over_several_sources_equals_the_walk_source_by_source(monkeypatch
 @pytest.mark.parametrize("cap", [1, 128])
 def test_shared_of_every_source_at_once_equals_each_source_alone(monkeypatch, cap):
     """The shared-entity walk of all sources at once gives each source the passages, strengths (the same float
-    sums) and order of :func:`shared` for that source alone, with the entity and passage caps."""
+    sums) and order of the walk of that source alone, with the entity and passage caps."""
     from noderag.search.ranking import links
 
     monkeypatch.setattr(links, "MAX_ENTITIES", cap)
@@ -365,7 +399,7 @@ def test_shared_of_every_source_at_once_equals_each_source_alone(monkeypatch, ca
         for b in chunks:
             hop1 = [a] if a == b else [a, b]
             got = links.shared_each(ctx, hop1)
-            want = [(c, links.shared(ctx, c, hop1)) for c in hop1]
+            want = [(c, _shared(ctx, c, hop1)) for c in hop1]
             assert [(c, list(d.items())) for c, d in got] == [(c, list(d.items())) for c, d in want], hop1
             seen |= any(d for _, d in got)
     assert seen
@@ -403,7 +437,7 @@ class _RandomView:
 def test_the_cores_bridge_walks_equal_the_walks_source_by_source(data, n, degree, cap):
     """On random graphs (inactive nodes, hubs past the degree cap, units of no passage, question names), the core's
     one-pass walks give :func:`about` the per-source walk's passages, floats and order, and :func:`shared_each`
-    those of :func:`shared` for each source alone."""
+    those of the walk of each source alone."""
     from types import SimpleNamespace
 
     from noderag.search.ranking import links
@@ -430,7 +464,7 @@ def test_the_cores_bridge_walks_equal_the_walks_source_by_source(data, n, degree
         got, want = links.about(ctx, hop1, strength), _about_per_source(ctx, hop1, strength)
         assert list(got.items()) == list(want.items())
         got_shared = links.shared_each(ctx, hop1)
-        want_shared = [(c, links.shared(ctx, c, hop1)) for c in hop1]
+        want_shared = [(c, _shared(ctx, c, hop1)) for c in hop1]
     finally:
         links.MAX_DEGREE, links.MAX_ENTITIES, links.MAX_SHARED = saved
     assert [(c, sorted(d.items())) for c, d in got_shared] == [(c, sorted(d.items())) for c, d in want_shared]

@@ -15,7 +15,7 @@ from ...graph.types import NodeType
 from ..titles import TitleLinks
 from .context import IndexView, QueryContext
 
-__all__ = ["ABOUT_SHARE", "ABOUT_SPLIT", "MAX_DEGREE", "MAX_SHARED", "absent", "about", "shared", "shared_each",
+__all__ = ["ABOUT_SHARE", "ABOUT_SPLIT", "MAX_DEGREE", "MAX_SHARED", "absent", "about", "shared_each",
            "source_entities", "title_links", "title_groups", "titled_passages"]
 
 _T, _S, _N = int(NodeType.T), int(NodeType.S), int(NodeType.N)
@@ -56,12 +56,6 @@ def source_entities(view: IndexView, hop: np.ndarray) -> tuple[np.ndarray, np.nd
     u_src, units = view.walk(hop, _S)
     e_unit, ents = view.walk(units, _N)
     return np.asarray(u_src, dtype=np.int64)[np.asarray(e_unit, dtype=np.int64)], np.asarray(ents, dtype=np.int64)
-
-
-def _entities(view: IndexView, c: int) -> np.ndarray:
-    """The entities a passage's units name, one per naming unit (adjacency order)."""
-    _, units = view.walk(np.asarray([c], dtype=np.int64), _S)
-    return view.walk(units, _N)[1]
 
 
 def about(ctx: QueryContext, hop1: list[int], strength: dict[int, float],
@@ -109,35 +103,12 @@ def _source_entities(ctx: QueryContext, hop: np.ndarray, walked: tuple[np.ndarra
     return src[keep], ents[keep]
 
 
-def shared(ctx: QueryContext, c: int, skip: list[int]) -> dict[int, float]:
-    """Passages linked to passage ``c`` through a shared entity of degree <= :data:`MAX_DEGREE` that the question
-    does not name, with strength sum(1 / log(1 + degree)) over the shared entities; ``skip`` are not bridged to."""
-    view = ctx.view
-    ents = _entities(view, c)  # an entity once per unit naming it
-    if ctx.name_ids.size:
-        ents = ents[absent(ents, ctx.name_ids)]
-    deg = (view.s_indptr[ents + 1] - view.s_indptr[ents]).astype(np.float64)
-    ents, deg = ents[deg <= MAX_DEGREE][:MAX_ENTITIES], deg[deg <= MAX_DEGREE][:MAX_ENTITIES]
-    if not ents.size:
-        return {}
-    owner, s_of = view.walk(ents, _S)
-    ch = view.chunk[s_of].astype(np.int64)
-    ok = (ch >= 0) & (ch != c) & absent(ch, np.asarray(skip, dtype=np.int64))
-    ch, w = ch[ok], (1.0 / np.log1p(deg))[owner[ok]]
-    if not ch.size:
-        return {}
-    uniq, inv = np.unique(ch, return_inverse=True)
-    strength = np.bincount(inv, weights=w, minlength=uniq.size)
-    if uniq.size > MAX_SHARED:  # the most strongly linked (ties to the lower id): a bounded fit per source
-        keep = np.lexsort((uniq, -strength))[:MAX_SHARED]
-        uniq, strength = uniq[keep], strength[keep]
-    return dict(zip(uniq.tolist(), strength.tolist()))
-
-
 def shared_each(ctx: QueryContext, hop1: list[int], walked: tuple[np.ndarray, np.ndarray] | None = None
                 ) -> list[tuple[int, dict[int, float]]]:
-    """:func:`shared` of every ``hop1`` passage (``skip`` = ``hop1``), ``(source, its dict)`` in ``hop1`` order:
-    all sources walked in one pass of the core (:func:`noderag._core.shared_links`), each passage's strength summed
+    """Per ``hop1`` passage, ``(source, {passage: strength})`` in ``hop1`` order: the passages (not in ``hop1``)
+    linked to it through a shared entity of degree <= :data:`MAX_DEGREE` that the question does not name (its
+    first :data:`MAX_ENTITIES`), with strength sum(1 / log(1 + degree)) over the shared entities, at most the
+    :data:`MAX_SHARED` most strongly linked (ties to the lower id). All sources walked in one pass of the core (:func:`noderag._core.shared_links`), each passage's strength summed
     in the same order as source by source. ``walked``: :func:`source_entities` of ``hop1``."""
     view = ctx.view
     hop = np.asarray(hop1, dtype=np.int64)
