@@ -237,3 +237,22 @@ def test_threads_sum_in_their_own_scratch():
         got = list(pool.map(lex.scores, queries * 5))
     for (a_ids, a), (b_ids, b) in zip(want * 5, got):
         assert a_ids.tolist() == b_ids.tolist() and a.tolist() == b.tolist()
+
+
+def test_a_querys_postings_score_passage_ordinals_and_map_ids_both_ways():
+    """A query's BM25 is keyed by passage ordinal (no node id read back per touched passage); its ids map to
+    ordinals (-1 for a node that is no bound passage, with or without the index's ordinal map) and back."""
+    from noderag.search.lexical import QueryPostings
+
+    ids = np.array([2, 5, 9, 14])
+    idx = LexicalIndex(lexical_arrays(ids, ["red apple", "green apple", "red car", "blue sky"]))
+    idx.bind_passages(ids)
+    postings = idx.query_postings(["apple", "red"])
+    ords, sums = postings.scores()
+    assert ords.tolist() == [0, 1, 2] and postings.ids(ords).tolist() == [2, 5, 9]
+    want_ids, want = idx.term_scores({"apple", "red"})
+    assert want_ids.tolist() == [2, 5, 9] and sums.tobytes() == want.tobytes()
+    asked = np.array([9, 3, 2, -4, 14, 99])
+    for p in (postings, QueryPostings(postings.terms, np.arange(2), [(np.zeros(0, np.int32), np.zeros(0, np.float32))] * 2,
+                                      idx._passages)):  # the index's map, and a binary search without one
+        assert p.ordinals(asked).tolist() == [2, -1, 0, -1, 3, -1]

@@ -226,7 +226,8 @@ class LexicalIndex:
         if self._passages is not None:
             postings = self.query_postings(terms)
             if postings is not None:
-                return postings.scores()
+                ords, sums = postings.scores()
+                return postings.ids(ords), sums
         hashes = self._term_hashes(sorted(terms))
         pos = np.searchsorted(self._hash, hashes)
         inside = pos < self._hash.shape[0]
@@ -257,7 +258,7 @@ class LexicalIndex:
         runs = [self._term_ordinals(a, b) for a, b in zip(starts.tolist(), ends.tolist())]
         if any(run is None for run in runs):
             return None
-        return QueryPostings(key, found, runs, self._passages)
+        return QueryPostings(key, found, runs, self._passages, self._ordinal)
 
     def term_impacts(self, terms: list[str], ids: np.ndarray) -> np.ndarray:
         """BM25 impact of each of ``terms`` on each passage of ``ids`` (node ids): float64 (len(terms), len(ids)),
@@ -353,11 +354,16 @@ class LexicalIndex:
 class QueryPostings:
     """One query's postings (:meth:`LexicalIndex.query_postings`): ``terms`` (sorted), the rows of those the index
     holds (``found``), and each found term's passage ordinals (ascending) and impacts, one run after another;
-    ``passages`` are the bound passage ids (ascending: an id's ordinal is its position)."""
+    ``passages`` are the bound passage ids (ascending: an id's ordinal is its position), ``ordinal_map`` node id ->
+    ordinal where the index keeps one (its entries checked against ``passages``).
+
+    Its scores are keyed by passage ordinal: reading back the node id of every touched passage (tens of
+    thousands at 10^6 passages, scattered over megabytes) cost more than the sums; a query maps to ids only the
+    few passages it keeps (:meth:`ids`) and its candidates to ordinals (:meth:`ordinals`)."""
 
     def __init__(self, terms: tuple[str, ...], found: np.ndarray, runs: list[tuple[np.ndarray, np.ndarray]],
-                 passages: np.ndarray) -> None:
-        self.terms, self.passages = terms, passages
+                 passages: np.ndarray, ordinal_map: np.ndarray | None = None) -> None:
+        self.terms, self.passages, self._map = terms, passages, ordinal_map
         self._terms = frozenset(terms)
         self._row = {terms[i]: j for j, i in enumerate(found.tolist())}  # term -> its run
         self.bounds = np.zeros(len(runs) + 1, np.int64)
@@ -366,9 +372,31 @@ class QueryPostings:
         self.weights = np.concatenate([w for _, w in runs]) if runs else np.zeros(0, np.float32)
 
     def scores(self) -> tuple[np.ndarray, np.ndarray]:
-        """BM25 of every passage holding a term: (node ids ascending, float64 sums of the terms' impacts added term
-        after term in sorted order)."""
-        return sum_runs(self.ords, self.weights, self.bounds, self.passages)
+        """BM25 of every passage holding a term: (their ordinals ascending, int64; float64 sums of the terms'
+        impacts added term after term in sorted order). :meth:`ids` gives the node ids of ordinals."""
+        return sum_runs(self.ords, self.weights, self.bounds, n_pass=self.passages.shape[0])
+
+    def ids(self, ordinals: np.ndarray) -> np.ndarray:
+        """The node ids of passage ordinals."""
+        return self.passages[np.asarray(ordinals, dtype=np.int64)]
+
+    def ordinals(self, ids: np.ndarray) -> np.ndarray:
+        """The ordinal of each node id, -1 for one that is no bound passage."""
+        ids = np.asarray(ids, dtype=np.int64)
+        out = np.full(ids.shape[0], -1, np.int64)
+        n = self.passages.shape[0]
+        if not ids.size or not n:
+            return out
+        if self._map is not None:
+            inside = (ids >= 0) & (ids < self._map.shape[0])
+            pos = np.zeros(ids.shape[0], np.int64)
+            pos[inside] = self._map[ids[inside]]
+            pos = np.where((pos >= 0) & (pos < n), pos, 0)
+        else:
+            pos = np.minimum(np.searchsorted(self.passages, ids), n - 1)
+        hit = self.passages[pos] == ids
+        out[hit] = pos[hit]
+        return out
 
     def holds(self, terms) -> bool:
         """Whether every one of ``terms`` is one of this query's."""
@@ -379,8 +407,8 @@ class QueryPostings:
         None when an id is not a bound passage or a term is not one of this query's."""
         if not self.holds(terms) or not self.passages.size:
             return None
-        targets = np.minimum(np.searchsorted(self.passages, ids), self.passages.shape[0] - 1)
-        if not bool(np.all(self.passages[targets] == ids)):
+        targets = self.ordinals(ids)
+        if int(targets.min(initial=0)) < 0:
             return None
         out = np.zeros((len(terms), ids.shape[0]))
         rows = [(i, self._row[t]) for i, t in enumerate(terms) if t in self._row]
@@ -412,21 +440,27 @@ def sum_postings(ords: np.ndarray, weights: np.ndarray, acc: np.ndarray, marks: 
     return _sum_postings(ords, weights, acc, marks, ids)
 
 
-def sum_runs(ords: np.ndarray, weights: np.ndarray, bounds: np.ndarray, ids: np.ndarray
-             ) -> tuple[np.ndarray, np.ndarray]:
+def sum_runs(ords: np.ndarray, weights: np.ndarray, bounds: np.ndarray, ids: np.ndarray | None = None, *,
+             n_pass: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The impacts of runs of postings (``bounds``: run ``j`` is ``[bounds[j], bounds[j + 1])``, its ``ords``
-    ascending) summed per passage ordinal: (``ids[touched]`` ascending, their sums), the float sums of
-    :func:`sum_postings` over the same postings in the same order. The native kernel
-    (:func:`noderag._core.sum_runs`) sweeps the runs together a block of passages at a time in a small
-    accumulator that stays in cache: no scratch entry a passage to scatter into (megabytes, cold between a
-    query's BM25 look-ups on a large index). Dtypes are checked here; the kernel raises ``ValueError`` for an
-    ordinal outside ``ids`` or a run out of order."""
+    ascending) summed per passage ordinal: (``ids[touched]`` ascending, or the touched ordinals of ``n_pass``
+    passages without ``ids``; their sums), the float sums of :func:`sum_postings` over the same postings in the
+    same order. The native kernel (:func:`noderag._core.sum_runs`) sweeps the runs together a block of passages
+    at a time in a small accumulator that stays in cache: no scratch entry a passage to scatter into (megabytes,
+    cold between a query's BM25 look-ups on a large index). Dtypes are checked here; the kernel raises
+    ``ValueError`` for an ordinal outside the passages or a run out of order."""
     for name, a, want in (("ords", ords, "int32"), ("weights", weights, "float32 or float64"),
                           ("bounds", bounds, "int64"), ("ids", ids, "int64")):
+        if a is None and name == "ids":
+            continue
         dtype = getattr(a, "dtype", None)
         if not isinstance(a, np.ndarray) or dtype.name not in want.split(" or ") or not a.flags.c_contiguous:
             got = f"{'a strided ' if dtype is not None and not a.flags.c_contiguous else ''}{dtype or type(a).__name__}"
             raise TypeError(f"sum_runs: {name} must be a C-contiguous {want} array, got {got}")
+    if ids is None:
+        if n_pass is None:
+            raise TypeError("sum_runs: give ids or n_pass")
+        return _sum_runs(ords, weights, bounds, int(n_pass), None)
     return _sum_runs(ords, weights, bounds, ids.shape[0], ids)
 
 

@@ -330,12 +330,12 @@ class Searcher:
         rel = np.asarray([CONTAINS_WEIGHT if m.kind == "contains" else 1.0 for m in matches], np.float64)
         terms = sorted(set(passage_terms(query)))
         postings = self._query_postings(terms)
-        lex_ids, lex_scores, lex_top, lex_top_s = self._lexical_hits(terms, postings)
+        lex_keys, lex_scores, lex_top, lex_top_s = self._lexical_hits(terms, postings)
         seeds, weights = seed_weights(row, sim, name_ids, rel, lex_top, lex_top_s)
         qv = np.asarray(vector, dtype=np.float32)
         norm = float(np.linalg.norm(qv))
         return QueryContext(query, ents, row, sim, name_ids, seeds, weights, qv / norm if norm > 0 else qv,
-                            lex_ids, lex_scores, lex_top, lex_terms=terms, lex_postings=postings, view=self.view)
+                            lex_keys, lex_scores, lex_top, lex_terms=terms, lex_postings=postings, view=self.view)
 
     def _query_postings(self, terms: list[str]) -> Any:
         """The query's BM25 postings, read once for its sums and its candidates' impacts (None where the
@@ -345,14 +345,18 @@ class Searcher:
 
     def _lexical_hits(self, terms: list[str], postings: Any = None
                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """(passages sharing one of the query's BM25 ``terms``, their BM25 scores, the ``lexical_top_k`` best,
-        their scores), summed from the query's ``postings`` when it has them."""
-        ids, scores = postings.scores() if postings is not None else self.lexical.term_scores(set(terms))
+        """(passages sharing one of the query's BM25 ``terms``, as keys: their ordinals in ``postings`` when the query
+        has them, else node ids; their BM25 scores; the ``lexical_top_k`` best as node ids; their scores). Ordinals
+        ascend with ids, so ties break alike either way."""
+        if postings is not None:
+            keys, scores = postings.scores()
+        else:
+            keys, scores = self.lexical.term_scores(set(terms))
         if not self._lexical_all_live:  # only the active passages
-            live = self._active[ids]
-            ids, scores = ids[live], scores[live]
-        top, top_s = top_scored(ids, scores, self.config.lexical_top_k)
-        return ids, scores, top, top_s
+            live = self._active[keys if postings is None else postings.ids(keys)]
+            keys, scores = keys[live], scores[live]
+        top, top_s = top_scored(keys, scores, self.config.lexical_top_k)
+        return keys, scores, (top if postings is None else postings.ids(top)), top_s
 
     def _timed(self, phase: str, t0: float, n: int = 1) -> None:
         """Record a phase's time (since ``t0``) per query when timings are collected."""

@@ -219,7 +219,8 @@ class SegmentedLexical:
         if postings is None:
             got = [p.term_scores(terms) for p in self.parts]
             return np.concatenate([g[0] for g in got]), np.concatenate([g[1] for g in got])
-        return postings.scores()
+        ords, sums = postings.scores()
+        return postings.ids(ords), sums
 
     def query_postings(self, terms) -> QueryPostings | None:
         """The postings of ``terms`` over all segments, read once per query; None when the passages are not bound

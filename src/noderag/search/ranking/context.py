@@ -85,7 +85,7 @@ class QueryContext:
     seeds: np.ndarray  # int32
     weights: np.ndarray  # float32
     vector: np.ndarray  # float32 (dim,), L2-normalised
-    lex_ids: np.ndarray  # int64, sorted: every passage sharing a term with the query
+    lex_keys: np.ndarray  # int64, sorted: every passage sharing a term with the query (lex_key_of)
     lex_scores: np.ndarray  # float64, their BM25 scores
     lex_top: np.ndarray  # int64: the lexical entry points, best first
     lex_terms: list[str] = field(default_factory=list)  # the query's BM25 terms, sorted
@@ -101,6 +101,17 @@ class QueryContext:
     bridged: dict[int, tuple[float, float]] = field(default_factory=dict)  # chunk -> (score before, lifted)
     uncapped: dict[int, float] = field(default_factory=dict)  # chunk held at a ceiling -> its score without it
     labels: dict[int, str | None] = field(default_factory=dict)  # chunk -> its source label, read once per query
+
+    def lex_key_of(self, chunks: np.ndarray) -> np.ndarray:
+        """The keys of some passages in :attr:`lex_keys`: their ordinals in the query's postings where it has them
+        (-1 for no bound passage), else their node ids."""
+        postings = self.lex_postings
+        return np.asarray(chunks, dtype=np.int64) if postings is None else postings.ordinals(chunks)
+
+    def lex_id_of(self, keys: np.ndarray) -> np.ndarray:
+        """The node ids of some :attr:`lex_keys`."""
+        postings = self.lex_postings
+        return np.asarray(keys, dtype=np.int64) if postings is None else postings.ids(keys)
 
     @property
     def lex_best(self) -> float:

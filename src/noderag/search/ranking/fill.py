@@ -85,7 +85,8 @@ class Fill:
     def _extra(self, cands: np.ndarray, ctx: QueryContext) -> np.ndarray:
         """The passages BM25 and the query vector rank best that are not candidates yet."""
         view = ctx.view
-        parts = [ctx.lex_ids[np.argsort(-ctx.lex_scores, kind="stable")][: self.lexical_depth * self.want]]
+        parts = [ctx.lex_id_of(ctx.lex_keys[np.argsort(-ctx.lex_scores, kind="stable")][: self.lexical_depth
+                                                                                          * self.want])]
         if len(view.vectors) > 0:
             k = min(self.dense_depth * self.want, len(view.vectors))
             ids, _ = view.vectors.search(ctx.vector[None, :], k, threads=1, expansion=max(self.expansion, k))

@@ -60,10 +60,11 @@ def lexical_share(ctx: QueryContext, chunks: np.ndarray) -> np.ndarray | None:
     None when the query has no lexical hit at all."""
     chunks = np.asarray(chunks, dtype=np.int64)
     top = ctx.lex_best
-    if not ctx.lex_ids.size or not chunks.size or top <= 0:
+    if not ctx.lex_keys.size or not chunks.size or top <= 0:
         return None
-    pos = np.minimum(np.searchsorted(ctx.lex_ids, chunks), ctx.lex_ids.size - 1)
-    return np.where(ctx.lex_ids[pos] == chunks, ctx.lex_scores[pos], 0.0) / top
+    keys = ctx.lex_key_of(chunks)
+    pos = np.minimum(np.searchsorted(ctx.lex_keys, keys), ctx.lex_keys.size - 1)
+    return np.where(ctx.lex_keys[pos] == keys, ctx.lex_scores[pos], 0.0) / top
 
 
 def term_impacts(ctx: QueryContext, terms: list[str], chunks: np.ndarray) -> np.ndarray:
