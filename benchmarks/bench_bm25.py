@@ -50,8 +50,10 @@ class ScratchSums(LexicalIndex):
 
     def term_scores(self, terms):
         postings = self.query_postings(terms)
-        return sum_postings(postings.ords, postings.weights, self._accumulator(), self._scratch.marks,
-                            self._passages)
+        n_pass = self._passages.shape[0]
+        if getattr(self, "_acc", None) is None or self._acc.shape[0] != n_pass:
+            self._acc, self._marks = np.zeros(n_pass), np.zeros((n_pass + 63) // 64, np.uint64)
+        return sum_postings(postings.ords, postings.weights, self._acc, self._marks, self._passages)
 
 
 def open_postings(index: Path) -> tuple[dict[str, np.ndarray], np.ndarray]:

@@ -8,6 +8,8 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include "numpy_arrays.hpp"
+
 #include <algorithm>
 #include <cstdint>
 #include <stdexcept>
@@ -20,15 +22,8 @@ namespace py = pybind11;
 
 namespace {
 
-template <typename T>
-using carray = py::array_t<T, py::array::c_style>;
-
-template <typename T>
-carray<T> to_array(const std::vector<T>& v) {
-    carray<T> out(static_cast<py::ssize_t>(v.size()));
-    std::copy(v.begin(), v.end(), out.mutable_data());
-    return out;
-}
+using noderag::carray;
+using noderag::to_array;
 
 // The structural layer and the per-node columns the walks read.
 template <typename Ptr>

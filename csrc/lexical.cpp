@@ -6,6 +6,8 @@
 // shapes and every ordinal (a damaged file raises ValueError, never writes out of bounds).
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
+
+#include "numpy_arrays.hpp"
 #include <pybind11/stl.h>
 
 #include <cstdint>
@@ -19,8 +21,7 @@ namespace py = pybind11;
 
 namespace {
 
-template <typename T>
-using carray = py::array_t<T, py::array::c_style>;
+using noderag::carray;
 
 // The impacts ``weights`` summed per passage ordinal ``ords`` in the float64 scratch ``acc`` (n_pass
 // entries, all zero), each posting added in the given order (the float sums of numpy's add.at); the

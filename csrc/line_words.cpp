@@ -7,6 +7,8 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include "numpy_arrays.hpp"
+
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -22,8 +24,7 @@ namespace py = pybind11;
 
 namespace {
 
-template <typename T>
-using carray = py::array_t<T, py::array::c_style>;
+using noderag::carray;
 
 // Bytes of the whitespace character starting at p (0: none), q the span's end.
 inline int space_len(const uint8_t* p, const uint8_t* q) {

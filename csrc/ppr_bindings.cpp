@@ -4,6 +4,8 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include "numpy_arrays.hpp"
+
 #include <cmath>
 #include <memory>
 #include <stdexcept>
@@ -16,8 +18,7 @@ namespace py = pybind11;
 
 namespace {
 
-template <typename T>
-using carray = py::array_t<T, py::array::c_style>;
+using noderag::carray;
 
 class PyPPRKernel {
   public:

@@ -4,6 +4,8 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include "numpy_arrays.hpp"
+
 #include <algorithm>
 #include <cstdint>
 #include <limits>
@@ -15,8 +17,7 @@ namespace py = pybind11;
 
 namespace {
 
-template <typename T>
-using carray = py::array_t<T, py::array::c_style>;
+using noderag::carray;
 
 // At each of the first ``top`` positions the passage of highest current score wins (the first of equal
 // ones), where a passage is redundant, scored ``scores - credit``, when every term it matches

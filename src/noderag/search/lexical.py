@@ -23,7 +23,6 @@ of terms, not by the corpus. A term is known by its hash alone: two terms of one
 
 from __future__ import annotations
 
-import threading
 from collections import Counter
 from typing import Iterable
 
@@ -156,7 +155,6 @@ class LexicalIndex:
         self.max_postings = int(max_postings)
         self._passages: np.ndarray | None = None  # sorted ids of every passage a posting may name
         self._ordinal = np.zeros(0, np.int32)  # node id -> its rank in _passages (written at the passages only)
-        self._scratch = threading.local()  # per thread: score accumulator and stamps over passage ordinals
         self._term_cache: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}  # (start, end) -> ordinals, impacts
         self._term_cached = 0  # postings held by _term_cache
         self._hashes: dict[str, int] = {}  # query term -> its hash (a term recurs across a query's look-ups)
@@ -175,13 +173,12 @@ class LexicalIndex:
         return out
 
     def bind_passages(self, ids: np.ndarray) -> None:
-        """Give the node ids that postings name (every T node): queries then sum impacts per passage
-        ordinal in preallocated scratch arrays instead of sorting the postings (``np.unique``).
+        """Give the node ids that postings name (every T node): queries then read their postings as runs of
+        passage ordinals (:meth:`query_postings`) instead of sorting the postings (``np.unique``).
 
         Costs an int32 map over node ids up to the largest passage id (4 bytes a node; only the passages' entries
         are written, so making it is one scatter, not a fill of every node's: 0.12 s at 10^6 passages; an entry
-        elsewhere is checked against the passage it would name, :meth:`_ordinals_of`) and, per thread, 8 bytes
-        and a bit a passage.
+        elsewhere is checked against the passage it would name, :func:`passage_ordinals`).
         """
         ids = np.ascontiguousarray(ids, dtype=np.int64)
         if ids.size > 1 and not bool(np.all(ids[1:] > ids[:-1])):  # already sorted and unique: no O(n log n) pass
@@ -189,7 +186,6 @@ class LexicalIndex:
         ordinal = np.empty(int(ids[-1]) + 1 if ids.size else 0, np.int32)
         ordinal[ids] = np.arange(ids.size, dtype=np.int32)
         self._passages, self._ordinal = ids, ordinal
-        self._scratch = threading.local()
         self._term_cache, self._term_cached = {}, 0
 
     @classmethod
@@ -223,11 +219,10 @@ class LexicalIndex:
         (node ids sorted, int64; scores, float64)."""
         if not terms or self._hash.shape[0] == 0:
             return np.zeros(0, np.int64), np.zeros(0)
-        if self._passages is not None:
-            postings = self.query_postings(terms)
-            if postings is not None:
-                ords, sums = postings.scores()
-                return postings.ids(ords), sums
+        postings = self.query_postings(terms)
+        if postings is not None:
+            ords, sums = postings.scores()
+            return postings.ids(ords), sums
         hashes = self._term_hashes(sorted(terms))
         pos = np.searchsorted(self._hash, hashes)
         inside = pos < self._hash.shape[0]
@@ -303,17 +298,9 @@ class LexicalIndex:
         return (None, nodes) if ords is None else (ords, self._weight[at])
 
     def _ordinals_of(self, nodes: np.ndarray) -> np.ndarray | None:
-        """The bound passage ordinal of each posting's node, or None when one names no bound passage: the map is
-        written only at the passages, so each entry read is checked against the passage it names."""
-        ordinal, passages = self._ordinal, self._passages
-        if not nodes.size:
-            return np.zeros(0, np.int32)
-        if int(nodes.min()) < 0 or int(nodes.max()) >= ordinal.shape[0]:
-            return None
-        ords = ordinal[nodes]
-        if int(ords.min()) < 0 or int(ords.max()) >= passages.shape[0] or not np.array_equal(passages[ords], nodes):
-            return None
-        return ords
+        """The bound passage ordinal (int32) of each posting's node, or None when one names no bound passage."""
+        ords = passage_ordinals(nodes, self._passages, self._ordinal)
+        return None if int(ords.min(initial=0)) < 0 else ords.astype(np.int32)
 
     def _term_ordinals(self, start: int, end: int) -> tuple[np.ndarray, np.ndarray] | None:
         """The passage ordinals of the postings ``start:end``, ascending, and their impacts; None when a posting
@@ -336,15 +323,6 @@ class LexicalIndex:
             self._term_cache[(start, end)] = out
             self._term_cached += ords.size
         return out
-
-    def _accumulator(self) -> np.ndarray:
-        """The thread's float64 scratch over passage ordinals (all zeros between uses)."""
-        sc = self._scratch
-        n_pass = self._passages.shape[0]
-        if getattr(sc, "acc", None) is None or sc.acc.shape[0] != n_pass:
-            sc.acc = np.zeros(n_pass)
-            sc.marks = np.zeros((n_pass + 63) // 64, np.uint64)  # a bit per passage: the touched ones
-        return sc.acc
 
     def search(self, query: str, k: int) -> tuple[np.ndarray, np.ndarray]:
         """The ``k`` best passages of ``query``: (node ids int64, BM25 scores float64), best first, ties by id."""
@@ -382,21 +360,7 @@ class QueryPostings:
 
     def ordinals(self, ids: np.ndarray) -> np.ndarray:
         """The ordinal of each node id, -1 for one that is no bound passage."""
-        ids = np.asarray(ids, dtype=np.int64)
-        out = np.full(ids.shape[0], -1, np.int64)
-        n = self.passages.shape[0]
-        if not ids.size or not n:
-            return out
-        if self._map is not None:
-            inside = (ids >= 0) & (ids < self._map.shape[0])
-            pos = np.zeros(ids.shape[0], np.int64)
-            pos[inside] = self._map[ids[inside]]
-            pos = np.where((pos >= 0) & (pos < n), pos, 0)
-        else:
-            pos = np.minimum(np.searchsorted(self.passages, ids), n - 1)
-        hit = self.passages[pos] == ids
-        out[hit] = pos[hit]
-        return out
+        return passage_ordinals(ids, self.passages, self._map)
 
     def holds(self, terms) -> bool:
         """Whether every one of ``terms`` is one of this query's."""
@@ -420,6 +384,40 @@ class QueryPostings:
         return out
 
 
+def passage_ordinals(ids: np.ndarray, passages: np.ndarray, ordinal_map: np.ndarray | None = None) -> np.ndarray:
+    """The ordinal of each node id among the ascending ``passages`` (int64), -1 for one that is none of them: read
+    from ``ordinal_map`` (node id -> ordinal, written at the passages only) where given, else a binary search; every
+    entry is checked against the passage it names."""
+    ids = np.asarray(ids, dtype=np.int64)
+    out = np.full(ids.shape[0], -1, np.int64)
+    n = passages.shape[0]
+    if not ids.size or not n:
+        return out
+    if ordinal_map is not None:
+        inside = (ids >= 0) & (ids < ordinal_map.shape[0])
+        pos = np.zeros(ids.shape[0], np.int64)
+        pos[inside] = ordinal_map[ids[inside]]
+        pos = np.where((pos >= 0) & (pos < n), pos, 0)
+    else:
+        pos = np.minimum(np.searchsorted(passages, ids), n - 1)
+    hit = passages[pos] == ids
+    out[hit] = pos[hit]
+    return out
+
+
+def _check_arrays(caller: str, arrays, optional: tuple[str, ...] = ("ids",)) -> None:
+    """TypeError naming the first of ``arrays`` ((name, array, "dtype or dtype"); those named in ``optional`` may be
+    None) that is not a C-contiguous array of one of its dtypes: the kernels take mapped arrays as they are, never
+    a converted copy."""
+    for name, a, want in arrays:
+        if a is None and name in optional:
+            continue
+        dtype = getattr(a, "dtype", None)
+        if not isinstance(a, np.ndarray) or dtype.name not in want.split(" or ") or not a.flags.c_contiguous:
+            got = f"{'a strided ' if dtype is not None and not a.flags.c_contiguous else ''}{dtype or type(a).__name__}"
+            raise TypeError(f"{caller}: {name} must be a C-contiguous {want} array, got {got}")
+
+
 def sum_postings(ords: np.ndarray, weights: np.ndarray, acc: np.ndarray, marks: np.ndarray,
                  ids: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """``weights`` summed per passage ordinal ``ords`` in the zeroed scratch ``acc`` (one entry a passage) and
@@ -429,14 +427,8 @@ def sum_postings(ords: np.ndarray, weights: np.ndarray, acc: np.ndarray, marks: 
     The native kernel (:func:`noderag._core.sum_postings`) takes the arrays as they are (no copy of mapped
     impacts), so their dtypes are checked here; it checks the shapes and raises ``ValueError`` for an ordinal
     outside the scratch (a damaged posting list)."""
-    for name, a, want in (("ords", ords, "int32"), ("weights", weights, "float32 or float64"),
-                          ("acc", acc, "float64"), ("marks", marks, "uint64"), ("ids", ids, "int64")):
-        if a is None and name == "ids":
-            continue
-        dtype = getattr(a, "dtype", None)
-        if not isinstance(a, np.ndarray) or dtype.name not in want.split(" or ") or not a.flags.c_contiguous:
-            got = f"{'a strided ' if dtype is not None and not a.flags.c_contiguous else ''}{dtype or type(a).__name__}"
-            raise TypeError(f"sum_postings: {name} must be a C-contiguous {want} array, got {got}")
+    _check_arrays("sum_postings", (("ords", ords, "int32"), ("weights", weights, "float32 or float64"),
+                                   ("acc", acc, "float64"), ("marks", marks, "uint64"), ("ids", ids, "int64")))
     return _sum_postings(ords, weights, acc, marks, ids)
 
 
@@ -449,14 +441,8 @@ def sum_runs(ords: np.ndarray, weights: np.ndarray, bounds: np.ndarray, ids: np.
     at a time in a small accumulator that stays in cache: no scratch entry a passage to scatter into (megabytes,
     cold between a query's BM25 look-ups on a large index). Dtypes are checked here; the kernel raises
     ``ValueError`` for an ordinal outside the passages or a run out of order."""
-    for name, a, want in (("ords", ords, "int32"), ("weights", weights, "float32 or float64"),
-                          ("bounds", bounds, "int64"), ("ids", ids, "int64")):
-        if a is None and name == "ids":
-            continue
-        dtype = getattr(a, "dtype", None)
-        if not isinstance(a, np.ndarray) or dtype.name not in want.split(" or ") or not a.flags.c_contiguous:
-            got = f"{'a strided ' if dtype is not None and not a.flags.c_contiguous else ''}{dtype or type(a).__name__}"
-            raise TypeError(f"sum_runs: {name} must be a C-contiguous {want} array, got {got}")
+    _check_arrays("sum_runs", (("ords", ords, "int32"), ("weights", weights, "float32 or float64"),
+                               ("bounds", bounds, "int64"), ("ids", ids, "int64")))
     if ids is None:
         if n_pass is None:
             raise TypeError("sum_runs: give ids or n_pass")
