@@ -425,10 +425,11 @@ def test_turn_gate_admits_waiters_in_arrival_order():
 
 
 def test_one_querys_shards_merge_as_the_per_shard_results(tmp_path):
-    """A single query's shards are searched in turn on the calling thread (usearch holds the GIL while it
-    searches) and their found entries merged by one stable sort: ids and distances equal the merge of each
-    shard's padded results (ties across shards in shard order), built or loaded, equal the same rows searched
-    as a batch, and no thread is started."""
+    """A single query's shards, searched in turn on the calling thread or by usearch's own threads, merge to the
+    same ``k`` nearest: ids and distances equal the merge of each shard's padded results (ties across shards to
+    the lower id), built or loaded, equal the same rows searched as a batch, and no Python thread is started.
+    Each vector is stored five times (a copy in every shard): the ties reach the threaded search's last kept
+    entry, where it hands the query to the shard-by-shard merge."""
     import threading
 
     from noderag.graph import vectors as V
@@ -440,18 +441,47 @@ def test_one_querys_shards_merge_as_the_per_shard_results(tmp_path):
     built.save(tmp_path / "v.usearch")
     small = VectorIndex(16, dtype="f32", shards=3)
     small.add(np.arange(4), data[:4])  # fewer entries than k: the result is padded
+    distinct = VectorIndex(16, dtype="f32", shards=4)
+    distinct.add(np.arange(2000), rng.standard_normal((2000, 16)).astype(np.float32))  # no ties
     before = threading.active_count()
     queries = rng.standard_normal((20, 16)).astype(np.float32)
-    for vi in (built, VectorIndex.load(tmp_path / "v.usearch"), small):
+    for vi in (built, VectorIndex.load(tmp_path / "v.usearch"), small, distinct):
         batch = vi.search(queries, 7, expansion=40)
         for i, q in enumerate(queries):
-            got = vi.search(q[None, :], 7, expansion=40)
-            want = V._merge_nearest([V._search_one(x, q[None, :], 7, 1) for x in vi._shards if len(x)], 7)
-            np.testing.assert_array_equal(got[0], want[0])
-            np.testing.assert_array_equal(got[1], want[1])
+            want = V._merge_nearest_by_id([V._search_one(x, q[None, :], V._per_shard(vi._shards, 7), 1)
+                                           for x in vi._shards if len(x)], 7)
+            for threads in (1, 2, 0):
+                got = vi.search(q[None, :], 7, expansion=40, threads=threads)
+                np.testing.assert_array_equal(got[0], want[0])
+                np.testing.assert_array_equal(got[1], want[1])
             np.testing.assert_array_equal(got[0][0], batch[0][i])
     assert (small.search(queries[:1], 7)[0] == -1).sum() == 3
     assert threading.active_count() == before
+
+
+def test_threaded_shard_search_declines_where_a_tie_reaches_its_last_entry():
+    """usearch's threads keep the ``wanted`` nearest in the order the shards finish: where the entry past the
+    ``k``-th ties the last one kept, which of the tied entries survive is not sure, and the threaded search
+    returns None (the caller merges shard by shard); without such a tie it returns the merge, ties to the lower
+    id."""
+    from noderag.graph import vectors as V
+
+    rng = np.random.default_rng(11)
+    base = rng.standard_normal((50, 8)).astype(np.float32)
+    tied = VectorIndex(8, dtype="f32", shards=4)
+    tied.add(np.arange(800), base[np.arange(800) % 50])  # every vector 16 times, four a shard
+    q = base[3][None, :]
+    live = [x for x in tied._shards if len(x)]
+    assert V._per_shard(live, 3) == 12
+    assert V._nearest_threaded(live, q, 3, 12, 2) is None  # 16 at distance 0: the 12 kept all tie the 3rd
+    assert V._nearest_threaded(live, q, 3, 12, 1) is None
+    plain = VectorIndex(8, dtype="f32", shards=4)
+    plain.add(np.arange(400), rng.standard_normal((400, 8)).astype(np.float32))
+    live = [x for x in plain._shards if len(x)]
+    got = V._nearest_threaded(live, q, 3, V._per_shard(live, 3), 2)
+    want = V._merge_nearest_by_id([V._search_one(x, q, V._per_shard(live, 3), 1) for x in live], 3)
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(got[1], want[1])
 
 
 def test_search_one_answers_as_the_public_search_api():

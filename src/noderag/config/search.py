@@ -120,8 +120,9 @@ class SearchConfig:
         the default embedder; junk queries 0.14-0.34, median 0.2).
     n_threads : int or None
         Cores a batch (``retrieve_many``) uses: the threads of its vector search and PPR, and the processes its
-        questions are split over where forking is safe (:mod:`noderag.search.forked`); 1 keeps one process
-        (None: all cores).
+        questions are split over where forking is safe (:mod:`noderag.search.forked`); and the threads a single
+        query's vector search spreads a sharded index over (usearch's own, outside the GIL). 1 keeps one process
+        and one thread (None: the cores other work leaves idle).
     """
 
     vector_top_k: int = 10

@@ -14,8 +14,9 @@ Shards: a large index is split into ``shards`` HNSW graphs (vector ``i`` of an
 ``add`` goes to shard ``i % shards``), each built by one thread, the shards in
 parallel. Every shard is the same in every run whatever the thread count, so the
 index stays reproducible while a build uses every core. A search asks each shard
-for ``k`` and merges by distance (ties: earlier shard first); one query's shards are
-searched on up to one thread per core at once, which never changes the result. Shard 0
+for more than ``k`` and merges by distance, ties to the lower id; one query's shards are
+searched by usearch's own threads (outside the GIL) where the caller allows more than one,
+which never changes the result. Shard 0
 is saved at the given path (``vectors.usearch``), shard ``j >= 1`` beside it
 (``vectors.j.usearch``).
 
@@ -453,7 +454,7 @@ class VectorIndex:
         if self.shards > 1 and q == 1:
             return _nearest_of_one(self._shards, queries, k, threads)
         if self.shards > 1:
-            return _merge_nearest(self._search_shards(queries, k, threads), k)
+            return _merge_nearest_by_id(self._search_shards(queries, _per_shard(self._shards, k), threads), k)
         got_ids, got_dist = _search_one(self._index, queries, k, threads)
         out_ids[:, :got_ids.shape[1]] = got_ids
         out_dist[:, :got_ids.shape[1]] = got_dist
@@ -615,31 +616,84 @@ def _search_one(index, queries: np.ndarray, k: int, threads: int) -> tuple[np.nd
             np.where(valid, dist[:, :width], np.float32(np.inf)).astype(np.float32))
 
 
+def _per_shard(shards: list, k: int) -> int:
+    """Entries each shard is asked for: more than ``k`` (one past them tells whether a tie crosses the ``k``-th),
+    as many as its search beam finds anyway (usearch's beam is the larger of its ``expansion_search`` and the
+    count; at most ``4 k``), so every path that merges the shards decides the ``k`` nearest from the same
+    entries."""
+    return max([k + 1, *(min(int(getattr(x, "expansion_search", k)), 4 * k) for x in shards)])
+
+
 def _nearest_of_one(shards: list, query: np.ndarray, k: int, threads: int) -> tuple[np.ndarray, np.ndarray]:
-    """One query's ``k`` nearest over several shards, (1, k) each: every shard's compiled search, the entries it
-    found gathered in shard order and merged by one stable sort, the order :func:`_merge_nearest` gives over the
-    padded per-shard results with a few array passes for all shards instead of a dozen per shard."""
+    """One query's ``k`` nearest over several shards, (1, k) each, ties to the lower id: with ``threads`` other
+    than 1, usearch searches the shards on its own threads (:func:`_nearest_threaded`, outside the GIL); else, or
+    where that cannot decide the ``k`` nearest alone, every shard's compiled search in turn, the entries found
+    merged by one sort. Either way the result is :func:`_merge_nearest_by_id` of the shards' results."""
     from usearch.index import ScalarKind
 
+    live = [x for x in shards if len(x)]
+    if any(getattr(getattr(x, "_compiled", None), "search_many", None) is None for x in live):
+        return _merge_nearest_by_id([_search_one(y, query, _per_shard(live, k), threads) for y in live], k)
+    wanted = _per_shard(live, k)
+    if threads != 1 and len(live) > 1:
+        got = _nearest_threaded(live, query, k, wanted, threads)
+        if got is not None:
+            return got
     keys_of, dist_of = [], []
-    for x in shards:
-        if not len(x):
-            continue
-        compiled = getattr(getattr(x, "_compiled", None), "search_many", None)
-        if compiled is None:  # not usearch's compiled index: the general path
-            return _merge_nearest([_search_one(y, query, k, threads) for y in shards if len(y)], k)
-        keys, dist, counts = compiled(query, count=k, exact=False, threads=threads, dtype=ScalarKind.Unknown)[:3]
-        found = min(int(np.asarray(counts).reshape(-1)[0]), k)
+    for x in live:
+        keys, dist, counts = x._compiled.search_many(query, count=wanted, exact=False, threads=1,
+                                                     dtype=ScalarKind.Unknown)[:3]
+        found = int(np.asarray(counts).reshape(-1)[0])
         keys_of.append(np.asarray(keys).reshape(-1)[:found])
         dist_of.append(np.asarray(dist, np.float32).reshape(-1)[:found])
+    keys = np.concatenate(keys_of).astype(np.int64) if keys_of else np.zeros(0, np.int64)
+    dist = np.concatenate(dist_of) if dist_of else np.zeros(0, np.float32)
+    return _first_k(keys, dist, k)
+
+
+def _nearest_threaded(shards: list, query: np.ndarray, k: int, wanted: int, threads: int
+                      ) -> tuple[np.ndarray, np.ndarray] | None:
+    """The ``k`` nearest of one query over the shards, searched by usearch's ``Indexes`` on ``threads`` threads
+    of its own (0: all cores), or None where a tie reaches the last of the ``wanted`` entries it keeps: its
+    threads merge the shards' entries in the order they finish, so which of several equally distant entries it
+    keeps may vary, and only entries strictly nearer than every one it dropped are sure."""
+    from usearch.index import Indexes, ScalarKind
+
+    multi = Indexes()
+    for x in shards:
+        multi.merge(x)
+    keys, dist, counts = multi._compiled.search_many(query, count=wanted, exact=False, threads=threads,
+                                                     dtype=ScalarKind.Unknown)[:3]
+    found = int(np.asarray(counts).reshape(-1)[0])
+    keys = np.asarray(keys).reshape(-1)[:found].astype(np.int64)
+    dist = np.asarray(dist, np.float32).reshape(-1)[:found]
+    if found == wanted and dist.max() <= np.sort(dist)[k - 1]:
+        return None
+    return _first_k(keys, dist, k)
+
+
+def _first_k(keys: np.ndarray, dist: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """(1, k) ids and distances of the ``k`` nearest entries, ties to the lower id, padded with -1 / +inf."""
+    order = np.lexsort((keys, dist))[:k]
     out_ids = np.full((1, k), -1, np.int64)
     out_dist = np.full((1, k), np.inf, np.float32)
-    if keys_of:
-        dist = np.concatenate(dist_of)
-        order = np.argsort(dist, kind="stable")[:k]
-        out_ids[0, :order.size] = np.concatenate(keys_of).astype(np.int64)[order]
-        out_dist[0, :order.size] = dist[order]
+    out_ids[0, :order.size] = keys[order]
+    out_dist[0, :order.size] = dist[order]
     return out_ids, out_dist
+
+
+def _merge_nearest_by_id(parts: list[tuple[np.ndarray, np.ndarray]], k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ``k`` nearest of several shards' results per query, ties to the lower id (padding last): the same
+    whichever order the shards' entries come in."""
+    ids = np.concatenate([p[0] for p in parts], axis=1)
+    dist = np.concatenate([p[1] for p in parts], axis=1)
+    order = np.lexsort((np.where(ids < 0, np.iinfo(np.int64).max, ids), dist), axis=-1)[:, :k]
+    ids, dist = np.take_along_axis(ids, order, 1), np.take_along_axis(dist, order, 1)
+    if ids.shape[1] < k:
+        pad = k - ids.shape[1]
+        ids = np.pad(ids, ((0, 0), (0, pad)), constant_values=-1)
+        dist = np.pad(dist, ((0, 0), (0, pad)), constant_values=np.inf)
+    return ids, dist.astype(np.float32)
 
 
 def _merge_nearest(parts: list[tuple[np.ndarray, np.ndarray]], k: int) -> tuple[np.ndarray, np.ndarray]:

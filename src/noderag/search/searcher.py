@@ -297,7 +297,9 @@ class Searcher:
         """The ``vector_top_k`` nearest embedded nodes of each query: (ids, similarities), one row per query."""
         cfg = self.config
         if cfg.vector_top_k > 0 and len(self.store.vectors) > 0:
-            threads = 1 if len(queries) == 1 else (cfg.n_threads or 0)
+            threads = cfg.n_threads or 0
+            if len(queries) == 1:  # one query's shards on the idle cores (usearch's threads, outside the GIL)
+                threads = min(threads or forked.available_cores(), forked.available_cores())
             ids, dist = self.store.vectors.search(vectors, cfg.vector_top_k, threads=threads,
                                                   expansion=cfg.expansion_search)
             return (np.asarray(ids, dtype=np.int64).reshape(len(queries), -1),
