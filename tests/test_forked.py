@@ -1,13 +1,15 @@
 """A batch's retrievals in forked worker processes (:mod:`noderag.search.forked`): the same results, in question
-order, as one process; a child that fails or dies fails the batch naming its questions; no child outlives it; and
-the batch forks only where it is safe and pays."""
+order, as one process; the children kept from batch to batch and ended with their searcher or their parent; a
+child that fails or dies fails the batch naming its questions; and the batch forks only where it is safe and
+pays."""
 
 from __future__ import annotations
 
 import dataclasses
-import json
+import gc
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -22,18 +24,25 @@ from noderag.search import SearchConfig, Searcher
 from noderag.search.result import Passage, RetrievalResult, RetrievedNode
 from conftest import MUSIQUE, musique_queries
 
+TESTS = os.path.dirname(os.path.abspath(__file__))
+
 PER_WORKER = 16  # the tests' threshold: the slice of test questions is small
 N_QUESTIONS = 3 * PER_WORKER  # three processes' worth
 
 
 @pytest.fixture(scope="module")
-def index(tmp_path_factory):
+def index_dir(tmp_path_factory):
     root = tmp_path_factory.mktemp("forked")
     corpus = root / "corpus.jsonl"
     with open(MUSIQUE / "corpus.jsonl", encoding="utf-8") as fh:
         corpus.write_text("".join(line for _, line in zip(range(150), fh)), encoding="utf-8")
     noderag.build([str(corpus)], str(root / "index"), embed="hash:64", progress=False)
-    return noderag.Index.open(root / "index")
+    return root / "index"
+
+
+@pytest.fixture(scope="module")
+def index(index_dir):
+    return noderag.Index.open(index_dir)
 
 
 @pytest.fixture(scope="module")
@@ -53,16 +62,16 @@ def forking(monkeypatch):
 
 @pytest.fixture
 def forks(monkeypatch):
-    """The (pid, first question, end) of every child forked, as the parent saw them."""
-    seen: list[tuple[int, int, int]] = []
-    real = forked._fork
+    """The pid of every child forked, as the parent saw them."""
+    seen: list[int] = []
+    real = forked.WorkerPool._fork
 
-    def spy(work, lo, hi, encode):
-        got = real(work, lo, hi, encode)
-        seen.append((got[0], lo, hi))
+    def spy(self, work, encode):
+        got = real(self, work, encode)
+        seen.append(got.pid)
         return got
 
-    monkeypatch.setattr(forked, "_fork", spy)
+    monkeypatch.setattr(forked.WorkerPool, "_fork", spy)
     return seen
 
 
@@ -74,15 +83,11 @@ def _reaped(pid: int) -> bool:
     return False
 
 
-@pytest.mark.parametrize("cores", [2, 3])
-def test_forked_results_equal_the_sequential_path(index, questions, forking, forks, cores):
-    want = Searcher(index, SearchConfig(n_threads=1)).retrieve_many(questions)
-    assert forks == []  # one core: no child
-    got = Searcher(index, SearchConfig(n_threads=cores)).retrieve_many(questions)
-    bounds = [N_QUESTIONS * w // cores for w in range(cores + 1)]
-    assert [(lo, hi) for _, lo, hi in forks] == list(zip(bounds[1:-1], bounds[2:]))
-    assert all(_reaped(pid) for pid, _, _ in forks)
-    assert [r.query for r in got] == questions  # question order
+def _alive(pid: int) -> bool:
+    return os.waitpid(pid, os.WNOHANG) == (0, 0)
+
+
+def _same(got: list[RetrievalResult], want: list[RetrievalResult]) -> None:
     assert [r.to_dict() for r in got] == [r.to_dict() for r in want]
     for g, w in zip(got, want):
         assert type(g) is RetrievalResult and all(type(n) is RetrievedNode and type(n.type) is NodeType
@@ -91,6 +96,91 @@ def test_forked_results_equal_the_sequential_path(index, questions, forking, for
         assert [(p.title, p.text, p.score, p.node_id) for p in g.passages] == [
             (p.title, p.text, p.score, p.node_id) for p in w.passages]
         assert dataclasses.astuple(g) == dataclasses.astuple(w)  # every field, exact floats included
+
+
+@pytest.mark.parametrize("cores", [2, 3])
+def test_forked_results_equal_the_sequential_path(index, questions, forking, forks, cores):
+    want = Searcher(index, SearchConfig(n_threads=1)).retrieve_many(questions)
+    assert forks == []  # one core: no child
+    searcher = Searcher(index, SearchConfig(n_threads=cores))
+    got = searcher.retrieve_many(questions)
+    assert len(forks) == cores - 1 and all(_alive(pid) for pid in forks)  # kept for the next batch
+    assert [r.query for r in got] == questions  # question order
+    _same(got, want)
+    searcher.close()
+    assert all(_reaped(pid) for pid in forks) and searcher._pool is None
+
+
+def test_the_children_are_kept_from_batch_to_batch(index, questions, forking, forks):
+    """The second batch forks nothing; a larger batch sends the kept children larger slices; a configuration
+    changed between batches forks children that hold the new one."""
+    searcher = Searcher(index, SearchConfig(n_threads=2))
+    first = searcher.retrieve_many(questions)
+    again = searcher.retrieve_many(questions[::-1] + questions)
+    assert len(forks) == 1 and _alive(forks[0])
+    _same(again[len(questions):], first)
+    _same(again[:len(questions)], first[::-1])
+    searcher.config = searcher.config.replace(context_tokens=300)
+    changed = searcher.retrieve_many(questions)
+    assert len(forks) == 2 and _reaped(forks[0]) and _alive(forks[1])
+    _same(changed, Searcher(index, SearchConfig(n_threads=1, context_tokens=300)).retrieve_many(questions))
+    assert changed[0].context_tokens <= 300 < first[0].context_tokens
+    searcher.close()
+
+
+def test_a_collected_searcher_ends_its_children(index, questions, forking, forks):
+    searcher = Searcher(index, SearchConfig(n_threads=2))
+    searcher.retrieve_many(questions)
+    assert len(forks) == 1 and _alive(forks[0])
+    del searcher
+    gc.collect()
+    assert _reaped(forks[0])
+
+
+def test_closing_the_index_ends_its_searchers_children(index_dir, questions, forking, forks):
+    """The children hold the index's memory maps: closing the index (a server moving to a new generation) ends
+    them with the rest."""
+    opened = noderag.Index.open(index_dir)
+    opened.retrieve_many(questions, config=SearchConfig(n_threads=2))
+    assert len(forks) == 1 and _alive(forks[0])
+    opened.close()
+    assert _reaped(forks[0])
+
+
+def test_the_children_die_with_their_parent(index_dir, questions, tmp_path):
+    """A parent killed outright (no exit handler runs) takes its children with it: none is left holding the
+    index's files."""
+    script = tmp_path / "parent.py"
+    script.write_text(f"""
+import os, signal, sys
+sys.path.insert(0, {str(TESTS)!r})
+import noderag, noderag.search.forked as forked
+from noderag.search import SearchConfig, Searcher
+forked._fork_is_safe = lambda: True
+forked.available_cores = lambda: 2
+forked.MIN_PER_WORKER = 4
+searcher = Searcher(noderag.Index.open({str(index_dir)!r}), SearchConfig(n_threads=2))
+searcher.retrieve_many({questions[:8]!r})
+print(*[c.pid for c in searcher._pool._children], flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+""", encoding="utf-8")
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert out.returncode == -signal.SIGKILL, out.stderr
+    pids = [int(p) for p in out.stdout.split()]
+    assert len(pids) == 1
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and _running(pids[0]):
+        time.sleep(0.05)
+    assert not _running(pids[0])
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, dead but not reaped by its new parent yet, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
 
 
 def test_a_question_repeated_across_slices_keeps_its_place(index, questions, forking, forks):
@@ -104,11 +194,25 @@ def test_a_question_repeated_across_slices_keeps_its_place(index, questions, for
 
 def test_the_payload_carries_every_field_of_a_result(index, questions):
     searcher = Searcher(index, SearchConfig(n_threads=1))
-    res = searcher.retrieve(questions[0])
-    payload = forked.result_payload(res, searcher._doc)
-    assert set(payload) == {f.name for f in dataclasses.fields(RetrievalResult)}
-    back = forked.result_from_payload(forked._results(b"ok\n" + json.dumps([payload]).encode(), 1)[0], index)
-    assert back.to_dict() == res.to_dict() and back.passages[0].title == res.passages[0].title
+    results = searcher.retrieve_many(questions[:3])
+    back = forked.decode_results(forked.encode_results(results, searcher._doc), index)
+    _same(back, results)
+    assert back[0].passages[0].title == results[0].passages[0].title
+
+
+def test_the_payload_keeps_odd_strings_and_absent_values():
+    """Strings with NUL, a lone surrogate and characters outside the BMP; no best similarity, no generation,
+    nothing retrieved."""
+    node = RetrievedNode(7, NodeType.N, 0.1 + 0.2, "a\x00b \ud800 \U0001f600", "name")
+    full = RetrievalResult("q\x00?", [node], [Passage("p\u00e9", text="t\ud83d", score=1 / 3, node_id=7)], [1 / 3], [7],
+                           ["d"], "ctx", 5, [7], ["\u00e9"], [7], generation=None, best_similarity=None,
+                           min_similarity=0.3, matched=True)
+    empty = RetrievalResult("", [], [], [], [], [], "", 0, [], [], [], generation=4, best_similarity=0.25,
+                            min_similarity=0.3, matched=False)
+    back = forked.decode_results(forked.encode_results([full, empty]), None)
+    assert [dataclasses.astuple(r) for r in back] == [dataclasses.astuple(full), dataclasses.astuple(empty)]
+    assert back[0].passages[0].title is None and back[0].passages[0].text == "t\ud83d"
+    assert back[0].generation is None and back[0].best_similarity is None and back[1].generation == 4
 
 
 def _fail_in_child(parent: int, question: str, how: str):
@@ -125,11 +229,17 @@ def _fail_in_child(parent: int, question: str, how: str):
 
 def test_a_failing_child_names_its_questions_and_its_error(index, questions, forking, forks, monkeypatch):
     half = N_QUESTIONS // 2
+    real = Searcher._finish
     monkeypatch.setattr(Searcher, "_finish", _fail_in_child(os.getpid(), questions[-1], "raise"))
+    searcher = Searcher(index, SearchConfig(n_threads=2))
     with pytest.raises(RuntimeError, match=rf"(?s)questions {half + 1}-{N_QUESTIONS} of {N_QUESTIONS} failed: "
                                            r"Traceback.*ValueError: no ranking for"):
-        Searcher(index, SearchConfig(n_threads=2)).retrieve_many(questions)
-    assert len(forks) == 1 and _reaped(forks[0][0])
+        searcher.retrieve_many(questions)
+    assert len(forks) == 1 and _reaped(forks[0]) and searcher._pool.size == 0
+    monkeypatch.setattr(Searcher, "_finish", real)
+    got = searcher.retrieve_many(questions)  # a new child, forked without the failure
+    assert len(forks) == 2 and _alive(forks[1]) and [r.query for r in got] == questions
+    searcher.close()
 
 
 def test_a_killed_child_names_its_questions(index, questions, forking, forks, monkeypatch):
@@ -138,7 +248,7 @@ def test_a_killed_child_names_its_questions(index, questions, forking, forks, mo
     with pytest.raises(RuntimeError, match=rf"questions {half + 1}-{N_QUESTIONS} of {N_QUESTIONS} was killed by "
                                            "signal 9"):
         Searcher(index, SearchConfig(n_threads=2)).retrieve_many(questions)
-    assert len(forks) == 1 and _reaped(forks[0][0])
+    assert len(forks) == 1 and _reaped(forks[0])
 
 
 def test_an_interrupt_in_the_parent_kills_the_children(index, questions, forking, forks, monkeypatch):
@@ -157,7 +267,7 @@ def test_an_interrupt_in_the_parent_kills_the_children(index, questions, forking
     with pytest.raises(KeyboardInterrupt):
         Searcher(index, SearchConfig(n_threads=3)).retrieve_many(questions)
     assert time.monotonic() - t0 < 60
-    assert len(forks) == 2 and all(_reaped(pid) for pid, _, _ in forks)
+    assert len(forks) == 2 and all(_reaped(pid) for pid in forks)
 
 
 # ------------------------------------------------------------------ when a batch forks

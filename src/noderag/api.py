@@ -56,8 +56,10 @@ class Index(IndexStore):
 
     def close(self) -> None:
         """Release the pinned generation, the prepared searchers and every loaded table, memory map and file
-        of the generation (a long-lived process that reopens the index keeps no superseded generation open);
-        searching afterwards raises :class:`IndexClosedError`."""
+        of the generation (a long-lived process that reopens the index keeps no superseded generation open), and
+        the worker processes batches kept; searching afterwards raises :class:`IndexClosedError`."""
+        if self._search is not None:
+            self._search.close()
         self._search = None
         super().close()
         loaded = {name for cls in type(self).__mro__ for name, attr in vars(cls).items()

@@ -39,6 +39,12 @@ class SearcherCache:
                     found = self.searchers[key] = Searcher(index, config, llm=backend)
         return found
 
+    def close(self) -> None:
+        """End every cached searcher's forked workers (:meth:`Searcher.close`): they hold the index's maps."""
+        with self.lock:
+            for searcher in self.searchers.values():
+                searcher.close()
+
     def _llm(self, index: Any, llm: Any) -> Any:
         if llm is not None and not isinstance(llm, str):
             return llm

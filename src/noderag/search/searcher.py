@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
 from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -129,6 +130,7 @@ class Searcher:
         self._reranker = None
         self._reranker_lock = threading.Lock()
         self._titles: dict[int, str] | None = None  # doc_id -> title, read at the first rerank or title bridge
+        self._pool: forked.WorkerPool | None = None  # the processes retrieve_many keeps (_worker_pool)
         self.view = IndexView(self.n, self.types, self._chunk, self._doc, self._active, self._s_indptr, self._walk,
                               store.vectors, self.lexical, tables, self._document_titles,
                               title_columns=self._title_columns)
@@ -215,6 +217,8 @@ class Searcher:
         questions are split into contiguous slices, one per process: forked children run theirs (vector search,
         PPR, ranking) beside this process and send their results back; else one vector search and one threaded
         PPR call for all. The results are the same either way; a child's per-stage ``timings`` are not collected.
+        The children are kept for the next batch (:class:`~noderag.search.forked.WorkerPool`; :meth:`close`
+        ends them).
         """
         if isinstance(queries, str):
             raise TypeError("queries must be a sequence of strings, not one string (use retrieve)")
@@ -227,16 +231,41 @@ class Searcher:
         if query_vectors.shape[0] != len(queries):
             raise ValueError(f"query_vectors has {query_vectors.shape[0]} rows for {len(queries)} queries")
 
-        def run(lo: int, hi: int) -> list[RetrievalResult]:
-            preps = self._prepare(queries[lo:hi], query_vectors[lo:hi])
-            return [self._finish(p, r) for p, r in zip(preps, self._ppr(preps))]
-
         workers = forked.batch_workers(len(queries), self.config.n_threads, rerank=self.config.rerank is not None,
                                        llm=self.config.entity_source == "llm")
         if workers < 2:
-            return run(0, len(queries))
-        return forked.run_forked(run, len(queries), workers, partial(forked.result_payload, doc_of=self._doc),
-                                 partial(forked.result_from_payload, store=self.store))
+            return self._batch(queries, query_vectors)
+        with forked.collection_paused():  # here and while the children's results are rebuilt
+            return self._worker_pool(workers).run(queries, query_vectors, workers, partial(self._batch, threads=1),
+                                                  partial(forked.decode_results, store=self.store))
+
+    def _batch(self, queries: list[str], vectors: np.ndarray, threads: int | None = None) -> list[RetrievalResult]:
+        """The retrievals of ``queries`` in this process: one vector search and one PPR call for all, on ``threads``
+        threads (None: ``config.n_threads``)."""
+        with forked.collection_paused():
+            preps = self._prepare(queries, vectors, threads)
+            return [self._finish(p, r) for p, r in zip(preps, self._ppr(preps, threads))]
+
+    def _worker_pool(self, workers: int) -> forked.WorkerPool:
+        """The forked processes a batch of ``workers`` shares the work with, forked at the first such batch and
+        kept (:class:`~noderag.search.forked.WorkerPool`); forked anew for more workers or a changed configuration
+        (the children hold the one they were forked with)."""
+        stamp = repr(self.config)
+        pool = self._pool
+        if pool is None or pool.stamp != stamp or pool.size < workers - 1:
+            if pool is not None:
+                pool.close()
+            pool = self._pool = forked.WorkerPool(partial(self._batch, threads=1),
+                                                  partial(forked.encode_results, doc_of=self._doc), workers - 1, stamp)
+            weakref.finalize(self, pool.close)
+        return pool
+
+    def close(self) -> None:
+        """End the forked processes :meth:`retrieve_many` keeps (also done when the searcher is collected or the
+        interpreter exits); the searcher stays usable."""
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
 
     def query_context(self, query: str, *, query_vector: np.ndarray | None = None) -> QueryContext:
         """What ``query`` knows when its passages are ranked (entry points, names, BM25, the PPR result): the
@@ -293,11 +322,13 @@ class Searcher:
             return extract_query_entities(query)
         return list(self._extract(query))
 
-    def _entry_points(self, queries: list[str], vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The ``vector_top_k`` nearest embedded nodes of each query: (ids, similarities), one row per query."""
+    def _entry_points(self, queries: list[str], vectors: np.ndarray, threads: int | None = None
+                      ) -> tuple[np.ndarray, np.ndarray]:
+        """The ``vector_top_k`` nearest embedded nodes of each query: (ids, similarities), one row per query, on
+        ``threads`` threads (None: ``config.n_threads``; 0: all cores)."""
         cfg = self.config
         if cfg.vector_top_k > 0 and len(self.store.vectors) > 0:
-            threads = cfg.n_threads or 0
+            threads = (cfg.n_threads or 0) if threads is None else threads
             if len(queries) == 1:  # one query's shards on the idle cores (usearch's threads, outside the GIL)
                 threads = min(threads or forked.available_cores(), forked.available_cores())
             ids, dist = self.store.vectors.search(vectors, cfg.vector_top_k, threads=threads,
@@ -306,10 +337,10 @@ class Searcher:
                     (1.0 - np.asarray(dist, dtype=np.float32)).reshape(len(queries), -1))
         return np.zeros((len(queries), 0), np.int64), np.zeros((len(queries), 0), np.float32)
 
-    def _prepare(self, queries: list[str], vectors: np.ndarray) -> list[QueryContext]:
+    def _prepare(self, queries: list[str], vectors: np.ndarray, threads: int | None = None) -> list[QueryContext]:
         """Each query's context up to PPR: entry points, name matches, BM25 hits and the PPR seeds."""
         t0 = time.perf_counter()
-        ids, sims = self._entry_points(queries, vectors)
+        ids, sims = self._entry_points(queries, vectors, threads)
         self._timed("vector_search", t0, len(queries))
         t0 = time.perf_counter()
         out = [self._context(q, ids[i], sims[i], vectors[i]) for i, q in enumerate(queries)]
@@ -376,8 +407,10 @@ class Searcher:
             k[t] = max(q.others + cfg.vector_top_k, 1)
         return k
 
-    def _ppr(self, preps: list[QueryContext]) -> list[tuple[np.ndarray, np.ndarray] | None]:
-        """Per-type top-k ids and scores, shape (7, k) each, for every prepared query (None without PPR)."""
+    def _ppr(self, preps: list[QueryContext], threads: int | None = None
+             ) -> list[tuple[np.ndarray, np.ndarray] | None]:
+        """Per-type top-k ids and scores, shape (7, k) each, for every prepared query (None without PPR), a batch
+        on ``threads`` threads (None: ``config.n_threads``)."""
         cfg = self.config
         if not cfg.use_ppr:
             return [None] * len(preps)
@@ -394,7 +427,8 @@ class Searcher:
                 results = [self._operator.query(p.seeds, p.weights, **kw)]
             else:
                 results = self._operator.query_batch([preps[i].seeds for i in todo],
-                                                     [preps[i].weights for i in todo], n_threads=cfg.n_threads, **kw)
+                                                     [preps[i].weights for i in todo],
+                                                     n_threads=cfg.n_threads if threads is None else threads, **kw)
         except ValueError as exc:  # a damaged row, checked as the kernel reads it: name the graph file
             if not hasattr(self.store, "path"):
                 raise
