@@ -10,6 +10,7 @@ void register_lexical(py::module_& m);  // lexical.cpp
 void register_line_words(py::module_& m);  // line_words.cpp
 void register_bridge_links(py::module_& m);  // bridge_links.cpp
 void register_redundancy(py::module_& m);  // redundancy.cpp
+void register_title_heads(py::module_& m);  // title_heads.cpp
 
 #define STRINGIFY(x) #x
 #define MACRO_STRINGIFY(x) STRINGIFY(x)
@@ -27,4 +28,5 @@ PYBIND11_MODULE(_core, m) {
     register_line_words(m);
     register_bridge_links(m);
     register_redundancy(m);
+    register_title_heads(m);
 }

@@ -126,23 +126,55 @@ def test_table_links_skip_deleted_passages():
     assert links.named_groups("Hank Snow sang in Nashville.") == [[3], [6]]
 
 
-def test_binary_searched_tables_match_the_dicts(monkeypatch):
-    """Tables over DICT_TITLES titles are binary-searched instead of put in dicts: the same groups."""
-    import noderag.search.titles as titles_module
+def _candidates_reference(hashes, can_start, first, first_mask, heads, max_tokens):
+    """Every (start, length, lo, hi) whose head hash is in ``heads``, by start, longest first: Python ints."""
+    out = []
+    for s in range(len(hashes)):
+        if not can_start[s] or hashes[s] not in first:
+            continue
+        mask = first_mask[first.index(hashes[s])]
+        for n in range(min(max_tokens, len(hashes) - s), 0, -1):
+            h = head_hash(hashes[s:s + n]) if n > 1 else hashes[s]
+            if mask >> n & 1 and h in heads:
+                out.append((s, n, heads.index(h), len(heads) - heads[::-1].index(h)))
+    return out
 
-    titles = {0: "West Chicago, Illinois", 1: "Chicago", 2: "The (band)", 3: "West Chicago High School",
-              4: "Akinoshū Kenji", 5: "Tekeze River", 6: "馬祖列島", 7: "馬祖", 8: "Hank Snow", 9: "Chicago"}
-    texts = ["He went to West Chicago High School in Chicago. Born in West Chicago.",
-             "Akinoshu Kenji 馬祖列島 Tekezé River and 馬祖", "Hank Snow, Chicago and The band", ""]
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 5), max_size=30), st.lists(st.booleans(), min_size=30, max_size=30),
+       st.lists(st.lists(st.integers(0, 5), min_size=1, max_size=4), max_size=12), st.integers(1, 4))
+def test_title_candidates_match_a_reference(tokens, can_start, titles, max_tokens):
+    """The core's candidates over token hashes (a few distinct tokens: heads recur, and repeat in the table)
+    against a scan of every start and length."""
+    from noderag._core import title_candidates
+    from noderag.search.titles import _Q
+
+    value = [token_hash(f"w{t}") for t in range(6)]
+    hashes = [value[t] for t in tokens]
+    heads = sorted(head_hash([value[t] for t in title]) for title in titles)
+    masks: dict[int, int] = {}
+    for title in titles:
+        masks[value[title[0]]] = masks.get(value[title[0]], 0) | 1 << len(title)
+    first = sorted(masks)
+    first_mask = [masks[h] for h in first]
+    got = title_candidates(np.asarray(hashes, np.uint64), np.asarray(can_start[:len(hashes)], bool),
+                           np.asarray(first, np.uint64), np.asarray(first_mask, np.int64),
+                           np.asarray(heads, np.uint64), max_tokens, _Q)
+    want = _candidates_reference(hashes, can_start, first, first_mask, heads, max_tokens)
+    assert list(zip(*(c.tolist() for c in got))) == want
+
+
+def test_a_hash_proposes_and_the_title_decides():
+    """A head whose hash is found but whose title's own tokens differ (a collision, forced here) is passed
+    over for the next shorter head at the same place."""
+    titles = {0: "West Chicago High School", 1: "West Chicago"}
     docs = np.asarray(sorted(titles), dtype=np.int64)
-    small = TitleLinks(titles, docs + 100, docs)
-    want = [small.named_groups(t) for t in texts]
-    assert small._dicts is not None
-    monkeypatch.setattr(titles_module, "DICT_TITLES", 0)
-    large = TitleLinks(titles, docs + 100, docs)
-    assert [large.named_groups(t) for t in texts] == want
-    assert [large.named_groups(t) for t in texts] == want  # again: from the memoised look-ups
-    assert large._dicts is None and want[0] == [[3], [1, 9], [0]]
+    links = TitleLinks(titles, docs + 100, docs)
+    text = "He went to West Chicago High School."
+    assert links.named_groups(text) == [[0]]
+    row = int(np.flatnonzero(np.asarray(links._hdoc) == 0)[0])
+    links._keys[row] = ("east", "chicago", "high", "school")  # as if another title bore this hash
+    assert links.named_groups(text) == [[1]]
 
 
 @settings(max_examples=100, deadline=None)

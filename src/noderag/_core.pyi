@@ -153,6 +153,19 @@ def redundancy_order(
     (positions, their scores)."""
     ...
 
+def title_candidates(
+    hashes: npt.NDArray[np.uint64],
+    can_start: npt.NDArray[np.bool_],
+    first: npt.NDArray[np.uint64],
+    first_mask: npt.NDArray[np.int64],
+    heads: npt.NDArray[np.uint64],
+    max_tokens: int,
+    q: int,
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """The title heads a text's tokens may start (:meth:`noderag.search.titles.TitleLinks.named_groups`): (starts,
+    lengths, lo, hi) of every head hash found in ``heads``, by start, longest first."""
+    ...
+
 class LineWords:
     """Cached per-word token counts of context lines (:meth:`noderag.tokenize.LineCounter.count_spans`): spans of
     UTF-8 bytes split as ``str.split()`` splits their text; an all-zero span (an erased text) has no word."""

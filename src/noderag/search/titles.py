@@ -9,8 +9,8 @@ as whole-word phrases of the passage that start with a capitalised word (or a di
 case and accents folded on both sides (a question writes "Akinoshu Kenji" for the article "Akinoshū Kenji").
 
 The phrase table is written at build time (``query/title_*``, :func:`title_table`) or, for an index without
-it, built in memory at the first query that uses it, O(documents); a look-up costs a few binary searches per
-text.
+it, built in memory at the first query that uses it, O(documents); a text's look-up is one call of the core
+(:func:`noderag._core.title_candidates`: a binary search per capitalised word and head length).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from .._core import title_candidates
 from ..lang.entities import STOP
 from ..lang.zh import is_han_token, match_tokens
 
@@ -31,11 +32,6 @@ _PAREN = re.compile(r"\s*\([^()]*\)\s*$")
 _COMMA = re.compile(r"\s*,[^,]*$")
 #: Longest title head (in match tokens) looked up.
 MAX_HEAD_TOKENS = 8
-#: Tokens whose first-token mask is kept per index before the memo starts over.
-MASK_MEMO = 1 << 18
-#: Up to this many titles the look-ups go through dicts made at the first one (a few ms): a dict probe beats a
-#: numpy call's set-up for the few hashes of one text. Larger tables are binary-searched (no O(titles) step).
-DICT_TITLES = 1 << 15
 
 
 def title_head(title: str) -> str:
@@ -84,6 +80,13 @@ def token_hash(token: str) -> int:
     for b in token.encode("utf-8", "surrogatepass"):
         h = (h * _P + b + 1) & _M
     return h
+
+
+@lru_cache(maxsize=1 << 16)
+def folded_hash(token: str) -> int:
+    """:func:`token_hash` of a text's match token once folded (:func:`fold_token`): what a head's tokens are
+    hashed from. Memoised like the two."""
+    return token_hash(fold_token(token))
 
 
 def head_hash(hashes) -> int:
@@ -264,14 +267,6 @@ def title_table(doc_ids: np.ndarray, titles: Any, t_ids: np.ndarray, t_docs: np.
             "title_pdoc": np.asarray(t_docs, np.int64)[p_order], "title_pid": np.asarray(t_ids, np.int64)[p_order]}
 
 
-def _found(keys: np.ndarray, hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Positions of ``hashes`` in the sorted ``keys`` and whether each is there."""
-    pos = np.searchsorted(keys, hashes)
-    hit = pos < keys.size
-    hit[hit] = keys[pos[hit]] == hashes[hit]
-    return pos, hit
-
-
 class TitleLinks:
     """Documents by the title heads a text names, and each document's passages (T nodes).
 
@@ -325,15 +320,15 @@ class TitleLinks:
         return cls.from_arrow(titles[0], titles[1], t_ids, t_docs)
 
     def _use(self, a: dict[str, np.ndarray], active: np.ndarray | None = None) -> None:
-        self._head, self._hdoc = a["title_head"], a["title_doc"]
+        self._hdoc = a["title_doc"]
         self._toff, self._tbytes = a["title_off"], a["title"]
-        self._first, self._fmask = a["title_first"], a["title_mask"]
+        # as the core takes them (the build writes these dtypes: no copy of a mapped table)
+        self._head = np.ascontiguousarray(a["title_head"], dtype=np.uint64)
+        self._first = np.ascontiguousarray(a["title_first"], dtype=np.uint64)
+        self._fmask = np.ascontiguousarray(a["title_mask"], dtype=np.int64)
         self._docs, self._ids = a["title_pdoc"], a["title_pid"]
         self._active = active
         self._keys: dict[int, tuple[str, ...] | None] = {}
-        self._masks: dict[str, int] = {}  # folded token -> its mask (0: starts no head), filled as texts come
-        self._ranges: dict[int, tuple | None] = {}  # head hash -> its title rows (None: no head), filled likewise
-        self._dicts: tuple[dict, dict] | None = None  # (first-token hash -> mask, head hash -> rows): small tables
 
     def _key_of(self, row: int) -> tuple[str, ...] | None:
         got = self._keys.get(row, ())
@@ -342,112 +337,39 @@ class TitleLinks:
             got = self._keys[row] = title_key(raw.decode("utf-8", "surrogatepass"))
         return got
 
-    def _small_dicts(self) -> tuple[dict, dict]:
-        """The look-up dicts of a small table (:data:`DICT_TITLES`)."""
-        h = np.asarray(self._head)
-        lead = np.flatnonzero(np.r_[True, h[1:] != h[:-1]])
-        heads = dict(zip(h[lead].tolist(), zip(lead.tolist(), np.r_[lead[1:], h.size].tolist())))
-        return dict(zip(np.asarray(self._first).tolist(), np.asarray(self._fmask).tolist())), heads
-
     def named_docs(self, text: str) -> list[int]:
         """Documents whose title head ``text`` names, in text order, no repeats; the longest head at a
         position wins and heads inside a longer match are skipped."""
         return [d for group in self.named_groups(text) for d in group]
 
-    def _starts(self, surface: list[str], folded: list[str], ascii_text: bool) -> list[int]:
-        """The positions whose token starts a title head (a capitalised word in ASCII text)."""
-        # a \w+ token of ASCII text below "Z" starts with a digit or a capital
-        cand = [i for i, w in enumerate(surface) if "0" <= w[0] <= "Z"] if ascii_text else range(len(surface))
-        masks = self._masks
-        missing = list({folded[i] for i in cand if folded[i] not in masks})
-        if missing:
-            if len(masks) + len(missing) > MASK_MEMO:
-                masks.clear()
-                missing = list({folded[i] for i in cand})
-            if self._dicts is not None:
-                first = self._dicts[0]
-                masks.update((t, first.get(token_hash(t), 0)) for t in missing)
-            else:
-                pos, hit = _found(self._first, np.fromiter(map(token_hash, missing), np.uint64, len(missing)))
-                got = np.zeros(len(missing), np.int64)
-                got[hit] = self._fmask[pos[hit]]
-                masks.update(zip(missing, got.tolist()))
-        return [i for i in cand if masks[folded[i]] and (ascii_text or _name_start(surface[i]))]
-
-    def _candidates(self, folded: list[str], s: int) -> list[tuple[int, int]]:
-        """(length, head hash) of the heads that may start at token ``s``, longest first (:func:`_lengths`)."""
-        mask = self._masks[folded[s]]
-        h = token_hash(folded[s])  # memoised per token
-        prefix = [h]  # head_hash of folded[s:s + n] for n = 1, 2, ...: one step per token
-        for t in folded[s + 1:s + _lengths(mask)[0]]:
-            h = (h * _Q + token_hash(t)) & _M
-            prefix.append(h)
-        return [(n, prefix[n - 1]) for n in _lengths(mask) if n <= len(folded) - s]
-
-    def _head_ranges(self, folded: list[str], starts: list[int]) -> tuple[list | None, dict[int, tuple | None]]:
-        """Per start its :meth:`_candidates`, and the range of title rows of each hash (None: no head): memoised, the
-        new ones found by one binary search for them all. With the dicts of a small table: (None, that dict); the
-        candidates are then made as the text is read, for the starts outside a match only."""
-        if self._dicts is not None:
-            return None, self._dicts[1]
-        per_start = [self._candidates(folded, s) for s in starts]
-        wanted = [h for cands in per_start for _, h in cands]
-        memo = self._ranges
-        new = list({h for h in wanted if h not in memo})
-        if new:
-            if len(memo) + len(new) > MASK_MEMO:
-                memo.clear()
-                new = list(set(wanted))
-            keys = np.asarray(new, dtype=np.uint64)
-            lo, hit = _found(self._head, keys)
-            hi = np.searchsorted(self._head, keys[hit], side="right")
-            memo.update(dict.fromkeys(new))
-            memo.update(zip(keys[hit].tolist(), zip(lo[hit].tolist(), hi.tolist())))
-        return per_start, memo
-
     def named_groups(self, text: str) -> list[list[int]]:
         """:meth:`named_docs` grouped by the title head named: one list per head, in text order (several
-        documents may share a title: "Namibia" may be five articles' passages, and they name one subject)."""
+        documents may share a title: "Namibia" may be five articles' passages, and they name one subject).
+
+        The core proposes every (start, length) whose head hash is a title's (:func:`noderag._core.title_candidates`:
+        a binary search per start and length); each is then checked against the title's own folded tokens."""
         if not self._head.size or not text:
             return []
-        if self._dicts is None and self._head.size <= DICT_TITLES:
-            self._dicts = self._small_dicts()
         surface = match_tokens(text)
-        folded = list(map(fold_token, surface))
-        starts = self._starts(surface, folded, text.isascii())
-        if not starts:
+        if not surface:
             return []
-        per_start, heads = self._head_ranges(folded, starts)
+        hashes = np.fromiter(map(folded_hash, surface), np.uint64, len(surface))
+        starts = np.fromiter(map(_name_start, surface), np.bool_, len(surface))
+        cand = title_candidates(hashes, starts, self._first, self._fmask, self._head, MAX_HEAD_TOKENS, _Q)
         out: list[int] = []
         groups: list[list[int]] = []
-        after = 0  # the end of the last match (heads inside it are skipped)
-        masks, n_tok = self._masks, len(folded)
-        for i, s in enumerate(starts):
+        after = 0  # the end of the last match (heads inside it, and shorter ones at its start, are skipped)
+        for s, n, lo, hi in zip(*(c.tolist() for c in cand)):
             if s < after:
                 continue
-            if per_start is not None:
-                cands = per_start[i]
-            else:  # inline (a call per token shows in Chinese texts, where every token is a start)
-                lengths = _lengths(masks[folded[s]])
-                h = token_hash(folded[s])
-                prefix = [h]
-                for t in folded[s + 1:s + lengths[0]]:
-                    h = (h * _Q + token_hash(t)) & _M
-                    prefix.append(h)
-                cands = [(n, prefix[n - 1]) for n in lengths if n <= n_tok - s]
-            for n, h in cands:
-                at = heads.get(h)
-                if at is None:
-                    continue
-                key = tuple(folded[s:s + n])  # a hash proposes, the title's own head decides
-                docs = [int(self._hdoc[i]) for i in range(*at) if self._key_of(i) == key]
-                if docs:
-                    new = [d for d in docs if d not in out]
-                    if new:
-                        out.extend(new)
-                        groups.append(new)
-                    after = s + n
-                    break
+            key = tuple(map(fold_token, surface[s:s + n]))  # a hash proposes, the title's own head decides
+            docs = [int(self._hdoc[i]) for i in range(lo, hi) if self._key_of(i) == key]
+            if docs:
+                new = [d for d in docs if d not in out]
+                if new:
+                    out.extend(new)
+                    groups.append(new)
+                after = s + n
         return groups
 
     def passages(self, doc: int) -> np.ndarray:
@@ -468,9 +390,3 @@ class TitleLinks:
         else:  # the rows lo[i] .. lo[i] + n[i] - 1 of every document, in order
             ids = self._ids[np.repeat(lo - np.cumsum(n) + n, n) + np.arange(total)]
         return ids if self._active is None else ids[self._active[ids]]
-
-
-@lru_cache(maxsize=1 << 10)
-def _lengths(mask: int) -> tuple[int, ...]:
-    """The head lengths of a bit mask, longest first."""
-    return tuple(n for n in range(MAX_HEAD_TOKENS, 0, -1) if mask >> n & 1)
