@@ -439,7 +439,7 @@ def test_one_querys_shards_merge_as_the_per_shard_results(tmp_path):
     built = VectorIndex(16, dtype="f32", shards=5)
     built.add(np.arange(3000), data)
     built.save(tmp_path / "v.usearch")
-    small = VectorIndex(16, dtype="f32", shards=3)
+    small = VectorIndex(16, dtype="f32", shards=5)
     small.add(np.arange(4), data[:4])  # fewer entries than k: the result is padded
     distinct = VectorIndex(16, dtype="f32", shards=4)
     distinct.add(np.arange(2000), rng.standard_normal((2000, 16)).astype(np.float32))  # no ties
@@ -472,9 +472,9 @@ def test_threaded_shard_search_declines_where_a_tie_reaches_its_last_entry():
     tied.add(np.arange(800), base[np.arange(800) % 50])  # every vector 16 times, four a shard
     q = base[3][None, :]
     live = [x for x in tied._shards if len(x)]
-    assert V._per_shard(live, 3) == 12
-    assert V._nearest_threaded(live, q, 3, 12, 2) is None  # 16 at distance 0: the 12 kept all tie the 3rd
-    assert V._nearest_threaded(live, q, 3, 12, 1) is None
+    assert V._per_shard(live, 3) == 6
+    assert V._nearest_threaded(live, q, 3, 6, 2) is None  # 16 at distance 0: the 6 kept all tie the 3rd
+    assert V._nearest_threaded(live, q, 3, 6, 1) is None
     plain = VectorIndex(8, dtype="f32", shards=4)
     plain.add(np.arange(400), rng.standard_normal((400, 8)).astype(np.float32))
     live = [x for x in plain._shards if len(x)]

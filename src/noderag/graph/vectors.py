@@ -48,6 +48,10 @@ __all__ = ["VectorIndex", "knn_search", "knn_csr"]
 
 _METRICS = ("cos", "ip", "l2sq")
 _ADD_BLOCK = 16384  # rows per usearch add of a background shard build
+#: Shards a single query needs before its search is spread over threads: starting them and merging their entries
+#: costs ~0.2 ms, about what searching 3 shards of 600k vectors in parallel saves (8 shards at 10^6 passages: 0.69
+#: vs 0.95 ms; 2 at 10^5: slower threaded; benchmarks/bench_search_cost.py).
+THREADED_SHARDS = 4
 _DTYPES = ("f32", "f16", "bf16", "i8", "f64")
 
 
@@ -619,14 +623,14 @@ def _search_one(index, queries: np.ndarray, k: int, threads: int) -> tuple[np.nd
 def _per_shard(shards: list, k: int) -> int:
     """Entries each shard is asked for: more than ``k`` (one past them tells whether a tie crosses the ``k``-th),
     as many as its search beam finds anyway (usearch's beam is the larger of its ``expansion_search`` and the
-    count; at most ``4 k``), so every path that merges the shards decides the ``k`` nearest from the same
+    count; at most ``2 k``), so every path that merges the shards decides the ``k`` nearest from the same
     entries."""
-    return max([k + 1, *(min(int(getattr(x, "expansion_search", k)), 4 * k) for x in shards)])
+    return max([k + 1, *(min(int(getattr(x, "expansion_search", k)), 2 * k) for x in shards)])
 
 
 def _nearest_of_one(shards: list, query: np.ndarray, k: int, threads: int) -> tuple[np.ndarray, np.ndarray]:
     """One query's ``k`` nearest over several shards, (1, k) each, ties to the lower id: with ``threads`` other
-    than 1, usearch searches the shards on its own threads (:func:`_nearest_threaded`, outside the GIL); else, or
+    than 1 and at least :data:`THREADED_SHARDS` shards, usearch searches them on its own threads (:func:`_nearest_threaded`, outside the GIL); else, or
     where that cannot decide the ``k`` nearest alone, every shard's compiled search in turn, the entries found
     merged by one sort. Either way the result is :func:`_merge_nearest_by_id` of the shards' results."""
     from usearch.index import ScalarKind
@@ -635,7 +639,7 @@ def _nearest_of_one(shards: list, query: np.ndarray, k: int, threads: int) -> tu
     if any(getattr(getattr(x, "_compiled", None), "search_many", None) is None for x in live):
         return _merge_nearest_by_id([_search_one(y, query, _per_shard(live, k), threads) for y in live], k)
     wanted = _per_shard(live, k)
-    if threads != 1 and len(live) > 1:
+    if threads != 1 and len(live) >= THREADED_SHARDS:
         got = _nearest_threaded(live, query, k, wanted, threads)
         if got is not None:
             return got

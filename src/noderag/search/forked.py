@@ -2,8 +2,8 @@
 
 The ranking of a retrieval is Python and holds the GIL, so threads do not spread a batch over the cores. A
 :class:`WorkerPool` forks its children once (each inherits the opened, memory-mapped index and every cache:
-nothing is reopened) and keeps them: a batch is split into contiguous slices, the children get theirs through a
-pipe, this process runs the first, and each child's results come back in a compact binary form
+nothing is reopened) and keeps them: a batch's questions are dealt out in turn, the children get their shares
+through a pipe, this process runs the first, and each child's results come back in a compact binary form
 (:func:`encode_results`; no pickle) as the same objects, in question order, as one process makes. Kept children
 pay the fork and the copy-on-write faults of the pages both processes write once, not at every batch (at 10^5
 passages ~45,000 faults a process, 0.15 s of system time, against ~0.4 s of work in a 200-question batch).
@@ -13,16 +13,18 @@ passages ~45,000 faults a process, 0.15 s of system time, against ~0.4 s of work
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import gc
 import json
 import os
+import select
 import signal
 import struct
 import traceback
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -39,6 +41,9 @@ __all__ = ["MIN_PER_WORKER", "WorkerPool", "available_cores", "batch_workers", "
 MIN_PER_WORKER = 64
 _NODE_TYPES = tuple(NodeType(t) for t in range(N_TYPES))
 _FRAME = struct.Struct("<Q")  # a message's length, before it
+#: Results a child sends at a time: small enough that this process rebuilds most of them while its own share still
+#: runs (at 10^5 passages ~44 KB a result; the pipe holds 1 MiB), large enough that a part's fixed costs vanish.
+PART = 8
 _PR_SET_PDEATHSIG = 1
 
 
@@ -95,8 +100,8 @@ class _Child:
 
 
 class WorkerPool:
-    """``size`` forked children that run ``work(questions, vectors)`` (a list of results) on the slices of a batch
-    they are sent and answer with ``encode(results)``, until :meth:`close`. ``stamp``: what the children were forked with (the searcher's
+    """``size`` forked children that run ``work(questions, vectors)`` (their results one by one) on the shares of a
+    batch they are sent and answer with ``encode(results)``, a part at a time, until :meth:`close`. ``stamp``: what the children were forked with (the searcher's
     configuration); a batch under another stamp needs a new pool. A failed batch closes the pool (a child may be
     dead, or mid-slice), and the next one forks anew."""
 
@@ -119,10 +124,11 @@ class WorkerPool:
         """Children alive (0 once closed)."""
         return len(self._children)
 
-    def _fork(self, work: Callable[[list[str], np.ndarray], list[Any]], encode: Callable[[list[Any]], bytes]
+    def _fork(self, work: Callable[[list[str], np.ndarray], Iterable[Any]], encode: Callable[[list[Any]], bytes]
               ) -> _Child:
         from_parent, to_child = os.pipe()  # (read end, write end)
         from_child, to_parent = os.pipe()
+        _widen(to_parent)
         try:
             pid = os.fork()
         except OSError:
@@ -137,63 +143,65 @@ class WorkerPool:
         return _Child(pid, to_child, from_child)
 
     def run(self, queries: Sequence[str], vectors: np.ndarray, workers: int,
-            here: Callable[[list[str], np.ndarray], list[Any]], decode: Callable[[bytes], list[Any]]) -> list[Any]:
-        """The results of ``queries`` over ``workers`` processes (at most ``size + 1``): contiguous slices, the
-        first run here by ``here``, each other sent to a child and rebuilt by ``decode``. A child that fails or
-        dies raises ``RuntimeError`` naming its questions (1-based) and its error; any exception here
-        (KeyboardInterrupt included) closes the pool, its children killed and reaped."""
+            here: Callable[[list[str], np.ndarray], Iterable[Any]], decode: Callable[[bytes], list[Any]]
+            ) -> list[Any]:
+        """The results of ``queries`` over ``workers`` processes (at most ``size + 1``), process ``w`` taking every
+        ``workers``-th question from question ``w`` (a batch ordered by source or kind still splits evenly): the
+        first share run here by ``here`` (its results one by one), each other sent to a child, whose results come
+        back in parts (:data:`PART`) rebuilt by ``decode`` between this process's own questions (not all at the
+        end, while the children's cores wait), put back in question order. A child that fails or dies raises
+        ``RuntimeError`` naming its questions (1-based) and its error; any exception here (KeyboardInterrupt
+        included) closes the pool, its children killed and reaped."""
         n = len(queries)
         workers = min(int(workers), self.size + 1)
-        bounds = [n * w // workers for w in range(workers + 1)]
-        sent = list(zip(self._children, bounds[1:-1], bounds[2:]))
+        replies = [_Replies(c, f"the forked worker of questions {w + 1}, {w + 1 + workers}, ... (one in {workers} "
+                               f"of {n})", decode) for c, w in zip(self._children, range(1, workers))]
         try:
-            for child, lo, hi in sent:
-                _write_frame(child.requests, _encode_request(queries[lo:hi], vectors[lo:hi]))
-            out = list(here(list(queries[:bounds[1]]), vectors[:bounds[1]]))
-            for child, lo, hi in sent:
-                out.extend(self._collect(child, f"the forked worker of questions {lo + 1}-{hi} of {n}", decode))
+            for r, w in zip(replies, range(1, workers)):
+                _write_frame(r.child.requests, _encode_request(queries[w::workers], vectors[w::workers]))
+            out: list[Any] = [None] * n
+            own = []
+            for result in here(list(queries[0::workers]), np.ascontiguousarray(vectors[0::workers])):
+                own.append(result)
+                for r in replies:
+                    r.pump(block=False)
+            out[0::workers] = own
+            for r, w in zip(replies, range(1, workers)):
+                while not r.done:
+                    r.pump(block=True)
+                out[w::workers] = r.results
             return out
+        except _ChildGone as gone:
+            self.close()
+            raise RuntimeError(gone.message) from None
         except BaseException:
             self.close()
             raise
-
-    def _collect(self, child: _Child, where: str, decode: Callable[[bytes], list[Any]]) -> list[Any]:
-        """A child's results, or ``RuntimeError`` with what it sent, or how it ended."""
-        data = _read_frame(child.replies)
-        if data is not None and data.startswith(b"ok\n"):
-            return decode(data[3:])
-        if data is not None and data.startswith(b"error\n"):
-            raise RuntimeError(f"{where} failed: {data[6:].decode('utf-8', 'replace').rstrip()}")
-        _, status = os.waitpid(child.pid, 0)
-        self._children.remove(child)
-        for fd in (child.requests, child.replies):
-            os.close(fd)
-        code = os.waitstatus_to_exitcode(status)
-        if code < 0:
-            raise RuntimeError(f"{where} was killed by signal {-code}")
-        raise RuntimeError(f"{where} ended with status {code} before sending its results")
 
     def close(self) -> None:
         """Kill and reap every child (they hold nothing to flush: they only read the index)."""
         children, self._children = self._children, []
         for child in children:
+            for fd in (child.requests, child.replies):
+                os.close(fd)
+            if child.pid < 0:  # reaped already
+                continue
             try:
                 os.kill(child.pid, signal.SIGKILL)
             except ProcessLookupError:  # exited already (a zombie until reaped)
                 pass
-            for fd in (child.requests, child.replies):
-                os.close(fd)
             try:
                 os.waitpid(child.pid, 0)
             except ChildProcessError:  # reaped elsewhere
                 pass
 
 
-def _serve(requests: int, replies: int, work: Callable[[list[str], np.ndarray], list[Any]],
+def _serve(requests: int, replies: int, work: Callable[[list[str], np.ndarray], Iterable[Any]],
            encode: Callable[[list[Any]], bytes], inherited: list[int]) -> None:
-    """A child's life: each slice read from ``requests`` answered on ``replies`` with b"ok\\n" and its encoded
-    results, or b"error\\n" and the traceback; it ends with ``os._exit`` (none of the parent's exit handlers or
-    buffered output) when the parent closes the pipe or dies. Ctrl-C reaches the parent only (it closes the pool)."""
+    """A child's life: each share read from ``requests`` answered on ``replies`` with its results encoded in parts
+    of :data:`PART` (b"part\n" each, the last b"ok\n"), or b"error\n" and the traceback; it ends with ``os._exit``
+    (none of the parent's exit handlers or buffered output) when the parent closes the pipe or dies. Ctrl-C
+    reaches the parent only (it closes the pool)."""
     code = 1
     try:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -201,14 +209,85 @@ def _serve(requests: int, replies: int, work: Callable[[list[str], np.ndarray], 
         for fd in inherited:  # the other children's pipes: their ends must close when the parent's do
             os.close(fd)
         while (msg := _read_frame(requests)) is not None:
+            part: list[Any] = []
             try:
-                body = b"ok\n" + encode(work(*_decode_request(msg)))
+                with collection_paused():
+                    for result in work(*_decode_request(msg)):
+                        part.append(result)
+                        if len(part) == PART:
+                            _write_frame(replies, b"part\n" + encode(part))
+                            part = []
+                    body = b"ok\n" + encode(part)
             except BaseException:
                 body = b"error\n" + traceback.format_exc().encode("utf-8", "replace")
             _write_frame(replies, body)
         code = 0
     finally:
         os._exit(code)
+
+
+class _ChildGone(Exception):
+    """A child failed or ended: the pool closes, and the batch raises ``RuntimeError(message)``."""
+
+    def __init__(self, child: _Child, message: str) -> None:
+        super().__init__(message)
+        self.child, self.message = child, message
+
+
+class _Replies:
+    """What one child sends for one share: its frames read as they come (``pump``), each part decoded at once."""
+
+    def __init__(self, child: _Child, where: str, decode: Callable[[bytes], list[Any]]) -> None:
+        self.child, self.where, self.decode = child, where, decode
+        self.results: list[Any] = []
+        self.done = False
+        self._buf = bytearray()
+        self._poll = select.poll()  # not select(): an index's open files put the pipe past its 1024 descriptors
+        self._poll.register(child.replies, select.POLLIN)
+
+    def pump(self, block: bool) -> None:
+        """Read what the child has sent (waiting for something where ``block``) and handle every whole frame."""
+        if self.done or not self._poll.poll(None if block else 0):
+            return
+        data = os.read(self.child.replies, 1 << 20)
+        if not data:
+            raise _ChildGone(self.child, self._ended())
+        self._buf += data
+        while len(self._buf) >= _FRAME.size:
+            size = _FRAME.unpack_from(self._buf)[0]
+            if len(self._buf) < _FRAME.size + size:
+                break
+            frame = bytes(self._buf[_FRAME.size:_FRAME.size + size])
+            del self._buf[:_FRAME.size + size]
+            self._handle(frame)
+
+    def _handle(self, frame: bytes) -> None:
+        if frame.startswith(b"part\n"):
+            self.results += self.decode(frame[5:])
+        elif frame.startswith(b"ok\n"):
+            self.results += self.decode(frame[3:])
+            self.done = True
+        elif frame.startswith(b"error\n"):
+            raise _ChildGone(self.child, f"{self.where} failed: {frame[6:].decode('utf-8', 'replace').rstrip()}")
+        else:
+            raise _ChildGone(self.child, f"{self.where} sent {len(frame)} bytes that are not its results")
+
+    def _ended(self) -> str:
+        """How the child ended (its pipe closed before its results): the signal or status, once reaped."""
+        _, status = os.waitpid(self.child.pid, 0)
+        self.child.pid = -1  # reaped
+        code = os.waitstatus_to_exitcode(status)
+        if code < 0:
+            return f"{self.where} was killed by signal {-code}"
+        return f"{self.where} ended with status {code} before sending its results"
+
+
+def _widen(fd: int) -> None:
+    """Linux: a pipe that holds a few parts (1 MiB), so a child seldom waits for this process to read."""
+    try:
+        fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, 1 << 20)
+    except (AttributeError, OSError):  # another system, or above the system's limit: the default size
+        pass
 
 
 def _die_with_parent() -> None:

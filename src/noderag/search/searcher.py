@@ -18,7 +18,7 @@ import time
 import weakref
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -214,7 +214,7 @@ class Searcher:
         """Retrieve for many queries: one embedding batch, then the rest on the cores ``config.n_threads`` allows.
 
         Where forking is safe and the batch is large enough (:func:`~noderag.search.forked.batch_workers`), the
-        questions are split into contiguous slices, one per process: forked children run theirs (vector search,
+        questions are dealt out in turn, one share per process: forked children run theirs (vector search,
         PPR, ranking) beside this process and send their results back; else one vector search and one threaded
         PPR call for all. The results are the same either way; a child's per-stage ``timings`` are not collected.
         The children are kept for the next batch (:class:`~noderag.search.forked.WorkerPool`; :meth:`close`
@@ -236,15 +236,22 @@ class Searcher:
         if workers < 2:
             return self._batch(queries, query_vectors)
         with forked.collection_paused():  # here and while the children's results are rebuilt
-            return self._worker_pool(workers).run(queries, query_vectors, workers, partial(self._batch, threads=1),
+            return self._worker_pool(workers).run(queries, query_vectors, workers,
+                                                  partial(self._retrievals, threads=1),
                                                   partial(forked.decode_results, store=self.store))
 
-    def _batch(self, queries: list[str], vectors: np.ndarray, threads: int | None = None) -> list[RetrievalResult]:
-        """The retrievals of ``queries`` in this process: one vector search and one PPR call for all, on ``threads``
-        threads (None: ``config.n_threads``)."""
+    def _batch(self, queries: list[str], vectors: np.ndarray) -> list[RetrievalResult]:
+        """The retrievals of ``queries`` in this process, on the threads ``config.n_threads`` allows."""
         with forked.collection_paused():
-            preps = self._prepare(queries, vectors, threads)
-            return [self._finish(p, r) for p, r in zip(preps, self._ppr(preps, threads))]
+            return list(self._retrievals(queries, vectors))
+
+    def _retrievals(self, queries: list[str], vectors: np.ndarray, threads: int | None = None
+                    ) -> Iterator[RetrievalResult]:
+        """The retrievals of ``queries`` one by one, after one vector search and one PPR call for all on ``threads``
+        threads (None: ``config.n_threads``)."""
+        preps = self._prepare(queries, vectors, threads)
+        for p, r in zip(preps, self._ppr(preps, threads)):
+            yield self._finish(p, r)
 
     def _worker_pool(self, workers: int) -> forked.WorkerPool:
         """The forked processes a batch of ``workers`` shares the work with, forked at the first such batch and
@@ -255,7 +262,7 @@ class Searcher:
         if pool is None or pool.stamp != stamp or pool.size < workers - 1:
             if pool is not None:
                 pool.close()
-            pool = self._pool = forked.WorkerPool(partial(self._batch, threads=1),
+            pool = self._pool = forked.WorkerPool(partial(self._retrievals, threads=1),
                                                   partial(forked.encode_results, doc_of=self._doc), workers - 1, stamp)
             weakref.finalize(self, pool.close)
         return pool
