@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Callable
 
 import numpy as np
@@ -113,7 +114,7 @@ class QueryContext:
         postings = self.lex_postings
         return np.asarray(keys, dtype=np.int64) if postings is None else postings.ids(keys)
 
-    @property
+    @cached_property
     def lex_best(self) -> float:
-        """The query's best BM25 score (0 without a lexical hit)."""
+        """The query's best BM25 score (0 without a lexical hit); the stages ask for it a few times a query."""
         return float(self.lex_scores.max()) if self.lex_scores.size else 0.0
