@@ -312,4 +312,20 @@ def test_a_batch_counts_only_the_cores_other_work_leaves_idle(monkeypatch, load,
     processes taking turns on one core run slower than one)."""
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cores)))
     monkeypatch.setattr(os, "getloadavg", lambda: (load, load, load))
+    monkeypatch.setattr(forked, "_running_tasks", lambda: 64)  # busy now: the load average decides
     assert forked.available_cores() == idle
+
+
+@pytest.mark.parametrize(("load", "running", "idle"), [(1.9, 1, 2), (1.9, 2, 1), (1.9, 3, 1), (0.5, 3, 2), (3.0, None, 1)])
+def test_a_job_that_has_just_ended_holds_no_core(monkeypatch, load, running, idle):
+    """The load average still counts a job that ended in the last minute; the tasks runnable now do not: the other
+    work is the smaller of the two (the load alone where the running count is unknown)."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    monkeypatch.setattr(os, "getloadavg", lambda: (load, load, load))
+    monkeypatch.setattr(forked, "_running_tasks", lambda: running)
+    assert forked.available_cores() == idle
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/loadavg is Linux's")
+def test_the_running_tasks_count_this_one():
+    assert forked._running_tasks() >= 1

@@ -48,10 +48,12 @@ _PR_SET_PDEATHSIG = 1
 
 
 def available_cores() -> int:
-    """The cores this process may run on that other work leaves idle: those of its affinity less the 1-minute load
-    average of the rest of the machine (this process counts one), as ``make -l`` reads the load. Two processes
-    on a core other work holds take turns on it and evict each other's caches: a forked batch ran at 0.56x one
-    process's rate at 10^5 passages where another job held a core of two (benchmarks/bench_search_cost.py)."""
+    """The cores this process may run on that other work leaves idle: those of its affinity less the other work,
+    the smaller of the 1-minute load average less this process (as ``make -l`` reads the load) and the tasks
+    runnable right now less this one (the load average still counts, for a minute, a job that has just ended).
+    Two processes on a core other work holds take turns on it and evict each other's caches: a forked batch ran at
+    0.56x one process's rate at 10^5 passages where another job held a core of two
+    (benchmarks/bench_search_cost.py)."""
     try:
         cores = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
@@ -60,7 +62,19 @@ def available_cores() -> int:
         others = max(os.getloadavg()[0] - 1.0, 0.0)
     except OSError:  # no load average on this system
         others = 0.0
+    running = _running_tasks()
+    if running is not None:
+        others = min(others, max(running - 1, 0))
     return max(1, min(cores, int(cores - others + 0.5)))
+
+
+def _running_tasks() -> int | None:
+    """Tasks runnable on the machine now, this one included (Linux ``/proc/loadavg``), or None where unknown."""
+    try:
+        with open("/proc/loadavg", "rb") as fh:
+            return int(fh.read().split()[3].split(b"/")[0])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def batch_workers(n_questions: int, cores: int | None, *, rerank: bool = False, llm: bool = False) -> int:
