@@ -25,6 +25,7 @@ import numpy as np
 from ..embed.base import embed_queries
 from ..errors import NodeRAGError
 from ..graph.types import N_TYPES, NodeType
+from ..graph.vectors import THREADED_SHARDS
 from ..graph.walk import TypedNeighbours
 from ..store.layout import SCRUBBED
 from . import forked
@@ -337,12 +338,20 @@ class Searcher:
         if cfg.vector_top_k > 0 and len(self.store.vectors) > 0:
             threads = (cfg.n_threads or 0) if threads is None else threads
             if len(queries) == 1:  # one query's shards on the idle cores (usearch's threads, outside the GIL)
-                threads = min(threads or forked.available_cores(), forked.available_cores())
+                threads = self._shard_threads(threads)
             ids, dist = self.store.vectors.search(vectors, cfg.vector_top_k, threads=threads,
                                                   expansion=cfg.expansion_search)
             return (np.asarray(ids, dtype=np.int64).reshape(len(queries), -1),
                     (1.0 - np.asarray(dist, dtype=np.float32)).reshape(len(queries), -1))
         return np.zeros((len(queries), 0), np.int64), np.zeros((len(queries), 0), np.float32)
+
+    def _shard_threads(self, allowed: int) -> int:
+        """Threads for one query's shard search: 1 below :data:`~noderag.graph.vectors.THREADED_SHARDS` shards, else
+        the idle cores, at most ``allowed`` (0: no bound)."""
+        if getattr(self.store.vectors, "shards", 1) < THREADED_SHARDS:
+            return 1
+        idle = forked.available_cores()
+        return min(allowed or idle, idle)
 
     def _prepare(self, queries: list[str], vectors: np.ndarray, threads: int | None = None) -> list[QueryContext]:
         """Each query's context up to PPR: entry points, name matches, BM25 hits and the PPR seeds."""
