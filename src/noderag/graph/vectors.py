@@ -630,29 +630,33 @@ def _per_shard(shards: list, k: int) -> int:
 
 def _nearest_of_one(shards: list, query: np.ndarray, k: int, threads: int) -> tuple[np.ndarray, np.ndarray]:
     """One query's ``k`` nearest over several shards, (1, k) each, ties to the lower id: with ``threads`` other
-    than 1 and at least :data:`THREADED_SHARDS` shards, usearch searches them on its own threads (:func:`_nearest_threaded`, outside the GIL); else, or
-    where that cannot decide the ``k`` nearest alone, every shard's compiled search in turn, the entries found
-    merged by one sort. Either way the result is :func:`_merge_nearest_by_id` of the shards' results."""
-    from usearch.index import ScalarKind
-
+    than 1 and at least :data:`THREADED_SHARDS` shards, usearch searches them on its own threads
+    (:func:`_nearest_threaded`, outside the GIL); else, or where that cannot decide the ``k`` nearest alone,
+    every shard's compiled search in turn, the entries found merged by one sort. Either way the result is
+    :func:`_merge_nearest_by_id` of the shards' results."""
     live = [x for x in shards if len(x)]
-    if any(getattr(getattr(x, "_compiled", None), "search_many", None) is None for x in live):
-        return _merge_nearest_by_id([_search_one(y, query, _per_shard(live, k), threads) for y in live], k)
     wanted = _per_shard(live, k)
+    if any(getattr(getattr(x, "_compiled", None), "search_many", None) is None for x in live):
+        return _merge_nearest_by_id([_search_one(y, query, wanted, threads) for y in live], k)
     if threads != 1 and len(live) >= THREADED_SHARDS:
         got = _nearest_threaded(live, query, k, wanted, threads)
         if got is not None:
             return got
-    keys_of, dist_of = [], []
-    for x in live:
-        keys, dist, counts = x._compiled.search_many(query, count=wanted, exact=False, threads=1,
-                                                     dtype=ScalarKind.Unknown)[:3]
-        found = int(np.asarray(counts).reshape(-1)[0])
-        keys_of.append(np.asarray(keys).reshape(-1)[:found])
-        dist_of.append(np.asarray(dist, np.float32).reshape(-1)[:found])
-    keys = np.concatenate(keys_of).astype(np.int64) if keys_of else np.zeros(0, np.int64)
-    dist = np.concatenate(dist_of) if dist_of else np.zeros(0, np.float32)
+    found = [_found_of_one(x._compiled, query, wanted, 1) for x in live]
+    keys = np.concatenate([f[0] for f in found]) if found else np.zeros(0, np.int64)
+    dist = np.concatenate([f[1] for f in found]) if found else np.zeros(0, np.float32)
     return _first_k(keys, dist, k)
+
+
+def _found_of_one(compiled: Any, query: np.ndarray, count: int, threads: int) -> tuple[np.ndarray, np.ndarray]:
+    """(ids int64, distances float32) a compiled usearch index (or ``Indexes``) found for one query, up to
+    ``count``, in its order."""
+    from usearch.index import ScalarKind
+
+    keys, dist, counts = compiled.search_many(query, count=count, exact=False, threads=threads,
+                                              dtype=ScalarKind.Unknown)[:3]
+    found = int(np.asarray(counts).reshape(-1)[0])
+    return np.asarray(keys).reshape(-1)[:found].astype(np.int64), np.asarray(dist, np.float32).reshape(-1)[:found]
 
 
 def _nearest_threaded(shards: list, query: np.ndarray, k: int, wanted: int, threads: int
@@ -661,17 +665,13 @@ def _nearest_threaded(shards: list, query: np.ndarray, k: int, wanted: int, thre
     of its own (0: all cores), or None where a tie reaches the last of the ``wanted`` entries it keeps: its
     threads merge the shards' entries in the order they finish, so which of several equally distant entries it
     keeps may vary, and only entries strictly nearer than every one it dropped are sure."""
-    from usearch.index import Indexes, ScalarKind
+    from usearch.index import Indexes
 
     multi = Indexes()
     for x in shards:
         multi.merge(x)
-    keys, dist, counts = multi._compiled.search_many(query, count=wanted, exact=False, threads=threads,
-                                                     dtype=ScalarKind.Unknown)[:3]
-    found = int(np.asarray(counts).reshape(-1)[0])
-    keys = np.asarray(keys).reshape(-1)[:found].astype(np.int64)
-    dist = np.asarray(dist, np.float32).reshape(-1)[:found]
-    if found == wanted and dist.max() <= np.sort(dist)[k - 1]:
+    keys, dist = _found_of_one(multi._compiled, query, wanted, threads)
+    if keys.size == wanted and dist.max() <= np.sort(dist)[k - 1]:
         return None
     return _first_k(keys, dist, k)
 
@@ -691,20 +691,19 @@ def _merge_nearest_by_id(parts: list[tuple[np.ndarray, np.ndarray]], k: int) -> 
     whichever order the shards' entries come in."""
     ids = np.concatenate([p[0] for p in parts], axis=1)
     dist = np.concatenate([p[1] for p in parts], axis=1)
-    order = np.lexsort((np.where(ids < 0, np.iinfo(np.int64).max, ids), dist), axis=-1)[:, :k]
-    ids, dist = np.take_along_axis(ids, order, 1), np.take_along_axis(dist, order, 1)
-    if ids.shape[1] < k:
-        pad = k - ids.shape[1]
-        ids = np.pad(ids, ((0, 0), (0, pad)), constant_values=-1)
-        dist = np.pad(dist, ((0, 0), (0, pad)), constant_values=np.inf)
-    return ids, dist.astype(np.float32)
+    return _take_nearest(ids, dist, np.lexsort((np.where(ids < 0, np.iinfo(np.int64).max, ids), dist), axis=-1), k)
 
 
 def _merge_nearest(parts: list[tuple[np.ndarray, np.ndarray]], k: int) -> tuple[np.ndarray, np.ndarray]:
     """The ``k`` nearest of several shards' results per query (ties: earlier shard, then its rank)."""
     ids = np.concatenate([p[0] for p in parts], axis=1)
     dist = np.concatenate([p[1] for p in parts], axis=1)
-    order = np.argsort(dist, axis=1, kind="stable")[:, :k]
+    return _take_nearest(ids, dist, np.argsort(dist, axis=1, kind="stable"), k)
+
+
+def _take_nearest(ids: np.ndarray, dist: np.ndarray, order: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The first ``k`` of each row of ``ids``/``dist`` in ``order``, padded with -1 / +inf to ``k`` columns."""
+    order = order[:, :k]
     ids, dist = np.take_along_axis(ids, order, 1), np.take_along_axis(dist, order, 1)
     if ids.shape[1] < k:
         pad = k - ids.shape[1]

@@ -115,11 +115,11 @@ class _Child:
 
 class WorkerPool:
     """``size`` forked children that run ``work(questions, vectors)`` (their results one by one) on the shares of a
-    batch they are sent and answer with ``encode(results)``, a part at a time, until :meth:`close`. ``stamp``: what the children were forked with (the searcher's
-    configuration); a batch under another stamp needs a new pool. A failed batch closes the pool (a child may be
-    dead, or mid-slice), and the next one forks anew."""
+    batch they are sent and answer with ``encode(results)``, a part at a time, until :meth:`close`. ``stamp``: what
+    the children were forked with (the searcher's configuration); a batch under another stamp needs a new pool. A
+    failed batch closes the pool (a child may be dead, or mid-share), and the next one forks anew."""
 
-    def __init__(self, work: Callable[[list[str], np.ndarray], list[Any]], encode: Callable[[list[Any]], bytes],
+    def __init__(self, work: Callable[[list[str], np.ndarray], Iterable[Any]], encode: Callable[[list[Any]], bytes],
                  size: int, stamp: Any = None) -> None:
         self.stamp = stamp
         self._children: list[_Child] = []
@@ -171,7 +171,7 @@ class WorkerPool:
         replies = [_Replies(c, f"the forked worker of questions {w + 1}, {w + 1 + workers}, ... (one in {workers} "
                                f"of {n})", decode) for c, w in zip(self._children, range(1, workers))]
         try:
-            for r, w in zip(replies, range(1, workers)):
+            for w, r in enumerate(replies, 1):
                 _write_frame(r.child.requests, _encode_request(queries[w::workers], vectors[w::workers]))
             out: list[Any] = [None] * n
             own = []
@@ -180,14 +180,14 @@ class WorkerPool:
                 for r in replies:
                     r.pump(block=False)
             out[0::workers] = own
-            for r, w in zip(replies, range(1, workers)):
+            for w, r in enumerate(replies, 1):
                 while not r.done:
                     r.pump(block=True)
                 out[w::workers] = r.results
             return out
         except _ChildGone as gone:
             self.close()
-            raise RuntimeError(gone.message) from None
+            raise RuntimeError(str(gone)) from None
         except BaseException:
             self.close()
             raise
@@ -241,11 +241,7 @@ def _serve(requests: int, replies: int, work: Callable[[list[str], np.ndarray], 
 
 
 class _ChildGone(Exception):
-    """A child failed or ended: the pool closes, and the batch raises ``RuntimeError(message)``."""
-
-    def __init__(self, child: _Child, message: str) -> None:
-        super().__init__(message)
-        self.child, self.message = child, message
+    """A child failed or ended: the pool closes, and the batch raises ``RuntimeError`` with this message."""
 
 
 class _Replies:
@@ -265,7 +261,7 @@ class _Replies:
             return
         data = os.read(self.child.replies, 1 << 20)
         if not data:
-            raise _ChildGone(self.child, self._ended())
+            raise _ChildGone(self._ended())
         self._buf += data
         while len(self._buf) >= _FRAME.size:
             size = _FRAME.unpack_from(self._buf)[0]
@@ -282,9 +278,9 @@ class _Replies:
             self.results += self.decode(frame[3:])
             self.done = True
         elif frame.startswith(b"error\n"):
-            raise _ChildGone(self.child, f"{self.where} failed: {frame[6:].decode('utf-8', 'replace').rstrip()}")
+            raise _ChildGone(f"{self.where} failed: {frame[6:].decode('utf-8', 'replace').rstrip()}")
         else:
-            raise _ChildGone(self.child, f"{self.where} sent {len(frame)} bytes that are not its results")
+            raise _ChildGone(f"{self.where} sent {len(frame)} bytes that are not its results")
 
     def _ended(self) -> str:
         """How the child ended (its pipe closed before its results): the signal or status, once reaped."""

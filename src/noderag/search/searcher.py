@@ -236,10 +236,10 @@ class Searcher:
                                        llm=self.config.entity_source == "llm")
         if workers < 2:
             return self._batch(queries, query_vectors)
+        one_thread = partial(self._retrievals, threads=1)  # each process on its own core
         with forked.collection_paused():  # here and while the children's results are rebuilt
-            return self._worker_pool(workers).run(queries, query_vectors, workers,
-                                                  partial(self._retrievals, threads=1),
-                                                  partial(forked.decode_results, store=self.store))
+            return self._worker_pool(workers, one_thread).run(queries, query_vectors, workers, one_thread,
+                                                              partial(forked.decode_results, store=self.store))
 
     def _batch(self, queries: list[str], vectors: np.ndarray) -> list[RetrievalResult]:
         """The retrievals of ``queries`` in this process, on the threads ``config.n_threads`` allows."""
@@ -254,25 +254,25 @@ class Searcher:
         for p, r in zip(preps, self._ppr(preps, threads)):
             yield self._finish(p, r)
 
-    def _worker_pool(self, workers: int) -> forked.WorkerPool:
-        """The forked processes a batch of ``workers`` shares the work with, forked at the first such batch and
-        kept (:class:`~noderag.search.forked.WorkerPool`); forked anew for more workers or a changed configuration
-        (the children hold the one they were forked with)."""
+    def _worker_pool(self, workers: int, work: Callable[[list[str], np.ndarray], Iterator[RetrievalResult]]
+                     ) -> forked.WorkerPool:
+        """The forked processes running ``work`` that a batch of ``workers`` shares the work with, forked at the
+        first such batch and kept (:class:`~noderag.search.forked.WorkerPool`); forked anew for more workers or a
+        changed configuration (the children hold the one they were forked with)."""
         stamp = repr(self.config)
         pool = self._pool
         if pool is None or pool.stamp != stamp or pool.size < workers - 1:
-            if pool is not None:
-                pool.close()
-            pool = self._pool = forked.WorkerPool(partial(self._retrievals, threads=1),
-                                                  partial(forked.encode_results, doc_of=self._doc), workers - 1, stamp)
-            weakref.finalize(self, pool.close)
+            self.close()
+            pool = self._pool = forked.WorkerPool(work, partial(forked.encode_results, doc_of=self._doc),
+                                                  workers - 1, stamp)
+            self._pool_end = weakref.finalize(self, pool.close)  # at collection or exit, if not closed before
         return pool
 
     def close(self) -> None:
         """End the forked processes :meth:`retrieve_many` keeps (also done when the searcher is collected or the
         interpreter exits); the searcher stays usable."""
         if self._pool is not None:
-            self._pool.close()
+            self._pool_end()  # closes the pool, once
             self._pool = None
 
     def query_context(self, query: str, *, query_vector: np.ndarray | None = None) -> QueryContext:
